@@ -1,0 +1,27 @@
+package engine
+
+import "errors"
+
+// The errors the engine returns. Test for them with [errors.Is].
+var (
+	// ErrNoTargets is returned by [Runner.Submit] for an empty target list.
+	ErrNoTargets = errors.New("no targets")
+	// ErrTooManyTargets is returned by [Runner.Submit] for more than
+	// [Config.TargetsPerJob] targets.
+	ErrTooManyTargets = errors.New("too many targets")
+	// ErrCallerBusy is returned by [Runner.Submit] when the caller already has
+	// [Config.JobsPerCaller] live jobs.
+	ErrCallerBusy = errors.New("busy")
+	// ErrBusy is returned by [Runner.Submit] when [Config.JobsTotal] jobs are
+	// live in all.
+	ErrBusy = errors.New("jobs busy")
+	// ErrRetryLater is wrapped by a [FetchFunc] when the target was only busy
+	// (a 429 or 503): the target is tried again after [Config.RetryWait].
+	ErrRetryLater = errors.New("retry later")
+	// ErrInvalid is returned by [Runner.Submit], wrapped with the reason, for a
+	// nil caller, an empty caller name or a target with an empty URL. [New]
+	// wraps it for a negative Config field.
+	ErrInvalid = errors.New("invalid submission")
+	// ErrClosed is returned by [Runner.Submit] after [Runner.Close].
+	ErrClosed = errors.New("runner closed")
+)

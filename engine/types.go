@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Caller is who submitted a job. Name keys idempotency and the per-caller cap
+// ([Config.JobsPerCaller]). The value is handed to the [FetchFunc] and is never
+// persisted: a job's actor holds it in memory only.
+type Caller struct {
+	Name      string
+	Workspace string
+	KeySHA256 string
+}
+
+// Options are the per-target fetch options, passed through to the [FetchFunc]
+// untouched. The runner stores them and never interprets them.
+type Options struct {
+	Mode     string `json:"mode,omitempty"`
+	Question string `json:"question,omitempty"`
+	Pages    string `json:"pages,omitempty"`
+	Grep     string `json:"grep,omitempty"`
+	JQ       string `json:"jq,omitempty"`
+	Context  *bool  `json:"context,omitempty"` // nil: the fetch's own default
+	Recover  bool   `json:"recover,omitempty"`
+}
+
+// Target is one unit of work in a job: a URL and its options.
+type Target struct {
+	URL     string  `json:"url"`
+	Options Options `json:"options"`
+}
+
+// Result is a finished target: the fetched content, and every other field in
+// Meta. It is stored JSON-encoded.
+type Result struct {
+	Content string         `json:"content"`
+	Meta    map[string]any `json:"meta,omitempty"`
+}
+
+// TargetError is a failure with a hint for the agent. A [FetchFunc] returns it
+// (possibly wrapped) to have Msg and Hint stored with the failed target. Status
+// is the HTTP status the same failure gets from a single fetch; the runner only
+// passes it to [Hooks.Target].
+type TargetError struct {
+	Status int
+	Msg    string
+	Hint   string
+}
+
+// Error returns Msg.
+func (e *TargetError) Error() string { return e.Msg }
+
+// FetchFunc does one target for the caller that submitted the job. It runs on a
+// worker, one call at a time per worker, under a context that [Runner.Close]
+// cancels. Return an error wrapping [ErrRetryLater] when the target was only
+// busy; return a [*TargetError] to store a message and a hint. A panic is
+// isolated: the target is stored failed with the text "internal error".
+type FetchFunc func(ctx context.Context, c *Caller, t Target) (Result, error)
+
+// Job is a job's summary as [Runner.Status] reports it.
+type Job struct {
+	ID           string
+	Caller       string // Caller.Name
+	Status       string // queued | running | done | partial | failed | cancelled
+	Error        string
+	TargetsTotal int
+	TargetsDone  int   // targets stored done or failed
+	CreatedAt    int64 // unix seconds
+}
+
+// TargetStatus is one target of a job as [Runner.Status] reports it.
+type TargetStatus struct {
+	Idx    int
+	URL    string
+	Status string // pending | running | done | failed
+	Result *Result
+	Error  string
+	Hint   string
+}
+
+// Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
+// called from the runner's own goroutines and must not block.
+type Hooks struct {
+	Job        func(outcome string)                              // created, reused, done, partial, failed, cancelled
+	Target     func(err error, d time.Duration, resultBytes int) // once per stored target; err nil on success
+	JobSeconds func(d time.Duration)                             // submit to terminal, once per job
+	Depth      func(live int)                                    // live jobs, after every change
+	Inflight   func(n int)                                       // targets being fetched, after every change
+}

@@ -1,0 +1,544 @@
+package persistence
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// deleteBudget is how many keys one write deletes at most before the sweep or
+// eviction commits and starts another; it keeps each write far below Badger's
+// largest transaction. A job's keys are always deleted in one write.
+const deleteBudget = 4096
+
+// convert turns Badger's errors into the store's own.
+func convert(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	case errors.Is(err, badger.ErrTxnTooBig), errors.Is(err, badger.ErrValueLogSize):
+		return fmt.Errorf("%s: %w", op, ErrTooLarge)
+	case errors.Is(err, badger.ErrDBClosed), errors.Is(err, badger.ErrBlockedWrites):
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	default:
+		// Keep the text, not the type.
+		return fmt.Errorf("%s: %v", op, err)
+	}
+}
+
+// update runs fn in one serialised write. fn returns the change to the byte
+// total, applied once the write has committed.
+func (s *Store) update(op string, fn func(txn *badger.Txn) (int64, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updateLocked(op, fn)
+}
+
+func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error)) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	delta, err := fn(txn)
+	if err != nil {
+		return convert(op, err)
+	}
+	if delta != 0 {
+		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes+delta))); err != nil {
+			return convert(op, err)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return convert(op, err)
+	}
+	s.bytes += delta
+	return nil
+}
+
+func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	return convert(op, s.db.View(fn))
+}
+
+func (s *Store) loadBytes() error {
+	return s.view("load byte total", func(txn *badger.Txn) error {
+		item, err := txn.Get(keyBytes)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return ErrCorrupt
+			}
+			s.bytes = int64(binary.BigEndian.Uint64(v))
+			return nil
+		})
+	})
+}
+
+// Bytes returns the stored result bytes in all.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// CreateJob stores a new job and its targets in one write, with its
+// idempotency entry (which from now on names this job) and its unsettled
+// entry. j.ID must be 32 hex characters.
+func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
+	id, ok := parseID(j.ID)
+	if !ok {
+		return fmt.Errorf("store job: %w: bad id", ErrNotFound)
+	}
+	return s.update("store job", func(txn *badger.Txn) (int64, error) {
+		if err := txn.Set(jobKey(id), encodeJob(j)); err != nil {
+			return 0, err
+		}
+		for i := range targets {
+			if err := txn.Set(targetKey(id, targets[i].Idx), encodeTarget(&targets[i])); err != nil {
+				return 0, err
+			}
+		}
+		if err := txn.Set(idemKey(j.Key), id[:]); err != nil {
+			return 0, err
+		}
+		if j.Settled {
+			return j.ResultBytes, setSettledIndexes(txn, id, j)
+		}
+		return j.ResultBytes, txn.Set(liveKey(id), nil)
+	})
+}
+
+func setSettledIndexes(txn *badger.Txn, id [idLen]byte, j *JobRecord) error {
+	if err := txn.Set(indexKey(prefixLease, j.Lease, id), nil); err != nil {
+		return err
+	}
+	return txn.Set(indexKey(prefixAge, j.Created, id), nil)
+}
+
+func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
+	item, err := txn.Get(jobKey(id))
+	if err != nil {
+		return JobRecord{}, err
+	}
+	var j JobRecord
+	err = item.Value(func(v []byte) error {
+		j, err = decodeJob(id, v)
+		return err
+	})
+	return j, err
+}
+
+// putJob writes next over the stored row, keeping the indexes right. The
+// stored lease wins if it is later (a Touch may have moved it), and so do
+// the stored result bytes' bookkeeping: the returned delta is next's result
+// bytes minus the stored row's.
+func putJob(txn *badger.Txn, id [idLen]byte, next *JobRecord) (int64, error) {
+	prev, err := getJob(txn, id)
+	if err != nil {
+		return 0, err
+	}
+	if prev.Lease > next.Lease {
+		next.Lease = prev.Lease
+	}
+	if err := txn.Set(jobKey(id), encodeJob(next)); err != nil {
+		return 0, err
+	}
+	switch {
+	case !prev.Settled && next.Settled:
+		if err := txn.Delete(liveKey(id)); err != nil {
+			return 0, err
+		}
+		if err := setSettledIndexes(txn, id, next); err != nil {
+			return 0, err
+		}
+	case prev.Settled && next.Settled && prev.Lease != next.Lease:
+		if err := txn.Delete(indexKey(prefixLease, prev.Lease, id)); err != nil {
+			return 0, err
+		}
+		if err := txn.Set(indexKey(prefixLease, next.Lease, id), nil); err != nil {
+			return 0, err
+		}
+	case prev.Settled && !next.Settled:
+		return 0, fmt.Errorf("job row: %w: a settled job cannot become unsettled", ErrCorrupt)
+	}
+	return next.ResultBytes - prev.ResultBytes, nil
+}
+
+// SaveJob writes a stored job's new row. The row's lease becomes the later
+// of j.Lease and the stored one, and j.Lease is updated to match.
+func (s *Store) SaveJob(j *JobRecord) error {
+	id, ok := parseID(j.ID)
+	if !ok {
+		return fmt.Errorf("save job: %w", ErrNotFound)
+	}
+	return s.update("save job", func(txn *badger.Txn) (int64, error) {
+		return putJob(txn, id, j)
+	})
+}
+
+// SaveTarget writes a target and its job's new row in one write (see
+// [Store.SaveJob] for the lease).
+func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
+	id, ok := parseID(j.ID)
+	if !ok {
+		return fmt.Errorf("save target: %w", ErrNotFound)
+	}
+	return s.update("save target", func(txn *badger.Txn) (int64, error) {
+		if err := txn.Set(targetKey(id, t.Idx), encodeTarget(t)); err != nil {
+			return 0, err
+		}
+		return putJob(txn, id, j)
+	})
+}
+
+// Touch moves a stored job's lease to lease if that is later. It reports
+// false for an unknown id.
+func (s *Store) Touch(idHex string, lease int64) (bool, error) {
+	id, ok := parseID(idHex)
+	if !ok {
+		return false, nil
+	}
+	found := true
+	err := s.update("touch job", func(txn *badger.Txn) (int64, error) {
+		j, err := getJob(txn, id)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			found = false
+			return 0, nil
+		}
+		if err != nil || j.Lease >= lease {
+			return 0, err
+		}
+		j.Lease = lease
+		return putJob(txn, id, &j)
+	})
+	return found && err == nil, err
+}
+
+// Job returns a stored job, or an error wrapping [ErrNotFound].
+func (s *Store) Job(idHex string) (JobRecord, error) {
+	id, ok := parseID(idHex)
+	if !ok {
+		return JobRecord{}, fmt.Errorf("read job: %w", ErrNotFound)
+	}
+	var j JobRecord
+	err := s.view("read job", func(txn *badger.Txn) error {
+		var err error
+		j, err = getJob(txn, id)
+		return err
+	})
+	return j, err
+}
+
+// JobWithTargets returns a stored job and its targets in idx order, read
+// from one snapshot, or an error wrapping [ErrNotFound].
+func (s *Store) JobWithTargets(idHex string) (JobRecord, []TargetRecord, error) {
+	id, ok := parseID(idHex)
+	if !ok {
+		return JobRecord{}, nil, fmt.Errorf("read job: %w", ErrNotFound)
+	}
+	var j JobRecord
+	var ts []TargetRecord
+	err := s.view("read job", func(txn *badger.Txn) error {
+		var err error
+		if j, err = getJob(txn, id); err != nil {
+			return err
+		}
+		ts, err = readTargets(txn, id, j.TargetsTotal)
+		return err
+	})
+	return j, ts, err
+}
+
+func readTargets(txn *badger.Txn, id [idLen]byte, n int) ([]TargetRecord, error) {
+	prefix := targetPrefix(id)
+	o := badger.DefaultIteratorOptions
+	o.Prefix = prefix
+	o.PrefetchValues = false
+	it := txn.NewIterator(o)
+	defer it.Close()
+	ts := make([]TargetRecord, 0, n)
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		item := it.Item()
+		k := item.Key()
+		if len(k) != targetKeyLen {
+			return nil, fmt.Errorf("target key: %w", ErrCorrupt)
+		}
+		idx := int(binary.BigEndian.Uint16(k[1+idLen:]))
+		var t TargetRecord
+		err := item.Value(func(v []byte) error {
+			var err error
+			t, err = decodeTarget(idx, v)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
+
+// Target returns one stored target, or an error wrapping [ErrNotFound].
+func (s *Store) Target(idHex string, idx int) (TargetRecord, error) {
+	id, ok := parseID(idHex)
+	if !ok || idx < 0 || idx > 0xffff {
+		return TargetRecord{}, fmt.Errorf("read target: %w", ErrNotFound)
+	}
+	var t TargetRecord
+	err := s.view("read target", func(txn *badger.Txn) error {
+		item, err := txn.Get(targetKey(id, idx))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			t, err = decodeTarget(idx, v)
+			return err
+		})
+	})
+	return t, err
+}
+
+// JobByKey returns the newest job stored under an idempotency key; false if
+// there is none.
+func (s *Store) JobByKey(key [32]byte) (JobRecord, bool, error) {
+	var j JobRecord
+	found := false
+	err := s.view("read idempotency key", func(txn *badger.Txn) error {
+		item, err := txn.Get(idemKey(key))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var id [idLen]byte
+		if err := item.Value(func(v []byte) error {
+			if len(v) != idLen {
+				return ErrCorrupt
+			}
+			copy(id[:], v)
+			return nil
+		}); err != nil {
+			return err
+		}
+		j, err = getJob(txn, id)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	return j, found, err
+}
+
+// Unsettled returns every job that is not settled: live, or left with a
+// target in flight. After a crash these are the jobs to reap.
+func (s *Store) Unsettled() ([]JobRecord, error) {
+	var js []JobRecord
+	err := s.view("read unsettled jobs", func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.Prefix = []byte{prefixLive}
+		o.PrefetchValues = false
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Rewind(); it.ValidForPrefix(o.Prefix); it.Next() {
+			var id [idLen]byte
+			if len(it.Item().Key()) != jobKeyLen {
+				return fmt.Errorf("unsettled key: %w", ErrCorrupt)
+			}
+			copy(id[:], it.Item().Key()[1:])
+			j, err := getJob(txn, id)
+			if err != nil {
+				return err
+			}
+			js = append(js, j)
+		}
+		return nil
+	})
+	return js, err
+}
+
+// Jobs calls fn for every stored job, in id order, until fn returns false.
+// It reads every job: it is for inspection, not for the runner.
+func (s *Store) Jobs(fn func(JobRecord) bool) error {
+	return s.view("list jobs", func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.Prefix = []byte{prefixJob}
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Rewind(); it.ValidForPrefix(o.Prefix); it.Next() {
+			k := it.Item().Key()
+			if len(k) != jobKeyLen {
+				return fmt.Errorf("job key: %w", ErrCorrupt)
+			}
+			var id [idLen]byte
+			copy(id[:], k[1:])
+			var j JobRecord
+			if err := it.Item().Value(func(v []byte) error {
+				var err error
+				j, err = decodeJob(id, v)
+				return err
+			}); err != nil {
+				return err
+			}
+			if !fn(j) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// Sweep deletes, oldest lease first, up to limit settled jobs whose lease is
+// at or before before, with their targets. It returns how many it deleted,
+// and whether more may be due.
+func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var due []JobRecord
+	err := s.view("sweep", func(txn *badger.Txn) error {
+		return walkIndex(txn, prefixLease, func(nanos int64, id [idLen]byte) (bool, error) {
+			if nanos > before || len(due) >= limit {
+				return false, nil
+			}
+			j, err := getJob(txn, id)
+			if err != nil {
+				return false, err
+			}
+			due = append(due, j)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := s.deleteLocked("sweep", due)
+	return n, err == nil && len(due) == limit, err
+}
+
+// Evict deletes settled jobs, oldest first, while the stored result bytes
+// exceed max. It returns how many it deleted. Unsettled jobs are never
+// evicted, so the total may stay above max.
+func (s *Store) Evict(max int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bytes <= max {
+		return 0, nil
+	}
+	var victims []JobRecord
+	err := s.view("evict", func(txn *badger.Txn) error {
+		over := s.bytes - max
+		return walkIndex(txn, prefixAge, func(_ int64, id [idLen]byte) (bool, error) {
+			if over <= 0 {
+				return false, nil
+			}
+			j, err := getJob(txn, id)
+			if err != nil {
+				return false, err
+			}
+			victims = append(victims, j)
+			over -= j.ResultBytes
+			return true, nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	return s.deleteLocked("evict", victims)
+}
+
+func walkIndex(txn *badger.Txn, prefix byte, fn func(nanos int64, id [idLen]byte) (bool, error)) error {
+	o := badger.DefaultIteratorOptions
+	o.Prefix = []byte{prefix}
+	o.PrefetchValues = false
+	it := txn.NewIterator(o)
+	defer it.Close()
+	for it.Rewind(); it.ValidForPrefix(o.Prefix); it.Next() {
+		k := it.Item().Key()
+		id, ok := indexID(k)
+		if !ok {
+			return fmt.Errorf("index key: %w", ErrCorrupt)
+		}
+		more, err := fn(int64(binary.BigEndian.Uint64(k[1:9])), id)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteLocked deletes settled jobs and every row and index entry of theirs,
+// a job's keys always in one write. s.mu is held.
+func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
+	done := 0
+	for len(jobs) > 0 {
+		n, keys := 0, 0
+		for n < len(jobs) && (n == 0 || keys+jobs[n].TargetsTotal+6 <= deleteBudget) {
+			keys += jobs[n].TargetsTotal + 6
+			n++
+		}
+		batch := jobs[:n]
+		err := s.updateLocked(op, func(txn *badger.Txn) (int64, error) {
+			var freed int64
+			for i := range batch {
+				if err := deleteJob(txn, &batch[i]); err != nil {
+					return 0, err
+				}
+				freed += batch[i].ResultBytes
+			}
+			return -freed, nil
+		})
+		if err != nil {
+			return done, err
+		}
+		done += n
+		jobs = jobs[n:]
+	}
+	return done, nil
+}
+
+func deleteJob(txn *badger.Txn, j *JobRecord) error {
+	id, ok := parseID(j.ID)
+	if !ok {
+		return ErrCorrupt
+	}
+	for idx := 0; idx < j.TargetsTotal; idx++ {
+		if err := txn.Delete(targetKey(id, idx)); err != nil {
+			return err
+		}
+	}
+	for _, k := range [][]byte{jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id)} {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	// The idempotency entry goes only if it still names this job.
+	item, err := txn.Get(idemKey(j.Key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return item.Value(func(v []byte) error {
+		if bytes.Equal(v, id[:]) {
+			return txn.Delete(idemKey(j.Key))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,81 @@
+package persistence
+
+// The key layout. Every key the store writes is built here, and nowhere else.
+//
+// Job ids are 16 random bytes (hex in the API, raw in keys); times are unix
+// nanoseconds as big-endian uint64, so that byte order is time order.
+//
+//	j <id:16>                    → job row (encodeJob)
+//	t <id:16> <idx:2>            → target row (encodeTarget); idx big-endian uint16
+//	i <key:32>                   → id:16 — idempotency: SHA-256(name \x00 targets JSON) → the newest job with it
+//	l <id:16>                    → "" — unsettled jobs: live, or cancelled with a target in flight; reaped by New
+//	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
+//	a <created:8> <id:16>        → "" — settled jobs by age, for eviction (oldest first)
+//	m bytes                      → uint64 big-endian: stored result bytes in all
+//
+// A job is "settled" once it is terminal and no target of it is in flight:
+// only settled jobs are in x and a, so the sweep and eviction never touch a
+// job that an actor still owns. Unsettled jobs are in l instead.
+//
+// Values: see records.go. Each row starts with a format version byte.
+
+import "encoding/binary"
+
+const (
+	prefixJob     = 'j'
+	prefixTarget  = 't'
+	prefixIdem    = 'i'
+	prefixLive    = 'l'
+	prefixLease   = 'x'
+	prefixAge     = 'a'
+	prefixMeta    = 'm'
+	idLen         = 16
+	idemKeyLen    = 32
+	targetKeyLen  = 1 + idLen + 2
+	indexKeyLen   = 1 + 8 + idLen
+	jobKeyLen     = 1 + idLen
+	idemKeyPrefix = 1 + idemKeyLen
+)
+
+var keyBytes = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'}
+
+func jobKey(id [idLen]byte) []byte {
+	k := make([]byte, 0, jobKeyLen)
+	return append(append(k, prefixJob), id[:]...)
+}
+
+func liveKey(id [idLen]byte) []byte {
+	k := make([]byte, 0, jobKeyLen)
+	return append(append(k, prefixLive), id[:]...)
+}
+
+func targetPrefix(id [idLen]byte) []byte {
+	k := make([]byte, 0, targetKeyLen)
+	return append(append(k, prefixTarget), id[:]...)
+}
+
+func targetKey(id [idLen]byte, idx int) []byte {
+	return binary.BigEndian.AppendUint16(targetPrefix(id), uint16(idx))
+}
+
+func idemKey(key [idemKeyLen]byte) []byte {
+	k := make([]byte, 0, idemKeyPrefix)
+	return append(append(k, prefixIdem), key[:]...)
+}
+
+func indexKey(prefix byte, nanos int64, id [idLen]byte) []byte {
+	k := make([]byte, 0, indexKeyLen)
+	k = append(k, prefix)
+	k = binary.BigEndian.AppendUint64(k, uint64(nanos))
+	return append(k, id[:]...)
+}
+
+// indexID returns the id at the end of an x or a index key.
+func indexID(k []byte) ([idLen]byte, bool) {
+	var id [idLen]byte
+	if len(k) != indexKeyLen {
+		return id, false
+	}
+	copy(id[:], k[1+8:])
+	return id, true
+}

@@ -1,0 +1,206 @@
+package persistence
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+)
+
+// Job statuses. Queued and running jobs are live; the others are terminal.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusDone      = "done"
+	StatusPartial   = "partial"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+// Target statuses. A target in flight is stored pending; only the runner's
+// memory knows it is running.
+const (
+	TargetPending = "pending"
+	TargetRunning = "running"
+	TargetDone    = "done"
+	TargetFailed  = "failed"
+)
+
+// IsLive reports whether a job status is queued or running.
+func IsLive(status string) bool { return status == StatusQueued || status == StatusRunning }
+
+// JobRecord is a stored job.
+type JobRecord struct {
+	ID            string // 32 hex characters
+	Caller        string // Caller.Name
+	Key           [32]byte
+	Status        string
+	Error         string
+	TargetsTotal  int
+	TargetsDone   int // stored done or failed
+	TargetsFailed int
+	Created       int64 // unix nanoseconds
+	Lease         int64 // unix nanoseconds
+	ResultBytes   int64 // bytes of result JSON stored for this job
+	// Settled is true once the job is terminal and has no target in flight:
+	// from then on it may be swept or evicted.
+	Settled bool
+}
+
+// TargetRecord is a stored target.
+type TargetRecord struct {
+	Idx     int
+	URL     string
+	Options []byte // the target's options, JSON
+	Status  string
+	Result  []byte // the result, JSON; set once done
+	Error   string
+	Hint    string
+}
+
+// Value encodings, version 1. Integers are big-endian; strings and byte
+// slices are a uvarint length then the bytes.
+//
+//	job:    1 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error
+//	target: 1 | status:1 | url | options | result | error | hint
+const formatVersion = 1
+
+var jobStatusCodes = []string{"", StatusQueued, StatusRunning, StatusDone, StatusPartial, StatusFailed, StatusCancelled}
+var targetStatusCodes = []string{"", TargetPending, TargetRunning, TargetDone, TargetFailed}
+
+func statusCode(codes []string, s string) byte {
+	for i, c := range codes {
+		if c == s && i > 0 {
+			return byte(i)
+		}
+	}
+	return 0
+}
+
+func encodeJob(j *JobRecord) []byte {
+	b := make([]byte, 0, 64+len(j.Caller)+len(j.Error))
+	b = append(b, formatVersion, statusCode(jobStatusCodes, j.Status))
+	if j.Settled {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(j.TargetsTotal))
+	b = binary.BigEndian.AppendUint16(b, uint16(j.TargetsDone))
+	b = binary.BigEndian.AppendUint16(b, uint16(j.TargetsFailed))
+	b = binary.BigEndian.AppendUint64(b, uint64(j.Created))
+	b = binary.BigEndian.AppendUint64(b, uint64(j.Lease))
+	b = binary.BigEndian.AppendUint64(b, uint64(j.ResultBytes))
+	b = append(b, j.Key[:]...)
+	b = appendString(b, j.Caller)
+	return appendString(b, j.Error)
+}
+
+const jobFixedLen = 3 + 6 + 24 + 32
+
+func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
+	var j JobRecord
+	if len(b) < jobFixedLen || b[0] != formatVersion {
+		return j, fmt.Errorf("job row: %w", ErrCorrupt)
+	}
+	if int(b[1]) == 0 || int(b[1]) >= len(jobStatusCodes) || b[2] > 1 {
+		return j, fmt.Errorf("job row: %w", ErrCorrupt)
+	}
+	j.ID = hex.EncodeToString(id[:])
+	j.Status = jobStatusCodes[b[1]]
+	j.Settled = b[2] == 1
+	j.TargetsTotal = int(binary.BigEndian.Uint16(b[3:]))
+	j.TargetsDone = int(binary.BigEndian.Uint16(b[5:]))
+	j.TargetsFailed = int(binary.BigEndian.Uint16(b[7:]))
+	j.Created = int64(binary.BigEndian.Uint64(b[9:]))
+	j.Lease = int64(binary.BigEndian.Uint64(b[17:]))
+	j.ResultBytes = int64(binary.BigEndian.Uint64(b[25:]))
+	copy(j.Key[:], b[33:65])
+	rest := b[jobFixedLen:]
+	var ok bool
+	if j.Caller, rest, ok = readString(rest); !ok {
+		return j, fmt.Errorf("job row: %w", ErrCorrupt)
+	}
+	if j.Error, rest, ok = readString(rest); !ok || len(rest) != 0 {
+		return j, fmt.Errorf("job row: %w", ErrCorrupt)
+	}
+	return j, nil
+}
+
+func encodeTarget(t *TargetRecord) []byte {
+	b := make([]byte, 0, 2+5*binary.MaxVarintLen32+len(t.URL)+len(t.Options)+len(t.Result)+len(t.Error)+len(t.Hint))
+	b = append(b, formatVersion, statusCode(targetStatusCodes, t.Status))
+	b = appendString(b, t.URL)
+	b = appendBytes(b, t.Options)
+	b = appendBytes(b, t.Result)
+	b = appendString(b, t.Error)
+	return appendString(b, t.Hint)
+}
+
+func decodeTarget(idx int, b []byte) (TargetRecord, error) {
+	t := TargetRecord{Idx: idx}
+	if len(b) < 2 || b[0] != formatVersion || b[1] == 0 || int(b[1]) >= len(targetStatusCodes) {
+		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	}
+	t.Status = targetStatusCodes[b[1]]
+	rest := b[2:]
+	var ok bool
+	if t.URL, rest, ok = readString(rest); !ok {
+		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	}
+	if t.Options, rest, ok = readBytes(rest); !ok {
+		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	}
+	if t.Result, rest, ok = readBytes(rest); !ok {
+		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	}
+	if t.Error, rest, ok = readString(rest); !ok {
+		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	}
+	if t.Hint, rest, ok = readString(rest); !ok || len(rest) != 0 {
+		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	}
+	return t, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+func readBytes(b []byte) ([]byte, []byte, bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	if n == 0 {
+		return nil, b[w:], true
+	}
+	v := make([]byte, n)
+	copy(v, b[w:w+int(n)])
+	return v, b[w+int(n):], true
+}
+
+func readString(b []byte) (string, []byte, bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return "", nil, false
+	}
+	return string(b[w : w+int(n)]), b[w+int(n):], true
+}
+
+// parseID decodes a 32-character hex job id.
+func parseID(s string) ([idLen]byte, bool) {
+	var id [idLen]byte
+	if len(s) != 2*idLen {
+		return id, false
+	}
+	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
+		return id, false
+	}
+	return id, true
+}
