@@ -9,6 +9,7 @@ import (
 const (
 	DefaultTTL           = 24 * time.Hour
 	DefaultTargetsPerJob = 32
+	MaxTargetsPerJob     = 1<<16 - 1
 	DefaultJobsPerCaller = 1
 	DefaultJobsTotal     = 8
 	DefaultWorkers       = 1
@@ -25,7 +26,8 @@ type Config struct {
 	// later of its last stored target, its last Touch and its creation).
 	// Default [DefaultTTL] (24h).
 	TTL time.Duration
-	// TargetsPerJob caps the targets of one job. Default 32.
+	// TargetsPerJob caps the targets of one job. Default 32; at most
+	// [MaxTargetsPerJob].
 	TargetsPerJob int
 	// JobsPerCaller caps the live (queued or running) jobs per Caller.Name.
 	// Default 1.
@@ -67,8 +69,11 @@ func (c Config) withDefaults() (Config, error) {
 		{"RetryFor", int64(c.RetryFor)},
 	} {
 		if f.v < 0 {
-			return c, fmt.Errorf("%w: config %s must not be negative", ErrInvalid, f.name)
+			return c, fmt.Errorf("config %s must not be negative", f.name)
 		}
+	}
+	if c.TargetsPerJob > MaxTargetsPerJob {
+		return c, fmt.Errorf("config TargetsPerJob must be at most %d", MaxTargetsPerJob)
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL

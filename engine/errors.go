@@ -19,8 +19,7 @@ var (
 	// (a 429 or 503): the target is tried again after [Config.RetryWait].
 	ErrRetryLater = errors.New("retry later")
 	// ErrInvalid is returned by [Runner.Submit], wrapped with the reason, for a
-	// nil caller, an empty caller name or a target with an empty URL. [New]
-	// wraps it for a negative Config field.
+	// nil caller, an empty caller name or a target with an empty URL.
 	ErrInvalid = errors.New("invalid submission")
 	// ErrClosed is returned by [Runner.Submit] after [Runner.Close].
 	ErrClosed = errors.New("runner closed")

@@ -2,33 +2,341 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 
+	"github.com/sift/batch/actors"
 	"github.com/sift/batch/persistence"
 )
 
-// Runner runs batch jobs. Work in progress: being implemented.
-type Runner struct{}
+// Runner runs batch jobs: it stores each job, fetches its targets one at a
+// time, fairly across jobs, with [Config.Workers] workers, and stores every
+// result as it lands. Create one with [New]; stop it with [Runner.Close].
+// All methods are safe for concurrent use.
+type Runner struct {
+	store  *persistence.Store
+	fetch  FetchFunc
+	cfg    Config
+	log    *slog.Logger
+	sys    *actors.System
+	cancel context.CancelFunc // cancels the fetches' context
 
-// New starts a runner.
+	mu     sync.RWMutex // closed is set under mu held for writing
+	closed bool
+	once   sync.Once
+}
+
+// submission is what a job's actor holds for the FetchFunc: the caller and
+// the targets, in memory only.
+type submission struct {
+	caller  *Caller
+	targets []Target
+}
+
+// New starts a runner on store. A nil store or fetch, or a negative [Config]
+// field, is an error; zero fields take their defaults; a nil log logs
+// nothing. Badger's own log lines go to log too, quietly.
+//
+// Before it returns, every job the store holds as queued or running (left by
+// a crash: jobs never resume) is set failed with the error "restart"; its
+// stored targets stay readable.
 func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger) (*Runner, error) {
-	return nil, errors.New("not implemented yet")
+	if store == nil {
+		return nil, errors.New("new runner: nil store")
+	}
+	if fetch == nil {
+		return nil, errors.New("new runner: nil fetch func")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("new runner: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	store.SetLogger(log)
+	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log}
+	if err := r.reap(); err != nil {
+		return nil, fmt.Errorf("new runner: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.sys, err = actors.Start(&actors.Config{
+		Store:         store,
+		Fetch:         r.fetchOne,
+		FetchContext:  ctx,
+		TTL:           cfg.TTL,
+		TargetsPerJob: cfg.TargetsPerJob,
+		JobsPerCaller: cfg.JobsPerCaller,
+		JobsTotal:     cfg.JobsTotal,
+		Workers:       cfg.Workers,
+		MaxBytes:      cfg.MaxBytes,
+		RetryWait:     cfg.RetryWait,
+		RetryFor:      cfg.RetryFor,
+		Hooks:         actors.Hooks(cfg.Hooks),
+		Now:           cfg.Now,
+		Log:           log,
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("new runner: %w", err)
+	}
+	return r, nil
 }
 
-// Submit submits a job.
+// reap fails the jobs a crashed process left live, and settles the ones it
+// left cancelled with a target in flight.
+func (r *Runner) reap() error {
+	left, err := r.store.Unsettled()
+	if err != nil {
+		return fmt.Errorf("reap: %w", err)
+	}
+	failed := 0
+	for i := range left {
+		j := &left[i]
+		if persistence.IsLive(j.Status) {
+			j.Status, j.Error = persistence.StatusFailed, "restart"
+			failed++
+		}
+		j.Settled = true
+		if err := r.store.SaveJob(j); err != nil {
+			return fmt.Errorf("reap: %w", err)
+		}
+	}
+	if len(left) > 0 {
+		r.log.Info("failed the jobs a previous run left live", slog.Int("count", failed), slog.Int("settled", len(left)))
+	}
+	return nil
+}
+
+// Submit stores a job of targets for c and returns its id; the job then runs
+// in the background. callerClass is the caller's class as sift knows it; the
+// runner does not use it.
+//
+// In order: a nil c, an empty c.Name or a target with an empty URL is an
+// error wrapping [ErrInvalid]; after [Runner.Close] [ErrClosed]; no targets
+// [ErrNoTargets]. If c.Name already has a job with the same targets that is
+// queued, running, done or partial and not expired, its id is returned with
+// reused true and nothing else happens. Then the caps: [ErrTooManyTargets],
+// [ErrCallerBusy], [ErrBusy]. The job and its targets are stored before
+// Submit returns.
+//
+// ctx is checked before the job is submitted; a done ctx returns its error.
 func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targets []Target) (id string, reused bool, err error) {
-	return "", false, ErrClosed
+	switch {
+	case c == nil:
+		return "", false, fmt.Errorf("%w: nil caller", ErrInvalid)
+	case c.Name == "":
+		return "", false, fmt.Errorf("%w: empty caller name", ErrInvalid)
+	}
+	for i := range targets {
+		if targets[i].URL == "" {
+			return "", false, fmt.Errorf("%w: target %d has an empty URL", ErrInvalid, i)
+		}
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return "", false, ErrClosed
+	}
+	if len(targets) == 0 {
+		return "", false, ErrNoTargets
+	}
+	if err := ctx.Err(); err != nil {
+		return "", false, err
+	}
+	m, err := r.newSubmit(c, targets)
+	if err != nil {
+		return "", false, err
+	}
+	reply, err := r.sys.Submit(m)
+	if err != nil {
+		return "", false, fmt.Errorf("submit: %w", err)
+	}
+	switch reply.Refused {
+	case actors.RefusedTooManyTargets:
+		return "", false, ErrTooManyTargets
+	case actors.RefusedCallerBusy:
+		return "", false, ErrCallerBusy
+	case actors.RefusedBusy:
+		return "", false, ErrBusy
+	case actors.RefusedClosed:
+		return "", false, ErrClosed
+	}
+	if reply.Err != nil {
+		return "", false, fmt.Errorf("store job: %w", reply.Err)
+	}
+	return reply.ID, reply.Reused, nil
 }
 
-// Cancel cancels a job.
-func (r *Runner) Cancel(id string) bool { return false }
+// newSubmit builds the job's rows: a fresh id, the idempotency key, the
+// target specs.
+func (r *Runner) newSubmit(c *Caller, targets []Target) (*actors.Submit, error) {
+	all, err := json.Marshal(targets)
+	if err != nil {
+		return nil, fmt.Errorf("%w: targets: %v", ErrInvalid, err)
+	}
+	h := sha256.New()
+	h.Write([]byte(c.Name))
+	h.Write([]byte{0})
+	h.Write(all)
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, fmt.Errorf("job id: %w", err)
+	}
+	now := r.cfg.Now().UnixNano()
+	m := &actors.Submit{
+		Job: persistence.JobRecord{
+			ID:           hex.EncodeToString(raw[:]),
+			Caller:       c.Name,
+			Status:       persistence.StatusQueued,
+			TargetsTotal: len(targets),
+			Created:      now,
+			Lease:        now,
+		},
+		Targets: make([]persistence.TargetRecord, len(targets)),
+		Payload: &submission{caller: c, targets: append([]Target(nil), targets...)},
+	}
+	h.Sum(m.Job.Key[:0])
+	for i := range targets {
+		opts, err := json.Marshal(targets[i].Options)
+		if err != nil {
+			return nil, fmt.Errorf("%w: target %d options: %v", ErrInvalid, i, err)
+		}
+		m.Targets[i] = persistence.TargetRecord{Idx: i, URL: targets[i].URL, Options: opts, Status: persistence.TargetPending}
+	}
+	return m, nil
+}
 
-// Status reports a job.
-func (r *Runner) Status(id string) (Job, []TargetStatus, bool) { return Job{}, nil, false }
+// fetchOne runs the FetchFunc for one target and classifies its outcome.
+// A panic is not recovered here: it crashes the worker actor, and the
+// supervision strategy stores the target failed.
+func (r *Runner) fetchOne(ctx context.Context, payload any, idx int) actors.Outcome {
+	s := payload.(*submission)
+	res, err := r.fetch(ctx, s.caller, s.targets[idx])
+	if err != nil {
+		if errors.Is(err, ErrRetryLater) {
+			return actors.Outcome{Err: err, Msg: err.Error(), Busy: true}
+		}
+		var te *TargetError
+		if errors.As(err, &te) && te != nil {
+			return actors.Outcome{Err: err, Msg: te.Msg, Hint: te.Hint}
+		}
+		return actors.Outcome{Err: err, Msg: err.Error()}
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		err = errors.New("result cannot be encoded as JSON")
+		return actors.Outcome{Err: err, Msg: err.Error()}
+	}
+	return actors.Outcome{Result: b}
+}
 
-// Touch bumps a job's lease.
-func (r *Runner) Touch(id string) {}
+// Cancel cancels a live job: it is stored cancelled before Cancel returns; a
+// target in flight finishes and is stored, no further target starts, and
+// later targets stay pending. It returns false for an unknown id, a job
+// that has already ended, and after [Runner.Close].
+func (r *Runner) Cancel(id string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return false
+	}
+	return r.sys.Cancel(id)
+}
 
-// Close stops the runner.
-func (r *Runner) Close() {}
+// Status returns a job and its targets, with each stored result decoded; a
+// target being fetched reads running. It returns false for an unknown id and
+// for a job past its lease + [Config.TTL]. Status never writes.
+func (r *Runner) Status(id string) (Job, []TargetStatus, bool) {
+	r.mu.RLock()
+	closed := r.closed
+	var reply *actors.StatusReply
+	var err error
+	if !closed {
+		reply, err = r.sys.Status(id)
+	}
+	r.mu.RUnlock()
+	switch {
+	case err != nil:
+		r.log.Warn("status", slog.String("job_id", id), slog.String("err", err.Error()))
+		return Job{}, nil, false
+	case reply != nil && reply.Live:
+		if reply.Err != nil {
+			r.log.Warn("status", slog.String("job_id", id), slog.String("err", "read failed"))
+			return Job{}, nil, false
+		}
+		return toJob(&reply.Job), toTargets(reply.Targets), true
+	}
+	j, ts, err := r.store.JobWithTargets(id)
+	if err != nil {
+		if !errors.Is(err, persistence.ErrNotFound) {
+			r.log.Warn("status", slog.String("job_id", id), slog.String("err", "read failed"))
+		}
+		return Job{}, nil, false
+	}
+	if j.Settled && j.Lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano() {
+		return Job{}, nil, false // expired, not yet swept
+	}
+	return toJob(&j), toTargets(ts), true
+}
+
+func toJob(j *persistence.JobRecord) Job {
+	return Job{
+		ID:           j.ID,
+		Caller:       j.Caller,
+		Status:       j.Status,
+		Error:        j.Error,
+		TargetsTotal: j.TargetsTotal,
+		TargetsDone:  j.TargetsDone,
+		CreatedAt:    j.Created / 1e9,
+	}
+}
+
+func toTargets(ts []persistence.TargetRecord) []TargetStatus {
+	out := make([]TargetStatus, len(ts))
+	for i := range ts {
+		t := &ts[i]
+		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+		if t.Status == persistence.TargetDone && t.Result != nil {
+			var res Result
+			if json.Unmarshal(t.Result, &res) == nil {
+				out[i].Result = &res
+			}
+		}
+	}
+	return out
+}
+
+// Touch moves a job's lease to now, so that it stays readable for another
+// [Config.TTL]. An unknown id is ignored.
+func (r *Runner) Touch(id string) {
+	if _, err := r.store.Touch(id, r.cfg.Now().UnixNano()); err != nil {
+		r.log.Warn("touch", slog.String("job_id", id), slog.String("err", "write failed"))
+	}
+}
+
+// Close stops the runner: it stops taking work, cancels the context of the
+// fetches in flight, waits for them to return and stores their outcomes,
+// sets every job still queued or running failed with the error "shutdown",
+// and stops every actor and goroutine the runner started. It is idempotent.
+// The store stays open: the caller closes it.
+func (r *Runner) Close() {
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		r.cancel()
+		n, err := r.sys.Stop()
+		if err != nil {
+			r.log.Warn("close runner", slog.String("err", err.Error()))
+		}
+		r.log.Info("runner closed", slog.Int("count", n))
+	})
+}

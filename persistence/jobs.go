@@ -109,7 +109,7 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 			return 0, err
 		}
 		for i := range targets {
-			if err := txn.Set(targetKey(id, targets[i].Idx), encodeTarget(&targets[i])); err != nil {
+			if err := txn.Set(targetKey(prefixTarget, id, targets[i].Idx), encodeSpec(&targets[i])); err != nil {
 				return 0, err
 			}
 		}
@@ -191,15 +191,15 @@ func (s *Store) SaveJob(j *JobRecord) error {
 	})
 }
 
-// SaveTarget writes a target and its job's new row in one write (see
-// [Store.SaveJob] for the lease).
+// SaveTarget writes a target's outcome (its Status, Result, Error and Hint)
+// and its job's new row in one write (see [Store.SaveJob] for the lease).
 func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
 		return fmt.Errorf("save target: %w", ErrNotFound)
 	}
 	return s.update("save target", func(txn *badger.Txn) (int64, error) {
-		if err := txn.Set(targetKey(id, t.Idx), encodeTarget(t)); err != nil {
+		if err := txn.Set(targetKey(prefixOutcome, id, t.Idx), encodeOutcome(t)); err != nil {
 			return 0, err
 		}
 		return putJob(txn, id, j)
@@ -264,33 +264,70 @@ func (s *Store) JobWithTargets(idHex string) (JobRecord, []TargetRecord, error) 
 	return j, ts, err
 }
 
+// Targets returns a job's n targets in idx order, or an error wrapping
+// [ErrNotFound] when it has none.
+func (s *Store) Targets(idHex string, n int) ([]TargetRecord, error) {
+	id, ok := parseID(idHex)
+	if !ok {
+		return nil, fmt.Errorf("read targets: %w", ErrNotFound)
+	}
+	var ts []TargetRecord
+	err := s.view("read targets", func(txn *badger.Txn) error {
+		var err error
+		ts, err = readTargets(txn, id, n)
+		if err == nil && len(ts) == 0 {
+			err = ErrNotFound
+		}
+		return err
+	})
+	return ts, err
+}
+
 func readTargets(txn *badger.Txn, id [idLen]byte, n int) ([]TargetRecord, error) {
-	prefix := targetPrefix(id)
+	ts := make([]TargetRecord, 0, n)
+	err := walkTargets(txn, prefixTarget, id, func(idx int, v []byte) error {
+		t, err := decodeSpec(idx, v)
+		if err != nil {
+			return err
+		}
+		if idx != len(ts) {
+			return fmt.Errorf("target rows: %w", ErrCorrupt)
+		}
+		ts = append(ts, t)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = walkTargets(txn, prefixOutcome, id, func(idx int, v []byte) error {
+		if idx >= len(ts) {
+			return fmt.Errorf("target outcome: %w", ErrCorrupt)
+		}
+		return decodeOutcome(&ts[idx], v)
+	})
+	return ts, err
+}
+
+// walkTargets calls fn for each t or r row of a job, in idx order.
+func walkTargets(txn *badger.Txn, prefix byte, id [idLen]byte, fn func(idx int, v []byte) error) error {
+	p := targetPrefix(prefix, id)
 	o := badger.DefaultIteratorOptions
-	o.Prefix = prefix
+	o.Prefix = p
 	o.PrefetchValues = false
 	it := txn.NewIterator(o)
 	defer it.Close()
-	ts := make([]TargetRecord, 0, n)
-	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+	for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 		item := it.Item()
 		k := item.Key()
 		if len(k) != targetKeyLen {
-			return nil, fmt.Errorf("target key: %w", ErrCorrupt)
+			return fmt.Errorf("target key: %w", ErrCorrupt)
 		}
 		idx := int(binary.BigEndian.Uint16(k[1+idLen:]))
-		var t TargetRecord
-		err := item.Value(func(v []byte) error {
-			var err error
-			t, err = decodeTarget(idx, v)
+		if err := item.Value(func(v []byte) error { return fn(idx, v) }); err != nil {
 			return err
-		})
-		if err != nil {
-			return nil, err
 		}
-		ts = append(ts, t)
 	}
-	return ts, nil
+	return nil
 }
 
 // Target returns one stored target, or an error wrapping [ErrNotFound].
@@ -301,14 +338,24 @@ func (s *Store) Target(idHex string, idx int) (TargetRecord, error) {
 	}
 	var t TargetRecord
 	err := s.view("read target", func(txn *badger.Txn) error {
-		item, err := txn.Get(targetKey(id, idx))
+		item, err := txn.Get(targetKey(prefixTarget, id, idx))
 		if err != nil {
 			return err
 		}
-		return item.Value(func(v []byte) error {
-			t, err = decodeTarget(idx, v)
+		if err := item.Value(func(v []byte) error {
+			t, err = decodeSpec(idx, v)
 			return err
-		})
+		}); err != nil {
+			return err
+		}
+		item, err = txn.Get(targetKey(prefixOutcome, id, idx))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error { return decodeOutcome(&t, v) })
 	})
 	return t, err
 }
@@ -488,8 +535,8 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 	done := 0
 	for len(jobs) > 0 {
 		n, keys := 0, 0
-		for n < len(jobs) && (n == 0 || keys+jobs[n].TargetsTotal+6 <= deleteBudget) {
-			keys += jobs[n].TargetsTotal + 6
+		for n < len(jobs) && (n == 0 || keys+2*jobs[n].TargetsTotal+6 <= deleteBudget) {
+			keys += 2*jobs[n].TargetsTotal + 6
 			n++
 		}
 		batch := jobs[:n]
@@ -518,7 +565,10 @@ func deleteJob(txn *badger.Txn, j *JobRecord) error {
 		return ErrCorrupt
 	}
 	for idx := 0; idx < j.TargetsTotal; idx++ {
-		if err := txn.Delete(targetKey(id, idx)); err != nil {
+		if err := txn.Delete(targetKey(prefixTarget, id, idx)); err != nil {
+			return err
+		}
+		if err := txn.Delete(targetKey(prefixOutcome, id, idx)); err != nil {
 			return err
 		}
 	}

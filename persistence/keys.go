@@ -6,7 +6,8 @@ package persistence
 // nanoseconds as big-endian uint64, so that byte order is time order.
 //
 //	j <id:16>                    → job row (encodeJob)
-//	t <id:16> <idx:2>            → target row (encodeTarget); idx big-endian uint16
+//	t <id:16> <idx:2>            → target spec (encodeSpec): URL and options, written once; idx big-endian uint16
+//	r <id:16> <idx:2>            → target outcome (encodeOutcome), written once it is stored; absent: pending
 //	i <key:32>                   → id:16 — idempotency: SHA-256(name \x00 targets JSON) → the newest job with it
 //	l <id:16>                    → "" — unsettled jobs: live, or cancelled with a target in flight; reaped by New
 //	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
@@ -24,6 +25,7 @@ import "encoding/binary"
 const (
 	prefixJob     = 'j'
 	prefixTarget  = 't'
+	prefixOutcome = 'r'
 	prefixIdem    = 'i'
 	prefixLive    = 'l'
 	prefixLease   = 'x'
@@ -49,13 +51,14 @@ func liveKey(id [idLen]byte) []byte {
 	return append(append(k, prefixLive), id[:]...)
 }
 
-func targetPrefix(id [idLen]byte) []byte {
+func targetPrefix(prefix byte, id [idLen]byte) []byte {
 	k := make([]byte, 0, targetKeyLen)
-	return append(append(k, prefixTarget), id[:]...)
+	return append(append(k, prefix), id[:]...)
 }
 
-func targetKey(id [idLen]byte, idx int) []byte {
-	return binary.BigEndian.AppendUint16(targetPrefix(id), uint16(idx))
+// targetKey is a t (spec) or r (outcome) key.
+func targetKey(prefix byte, id [idLen]byte, idx int) []byte {
+	return binary.BigEndian.AppendUint16(targetPrefix(prefix, id), uint16(idx))
 }
 
 func idemKey(key [idemKeyLen]byte) []byte {

@@ -16,8 +16,8 @@ const (
 	StatusCancelled = "cancelled"
 )
 
-// Target statuses. A target in flight is stored pending; only the runner's
-// memory knows it is running.
+// Target statuses. A target in flight is stored pending (it has no outcome
+// row yet); only the runner's memory knows it is running.
 const (
 	TargetPending = "pending"
 	TargetRunning = "running"
@@ -61,7 +61,8 @@ type TargetRecord struct {
 // slices are a uvarint length then the bytes.
 //
 //	job:    1 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error
-//	target: 1 | status:1 | url | options | result | error | hint
+//	spec:    1 | url | options
+//	outcome: 1 | status:1 | result | error | hint
 const formatVersion = 1
 
 var jobStatusCodes = []string{"", StatusQueued, StatusRunning, StatusDone, StatusPartial, StatusFailed, StatusCancelled}
@@ -126,40 +127,58 @@ func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
 	return j, nil
 }
 
-func encodeTarget(t *TargetRecord) []byte {
-	b := make([]byte, 0, 2+5*binary.MaxVarintLen32+len(t.URL)+len(t.Options)+len(t.Result)+len(t.Error)+len(t.Hint))
-	b = append(b, formatVersion, statusCode(targetStatusCodes, t.Status))
+func encodeSpec(t *TargetRecord) []byte {
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen32+len(t.URL)+len(t.Options))
+	b = append(b, formatVersion)
 	b = appendString(b, t.URL)
-	b = appendBytes(b, t.Options)
+	return appendBytes(b, t.Options)
+}
+
+func encodeOutcome(t *TargetRecord) []byte {
+	b := make([]byte, 0, 2+3*binary.MaxVarintLen32+len(t.Result)+len(t.Error)+len(t.Hint))
+	b = append(b, formatVersion, statusCode(targetStatusCodes, t.Status))
 	b = appendBytes(b, t.Result)
 	b = appendString(b, t.Error)
 	return appendString(b, t.Hint)
 }
 
-func decodeTarget(idx int, b []byte) (TargetRecord, error) {
-	t := TargetRecord{Idx: idx}
-	if len(b) < 2 || b[0] != formatVersion || b[1] == 0 || int(b[1]) >= len(targetStatusCodes) {
+// decodeSpec decodes a target spec into a pending TargetRecord.
+func decodeSpec(idx int, b []byte) (TargetRecord, error) {
+	t := TargetRecord{Idx: idx, Status: TargetPending}
+	if len(b) < 1 || b[0] != formatVersion {
 		return t, fmt.Errorf("target row: %w", ErrCorrupt)
 	}
-	t.Status = targetStatusCodes[b[1]]
-	rest := b[2:]
 	var ok bool
+	rest := b[1:]
 	if t.URL, rest, ok = readString(rest); !ok {
 		return t, fmt.Errorf("target row: %w", ErrCorrupt)
 	}
-	if t.Options, rest, ok = readBytes(rest); !ok {
-		return t, fmt.Errorf("target row: %w", ErrCorrupt)
-	}
-	if t.Result, rest, ok = readBytes(rest); !ok {
-		return t, fmt.Errorf("target row: %w", ErrCorrupt)
-	}
-	if t.Error, rest, ok = readString(rest); !ok {
-		return t, fmt.Errorf("target row: %w", ErrCorrupt)
-	}
-	if t.Hint, rest, ok = readString(rest); !ok || len(rest) != 0 {
+	if t.Options, rest, ok = readBytes(rest); !ok || len(rest) != 0 {
 		return t, fmt.Errorf("target row: %w", ErrCorrupt)
 	}
 	return t, nil
+}
+
+// decodeOutcome decodes a target outcome into t.
+func decodeOutcome(t *TargetRecord, b []byte) error {
+	if len(b) < 2 || b[0] != formatVersion || b[1] == 0 || int(b[1]) >= len(targetStatusCodes) {
+		return fmt.Errorf("target outcome: %w", ErrCorrupt)
+	}
+	status := targetStatusCodes[b[1]]
+	result, rest, ok := readBytes(b[2:])
+	if !ok {
+		return fmt.Errorf("target outcome: %w", ErrCorrupt)
+	}
+	msg, rest, ok := readString(rest)
+	if !ok {
+		return fmt.Errorf("target outcome: %w", ErrCorrupt)
+	}
+	hint, rest, ok := readString(rest)
+	if !ok || len(rest) != 0 {
+		return fmt.Errorf("target outcome: %w", ErrCorrupt)
+	}
+	t.Status, t.Result, t.Error, t.Hint = status, result, msg, hint
+	return nil
 }
 
 func appendString(b []byte, s string) []byte {

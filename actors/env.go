@@ -1,0 +1,83 @@
+// Package actors holds siftbatch's actors: the supervisor (it owns the
+// rotation of live jobs, the caps and idempotency decisions, retry timing and
+// the sweep), the workers (one FetchFunc call at a time each) and one actor
+// per live job (it owns that job's rows). The engine package is their only
+// user; its types are opaque here (a job's payload is `any`).
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sift/batch/persistence"
+)
+
+// Outcome is one fetch's result, classified by the engine.
+type Outcome struct {
+	Result []byte // the result's JSON, on success
+	Err    error  // nil on success; handed to Hooks.Target
+	Msg    string // the error text to store
+	Hint   string
+	Busy   bool // the target was only busy: try it again later
+}
+
+// FetchFunc does target idx of the job whose payload is given.
+type FetchFunc func(ctx context.Context, payload any, idx int) Outcome
+
+// Hooks mirror engine.Hooks.
+type Hooks struct {
+	Job        func(outcome string)
+	Target     func(err error, d time.Duration, resultBytes int)
+	JobSeconds func(d time.Duration)
+	Depth      func(live int)
+	Inflight   func(n int)
+}
+
+// Config is what the actors need. Every field is set (the engine applies
+// the defaults).
+type Config struct {
+	Store         *persistence.Store
+	Fetch         FetchFunc
+	FetchContext  context.Context // cancelled by the engine's Close
+	TTL           time.Duration
+	TargetsPerJob int
+	JobsPerCaller int
+	JobsTotal     int
+	Workers       int
+	MaxBytes      int64
+	RetryWait     time.Duration
+	RetryFor      time.Duration
+	Hooks         Hooks
+	Now           func() time.Time
+	Log           *slog.Logger
+}
+
+// The internal error text stored for a target whose fetch panicked.
+const internalError = "internal error"
+
+// sweepInterval is how often the supervisor sweeps expired jobs without a
+// Submit to prompt it; sweepBatch is how many jobs one sweep step deletes
+// before it lets other messages through.
+const (
+	sweepInterval = time.Minute
+	sweepBatch    = 512
+)
+
+func (c *Config) hookJob(outcome string) {
+	if c.Hooks.Job != nil {
+		c.Hooks.Job(outcome)
+	}
+}
+
+func (c *Config) hookDepth(n int) {
+	if c.Hooks.Depth != nil {
+		c.Hooks.Depth(n)
+	}
+}
+
+func (c *Config) hookInflight(n int) {
+	if c.Hooks.Inflight != nil {
+		c.Hooks.Inflight(n)
+	}
+}

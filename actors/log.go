@@ -1,0 +1,77 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+)
+
+// Log keys. Log lines carry job ids, counts and statuses: never a URL, a
+// host, a key or a panic value.
+const (
+	keyJobID   = "job_id"
+	keyIdx     = "idx"
+	keyStatus  = "status"
+	keyCount   = "count"
+	keyErr     = "err"
+	keyStack   = "stack"
+	keyWorker  = "worker"
+	keyLive    = "live"
+	keyLibrary = "lib"
+)
+
+// ActorSystemLogger returns the logger to give protoactor: it writes to l's
+// handler with the library's levels lowered by one step (its Info is our
+// Debug, its Error our Warn) and with only the attributes known to be safe
+// kept. protoactor logs the failing message and the panic reason of every
+// failure, and dead letters with their message; our messages carry URLs, so
+// those attributes are dropped.
+func ActorSystemLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(&actorSystemHandler{h: l.Handler()}).With(slog.String(keyLibrary, "protoactor"))
+}
+
+// safeActorAttrs are the protoactor attributes kept: actor ids (ours are
+// named by job id), directives and counts.
+var safeActorAttrs = []string{keyLibrary, "system", "id", "self", "pid", "actor", "directive", "throttled"}
+
+type actorSystemHandler struct{ h slog.Handler }
+
+func lower(l slog.Level) slog.Level {
+	switch {
+	case l >= slog.LevelError:
+		return slog.LevelWarn
+	case l >= slog.LevelWarn:
+		return slog.LevelInfo
+	default:
+		return slog.LevelDebug
+	}
+}
+
+func (a *actorSystemHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return a.h.Enabled(ctx, lower(l))
+}
+
+func (a *actorSystemHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, lower(r.Level), r.Message, r.PC)
+	r.Attrs(func(at slog.Attr) bool {
+		if slices.Contains(safeActorAttrs, at.Key) {
+			out.AddAttrs(slog.String(at.Key, at.Value.String()))
+		}
+		return true
+	})
+	return a.h.Handle(ctx, out)
+}
+
+func (a *actorSystemHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	var kept []slog.Attr
+	for _, at := range as {
+		if slices.Contains(safeActorAttrs, at.Key) {
+			kept = append(kept, slog.String(at.Key, at.Value.String()))
+		}
+	}
+	return &actorSystemHandler{h: a.h.WithAttrs(kept)}
+}
+
+func (a *actorSystemHandler) WithGroup(name string) slog.Handler {
+	return &actorSystemHandler{h: a.h.WithGroup(name)}
+}

@@ -1,0 +1,127 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/persistence"
+)
+
+// The protocol, one way where it can be:
+//
+//	engine → supervisor: Submit, CancelJob, StatusJob, Drain
+//	supervisor → job:    dispatch (a worker is free for you), CancelJob and
+//	                     StatusJob (forwarded, the engine's future answers),
+//	                     shutdownJob
+//	job → worker:        fetch (one target)
+//	worker → job:        fetched (its outcome)
+//	job → supervisor:    jobDone (the worker is free; the job is ready, waits
+//	                     for a retry, or has ended), jobEnded (cancelled)
+//	timer → supervisor:  retryReady, sweepTick
+//
+// A worker's panic reaches the supervisor's strategy as a failure carrying
+// the fetch; the strategy answers the job with an "internal error" fetched.
+
+// Submit asks the supervisor to create a job, after the idempotency check
+// and the caps. The reply is a [*SubmitReply].
+type Submit struct {
+	Job     persistence.JobRecord // status queued, Created = Lease = now
+	Targets []persistence.TargetRecord
+	Payload any // handed to FetchFunc with each target; kept in memory only
+}
+
+// Refusal says why a Submit was refused.
+type Refusal int
+
+// The refusals, in the order the rules check them.
+const (
+	Accepted Refusal = iota
+	RefusedTooManyTargets
+	RefusedCallerBusy
+	RefusedBusy
+	RefusedClosed
+)
+
+// SubmitReply answers a [Submit]: the job's id and whether an existing job
+// was reused, or why it was refused, or the store's error.
+type SubmitReply struct {
+	ID      string
+	Reused  bool
+	Refused Refusal
+	Err     error
+}
+
+// CancelJob cancels a live job; the reply is a bool: false when the job is
+// not live.
+type CancelJob struct{ ID string }
+
+// StatusJob asks a live job for its status; the reply is a [*StatusReply].
+type StatusJob struct{ ID string }
+
+// StatusReply answers a [StatusJob]. Live is false when no actor owns the
+// job: read the store instead.
+type StatusReply struct {
+	Live    bool
+	Job     persistence.JobRecord
+	Targets []persistence.TargetRecord // the in-flight one reads running
+	Err     error
+}
+
+// Drain stops the supervisor taking work, waits for the targets in flight to
+// be stored, and fails every live job with "shutdown". The reply is a
+// [*Drained].
+type Drain struct{}
+
+// Drained answers a [Drain].
+type Drained struct{ Jobs int }
+
+// dispatch tells a job that worker is free for its next target.
+type dispatch struct{ worker *actor.PID }
+
+// fetch asks a worker to do one target of a job.
+type fetch struct {
+	job     *actor.PID
+	jobID   string
+	idx     int
+	payload any
+}
+
+// fetched is one target's outcome, sent to its job.
+type fetched struct {
+	worker  *actor.PID
+	idx     int
+	outcome Outcome
+	took    time.Duration
+}
+
+// jobState is what a job tells the supervisor after a target.
+type jobState int
+
+const (
+	jobReady   jobState = iota // has a pending target, ready now
+	jobWaiting                 // its next target was busy: try after RetryWait
+	jobSettled                 // terminal, nothing in flight: stop the actor
+)
+
+// jobDone frees a worker and says how its job stands.
+type jobDone struct {
+	id     string
+	worker *actor.PID
+	state  jobState
+}
+
+// jobEnded says a job was cancelled; settled is false while a target of it
+// is still in flight (a jobDone follows).
+type jobEnded struct {
+	id      string
+	settled bool
+}
+
+// shutdownJob fails a live job with "shutdown"; the reply is a bool.
+type shutdownJob struct{}
+
+// retryReady says a waiting job may be tried again.
+type retryReady struct{ id string }
+
+// sweepTick starts a sweep of expired jobs.
+type sweepTick struct{ periodic bool }

@@ -1,0 +1,381 @@
+package actors
+
+import (
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/persistence"
+)
+
+// errInternal is the error Hooks.Target sees for a fetch that panicked.
+var errInternal = errors.New(internalError)
+
+// liveJob is the supervisor's view of a job that has an actor.
+type liveJob struct {
+	id       string
+	caller   string
+	pid      *actor.PID
+	ended    bool        // cancelled: no longer live, but a target is still in flight
+	inflight bool        // a worker has been dispatched to it
+	queued   bool        // in the ready queue
+	retry    *time.Timer // set while its next target waits out RetryWait
+}
+
+// supervisor owns the rotation: the live jobs in submit order, which of them
+// has a target in flight, and when a busy one may be tried again. Caps and
+// idempotency are decided here, one Submit at a time, so concurrent Submits
+// cannot race past a cap. It also sweeps expired jobs.
+//
+// The rotation is a FIFO of ready jobs: a job enters it when it is
+// submitted, when one of its targets has been stored, and when its retry
+// wait is over; a free worker takes the job at its head. With jobs that are
+// always ready this is round robin in submit order (a1 b1 a2 b2 …), and a new
+// job waits at most one round. Every step is O(1), whatever the number of
+// live jobs.
+type supervisor struct {
+	cfg       *Config
+	idle      []*actor.PID // workers with nothing to do
+	jobs      map[string]*liveJob
+	perCaller map[string]int // live jobs per caller
+	live      int            // live jobs in all
+	inflight  int            // targets being fetched
+	ready     readyQueue
+	closing   bool
+	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
+	sweep     *time.Timer
+	stopped   atomic.Bool // read by timer callbacks
+}
+
+func newSupervisor(cfg *Config) actor.Producer {
+	return func() actor.Actor {
+		return &supervisor{cfg: cfg, jobs: make(map[string]*liveJob), perCaller: make(map[string]int)}
+	}
+}
+
+// Receive implements actor.Actor.
+func (s *supervisor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.start(ctx)
+	case *Submit:
+		reply := s.submit(ctx, m)
+		ctx.Respond(reply)
+		if reply.Refused == Accepted && reply.Err == nil && !reply.Reused {
+			s.dispatch(ctx)
+			s.sweepExpired(ctx)
+		}
+	case *CancelJob:
+		if j := s.jobs[m.ID]; j != nil && !j.ended {
+			ctx.Forward(j.pid)
+		} else {
+			ctx.Respond(false)
+		}
+	case *StatusJob:
+		if j := s.jobs[m.ID]; j != nil {
+			ctx.Forward(j.pid)
+		} else {
+			ctx.Respond(&StatusReply{})
+		}
+	case *jobDone:
+		s.jobDone(ctx, m)
+	case *jobEnded:
+		s.jobEnded(ctx, m)
+	case *retryReady:
+		if j := s.jobs[m.id]; j != nil && !j.ended && j.retry != nil {
+			j.retry = nil
+			s.enqueue(j)
+			s.dispatch(ctx)
+		}
+	case *sweepTick:
+		s.sweepExpired(ctx)
+		if m.periodic {
+			s.armSweep(ctx)
+		}
+	case *Drain:
+		s.closing = true
+		s.drainer = ctx.Sender()
+		s.stopTimers()
+		if s.inflight == 0 {
+			s.finishDrain(ctx)
+		}
+	case *actor.Stopping:
+		s.stopTimers()
+	}
+}
+
+func (s *supervisor) start(ctx actor.Context) {
+	props := actor.PropsFromProducer(newWorker(s.cfg))
+	for i := 1; i <= s.cfg.Workers; i++ {
+		pid, err := ctx.SpawnNamed(props, "worker-"+strconv.Itoa(i))
+		if err != nil {
+			s.cfg.Log.Error("start worker", slog.Int(keyWorker, i), slog.String(keyErr, err.Error()))
+			continue
+		}
+		s.idle = append(s.idle, pid)
+	}
+	s.armSweep(ctx)
+}
+
+func (s *supervisor) armSweep(ctx actor.Context) {
+	if s.closing {
+		return
+	}
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	s.sweep = time.AfterFunc(sweepInterval, func() {
+		if !s.stopped.Load() {
+			root.Send(self, &sweepTick{periodic: true})
+		}
+	})
+}
+
+func (s *supervisor) stopTimers() {
+	s.stopped.Store(true)
+	if s.sweep != nil {
+		s.sweep.Stop()
+	}
+	for _, j := range s.jobs {
+		if j.retry != nil {
+			j.retry.Stop()
+			j.retry = nil
+		}
+	}
+}
+
+// reusable reports whether a stored job may answer a Submit with the same
+// idempotency key: queued, running, done or partial, and not expired.
+func (s *supervisor) reusable(j *persistence.JobRecord, now time.Time) bool {
+	switch j.Status {
+	case persistence.StatusQueued, persistence.StatusRunning, persistence.StatusDone, persistence.StatusPartial:
+		return j.Lease+int64(s.cfg.TTL) > now.UnixNano()
+	}
+	return false
+}
+
+func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
+	if s.closing {
+		return &SubmitReply{Refused: RefusedClosed}
+	}
+	prev, found, err := s.cfg.Store.JobByKey(m.Job.Key)
+	if err != nil {
+		return &SubmitReply{Err: err}
+	}
+	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
+		s.cfg.hookJob("reused")
+		return &SubmitReply{ID: prev.ID, Reused: true}
+	}
+	switch {
+	case len(m.Targets) > s.cfg.TargetsPerJob:
+		return &SubmitReply{Refused: RefusedTooManyTargets}
+	case s.perCaller[m.Job.Caller] >= s.cfg.JobsPerCaller:
+		return &SubmitReply{Refused: RefusedCallerBusy}
+	case s.live >= s.cfg.JobsTotal:
+		return &SubmitReply{Refused: RefusedBusy}
+	}
+	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
+		return &SubmitReply{Err: err}
+	}
+	props := actor.PropsFromProducer(newJob(s.cfg, ctx.Self(), m.Job, m.Payload))
+	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
+	if err != nil {
+		// Only a duplicate id (128 random bits) gets here.
+		m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
+		_ = s.cfg.Store.SaveJob(&m.Job)
+		return &SubmitReply{Err: err}
+	}
+	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid}
+	s.jobs[j.id] = j
+	s.perCaller[j.caller]++
+	s.live++
+	s.enqueue(j)
+	s.cfg.Log.Debug("job created", slog.String(keyJobID, j.id), slog.Int(keyCount, len(m.Targets)), slog.Int(keyLive, s.live))
+	s.cfg.hookJob("created")
+	s.cfg.hookDepth(s.live)
+	return &SubmitReply{ID: j.id}
+}
+
+func (s *supervisor) enqueue(j *liveJob) {
+	if !j.queued && !j.inflight && !j.ended {
+		j.queued = true
+		s.ready.push(j)
+	}
+}
+
+// dispatch hands free workers to the jobs at the head of the rotation.
+func (s *supervisor) dispatch(ctx actor.Context) {
+	for len(s.idle) > 0 && !s.closing {
+		j := s.ready.pop()
+		if j == nil {
+			return
+		}
+		j.queued = false
+		if j.ended || j.inflight || s.jobs[j.id] != j {
+			continue
+		}
+		w := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		j.inflight = true
+		s.inflight++
+		ctx.Send(j.pid, &dispatch{worker: w})
+		s.cfg.hookInflight(s.inflight)
+	}
+}
+
+func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
+	s.inflight--
+	s.idle = append(s.idle, m.worker)
+	s.cfg.hookInflight(s.inflight)
+	if j := s.jobs[m.id]; j != nil {
+		j.inflight = false
+		switch m.state {
+		case jobReady:
+			s.enqueue(j)
+		case jobWaiting:
+			s.waitRetry(ctx, j)
+		case jobSettled:
+			s.remove(ctx, j)
+		}
+	}
+	if s.closing {
+		if s.inflight == 0 {
+			s.finishDrain(ctx)
+		}
+		return
+	}
+	s.dispatch(ctx)
+}
+
+func (s *supervisor) waitRetry(ctx actor.Context, j *liveJob) {
+	if j.ended || s.closing {
+		return
+	}
+	root, self, id := ctx.ActorSystem().Root, ctx.Self(), j.id
+	j.retry = time.AfterFunc(s.cfg.RetryWait, func() {
+		if !s.stopped.Load() {
+			root.Send(self, &retryReady{id: id})
+		}
+	})
+}
+
+func (s *supervisor) jobEnded(ctx actor.Context, m *jobEnded) {
+	j := s.jobs[m.id]
+	if j == nil {
+		return
+	}
+	s.endLive(j)
+	if m.settled {
+		s.remove(ctx, j)
+	}
+}
+
+// endLive stops counting a job as live.
+func (s *supervisor) endLive(j *liveJob) {
+	if j.ended {
+		return
+	}
+	j.ended = true
+	if j.retry != nil {
+		j.retry.Stop()
+		j.retry = nil
+	}
+	s.live--
+	if s.perCaller[j.caller]--; s.perCaller[j.caller] <= 0 {
+		delete(s.perCaller, j.caller)
+	}
+	s.cfg.hookDepth(s.live)
+}
+
+// remove forgets a settled job and stops its actor once its mailbox is
+// empty (a poison pill queues behind what was already sent to it).
+func (s *supervisor) remove(ctx actor.Context, j *liveJob) {
+	s.endLive(j)
+	delete(s.jobs, j.id)
+	ctx.Poison(j.pid)
+}
+
+// finishDrain fails every live job with "shutdown" (each job actor persists
+// its own) and answers the drain.
+func (s *supervisor) finishDrain(ctx actor.Context) {
+	if s.drainer == nil {
+		return
+	}
+	n := 0
+	for _, j := range s.jobs {
+		f := ctx.RequestFuture(j.pid, &shutdownJob{}, drainJobTimeout)
+		if _, err := f.Result(); err != nil {
+			s.cfg.Log.Warn("shut down job", slog.String(keyJobID, j.id), slog.String(keyErr, err.Error()))
+		}
+		if !j.ended {
+			n++
+		}
+		s.endLive(j)
+	}
+	ctx.Send(s.drainer, &Drained{Jobs: n})
+	s.drainer = nil
+}
+
+// drainJobTimeout bounds the wait for one job actor to store its shutdown.
+const drainJobTimeout = 30 * time.Second
+
+func (s *supervisor) sweepExpired(ctx actor.Context) {
+	before := s.cfg.Now().Add(-s.cfg.TTL).UnixNano()
+	n, more, err := s.cfg.Store.Sweep(before, sweepBatch)
+	if err != nil {
+		s.cfg.Log.Warn("sweep", slog.String(keyErr, storeErrText(err)))
+		return
+	}
+	if n > 0 {
+		s.cfg.Log.Debug("swept expired jobs", slog.Int(keyCount, n))
+	}
+	if more {
+		ctx.Send(ctx.Self(), &sweepTick{}) // go on after the messages already queued
+	}
+}
+
+// supervisionStrategy is the supervisor's strategy for its children. A worker
+// whose FetchFunc panicked is restarted, and the target it was fetching is
+// stored failed with "internal error": the job goes on. Any other child that
+// fails (a bug of ours) is resumed, its message dropped.
+type supervisionStrategy struct{ cfg *Config }
+
+// HandleFailure implements actor.SupervisorStrategy. The panic value
+// (reason) is never logged or stored.
+func (st *supervisionStrategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, _ any, message any) {
+	if f, ok := actor.UnwrapEnvelopeMessage(message).(*fetch); ok {
+		st.cfg.Log.Warn("worker restarted after a panic", slog.String(keyJobID, f.jobID), slog.Int(keyIdx, f.idx))
+		sup.RestartChildren(child)
+		system.Root.Send(f.job, &fetched{worker: child, idx: f.idx, outcome: Outcome{Err: errInternal, Msg: internalError}})
+		return
+	}
+	st.cfg.Log.Error("actor failed: a possible bug in siftbatch; resumed", slog.String("actor", child.Id))
+	sup.ResumeChildren(child)
+}
+
+// readyQueue is the FIFO of ready jobs.
+type readyQueue struct {
+	items []*liveJob
+	head  int
+}
+
+func (q *readyQueue) push(j *liveJob) { q.items = append(q.items, j) }
+
+func (q *readyQueue) pop() *liveJob {
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+		return nil
+	}
+	j := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head >= 1024 && q.head*2 >= len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	return j
+}
+
+func (q *readyQueue) len() int { return len(q.items) - q.head }
