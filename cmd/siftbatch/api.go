@@ -1,0 +1,338 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/persistence"
+)
+
+const (
+	// maxRequestBody caps a POST /v1/batch body; it is enforced while
+	// reading.
+	maxRequestBody = 256 << 10
+	// retryAfter is the Retry-After of a 429, in seconds.
+	retryAfter = 5
+)
+
+// The API's routes, each also the metrics' route label.
+const (
+	routeSubmit  = "POST /v1/batch"
+	routeJob     = "GET /v1/batch/{id}"
+	routeTarget  = "GET /v1/batch/{id}/{idx}"
+	routeCancel  = "DELETE /v1/batch/{id}"
+	routeOther   = "/v1/"
+	routeMetrics = "GET /metrics"
+	routeHealth  = "GET /healthz"
+)
+
+// api is the HTTP API of the runner, as sift exposes it.
+type api struct {
+	runner        *engine.Runner
+	keys          *keyring
+	metrics       *Metrics
+	log           *slog.Logger
+	targetsPerJob int
+}
+
+// submitRequest is the body of POST /v1/batch.
+type submitRequest struct {
+	Targets []engine.Target `json:"targets"`
+}
+
+// submitResponse is the answer to POST /v1/batch.
+type submitResponse struct {
+	ID     string `json:"id"`
+	Reused bool   `json:"reused"`
+	Status string `json:"status"`
+}
+
+// jobJSON is a job as the API shows it.
+type jobJSON struct {
+	ID           string       `json:"id"`
+	Status       string       `json:"status"`
+	Error        string       `json:"error,omitempty"`
+	TargetsTotal int          `json:"targets_total"`
+	TargetsDone  int          `json:"targets_done"`
+	CreatedAt    int64        `json:"created_at"`
+	Targets      []targetJSON `json:"targets"`
+}
+
+// targetJSON is a target as the API shows it.
+type targetJSON struct {
+	Idx    int            `json:"idx"`
+	URL    string         `json:"url"`
+	Status string         `json:"status"`
+	Error  string         `json:"error,omitempty"`
+	Hint   string         `json:"hint,omitempty"`
+	Result *engine.Result `json:"result,omitempty"`
+}
+
+// errorJSON is every error answer.
+type errorJSON struct {
+	Error string `json:"error"`
+	Hint  string `json:"hint,omitempty"`
+}
+
+// handler returns the API's routes.
+func (a *api) handler() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(route string, h http.Handler) { mux.Handle(route, a.observe(route, h)) }
+	handle(routeSubmit, a.auth(a.submit))
+	handle(routeJob, a.auth(a.job))
+	handle(routeTarget, a.auth(a.target))
+	handle(routeCancel, a.auth(a.cancel))
+	handle(routeOther, a.auth(a.other))
+	handle(routeMetrics, a.metrics.Handler())
+	handle(routeHealth, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	return mux
+}
+
+// observe counts, times and logs each request under its fixed route.
+func (a *api) observe(route string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		d := time.Since(start)
+		a.metrics.ObserveRequest(route, rec.code, d)
+		a.log.Debug("request", slog.String(logKeyRoute, route), slog.String(logKeyMethod, r.Method),
+			slog.Int(logKeyCode, rec.code), slog.Duration(logKeyDuration, d))
+	})
+}
+
+// auth admits requests that carry a known key; the others get 401.
+func (a *api) auth(h func(http.ResponseWriter, *http.Request, *apiKey)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		var k *apiKey
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			k, ok = a.keys.lookup(strings.TrimSpace(key))
+		} else {
+			ok = false
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="siftbatch"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer KEY with a key the server knows")
+			return
+		}
+		h(w, r, k)
+	})
+}
+
+// submit is POST /v1/batch.
+func (a *api) submit(w http.ResponseWriter, r *http.Request, k *apiKey) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+	var req submitRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil {
+		// One JSON value and nothing after it.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("data after the JSON object")
+			if terr != nil && !isSyntaxError(terr) {
+				err = terr
+			}
+		}
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "body too large",
+			fmt.Sprintf("send at most %d KiB; split the targets over several jobs", maxRequestBody>>10))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "bad json: "+strings.TrimPrefix(err.Error(), "json: "),
+			`send {"targets":[{"url":"https://…","options":{…}}]}`)
+		return
+	}
+	for i, t := range req.Targets {
+		if t.URL == "" {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: empty url", i), "give every target a url")
+			return
+		}
+		if _, err := parseTargetURL(t.URL); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: %v", i, err), "give absolute URLs such as https://example.com/page")
+			return
+		}
+	}
+	id, reused, err := a.runner.Submit(r.Context(), k.caller(), k.class, req.Targets)
+	switch {
+	case err == nil:
+	case errors.Is(err, engine.ErrNoTargets):
+		writeError(w, http.StatusUnprocessableEntity, "no targets", "send at least one target")
+		return
+	case errors.Is(err, engine.ErrTooManyTargets):
+		writeError(w, http.StatusUnprocessableEntity, "too many targets",
+			fmt.Sprintf("send at most %d targets per job", a.targetsPerJob))
+		return
+	case errors.Is(err, engine.ErrInvalid):
+		writeError(w, http.StatusUnprocessableEntity, err.Error(), "check the targets")
+		return
+	case errors.Is(err, engine.ErrCallerBusy):
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		writeError(w, http.StatusTooManyRequests, "busy", "you have as many jobs running as you may; wait for one to finish, or cancel one")
+		return
+	case errors.Is(err, engine.ErrBusy):
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		writeError(w, http.StatusTooManyRequests, "jobs busy", "the server runs as many jobs as it may; retry after Retry-After seconds")
+		return
+	case errors.Is(err, engine.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "shutting down", "retry against a running server")
+		return
+	default:
+		a.log.Warn("submit failed", slog.String(logKeyCaller, k.name), errAttr(err))
+		writeError(w, http.StatusInternalServerError, "internal error", "")
+		return
+	}
+	a.log.Info("job submitted", slog.String(logKeyJobID, id), slog.String(logKeyCaller, k.name),
+		slog.Int(logKeyTargets, len(req.Targets)), slog.Bool("reused", reused))
+	loc := "/v1/batch/" + id
+	w.Header().Set("Location", loc)
+	writeJSON(w, http.StatusAccepted, submitResponse{ID: id, Reused: reused, Status: loc})
+}
+
+func isSyntaxError(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se)
+}
+
+// owned returns the caller's job, or writes 404: another caller's job is
+// answered exactly like a missing one.
+func (a *api) owned(w http.ResponseWriter, r *http.Request, k *apiKey) (engine.Job, []engine.TargetStatus, bool) {
+	id := r.PathValue("id")
+	job, targets, ok := a.runner.Status(id)
+	if !ok || job.Caller != k.name {
+		writeError(w, http.StatusNotFound, "job not found", "check the id; jobs are deleted a while after they finish")
+		return engine.Job{}, nil, false
+	}
+	return job, targets, true
+}
+
+// job is GET /v1/batch/{id}; ?results=1 includes the results.
+func (a *api) job(w http.ResponseWriter, r *http.Request, k *apiKey) {
+	job, targets, ok := a.owned(w, r, k)
+	if !ok {
+		return
+	}
+	a.runner.Touch(job.ID)
+	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
+	out := jobJSON{
+		ID:           job.ID,
+		Status:       job.Status,
+		Error:        job.Error,
+		TargetsTotal: job.TargetsTotal,
+		TargetsDone:  job.TargetsDone,
+		CreatedAt:    job.CreatedAt,
+		Targets:      make([]targetJSON, 0, len(targets)),
+	}
+	for _, t := range targets {
+		out.Targets = append(out.Targets, toTargetJSON(t, withResults))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// target is GET /v1/batch/{id}/{idx}.
+func (a *api) target(w http.ResponseWriter, r *http.Request, k *apiKey) {
+	job, targets, ok := a.owned(w, r, k)
+	if !ok {
+		return
+	}
+	idx, err := strconv.Atoi(r.PathValue("idx"))
+	if err != nil || idx < 0 || idx >= len(targets) {
+		writeError(w, http.StatusNotFound, "target not found", fmt.Sprintf("this job's targets are 0 to %d", len(targets)-1))
+		return
+	}
+	a.runner.Touch(job.ID)
+	writeJSON(w, http.StatusOK, toTargetJSON(targets[idx], true))
+}
+
+// cancel is DELETE /v1/batch/{id}.
+func (a *api) cancel(w http.ResponseWriter, r *http.Request, k *apiKey) {
+	job, _, ok := a.owned(w, r, k)
+	if !ok {
+		return
+	}
+	if !persistence.IsLive(job.Status) || !a.runner.Cancel(job.ID) {
+		writeError(w, http.StatusConflict, "job already finished", "only a queued or running job can be cancelled")
+		return
+	}
+	a.log.Info("job cancelled", slog.String(logKeyJobID, job.ID), slog.String(logKeyCaller, k.name))
+	writeJSON(w, http.StatusOK, map[string]bool{"cancelled": true})
+}
+
+// other answers every other /v1/ request: 405 on a known path, else 404.
+func (a *api) other(w http.ResponseWriter, r *http.Request, _ *apiKey) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" {
+		allow := ""
+		switch len(parts) {
+		case 2:
+			allow = "POST"
+		case 3:
+			allow = "GET, DELETE"
+		case 4:
+			allow = "GET"
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed", "use "+allow)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
+}
+
+func toTargetJSON(t engine.TargetStatus, withResult bool) targetJSON {
+	out := targetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+	if withResult {
+		out.Result = t.Result
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg, hint string) {
+	writeJSON(w, code, errorJSON{Error: msg, Hint: hint})
+}
+
+// statusRecorder remembers the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code        int
+	wroteHeader bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wroteHeader {
+		s.code, s.wroteHeader = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wroteHeader = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

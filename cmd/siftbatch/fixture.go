@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The demo's kinds of page. Each kind is served under its own path prefix.
+const (
+	pageFast    = "fast"    // answers at once
+	pageSlow    = "slow"    // answers after slowDelay
+	pageBusy    = "busy"    // 429 twice, then the page
+	pageMissing = "missing" // 404
+	pageBroken  = "broken"  // 500
+	pagePanic   = "panic"   // a page whose fetch panics (demoPanicHeader)
+)
+
+const (
+	fastDelay = 120 * time.Millisecond
+	slowDelay = 900 * time.Millisecond
+	// busyTimes is how many times a busy page answers 429 before the page.
+	busyTimes = 2
+	// demoPanicHeader on a response makes the demo's FetchFunc panic.
+	demoPanicHeader = "X-Siftbatch-Demo"
+)
+
+// demoPattern is the order in which the demo's jobs meet the kinds of page;
+// job j starts 3j into it, so that each job gets a different mix.
+var demoPattern = []string{pageFast, pageSlow, pageBusy, pageFast, pageMissing, pageSlow, pageFast, pageBroken, pageFast, pagePanic}
+
+// fixture is the demo's HTTP server on 127.0.0.1.
+type fixture struct {
+	base string
+	srv  *http.Server
+	done chan struct{}
+
+	mu   sync.Mutex
+	seen map[string]int // busy page → answers given
+}
+
+// startFixture starts the fixture server on a free loopback port.
+func startFixture() (*fixture, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("start fixture server: %w", err)
+	}
+	f := &fixture{base: "http://" + ln.Addr().String(), done: make(chan struct{}), seen: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{kind}/{name}", f.page)
+	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(f.done)
+		_ = f.srv.Serve(ln)
+	}()
+	return f, nil
+}
+
+// url is the URL of a page of the kind, named after its job and index.
+func (f *fixture) url(kind string, job, idx int) string {
+	return fmt.Sprintf("%s/%s/j%d-%d", f.base, kind, job+1, idx)
+}
+
+// close stops the server, ending any request in progress.
+func (f *fixture) close() {
+	_ = f.srv.Close()
+	<-f.done
+}
+
+func (f *fixture) page(w http.ResponseWriter, r *http.Request) {
+	kind, name := r.PathValue("kind"), r.PathValue("name")
+	switch kind {
+	case pageFast:
+		f.wait(r.Context(), fastDelay)
+	case pageSlow:
+		f.wait(r.Context(), slowDelay)
+	case pageBusy:
+		f.mu.Lock()
+		f.seen[name]++
+		n := f.seen[name]
+		f.mu.Unlock()
+		if n <= busyTimes {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy, come back later", http.StatusTooManyRequests)
+			return
+		}
+	case pageMissing:
+		http.NotFound(w, r)
+		return
+	case pageBroken:
+		http.Error(w, "the fixture broke on purpose", http.StatusInternalServerError)
+		return
+	case pagePanic:
+		w.Header().Set(demoPanicHeader, "panic")
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, "<html><head><title>%s page %s</title></head><body><h1>%s page %s</h1>\n<p>%s</p></body></html>\n",
+		kind, name, strings.ToUpper(kind[:1])+kind[1:], name, lorem)
+}
+
+// wait pauses a handler for d, or until its request is gone.
+func (f *fixture) wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+const lorem = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor " +
+	"incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation."
+
+// errDemoPanic is what the demo's FetchFunc panics with.
+var errDemoPanic = errors.New("demo: this page makes the fetch panic")

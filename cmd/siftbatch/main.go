@@ -1,0 +1,100 @@
+// Command siftbatch runs siftbatch's batch runner from the command line: a
+// live demo, the HTTP API that sift exposes, and two commands that inspect a
+// store directory.
+//
+// Usage:
+//
+//	siftbatch COMMAND [flags]
+//
+// Run "siftbatch help" for the commands and "siftbatch COMMAND --help" for a
+// command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(report(err, os.Stderr))
+}
+
+// command is one subcommand: its name, a one-line summary for help, and the
+// function that runs it with the arguments after its name.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands lists the subcommands in the order help shows them. It is set in
+// init because help refers to it.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"demo", "run a live demo on a temporary store, nothing to set up", runDemo},
+		{"serve", "serve the batch HTTP API", runServe},
+		{"jobs", "list the jobs in a store directory", runJobs},
+		{"show", "print one stored job and its targets as JSON", runShow},
+		{"help", "list the commands, or show one command's flags", runHelp},
+	}
+}
+
+// Run runs the command named by args[0] with the rest of args. It writes
+// what the command prints to stdout and diagnostics to stderr; ctx being
+// cancelled (Ctrl-C) stops a long-running command cleanly.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return usageErrorf("no command given")
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		printUsage(stdout)
+		return nil
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	return usageErrorf("unknown command %q", name)
+}
+
+// report prints err to stderr in one line (with a hint for usage errors) and
+// returns the process exit code for it.
+func report(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelpShown):
+		return exitOK
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "siftbatch: interrupted")
+		return exitInterrupted
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "siftbatch: %v\n", err)
+		fmt.Fprintln(stderr, `run "siftbatch help" for usage`)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "siftbatch: %v\n", err)
+		return exitError
+	}
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/persistence"
+)
+
+// Server timeouts. shutdownTimeout is how long a stop waits for requests in
+// progress.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+	shutdownTimeout   = 10 * time.Second
+	defaultDataDir    = "./siftbatch-data"
+)
+
+// serveFlags are serve's flags.
+type serveFlags struct {
+	addr         string
+	data         string
+	keys         string
+	allowPrivate bool
+	logLevel     string
+	fetchTimeout time.Duration
+	maxBody      int64
+	cfg          engine.Config
+}
+
+// addConfigFlags adds a flag for each number of [engine.Config].
+func addConfigFlags(fs interface {
+	DurationVar(*time.Duration, string, time.Duration, string)
+	IntVar(*int, string, int, string)
+	Int64Var(*int64, string, int64, string)
+}, cfg *engine.Config) {
+	fs.DurationVar(&cfg.TTL, "ttl", engine.DefaultTTL, "how long a finished job stays readable after its last activity")
+	fs.IntVar(&cfg.TargetsPerJob, "targets-per-job", engine.DefaultTargetsPerJob, "most targets in one job")
+	fs.IntVar(&cfg.JobsPerCaller, "jobs-per-caller", engine.DefaultJobsPerCaller, "most live (queued or running) jobs per caller")
+	fs.IntVar(&cfg.JobsTotal, "jobs-total", engine.DefaultJobsTotal, "most live jobs in all")
+	fs.IntVar(&cfg.Workers, "workers", engine.DefaultWorkers, "targets fetched at once (1 or 2)")
+	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored result bytes in all; past it the oldest finished jobs are deleted")
+	fs.DurationVar(&cfg.RetryWait, "retry-wait", engine.DefaultRetryWait, "pause before a busy (429/503) target is tried again")
+	fs.DurationVar(&cfg.RetryFor, "retry-for", engine.DefaultRetryFor, "how long one target may keep coming back busy before it fails")
+}
+
+// runServe is the serve command: the HTTP API until ctx is cancelled
+// (SIGINT or SIGTERM), then a graceful stop: no new connections, requests
+// in progress finished, the runner closed, the store closed.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f serveFlags
+	fs := newFlagSet("serve", "serve --keys FILE [flags]",
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz.")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
+	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required)")
+	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", DefaultFetchTimeout, "deadline of one target's fetch")
+	fs.Int64Var(&f.maxBody, "max-body", DefaultMaxBody, "body bytes kept from one page; the rest is cut")
+	addConfigFlags(fs, &f.cfg)
+	pos, err := parseFlags(fs, args, stdout)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(fs, pos); err != nil {
+		return err
+	}
+	if f.keys == "" {
+		return usageErrorf("serve: --keys is required (a file of lines NAME KEY [restricted])")
+	}
+	log, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return err
+	}
+	keys, err := loadKeys(f.keys)
+	if err != nil {
+		return err
+	}
+	srv, err := startServer(f, keys, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		srv.close()
+		return fmt.Errorf("listen: %w", err)
+	}
+	fmt.Fprintf(stdout, "siftbatch serve: listening on http://%s\n", ln.Addr())
+	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers))
+	return srv.serve(ctx, ln)
+}
+
+// server is serve's running parts, in the order they are stopped.
+type server struct {
+	http    *http.Server
+	runner  *engine.Runner
+	fetcher *Fetcher
+	store   *persistence.Store
+	log     *slog.Logger
+}
+
+// startServer opens the store and starts the runner behind the API.
+func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error) {
+	store, err := openStore(f.data, false)
+	if err != nil {
+		return nil, err
+	}
+	store.SetLogger(log)
+	fetcher := NewFetcher(FetcherConfig{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody})
+	metrics := NewMetrics()
+	cfg := f.cfg
+	cfg.Hooks = metrics.Hooks()
+	runner, err := engine.New(store, fetcher.Fetch, cfg, log)
+	if err != nil {
+		fetcher.Close()
+		_ = store.Close()
+		return nil, fmt.Errorf("start runner: %w", err)
+	}
+	a := &api{runner: runner, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
+	return &server{
+		http: &http.Server{
+			Handler:           a.handler(),
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		},
+		runner:  runner,
+		fetcher: fetcher,
+		store:   store,
+		log:     log,
+	}, nil
+}
+
+// serve serves on ln until ctx is cancelled or the listener fails, then
+// stops everything.
+func (s *server) serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("stopping")
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := s.http.Shutdown(sctx); err != nil {
+			s.log.Warn("requests still in progress at shutdown", errAttr(err))
+			_ = s.http.Close()
+		}
+		cancel()
+		<-errc
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			serveErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+	if err := s.close(); err != nil && serveErr == nil {
+		serveErr = err
+	}
+	if serveErr == nil {
+		s.log.Info("stopped")
+	}
+	return serveErr
+}
+
+// close closes the runner (waiting for a fetch in flight), then the store.
+func (s *server) close() error {
+	s.runner.Close()
+	s.fetcher.Close()
+	if err := s.store.Close(); err != nil {
+		return err
+	}
+	return nil
+}

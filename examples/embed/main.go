@@ -1,0 +1,165 @@
+// Command embed is the smallest complete program that embeds siftbatch: an
+// in-memory store, a runner with a simulated FetchFunc, three jobs from two
+// callers, their progress as it changes, and a final table.
+//
+// The simulated fetch fails some targets, answers one "busy" twice (it
+// returns an error wrapping engine.ErrRetryLater, so the runner tries it
+// again), and panics on one: the runner stores that target failed with
+// "internal error" and goes on.
+//
+//	go run ./examples/embed
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/persistence"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "embed:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	store, err := persistence.Open("") // in memory
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	// Warnings only, and no stack traces: the panic below is on purpose.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == "stack" {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	runner, err := engine.New(store, simulate(), engine.Config{
+		JobsPerCaller: 2,
+		RetryWait:     100 * time.Millisecond,
+	}, log)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+
+	alice := &engine.Caller{Name: "alice"}
+	bob := &engine.Caller{Name: "bob"}
+	submissions := []struct {
+		caller *engine.Caller
+		urls   []string
+	}{
+		{alice, []string{"sim://ok/1", "sim://ok/2", "sim://missing/3", "sim://ok/4"}},
+		{bob, []string{"sim://busy/1", "sim://ok/2", "sim://ok/3"}},
+		{alice, []string{"sim://ok/1", "sim://panic/2", "sim://ok/3"}},
+	}
+	ctx := context.Background()
+	ids := make([]string, len(submissions))
+	for i, s := range submissions {
+		targets := make([]engine.Target, len(s.urls))
+		for j, u := range s.urls {
+			targets[j] = engine.Target{URL: u}
+		}
+		id, _, err := runner.Submit(ctx, s.caller, "standard", targets)
+		if err != nil {
+			return fmt.Errorf("submit: %w", err)
+		}
+		ids[i] = id
+		fmt.Printf("submitted job %d for %s: %d targets\n", i+1, s.caller.Name, len(targets))
+	}
+
+	// Follow the jobs by polling Status, printing each change.
+	last := make([]string, len(ids))
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(10 * time.Second)
+	for {
+		live := 0
+		for i, id := range ids {
+			job, _, ok := runner.Status(id)
+			if !ok {
+				return fmt.Errorf("job %d vanished", i+1)
+			}
+			line := fmt.Sprintf("job %d (%s): %d/%d %s", i+1, job.Caller, job.TargetsDone, job.TargetsTotal, job.Status)
+			if line != last[i] {
+				fmt.Println(line)
+				last[i] = line
+			}
+			if job.Status == "queued" || job.Status == "running" {
+				live++
+			}
+		}
+		if live == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-timeout:
+			return fmt.Errorf("jobs still running after 10s")
+		}
+	}
+
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tTARGET\tOUTCOME")
+	for i, id := range ids {
+		job, targets, _ := runner.Status(id)
+		for _, t := range targets {
+			outcome := t.Status
+			switch {
+			case t.Result != nil:
+				outcome += ": " + t.Result.Content
+			case t.Hint != "":
+				outcome += ": " + t.Error + " (" + t.Hint + ")"
+			case t.Error != "":
+				outcome += ": " + t.Error
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, job.Caller, job.Status, t.URL, outcome)
+		}
+	}
+	return tw.Flush()
+}
+
+// simulate returns a FetchFunc that stands in for real fetching: the URL's
+// first path element says what happens.
+func simulate() engine.FetchFunc {
+	var mu sync.Mutex
+	busy := map[string]int{} // busy URL → times answered busy
+	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
+		select { // some work
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return engine.Result{}, ctx.Err()
+		}
+		kind := strings.SplitN(strings.TrimPrefix(t.URL, "sim://"), "/", 2)[0]
+		switch kind {
+		case "missing":
+			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "not found", Hint: "check the URL"}
+		case "busy":
+			mu.Lock()
+			busy[t.URL]++
+			n := busy[t.URL]
+			mu.Unlock()
+			if n <= 2 {
+				return engine.Result{}, fmt.Errorf("simulated 429: %w", engine.ErrRetryLater)
+			}
+		case "panic":
+			panic("simulated bug in the fetch")
+		}
+		return engine.Result{Content: "content of " + t.URL + " for " + c.Name}, nil
+	}
+}
