@@ -67,7 +67,6 @@ const (
 func badgerOptions(dir string, log badger.Logger) badger.Options {
 	o := badger.DefaultOptions(dir).
 		WithLogger(log).
-		WithLoggingLevel(badger.INFO).
 		WithMemTableSize(memTableSize).
 		WithNumMemtables(numMemtables).
 		WithNumLevelZeroTables(numMemtables).
@@ -159,7 +158,7 @@ func firstLine(s string) string {
 }
 
 // SetLogger routes Badger's own log lines to l: its warnings and errors at
-// Warn and Error, the rest at Debug. A nil l drops them. Safe to call at any
+// Warn and Error, its info at Debug, its debug lines below Debug. A nil l drops them. Safe to call at any
 // time.
 func (s *Store) SetLogger(l *slog.Logger) { s.log.l.Store(l) }
 
@@ -218,4 +217,8 @@ func (b *badgerLogger) logf(level slog.Level, format string, args ...any) {
 func (b *badgerLogger) Errorf(f string, a ...any)   { b.logf(slog.LevelError, f, a...) }
 func (b *badgerLogger) Warningf(f string, a ...any) { b.logf(slog.LevelWarn, f, a...) }
 func (b *badgerLogger) Infof(f string, a ...any)    { b.logf(slog.LevelDebug, f, a...) }
-func (b *badgerLogger) Debugf(f string, a ...any)   { b.logf(slog.LevelDebug, f, a...) }
+func (b *badgerLogger) Debugf(f string, a ...any)   { b.logf(levelBadgerDebug, f, a...) }
+
+// levelBadgerDebug is below Debug: Badger's debug lines (one per write) are
+// seen only by a handler that asks for them.
+const levelBadgerDebug = slog.LevelDebug - 4
