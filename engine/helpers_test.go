@@ -139,7 +139,8 @@ func setupOn(t *testing.T, store *persistence.Store, fetch engine.FetchFunc, cfg
 		cfg.Now = b.clock.Now
 	}
 	cfg.Hooks = b.hooks.hooks()
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// Every line, Badger's debug lines too.
+	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug - 8}))
 	r, err := engine.New(store, fetch, cfg, log)
 	require.NoError(t, err)
 	b.r = r
