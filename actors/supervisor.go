@@ -377,5 +377,3 @@ func (q *readyQueue) pop() *liveJob {
 	}
 	return j
 }
-
-func (q *readyQueue) len() int { return len(q.items) - q.head }

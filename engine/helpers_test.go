@@ -214,5 +214,3 @@ func recv[T any](t *testing.T, ch <-chan T) T {
 		return zero
 	}
 }
-
-func engineConfig() engine.Config { return engine.Config{} }
