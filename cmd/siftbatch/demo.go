@@ -331,3 +331,10 @@ func (s *syncBuffer) Read(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.b.Read(p)
 }
+
+// String returns what was written and not yet read.
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -59,12 +58,4 @@ func formatNanos(n int64) string {
 		return "-"
 	}
 	return time.Unix(0, n).UTC().Format(time.DateTime) + "Z"
-}
-
-// formatCount is n, or "-" for zero.
-func formatCount(n int) string {
-	if n == 0 {
-		return "-"
-	}
-	return strconv.Itoa(n)
 }

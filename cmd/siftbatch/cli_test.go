@@ -1,0 +1,546 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/persistence"
+)
+
+// run runs the command line in-process and returns what it printed.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = Run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// fillStore stores three finished jobs in dir: alice's "partial" job of two
+// targets, alice's "done" job of one, and bob's "done" job of one. It
+// returns their ids in that order.
+func fillStore(t *testing.T, dir string) []string {
+	t.Helper()
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	release := make(chan struct{})
+	close(release)
+	r, err := engine.New(store, fakeFetch(release), engine.Config{JobsPerCaller: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ids []string
+	for _, s := range []struct {
+		caller string
+		urls   []string
+	}{
+		{"alice", []string{"https://example.com/a", "https://example.com/fail"}},
+		{"alice", []string{"https://example.com/b"}},
+		{"bob", []string{"https://example.com/c"}},
+	} {
+		ts := make([]engine.Target, len(s.urls))
+		for i, u := range s.urls {
+			ts[i] = engine.Target{URL: u}
+		}
+		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, classStandard, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		waitFor(t, 10*time.Second, "job "+id, func() bool {
+			j, _, ok := r.Status(id)
+			return ok && !persistence.IsLive(j.Status)
+		})
+	}
+	return ids
+}
+
+func TestJobs(t *testing.T) {
+	dir := t.TempDir()
+	ids := fillStore(t, dir)
+	out, _, err := run(t, "jobs", "--data", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header and 3 jobs:\n%s", out)
+	}
+	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "CREATED", "LEASE"} {
+		if !strings.Contains(lines[0], col) {
+			t.Fatalf("header %q lacks %s", lines[0], col)
+		}
+	}
+	want := map[string][]string{
+		ids[0]: {"alice", "partial", "2/2"},
+		ids[1]: {"alice", "done", "1/1"},
+		ids[2]: {"bob", "done", "1/1"},
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		w, ok := want[f[0]]
+		if !ok || f[1] != w[0] || f[2] != w[1] || f[3] != w[2] {
+			t.Errorf("row %q, want %v", l, w)
+		}
+		delete(want, f[0])
+	}
+	if len(want) != 0 {
+		t.Errorf("jobs missing: %v", want)
+	}
+
+	t.Run("empty store", func(t *testing.T) {
+		empty := t.TempDir()
+		s, err := persistence.Open(empty)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		out, _, err := run(t, "jobs", "--data", empty)
+		if err != nil || !strings.HasPrefix(out, "no jobs in ") {
+			t.Fatalf("%q %v", out, err)
+		}
+	})
+
+	t.Run("no such directory", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "nope")
+		_, _, err := run(t, "jobs", "--data", missing)
+		if err == nil || !strings.Contains(err.Error(), "no store at") {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+			t.Fatal("jobs created the directory")
+		}
+	})
+}
+
+func TestShow(t *testing.T) {
+	dir := t.TempDir()
+	ids := fillStore(t, dir)
+
+	var job storedJobJSON
+	out, _, err := run(t, "show", "--data", dir, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &job); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if job.ID != ids[0] || job.Caller != "alice" || job.Status != "partial" || job.TargetsTotal != 2 || job.TargetsDone != 2 || len(job.Targets) != 2 {
+		t.Fatalf("job:\n%s", out)
+	}
+	if job.Targets[0].URL != "https://example.com/a" || job.Targets[0].Status != "done" || job.Targets[0].Result != nil {
+		t.Fatalf("target 0 without --results:\n%s", out)
+	}
+	if job.Targets[1].Status != "failed" || job.Targets[1].Error != "HTTP 404 Not Found" || job.Targets[1].Hint != "check the URL" {
+		t.Fatalf("target 1:\n%s", out)
+	}
+
+	// --results, after the id as the usage shows it.
+	out, _, err = run(t, "show", "--data", dir, ids[0], "--results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job = storedJobJSON{}
+	if err := json.Unmarshal([]byte(out), &job); err != nil {
+		t.Fatal(err)
+	}
+	var res engine.Result
+	if err := json.Unmarshal(job.Targets[0].Result, &res); err != nil || res.Content != "page https://example.com/a" {
+		t.Fatalf("result %s: %v", job.Targets[0].Result, err)
+	}
+
+	if _, _, err := run(t, "show", "--data", dir, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "no job") {
+		t.Fatalf("unknown id: %v", err)
+	}
+	var ue *usageError
+	if _, _, err := run(t, "show", "--data", dir); !errors.As(err, &ue) {
+		t.Fatalf("no id: %v, want a usage error", err)
+	}
+}
+
+func TestJobs_StoreInUse(t *testing.T) {
+	dir := t.TempDir()
+	fillStore(t, dir)
+	holdStoreInChild(t, dir)
+
+	for _, args := range [][]string{{"jobs", "--data", dir}, {"show", "--data", dir, "0123456789abcdef0123456789abcdef"}} {
+		_, _, err := run(t, args...)
+		if !errors.Is(err, persistence.ErrInUse) {
+			t.Fatalf("%s: %v, want ErrInUse", args[0], err)
+		}
+		var msg bytes.Buffer
+		if code := report(err, &msg); code != exitError {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		if want := "siftbatch: store " + dir + " is in use by another process (a running siftbatch serve?); stop it first\n"; msg.String() != want {
+			t.Fatalf("printed %q, want %q", msg.String(), want)
+		}
+	}
+
+	// The real binary: exit 1, one line, promptly.
+	bin := buildBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "jobs", "--data", dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want code 1; stderr %q", err, stderr.String())
+	}
+	if lines := strings.Split(strings.TrimSpace(stderr.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "is in use by another process") {
+		t.Fatalf("stderr %q, want one line", stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("stdout %q", stdout.String())
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out, _, err := run(t, "help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands {
+		if !strings.Contains(out, "  "+c.name+" ") {
+			t.Errorf("help does not list %s:\n%s", c.name, out)
+		}
+	}
+	flags := map[string][]string{
+		"demo":  {"jobs", "targets", "workers", "data"},
+		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "log-level"},
+		"jobs":  {"data"},
+		"show":  {"data", "results"},
+	}
+	for name, want := range flags {
+		for _, args := range [][]string{{name, "--help"}, {"help", name}} {
+			out, _, err := run(t, args...)
+			if !errors.Is(err, errHelpShown) && err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+			if report(err, io.Discard) != exitOK {
+				t.Fatalf("%v does not exit 0", args)
+			}
+			if !strings.Contains(out, "Usage: siftbatch "+name) {
+				t.Fatalf("%v:\n%s", args, out)
+			}
+			for _, f := range want {
+				// Each flag has its own line with a description under it.
+				i := strings.Index(out, "  -"+f)
+				if i < 0 {
+					t.Fatalf("%v lacks -%s:\n%s", args, f, out)
+				}
+				rest := strings.SplitN(out[i:], "\n", 3)
+				if len(rest) < 2 || strings.TrimSpace(rest[1]) == "" {
+					t.Fatalf("%v: -%s has no description:\n%s", args, f, out)
+				}
+			}
+		}
+	}
+	for _, args := range [][]string{{}, {"frobnicate"}, {"demo", "--nope"}, {"demo", "--jobs", "0"}, {"jobs", "extra"}, {"serve"}, {"help", "nope"}} {
+		_, _, err := run(t, args...)
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Fatalf("%v: %v, want a usage error", args, err)
+		}
+		var msg bytes.Buffer
+		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), "help") {
+			t.Fatalf("%v: exit %d %q", args, code, msg.String())
+		}
+	}
+}
+
+// TestDemo runs the demo binary as a user would: it ends by itself, exit 0,
+// with the summary table, and leaves no temporary directory behind.
+func TestDemo(t *testing.T) {
+	bin := buildBinary(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "demo", "--jobs", "3", "--targets", "5")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("demo took %s", d)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE  FAILED  SECONDS") {
+		t.Fatalf("no summary table:\n%s", out)
+	}
+	for _, row := range []string{"job1  alice", "job2  bob", "job3  carol"} {
+		if !strings.Contains(out, row) {
+			t.Errorf("no row %q:\n%s", row, out)
+		}
+	}
+	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q:\n%s", want, out)
+		}
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("the demo left %v in its temporary directory", entries)
+	}
+	// Its logs carry no URL, host or panic value.
+	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error()} {
+		if strings.Contains(stderr.String(), leak) {
+			t.Errorf("stderr carries %q:\n%s", leak, stderr.String())
+		}
+	}
+}
+
+// TestDemo_Interrupt stops the demo with SIGINT mid-run: it exits 130
+// promptly and removes its temporary store.
+func TestDemo_Interrupt(t *testing.T) {
+	bin := buildBinary(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "demo", "--jobs", "6", "--targets", "30")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	running := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.Contains(sc.Text(), "fetching") {
+				close(running)
+				signalled = true
+			}
+		}
+	}()
+	select {
+	case <-running:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the demo never showed a fetch")
+	}
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted {
+		t.Fatalf("exit: %v, want %d; stderr:\n%s", err, exitInterrupted, stderr.String())
+	}
+	if d := time.Since(sent); d > 15*time.Second {
+		t.Errorf("took %s to stop", d)
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("the interrupted demo left %v", entries)
+	}
+}
+
+// TestDemo_KeepsStore runs the demo in-process with --data: the store is
+// kept, and jobs and show read it.
+func TestDemo_KeepsStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	out, _, err := run(t, "demo", "--jobs", "2", "--targets", "3", "--workers", "1", "--data", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "The store is kept in "+dir) {
+		t.Fatalf("output:\n%s", out)
+	}
+	out, _, err = run(t, "jobs", "--data", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 {
+		t.Fatalf("jobs:\n%s", out)
+	}
+}
+
+// lineWriter hands each written line to a channel.
+type lineWriter struct {
+	buf   []byte
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		select {
+		case w.lines <- string(w.buf[:i]):
+		default:
+		}
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// TestServe runs the serve command: it listens, serves a job through the
+// real fetcher, and on cancel (SIGINT) stops cleanly with the store closed.
+func TestServe(t *testing.T) {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("served"))
+	}))
+	defer site.Close()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lineWriter{lines: make(chan string, 16)}
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--keys", keys, "--allow-private", "--log-level", "debug"}, out, &logs)
+	}()
+	var base string
+	select {
+	case l := <-out.lines:
+		_, addr, ok := strings.Cut(l, "listening on ")
+		if !ok {
+			t.Fatalf("first line %q", l)
+		}
+		base = addr
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	do := func(method, path, body string) response {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer alice-key")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return response{code: resp.StatusCode, header: resp.Header, body: b}
+	}
+	if r := do(http.MethodGet, "/healthz", ""); r.code != http.StatusOK {
+		t.Fatalf("healthz %d", r.code)
+	}
+	r := do(http.MethodPost, "/v1/batch", targetsBody(site.URL+"/x"))
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit %d %s", r.code, r.body)
+	}
+	id := r.json(t)["id"].(string)
+	waitFor(t, 10*time.Second, "the job", func() bool {
+		return do(http.MethodGet, "/v1/batch/"+id, "").json(t)["status"] == "done"
+	})
+	if r := do(http.MethodGet, "/v1/batch/"+id+"/0", ""); !strings.Contains(string(r.body), `"content":"served"`) {
+		t.Fatalf("target %s", r.body)
+	}
+	transport.CloseIdleConnections()
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil || report(err, io.Discard) != exitOK {
+			t.Fatalf("serve stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	// The store was closed: it opens again, with the job in it.
+	s, err := persistence.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if j, err := s.Job(id); err != nil || j.Status != persistence.StatusDone {
+		t.Fatalf("stored job %+v %v", j, err)
+	}
+	l := logs.String()
+	if !strings.Contains(l, "stopped") || strings.Contains(l, "127.0.0.1:"+strings.TrimPrefix(site.URL, "http://127.0.0.1:")) || strings.Contains(l, "alice-key") {
+		t.Fatalf("logs:\n%s", l)
+	}
+}
+
+func TestServe_StoreInUse(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	holdStoreInChild(t, data)
+	_, _, err := run(t, "serve", "--addr", "127.0.0.1:0", "--data", data, "--keys", keys)
+	if !errors.Is(err, persistence.ErrInUse) {
+		t.Fatalf("got %v, want ErrInUse", err)
+	}
+}
+
+func TestParseKeys(t *testing.T) {
+	kr, err := parseKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := kr.lookup("carol-key"); !ok || k.name != "carol" || k.class != classRestricted {
+		t.Fatalf("carol: %+v %v", k, ok)
+	}
+	if k, ok := kr.lookup("alice-key"); !ok || k.name != "alice" || k.class != classStandard || k.caller().KeySHA256 == "" {
+		t.Fatalf("alice: %+v %v", k, ok)
+	}
+	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
+		if _, ok := kr.lookup(bad); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	for _, bad := range []string{"onlyname\n", "a k1 admin\n", "a k1\nb k1\n", "# nothing\n", "a b c d\n"} {
+		_, err := parseKeys(strings.NewReader(bad))
+		if err == nil {
+			t.Errorf("%q accepted", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), "k1") {
+			t.Errorf("error %q shows a key", err)
+		}
+	}
+}

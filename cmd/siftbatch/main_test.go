@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sift/batch/persistence"
+)
+
+// holdStoreEnv, set in a child process of the test binary, makes it hold
+// the store directory it names until its standard input closes: a store in
+// use by another process.
+const holdStoreEnv = "SIFTBATCH_TEST_HOLD_STORE"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(holdStoreEnv); dir != "" {
+		os.Exit(holdStore(dir))
+	}
+	// Nothing may leak: every runner, store, server, client and child
+	// process a test starts is stopped by the end of the test. No
+	// goroutine is allowed to outlive the tests.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeBinary()
+		os.Exit(code)
+	}))
+}
+
+// holdStore opens dir, says "held" on stdout, and keeps the store open until
+// stdin is closed.
+func holdStore(dir string) int {
+	s, err := persistence.Open(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hold store:", err)
+		return 1
+	}
+	fmt.Println("held")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	_ = s.Close()
+	return 0
+}
+
+// holdStoreInChild holds the store in dir from another process until the
+// test ends.
+func holdStoreInChild(t *testing.T, dir string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdStoreEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("store holder: %v", err)
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if l != "held\n" {
+			t.Fatalf("store holder said %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("store holder did not start")
+	}
+}
+
+var (
+	binaryOnce sync.Once
+	binaryDir  string
+	binaryPath string
+	binaryErr  error
+)
+
+// buildBinary builds the siftbatch binary once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		binaryDir, binaryErr = os.MkdirTemp("", "siftbatch-test-bin-")
+		if binaryErr != nil {
+			return
+		}
+		binaryPath = filepath.Join(binaryDir, "siftbatch")
+		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
+		if err != nil {
+			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binaryErr != nil {
+		t.Fatal(binaryErr)
+	}
+	return binaryPath
+}
+
+func removeBinary() {
+	if binaryDir != "" {
+		_ = os.RemoveAll(binaryDir)
+	}
+}
+
+// waitFor checks cond every few milliseconds until it holds, failing the
+// test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		case <-tick.C:
+		}
+	}
+}
