@@ -48,11 +48,22 @@ type supervisor struct {
 	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
 	sweep     *time.Timer
 	stopped   atomic.Bool // read by timer callbacks
+
+	// The producers of the children; tests stand probes in for them.
+	worker actor.Producer
+	job    func(supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer
 }
 
 func newSupervisor(cfg *Config) actor.Producer {
+	job := func(sup *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
+		return newJob(cfg, sup, rec, payload)
+	}
+	return supervisorWith(cfg, newWorker(cfg), job)
+}
+
+func supervisorWith(cfg *Config, worker actor.Producer, job func(*actor.PID, persistence.JobRecord, any) actor.Producer) actor.Producer {
 	return func() actor.Actor {
-		return &supervisor{cfg: cfg, jobs: make(map[string]*liveJob), perCaller: make(map[string]int)}
+		return &supervisor{cfg: cfg, jobs: make(map[string]*liveJob), perCaller: make(map[string]int), worker: worker, job: job}
 	}
 }
 
@@ -108,7 +119,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 }
 
 func (s *supervisor) start(ctx actor.Context) {
-	props := actor.PropsFromProducer(newWorker(s.cfg))
+	props := actor.PropsFromProducer(s.worker)
 	for i := 1; i <= s.cfg.Workers; i++ {
 		pid, err := ctx.SpawnNamed(props, "worker-"+strconv.Itoa(i))
 		if err != nil {
@@ -178,7 +189,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
 		return &SubmitReply{Err: err}
 	}
-	props := actor.PropsFromProducer(newJob(s.cfg, ctx.Self(), m.Job, m.Payload))
+	props := actor.PropsFromProducer(s.job(ctx.Self(), m.Job, m.Payload))
 	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
 	if err != nil {
 		// Only a duplicate id (128 random bits) gets here.

@@ -1,0 +1,148 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/persistence"
+	"github.com/stretchr/testify/require"
+)
+
+const waitTimeout = 10 * time.Second
+
+// probe is an actor that stands in for a peer: it forwards every message it
+// receives (lifecycle messages aside) to a channel.
+type probe struct{ got chan any }
+
+func newProbe() *probe { return &probe{got: make(chan any, 256)} }
+
+func (p *probe) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.PoisonPill:
+		return
+	}
+	p.got <- ctx.Message()
+}
+
+// next returns the next message the probe got, of type T.
+func next[T any](t *testing.T, p *probe) T {
+	t.Helper()
+	select {
+	case m := <-p.got:
+		v, ok := m.(T)
+		require.Truef(t, ok, "probe got %T, want %T", m, *new(T))
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("probe got nothing")
+		panic("unreachable")
+	}
+}
+
+// quiet asserts the probe got nothing more.
+func quiet(t *testing.T, p *probe) {
+	t.Helper()
+	select {
+	case m := <-p.got:
+		t.Fatalf("probe got an unexpected %T", m)
+	default:
+	}
+}
+
+// testSystem is a real actor system with a test config on an in-memory store.
+type testSystem struct {
+	sys   *actor.ActorSystem
+	cfg   *Config
+	store *persistence.Store
+	mu    sync.Mutex
+	now   time.Time
+}
+
+func newTestSystem(t *testing.T) *testSystem {
+	t.Helper()
+	store, err := persistence.Open("")
+	require.NoError(t, err)
+	ts := &testSystem{store: store, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ts.cfg = &Config{
+		Store: store, FetchContext: context.Background(),
+		TTL: time.Hour, TargetsPerJob: 32, JobsPerCaller: 2, JobsTotal: 4, Workers: 1,
+		MaxBytes: 1 << 20, RetryWait: time.Hour, RetryFor: time.Minute,
+		Now: ts.clock, Log: log,
+	}
+	ts.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(log) }))
+	// A dead letter is a message lost: none may happen.
+	var dead sync.Mutex
+	var deadLetters []string
+	sub := ts.sys.EventStream.Subscribe(func(evt any) {
+		if d, ok := evt.(*actor.DeadLetterEvent); ok {
+			dead.Lock()
+			deadLetters = append(deadLetters, fmt.Sprintf("%T to %s", d.Message, d.PID.Id))
+			dead.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ts.sys.EventStream.Unsubscribe(sub)
+		dead.Lock()
+		require.Empty(t, deadLetters, "dead letters")
+		dead.Unlock()
+		ts.sys.Shutdown()
+		require.NoError(t, store.Close())
+	})
+	return ts
+}
+
+func (ts *testSystem) clock() time.Time {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.now
+}
+
+func (ts *testSystem) advance(d time.Duration) {
+	ts.mu.Lock()
+	ts.now = ts.now.Add(d)
+	ts.mu.Unlock()
+}
+
+// spawnProbe starts a probe actor.
+func (ts *testSystem) spawnProbe(t *testing.T) (*probe, *actor.PID) {
+	t.Helper()
+	p := newProbe()
+	pid := ts.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }))
+	t.Cleanup(func() { _ = ts.sys.Root.StopFuture(pid).Wait() })
+	return p, pid
+}
+
+// stop stops an actor and waits for it.
+func (ts *testSystem) stop(t *testing.T, pid *actor.PID) {
+	t.Helper()
+	require.NoError(t, ts.sys.Root.StopFuture(pid).Wait())
+}
+
+// newJobRecord stores a queued job of n targets and returns its record.
+func (ts *testSystem) newJobRecord(t *testing.T, id, caller string, n int) persistence.JobRecord {
+	t.Helper()
+	now := ts.clock().UnixNano()
+	rec := persistence.JobRecord{ID: id, Caller: caller, Status: persistence.StatusQueued, TargetsTotal: n, Created: now, Lease: now}
+	rec.Key[0] = id[0]
+	rec.Key[1] = id[1]
+	targets := make([]persistence.TargetRecord, n)
+	for i := range targets {
+		targets[i] = persistence.TargetRecord{Idx: i, URL: "http://h/" + id, Status: persistence.TargetPending}
+	}
+	require.NoError(t, ts.store.CreateJob(&rec, targets))
+	return rec
+}
+
+// ask sends msg to pid and waits for the answer.
+func (ts *testSystem) ask(t *testing.T, pid *actor.PID, msg any) any {
+	t.Helper()
+	res, err := ts.sys.Root.RequestFuture(pid, msg, waitTimeout).Result()
+	require.NoError(t, err)
+	return res
+}

@@ -1,0 +1,146 @@
+package actors
+
+import (
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/persistence"
+	"github.com/stretchr/testify/require"
+)
+
+// supervisorUnderTest spawns a supervisor whose workers and jobs are probes:
+// the worker probe gets nothing (the supervisor only hands its PID to jobs);
+// every job probe forwards to jobs.
+func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *probe, workerPID chan *actor.PID) {
+	t.Helper()
+	jobs = newProbe()
+	workerPID = make(chan *actor.PID, 4)
+	worker := func() actor.Actor { return actor.ReceiveFunc(func(ctx actor.Context) {}) }
+	job := func(_ *actor.PID, rec persistence.JobRecord, _ any) actor.Producer {
+		return func() actor.Actor {
+			return actor.ReceiveFunc(func(ctx actor.Context) {
+				switch m := ctx.Message().(type) {
+				case *dispatch:
+					jobs.got <- dispatched{id: rec.ID, worker: m.worker}
+				case *StatusJob:
+					ctx.Respond(&StatusReply{Live: true, Job: rec})
+				case *CancelJob:
+					ctx.Respond(true)
+				}
+			})
+		}
+	}
+	props := actor.PropsFromProducer(supervisorWith(ts.cfg, worker, job), actor.WithSupervisor(&supervisionStrategy{cfg: ts.cfg}))
+	sup = ts.sys.Root.Spawn(props)
+	t.Cleanup(func() { ts.stop(t, sup) })
+	return sup, jobs, workerPID
+}
+
+type dispatched struct {
+	id     string
+	worker *actor.PID
+}
+
+func (ts *testSystem) submitMsg(id, caller string, n int) *Submit {
+	now := ts.clock().UnixNano()
+	rec := persistence.JobRecord{ID: id, Caller: caller, Status: persistence.StatusQueued, TargetsTotal: n, Created: now, Lease: now}
+	copy(rec.Key[:], id)
+	targets := make([]persistence.TargetRecord, n)
+	for i := range targets {
+		targets[i] = persistence.TargetRecord{Idx: i, URL: "u", Status: persistence.TargetPending}
+	}
+	return &Submit{Job: rec, Targets: targets}
+}
+
+func id(c byte) string {
+	b := make([]byte, 32)
+	for i := range b {
+		b[i] = c
+	}
+	return string(b)
+}
+
+func TestSupervisor_Rotation(t *testing.T) {
+	ts := newTestSystem(t)
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	a, b := id('a'), id('b')
+
+	r := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
+	require.Equal(t, Accepted, r.Refused)
+	require.Equal(t, a, r.ID)
+	d := next[dispatched](t, jobs)
+	require.Equal(t, a, d.id, "the one worker goes to a")
+	ts.ask(t, sup, ts.submitMsg(b, "bob", 3))
+	quiet(t, jobs) // no worker is free
+
+	order := []string{"a"}
+	for range 4 {
+		ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
+		d = next[dispatched](t, jobs)
+		order = append(order, d.id[:1])
+	}
+	require.Equal(t, []string{"a", "b", "a", "b", "a"}, order)
+
+	// A waiting job steps out of the rotation until its retry is due.
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobWaiting})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id)
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id, "a waits out RetryWait (an hour here): b goes on alone")
+	ts.sys.Root.Send(sup, &retryReady{id: a})
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, a, d.id, "a is back in the rotation")
+}
+
+func TestSupervisor_CapsAndIdempotency(t *testing.T) {
+	ts := newTestSystem(t)
+	ts.cfg.JobsPerCaller, ts.cfg.JobsTotal, ts.cfg.TargetsPerJob = 1, 2, 4
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+
+	require.Equal(t, RefusedTooManyTargets, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused)
+	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
+	next[dispatched](t, jobs)
+
+	// Same key, same caller, queued/running: reused, no caps.
+	r := ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply)
+	require.True(t, r.Reused)
+	require.Equal(t, id('a'), r.ID)
+
+	require.Equal(t, RefusedCallerBusy, ts.ask(t, sup, ts.submitMsg(id('b'), "alice", 1)).(*SubmitReply).Refused)
+	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('c'), "bob", 1)).(*SubmitReply).Refused)
+	require.Equal(t, RefusedBusy, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
+
+	// A cancel frees the caps before the canceller hears back.
+	ts.sys.Root.Send(sup, &jobEnded{id: id('c'), settled: true})
+	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
+}
+
+func TestSupervisor_StatusAndCancelRouting(t *testing.T) {
+	ts := newTestSystem(t)
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1))
+	next[dispatched](t, jobs)
+
+	reply := ts.ask(t, sup, &StatusJob{ID: id('a')}).(*StatusReply)
+	require.True(t, reply.Live, "a live job's status comes from its actor")
+	require.False(t, ts.ask(t, sup, &StatusJob{ID: id('z')}).(*StatusReply).Live)
+	require.Equal(t, true, ts.ask(t, sup, &CancelJob{ID: id('a')}))
+	require.Equal(t, false, ts.ask(t, sup, &CancelJob{ID: id('z')}))
+}
+
+func TestSupervisor_Drain(t *testing.T) {
+	ts := newTestSystem(t)
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1))
+	d := next[dispatched](t, jobs)
+
+	drained := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
+	require.Equal(t, RefusedClosed, ts.ask(t, sup, ts.submitMsg(id('b'), "bob", 1)).(*SubmitReply).Refused)
+	// The drain waits for the target in flight.
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+	res, err := drained.Result()
+	require.NoError(t, err)
+	require.Equal(t, 0, res.(*Drained).Jobs)
+}
