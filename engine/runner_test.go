@@ -757,3 +757,18 @@ func TestNew(t *testing.T) {
 	require.NoError(t, err, "Workers above 2 means 2")
 	r.Close()
 }
+
+func TestRunner_ResultTooLargeToStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if _, idx := jobOf(tg.URL); idx == 0 {
+			return engine.Result{Content: strings.Repeat("x", 2<<20)}, nil // over the in-memory cap
+		}
+		return engine.Result{Content: "small"}, nil
+	}, engine.Config{})
+	id := b.submit(t, "alice", targets("a", 2))
+	_, ts := b.waitStatus(t, id, "partial")
+	require.Equal(t, "failed", ts[0].Status)
+	require.Equal(t, "result too large to store", ts[0].Error)
+	require.Equal(t, "small", ts[1].Result.Content, "the job goes on")
+}

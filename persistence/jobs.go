@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -23,13 +24,15 @@ func convert(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return fmt.Errorf("%s: %w", op, ErrNotFound)
-	case errors.Is(err, badger.ErrTxnTooBig), errors.Is(err, badger.ErrValueLogSize):
+	case errors.Is(err, badger.ErrTxnTooBig), errors.Is(err, badger.ErrValueLogSize),
+		strings.Contains(err.Error(), "exceeded") && strings.Contains(err.Error(), "limit"):
 		return fmt.Errorf("%s: %w", op, ErrTooLarge)
 	case errors.Is(err, badger.ErrDBClosed), errors.Is(err, badger.ErrBlockedWrites):
 		return fmt.Errorf("%s: %w", op, ErrClosed)
 	default:
-		// Keep the text, not the type.
-		return fmt.Errorf("%s: %v", op, err)
+		// Keep the first line of the text, not the type: Badger's texts
+		// can go on with keys and values.
+		return fmt.Errorf("%s: %s", op, firstLine(err.Error()))
 	}
 }
 

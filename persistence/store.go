@@ -50,10 +50,13 @@ const (
 	// it, 2.4 MiB; results above valueThreshold go to the value log and
 	// count only a pointer there.
 	memTableSize = 16 << 20
-	// memTableSizeInMemory: in memory every value lives in the memtables, so
-	// one stored result may be 15% of this, ≈9.6 MiB. Pages are touched only
-	// as they fill.
+	// memTableSizeInMemory: in memory every value lives in the memtables.
+	// Pages are touched only as they fill.
 	memTableSizeInMemory = 64 << 20
+	// maxValueInMemory: in memory Badger refuses a value above its value
+	// threshold, which may be 1 MiB at most: one stored result (its JSON)
+	// is capped at 1 MiB there. On disk the cap is valueLogFileSize.
+	maxValueInMemory = 1 << 20
 	numMemtables         = 2
 	// valueThreshold: values above 64 KiB (large results) go to the value log.
 	valueThreshold = 64 << 10
@@ -81,7 +84,7 @@ func badgerOptions(dir string, log badger.Logger) badger.Options {
 		// read sets for conflicts.
 		WithDetectConflicts(false)
 	if dir == "" {
-		o = o.WithInMemory(true).WithMemTableSize(memTableSizeInMemory)
+		o = o.WithInMemory(true).WithMemTableSize(memTableSizeInMemory).WithValueThreshold(maxValueInMemory)
 	}
 	return o
 }

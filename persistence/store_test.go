@@ -1,0 +1,256 @@
+package persistence
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// mustOpen opens a store in dir ("" in memory) and closes it at cleanup.
+func mustOpen(tb testing.TB, dir string) *Store {
+	tb.Helper()
+	s, err := Open(dir)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, s.Close()) })
+	return s
+}
+
+func testID(n int) string { return fmt.Sprintf("%032x", n) }
+
+// putJob stores a job of n targets with the given times, settled or not.
+func putJobRecord(tb testing.TB, s *Store, n int, created, lease int64, settled bool) JobRecord {
+	tb.Helper()
+	j := JobRecord{ID: testID(n), Caller: "alice", Status: StatusQueued, TargetsTotal: 2, Created: created, Lease: lease}
+	j.Key[0], j.Key[1] = byte(n>>8), byte(n)
+	if settled {
+		j.Status, j.Settled = StatusDone, true
+	}
+	ts := []TargetRecord{{Idx: 0, URL: "http://a", Options: []byte(`{}`)}, {Idx: 1, URL: "http://b"}}
+	require.NoError(tb, s.CreateJob(&j, ts))
+	return j
+}
+
+func TestStore_Open(t *testing.T) {
+	t.Run("InUse", func(t *testing.T) {
+		dir := t.TempDir()
+		mustOpen(t, dir)
+		_, err := Open(dir)
+		require.ErrorIs(t, err, ErrInUse)
+	})
+	t.Run("NotAStore", func(t *testing.T) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("garbage, not a manifest"), 0o644))
+		_, err := Open(dir)
+		require.ErrorIs(t, err, ErrCorrupt)
+	})
+	t.Run("FileNotDir", func(t *testing.T) {
+		f := filepath.Join(t.TempDir(), "file")
+		require.NoError(t, os.WriteFile(f, nil, 0o644))
+		_, err := Open(f)
+		require.Error(t, err)
+	})
+	t.Run("CreatesDir", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "a", "b")
+		s := mustOpen(t, dir)
+		require.Equal(t, dir, s.Dir())
+	})
+	t.Run("ReopenKeepsRowsAndBytes", func(t *testing.T) {
+		dir := t.TempDir()
+		s, err := Open(dir)
+		require.NoError(t, err)
+		j := putJobRecord(t, s, 1, 1, 1, false)
+		j.Status, j.TargetsDone, j.ResultBytes, j.Lease = StatusRunning, 1, 7, 5
+		require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte(`{"c":1}`)}))
+		require.NoError(t, s.Close())
+		require.NoError(t, s.Close(), "Close is idempotent")
+
+		s = mustOpen(t, dir)
+		require.Equal(t, int64(7), s.Bytes())
+		got, ts, err := s.JobWithTargets(j.ID)
+		require.NoError(t, err)
+		require.Equal(t, j, got)
+		require.Equal(t, TargetDone, ts[0].Status)
+		require.Equal(t, `{"c":1}`, string(ts[0].Result))
+		require.Equal(t, TargetPending, ts[1].Status)
+	})
+	t.Run("Closed", func(t *testing.T) {
+		s, err := Open("")
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		_, err = s.Job(testID(1))
+		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, s.SaveJob(&JobRecord{ID: testID(1)}), ErrClosed)
+	})
+}
+
+func TestStore_Records(t *testing.T) {
+	j := JobRecord{ID: testID(9), Caller: "ünïcode caller", Status: StatusPartial, Error: "restart",
+		TargetsTotal: 32, TargetsDone: 31, TargetsFailed: 2, Created: -5, Lease: 1 << 62, ResultBytes: 12345, Settled: true}
+	j.Key[31] = 7
+	id, _ := parseID(j.ID)
+	got, err := decodeJob(id, encodeJob(&j))
+	require.NoError(t, err)
+	require.Equal(t, j, got)
+
+	tr := TargetRecord{Idx: 3, URL: "https://x/y?z", Options: []byte(`{"mode":"m"}`), Status: TargetFailed, Error: "e", Hint: "h"}
+	spec, err := decodeSpec(3, encodeSpec(&tr))
+	require.NoError(t, err)
+	require.NoError(t, decodeOutcome(&spec, encodeOutcome(&tr)))
+	require.Equal(t, tr, spec)
+
+	for _, bad := range [][]byte{nil, {9}, {formatVersion}, bytes.Repeat([]byte{0xff}, 80)} {
+		_, err := decodeJob(id, bad)
+		require.ErrorIs(t, err, ErrCorrupt)
+		_, err = decodeSpec(0, bad)
+		if len(bad) != 0 && bad[0] == formatVersion {
+			continue
+		}
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.ErrorIs(t, decodeOutcome(&TargetRecord{}, bad), ErrCorrupt)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	j := JobRecord{ID: testID(1), Caller: "c", Status: StatusDone, TargetsTotal: 1}
+	tr := TargetRecord{URL: "u", Options: []byte("{}"), Status: TargetDone, Result: []byte("{}")}
+	f.Add(encodeJob(&j))
+	f.Add(encodeSpec(&tr))
+	f.Add(encodeOutcome(&tr))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var id [idLen]byte
+		if j, err := decodeJob(id, b); err == nil {
+			require.Equal(t, b, encodeJob(&j), "a decoded job encodes back to the same bytes")
+		}
+		if s, err := decodeSpec(0, b); err == nil {
+			require.Equal(t, b, encodeSpec(&s))
+		}
+		var t2 TargetRecord
+		_ = decodeOutcome(&t2, b)
+	})
+}
+
+func TestStore_Indexes(t *testing.T) {
+	s := mustOpen(t, "")
+	j := putJobRecord(t, s, 1, 100, 100, false)
+
+	got, found, err := s.JobByKey(j.Key)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, j.ID, got.ID)
+
+	left, err := s.Unsettled()
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+
+	// Unsettled jobs are neither swept nor evicted.
+	n, _, err := s.Sweep(1<<62, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	j.Status, j.Settled, j.ResultBytes = StatusDone, true, 10
+	require.NoError(t, s.SaveJob(&j))
+	left, _ = s.Unsettled()
+	require.Empty(t, left)
+	require.Equal(t, int64(10), s.Bytes())
+
+	// A settled job's lease moves its sweep entry; an older lease never wins.
+	ok, err := s.Touch(j.ID, 500)
+	require.NoError(t, err)
+	require.True(t, ok)
+	j.Lease = 200
+	require.NoError(t, s.SaveJob(&j))
+	require.Equal(t, int64(500), j.Lease, "the stored later lease wins")
+	n, _, err = s.Sweep(499, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, more, err := s.Sweep(500, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.False(t, more)
+	_, err = s.Job(j.ID)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = s.Target(j.ID, 0)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, found, err = s.JobByKey(j.Key)
+	require.NoError(t, err)
+	require.False(t, found, "the idempotency entry went with it")
+	require.Zero(t, s.Bytes())
+
+	ok, err = s.Touch(j.ID, 900)
+	require.NoError(t, err)
+	require.False(t, ok)
+	ok, err = s.Touch("not hex", 900)
+	require.NoError(t, err)
+	require.False(t, ok)
+}
+
+func TestStore_SweepInBatches(t *testing.T) {
+	s := mustOpen(t, "")
+	for i := range 10 {
+		putJobRecord(t, s, i, int64(i), int64(i), true)
+	}
+	n, more, err := s.Sweep(4, 3)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.True(t, more)
+	n, _, err = s.Sweep(4, 3)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "only leases ≤ 4 are due")
+	count := 0
+	require.NoError(t, s.Jobs(func(JobRecord) bool { count++; return true }))
+	require.Equal(t, 5, count)
+}
+
+func TestStore_Evict(t *testing.T) {
+	s := mustOpen(t, "")
+	live := putJobRecord(t, s, 100, 0, 0, false) // the oldest, but live
+	live.ResultBytes = 50
+	require.NoError(t, s.SaveJob(&live))
+	var jobs []JobRecord
+	for i := range 5 {
+		j := putJobRecord(t, s, i, int64(10+i), int64(10+i), true)
+		j.ResultBytes = 100
+		require.NoError(t, s.SaveJob(&j))
+		jobs = append(jobs, j)
+	}
+	require.Equal(t, int64(550), s.Bytes())
+	n, err := s.Evict(300)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "550 → 250: the three oldest settled jobs")
+	for i, j := range jobs {
+		_, err := s.Job(j.ID)
+		if i < 3 {
+			require.ErrorIs(t, err, ErrNotFound)
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	_, err = s.Job(live.ID)
+	require.NoError(t, err, "live jobs are never evicted")
+	n, err = s.Evict(0)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, int64(50), s.Bytes(), "only the live job's bytes are left")
+}
+
+func TestStore_TooLarge(t *testing.T) {
+	s := mustOpen(t, "")
+	j := putJobRecord(t, s, 1, 1, 1, false)
+	fits := bytes.Repeat([]byte("x"), maxValueInMemory-100)
+	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: fits}))
+	big := bytes.Repeat([]byte("x"), maxValueInMemory+1)
+	err := s.SaveTarget(&j, &TargetRecord{Idx: 1, Status: TargetDone, Result: big})
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.False(t, errors.Is(err, ErrCorrupt))
+	require.NotContains(t, err.Error(), "xxxx", "no value in the error text")
+}
