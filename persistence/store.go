@@ -57,7 +57,7 @@ const (
 	// threshold, which may be 1 MiB at most: one stored result (its JSON)
 	// is capped at 1 MiB there. On disk the cap is valueLogFileSize.
 	maxValueInMemory = 1 << 20
-	numMemtables         = 2
+	numMemtables     = 2
 	// valueThreshold: values above 64 KiB (large results) go to the value log.
 	valueThreshold = 64 << 10
 	// valueLogFileSize caps one value (one result) at 64 MiB as well.

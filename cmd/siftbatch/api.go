@@ -308,7 +308,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // results are page text: keep "<" readable; the type is JSON, never sniffed
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, code int, msg, hint string) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
@@ -12,11 +13,23 @@ import (
 	"github.com/sift/batch/persistence"
 )
 
-// isTerminal reports whether w is a terminal, as the progress bars see it.
-func isTerminal(w io.Writer) bool { return cupwriter.New(w, false).IsTerminal() }
+// minBarsWidth is the narrowest terminal the bars are drawn on.
+const minBarsWidth = 60
+
+// barsFit reports whether w is a terminal, as the progress bars see it, wide
+// enough for them. A terminal of unknown width (0) gets plain lines.
+func barsFit(w io.Writer) bool {
+	cw := cupwriter.New(w, false)
+	if !cw.IsTerminal() {
+		return false
+	}
+	width, _, err := cw.GetTermSize()
+	return err == nil && width >= minBarsWidth
+}
 
 // barsView shows one live progress bar per job.
 type barsView struct {
+	w     io.Writer
 	p     *mpb.Progress
 	bars  []*mpb.Bar
 	notes []atomic.Pointer[string]
@@ -24,6 +37,7 @@ type barsView struct {
 
 func newBarsView(w io.Writer, js []*demoJob) *barsView {
 	v := &barsView{
+		w:     w,
 		p:     mpb.New(mpb.WithOutput(w), mpb.WithWidth(32), mpb.WithRefreshRate(100*time.Millisecond)),
 		bars:  make([]*mpb.Bar, len(js)),
 		notes: make([]atomic.Pointer[string], len(js)),
@@ -33,8 +47,8 @@ func newBarsView(w io.Writer, js []*demoJob) *barsView {
 		v.notes[i].Store(&note)
 		v.bars[i] = v.p.AddBar(int64(len(d.kinds)),
 			mpb.PrependDecorators(
-				decor.Name(d.label, decor.WC{C: decor.DindentRight | decor.DextraSpace}),
-				decor.CountersNoUnit("%d/%d", decor.WCSyncWidth),
+				decor.Name(d.label, decor.WCSyncSpaceR),
+				decor.CountersNoUnit("%d/%d", decor.WCSyncSpace),
 			),
 			mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return *v.notes[i].Load() })),
 		)
@@ -63,4 +77,5 @@ func (v *barsView) finish() {
 		}
 	}
 	v.p.Wait()
+	fmt.Fprintln(v.w)
 }

@@ -83,7 +83,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 		}
 		defer os.RemoveAll(dir)
 	}
-	bars := isTerminal(stdout)
+	bars := barsFit(stdout)
 	// With live bars, log lines wait below until the bars are done.
 	var logBuf syncBuffer
 	logOut := stderr
