@@ -544,3 +544,33 @@ func TestParseKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestBarsView drives the progress bars through every kind of ending: they
+// finish without hanging and leave no goroutine behind (goleak).
+func TestBarsView(t *testing.T) {
+	js := []*demoJob{
+		{label: "job1 alice", kinds: []string{pageFast, pageSlow}},
+		{label: "job2 bob", kinds: []string{pageFast, pageSlow, pageBusy}},
+		{label: "job3 carol", kinds: []string{pageFast}},
+	}
+	var out bytes.Buffer
+	v := newBarsView(&out, js)
+	js[0].job = engine.Job{ID: "a", Status: persistence.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+	js[0].targets = []engine.TargetStatus{{Idx: 0, Status: "done"}, {Idx: 1, Status: "running"}}
+	v.update(0, js[0])
+	js[0].job.Status, js[0].job.TargetsDone = persistence.StatusDone, 2
+	v.update(0, js[0])
+	js[1].job = engine.Job{ID: "b", Status: persistence.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
+	v.update(1, js[1])
+	// job3 never starts: finish aborts its bar.
+	done := make(chan struct{})
+	go func() {
+		v.finish()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish hangs")
+	}
+}

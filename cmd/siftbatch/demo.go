@@ -273,15 +273,18 @@ func printSummary(w io.Writer, js []*demoJob) {
 	}
 	_ = tw.Flush()
 
+	// One result of each kind of page that has one: fast, slow, and busy
+	// (answered 429 twice, then fetched).
 	fmt.Fprintln(w, "\nFirst bytes of a few results:")
-	shown := 0
+	shown := map[string]bool{}
 	for _, d := range js {
 		for _, t := range d.targets {
-			if shown == 3 || t.Result == nil || d.kinds[t.Idx] == pageBusy && shown > 0 {
+			kind := d.kinds[t.Idx]
+			if t.Result == nil || shown[kind] {
 				continue
 			}
-			fmt.Fprintf(w, "  %s #%d %-5s %q\n", strings.Fields(d.label)[0], t.Idx, d.kinds[t.Idx], firstBytes(t.Result.Content, 60))
-			shown++
+			shown[kind] = true
+			fmt.Fprintf(w, "  %s #%d %-5s %q\n", strings.Fields(d.label)[0], t.Idx, kind, firstBytes(t.Result.Content, 60))
 		}
 	}
 	fmt.Fprintln(w, "\nFailed targets:")

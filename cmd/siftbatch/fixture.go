@@ -102,8 +102,7 @@ func (f *fixture) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	fmt.Fprintf(w, "<html><head><title>%s page %s</title></head><body><h1>%s page %s</h1>\n<p>%s</p></body></html>\n",
-		kind, name, strings.ToUpper(kind[:1])+kind[1:], name, lorem)
+	fmt.Fprintf(w, "<h1>%s page %s</h1>\n<p>%s</p>\n", strings.ToUpper(kind[:1])+kind[1:], name, lorem)
 }
 
 // wait pauses a handler for d, or until its request is gone.
