@@ -48,6 +48,9 @@ func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error))
 	if s.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
 	}
+	if err := s.checkFault(op); err != nil {
+		return err
+	}
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	delta, err := fn(txn)

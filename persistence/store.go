@@ -98,6 +98,7 @@ type Store struct {
 	mu     sync.Mutex // serialises writes; guards bytes
 	bytes  int64      // stored result bytes in all, as in key m bytes
 	closed atomic.Bool
+	fault  atomic.Pointer[func() error] // see SetWriteFault
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }

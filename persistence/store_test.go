@@ -254,3 +254,17 @@ func TestStore_TooLarge(t *testing.T) {
 	require.False(t, errors.Is(err, ErrCorrupt))
 	require.NotContains(t, err.Error(), "xxxx", "no value in the error text")
 }
+
+func TestStore_WriteFault(t *testing.T) {
+	s := mustOpen(t, "")
+	j := putJobRecord(t, s, 1, 1, 1, false)
+	disk := errors.New("no space left on device")
+	s.SetWriteFault(func() error { return disk })
+	require.ErrorIs(t, s.SaveJob(&j), disk)
+	require.ErrorIs(t, s.WriteProbe([]byte("k"), []byte("v")), disk)
+	_, err := s.Job(j.ID)
+	require.NoError(t, err, "reads go on")
+	s.SetWriteFault(nil)
+	require.NoError(t, s.SaveJob(&j))
+	require.NoError(t, s.WriteProbe([]byte("k"), []byte("v")))
+}
