@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,11 +39,7 @@ type serveFlags struct {
 }
 
 // addConfigFlags adds a flag for each number of [engine.Config].
-func addConfigFlags(fs interface {
-	DurationVar(*time.Duration, string, time.Duration, string)
-	IntVar(*int, string, int, string)
-	Int64Var(*int64, string, int64, string)
-}, cfg *engine.Config) {
+func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.DurationVar(&cfg.TTL, "ttl", engine.DefaultTTL, "how long a finished job stays readable after its last activity")
 	fs.IntVar(&cfg.TargetsPerJob, "targets-per-job", engine.DefaultTargetsPerJob, "most targets in one job")
 	fs.IntVar(&cfg.JobsPerCaller, "jobs-per-caller", engine.DefaultJobsPerCaller, "most live (queued or running) jobs per caller")
