@@ -39,6 +39,12 @@ func (j *job) Receive(ctx actor.Context) {
 		ctx.Respond(j.cancel(ctx))
 	case *StatusJob:
 		ctx.Respond(j.status())
+	case *TouchJob:
+		if m.Lease > j.rec.Lease {
+			j.rec.Lease = m.Lease
+			j.save("touch")
+		}
+		ctx.Respond(true)
 	case *shutdownJob:
 		j.shutdown()
 		ctx.Respond(true)

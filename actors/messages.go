@@ -9,10 +9,10 @@ import (
 
 // The protocol, one way where it can be:
 //
-//	engine → supervisor: Submit, CancelJob, StatusJob, Drain
-//	supervisor → job:    dispatch (a worker is free for you), CancelJob and
-//	                     StatusJob (forwarded, the engine's future answers),
-//	                     shutdownJob
+//	engine → supervisor: Submit, CancelJob, StatusJob, TouchJob, Drain
+//	supervisor → job:    dispatch (a worker is free for you); CancelJob,
+//	                     StatusJob and TouchJob (forwarded: the engine's
+//	                     future gets the answer); shutdownJob
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome)
 //	job → supervisor:    jobDone (the worker is free; the job is ready, waits
@@ -65,6 +65,14 @@ type StatusReply struct {
 	Job     persistence.JobRecord
 	Targets []persistence.TargetRecord // the in-flight one reads running
 	Err     error
+}
+
+// TouchJob moves a live job's lease to Lease (unix nanoseconds) if that is
+// later; the reply is a bool: false when no actor owns the job (touch the
+// store instead).
+type TouchJob struct {
+	ID    string
+	Lease int64
 }
 
 // Drain stops the supervisor taking work, waits for the targets in flight to

@@ -91,6 +91,12 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		} else {
 			ctx.Respond(&StatusReply{})
 		}
+	case *TouchJob:
+		if j := s.jobs[m.ID]; j != nil {
+			ctx.Forward(j.pid)
+		} else {
+			ctx.Respond(false)
+		}
 	case *jobDone:
 		s.jobDone(ctx, m)
 	case *jobEnded:

@@ -67,6 +67,13 @@ func (s *System) Cancel(id string) bool {
 	return err == nil && ok
 }
 
+// Touch moves a live job's lease; false when no actor owns the job.
+func (s *System) Touch(id string, lease int64) bool {
+	res, err := s.ask(&TouchJob{ID: id, Lease: lease}, askTimeout)
+	ok, _ := res.(bool)
+	return err == nil && ok
+}
+
 // Status asks a live job for its status; Live is false in the reply when no
 // actor owns the job.
 func (s *System) Status(id string) (*StatusReply, error) {

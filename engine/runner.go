@@ -317,7 +317,14 @@ func toTargets(ts []persistence.TargetRecord) []TargetStatus {
 // Touch moves a job's lease to now, so that it stays readable for another
 // [Config.TTL]. An unknown id is ignored.
 func (r *Runner) Touch(id string) {
-	if _, err := r.store.Touch(id, r.cfg.Now().UnixNano()); err != nil {
+	now := r.cfg.Now().UnixNano()
+	r.mu.RLock()
+	owned := !r.closed && r.sys.Touch(id, now) // a live job's row is its actor's
+	r.mu.RUnlock()
+	if owned {
+		return
+	}
+	if _, err := r.store.Touch(id, now); err != nil {
 		r.log.Warn("touch", slog.String("job_id", id), slog.String("err", "write failed"))
 	}
 }

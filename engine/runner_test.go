@@ -772,3 +772,29 @@ func TestRunner_ResultTooLargeToStore(t *testing.T) {
 	require.Equal(t, "result too large to store", ts[0].Error)
 	require.Equal(t, "small", ts[1].Result.Content, "the job goes on")
 }
+
+func TestRunner_TouchLiveJob(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	b := setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		started <- struct{}{}
+		<-release
+		return engine.Result{}, nil
+	}, engine.Config{})
+	id := b.submit(t, "alice", targets("a", 2))
+	recv(t, started)
+	b.clock.Advance(time.Minute)
+	b.r.Touch(id)
+	touched := b.clock.Now().UnixNano()
+	rec, err := b.store.Job(id)
+	require.NoError(t, err)
+	require.Equal(t, touched, rec.Lease, "a live job's actor takes the touch")
+	require.True(t, b.r.Cancel(id)) // the actor writes its row again
+	close(release)
+	waitFor(t, "settled", func() bool {
+		rec, err = b.store.Job(id)
+		return err == nil && rec.Settled
+	})
+	require.Equal(t, touched, rec.Lease, "no later write of the job's own loses the touch")
+}

@@ -149,56 +149,40 @@ func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
 	return j, err
 }
 
-// putJob writes next over the stored row, keeping the indexes right. The
-// stored lease wins if it is later (a Touch may have moved it), and so do
-// the stored result bytes' bookkeeping: the returned delta is next's result
-// bytes minus the stored row's.
-func putJob(txn *badger.Txn, id [idLen]byte, next *JobRecord) (int64, error) {
-	prev, err := getJob(txn, id)
-	if err != nil {
-		return 0, err
-	}
-	if prev.Lease > next.Lease {
-		next.Lease = prev.Lease
-	}
+// putOwnedJob writes a job's new row for its owner, the job's actor (or
+// New, reaping a crashed run's jobs): the stored row is unsettled and only
+// the owner writes it, so nothing needs reading first. If next is settled,
+// the job moves from the unsettled index to the sweep and age indexes.
+func putOwnedJob(txn *badger.Txn, id [idLen]byte, next *JobRecord) error {
 	if err := txn.Set(jobKey(id), encodeJob(next)); err != nil {
-		return 0, err
+		return err
 	}
-	switch {
-	case !prev.Settled && next.Settled:
-		if err := txn.Delete(liveKey(id)); err != nil {
-			return 0, err
-		}
-		if err := setSettledIndexes(txn, id, next); err != nil {
-			return 0, err
-		}
-	case prev.Settled && next.Settled && prev.Lease != next.Lease:
-		if err := txn.Delete(indexKey(prefixLease, prev.Lease, id)); err != nil {
-			return 0, err
-		}
-		if err := txn.Set(indexKey(prefixLease, next.Lease, id), nil); err != nil {
-			return 0, err
-		}
-	case prev.Settled && !next.Settled:
-		return 0, fmt.Errorf("job row: %w: a settled job cannot become unsettled", ErrCorrupt)
+	if !next.Settled {
+		return nil
 	}
-	return next.ResultBytes - prev.ResultBytes, nil
+	if err := txn.Delete(liveKey(id)); err != nil {
+		return err
+	}
+	return setSettledIndexes(txn, id, next)
 }
 
-// SaveJob writes a stored job's new row. The row's lease becomes the later
-// of j.Lease and the stored one, and j.Lease is updated to match.
+// SaveJob writes the new row of an unsettled job: it is for the job's owner
+// only (its actor, or New reaping), which holds the row in memory. A settled
+// j settles the job: from then on it may be swept or evicted, and only
+// [Store.Touch] writes it.
 func (s *Store) SaveJob(j *JobRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
 		return fmt.Errorf("save job: %w", ErrNotFound)
 	}
 	return s.update("save job", func(txn *badger.Txn) (int64, error) {
-		return putJob(txn, id, j)
+		return 0, putOwnedJob(txn, id, j)
 	})
 }
 
 // SaveTarget writes a target's outcome (its Status, Result, Error and Hint)
-// and its job's new row in one write (see [Store.SaveJob] for the lease).
+// and its unsettled job's new row in one write; like [Store.SaveJob] it is
+// for the job's owner. j.ResultBytes must already count t.Result.
 func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
@@ -208,12 +192,13 @@ func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
 		if err := txn.Set(targetKey(prefixOutcome, id, t.Idx), encodeOutcome(t)); err != nil {
 			return 0, err
 		}
-		return putJob(txn, id, j)
+		return int64(len(t.Result)), putOwnedJob(txn, id, j)
 	})
 }
 
-// Touch moves a stored job's lease to lease if that is later. It reports
-// false for an unknown id.
+// Touch moves a settled job's lease to lease if that is later; it reports
+// false for an unknown id. An unsettled job's row belongs to its actor,
+// which takes Touches itself; Touch on one only sets its lease.
 func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 	id, ok := parseID(idHex)
 	if !ok {
@@ -229,8 +214,16 @@ func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 		if err != nil || j.Lease >= lease {
 			return 0, err
 		}
+		if j.Settled {
+			if err := txn.Delete(indexKey(prefixLease, j.Lease, id)); err != nil {
+				return 0, err
+			}
+			if err := txn.Set(indexKey(prefixLease, lease, id), nil); err != nil {
+				return 0, err
+			}
+		}
 		j.Lease = lease
-		return putJob(txn, id, &j)
+		return 0, txn.Set(jobKey(id), encodeJob(&j))
 	})
 	return found && err == nil, err
 }

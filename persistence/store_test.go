@@ -157,19 +157,28 @@ func TestStore_Indexes(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	j.Status, j.Settled, j.ResultBytes = StatusDone, true, 10
-	require.NoError(t, s.SaveJob(&j))
+	// Touching an unsettled job sets its lease only.
+	ok, err := s.Touch(j.ID, 150)
+	require.NoError(t, err)
+	require.True(t, ok)
+	j.Lease = 150
+
+	j.Status, j.Settled, j.ResultBytes, j.TargetsDone = StatusDone, true, 10, 1
+	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("0123456789")}))
 	left, _ = s.Unsettled()
 	require.Empty(t, left)
 	require.Equal(t, int64(10), s.Bytes())
 
 	// A settled job's lease moves its sweep entry; an older lease never wins.
-	ok, err := s.Touch(j.ID, 500)
+	ok, err = s.Touch(j.ID, 500)
 	require.NoError(t, err)
 	require.True(t, ok)
-	j.Lease = 200
-	require.NoError(t, s.SaveJob(&j))
-	require.Equal(t, int64(500), j.Lease, "the stored later lease wins")
+	ok, err = s.Touch(j.ID, 200)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, err = s.Job(j.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(500), got.Lease, "the later lease wins")
 	n, _, err = s.Sweep(499, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
@@ -213,14 +222,17 @@ func TestStore_SweepInBatches(t *testing.T) {
 
 func TestStore_Evict(t *testing.T) {
 	s := mustOpen(t, "")
+	store := func(j *JobRecord, n int) {
+		j.ResultBytes += int64(n)
+		require.NoError(t, s.SaveTarget(j, &TargetRecord{Idx: 0, Status: TargetDone, Result: bytes.Repeat([]byte("x"), n)}))
+	}
 	live := putJobRecord(t, s, 100, 0, 0, false) // the oldest, but live
-	live.ResultBytes = 50
-	require.NoError(t, s.SaveJob(&live))
+	store(&live, 50)
 	var jobs []JobRecord
 	for i := range 5 {
-		j := putJobRecord(t, s, i, int64(10+i), int64(10+i), true)
-		j.ResultBytes = 100
-		require.NoError(t, s.SaveJob(&j))
+		j := putJobRecord(t, s, i, int64(10+i), int64(10+i), false)
+		j.Status, j.Settled = StatusDone, true
+		store(&j, 100)
 		jobs = append(jobs, j)
 	}
 	require.Equal(t, int64(550), s.Bytes())
