@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sift/batch/persistence"
 )
 
@@ -51,6 +52,16 @@ type Config struct {
 	Hooks         Hooks
 	Now           func() time.Time
 	Log           *slog.Logger
+
+	dispatcher actor.Dispatcher // for the job actors; nil: protoactor's default
+}
+
+// jobProps are the props of a job actor.
+func (c *Config) jobProps(p actor.Producer) *actor.Props {
+	if c.dispatcher == nil {
+		return actor.PropsFromProducer(p)
+	}
+	return actor.PropsFromProducer(p, actor.WithDispatcher(c.dispatcher))
 }
 
 // The internal error text stored for a target whose fetch panicked.

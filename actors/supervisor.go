@@ -195,7 +195,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
 		return &SubmitReply{Err: err}
 	}
-	props := actor.PropsFromProducer(s.job(ctx.Self(), m.Job, m.Payload))
+	props := s.cfg.jobProps(s.job(ctx.Self(), m.Job, m.Payload))
 	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
 	if err != nil {
 		// Only a duplicate id (128 random bits) gets here.

@@ -12,9 +12,13 @@ import (
 // System is a running actor system with its supervisor: the engine's handle
 // on the actors. Its methods are safe for concurrent use until [System.Stop].
 type System struct {
-	sys *actor.ActorSystem
-	sup *actor.PID
+	sys  *actor.ActorSystem
+	sup  *actor.PID
+	pool *poolDispatcher
 }
+
+// poolGoroutines run the supervisor and the job actors (see poolDispatcher).
+const poolGoroutines = 4
 
 // askTimeout bounds a request to the supervisor or a job actor. They answer
 // in microseconds; the bound only keeps a caller from hanging on a bug.
@@ -34,13 +38,16 @@ func Start(cfg *Config) (*System, error) {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(cfg.Log) }),
 		actor.WithDeadLetterThrottleInterval(100*time.Millisecond),
 	)
-	props := actor.PropsFromProducer(newSupervisor(cfg), actor.WithSupervisor(&supervisionStrategy{cfg: cfg}))
+	pool := newPoolDispatcher(poolGoroutines, 300)
+	cfg.dispatcher = pool
+	props := actor.PropsFromProducer(newSupervisor(cfg), actor.WithSupervisor(&supervisionStrategy{cfg: cfg}), actor.WithDispatcher(pool))
 	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
 		sys.Shutdown()
+		pool.close()
 		return nil, fmt.Errorf("start supervisor: %w", err)
 	}
-	return &System{sys: sys, sup: pid}, nil
+	return &System{sys: sys, sup: pid, pool: pool}, nil
 }
 
 func (s *System) ask(msg any, timeout time.Duration) (any, error) {
@@ -97,5 +104,6 @@ func (s *System) Stop() (int, error) {
 		err = fmt.Errorf("stop supervisor: %w", perr)
 	}
 	s.sys.Shutdown()
+	s.pool.close()
 	return n, err
 }
