@@ -191,9 +191,19 @@ func appendBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
+// readLen reads a length: a uvarint in its shortest form (a longer one
+// would decode two different rows to the same record) that fits in b.
+func readLen(b []byte) (n uint64, w int, ok bool) {
+	n, w = binary.Uvarint(b)
+	if w <= 0 || (w > 1 && b[w-1] == 0) || n > uint64(len(b)-w) {
+		return 0, 0, false
+	}
+	return n, w, true
+}
+
 func readBytes(b []byte) ([]byte, []byte, bool) {
-	n, w := binary.Uvarint(b)
-	if w <= 0 || n > uint64(len(b)-w) {
+	n, w, ok := readLen(b)
+	if !ok {
 		return nil, nil, false
 	}
 	if n == 0 {
@@ -205,8 +215,8 @@ func readBytes(b []byte) ([]byte, []byte, bool) {
 }
 
 func readString(b []byte) (string, []byte, bool) {
-	n, w := binary.Uvarint(b)
-	if w <= 0 || n > uint64(len(b)-w) {
+	n, w, ok := readLen(b)
+	if !ok {
 		return "", nil, false
 	}
 	return string(b[w : w+int(n)]), b[w+int(n):], true
