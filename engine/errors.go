@@ -19,7 +19,8 @@ var (
 	// (a 429 or 503): the target is tried again after [Config.RetryWait].
 	ErrRetryLater = errors.New("retry later")
 	// ErrInvalid is returned by [Runner.Submit], wrapped with the reason, for a
-	// nil caller, an empty caller name or a target with an empty URL.
+	// nil caller, an empty caller name, or a target with an empty URL or with
+	// a URL or an option that is not valid UTF-8.
 	ErrInvalid = errors.New("invalid submission")
 	// ErrClosed is returned by [Runner.Submit] after [Runner.Close].
 	ErrClosed = errors.New("runner closed")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/sift/batch/actors"
 	"github.com/sift/batch/persistence"
@@ -119,8 +120,8 @@ func (r *Runner) reap() error {
 // in the background. callerClass is the caller's class as sift knows it; the
 // runner does not use it.
 //
-// In order: a nil c, an empty c.Name or a target with an empty URL is an
-// error wrapping [ErrInvalid]; after [Runner.Close] [ErrClosed]; no targets
+// In order: a nil c, an empty c.Name, or a target with an empty URL or a URL
+// or option that is not valid UTF-8 is an error wrapping [ErrInvalid]; after [Runner.Close] [ErrClosed]; no targets
 // [ErrNoTargets]. If c.Name already has a job with the same targets that is
 // queued, running, done or partial and not expired, its id is returned with
 // reused true and nothing else happens. Then the caps: [ErrTooManyTargets],
@@ -138,6 +139,9 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 	for i := range targets {
 		if targets[i].URL == "" {
 			return "", false, fmt.Errorf("%w: target %d has an empty URL", ErrInvalid, i)
+		}
+		if !validUTF8(&targets[i]) {
+			return "", false, fmt.Errorf("%w: target %d is not valid UTF-8", ErrInvalid, i)
 		}
 	}
 	r.mu.RLock()
@@ -173,6 +177,15 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 		return "", false, fmt.Errorf("store job: %w", reply.Err)
 	}
 	return reply.ID, reply.Reused, nil
+}
+
+// validUTF8 reports whether t's URL and options are valid UTF-8. Targets are
+// stored and keyed by their JSON, which turns every invalid byte into U+FFFD:
+// such a target would be stored altered, and keyed like another one.
+func validUTF8(t *Target) bool {
+	o := &t.Options
+	return utf8.ValidString(t.URL) && utf8.ValidString(o.Mode) && utf8.ValidString(o.Question) &&
+		utf8.ValidString(o.Pages) && utf8.ValidString(o.Grep) && utf8.ValidString(o.JQ)
 }
 
 // newSubmit builds the job's rows: a fresh id, the idempotency key, the
