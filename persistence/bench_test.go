@@ -1,0 +1,195 @@
+package persistence_test
+
+// The store's benchmarks (issue 4): the sweep of expired jobs and eviction.
+// `make bench` runs them; docs/PERFORMANCE.md holds the figures.
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/persistence"
+)
+
+// The jobs the removal benchmarks start from: settled jobs of deleteTargets
+// targets, each with deleteResultBytes of results on the byte total. 32
+// targets would be the worst case, but Badger stalls filling 100,000 of those
+// (over 100 s on the 2-core machine); a job's keys are deleted by name, so
+// the cost per job grows with its targets (2 keys per target, 6 more per
+// job). The fillers have target rows, no result rows.
+const (
+	deleteTargets     = 8
+	deleteResultBytes = 1000
+	// sweepBatch is what the runner's supervisor passes to Sweep: it sweeps
+	// 512 jobs per message and sends itself another while more are due.
+	sweepBatch = 512
+)
+
+// fillForDelete writes n jobs into dir through the public API and closes
+// the store. Created times and leases are one microsecond apart, in an order
+// unrelated to the (random) ids; last is the latest lease.
+func fillForDelete(b *testing.B, dir string, n int) (last int64) {
+	b.Helper()
+	s, err := persistence.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ts := make([]persistence.TargetRecord, deleteTargets)
+	for i := range ts {
+		ts[i] = persistence.TargetRecord{Idx: i, URL: fmt.Sprintf("https://example.com/page-%d", i), Options: []byte("{}")}
+	}
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var id [16]byte
+	for i := 0; i < n; i++ {
+		binary.BigEndian.PutUint64(id[:], rng.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rng.Uint64())
+		at := first + int64(i)*int64(time.Microsecond)
+		j := persistence.JobRecord{
+			ID: hex.EncodeToString(id[:]), Caller: "caller-" + strconv.Itoa(i%100), Status: persistence.StatusDone,
+			TargetsTotal: deleteTargets, TargetsDone: deleteTargets, Created: at, Lease: at,
+			ResultBytes: deleteResultBytes, Settled: true,
+		}
+		binary.BigEndian.PutUint64(j.Key[:], rng.Uint64())
+		binary.BigEndian.PutUint64(j.Key[8:], rng.Uint64())
+		binary.BigEndian.PutUint64(j.Key[16:], uint64(i))
+		if err := s.CreateJob(&j, ts); err != nil {
+			b.Fatal(err)
+		}
+		last = at
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return last
+}
+
+func copyDir(b *testing.B, from, to string) {
+	b.Helper()
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkStore_Delete measures removing settled jobs (8 targets each).
+// Every run starts from a fresh copy of the same filled store. One op
+// removes them all; the figure is us/job, microseconds per job removed.
+//
+//   - Sweep/jobs=100k: 100,000 jobs, all expired, swept as the runner does
+//     it: [persistence.Store.Sweep] 512 jobs at a time until none is due.
+//   - Evict/jobs=10k,over=10x: 10,000 jobs, [persistence.Store.Evict] down to
+//     a tenth of their result bytes: 9,000 jobs removed, oldest first, in one
+//     call. (10× over the default 64 MiB with 32 results of 10 KB a job is
+//     about 2,000 jobs: 10,000 is already a large store to evict from.)
+//
+// Use -benchtime=1x: one op takes seconds; its store copy is outside the
+// timer.
+func BenchmarkStore_Delete(b *testing.B) {
+	dir := b.TempDir()
+	type template struct {
+		dir  string
+		last int64 // the latest lease
+	}
+	templates := map[int]*template{}
+	open := func(b *testing.B, n int) (*persistence.Store, *template) {
+		b.Helper()
+		t := templates[n]
+		if t == nil {
+			t = &template{dir: filepath.Join(dir, strconv.Itoa(n))}
+			t.last = fillForDelete(b, t.dir, n)
+			templates[n] = t
+		}
+		to := filepath.Join(b.TempDir(), "store")
+		copyDir(b, t.dir, to)
+		s, err := persistence.Open(to)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s, t
+	}
+	b.Run("Sweep/jobs=100k", func(b *testing.B) {
+		const jobs = 100_000
+		removed := 0
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			s, t := open(b, jobs)
+			b.StartTimer()
+			for {
+				n, more, err := s.Sweep(t.last, sweepBatch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				removed += n
+				if !more {
+					break
+				}
+			}
+			b.StopTimer()
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if removed != b.N*jobs {
+			b.Fatalf("swept %d jobs, want %d", removed, b.N*jobs)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(removed), "us/job")
+	})
+	b.Run("Evict/jobs=10k,over=10x", func(b *testing.B) {
+		const jobs = 10_000
+		removed := 0
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			s, _ := open(b, jobs)
+			limit := s.Bytes() / 10
+			b.StartTimer()
+			n, err := s.Evict(limit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			removed += n
+			b.StopTimer()
+			if got := s.Bytes(); got > limit || n != jobs*9/10 {
+				b.Fatalf("evicted %d jobs down to %d bytes, want %d down to %d", n, got, jobs*9/10, limit)
+			}
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(removed), "us/job")
+	})
+}
