@@ -43,6 +43,7 @@ type supervisor struct {
 	perCaller map[string]int // live jobs per caller
 	live      int            // live jobs in all
 	inflight  int            // targets being fetched
+	stopping  int            // job actors poisoned and not yet terminated
 	ready     readyQueue
 	closing   bool
 	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
@@ -116,9 +117,12 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.closing = true
 		s.drainer = ctx.Sender()
 		s.stopTimers()
-		if s.inflight == 0 {
-			s.finishDrain(ctx)
+		s.maybeFinishDrain(ctx)
+	case *actor.Terminated:
+		if s.stopping > 0 {
+			s.stopping--
 		}
+		s.maybeFinishDrain(ctx)
 	case *actor.Stopping:
 		s.stopTimers()
 	}
@@ -257,9 +261,7 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 		}
 	}
 	if s.closing {
-		if s.inflight == 0 {
-			s.finishDrain(ctx)
-		}
+		s.maybeFinishDrain(ctx)
 		return
 	}
 	s.dispatch(ctx)
@@ -311,14 +313,21 @@ func (s *supervisor) remove(ctx actor.Context, j *liveJob) {
 	s.endLive(j)
 	delete(s.jobs, j.id)
 	ctx.Poison(j.pid)
+	s.stopping++
+}
+
+// maybeFinishDrain finishes a drain once nothing is in flight and every job
+// actor already told to stop has stopped: stopping the supervisor then
+// sends no Stop to an actor that is already gone (a dead letter).
+func (s *supervisor) maybeFinishDrain(ctx actor.Context) {
+	if s.drainer != nil && s.inflight == 0 && s.stopping == 0 {
+		s.finishDrain(ctx)
+	}
 }
 
 // finishDrain fails every live job with "shutdown" (each job actor persists
 // its own) and answers the drain.
 func (s *supervisor) finishDrain(ctx actor.Context) {
-	if s.drainer == nil {
-		return
-	}
 	n := 0
 	for _, j := range s.jobs {
 		f := ctx.RequestFuture(j.pid, &shutdownJob{}, drainJobTimeout)

@@ -26,13 +26,19 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 					ctx.Respond(&StatusReply{Live: true, Job: rec})
 				case *CancelJob:
 					ctx.Respond(true)
+				case *shutdownJob:
+					ctx.Respond(true)
 				}
 			})
 		}
 	}
 	props := actor.PropsFromProducer(supervisorWith(ts.cfg, worker, job), actor.WithSupervisor(&supervisionStrategy{cfg: ts.cfg}))
 	sup = ts.sys.Root.Spawn(props)
-	t.Cleanup(func() { ts.stop(t, sup) })
+	t.Cleanup(func() {
+		// As the engine does: drain, then stop.
+		_, _ = ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout).Result()
+		ts.stop(t, sup)
+	})
 	return sup, jobs, workerPID
 }
 
