@@ -35,8 +35,23 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 	props := actor.PropsFromProducer(supervisorWith(ts.cfg, worker, job), actor.WithSupervisor(&supervisionStrategy{cfg: ts.cfg}))
 	sup = ts.sys.Root.Spawn(props)
 	t.Cleanup(func() {
-		// As the engine does: drain, then stop.
-		_, _ = ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout).Result()
+		// As the engine does: drain, then stop. Each test gives back the
+		// worker it holds; here the jobs hand back any dispatched later.
+		drained := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
+		done := make(chan error, 1)
+		go func() { _, err := drained.Result(); done <- err }()
+		for {
+			select {
+			case m := <-jobs.got:
+				if d, ok := m.(dispatched); ok {
+					ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+				}
+				continue
+			case err := <-done:
+				require.NoError(t, err, "drain")
+			}
+			break
+		}
 		ts.stop(t, sup)
 	})
 	return sup, jobs, workerPID
@@ -98,6 +113,7 @@ func TestSupervisor_Rotation(t *testing.T) {
 	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, a, d.id, "a is back in the rotation")
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 }
 
 func TestSupervisor_CapsAndIdempotency(t *testing.T) {
@@ -107,7 +123,8 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 
 	require.Equal(t, RefusedTooManyTargets, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused)
 	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
-	next[dispatched](t, jobs)
+	d := next[dispatched](t, jobs)
+	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 
 	// Same key, same caller, queued/running: reused, no caps.
 	r := ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply)
@@ -127,7 +144,8 @@ func TestSupervisor_StatusAndCancelRouting(t *testing.T) {
 	ts := newTestSystem(t)
 	sup, jobs, _ := supervisorUnderTest(t, ts)
 	ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1))
-	next[dispatched](t, jobs)
+	d := next[dispatched](t, jobs)
+	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 
 	reply := ts.ask(t, sup, &StatusJob{ID: id('a')}).(*StatusReply)
 	require.True(t, reply.Live, "a live job's status comes from its actor")
