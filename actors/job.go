@@ -20,6 +20,13 @@ type job struct {
 	payload    any
 	inflight   int   // idx of the target being fetched, -1 for none
 	busySince  int64 // unix nanos of the next target's first busy answer, 0 for none
+	// What a failed write left unwritten: target outcomes, and whether the
+	// stored row is behind rec. The next write writes them first; a job
+	// that has ended keeps its actor, and retries every RetryWait, until
+	// they are written (see flush).
+	unsaved []persistence.TargetRecord
+	dirty   bool
+	flushes *time.Timer
 }
 
 func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
@@ -48,6 +55,17 @@ func (j *job) Receive(ctx actor.Context) {
 	case *shutdownJob:
 		j.shutdown()
 		ctx.Respond(true)
+	case *flushTick:
+		j.flushes = nil
+		if !j.flush("retry") {
+			j.retryFlush(ctx)
+		} else if j.terminal() && j.rec.Settled {
+			ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: true})
+		}
+	case *actor.Stopping:
+		if j.flushes != nil {
+			j.flushes.Stop()
+		}
 	}
 }
 
@@ -56,10 +74,56 @@ func (j *job) terminal() bool { return !persistence.IsLive(j.rec.Status) }
 func (j *job) now() int64 { return j.cfg.Now().UnixNano() }
 
 func (j *job) save(what string) {
+	if len(j.unsaved) > 0 {
+		j.flush(what) // each outcome is written with the row
+		return
+	}
 	if err := j.cfg.Store.SaveJob(&j.rec); err != nil {
+		j.dirty = true
 		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 			slog.String("what", what), slog.String(keyErr, storeErrText(err)))
+		return
 	}
+	j.dirty = false
+}
+
+// flush writes what failed writes left unwritten: the outcomes in order,
+// each with the row, then the row. It reports whether all is written.
+func (j *job) flush(what string) bool {
+	for len(j.unsaved) > 0 {
+		t := &j.unsaved[0]
+		if err := j.cfg.Store.SaveTarget(&j.rec, t); err != nil {
+			j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
+				slog.String("what", what), slog.String(keyErr, storeErrText(err)))
+			return false
+		}
+		j.unsaved = j.unsaved[1:]
+		j.dirty = false
+	}
+	if j.dirty {
+		j.save(what)
+	}
+	return !j.dirty
+}
+
+// retryFlush has flush tried again after RetryWait (a job that has ended
+// has no other event to write on).
+func (j *job) retryFlush(ctx actor.Context) {
+	if j.flushes != nil {
+		return
+	}
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	j.flushes = time.AfterFunc(j.cfg.RetryWait, func() { root.Send(self, &flushTick{}) })
+}
+
+// endState is the state of a job that has ended with nothing in flight:
+// settled, or unsaved until flush has written it.
+func (j *job) endState(ctx actor.Context) jobState {
+	if j.dirty || len(j.unsaved) > 0 {
+		j.retryFlush(ctx)
+		return jobUnsaved
+	}
+	return jobSettled
 }
 
 // storeErrText is a store error for a log line: the store's own sentinels by
@@ -76,7 +140,7 @@ func storeErrText(err error) string {
 func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	if j.terminal() || j.inflight >= 0 || j.rec.TargetsDone >= j.rec.TargetsTotal {
 		// Cancelled (or failed) before the supervisor heard: give the worker back.
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState()})
+		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx)})
 		return
 	}
 	if j.rec.Status == persistence.StatusQueued {
@@ -89,7 +153,7 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 
 // settledState settles a terminal job with nothing in flight, or says the
 // job is ready.
-func (j *job) settledState() jobState {
+func (j *job) settledState(ctx actor.Context) jobState {
 	if !j.terminal() {
 		return jobReady
 	}
@@ -97,14 +161,14 @@ func (j *job) settledState() jobState {
 		j.rec.Settled = true
 		j.save("settle")
 	}
-	return jobSettled
+	return j.endState(ctx)
 }
 
 func (j *job) fetched(ctx actor.Context, m *fetched) {
 	if m.idx != j.inflight {
 		// Not the target in flight (cannot happen): never store it twice,
 		// but give the worker back.
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState()})
+		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx)})
 		return
 	}
 	j.inflight = -1
@@ -117,7 +181,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		if now-j.busySince <= int64(j.cfg.RetryFor) {
 			state := jobWaiting
 			if j.terminal() {
-				state = j.settledState()
+				state = j.settledState(ctx)
 			}
 			ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: state})
 			return
@@ -154,7 +218,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 
 	state := jobReady
 	if j.terminal() {
-		state = jobSettled
+		state = j.endState(ctx)
 	}
 	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: state})
 
@@ -172,9 +236,13 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 }
 
 // storeTarget stores one target with the job's new row. A result too large
-// to store is stored failed instead; any other store error is logged and
-// the job goes on.
+// to store is stored failed instead; any other store error is logged, the
+// job goes on, and the outcome is written with the next write (see flush).
 func (j *job) storeTarget(t *persistence.TargetRecord) {
+	if len(j.unsaved) > 0 && !j.flush("target") {
+		j.unsaved = append(j.unsaved, *t)
+		return
+	}
 	err := j.cfg.Store.SaveTarget(&j.rec, t)
 	if errors.Is(err, persistence.ErrTooLarge) && t.Status == persistence.TargetDone {
 		j.rec.ResultBytes -= int64(len(t.Result))
@@ -191,7 +259,10 @@ func (j *job) storeTarget(t *persistence.TargetRecord) {
 	if err != nil {
 		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
 			slog.String(keyErr, storeErrText(err)))
+		j.unsaved = append(j.unsaved, *t)
+		return
 	}
+	j.dirty = false
 }
 
 // ended reports a job that has just become terminal to the hooks.
@@ -213,7 +284,8 @@ func (j *job) cancel(ctx actor.Context) bool {
 	j.save("cancelled")
 	// The supervisor hears before the canceller does, so a Submit that
 	// follows the Cancel sees the caps already freed.
-	ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: j.rec.Settled})
+	settled := j.rec.Settled && j.endState(ctx) == jobSettled
+	ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: settled})
 	j.ended()
 	return true
 }
@@ -227,6 +299,12 @@ func (j *job) status() *StatusReply {
 	if j.inflight >= 0 && j.inflight < len(ts) && ts[j.inflight].Status == persistence.TargetPending {
 		ts[j.inflight].Status = persistence.TargetRunning
 	}
+	for _, t := range j.unsaved {
+		if t.Idx < len(ts) {
+			t.URL, t.Options = ts[t.Idx].URL, ts[t.Idx].Options
+			ts[t.Idx] = t
+		}
+	}
 	return &StatusReply{Live: true, Job: j.rec, Targets: ts}
 }
 
@@ -234,7 +312,7 @@ func (j *job) status() *StatusReply {
 // nothing of it is in flight any more.
 func (j *job) shutdown() {
 	if j.terminal() {
-		if !j.rec.Settled {
+		if !j.rec.Settled || j.dirty || len(j.unsaved) > 0 {
 			j.rec.Settled = true
 			j.save("settle")
 		}

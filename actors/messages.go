@@ -109,6 +109,10 @@ const (
 	jobReady   jobState = iota // has a pending target, ready now
 	jobWaiting                 // its next target was busy: try after RetryWait
 	jobSettled                 // terminal, nothing in flight: stop the actor
+	// jobUnsaved: terminal, nothing in flight, but a write failed: no longer
+	// live, but the actor stays until it has written its rows (a jobEnded
+	// with settled follows).
+	jobUnsaved
 )
 
 // jobDone frees a worker and says how its job stands.
@@ -118,8 +122,9 @@ type jobDone struct {
 	state  jobState
 }
 
-// jobEnded says a job was cancelled; settled is false while a target of it
-// is still in flight (a jobDone follows).
+// jobEnded says a job was cancelled, or that an unsaved job has written its
+// rows; settled is false while a target of it is still in flight (a jobDone
+// follows) or its rows are not yet written.
 type jobEnded struct {
 	id      string
 	settled bool
@@ -127,6 +132,10 @@ type jobEnded struct {
 
 // shutdownJob fails a live job with "shutdown"; the reply is a bool.
 type shutdownJob struct{}
+
+// flushTick has a job that has ended write again what a failed write left
+// unwritten.
+type flushTick struct{}
 
 // retryReady says a waiting job may be tried again.
 type retryReady struct{ id string }

@@ -258,6 +258,8 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 			s.waitRetry(ctx, j)
 		case jobSettled:
 			s.remove(ctx, j)
+		case jobUnsaved:
+			s.endLive(j)
 		}
 	}
 	if s.closing {

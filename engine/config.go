@@ -40,8 +40,9 @@ type Config struct {
 	// MaxBytes caps the stored result bytes in all: past it the oldest
 	// finished jobs are deleted. Default 64 MiB.
 	MaxBytes int64
-	// RetryWait is the pause before a busy target is tried again, measured by
-	// a real timer. Default 2s.
+	// RetryWait is the pause before a busy target is tried again, and before
+	// a job that has ended writes again what a failed store write left
+	// unwritten; measured by a real timer. Default 2s.
 	RetryWait time.Duration
 	// RetryFor is how long, by [Config.Now], one target may keep coming back
 	// busy before it is stored failed. Default 10m.
