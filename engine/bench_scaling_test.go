@@ -26,8 +26,9 @@ import (
 const benchFillerTargets = 8
 
 // benchFill writes n settled jobs (status done) straight through the
-// store into dir, then closes the store, so that they sit in Badger's tables
-// rather than its memtable, as in a store that has been serving for a while.
+// store into dir, closes the store, and opens it once more to let Badger's
+// compactions finish, so that they sit in Badger's settled tables rather
+// than its memtable, as in a store that has been serving for a while.
 // Ids and idempotency keys are random (seeded), as the runner's are; leases
 // are a year ahead, so that no filler ever expires during a run.
 func benchFill(b *testing.B, dir string, n int) {
@@ -60,6 +61,13 @@ func benchFill(b *testing.B, dir string, n int) {
 			b.Fatal(err)
 		}
 	}
+	if err := store.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if store, err = persistence.Open(dir); err != nil {
+		b.Fatal(err)
+	}
+	badgerSettle()
 	if err := store.Close(); err != nil {
 		b.Fatal(err)
 	}
@@ -134,6 +142,7 @@ func BenchmarkRunner_Scaling(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		badgerSettle()
 		b.Cleanup(func() {
 			if err := store.Close(); err != nil {
 				b.Error(err)

@@ -39,12 +39,29 @@ func benchStore(b *testing.B) *persistence.Store {
 
 // badgerCount reads one of Badger's process-wide expvar counters:
 // "badger_put_num_user" (entries written), "badger_get_num_user" (point
-// reads), "badger_iterator_num_user" (iterators opened).
+// reads), "badger_iterator_num_user" (iterators opened), and one gauge,
+// "badger_compaction_current_num_lsm" (tables being compacted now).
 func badgerCount(name string) int64 {
 	if v, ok := expvar.Get(name).(*expvar.Int); ok {
 		return v.Value()
 	}
 	return 0
+}
+
+// badgerSettle waits, up to a minute, until Badger has had no compaction
+// running for 300 ms (its compactors look every 50 ms), so that a benchmark
+// does not time the compactions its setup left behind.
+func badgerSettle() {
+	deadline := time.Now().Add(time.Minute)
+	quiet := time.Now()
+	for time.Now().Before(deadline) {
+		if badgerCount("badger_compaction_current_num_lsm") != 0 {
+			quiet = time.Now()
+		} else if time.Since(quiet) >= 300*time.Millisecond {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // benchValue is the reference write's value: 300 bytes, about one stored
