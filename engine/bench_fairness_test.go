@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,9 +20,10 @@ import (
 //
 // Issue 4 wants the wait to be at most one round of the rotation. It
 // reports the wait in fetch-times (the mean measured fetch, sleep included):
-// fetches/wait (mean) and fetches/max-wait (the longest of the run); one
-// round is 8 fetch-times, the new job's own included. ns/fetch is the
-// measured fetch time.
+// fetches/wait (mean), fetches/p95-wait and fetches/max-wait (the longest of
+// the run, the most exposed to the machine's noise); one round is 8
+// fetch-times: the 7 other jobs' fetches, each with its store, and the
+// remainder of the one in flight. ns/fetch is the measured fetch time.
 func BenchmarkRunner_Fairness(b *testing.B) {
 	const (
 		fetchTime = time.Millisecond
@@ -68,7 +70,7 @@ func BenchmarkRunner_Fairness(b *testing.B) {
 		time.Sleep(fetchTime)
 	}
 	c := &engine.Caller{Name: "new"}
-	var sum, longest time.Duration
+	waits := make([]time.Duration, 0, b.N)
 	fetches.Store(0)
 	fetchNanos.Store(0)
 	b.ResetTimer()
@@ -85,8 +87,7 @@ func BenchmarkRunner_Fairness(b *testing.B) {
 		case <-time.After(benchTimeout):
 			b.Fatal("the new job never started")
 		}
-		sum += wait
-		longest = max(longest, wait)
+		waits = append(waits, wait)
 		select {
 		case <-ended:
 		case <-time.After(benchTimeout):
@@ -95,7 +96,13 @@ func BenchmarkRunner_Fairness(b *testing.B) {
 	}
 	b.StopTimer()
 	perFetch := float64(fetchNanos.Load()) / float64(max(fetches.Load(), 1))
+	slices.Sort(waits)
+	var sum time.Duration
+	for _, w := range waits {
+		sum += w
+	}
 	b.ReportMetric(float64(sum.Nanoseconds())/float64(b.N)/perFetch, "fetches/wait")
-	b.ReportMetric(float64(longest.Nanoseconds())/perFetch, "fetches/max-wait")
+	b.ReportMetric(float64(waits[(len(waits)-1)*95/100].Nanoseconds())/perFetch, "fetches/p95-wait")
+	b.ReportMetric(float64(waits[len(waits)-1].Nanoseconds())/perFetch, "fetches/max-wait")
 	b.ReportMetric(perFetch, "ns/fetch")
 }
