@@ -91,12 +91,25 @@ func (s *System) Status(id string) (*StatusReply, error) {
 	return res.(*StatusReply), nil
 }
 
-// Stop drains the supervisor (the caller has cancelled the fetch context
-// first), fails the jobs still live with "shutdown", stops every actor and
-// the actor system. It returns how many jobs it failed. Call it once.
-func (s *System) Stop() (int, error) {
+// Stop drains the supervisor: it stops dispatching, then Stop calls
+// cancelFetches (if not nil) so that the fetches in flight return, and
+// waits for their outcomes to be stored; then it fails the jobs still live
+// with "shutdown", stops every actor and the actor system. It returns how
+// many jobs it failed. Call it once.
+//
+// The Drain is queued before cancelFetches runs, so the supervisor handles
+// it before any target that returns at the cancel: no target is
+// dispatched, and fetched under a cancelled context, after Stop began.
+func (s *System) Stop(cancelFetches func()) (int, error) {
 	n := 0
-	res, err := s.ask(&Drain{}, drainTimeout)
+	drained := s.sys.Root.RequestFuture(s.sup, &Drain{}, drainTimeout)
+	if cancelFetches != nil {
+		cancelFetches()
+	}
+	res, err := drained.Result()
+	if err != nil {
+		err = fmt.Errorf("%w: %v", ErrNoAnswer, err)
+	}
 	if d, ok := res.(*Drained); ok {
 		n = d.Jobs
 	}

@@ -352,8 +352,7 @@ func (r *Runner) Close() {
 		r.mu.Lock()
 		r.closed = true
 		r.mu.Unlock()
-		r.cancel()
-		n, err := r.sys.Stop()
+		n, err := r.sys.Stop(r.cancel) // stops dispatching, then cancels
 		if err != nil {
 			r.log.Warn("close runner", slog.String("err", err.Error()))
 		}
