@@ -114,6 +114,11 @@ func Open(dir string) (s *Store, err error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
+	if dir != "" {
+		if err := checkTables(dir); err != nil {
+			return nil, err
+		}
+	}
 	log := &badgerLogger{}
 	db, err := openBadger(badgerOptions(dir, log))
 	if err != nil {

@@ -13,7 +13,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// Badger's Open leaves its cache monitor and its allocator pool
+		// running when it fails on a damaged key registry or value log;
+		// only TestStore_OpenDamaged makes it fail so.
+		goleak.IgnoreTopFunction("github.com/dgraph-io/badger/v4.(*DB).monitorCache"),
+		goleak.IgnoreTopFunction("github.com/dgraph-io/ristretto/v2/z.(*AllocatorPool).freeupAllocators"),
+	)
 }
 
 // mustOpen opens a store in dir ("" in memory) and closes it at cleanup.
