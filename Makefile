@@ -69,9 +69,9 @@ bench/rss: ## peak RSS (/usr/bin/time -v) of the demo and of a runner that ran 1
 		awk -F: '/Maximum resident set size/ { printf "BenchmarkProcess_PeakRSS/runner=1000x32 1 %.1f maxRSS-MiB\n", $$2 / 1024 }' $(BENCHDIR)/time.txt | tee -a $(BENCHDIR)/rss.txt; \
 	done
 
-bench/profile: ## CPU profile of the hottest path (throughput, 1 worker): pprof -top
+bench/profile: ## CPU profile of the hottest path (throughput, 1 worker, as in bench): pprof -top
 	@mkdir -p $(BENCHDIR)
-	$(GO) test -run '^$$' -bench '^BenchmarkRunner_Throughput$$/^workers=1$$' -benchtime 5s -cpuprofile $(BENCHDIR)/cpu.prof -o $(BENCHDIR)/engine.test ./engine
+	$(GO) test -run '^$$' -bench '^BenchmarkRunner_Throughput$$/^workers=1$$' -count $(BENCHCOUNT) -benchtime $(BENCHTIME) -cpuprofile $(BENCHDIR)/cpu.prof -o $(BENCHDIR)/engine.test ./engine
 	$(GO) tool pprof -top -nodecount 40 $(BENCHDIR)/engine.test $(BENCHDIR)/cpu.prof
 
 fmt: ## gofmt -w
