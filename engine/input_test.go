@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
 	"testing"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,4 +42,44 @@ func TestRunner_SubmitInvalidUTF8(t *testing.T) {
 	_, ts, ok := b.r.Status(a)
 	require.True(t, ok)
 	require.Equal(t, "http://h/\u2028<>&", ts[0].URL)
+}
+
+// TestRunner_JobIDs submits many jobs and checks their ids: 32 lowercase hex
+// characters (128 bits), all different, and every one of the 128 bits set in
+// about half of them (a counter or a clock in the id would show as bits
+// that hardly change).
+func TestRunner_JobIDs(t *testing.T) {
+	t.Parallel()
+	const n = 4000
+	// Not setup: its hook recorder holds 1024 endings, and hooks must not
+	// block.
+	store, err := persistence.Open("")
+	require.NoError(t, err)
+	r, err := engine.New(store, okFetch, engine.Config{JobsPerCaller: n, JobsTotal: n}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		r.Close()
+		require.NoError(t, store.Close())
+	})
+	seen := make(map[string]bool, n)
+	var ones [128]int
+	for i := range n {
+		id, reused, err := r.Submit(context.Background(), caller("alice"), "", targets(fmt.Sprintf("j%d", i), 1))
+		require.NoError(t, err)
+		require.False(t, reused)
+		require.Regexp(t, `^[0-9a-f]{32}$`, id)
+		require.False(t, seen[id], "id %s handed out twice", id)
+		seen[id] = true
+		raw, err := hex.DecodeString(id)
+		require.NoError(t, err)
+		for bit := range 128 {
+			if raw[bit/8]&(1<<(bit%8)) != 0 {
+				ones[bit]++
+			}
+		}
+	}
+	// Binomial(4000, 1/2): a standard deviation of ~32; 45%–55% is ±6σ.
+	for bit, c := range ones {
+		require.InDelta(t, n/2, c, n*0.05, "bit %d is set in %d of %d ids", bit, c, n)
+	}
 }
