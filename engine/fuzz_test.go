@@ -158,3 +158,37 @@ func validUTF8(ts []engine.Target) bool {
 	}
 	return true
 }
+
+// FuzzRunner_ID hands Status, Touch and Cancel arbitrary job ids, next to a
+// real one: never a panic; an id that is not a job's is unknown (false) and
+// changes nothing.
+func FuzzRunner_ID(f *testing.F) {
+	fr := newFuzzRunner(f)
+	real, _, err := fr.r.Submit(context.Background(), &engine.Caller{Name: "owner"}, "", []engine.Target{{URL: "http://h/a"}})
+	require.NoError(f, err)
+	f.Add(real)
+	f.Add(strings.ToUpper(real))
+	f.Add(real[:31])
+	f.Add(real + "0")
+	f.Add("")
+	f.Add("../../etc/passwd")
+	f.Add("00000000000000000000000000000000")
+	f.Add("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz")
+	f.Add("\xff\x00job")
+	f.Fuzz(func(t *testing.T, id string) {
+		j, ts, ok := fr.r.Status(id)
+		fr.r.Touch(id)
+		cancelled := fr.r.Cancel(id)
+		if id != real {
+			require.False(t, ok, "an unknown id is not found")
+			require.Empty(t, ts)
+			require.Zero(t, j)
+			require.False(t, cancelled)
+			_, err := fr.store.Job(id)
+			require.ErrorIs(t, err, persistence.ErrNotFound)
+			return
+		}
+		require.True(t, ok)
+		require.Equal(t, "owner", j.Caller)
+	})
+}

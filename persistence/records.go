@@ -222,11 +222,16 @@ func readString(b []byte) (string, []byte, bool) {
 	return string(b[w : w+int(n)]), b[w+int(n):], true
 }
 
-// parseID decodes a 32-character hex job id.
+// parseID decodes a job id: 32 lowercase hex characters.
 func parseID(s string) ([idLen]byte, bool) {
 	var id [idLen]byte
 	if len(s) != 2*idLen {
 		return id, false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return id, false // ids are lowercase: "ABC…" is not a second name for "abc…"
+		}
 	}
 	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
 		return id, false
