@@ -54,6 +54,16 @@ type Config struct {
 	Log           *slog.Logger
 
 	dispatcher actor.Dispatcher // for the job actors; nil: protoactor's default
+	// workerDispatchers has one dispatcher per worker; missing: the default.
+	workerDispatchers []actor.Dispatcher
+}
+
+// workerProps are the props of worker i (from 0).
+func (c *Config) workerProps(p actor.Producer, i int) *actor.Props {
+	if i >= len(c.workerDispatchers) {
+		return actor.PropsFromProducer(p)
+	}
+	return actor.PropsFromProducer(p, actor.WithDispatcher(c.workerDispatchers[i]))
 }
 
 // jobProps are the props of a job actor.
@@ -72,7 +82,7 @@ const internalError = "internal error"
 // before it lets other messages through.
 const (
 	sweepInterval = time.Minute
-	sweepBatch    = 512
+	sweepBatch    = 64
 )
 
 func (c *Config) hookJob(outcome string) {

@@ -129,9 +129,8 @@ func (s *supervisor) Receive(ctx actor.Context) {
 }
 
 func (s *supervisor) start(ctx actor.Context) {
-	props := actor.PropsFromProducer(s.worker)
 	for i := 1; i <= s.cfg.Workers; i++ {
-		pid, err := ctx.SpawnNamed(props, "worker-"+strconv.Itoa(i))
+		pid, err := ctx.SpawnNamed(s.cfg.workerProps(s.worker, i-1), "worker-"+strconv.Itoa(i))
 		if err != nil {
 			s.cfg.Log.Error("start worker", slog.Int(keyWorker, i), slog.String(keyErr, err.Error()))
 			continue

@@ -12,9 +12,9 @@ import (
 // System is a running actor system with its supervisor: the engine's handle
 // on the actors. Its methods are safe for concurrent use until [System.Stop].
 type System struct {
-	sys  *actor.ActorSystem
-	sup  *actor.PID
-	pool *poolDispatcher
+	sys   *actor.ActorSystem
+	sup   *actor.PID
+	pools []*poolDispatcher
 }
 
 // poolGoroutines run the supervisor and the job actors (see poolDispatcher).
@@ -40,14 +40,28 @@ func Start(cfg *Config) (*System, error) {
 	)
 	pool := newPoolDispatcher(poolGoroutines, 300)
 	cfg.dispatcher = pool
+	pools := []*poolDispatcher{pool}
+	// Each worker runs on a goroutine of its own, kept from one fetch to the
+	// next (a FetchFunc may block it for minutes: it shares it with nobody).
+	cfg.workerDispatchers = nil
+	for range cfg.Workers {
+		d := newPoolDispatcher(1, 300)
+		pools = append(pools, d)
+		cfg.workerDispatchers = append(cfg.workerDispatchers, d)
+	}
+	closePools := func() {
+		for _, p := range pools {
+			p.close()
+		}
+	}
 	props := actor.PropsFromProducer(newSupervisor(cfg), actor.WithSupervisor(&supervisionStrategy{cfg: cfg}), actor.WithDispatcher(pool))
 	pid, err := sys.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
 		sys.Shutdown()
-		pool.close()
+		closePools()
 		return nil, fmt.Errorf("start supervisor: %w", err)
 	}
-	return &System{sys: sys, sup: pid, pool: pool}, nil
+	return &System{sys: sys, sup: pid, pools: pools}, nil
 }
 
 func (s *System) ask(msg any, timeout time.Duration) (any, error) {
@@ -117,6 +131,8 @@ func (s *System) Stop(cancelFetches func()) (int, error) {
 		err = fmt.Errorf("stop supervisor: %w", perr)
 	}
 	s.sys.Shutdown()
-	s.pool.close()
+	for _, p := range s.pools {
+		p.close()
+	}
 	return n, err
 }

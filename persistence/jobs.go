@@ -452,13 +452,18 @@ func (s *Store) Jobs(fn func(JobRecord) bool) error {
 
 // Sweep deletes, oldest lease first, up to limit settled jobs whose lease is
 // at or before before, with their targets. It returns how many it deleted,
-// and whether more may be due.
+// and whether more may be due: a call after one that said more goes on
+// where that one stopped, past the tombstones it left, so a long sweep
+// stays linear; any other call starts at the oldest lease.
 func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	start := s.sweepCursor
+	s.sweepCursor = nil
 	var due []JobRecord
+	var last []byte
 	err := s.view("sweep", func(txn *badger.Txn) error {
-		return walkIndex(txn, prefixLease, func(nanos int64, id [idLen]byte) (bool, error) {
+		return walkIndex(txn, prefixLease, start, func(k []byte, nanos int64, id [idLen]byte) (bool, error) {
 			if nanos > before || len(due) >= limit {
 				return false, nil
 			}
@@ -467,6 +472,7 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 				return false, err
 			}
 			due = append(due, j)
+			last = append(last[:0], k...)
 			return true, nil
 		})
 	})
@@ -474,23 +480,49 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 		return 0, false, err
 	}
 	n, err := s.deleteLocked("sweep", due)
-	return n, err == nil && len(due) == limit, err
+	more := err == nil && len(due) == limit
+	if more {
+		s.sweepCursor = append(last, 0) // the next key after the last one deleted
+	}
+	return n, more, err
 }
+
+// evictBatch is how many jobs eviction deletes under one hold of the write
+// lock: other writes (targets being stored) wait for one batch at most.
+const evictBatch = 64
 
 // Evict deletes settled jobs, oldest first, while the stored result bytes
 // exceed max. It returns how many it deleted. Unsettled jobs are never
-// evicted, so the total may stay above max.
+// evicted, so the total may stay above max. It works in batches, letting
+// other writes through between them.
 func (s *Store) Evict(max int64) (int, error) {
+	total := 0
+	var from []byte
+	for {
+		n, next, err := s.evictSome(max, from)
+		total += n
+		if err != nil || next == nil {
+			return total, err
+		}
+		from = next
+	}
+}
+
+// evictSome deletes up to evictBatch of the oldest settled jobs from the
+// age-index key from on, while the byte total exceeds max; next is where
+// to go on, nil when done.
+func (s *Store) evictSome(max int64, from []byte) (int, []byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bytes <= max {
-		return 0, nil
+		return 0, nil, nil
 	}
 	var victims []JobRecord
+	var last []byte
+	over := s.bytes - max
 	err := s.view("evict", func(txn *badger.Txn) error {
-		over := s.bytes - max
-		return walkIndex(txn, prefixAge, func(_ int64, id [idLen]byte) (bool, error) {
-			if over <= 0 {
+		return walkIndex(txn, prefixAge, from, func(k []byte, _ int64, id [idLen]byte) (bool, error) {
+			if over <= 0 || len(victims) >= evictBatch {
 				return false, nil
 			}
 			j, err := getJob(txn, id)
@@ -498,29 +530,39 @@ func (s *Store) Evict(max int64) (int, error) {
 				return false, err
 			}
 			victims = append(victims, j)
+			last = append(last[:0], k...)
 			over -= j.ResultBytes
 			return true, nil
 		})
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return s.deleteLocked("evict", victims)
+	n, err := s.deleteLocked("evict", victims)
+	if err != nil || over <= 0 || len(victims) < evictBatch {
+		return n, nil, err
+	}
+	return n, append(last, 0), nil
 }
 
-func walkIndex(txn *badger.Txn, prefix byte, fn func(nanos int64, id [idLen]byte) (bool, error)) error {
+// walkIndex calls fn for the keys of an x or a index in order, from the
+// key start on (nil: the first), until fn returns false.
+func walkIndex(txn *badger.Txn, prefix byte, start []byte, fn func(k []byte, nanos int64, id [idLen]byte) (bool, error)) error {
 	o := badger.DefaultIteratorOptions
 	o.Prefix = []byte{prefix}
 	o.PrefetchValues = false
 	it := txn.NewIterator(o)
 	defer it.Close()
-	for it.Rewind(); it.ValidForPrefix(o.Prefix); it.Next() {
+	if start == nil {
+		start = o.Prefix
+	}
+	for it.Seek(start); it.ValidForPrefix(o.Prefix); it.Next() {
 		k := it.Item().Key()
 		id, ok := indexID(k)
 		if !ok {
 			return fmt.Errorf("index key: %w", ErrCorrupt)
 		}
-		more, err := fn(int64(binary.BigEndian.Uint64(k[1:9])), id)
+		more, err := fn(k, int64(binary.BigEndian.Uint64(k[1:9])), id)
 		if err != nil || !more {
 			return err
 		}

@@ -92,15 +92,17 @@ func badgerOptions(dir string, log badger.Logger) badger.Options {
 // Store is the Badger store. Open one with [Open]; close it with
 // [Store.Close] after every user (a runner) has stopped.
 type Store struct {
-	db     *badger.DB
-	log    *badgerLogger
-	dir    string
-	mu     sync.Mutex // serialises writes; guards bytes
-	bytes  int64      // stored result bytes in all, as in key m bytes
-	closed atomic.Bool
-	fault  atomic.Pointer[func() error] // see SetWriteFault
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	db    *badger.DB
+	log   *badgerLogger
+	dir   string
+	mu    sync.Mutex // serialises writes; guards bytes
+	bytes int64      // stored result bytes in all, as in key m bytes
+	// sweepCursor is where a sweep that said "more" goes on (see Sweep).
+	sweepCursor []byte
+	closed      atomic.Bool
+	fault       atomic.Pointer[func() error] // see SetWriteFault
+	stop        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""

@@ -292,3 +292,46 @@ func TestStore_WriteFault(t *testing.T) {
 	require.NoError(t, s.SaveJob(&j))
 	require.NoError(t, s.WriteProbe([]byte("k"), []byte("v")))
 }
+
+func TestStore_EvictInBatches(t *testing.T) {
+	s := mustOpen(t, "")
+	const jobs = 3*evictBatch + 10
+	for i := range jobs {
+		j := putJobRecord(t, s, i, int64(i), int64(i), false)
+		j.Status, j.Settled, j.ResultBytes = StatusDone, true, 10
+		require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("0123456789")}))
+	}
+	n, err := s.Evict(100)
+	require.NoError(t, err)
+	require.Equal(t, jobs-10, n, "several batches, down to MaxBytes")
+	require.Equal(t, int64(100), s.Bytes())
+	for i := range jobs {
+		_, err := s.Job(testID(i))
+		if i < jobs-10 {
+			require.ErrorIs(t, err, ErrNotFound, "job %d", i)
+		} else {
+			require.NoError(t, err, "job %d", i)
+		}
+	}
+}
+
+func TestStore_SweepStartsOverAfterARunEnds(t *testing.T) {
+	s := mustOpen(t, "")
+	for i := range 5 {
+		putJobRecord(t, s, i, int64(10+i), int64(10+i), true)
+	}
+	n, more, err := s.Sweep(100, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.True(t, more)
+	// An older lease shows up behind where the run goes on (a job that
+	// settles with an old lease): this run passes it, the next one finds it.
+	putJobRecord(t, s, 99, 1, 1, true)
+	n, more, err = s.Sweep(100, 10)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.False(t, more)
+	n, _, err = s.Sweep(100, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a new run starts at the oldest lease")
+}
