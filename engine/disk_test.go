@@ -1,8 +1,16 @@
 package engine_test
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -200,4 +208,144 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 			b.waitStatus(t, c, "done")
 		})
 	}
+}
+
+// TestRunner_DiskFull fills a real disk: a small tmpfs, mounted for the
+// test (root only; skipped where mounting is not allowed). A child process
+// runs jobs with large results on it until the disk is full; Badger writes
+// through mmap, so a full tmpfs is a SIGBUS that kills the child (or, if it
+// does not die, the test kills it a little after the disk filled). Then the
+// disk is made read-only: opening the store is a clear error. Then it is
+// grown: the store opens, New reaps, every target the child reported stored
+// is there with its exact result, and a new job runs to its end.
+func TestRunner_DiskFull(t *testing.T) {
+	if os.Getenv(envCrashDir) != "" {
+		t.Skip("in a crash child")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	t.Parallel()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	})
+	dir := filepath.Join(mnt, "store")
+	logFile := filepath.Join(t.TempDir(), "child.log")
+	lines, ended := runFillChild(t, dir, mnt, logFile)
+	logs, err := os.ReadFile(logFile)
+	require.NoError(t, err)
+	scanLogText(t, "child log", string(logs))
+	warns := strings.Count(string(logs), "level=WARN")
+
+	// Read-only: a clear error, no panic.
+	remount := func(opts string) {
+		t.Helper()
+		out, err := exec.Command("mount", "-o", "remount,"+opts, mnt).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	remount("ro")
+	_, err = persistence.Open(dir)
+	require.Error(t, err, "a store on a read-only disk does not open")
+	require.ErrorIs(t, err, syscall.EROFS, "and says why")
+	roErr := err.Error()
+
+	// Grown: everything reported stored is there; jobs run again.
+	remount("rw,size=512m")
+	store, err := persistence.Open(dir)
+	require.NoError(t, err, "the store opens once the disk has room")
+	reported := map[string][]int{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		idx, err := strconv.Atoi(f[2])
+		require.NoError(t, err)
+		reported[f[1]] = append(reported[f[1]], idx)
+	}
+	b := setupOn(t, store, okFetch, engine.Config{MaxBytes: 1 << 40})
+	lost := checkCrashStore(t, b.r, store, 0, reported)
+	require.Zero(t, lost)
+	left, err := store.Unsettled()
+	require.NoError(t, err)
+	require.Empty(t, left)
+	id := b.submit(t, "after", []engine.Target{{URL: secretURL("after", 0)}})
+	b.waitStatus(t, id, "done")
+	t.Logf("disk full: the child %s after %d targets reported stored (%d Warn lines); read-only: %q; grown: 0 of %d targets lost, a new job done",
+		ended, len(lines), warns, roErr, len(lines))
+}
+
+// runFillChild runs the crash child with large results on dir until it
+// dies, or until it has outlived a full disk by fillGrace; it returns the
+// "stored" lines and how the child ended.
+func runFillChild(t *testing.T, dir, mnt, logFile string) ([]string, string) {
+	t.Helper()
+	const fillGrace = 3 * time.Second
+	logOut, err := os.Create(logFile)
+	require.NoError(t, err)
+	defer logOut.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunner_CrashAtRandomPoints$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashSeed+"=1", envCrashRound+"=0", envCrashFill+"=1")
+	cmd.Stderr = logOut
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var stored []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rd := bufio.NewReader(stdout)
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(l, "stored ") {
+				stored = append(stored, strings.TrimSuffix(l, "\n"))
+			}
+		}
+	}()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(2 * time.Minute)
+	defer deadline.Stop()
+	var full time.Time
+	killed := false
+	for !killed {
+		select {
+		case <-done:
+			killed = true // it ended by itself; Wait below says how
+			continue
+		case <-deadline.C:
+			_ = cmd.Process.Kill()
+			t.Fatal("the disk never filled")
+		case <-tick.C:
+		}
+		var st syscall.Statfs_t
+		require.NoError(t, syscall.Statfs(mnt, &st))
+		if full.IsZero() && st.Bavail*uint64(st.Bsize) < 1<<20 {
+			full = time.Now()
+		}
+		if !full.IsZero() && time.Since(full) > fillGrace {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			<-done
+			killed = true
+		}
+	}
+	<-done
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the child ended: %v", err)
+	ws := exit.Sys().(syscall.WaitStatus)
+	logs, _ := os.ReadFile(logFile)
+	switch {
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
+		return stored, fmt.Sprintf("ran on %s past the full disk and was killed", fillGrace)
+	case strings.Contains(string(logs), "SIGBUS"):
+		return stored, "died of SIGBUS (Badger writes through mmap)"
+	}
+	return stored, fmt.Sprintf("exited (%v): %s", err, tail(string(logs), 300))
 }

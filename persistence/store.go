@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -150,12 +151,18 @@ func openBadger(o badger.Options) (db *badger.DB, err error) {
 	if err == nil {
 		return db, nil
 	}
+	// Badger formats the errors it wraps with %+v: the OS's are known by
+	// their text. A read-only or full disk is not a damaged store.
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "Cannot acquire directory lock"):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, ErrInUse)
-	case errors.Is(err, os.ErrPermission):
+	case errors.Is(err, os.ErrPermission), strings.Contains(msg, syscall.EACCES.Error()):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, os.ErrPermission)
+	case strings.Contains(msg, syscall.EROFS.Error()):
+		return nil, fmt.Errorf("open store %s: %w", o.Dir, syscall.EROFS)
+	case strings.Contains(msg, syscall.ENOSPC.Error()):
+		return nil, fmt.Errorf("open store %s: %w", o.Dir, syscall.ENOSPC)
 	default:
 		return nil, fmt.Errorf("open store %s: %w: %s", o.Dir, ErrCorrupt, firstLine(msg))
 	}
