@@ -42,6 +42,9 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// errEmptyValueLog is Badger's refusal of an empty value-log file (vlog.go).
+var errEmptyValueLog = fmt.Errorf("%w: an empty value-log file", ErrCorrupt)
+
 // The Badger options, chosen for a store embedded in a service, not for a
 // database server. Badger's defaults reserve 64 MiB memtables ×5, a 256 MiB
 // block cache and an unbounded index cache (≈125 MB RSS after 40 MB written);
@@ -124,6 +127,13 @@ func Open(dir string) (s *Store, err error) {
 	}
 	log := &badgerLogger{}
 	db, err := openBadger(badgerOptions(dir, log))
+	if errors.Is(err, errEmptyValueLog) {
+		// Left by a crash: see vlog.go.
+		if _, rerr := removeEmptyValueLogs(dir); rerr != nil {
+			return nil, rerr
+		}
+		db, err = openBadger(badgerOptions(dir, log))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +167,8 @@ func openBadger(o badger.Options) (db *badger.DB, err error) {
 	switch {
 	case strings.Contains(msg, "Cannot acquire directory lock"):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, ErrInUse)
+	case isEmptyValueLogError(msg):
+		return nil, fmt.Errorf("open store %s: %w", o.Dir, errEmptyValueLog)
 	case errors.Is(err, os.ErrPermission), strings.Contains(msg, syscall.EACCES.Error()):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, os.ErrPermission)
 	case strings.Contains(msg, syscall.EROFS.Error()):
