@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,11 +37,28 @@ const (
 
 // api is the HTTP API of the runner, as sift exposes it.
 type api struct {
-	runner        *engine.Runner
+	runner        jobRunner
+	owners        jobOwners
 	keys          *keyring
 	metrics       *Metrics
 	log           *slog.Logger
 	targetsPerJob int
+}
+
+// jobRunner is what the API asks of the runner; [*engine.Runner]
+// implements it. Tests wrap it to count the work an answer does.
+type jobRunner interface {
+	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
+	Cancel(id string) bool
+	Status(id string) (engine.Job, []engine.TargetStatus, bool)
+	Touch(id string)
+}
+
+// jobOwners reads a job's stored summary row, without its targets: one
+// point read whether or not the job exists. [*persistence.Store]
+// implements it; an id that is not 32 lowercase hex digits is not found.
+type jobOwners interface {
+	Job(id string) (persistence.JobRecord, error)
 }
 
 // submitRequest is the body of POST /v1/batch.
@@ -208,22 +226,38 @@ func isSyntaxError(err error) bool {
 	return errors.As(err, &se)
 }
 
-// owned returns the caller's job, or writes 404: another caller's job is
-// answered exactly like a missing one.
-func (a *api) owned(w http.ResponseWriter, r *http.Request, k *apiKey) (engine.Job, []engine.TargetStatus, bool) {
+// owned reports whether the path's job id names a job of the caller, or
+// writes 404. Another caller's job is answered exactly like a missing one,
+// and with the same work: one read of the job's summary row (never of its
+// targets), nothing else. So neither the answer nor its timing tells a
+// caller whether someone else's job exists.
+func (a *api) owned(w http.ResponseWriter, r *http.Request, k *apiKey) (string, bool) {
 	id := r.PathValue("id")
-	job, targets, ok := a.runner.Status(id)
-	if !ok || job.Caller != k.name {
-		writeError(w, http.StatusNotFound, "job not found", "check the id; jobs are deleted a while after they finish")
-		return engine.Job{}, nil, false
+	j, err := a.owners.Job(id)
+	if err == nil && j.Caller == k.name {
+		return id, true
 	}
-	return job, targets, true
+	if err != nil && !errors.Is(err, persistence.ErrNotFound) {
+		// Only a well-formed id reaches the store, so it is safe to log.
+		a.log.Warn("read job", slog.String(logKeyJobID, id), errAttr(err))
+	}
+	writeJobNotFound(w)
+	return "", false
+}
+
+func writeJobNotFound(w http.ResponseWriter) {
+	writeError(w, http.StatusNotFound, "job not found", "check the id; jobs are deleted a while after they finish")
 }
 
 // job is GET /v1/batch/{id}; ?results=1 includes the results.
 func (a *api) job(w http.ResponseWriter, r *http.Request, k *apiKey) {
-	job, targets, ok := a.owned(w, r, k)
+	id, ok := a.owned(w, r, k)
 	if !ok {
+		return
+	}
+	job, targets, ok := a.runner.Status(id)
+	if !ok { // expired, or swept since the owner check
+		writeJobNotFound(w)
 		return
 	}
 	a.runner.Touch(job.ID)
@@ -245,12 +279,17 @@ func (a *api) job(w http.ResponseWriter, r *http.Request, k *apiKey) {
 
 // target is GET /v1/batch/{id}/{idx}.
 func (a *api) target(w http.ResponseWriter, r *http.Request, k *apiKey) {
-	job, targets, ok := a.owned(w, r, k)
+	id, ok := a.owned(w, r, k)
 	if !ok {
 		return
 	}
-	idx, err := strconv.Atoi(r.PathValue("idx"))
-	if err != nil || idx < 0 || idx >= len(targets) {
+	job, targets, ok := a.runner.Status(id)
+	if !ok {
+		writeJobNotFound(w)
+		return
+	}
+	idx, ok := parseIdx(r.PathValue("idx"))
+	if !ok || idx >= len(targets) {
 		writeError(w, http.StatusNotFound, "target not found", fmt.Sprintf("this job's targets are 0 to %d", len(targets)-1))
 		return
 	}
@@ -258,17 +297,37 @@ func (a *api) target(w http.ResponseWriter, r *http.Request, k *apiKey) {
 	writeJSON(w, http.StatusOK, toTargetJSON(targets[idx], true))
 }
 
+// parseIdx parses a target index in its one spelling: decimal digits, no
+// sign, no leading zero ("0", "17"; not "+1", "01", " 1").
+func parseIdx(s string) (int, bool) {
+	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
+}
+
 // cancel is DELETE /v1/batch/{id}.
 func (a *api) cancel(w http.ResponseWriter, r *http.Request, k *apiKey) {
-	job, _, ok := a.owned(w, r, k)
+	id, ok := a.owned(w, r, k)
 	if !ok {
 		return
 	}
-	if !persistence.IsLive(job.Status) || !a.runner.Cancel(job.ID) {
+	if !a.runner.Cancel(id) {
+		if _, _, ok := a.runner.Status(id); !ok {
+			writeJobNotFound(w) // expired, or swept since the owner check
+			return
+		}
 		writeError(w, http.StatusConflict, "job already finished", "only a queued or running job can be cancelled")
 		return
 	}
-	a.log.Info("job cancelled", slog.String(logKeyJobID, job.ID), slog.String(logKeyCaller, k.name))
+	a.log.Info("job cancelled", slog.String(logKeyJobID, id), slog.String(logKeyCaller, k.name))
 	writeJSON(w, http.StatusOK, map[string]bool{"cancelled": true})
 }
 

@@ -34,10 +34,14 @@ const holdURL = "https://example.com/hold"
 type apiBundle struct {
 	url    string
 	client *http.Client
-	runner *engine.Runner
-	store  *persistence.Store
-	clock  *fakeClock
-	logs   *syncBuffer
+	// handler is the API's handler, for calls without a network hop; api
+	// is the API behind it.
+	handler http.Handler
+	api     *api
+	runner  *engine.Runner
+	store   *persistence.Store
+	clock   *fakeClock
+	logs    *syncBuffer
 	// release lets every held fetch (holdURL) finish.
 	release func()
 }
@@ -111,8 +115,9 @@ func setupAPIWith(t *testing.T, fetch engine.FetchFunc) *apiBundle {
 		t.Fatal(err)
 	}
 	b.runner = runner
-	a := &api{runner: runner, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
-	srv := httptest.NewServer(a.handler())
+	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
+	b.api, b.handler = a, a.handler()
+	srv := httptest.NewServer(b.handler)
 	b.url = srv.URL
 	transport := &http.Transport{}
 	b.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}

@@ -123,7 +123,7 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 		_ = store.Close()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
-	a := &api{runner: runner, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
+	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
 	return &server{
 		http: &http.Server{
 			Handler:           a.handler(),
