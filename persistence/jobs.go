@@ -123,10 +123,23 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 			return 0, err
 		}
 		if j.Settled {
+			s.indexed(j.Lease, j.Created, id)
 			return j.ResultBytes, setSettledIndexes(txn, id, j)
 		}
 		return j.ResultBytes, txn.Set(liveKey(id), nil)
 	})
+}
+
+// indexed notes x and a keys about to be written (s.mu is held): a sweep or
+// an eviction that would start past one starts at it instead.
+func (s *Store) indexed(lease, created int64, id [idLen]byte) {
+	s.indexGen++
+	if k := indexKey(prefixLease, lease, id); s.sweepFrom != nil && bytes.Compare(k, s.sweepFrom) < 0 {
+		s.sweepFrom = k
+	}
+	if k := indexKey(prefixAge, created, id); s.evictFrom != nil && bytes.Compare(k, s.evictFrom) < 0 {
+		s.evictFrom = k
+	}
 }
 
 func setSettledIndexes(txn *badger.Txn, id [idLen]byte, j *JobRecord) error {
@@ -176,6 +189,9 @@ func (s *Store) SaveJob(j *JobRecord) error {
 		return fmt.Errorf("save job: %w", ErrNotFound)
 	}
 	return s.update("save job", func(txn *badger.Txn) (int64, error) {
+		if j.Settled {
+			s.indexed(j.Lease, j.Created, id)
+		}
 		return 0, putOwnedJob(txn, id, j)
 	})
 }
@@ -191,6 +207,9 @@ func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
 	return s.update("save target", func(txn *badger.Txn) (int64, error) {
 		if err := txn.Set(targetKey(prefixOutcome, id, t.Idx), encodeOutcome(t)); err != nil {
 			return 0, err
+		}
+		if j.Settled {
+			s.indexed(j.Lease, j.Created, id)
 		}
 		return int64(len(t.Result)), putOwnedJob(txn, id, j)
 	})
@@ -215,6 +234,7 @@ func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 			return 0, err
 		}
 		if j.Settled {
+			s.indexed(lease, j.Created, id)
 			if err := txn.Delete(indexKey(prefixLease, j.Lease, id)); err != nil {
 				return 0, err
 			}
@@ -459,12 +479,16 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := s.sweepCursor
+	if start == nil {
+		start, s.sweepGen = s.sweepFrom, s.indexGen // a new run
+	}
 	s.sweepCursor = nil
 	var due []JobRecord
-	var last []byte
+	var last, stop []byte
 	err := s.view("sweep", func(txn *badger.Txn) error {
 		return walkIndex(txn, prefixLease, start, func(k []byte, nanos int64, id [idLen]byte) (bool, error) {
 			if nanos > before || len(due) >= limit {
+				stop = bytes.Clone(k)
 				return false, nil
 			}
 			j, err := getJob(txn, id)
@@ -481,8 +505,15 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 	}
 	n, err := s.deleteLocked("sweep", due)
 	more := err == nil && len(due) == limit
-	if more {
+	switch {
+	case more:
 		s.sweepCursor = append(last, 0) // the next key after the last one deleted
+	case err != nil || s.sweepGen != s.indexGen:
+		// A key may have been written behind the run: start where it did.
+	case stop != nil:
+		s.sweepFrom = stop // the first key not due: every one before it is deleted
+	case last != nil:
+		s.sweepFrom = append(last, 0) // the index ended
 	}
 	return n, more, err
 }
@@ -497,9 +528,11 @@ const evictBatch = 64
 // other writes through between them.
 func (s *Store) Evict(max int64) (int, error) {
 	total := 0
-	var from []byte
+	s.mu.Lock()
+	from, gen := s.evictFrom, s.indexGen
+	s.mu.Unlock()
 	for {
-		n, next, err := s.evictSome(max, from)
+		n, next, err := s.evictSome(max, from, gen)
 		total += n
 		if err != nil || next == nil {
 			return total, err
@@ -510,19 +543,21 @@ func (s *Store) Evict(max int64) (int, error) {
 
 // evictSome deletes up to evictBatch of the oldest settled jobs from the
 // age-index key from on, while the byte total exceeds max; next is where
-// to go on, nil when done.
-func (s *Store) evictSome(max int64, from []byte) (int, []byte, error) {
+// to go on, nil when done. When done, the next Evict starts where this one
+// stopped, unless index keys were written since it began (gen).
+func (s *Store) evictSome(max int64, from []byte, gen uint64) (int, []byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bytes <= max {
 		return 0, nil, nil
 	}
 	var victims []JobRecord
-	var last []byte
+	var last, stop []byte
 	over := s.bytes - max
 	err := s.view("evict", func(txn *badger.Txn) error {
 		return walkIndex(txn, prefixAge, from, func(k []byte, _ int64, id [idLen]byte) (bool, error) {
 			if over <= 0 || len(victims) >= evictBatch {
+				stop = bytes.Clone(k)
 				return false, nil
 			}
 			j, err := getJob(txn, id)
@@ -540,6 +575,14 @@ func (s *Store) evictSome(max int64, from []byte) (int, []byte, error) {
 	}
 	n, err := s.deleteLocked("evict", victims)
 	if err != nil || over <= 0 || len(victims) < evictBatch {
+		if err == nil && gen == s.indexGen {
+			switch {
+			case stop != nil:
+				s.evictFrom = stop
+			case last != nil:
+				s.evictFrom = append(last, 0)
+			}
+		}
 		return n, nil, err
 	}
 	return n, append(last, 0), nil

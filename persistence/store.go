@@ -103,10 +103,20 @@ type Store struct {
 	bytes int64      // stored result bytes in all, as in key m bytes
 	// sweepCursor is where a sweep that said "more" goes on (see Sweep).
 	sweepCursor []byte
-	closed      atomic.Bool
-	fault       atomic.Pointer[func() error] // see SetWriteFault
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	// sweepFrom and evictFrom are where a sweep and an eviction start:
+	// every x (a) key before them has been deleted. Deleted keys stay as
+	// tombstones until compaction drops them, and a walk from the start of
+	// the index steps over each one: with a sweep on every Submit, that
+	// grew with every job ever deleted. An index key written below one of
+	// them moves it back; indexGen counts the index keys written, so that a
+	// sweep or an eviction that let writes through while it ran does not
+	// move its start past one (see indexed).
+	sweepFrom, evictFrom []byte
+	indexGen, sweepGen   uint64
+	closed               atomic.Bool
+	fault                atomic.Pointer[func() error] // see SetWriteFault
+	stop                 chan struct{}
+	wg                   sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""

@@ -1,0 +1,92 @@
+package persistence
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// settledJob stores a settled job of 2 targets with the given lease,
+// creation time and result bytes.
+func settledJob(t *testing.T, s *Store, n int, created, lease, bytes int64) JobRecord {
+	t.Helper()
+	j := JobRecord{ID: testID(n), Caller: "alice", Status: StatusDone, Settled: true, TargetsTotal: 2,
+		Created: created, Lease: lease, ResultBytes: bytes}
+	j.Key[0], j.Key[1] = byte(n>>8), byte(n)
+	require.NoError(t, s.CreateJob(&j, []TargetRecord{{Idx: 0, URL: "http://a"}, {Idx: 1, URL: "http://b"}}))
+	return j
+}
+
+func exists(t *testing.T, s *Store, id string) bool {
+	t.Helper()
+	_, err := s.Job(id)
+	if err != nil {
+		require.ErrorIs(t, err, ErrNotFound)
+	}
+	return err == nil
+}
+
+// TestStore_SweepAndEvictStartWhereTheyStopped is the regression test for a
+// slowdown make soak found: every sweep (one per Submit) and every eviction
+// walked its index from the start, over the tombstone of every job deleted
+// before, until compaction dropped them: at 30,000 jobs the runner did a
+// tenth of its first jobs per second. They now start where the last one
+// stopped; this checks that a job indexed below that point is still swept
+// and evicted.
+func TestStore_SweepAndEvictStartWhereTheyStopped(t *testing.T) {
+	s := mustOpen(t, "")
+	for i := range 10 {
+		settledJob(t, s, i, int64(100+i), int64(100+i), 10)
+	}
+	n, more, err := s.Sweep(104, 100)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	require.False(t, more)
+	require.NotNil(t, s.sweepFrom, "the next sweep starts at lease 105")
+
+	// A job settled with an old lease (a cancel) is indexed below that.
+	old := settledJob(t, s, 50, 50, 50, 10)
+	n, _, err = s.Sweep(104, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the job below the start is swept")
+	require.False(t, exists(t, s, old.ID))
+	n, _, err = s.Sweep(106, 100)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "leases 105 and 106")
+
+	// Touch moves a lease later: still swept at its new lease.
+	touched := settledJob(t, s, 60, 200, 200, 10)
+	ok, err := s.Touch(touched.ID, 300)
+	require.NoError(t, err)
+	require.True(t, ok)
+	n, _, err = s.Sweep(299, 100)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "leases 107–109, not the touched one")
+	require.True(t, exists(t, s, touched.ID))
+	n, _, err = s.Sweep(300, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	// Eviction: oldest creation first, from where the last one stopped.
+	for i := range 6 {
+		settledJob(t, s, 100+i, int64(1000+i), int64(1000+i), 100)
+	}
+	require.Equal(t, int64(600), s.Bytes())
+	n, err = s.Evict(400)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "600 → 400")
+	require.NotNil(t, s.evictFrom)
+	older := settledJob(t, s, 200, 10, 5000, 100) // created long ago, settled now
+	n, err = s.Evict(400)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.False(t, exists(t, s, older.ID), "the job created before the start is evicted first")
+	n, err = s.Evict(200)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for i := range 4 {
+		require.Equal(t, i >= 4, exists(t, s, testID(100+i)))
+	}
+	require.True(t, exists(t, s, testID(104)))
+	require.Equal(t, int64(200), s.Bytes())
+}
