@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/persistence"
@@ -150,19 +152,10 @@ func (a *api) auth(h func(http.ResponseWriter, *http.Request, *apiKey)) http.Han
 
 // submit is POST /v1/batch.
 func (a *api) submit(w http.ResponseWriter, r *http.Request, k *apiKey) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	var req submitRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
 	if err == nil {
-		// One JSON value and nothing after it.
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = errors.New("data after the JSON object")
-			if terr != nil && !isSyntaxError(terr) {
-				err = terr
-			}
-		}
+		err = decodeSubmit(body, &req)
 	}
 	var tooBig *http.MaxBytesError
 	switch {
@@ -221,9 +214,91 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, k *apiKey) {
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: id, Reused: reused, Status: loc})
 }
 
+// decodeSubmit decodes a POST /v1/batch body strictly: UTF-8, one JSON
+// value, and every field name spelled exactly as the contract spells it,
+// once per object. encoding/json alone would take "URL" for "url" (it
+// matches names without regard to case), keep the last of two "url"s (a
+// proxy may have read the first), and turn bytes that are not UTF-8 into
+// U+FFFD.
+func decodeSubmit(body []byte, req *submitRequest) error {
+	if !utf8.Valid(body) {
+		return errors.New("body is not UTF-8")
+	}
+	if err := checkFieldNames(body); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return err
+	}
+	// One JSON value and nothing after it.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil && !isSyntaxError(err) {
+			return err
+		}
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
 func isSyntaxError(err error) bool {
 	var se *json.SyntaxError
 	return errors.As(err, &se)
+}
+
+// submitFields are the field names a submit body may use, at any depth
+// (the body has no free-form objects): those of [submitRequest],
+// [engine.Target] and [engine.Options].
+var submitFields = map[string]bool{
+	"targets": true, "url": true, "options": true,
+	"mode": true, "question": true, "pages": true, "grep": true, "jq": true, "context": true, "recover": true,
+}
+
+// checkFieldNames refuses an object key that is not one of submitFields
+// exactly, or that an object has twice. It leaves syntax errors to the
+// decoder, which reports them better.
+func checkFieldNames(body []byte) error {
+	type container struct {
+		object bool
+		atKey  bool // an object, before a key (or its end)
+		seen   map[string]bool
+	}
+	var stack []*container
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF, or a syntax error for Decode to report
+		}
+		if n := len(stack); n > 0 && stack[n-1].atKey {
+			if key, ok := tok.(string); ok {
+				c := stack[n-1]
+				switch {
+				case !submitFields[key]:
+					return fmt.Errorf("unknown field %q", key)
+				case c.seen[key]:
+					return fmt.Errorf("duplicate field %q", key)
+				}
+				c.seen[key], c.atKey = true, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &container{object: true, atKey: true, seen: map[string]bool{}})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &container{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value has ended: an object around it wants its next key.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].atKey = true
+		}
+	}
 }
 
 // owned reports whether the path's job id names a job of the caller, or

@@ -84,12 +84,12 @@ func fakeFetch(release <-chan struct{}) engine.FetchFunc {
 
 // setupAPI starts the API on an in-memory store with a fake fetch: at most
 // 4 targets a job, 1 live job per caller, 2 in all.
-func setupAPI(t *testing.T) *apiBundle {
+func setupAPI(t testing.TB) *apiBundle {
 	t.Helper()
 	return setupAPIWith(t, nil)
 }
 
-func setupAPIWith(t *testing.T, fetch engine.FetchFunc) *apiBundle {
+func setupAPIWith(t testing.TB, fetch engine.FetchFunc) *apiBundle {
 	t.Helper()
 	keys, err := parseKeys(strings.NewReader(testKeys))
 	if err != nil {
@@ -140,7 +140,7 @@ type response struct {
 	body   []byte
 }
 
-func (r response) json(t *testing.T) map[string]any {
+func (r response) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -149,7 +149,7 @@ func (r response) json(t *testing.T) map[string]any {
 	return m
 }
 
-func (b *apiBundle) do(t *testing.T, method, path, key string, body io.Reader) response {
+func (b *apiBundle) do(t testing.TB, method, path, key string, body io.Reader) response {
 	t.Helper()
 	req, err := http.NewRequest(method, b.url+path, body)
 	if err != nil {
@@ -174,7 +174,7 @@ func (b *apiBundle) do(t *testing.T, method, path, key string, body io.Reader) r
 }
 
 // submit posts a job of the URLs and returns its id, failing unless 202.
-func (b *apiBundle) submit(t *testing.T, key string, urls ...string) string {
+func (b *apiBundle) submit(t testing.TB, key string, urls ...string) string {
 	t.Helper()
 	r := b.do(t, http.MethodPost, "/v1/batch", key, strings.NewReader(targetsBody(urls...)))
 	if r.code != http.StatusAccepted {
