@@ -69,6 +69,16 @@ type FetcherConfig struct {
 	// read, on the fetching goroutine. The demo uses it to make one page's
 	// fetch panic.
 	OnResponse func(*http.Response)
+
+	// Test hooks, nil outside tests. exempt lets the guard pass one
+	// loopback address and port (a test server), so that what comes after
+	// the first hop (a redirect) meets the guard with AllowPrivate off.
+	// dialCheck sees every address before the guard does, even with
+	// AllowPrivate: tests use it to refuse any address that is not
+	// loopback, so that a broken guard can never send traffic off the
+	// machine.
+	exempt    func(netip.AddrPort) bool
+	dialCheck func(netip.AddrPort) error
 }
 
 // Fetcher fetches targets over HTTP: its [Fetcher.Fetch] is an
@@ -103,7 +113,9 @@ func NewFetcher(cfg FetcherConfig) *Fetcher {
 	f.client = &http.Client{
 		Transport: f.transport,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= maxRedirects {
+			// via holds the requests made so far: following redirect
+			// number len(via).
+			if len(via) > maxRedirects {
 				return errTooManyRedirects
 			}
 			return f.checkURL(req.Context(), req.URL)
@@ -187,9 +199,20 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 	if f.cfg.AllowPrivate {
 		return nil
 	}
+	port := uint16(80)
+	if u.Scheme == "https" {
+		port = 443
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return errBadURL
+		}
+		port = uint16(n)
+	}
 	host := u.Hostname()
 	if a, err := netip.ParseAddr(host); err == nil {
-		if !publicAddr(a) {
+		if !f.allowed(netip.AddrPortFrom(a, port)) {
 			return errAddrRefused
 		}
 		return nil
@@ -202,11 +225,17 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 		return err
 	}
 	for _, a := range addrs {
-		if !publicAddr(a) {
+		if !f.allowed(netip.AddrPortFrom(a, port)) {
 			return errAddrRefused
 		}
 	}
 	return nil
+}
+
+// allowed reports whether the guard lets the fetcher connect to ap with
+// AllowPrivate off: a public address, or the one a test exempts.
+func (f *Fetcher) allowed(ap netip.AddrPort) bool {
+	return publicAddr(ap.Addr()) || f.cfg.exempt != nil && f.cfg.exempt(ap)
 }
 
 // dial connects to addr, resolving its host with the configured resolver
@@ -249,21 +278,31 @@ func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, err
 
 // control runs before each connect, with the address being dialled.
 func (f *Fetcher) control(_, address string, _ syscall.RawConn) error {
-	if f.cfg.AllowPrivate {
-		return nil
-	}
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil || !publicAddr(ap.Addr()) {
+	if err != nil {
 		return errAddrRefused
 	}
-	return nil
+	if f.cfg.dialCheck != nil {
+		if err := f.cfg.dialCheck(ap); err != nil {
+			return err
+		}
+	}
+	if f.cfg.AllowPrivate || f.allowed(ap) {
+		return nil
+	}
+	return errAddrRefused
 }
 
 // nonPublic lists the prefixes refused besides what netip's predicates
 // name: "this network", shared address space, IETF protocol assignments,
 // benchmarking, reserved and broadcast, and the IPv6 forms that embed an
-// IPv4 address (NAT64, 6to4) or are deprecated site-local.
+// IPv4 address (IPv4-compatible, IPv4-translated, NAT64, 6to4, Teredo), the
+// discard prefix, or are deprecated site-local.
 var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001::/32"),
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),

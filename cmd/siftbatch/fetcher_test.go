@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,10 +21,12 @@ import (
 )
 
 // fakeResolver answers host lookups from a table, never from DNS. A host
-// with several answers gets the next one on each lookup.
+// with several answers gets the next one on each lookup; a host in all
+// gets all its addresses at once.
 type fakeResolver struct {
 	mu      sync.Mutex
 	answers map[string][]string
+	all     map[string][]string
 	lookups map[string]int
 }
 
@@ -32,6 +35,14 @@ func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.A
 	defer r.mu.Unlock()
 	if r.lookups == nil {
 		r.lookups = map[string]int{}
+	}
+	if as, ok := r.all[host]; ok {
+		r.lookups[host]++
+		var out []netip.Addr
+		for _, a := range as {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out, nil
 	}
 	as, ok := r.answers[host]
 	if !ok {
@@ -62,10 +73,30 @@ func newSite(t *testing.T, h http.HandlerFunc) *site {
 	return s
 }
 
+// errOffMachine is what a test fetcher's dial gets for an address that is
+// not loopback.
+var errOffMachine = errors.New("test fetcher: refused to dial off the machine")
+
+// newTestFetcher returns a fetcher that can only ever dial loopback: should
+// the guard let a non-loopback address through, the dial is refused all the
+// same (no traffic leaves the machine) and the test fails.
 func newTestFetcher(t *testing.T, cfg FetcherConfig) *Fetcher {
 	t.Helper()
+	var off atomic.Value
+	cfg.dialCheck = func(ap netip.AddrPort) error {
+		if !ap.Addr().Unmap().IsLoopback() {
+			off.Store(ap.String())
+			return errOffMachine
+		}
+		return nil
+	}
 	f := NewFetcher(cfg)
-	t.Cleanup(f.Close)
+	t.Cleanup(func() {
+		f.Close()
+		if a := off.Load(); a != nil {
+			t.Errorf("the fetcher tried to dial %s, which is not loopback", a)
+		}
+	})
 	return f
 }
 
@@ -244,11 +275,14 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		if res.lookups["rebind.example"] != 2 {
 			t.Fatalf("%d lookups, want 2 (check, then dial)", res.lookups["rebind.example"])
 		}
-		// And the dial guard on its own, on an address it is handed.
-		if err := f.control("tcp4", "127.0.0.1:80", nil); !errors.Is(err, errAddrRefused) {
+		// And the dial guard on its own, on an address it is handed (it
+		// dials nothing itself, so a plain fetcher is safe here).
+		g := NewFetcher(FetcherConfig{Resolver: res})
+		defer g.Close()
+		if err := g.control("tcp4", "127.0.0.1:80", nil); !errors.Is(err, errAddrRefused) {
 			t.Fatalf("control: %v", err)
 		}
-		if err := f.control("tcp4", "93.184.216.34:80", nil); err != nil {
+		if err := g.control("tcp4", "93.184.216.34:80", nil); err != nil {
 			t.Fatalf("control on a public address: %v", err)
 		}
 	})
@@ -260,6 +294,12 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 			"169.254.169.254", "[fe80::1]", "[fc00::1]", "[::ffff:127.0.0.1]", "[::ffff:10.0.0.1]",
 			"100.64.0.1", "255.255.255.255", "[64:ff9b::7f00:1]",
 			"2130706433", "0x7f000001", "0x7f.1", "017700000001", "127.1",
+			// Each range at its edges, and more spellings.
+			"127.255.255.255", "10.255.255.255", "172.31.255.255", "192.168.255.255", "169.254.0.1",
+			"[fdff:ffff::1]", "[febf:ffff::1]", "[fe80::1%25lo]", "[::ffff:7f00:1]", "[::ffff:169.254.169.254]",
+			"[::ffff:0.0.0.0]", "0", "0.0.0.0.", "127.0.0.1.", "0177.0.0.1", "0x7f.0.0.1", "0X7F.0.0.1",
+			"0x7f.0x0.0x0.0x1", "0177.1", "127.0.1", "[::7f00:1]", "[::127.0.0.1]", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]",
+			"[::ffff:0:7f00:1]", "[100::1]",
 		} {
 			before := s.hits.Load()
 			_, err := fetch(t, f, "http://"+host+":"+s.port+"/")
@@ -375,6 +415,151 @@ func TestReadCapped(t *testing.T) {
 		got, cut, err := readCapped(strings.NewReader(tc.in), tc.max)
 		if err != nil || string(got) != tc.want || cut != tc.cut {
 			t.Errorf("readCapped(%q, %d) = %q, %v, %v; want %q, %v", tc.in, tc.max, got, cut, err, tc.want, tc.cut)
+		}
+	}
+}
+
+// TestFetcher_Redirects: with AllowPrivate off, a redirect is checked like
+// the first URL (before connecting, and again at the dial), and at most
+// maxRedirects are followed. The first hop is a loopback test server that
+// the guard exempts (a test hook), so the guard meets what comes after it.
+func TestFetcher_Redirects(t *testing.T) {
+	inside := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inside")) })
+	var entry *site
+	entry = newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/page":
+			w.Write([]byte("entry page"))
+		case r.URL.Path == "/to":
+			http.Redirect(w, r, r.URL.Query().Get("u"), http.StatusFound)
+		case strings.HasPrefix(r.URL.Path, "/hop/"):
+			n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/hop/"))
+			if n == 0 {
+				w.Write([]byte("landed"))
+				return
+			}
+			http.Redirect(w, r, "/hop/"+strconv.Itoa(n-1), http.StatusFound)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	entryAddr := netip.MustParseAddrPort(strings.TrimPrefix(entry.URL, "http://"))
+	res := &fakeResolver{
+		answers: map[string][]string{
+			"internal.example": {"10.1.2.3"},
+			"loop.example":     {"127.0.0.1"},
+			"mapped.example":   {"::ffff:127.0.0.1"},
+			"rebind.example":   {"93.184.216.34", "127.0.0.1"}, // public when checked, loopback when dialled
+		},
+		all: map[string][]string{"mixed.example": {"93.184.216.34", "192.168.1.1"}},
+	}
+	f := newTestFetcher(t, FetcherConfig{Resolver: res, exempt: func(ap netip.AddrPort) bool { return ap == entryAddr }})
+
+	// The exemption lets the first hop through, and only it.
+	got, err := fetch(t, f, entry.URL+"/page")
+	if err != nil || got.Content != "entry page" {
+		t.Fatalf("first hop: %+v %v", got, err)
+	}
+	_, err = fetch(t, f, inside.URL+"/")
+	wantTargetError(t, err, http.StatusForbidden, "address not allowed", "")
+
+	for _, to := range []string{
+		inside.URL + "/",
+		"http://[::1]:" + inside.port + "/",
+		"http://0x7f000001:" + inside.port + "/",
+		"http://2130706433:" + inside.port + "/",
+		"http://127.1:" + inside.port + "/",
+		"http://[::ffff:127.0.0.1]:" + inside.port + "/",
+		"http://internal.example:" + inside.port + "/",
+		"http://loop.example:" + inside.port + "/",
+		"http://mapped.example:" + inside.port + "/",
+		"http://mixed.example:" + inside.port + "/",
+		"http://rebind.example:" + inside.port + "/",
+		"http://169.254.169.254/latest/meta-data/",
+	} {
+		before := inside.hits.Load()
+		_, err := fetch(t, f, entry.URL+"/to?u="+url.QueryEscape(to))
+		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "")
+		if inside.hits.Load() != before {
+			t.Fatalf("redirect to %s reached the loopback server", to)
+		}
+	}
+	if n := res.lookups["rebind.example"]; n != 2 {
+		t.Fatalf("rebind.example looked up %d times, want 2 (the redirect's check, then the dial)", n)
+	}
+	_, err = fetch(t, f, entry.URL+"/to?u="+url.QueryEscape("file:///etc/passwd"))
+	wantTargetError(t, err, http.StatusUnprocessableEntity, "bad url", "")
+
+	t.Run("capped", func(t *testing.T) {
+		before := entry.hits.Load()
+		got, err := fetch(t, f, entry.URL+"/hop/"+strconv.Itoa(maxRedirects))
+		if err != nil || got.Content != "landed" {
+			t.Fatalf("%d redirects: %+v %v", maxRedirects, got, err)
+		}
+		if n := entry.hits.Load() - before; n != maxRedirects+1 {
+			t.Fatalf("%d requests for %d redirects", n, maxRedirects)
+		}
+		before = entry.hits.Load()
+		_, err = fetch(t, f, entry.URL+"/hop/"+strconv.Itoa(maxRedirects+1))
+		wantTargetError(t, err, http.StatusBadGateway, "too many redirects", "")
+		if n := entry.hits.Load() - before; n != maxRedirects+1 {
+			t.Fatalf("%d requests for %d redirects, want %d: the one past the cap was made", n, maxRedirects+1, maxRedirects+1)
+		}
+	})
+
+	t.Run("the redirect policy on its own", func(t *testing.T) {
+		g := NewFetcher(FetcherConfig{Resolver: res}) // checks only: dials nothing
+		defer g.Close()
+		req := func(u string) *http.Request {
+			r, err := http.NewRequest(http.MethodGet, u, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		via := func(n int) []*http.Request {
+			var v []*http.Request
+			for i := 0; i < n; i++ {
+				v = append(v, req("http://93.184.216.34/"))
+			}
+			return v
+		}
+		policy := g.client.CheckRedirect
+		// Following redirect number n, via holds the first request and the
+		// n-1 redirects before it.
+		if err := policy(req("http://93.184.216.34/next"), via(maxRedirects)); err != nil {
+			t.Fatalf("redirect %d of %d: %v", maxRedirects, maxRedirects, err)
+		}
+		if err := policy(req("http://93.184.216.34/next"), via(maxRedirects+1)); !errors.Is(err, errTooManyRedirects) {
+			t.Fatalf("redirect %d: %v, want errTooManyRedirects", maxRedirects+1, err)
+		}
+		for _, u := range []string{"http://10.0.0.1/", "http://[fe80::1]/", "http://internal.example/", "http://mixed.example/", "http://0177.0.0.1/"} {
+			if err := policy(req(u), via(1)); !errors.Is(err, errAddrRefused) {
+				t.Errorf("redirect to %s: %v, want errAddrRefused", u, err)
+			}
+		}
+		if err := policy(req("gopher://93.184.216.34/"), via(1)); !errors.Is(err, errBadURL) {
+			t.Errorf("redirect to gopher: %v, want errBadURL", err)
+		}
+	})
+}
+
+// TestFetcher_NamesThatResolvePrivate: a name is refused if any address it
+// resolves to is not public, one range at a time.
+func TestFetcher_NamesThatResolvePrivate(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inside")) })
+	for _, a := range []string{
+		"127.0.0.1", "127.9.9.9", "::1", "10.0.0.1", "172.16.0.1", "172.31.255.254", "192.168.0.1",
+		"fc00::1", "fd00::1", "169.254.169.254", "fe80::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
+		"::ffff:169.254.169.254", "0.0.0.0", "::", "100.64.0.1", "::7f00:1", "64:ff9b::a00:1",
+	} {
+		res := &fakeResolver{all: map[string][]string{"name.example": {"93.184.216.34", a}}}
+		f := newTestFetcher(t, FetcherConfig{Resolver: res})
+		before := s.hits.Load()
+		_, err := fetch(t, f, "http://name.example:"+s.port+"/")
+		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "name.example")
+		if s.hits.Load() != before {
+			t.Fatalf("%s: the request reached the server", a)
 		}
 	}
 }
