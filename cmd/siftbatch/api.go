@@ -118,16 +118,41 @@ func (a *api) handler() http.Handler {
 	return mux
 }
 
-// observe counts, times and logs each request under its fixed route.
+// observe counts, times and logs each request under its fixed route. A
+// handler that panics gets a 500 and a log line with the route only: left
+// to net/http, the panic value and the stack would reach the log.
 func (a *api) observe(route string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		h.ServeHTTP(rec, r)
+		abort := false
+		func() {
+			defer func() {
+				v := recover()
+				if v == nil {
+					return
+				}
+				if v == http.ErrAbortHandler {
+					panic(v) // net/http's own way to drop a connection; it logs nothing
+				}
+				a.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
+				if !rec.wroteHeader {
+					writeError(rec, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")
+				} else {
+					// Part of an answer is out: drop the connection so
+					// that it cannot pass for a whole one.
+					rec.code, abort = http.StatusInternalServerError, true
+				}
+			}()
+			h.ServeHTTP(rec, r)
+		}()
 		d := time.Since(start)
 		a.metrics.ObserveRequest(route, rec.code, d)
 		a.log.Debug("request", slog.String(logKeyRoute, route), slog.String(logKeyMethod, r.Method),
 			slog.Int(logKeyCode, rec.code), slog.Duration(logKeyDuration, d))
+		if abort {
+			panic(http.ErrAbortHandler)
+		}
 	})
 }
 

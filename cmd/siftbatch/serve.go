@@ -36,6 +36,10 @@ type serveFlags struct {
 	fetchTimeout time.Duration
 	maxBody      int64
 	cfg          engine.Config
+
+	// fetcherHook, set by tests only, adjusts the fetcher's config (a
+	// resolver, test hooks) before the fetcher is made.
+	fetcherHook func(*FetcherConfig)
 }
 
 // addConfigFlags adds a flag for each number of [engine.Config].
@@ -113,7 +117,11 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 		return nil, err
 	}
 	store.SetLogger(log)
-	fetcher := NewFetcher(FetcherConfig{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody})
+	fc := FetcherConfig{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
+	if f.fetcherHook != nil {
+		f.fetcherHook(&fc)
+	}
+	fetcher := NewFetcher(fc)
 	metrics := NewMetrics()
 	cfg := f.cfg
 	cfg.Hooks = metrics.Hooks()

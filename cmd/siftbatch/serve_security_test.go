@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+)
+
+// Keys of the serve session; each is long and unique, so that a search of
+// the log for it cannot miss or hit by chance.
+const (
+	sessionAlice   = "alice-0d5b1f0c9a7e4c1b8f3e"
+	sessionBob     = "bob-6a2c9e4f7b1d3a5c8e0f"
+	sessionCarol   = "carol-3f8a1c6e2b9d4f7a0c5e"
+	sessionInvalid = "invalid-9c4e7a2f5b8d1e3a6c0f"
+	panicValue     = "PANIC-VALUE-7e1f"
+)
+
+// serveSession is a running serve (startServer and serve, as runServe runs
+// them) on a loopback port, its log captured at debug level, fetching from
+// a loopback site that the fetcher reaches under the name site.example.
+type serveSession struct {
+	url      string
+	client   *http.Client
+	logs     *syncBuffer
+	site     *httptest.Server
+	siteHost string // 127.0.0.1:PORT
+	release  chan struct{}
+	// stop stops serve and waits for it; the test's cleanup calls it too.
+	stop func()
+}
+
+func startSession(t *testing.T) *serveSession {
+	t.Helper()
+	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{})}
+	s.site = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok", "/panic":
+			fmt.Fprint(w, "a page")
+		case "/fail":
+			w.WriteHeader(http.StatusInternalServerError)
+		case "/busy":
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/hold":
+			select {
+			case <-s.release:
+			case <-r.Context().Done():
+			}
+			fmt.Fprint(w, "held")
+		case "/to-internal":
+			http.Redirect(w, r, "http://internal.example/", http.StatusFound)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	s.siteHost = strings.TrimPrefix(s.site.URL, "http://")
+	siteAddr := netip.MustParseAddrPort(s.siteHost)
+	keys, err := parseKeys(strings.NewReader(fmt.Sprintf("alice %s\nbob %s\ncarol %s restricted\n", sessionAlice, sessionBob, sessionCarol)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := newLogger(s.logs, "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serveFlags{
+		fetchTimeout: 10 * time.Second,
+		cfg:          engine.Config{Workers: 2, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 5 * time.Millisecond, RetryFor: 50 * time.Millisecond},
+		fetcherHook: func(fc *FetcherConfig) {
+			fc.Resolver = &fakeResolver{answers: map[string][]string{"site.example": {"127.0.0.1"}, "internal.example": {"10.9.8.7"}}}
+			fc.exempt = func(ap netip.AddrPort) bool { return ap == siteAddr }
+			fc.dialCheck = func(ap netip.AddrPort) error {
+				if !ap.Addr().IsLoopback() {
+					return errOffMachine
+				}
+				return nil
+			}
+			fc.OnResponse = func(resp *http.Response) {
+				if resp.Request.URL.Path == "/panic" {
+					panic(panicValue + " " + resp.Request.URL.String())
+				}
+			}
+		},
+	}
+	srv, err := startServer(f, keys, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = srv.close()
+		t.Fatal(err)
+	}
+	s.url = "http://" + ln.Addr().String()
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.serve(ctx, ln) }()
+	transport := &http.Transport{}
+	s.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			close(s.release)
+			transport.CloseIdleConnections()
+			stop()
+			if err := <-served; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+			s.site.Close()
+		})
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *serveSession) do(t *testing.T, method, path, key, body string) response {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.url+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, header: resp.Header, body: data}
+}
+
+func (s *serveSession) submit(t *testing.T, key string, urls ...string) string {
+	t.Helper()
+	r := s.do(t, http.MethodPost, "/v1/batch", key, targetsBody(urls...))
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.code, r.body)
+	}
+	return r.json(t)["id"].(string)
+}
+
+// jobStatus reads a job's status through the API.
+func (s *serveSession) jobStatus(t *testing.T, key, id string) string {
+	t.Helper()
+	r := s.do(t, http.MethodGet, "/v1/batch/"+id, key, "")
+	st, _ := r.json(t)["status"].(string)
+	return st
+}
+
+// TestServe_LogsAndMetricsCarryNoSecrets runs a serve session with valid
+// and invalid keys, fetches that fail (HTTP 500, busy until they give up, a
+// refused address, a redirect to one), a fetch that panics, 429s from the
+// API, and cancels; then reads every log line and a /metrics scrape. No URL,
+// target host, key, key hash or panic value may appear in either. (The
+// engine logs a panicking fetch's stack, by design: frames and pointers,
+// not the value.)
+func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
+	s := startSession(t)
+	siteURL := func(path string) string { return "http://site.example:" + portOf(s.siteHost) + path }
+
+	// Invalid keys, on every route.
+	for _, key := range []string{sessionInvalid, sessionAlice + "x", "", strings.ToUpper(sessionAlice)} {
+		wantCode(t, s.do(t, http.MethodPost, "/v1/batch", key, targetsBody(siteURL("/ok"))), http.StatusUnauthorized)
+		wantCode(t, s.do(t, http.MethodGet, "/v1/batch/"+missingID, key, ""), http.StatusUnauthorized)
+		wantCode(t, s.do(t, http.MethodDelete, "/v1/batch/"+missingID, key, ""), http.StatusUnauthorized)
+	}
+
+	// alice: a job whose targets fail every way, and one panics.
+	mixed := s.submit(t, sessionAlice, siteURL("/ok"), siteURL("/fail"), siteURL("/busy"), siteURL("/panic"),
+		siteURL("/to-internal"), "http://internal.example/secret", s.site.URL+"/ok", siteURL("/missing"))
+	// bob: a job that holds a worker (there are two), a second one
+	// refused (429), a cancel.
+	held := s.submit(t, sessionBob, siteURL("/hold"), siteURL("/ok"))
+	r := s.do(t, http.MethodPost, "/v1/batch", sessionBob, targetsBody(siteURL("/other")))
+	wantCode(t, r, http.StatusTooManyRequests)
+	// carol: the total cap (429).
+	wantCode(t, s.do(t, http.MethodPost, "/v1/batch", sessionCarol, targetsBody(siteURL("/c"))), http.StatusTooManyRequests)
+	// Someone else's job: 404 for reads and cancels.
+	wantCode(t, s.do(t, http.MethodGet, "/v1/batch/"+held, sessionAlice, ""), http.StatusNotFound)
+	wantCode(t, s.do(t, http.MethodDelete, "/v1/batch/"+held, sessionAlice, ""), http.StatusNotFound)
+	wantCode(t, s.do(t, http.MethodDelete, "/v1/batch/"+held, sessionBob, ""), http.StatusOK)
+	wantCode(t, s.do(t, http.MethodDelete, "/v1/batch/"+held, sessionBob, ""), http.StatusConflict)
+	// A bad body, an unknown route.
+	wantCode(t, s.do(t, http.MethodPost, "/v1/batch", sessionAlice, `{"targets":[{"url":"`+siteURL("/x")+`","URL":1}]}`), http.StatusBadRequest)
+	wantCode(t, s.do(t, http.MethodPost, "/v1/batch", sessionAlice, targetsBody("ftp://site.example/x")), http.StatusUnprocessableEntity)
+	wantCode(t, s.do(t, http.MethodGet, "/v1/"+siteURL("/x"), sessionAlice, ""), http.StatusNotFound)
+
+	waitFor(t, 20*time.Second, "alice's job to finish", func() bool {
+		st := s.jobStatus(t, sessionAlice, mixed)
+		return st != "queued" && st != "running"
+	})
+	r = s.do(t, http.MethodGet, "/v1/batch/"+mixed+"?results=1", sessionAlice, "")
+	wantCode(t, r, http.StatusOK)
+	var job jobJSON
+	if err := json.Unmarshal(r.body, &job); err != nil {
+		t.Fatal(err)
+	}
+	wantErrs := []string{"", "HTTP 500", "HTTP 429", "internal error", "address not allowed", "address not allowed", "", "HTTP 404"}
+	for i, tg := range job.Targets {
+		if !strings.Contains(tg.Error, wantErrs[i]) || (wantErrs[i] == "") != (tg.Status == "done") {
+			t.Errorf("target %d: %s %q, want error %q", i, tg.Status, tg.Error, wantErrs[i])
+		}
+	}
+	wantCode(t, s.do(t, http.MethodGet, "/v1/batch/"+mixed+"/3", sessionAlice, ""), http.StatusOK)
+	scrape := s.do(t, http.MethodGet, "/metrics", "", "")
+	wantCode(t, scrape, http.StatusOK)
+
+	secrets := map[string]string{
+		"a target URL":     "://",
+		"the site's name":  "site.example",
+		"a refused name":   "internal.example",
+		"the site address": s.siteHost,
+		"a path":           "/to-internal",
+		"the panic value":  panicValue,
+	}
+	for name, key := range map[string]string{"alice": sessionAlice, "bob": sessionBob, "carol": sessionCarol, "invalid": sessionInvalid} {
+		sum := sha256.Sum256([]byte(key))
+		secrets[name+"'s key"] = key
+		secrets[name+"'s key hash"] = hex.EncodeToString(sum[:])
+		secrets[name+"'s key hash, upper case"] = strings.ToUpper(hex.EncodeToString(sum[:]))
+	}
+	for what, secret := range secrets {
+		if what != "a target URL" && what != "a path" && strings.Contains(string(scrape.body), secret) {
+			t.Errorf("/metrics carries %s (%q)", what, secret)
+		}
+	}
+	if strings.Contains(string(scrape.body), mixed) {
+		t.Error("/metrics carries a job id")
+	}
+
+	// Stop serve, so that its last lines are in the log too.
+	s.stop()
+	logs := s.logs.String()
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		for what, secret := range secrets {
+			if strings.Contains(sc.Text(), secret) {
+				t.Errorf("a log line carries %s (%q):\n%s", what, secret, sc.Text())
+			}
+		}
+	}
+	// The scan read a real session: the job ids, the panic, the 401s and
+	// the cancel are all logged.
+	for _, want := range []string{mixed, held, "fetch panicked", "code=401", "code=429", "job cancelled"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log has no %q; the session did not run as planned:\n%s", want, logs)
+		}
+	}
+	t.Logf("%d log lines scanned, %d bytes of metrics", lines, len(scrape.body))
+}
+
+func portOf(hostport string) string {
+	_, port, _ := net.SplitHostPort(hostport)
+	return port
+}
+
+// TestAPI_HandlerPanic: a handler that panics (a bug) is answered 500 and
+// logged with its route only, never the panic value, and the server goes on.
+func TestAPI_HandlerPanic(t *testing.T) {
+	var logs syncBuffer
+	a := &api{metrics: NewMetrics(), log: slog.New(slog.NewTextHandler(&logs, nil))}
+	h := a.observe(routeJob, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic("https://secret.example/page " + panicValue)
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/batch/x", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "internal error") {
+		t.Fatalf("answer %d %s", rec.Code, rec.Body)
+	}
+	if l := logs.String(); !strings.Contains(l, "handler panicked") || strings.Contains(l, "secret") || strings.Contains(l, panicValue) {
+		t.Fatalf("log:\n%s", l)
+	}
+
+	// A panic after the answer started drops the connection, through
+	// net/http's ErrAbortHandler, which it does not log.
+	late := a.observe(routeJob, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		panic(panicValue)
+	}))
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Fatalf("recovered %v, want http.ErrAbortHandler", v)
+			}
+		}()
+		late.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v1/batch/x", nil))
+	}()
+	if strings.Contains(logs.String(), panicValue) {
+		t.Fatalf("log:\n%s", logs.String())
+	}
+}
