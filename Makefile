@@ -79,3 +79,25 @@ fmt: ## gofmt -w
 
 tidy: ## go mod tidy
 	$(GO) mod tidy
+
+# Reliability (docs/RELIABILITY.md). make test runs the fuzz seeds, the crash
+# test and a 2.5s load test; these run the long versions.
+FUZZTIME     ?= 60s
+LOAD_SECONDS ?= 20
+SOAK_JOBS    ?= 100000
+
+.PHONY: fuzz load soak
+
+fuzz: ## run every fuzz target of every package for FUZZTIME each (default 60s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+load: ## the load test for LOAD_SECONDS (default 20s), under -race
+	LOAD_SECONDS=$(LOAD_SECONDS) $(GO) test -race -count=1 -run '^TestRunner_Load$$' -v ./engine
+
+soak: ## SOAK_JOBS (100,000) jobs through one runner: RSS and disk over time (not in make test)
+	SOAK_JOBS=$(SOAK_JOBS) $(GO) test -count=1 -run '^TestRunner_Soak$$' -timeout 60m -v ./engine

@@ -100,7 +100,7 @@ func TestRunner_WriteFault(t *testing.T) {
 	st.one(t) // a0 stored
 	failing.Store(true)
 	st.one(t) // a1: its store fails
-	require.Contains(t, log.String(), "job_id="+a)
+	requireWarn(t, log, a)
 	j, ts, ok := b.r.Status(a)
 	require.True(t, ok, "Status keeps answering")
 	require.Equal(t, "running", j.Status)
@@ -126,6 +126,17 @@ func TestRunner_WriteFault(t *testing.T) {
 	_, ts = b.waitStatus(t, c, "done")
 	require.Equal(t, "content of "+secretURL("c", 0), ts[0].Result.Content)
 	require.Contains(t, log.String(), "level=WARN")
+}
+
+// requireWarn requires a Warn line about job id.
+func requireWarn(t *testing.T, log *logScanner, id string) {
+	t.Helper()
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "job_id="+id) {
+			return
+		}
+	}
+	t.Fatalf("no Warn line with job_id=%s in:\n%s", id, log.String())
 }
 
 // waitSettled waits until the store holds job id settled with status.
@@ -182,7 +193,7 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 			})
 			failing.Store(true)
 			tc.run(t, b, st, id)
-			require.Contains(t, log.String(), "job_id="+id)
+			requireWarn(t, log, id)
 			j, _, ok := b.r.Status(id)
 			require.True(t, ok)
 			require.Equal(t, tc.status, j.Status, "Status answers with the job's truth")
