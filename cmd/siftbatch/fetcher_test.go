@@ -425,8 +425,7 @@ func TestReadCapped(t *testing.T) {
 // the guard exempts (a test hook), so the guard meets what comes after it.
 func TestFetcher_Redirects(t *testing.T) {
 	inside := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inside")) })
-	var entry *site
-	entry = newSite(t, func(w http.ResponseWriter, r *http.Request) {
+	entry := newSite(t, func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/page":
 			w.Write([]byte("entry page"))
