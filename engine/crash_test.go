@@ -41,7 +41,7 @@ const (
 	// A quarter of the kills come at most crashEarly after the child
 	// started (it is opening the store, reaping, or just begun); the others
 	// at most crashLate after it printed "ready".
-	crashEarly = 150 * time.Millisecond
+	crashEarly = 40 * time.Millisecond
 	crashLate  = 400 * time.Millisecond
 )
 
