@@ -92,7 +92,7 @@ func (j *job) save(what string) {
 func (j *job) flush(what string) bool {
 	for len(j.unsaved) > 0 {
 		t := &j.unsaved[0]
-		if err := j.cfg.Store.SaveTarget(&j.rec, t); err != nil {
+		if err := j.writeTarget(t); err != nil {
 			j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
 				slog.String("what", what), slog.String(keyErr, storeErrText(err)))
 			return false
@@ -243,6 +243,19 @@ func (j *job) storeTarget(t *persistence.TargetRecord) {
 		j.unsaved = append(j.unsaved, *t)
 		return
 	}
+	if err := j.writeTarget(t); err != nil {
+		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
+			slog.String(keyErr, storeErrText(err)))
+		j.unsaved = append(j.unsaved, *t)
+		return
+	}
+	j.dirty = false
+}
+
+// writeTarget writes one outcome with the job's row. A result too large to
+// store is stored failed instead, whether this is its first write or one
+// after a failed write.
+func (j *job) writeTarget(t *persistence.TargetRecord) error {
 	err := j.cfg.Store.SaveTarget(&j.rec, t)
 	if errors.Is(err, persistence.ErrTooLarge) && t.Status == persistence.TargetDone {
 		j.rec.ResultBytes -= int64(len(t.Result))
@@ -256,13 +269,7 @@ func (j *job) storeTarget(t *persistence.TargetRecord) {
 		*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: "result too large to store"}
 		err = j.cfg.Store.SaveTarget(&j.rec, t)
 	}
-	if err != nil {
-		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
-			slog.String(keyErr, storeErrText(err)))
-		j.unsaved = append(j.unsaved, *t)
-		return
-	}
-	j.dirty = false
+	return err
 }
 
 // ended reports a job that has just become terminal to the hooks.

@@ -26,6 +26,7 @@ import (
 type stepper struct {
 	step   chan struct{}
 	stored chan error
+	result func(engine.Target) engine.Result // nil: "content of URL"
 }
 
 func newStepper() *stepper {
@@ -37,6 +38,9 @@ func (s *stepper) fetch(ctx context.Context, _ *engine.Caller, tg engine.Target)
 	case <-s.step:
 	case <-ctx.Done():
 		return engine.Result{}, ctx.Err()
+	}
+	if s.result != nil {
+		return s.result(tg), nil
 	}
 	return engine.Result{Content: "content of " + tg.URL}, nil
 }
@@ -53,11 +57,11 @@ func (s *stepper) one(t *testing.T) {
 	recv(t, s.stored)
 }
 
-// setupDisk starts a runner on a directory store with a stepper, its log
-// kept for inspection and scanned for secrets.
-func setupDisk(t *testing.T, cfg engine.Config) (*bundle, *stepper, *logScanner) {
+// setupDisk starts a runner on a store in dir ("" in memory) with a
+// stepper, its log kept for inspection and scanned for secrets.
+func setupDisk(t *testing.T, dir string, cfg engine.Config) (*bundle, *stepper, *logScanner) {
 	t.Helper()
-	store, err := persistence.Open(t.TempDir())
+	store, err := persistence.Open(dir)
 	require.NoError(t, err)
 	st := newStepper()
 	b := &bundle{store: store, clock: newClock(), hooks: newHookRecorder()}
@@ -86,7 +90,7 @@ func setupDisk(t *testing.T, cfg engine.Config) (*bundle, *stepper, *logScanner)
 // Status, never panics, and recovers once writes work again.
 func TestRunner_WriteFault(t *testing.T) {
 	t.Parallel()
-	b, st, log := setupDisk(t, engine.Config{JobsPerCaller: 4})
+	b, st, log := setupDisk(t, t.TempDir(), engine.Config{JobsPerCaller: 4})
 	var failing atomic.Bool
 	b.store.SetWriteFault(func() error {
 		if failing.Load() {
@@ -175,7 +179,7 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b, st, log := setupDisk(t, engine.Config{RetryWait: 5 * time.Millisecond})
+			b, st, log := setupDisk(t, t.TempDir(), engine.Config{RetryWait: 5 * time.Millisecond})
 			var failing atomic.Bool
 			b.store.SetWriteFault(func() error {
 				if failing.Load() {
@@ -219,6 +223,45 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 			b.waitStatus(t, c, "done")
 		})
 	}
+}
+
+// TestRunner_WriteFaultTooLarge is the regression test for a result too
+// large to store whose first write failed for another reason (the disk): it
+// was kept to be written again, failed as too large on every try, and the
+// job never settled. It is now stored failed, "result too large to store",
+// as when the first write says so.
+func TestRunner_WriteFaultTooLarge(t *testing.T) {
+	t.Parallel()
+	b, st, log := setupDisk(t, "", engine.Config{RetryWait: 5 * time.Millisecond})
+	big := strings.Repeat("x", 2<<20) // over the in-memory store's 1 MiB per result
+	st.result = func(tg engine.Target) engine.Result {
+		if strings.HasSuffix(tg.URL, "/0?token=s3cr3t") {
+			return engine.Result{Content: big}
+		}
+		return engine.Result{Content: "small"}
+	}
+	var failing atomic.Bool
+	b.store.SetWriteFault(func() error {
+		if failing.Load() {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	id := b.submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	waitFor(t, "a target in flight", func() bool {
+		_, ts, _ := b.r.Status(id)
+		return ts[0].Status == "running"
+	})
+	failing.Store(true)
+	st.one(t) // the large result: its write fails (the disk)
+	requireWarn(t, log, id)
+	failing.Store(false)
+	st.one(t)
+	waitSettled(t, b.store, id, "partial")
+	_, ts := b.waitStatus(t, id, "partial")
+	require.Equal(t, "failed", ts[0].Status)
+	require.Equal(t, "result too large to store", ts[0].Error)
+	require.Equal(t, "small", ts[1].Result.Content)
 }
 
 // TestRunner_DiskFull fills a real disk: a small tmpfs, mounted for the
