@@ -134,6 +134,9 @@ func Open(dir string) (s *Store, err error) {
 		if err := checkTables(dir); err != nil {
 			return nil, err
 		}
+		if _, err := removeEmptyValueLogs(dir); err != nil { // left by a crash: see vlog.go
+			return nil, err
+		}
 	}
 	log := &badgerLogger{}
 	db, err := openBadger(badgerOptions(dir, log))

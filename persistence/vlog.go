@@ -13,7 +13,11 @@ import (
 // it wrote the file's header, leaves that file empty. Badger then refuses to
 // open the store ("Open existing file: …vlog err: Create a new file": it
 // takes its own "new file" signal for an error). An empty value-log file
-// holds nothing, so Open removes it and opens again.
+// holds nothing, so Open removes it and opens again. The same goes for a
+// memtable's write-ahead log (a .mem file: "while opening memtables …
+// Create a new file"), where Badger's failed Open also leaves a dozen
+// goroutines running: Open removes empty .vlog and .mem files before it
+// opens Badger at all.
 
 // isEmptyValueLogError reports whether Badger's Open failed on an empty
 // value-log file.
@@ -21,7 +25,7 @@ func isEmptyValueLogError(msg string) bool {
 	return strings.Contains(msg, ".vlog") && strings.Contains(msg, "Create a new file")
 }
 
-// removeEmptyValueLogs deletes the empty *.vlog files in dir, holding the
+// removeEmptyValueLogs deletes the empty *.vlog and *.mem files in dir, holding the
 // directory's lock (the one Badger takes) so that no running store can be
 // creating one at that moment. It reports how many it removed.
 func removeEmptyValueLogs(dir string) (int, error) {
@@ -38,6 +42,11 @@ func removeEmptyValueLogs(dir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil {
+		return 0, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	files = append(files, mems...)
 	n := 0
 	for _, f := range files {
 		if st, err := os.Stat(f); err == nil && st.Size() == 0 {
