@@ -58,14 +58,14 @@ func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error))
 		return convert(op, err)
 	}
 	if delta != 0 {
-		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes+delta))); err != nil {
+		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes.Load()+delta))); err != nil {
 			return convert(op, err)
 		}
 	}
 	if err := txn.Commit(); err != nil {
 		return convert(op, err)
 	}
-	s.bytes += delta
+	s.bytes.Add(delta)
 	return nil
 }
 
@@ -89,7 +89,7 @@ func (s *Store) loadBytes() error {
 			if len(v) != 8 {
 				return ErrCorrupt
 			}
-			s.bytes = int64(binary.BigEndian.Uint64(v))
+			s.bytes.Store(int64(binary.BigEndian.Uint64(v)))
 			return nil
 		})
 	})
@@ -97,9 +97,7 @@ func (s *Store) loadBytes() error {
 
 // Bytes returns the stored result bytes in all.
 func (s *Store) Bytes() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.bytes
+	return s.bytes.Load()
 }
 
 // CreateJob stores a new job and its targets in one write, with its
@@ -124,7 +122,7 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 		}
 		if j.Settled {
 			s.indexed(j.Lease, j.Created, id)
-			return j.ResultBytes, setSettledIndexes(txn, id, j)
+			return j.ResultBytes, setSettledIndexes(txn, id, j.Lease, j.Created)
 		}
 		return j.ResultBytes, txn.Set(liveKey(id), nil)
 	})
@@ -142,11 +140,11 @@ func (s *Store) indexed(lease, created int64, id [idLen]byte) {
 	}
 }
 
-func setSettledIndexes(txn *badger.Txn, id [idLen]byte, j *JobRecord) error {
-	if err := txn.Set(indexKey(prefixLease, j.Lease, id), nil); err != nil {
+func setSettledIndexes(txn *badger.Txn, id [idLen]byte, lease, created int64) error {
+	if err := txn.Set(indexKey(prefixLease, lease, id), nil); err != nil {
 		return err
 	}
-	return txn.Set(indexKey(prefixAge, j.Created, id), nil)
+	return txn.Set(indexKey(prefixAge, created, id), nil)
 }
 
 func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
@@ -162,57 +160,20 @@ func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
 	return j, err
 }
 
-// putOwnedJob writes a job's new row for its owner, the job's actor (or
-// New, reaping a crashed run's jobs): the stored row is unsettled and only
-// the owner writes it, so nothing needs reading first. If next is settled,
-// the job moves from the unsettled index to the sweep and age indexes.
-func putOwnedJob(txn *badger.Txn, id [idLen]byte, next *JobRecord) error {
-	if err := txn.Set(jobKey(id), encodeJob(next)); err != nil {
-		return err
-	}
-	if !next.Settled {
-		return nil
-	}
-	if err := txn.Delete(liveKey(id)); err != nil {
-		return err
-	}
-	return setSettledIndexes(txn, id, next)
-}
-
 // SaveJob writes the new row of an unsettled job: it is for the job's owner
 // only (its actor, or New reaping), which holds the row in memory. A settled
 // j settles the job: from then on it may be swept or evicted, and only
-// [Store.Touch] writes it.
+// [Store.Touch] writes it. It waits for the group commit that takes it (see
+// writer.go); [Store.SaveJobAsync] does not wait.
 func (s *Store) SaveJob(j *JobRecord) error {
-	id, ok := parseID(j.ID)
-	if !ok {
-		return fmt.Errorf("save job: %w", ErrNotFound)
-	}
-	return s.update("save job", func(txn *badger.Txn) (int64, error) {
-		if j.Settled {
-			s.indexed(j.Lease, j.Created, id)
-		}
-		return 0, putOwnedJob(txn, id, j)
-	})
+	return s.wait("save job", j, nil)
 }
 
 // SaveTarget writes a target's outcome (its Status, Result, Error and Hint)
 // and its unsettled job's new row in one write; like [Store.SaveJob] it is
 // for the job's owner. j.ResultBytes must already count t.Result.
 func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
-	id, ok := parseID(j.ID)
-	if !ok {
-		return fmt.Errorf("save target: %w", ErrNotFound)
-	}
-	return s.update("save target", func(txn *badger.Txn) (int64, error) {
-		if err := txn.Set(targetKey(prefixOutcome, id, t.Idx), encodeOutcome(t)); err != nil {
-			return 0, err
-		}
-		if j.Settled {
-			s.indexed(j.Lease, j.Created, id)
-		}
-		return int64(len(t.Result)), putOwnedJob(txn, id, j)
-	})
+	return s.wait("save target", j, t)
 }
 
 // Touch moves a settled job's lease to lease if that is later; it reports
@@ -527,6 +488,9 @@ const evictBatch = 64
 // evicted, so the total may stay above max. It works in batches, letting
 // other writes through between them.
 func (s *Store) Evict(max int64) (int, error) {
+	if s.bytes.Load() <= max {
+		return 0, nil // the common case, without waiting for the write lock
+	}
 	total := 0
 	s.mu.Lock()
 	from, gen := s.evictFrom, s.indexGen
@@ -548,12 +512,12 @@ func (s *Store) Evict(max int64) (int, error) {
 func (s *Store) evictSome(max int64, from []byte, gen uint64) (int, []byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.bytes <= max {
+	if s.bytes.Load() <= max {
 		return 0, nil, nil
 	}
 	var victims []JobRecord
 	var last, stop []byte
-	over := s.bytes - max
+	over := s.bytes.Load() - max
 	err := s.view("evict", func(txn *badger.Txn) error {
 		return walkIndex(txn, prefixAge, from, func(k []byte, _ int64, id [idLen]byte) (bool, error) {
 			if over <= 0 || len(victims) >= evictBatch {

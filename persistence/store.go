@@ -99,8 +99,9 @@ type Store struct {
 	db    *badger.DB
 	log   *badgerLogger
 	dir   string
-	mu    sync.Mutex // serialises writes; guards bytes
-	bytes int64      // stored result bytes in all, as in key m bytes
+	mu    sync.Mutex   // serialises writes
+	bytes atomic.Int64 // stored result bytes in all, as in key m bytes; written under mu
+	q     writeQueue   // the owner writes waiting for the writer goroutine (writer.go)
 	// sweepCursor is where a sweep that said "more" goes on (see Sweep).
 	sweepCursor []byte
 	// sweepFrom and evictFrom are where a sweep and an eviction start:
@@ -155,6 +156,9 @@ func Open(dir string) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.q.wake = make(chan struct{}, 1)
+	s.wg.Add(1)
+	go s.writeLoop()
 	if dir != "" {
 		s.wg.Add(1)
 		go s.gcLoop()

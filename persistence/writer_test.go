@@ -1,0 +1,93 @@
+package persistence
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// holdWrites makes the writer goroutine stop inside its next write until
+// the returned release is called; entered says it has got there.
+func holdWrites(s *Store) (entered <-chan struct{}, release func()) {
+	in, gate := make(chan struct{}, 1), make(chan struct{})
+	s.SetWriteFault(func() error {
+		select {
+		case in <- struct{}{}:
+		default:
+		}
+		<-gate
+		return nil
+	})
+	return in, func() { s.SetWriteFault(nil); close(gate) }
+}
+
+func waitFor(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out")
+	}
+}
+
+// The writes queued while one is being committed are committed together;
+// one of them failing (a row too large) fails it alone; each job's writes
+// land in the order they were made.
+func TestStore_GroupCommit(t *testing.T) {
+	s := mustOpen(t, "")
+	const n = 40
+	jobs := make([]JobRecord, n)
+	for i := range jobs {
+		jobs[i] = putJobRecord(t, s, i, 1, 1, false)
+	}
+	entered, release := holdWrites(s)
+	first := make(chan error, 1)
+	s.SaveJobAsync(&jobs[0], func(err error) { first <- err })
+	waitFor(t, entered)
+
+	results := make(chan error, 2*n)
+	var want int64
+	for i := 1; i < n; i++ {
+		res := []byte(`{"content":"` + testID(i) + `"}`)
+		want += int64(len(res))
+		jobs[i].TargetsDone, jobs[i].ResultBytes, jobs[i].Lease = 1, int64(len(res)), 2
+		s.SaveTargetAsync(&jobs[i], &TargetRecord{Idx: 0, Status: TargetDone, Result: res}, func(err error) { results <- err })
+		// A later write of the same row, queued after: it wins.
+		jobs[i].Lease = 3
+		s.SaveJobAsync(&jobs[i], func(err error) { results <- err })
+	}
+	big := jobs[0]
+	big.ResultBytes = maxValueInMemory + 1
+	tooLarge := make(chan error, 1)
+	s.SaveTargetAsync(&big, &TargetRecord{Idx: 1, Status: TargetDone, Result: bytes.Repeat([]byte("x"), maxValueInMemory+1)}, func(err error) { tooLarge <- err })
+	release()
+
+	require.NoError(t, <-first)
+	for i := 0; i < 2*(n-1); i++ {
+		require.NoError(t, <-results)
+	}
+	require.ErrorIs(t, <-tooLarge, ErrTooLarge)
+	for i := 1; i < n; i++ {
+		j, ts, err := s.JobWithTargets(testID(i))
+		require.NoError(t, err)
+		require.Equal(t, int64(3), j.Lease, "the later write of the row wins")
+		require.Equal(t, 1, j.TargetsDone)
+		require.Equal(t, TargetDone, ts[0].Status)
+	}
+	require.Equal(t, want, s.Bytes(), "the byte total counts every committed result, not the refused one")
+}
+
+// A write queued after Close is refused with ErrClosed, at once; the sync
+// form too.
+func TestStore_WriteAfterClose(t *testing.T) {
+	s, err := Open("")
+	require.NoError(t, err)
+	j := putJobRecord(t, s, 1, 1, 1, false)
+	require.NoError(t, s.Close())
+	got := make(chan error, 1)
+	s.SaveJobAsync(&j, func(err error) { got <- err })
+	require.ErrorIs(t, <-got, ErrClosed)
+	require.ErrorIs(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone}), ErrClosed)
+}
