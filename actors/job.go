@@ -18,7 +18,7 @@ type job struct {
 	supervisor *actor.PID
 	rec        persistence.JobRecord
 	payload    any
-	inflight   int   // idx of the target being fetched, -1 for none
+	inflight   int   // idx of the target being fetched or stored, -1 for none
 	busySince  int64 // unix nanos of the next target's first busy answer, 0 for none
 	// What a failed write left unwritten: target outcomes, and whether the
 	// stored row is behind rec. The next write writes them first; a job
@@ -27,6 +27,29 @@ type job struct {
 	unsaved []persistence.TargetRecord
 	dirty   bool
 	flushes *time.Timer
+	// storing is the target whose write is at the store (asynchronous: the
+	// worker is already free); nil for none. Until it has committed, every
+	// message but Status waits in deferred, so the job's writes stay one
+	// at a time and in order.
+	storing   *storingTarget
+	deferred  []deferredMsg
+	onWritten func(error) // the store's callback: a targetWritten to self
+}
+
+// storingTarget is a target being stored: its outcome, the job's row once it
+// is stored, and what the hooks are told then.
+type storingTarget struct {
+	next       persistence.JobRecord
+	t          persistence.TargetRecord
+	err        error
+	took       time.Duration
+	prevStatus string
+}
+
+// deferredMsg is a message that came while a target was being stored.
+type deferredMsg struct {
+	msg    any
+	sender *actor.PID
 }
 
 func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
@@ -38,23 +61,45 @@ func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, paylo
 // Receive implements actor.Actor.
 func (j *job) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		root, self := ctx.ActorSystem().Root, ctx.Self()
+		j.onWritten = func(err error) { root.Send(self, &targetWritten{err: err}) }
+	case *actor.Stopping:
+		if j.flushes != nil {
+			j.flushes.Stop()
+		}
+	case *actor.Stopped, *actor.Restarting:
+	case *targetWritten:
+		j.written(ctx, m)
+	case *StatusJob:
+		ctx.Respond(j.status())
+	default:
+		if j.storing != nil {
+			j.deferred = append(j.deferred, deferredMsg{msg: m, sender: ctx.Sender()})
+			return
+		}
+		j.handle(ctx, m, ctx.Sender())
+	}
+}
+
+// handle handles a message now; sender is who gets the answer.
+func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
+	switch m := msg.(type) {
 	case *dispatch:
 		j.dispatch(ctx, m)
 	case *fetched:
 		j.fetched(ctx, m)
 	case *CancelJob:
-		ctx.Respond(j.cancel(ctx))
-	case *StatusJob:
-		ctx.Respond(j.status())
+		reply(ctx, sender, j.cancel(ctx))
 	case *TouchJob:
 		if m.Lease > j.rec.Lease {
 			j.rec.Lease = m.Lease
 			j.save("touch")
 		}
-		ctx.Respond(true)
+		reply(ctx, sender, true)
 	case *shutdownJob:
 		j.shutdown()
-		ctx.Respond(true)
+		reply(ctx, sender, true)
 	case *flushTick:
 		j.flushes = nil
 		if !j.flush("retry") {
@@ -62,10 +107,14 @@ func (j *job) Receive(ctx actor.Context) {
 		} else if j.terminal() && j.rec.Settled {
 			ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: true})
 		}
-	case *actor.Stopping:
-		if j.flushes != nil {
-			j.flushes.Stop()
-		}
+	}
+}
+
+// reply answers a request (a deferred one too: ctx.Respond answers only the
+// message being handled).
+func reply(ctx actor.Context, to *actor.PID, v any) {
+	if to != nil {
+		ctx.Send(to, v)
 	}
 }
 
@@ -143,12 +192,14 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx)})
 		return
 	}
+	j.inflight = j.rec.TargetsDone
+	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.inflight, payload: j.payload})
 	if j.rec.Status == persistence.StatusQueued {
+		// While the first target is fetched: its outcome is written after
+		// this (the store keeps the order), never before.
 		j.rec.Status = persistence.StatusRunning
 		j.save("running")
 	}
-	j.inflight = j.rec.TargetsDone
-	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.inflight, payload: j.payload})
 }
 
 // settledState settles a terminal job with nothing in flight, or says the
@@ -171,10 +222,10 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx)})
 		return
 	}
-	j.inflight = -1
 	now := j.now()
 	out := m.outcome
 	if out.Busy {
+		j.inflight = -1
 		if j.busySince == 0 {
 			j.busySince = now
 		}
@@ -190,42 +241,97 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	}
 	j.busySince = 0
 
-	t := persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result}
+	p := &storingTarget{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
+	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result}
 	if out.Err != nil {
-		t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint}
+		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint}
 	}
-	prevStatus := j.rec.Status
-	j.rec.TargetsDone++
-	if t.Status == persistence.TargetFailed {
-		j.rec.TargetsFailed++
+	next := &p.next
+	next.TargetsDone++
+	if p.t.Status == persistence.TargetFailed {
+		next.TargetsFailed++
 	}
-	j.rec.ResultBytes += int64(len(t.Result))
-	j.rec.Lease = now
-	if !j.terminal() && j.rec.TargetsDone == j.rec.TargetsTotal {
-		switch j.rec.TargetsFailed {
+	next.ResultBytes += int64(len(p.t.Result))
+	next.Lease = now
+	if persistence.IsLive(next.Status) && next.TargetsDone == next.TargetsTotal {
+		switch next.TargetsFailed {
 		case 0:
-			j.rec.Status = persistence.StatusDone
-		case j.rec.TargetsTotal:
-			j.rec.Status = persistence.StatusFailed
+			next.Status = persistence.StatusDone
+		case next.TargetsTotal:
+			next.Status = persistence.StatusFailed
 		default:
-			j.rec.Status = persistence.StatusPartial
+			next.Status = persistence.StatusPartial
 		}
 	}
-	if j.terminal() {
-		j.rec.Settled = true
+	if !persistence.IsLive(next.Status) {
+		next.Settled = true
 	}
-	j.storeTarget(&t)
 
+	// The target stays in flight (inflight) until it is stored.
+	if len(j.unsaved) == 0 {
+		// The common case: the worker goes on while the target is stored
+		// (in a group commit with other jobs' targets); the job keeps its
+		// place in the rotation and hears from the store (written).
+		j.storing = p
+		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: jobStoring})
+		j.cfg.Store.SaveTargetAsync(next, &p.t, j.onWritten)
+		return
+	}
+	// A failed write left rows unwritten: write them first, in order, and
+	// this one after them (blocking; only after a failed write).
+	j.rec = p.next
+	j.storeTarget(&p.t)
+	j.stored(ctx, m.worker, p)
+}
+
+// written takes the outcome of the target write at the store, then the
+// messages that waited for it.
+func (j *job) written(ctx actor.Context, m *targetWritten) {
+	p := j.storing
+	if p == nil {
+		return // cannot happen: one write at a time
+	}
+	if errors.Is(m.err, persistence.ErrTooLarge) && p.t.Status == persistence.TargetDone {
+		tooLarge(&p.next, &p.t)
+		j.cfg.Store.SaveTargetAsync(&p.next, &p.t, j.onWritten)
+		return
+	}
+	j.storing = nil
+	j.rec = p.next
+	if m.err != nil {
+		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
+			slog.String(keyErr, storeErrText(m.err)))
+		j.unsaved = append(j.unsaved, p.t)
+	} else {
+		j.dirty = false
+	}
+	j.stored(ctx, nil, p)
+	for len(j.deferred) > 0 && j.storing == nil {
+		d := j.deferred[0]
+		j.deferred[0] = deferredMsg{}
+		j.deferred = j.deferred[1:]
+		j.handle(ctx, d.msg, d.sender)
+	}
+	if len(j.deferred) == 0 {
+		j.deferred = nil
+	}
+}
+
+// stored goes on once a target is stored (or its write has failed, and it
+// waits in unsaved): it tells the supervisor how the job stands (freeing
+// worker, if not nil), then the hooks, then evicts.
+func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
+	j.inflight = -1
 	state := jobReady
 	if j.terminal() {
 		state = j.endState(ctx)
 	}
-	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: state})
+	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state})
 
 	if j.cfg.Hooks.Target != nil {
-		j.cfg.Hooks.Target(out.Err, m.took, len(t.Result))
+		j.cfg.Hooks.Target(p.err, p.took, len(p.t.Result))
 	}
-	if persistence.IsLive(prevStatus) && j.terminal() {
+	if persistence.IsLive(p.prevStatus) && j.terminal() {
 		j.ended()
 	}
 	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
@@ -258,18 +364,24 @@ func (j *job) storeTarget(t *persistence.TargetRecord) {
 func (j *job) writeTarget(t *persistence.TargetRecord) error {
 	err := j.cfg.Store.SaveTarget(&j.rec, t)
 	if errors.Is(err, persistence.ErrTooLarge) && t.Status == persistence.TargetDone {
-		j.rec.ResultBytes -= int64(len(t.Result))
-		j.rec.TargetsFailed++
-		if j.rec.Status == persistence.StatusDone {
-			j.rec.Status = persistence.StatusPartial
-			if j.rec.TargetsFailed == j.rec.TargetsTotal {
-				j.rec.Status = persistence.StatusFailed
-			}
-		}
-		*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: "result too large to store"}
+		tooLarge(&j.rec, t)
 		err = j.cfg.Store.SaveTarget(&j.rec, t)
 	}
 	return err
+}
+
+// tooLarge turns a done target whose result is too large to store into a
+// failed one, and the job's row with it.
+func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
+	rec.ResultBytes -= int64(len(t.Result))
+	rec.TargetsFailed++
+	if rec.Status == persistence.StatusDone {
+		rec.Status = persistence.StatusPartial
+		if rec.TargetsFailed == rec.TargetsTotal {
+			rec.Status = persistence.StatusFailed
+		}
+	}
+	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: "result too large to store"}
 }
 
 // ended reports a job that has just become terminal to the hooks.
@@ -303,8 +415,16 @@ func (j *job) status() *StatusReply {
 	if err != nil {
 		return &StatusReply{Live: true, Job: j.rec, Err: err}
 	}
-	if j.inflight >= 0 && j.inflight < len(ts) && ts[j.inflight].Status == persistence.TargetPending {
-		ts[j.inflight].Status = persistence.TargetRunning
+	rec := j.rec
+	if j.inflight >= 0 && j.inflight < len(ts) {
+		switch {
+		case ts[j.inflight].Status == persistence.TargetPending:
+			ts[j.inflight].Status = persistence.TargetRunning
+		case j.storing != nil:
+			// Committed, but the store's answer has not come yet: the
+			// row that was written with it goes with it.
+			rec = j.storing.next
+		}
 	}
 	for _, t := range j.unsaved {
 		if t.Idx < len(ts) {
@@ -312,7 +432,7 @@ func (j *job) status() *StatusReply {
 			ts[t.Idx] = t
 		}
 	}
-	return &StatusReply{Live: true, Job: j.rec, Targets: ts}
+	return &StatusReply{Live: true, Job: rec, Targets: ts}
 }
 
 // shutdown fails a live job with "shutdown"; the runner is closing and

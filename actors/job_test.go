@@ -21,6 +21,18 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	return job, rec, sup, worker, workerPID
 }
 
+// storedDone takes the two jobDones of a target that is stored: the worker
+// freed while the target is being stored, then how the job stands.
+func storedDone(t *testing.T, sup *probe, workerPID *actor.PID) *jobDone {
+	t.Helper()
+	free := next[*jobDone](t, sup)
+	require.Equal(t, jobStoring, free.state, "the worker is freed before the store answers")
+	require.Equal(t, workerPID, free.worker)
+	done := next[*jobDone](t, sup)
+	require.Nil(t, done.worker, "the worker is freed once")
+	return done
+}
+
 func TestJob_TargetsInOrder(t *testing.T) {
 	ts := newTestSystem(t)
 	hooked := make(chan string, 4)
@@ -31,19 +43,17 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	f := next[*fetch](t, worker)
 	require.Equal(t, 0, f.idx)
 	require.Equal(t, "payload", f.payload)
-	stored, err := ts.store.Job(rec.ID)
-	require.NoError(t, err)
-	require.Equal(t, persistence.StatusRunning, stored.Status, "running is stored on the first target")
 
 	reply := ts.ask(t, job, &StatusJob{ID: rec.ID}).(*StatusReply)
 	require.True(t, reply.Live)
 	require.Equal(t, persistence.TargetRunning, reply.Targets[0].Status)
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatusRunning, stored.Status, "running is stored on the first target")
 
 	ts.advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
-	done := next[*jobDone](t, sup)
-	require.Equal(t, jobReady, done.state)
-	require.Equal(t, workerPID, done.worker)
+	require.Equal(t, jobReady, storedDone(t, sup, workerPID).state)
 	tr, err := ts.store.Target(rec.ID, 0)
 	require.NoError(t, err)
 	require.Equal(t, persistence.TargetDone, tr.Status)
@@ -53,7 +63,7 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	require.Equal(t, 1, next[*fetch](t, worker).idx)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Err: errors.New("x"), Msg: "x", Hint: "h"}})
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusPartial, stored.Status)
 	require.True(t, stored.Settled)
@@ -77,7 +87,7 @@ func TestJob_Busy(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
 	tr, _ = ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetFailed, tr.Status)
 	require.Equal(t, "429", tr.Error)
@@ -97,7 +107,7 @@ func TestJob_Cancel(t *testing.T) {
 	require.Equal(t, false, ts.ask(t, job, &CancelJob{ID: rec.ID}))
 
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status, "the in-flight target does not overwrite cancelled")
 	require.True(t, stored.Settled)
@@ -116,4 +126,58 @@ func TestJob_Shutdown(t *testing.T) {
 	require.Equal(t, persistence.StatusFailed, stored.Status)
 	require.Equal(t, "shutdown", stored.Error)
 	require.True(t, stored.Settled)
+}
+
+// While a target is being stored, the job answers Status from what is stored
+// and holds every other message until the store has answered: a Cancel then
+// is answered after it, and its own write follows the target's.
+func TestJob_WaitsForItsStore(t *testing.T) {
+	ts := newTestSystem(t)
+	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	ts.ask(t, job, &StatusJob{ID: rec.ID}) // the running row is written
+
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	ts.store.SetWriteFault(func() error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	})
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
+	free := next[*jobDone](t, sup)
+	require.Equal(t, jobStoring, free.state)
+	select {
+	case <-entered: // the store is writing it, and waits for release
+	case <-time.After(waitTimeout):
+		t.Fatal("the target was not written")
+	}
+
+	cancelled := ts.sys.Root.RequestFuture(job, &CancelJob{ID: rec.ID}, waitTimeout)
+	reply := ts.ask(t, job, &StatusJob{ID: rec.ID}).(*StatusReply)
+	require.Equal(t, persistence.TargetRunning, reply.Targets[0].Status, "not stored yet: still in flight")
+	require.Equal(t, 0, reply.Job.TargetsDone)
+	require.Equal(t, persistence.StatusRunning, reply.Job.Status, "the Cancel waits for the store")
+	quiet(t, sup)
+
+	ts.store.SetWriteFault(nil)
+	close(release)
+	done := next[*jobDone](t, sup)
+	require.Nil(t, done.worker)
+	require.Equal(t, jobReady, done.state)
+	res, err := cancelled.Result()
+	require.NoError(t, err)
+	require.Equal(t, true, res)
+	require.True(t, next[*jobEnded](t, sup).settled)
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatusCancelled, stored.Status)
+	require.Equal(t, 1, stored.TargetsDone)
+	tr, err := ts.store.Target(rec.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, persistence.TargetDone, tr.Status)
+	quiet(t, worker)
 }

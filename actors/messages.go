@@ -15,8 +15,10 @@ import (
 //	                     future gets the answer); shutdownJob
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome)
-//	job → supervisor:    jobDone (the worker is free; the job is ready, waits
-//	                     for a retry, or has ended), jobEnded (cancelled)
+//	job → supervisor:    jobDone (the worker is free, and the job's target is
+//	                     being stored; or the job is ready, waits for a retry,
+//	                     or has ended), jobEnded (cancelled)
+//	store → job:         targetWritten (a target's write has committed)
 //	timer → supervisor:  retryReady, sweepTick
 //
 // A worker's panic reaches the supervisor's strategy as a failure carrying
@@ -113,9 +115,13 @@ const (
 	// live, but the actor stays until it has written its rows (a jobEnded
 	// with settled follows).
 	jobUnsaved
+	// jobStoring: the worker is free and the target is being stored. The
+	// job keeps its place in the rotation, but is not dispatched until
+	// another jobDone (without a worker) says how it stands.
+	jobStoring
 )
 
-// jobDone frees a worker and says how its job stands.
+// jobDone frees a worker (nil: none) and says how its job stands.
 type jobDone struct {
 	id     string
 	worker *actor.PID
@@ -129,6 +135,9 @@ type jobEnded struct {
 	id      string
 	settled bool
 }
+
+// targetWritten is the outcome of a job's asynchronous target write.
+type targetWritten struct{ err error }
 
 // shutdownJob fails a live job with "shutdown"; the reply is a bool.
 type shutdownJob struct{}

@@ -21,6 +21,7 @@ type liveJob struct {
 	pid      *actor.PID
 	ended    bool        // cancelled: no longer live, but a target is still in flight
 	inflight bool        // a worker has been dispatched to it
+	storing  bool        // its last target is being stored (the worker is free)
 	queued   bool        // in the ready queue
 	retry    *time.Timer // set while its next target waits out RetryWait
 }
@@ -31,11 +32,19 @@ type liveJob struct {
 // cannot race past a cap. It also sweeps expired jobs.
 //
 // The rotation is a FIFO of ready jobs: a job enters it when it is
-// submitted, when one of its targets has been stored, and when its retry
+// submitted, when one of its targets has been fetched, and when its retry
 // wait is over; a free worker takes the job at its head. With jobs that are
 // always ready this is round robin in submit order (a1 b1 a2 b2 …), and a new
 // job waits at most one round. Every step is O(1), whatever the number of
 // live jobs.
+//
+// A fetched target is stored while the worker goes on with the next job
+// (the job actor writes it; the store commits the writes of many jobs
+// together). The job takes its place at the tail when its target has been
+// fetched, as if it had been stored then; should its place come up before
+// the store has answered, the workers wait for it (one commit) rather than
+// pass it, so the order is the same as if each worker stored before moving
+// on, and a job's next target never starts before the last one is stored.
 type supervisor struct {
 	cfg       *Config
 	idle      []*actor.PID // workers with nothing to do
@@ -43,6 +52,7 @@ type supervisor struct {
 	perCaller map[string]int // live jobs per caller
 	live      int            // live jobs in all
 	inflight  int            // targets being fetched
+	storing   int            // targets fetched and being stored
 	stopping  int            // job actors poisoned and not yet terminated
 	ready     readyQueue
 	closing   bool
@@ -227,12 +237,17 @@ func (s *supervisor) enqueue(j *liveJob) {
 // dispatch hands free workers to the jobs at the head of the rotation.
 func (s *supervisor) dispatch(ctx actor.Context) {
 	for len(s.idle) > 0 && !s.closing {
-		j := s.ready.pop()
+		j := s.ready.peek()
 		if j == nil {
 			return
 		}
+		stale := j.ended || j.inflight || s.jobs[j.id] != j
+		if j.storing && !stale {
+			return // its place has come up: wait for its store (see supervisor)
+		}
+		s.ready.pop()
 		j.queued = false
-		if j.ended || j.inflight || s.jobs[j.id] != j {
+		if stale {
 			continue
 		}
 		w := s.idle[len(s.idle)-1]
@@ -245,13 +260,19 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 }
 
 func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
-	s.inflight--
-	s.idle = append(s.idle, m.worker)
-	s.cfg.hookInflight(s.inflight)
-	if j := s.jobs[m.id]; j != nil {
-		j.inflight = false
+	j := s.jobs[m.id]
+	if m.worker != nil {
+		s.inflight--
+		s.idle = append(s.idle, m.worker)
+		s.cfg.hookInflight(s.inflight)
+		if j != nil {
+			j.inflight = false
+		}
+	}
+	if j != nil {
+		s.setStoring(j, m.state == jobStoring)
 		switch m.state {
-		case jobReady:
+		case jobReady, jobStoring:
 			s.enqueue(j)
 		case jobWaiting:
 			s.waitRetry(ctx, j)
@@ -266,6 +287,17 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 		return
 	}
 	s.dispatch(ctx)
+}
+
+func (s *supervisor) setStoring(j *liveJob, storing bool) {
+	if j.storing != storing {
+		j.storing = storing
+		if storing {
+			s.storing++
+		} else {
+			s.storing--
+		}
+	}
 }
 
 func (s *supervisor) waitRetry(ctx actor.Context, j *liveJob) {
@@ -311,17 +343,19 @@ func (s *supervisor) endLive(j *liveJob) {
 // remove forgets a settled job and stops its actor once its mailbox is
 // empty (a poison pill queues behind what was already sent to it).
 func (s *supervisor) remove(ctx actor.Context, j *liveJob) {
+	s.setStoring(j, false)
 	s.endLive(j)
 	delete(s.jobs, j.id)
 	ctx.Poison(j.pid)
 	s.stopping++
 }
 
-// maybeFinishDrain finishes a drain once nothing is in flight and every job
-// actor already told to stop has stopped: stopping the supervisor then
-// sends no Stop to an actor that is already gone (a dead letter).
+// maybeFinishDrain finishes a drain once nothing is in flight or being
+// stored and every job actor already told to stop has stopped: stopping the
+// supervisor then sends no Stop to an actor that is already gone (a dead
+// letter).
 func (s *supervisor) maybeFinishDrain(ctx actor.Context) {
-	if s.drainer != nil && s.inflight == 0 && s.stopping == 0 {
+	if s.drainer != nil && s.inflight == 0 && s.storing == 0 && s.stopping == 0 {
 		s.finishDrain(ctx)
 	}
 }
@@ -388,6 +422,14 @@ type readyQueue struct {
 }
 
 func (q *readyQueue) push(j *liveJob) { q.items = append(q.items, j) }
+
+// peek returns the job at the head, nil for none.
+func (q *readyQueue) peek() *liveJob {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return q.items[q.head]
+}
 
 func (q *readyQueue) pop() *liveJob {
 	if q.head == len(q.items) {

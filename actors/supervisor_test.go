@@ -168,3 +168,33 @@ func TestSupervisor_Drain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, res.(*Drained).Jobs)
 }
+
+// A job whose target is being stored keeps its place in the rotation; when
+// its place comes up before the store has answered, the worker waits for it
+// instead of passing it, so the order stays a1 b1 a2 b2 with one worker.
+func TestSupervisor_WaitsForAJobBeingStored(t *testing.T) {
+	ts := newTestSystem(t)
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	a, b := id('a'), id('b')
+	ts.ask(t, sup, ts.submitMsg(a, "alice", 3))
+	ts.ask(t, sup, ts.submitMsg(b, "bob", 3))
+	d := next[dispatched](t, jobs)
+	require.Equal(t, a, d.id)
+
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id, "the worker goes on while a1 is stored")
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobStoring})
+	ts.sys.Root.Send(sup, &jobDone{id: b, state: jobReady}) // b1's store answers first
+	ts.ask(t, sup, &StatusJob{ID: id('z')})                 // the supervisor has taken all three
+	quiet(t, jobs)
+
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobReady})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, a, d.id, "a2 before b2: a's place came first")
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id)
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled})
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobSettled})
+}
