@@ -21,7 +21,7 @@ import (
 // benchFillerTargets is the number of targets of each filler job. 32 would be
 // the worst case, but Badger stalls filling 100,000 of those (over 100 s on
 // the 2-core machine); with 8 the fill takes about 10 s. A filler has its
-// target rows but no result rows: only the job row, the target rows and the
+// specs row but no result rows: only the job row, the specs row and the
 // index entries matter to the lookups measured here.
 const benchFillerTargets = 8
 

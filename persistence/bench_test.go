@@ -24,8 +24,8 @@ import (
 // targets, each with deleteResultBytes of results on the byte total. 32
 // targets would be the worst case, but Badger stalls filling 100,000 of those
 // (over 100 s on the 2-core machine); a job's keys are deleted by name, so
-// the cost per job grows with its targets (2 keys per target, 6 more per
-// job). The fillers have target rows, no result rows.
+// the cost per job grows with its targets (a key per target, its outcome,
+// and 6 more per job). The fillers have specs rows, no result rows.
 const (
 	deleteTargets     = 8
 	deleteResultBytes = 1000

@@ -100,20 +100,24 @@ func (s *Store) Bytes() int64 {
 	return s.bytes.Load()
 }
 
-// CreateJob stores a new job and its targets in one write, with its
-// idempotency entry (which from now on names this job) and its unsettled
-// entry. j.ID must be 32 hex characters.
+// CreateJob stores a new job and its targets' specs (URL and options) in
+// one write, with its idempotency entry (which from now on names this job)
+// and its unsettled entry. j.ID must be 32 hex characters; targets are in
+// idx order (targets[i] is target i, whatever its Idx), at most 0xffff.
 func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
 		return fmt.Errorf("store job: %w: bad id", ErrNotFound)
 	}
+	if len(targets) > 0xffff {
+		return fmt.Errorf("store job: %w: %d targets", ErrTooLarge, len(targets))
+	}
 	return s.update("store job", func(txn *badger.Txn) (int64, error) {
 		if err := txn.Set(jobKey(id), encodeJob(j)); err != nil {
 			return 0, err
 		}
-		for i := range targets {
-			if err := txn.Set(targetKey(prefixTarget, id, targets[i].Idx), encodeSpec(&targets[i])); err != nil {
+		if len(targets) > 0 {
+			if err := txn.Set(specsKey(id), encodeSpecs(targets)); err != nil {
 				return 0, err
 			}
 		}
@@ -238,14 +242,15 @@ func (s *Store) JobWithTargets(idHex string) (JobRecord, []TargetRecord, error) 
 		if j, err = getJob(txn, id); err != nil {
 			return err
 		}
-		ts, err = readTargets(txn, id, j.TargetsTotal)
+		ts, err = readTargets(txn, id)
 		return err
 	})
 	return j, ts, err
 }
 
-// Targets returns a job's n targets in idx order, or an error wrapping
-// [ErrNotFound] when it has none.
+// Targets returns a job's targets in idx order, or an error wrapping
+// [ErrNotFound] when it has none. n, the job's TargetsTotal, is not needed:
+// the specs row holds the count.
 func (s *Store) Targets(idHex string, n int) ([]TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
@@ -254,7 +259,7 @@ func (s *Store) Targets(idHex string, n int) ([]TargetRecord, error) {
 	var ts []TargetRecord
 	err := s.view("read targets", func(txn *badger.Txn) error {
 		var err error
-		ts, err = readTargets(txn, id, n)
+		ts, err = readTargets(txn, id)
 		if err == nil && len(ts) == 0 {
 			err = ErrNotFound
 		}
@@ -263,23 +268,17 @@ func (s *Store) Targets(idHex string, n int) ([]TargetRecord, error) {
 	return ts, err
 }
 
-func readTargets(txn *badger.Txn, id [idLen]byte, n int) ([]TargetRecord, error) {
-	ts := make([]TargetRecord, 0, n)
-	err := walkTargets(txn, prefixTarget, id, func(idx int, v []byte) error {
-		t, err := decodeSpec(idx, v)
-		if err != nil {
-			return err
-		}
-		if idx != len(ts) {
-			return fmt.Errorf("target rows: %w", ErrCorrupt)
-		}
-		ts = append(ts, t)
-		return nil
-	})
+// readTargets reads a job's targets: its specs row, then its outcome rows.
+// A job without a specs row has no targets.
+func readTargets(txn *badger.Txn, id [idLen]byte) ([]TargetRecord, error) {
+	ts, err := getSpecs(txn, id)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		ts, err = nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	err = walkTargets(txn, prefixOutcome, id, func(idx int, v []byte) error {
+	err = walkOutcomes(txn, id, func(idx int, v []byte) error {
 		if idx >= len(ts) {
 			return fmt.Errorf("target outcome: %w", ErrCorrupt)
 		}
@@ -288,9 +287,23 @@ func readTargets(txn *badger.Txn, id [idLen]byte, n int) ([]TargetRecord, error)
 	return ts, err
 }
 
-// walkTargets calls fn for each t or r row of a job, in idx order.
-func walkTargets(txn *badger.Txn, prefix byte, id [idLen]byte, fn func(idx int, v []byte) error) error {
-	p := targetPrefix(prefix, id)
+// getSpecs reads a job's specs row: its targets, pending.
+func getSpecs(txn *badger.Txn, id [idLen]byte) ([]TargetRecord, error) {
+	item, err := txn.Get(specsKey(id))
+	if err != nil {
+		return nil, err
+	}
+	var ts []TargetRecord
+	err = item.Value(func(v []byte) error {
+		ts, err = decodeSpecs(v)
+		return err
+	})
+	return ts, err
+}
+
+// walkOutcomes calls fn for each r row of a job, in idx order.
+func walkOutcomes(txn *badger.Txn, id [idLen]byte, fn func(idx int, v []byte) error) error {
+	p := targetPrefix(prefixOutcome, id)
 	o := badger.DefaultIteratorOptions
 	o.Prefix = p
 	o.PrefetchValues = false
@@ -318,15 +331,19 @@ func (s *Store) Target(idHex string, idx int) (TargetRecord, error) {
 	}
 	var t TargetRecord
 	err := s.view("read target", func(txn *badger.Txn) error {
-		item, err := txn.Get(targetKey(prefixTarget, id, idx))
+		item, err := txn.Get(specsKey(id))
 		if err != nil {
 			return err
 		}
+		found := false
 		if err := item.Value(func(v []byte) error {
-			t, err = decodeSpec(idx, v)
+			t, found, err = decodeSpecAt(v, idx)
 			return err
 		}); err != nil {
 			return err
+		}
+		if !found {
+			return ErrNotFound
 		}
 		item, err = txn.Get(targetKey(prefixOutcome, id, idx))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -583,8 +600,8 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 	done := 0
 	for len(jobs) > 0 {
 		n, keys := 0, 0
-		for n < len(jobs) && (n == 0 || keys+2*jobs[n].TargetsTotal+6 <= deleteBudget) {
-			keys += 2*jobs[n].TargetsTotal + 6
+		for n < len(jobs) && (n == 0 || keys+deleteKeys(&jobs[n]) <= deleteBudget) {
+			keys += deleteKeys(&jobs[n])
 			n++
 		}
 		batch := jobs[:n]
@@ -607,20 +624,22 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 	return done, nil
 }
 
+// deleteKeys is how many keys deleting j writes at most: deleteJob's (an
+// outcome per target; the specs, job, live, lease, age and idempotency
+// keys), plus one for the write's byte total, counted with each job.
+func deleteKeys(j *JobRecord) int { return j.TargetsTotal + 7 }
+
 func deleteJob(txn *badger.Txn, j *JobRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
 		return ErrCorrupt
 	}
 	for idx := 0; idx < j.TargetsTotal; idx++ {
-		if err := txn.Delete(targetKey(prefixTarget, id, idx)); err != nil {
-			return err
-		}
 		if err := txn.Delete(targetKey(prefixOutcome, id, idx)); err != nil {
 			return err
 		}
 	}
-	for _, k := range [][]byte{jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id)} {
+	for _, k := range [][]byte{specsKey(id), jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id)} {
 		if err := txn.Delete(k); err != nil {
 			return err
 		}

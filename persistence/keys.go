@@ -6,8 +6,8 @@ package persistence
 // nanoseconds as big-endian uint64, so that byte order is time order.
 //
 //	j <id:16>                    → job row (encodeJob)
-//	t <id:16> <idx:2>            → target spec (encodeSpec): URL and options, written once; idx big-endian uint16
-//	r <id:16> <idx:2>            → target outcome (encodeOutcome), written once it is stored; absent: pending
+//	t <id:16>                    → target specs (encodeSpecs): every target's URL and options, in idx order, written once; absent: no targets
+//	r <id:16> <idx:2>            → target outcome (encodeOutcome), written once it is stored; absent: pending; idx big-endian uint16
 //	i <key:32>                   → id:16 — idempotency: SHA-256(name \x00 targets JSON) → the newest job with it
 //	l <id:16>                    → "" — unsettled jobs: live, or cancelled with a target in flight; reaped by New
 //	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
@@ -24,7 +24,7 @@ import "encoding/binary"
 
 const (
 	prefixJob     = 'j'
-	prefixTarget  = 't'
+	prefixSpecs   = 't'
 	prefixOutcome = 'r'
 	prefixIdem    = 'i'
 	prefixLive    = 'l'
@@ -51,12 +51,17 @@ func liveKey(id [idLen]byte) []byte {
 	return append(append(k, prefixLive), id[:]...)
 }
 
+func specsKey(id [idLen]byte) []byte {
+	k := make([]byte, 0, jobKeyLen)
+	return append(append(k, prefixSpecs), id[:]...)
+}
+
 func targetPrefix(prefix byte, id [idLen]byte) []byte {
 	k := make([]byte, 0, targetKeyLen)
 	return append(append(k, prefix), id[:]...)
 }
 
-// targetKey is a t (spec) or r (outcome) key.
+// targetKey is an r (outcome) key.
 func targetKey(prefix byte, id [idLen]byte, idx int) []byte {
 	return binary.BigEndian.AppendUint16(targetPrefix(prefix, id), uint16(idx))
 }

@@ -60,9 +60,14 @@ type TargetRecord struct {
 // Value encodings, version 1. Integers are big-endian; strings and byte
 // slices are a uvarint length then the bytes.
 //
-//	job:    1 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error
-//	spec:    1 | url | options
+//	job:     1 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error
+//	specs:   1 | count:2 | count × (url | options)     — target idx i is the i-th
 //	outcome: 1 | status:1 | result | error | hint
+//
+// A job's specs are one value, however many targets it has: one Badger entry
+// to write and to read instead of one per target. On disk a specs value over
+// the value threshold goes to the value log; in memory Badger refuses a value
+// over its threshold (1 MiB), so there a job's specs are capped at 1 MiB.
 const formatVersion = 1
 
 var jobStatusCodes = []string{"", StatusQueued, StatusRunning, StatusDone, StatusPartial, StatusFailed, StatusCancelled}
@@ -127,11 +132,21 @@ func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
 	return j, nil
 }
 
-func encodeSpec(t *TargetRecord) []byte {
-	b := make([]byte, 0, 1+2*binary.MaxVarintLen32+len(t.URL)+len(t.Options))
+// encodeSpecs encodes the specs (URL and options) of a job's targets, which
+// are in idx order; there are at most 0xffff.
+func encodeSpecs(targets []TargetRecord) []byte {
+	n := 3
+	for i := range targets {
+		n += 2*binary.MaxVarintLen32 + len(targets[i].URL) + len(targets[i].Options)
+	}
+	b := make([]byte, 0, n)
 	b = append(b, formatVersion)
-	b = appendString(b, t.URL)
-	return appendBytes(b, t.Options)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(targets)))
+	for i := range targets {
+		b = appendString(b, targets[i].URL)
+		b = appendBytes(b, targets[i].Options)
+	}
+	return b
 }
 
 func encodeOutcome(t *TargetRecord) []byte {
@@ -142,21 +157,73 @@ func encodeOutcome(t *TargetRecord) []byte {
 	return appendString(b, t.Hint)
 }
 
-// decodeSpec decodes a target spec into a pending TargetRecord.
-func decodeSpec(idx int, b []byte) (TargetRecord, error) {
-	t := TargetRecord{Idx: idx, Status: TargetPending}
-	if len(b) < 1 || b[0] != formatVersion {
-		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+// decodeSpecs decodes a job's target specs into pending TargetRecords, Idx
+// 0 to n-1.
+func decodeSpecs(b []byte) ([]TargetRecord, error) {
+	var ts []TargetRecord
+	err := scanSpecs(b, func(n int) { ts = make([]TargetRecord, n) }, func(i int, url, opts []byte) {
+		ts[i] = specRecord(i, url, opts)
+	})
+	if err != nil {
+		return nil, err
 	}
-	var ok bool
-	rest := b[1:]
-	if t.URL, rest, ok = readString(rest); !ok {
-		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	return ts, nil
+}
+
+// decodeSpecAt decodes target idx of a job's target specs into a pending
+// TargetRecord; false if there is no target idx. The whole row is checked,
+// but only target idx is copied.
+func decodeSpecAt(b []byte, idx int) (TargetRecord, bool, error) {
+	var t TargetRecord
+	found := false
+	err := scanSpecs(b, func(n int) { found = idx >= 0 && idx < n }, func(i int, url, opts []byte) {
+		if i == idx {
+			t = specRecord(i, url, opts)
+		}
+	})
+	if err != nil {
+		return TargetRecord{}, false, err
 	}
-	if t.Options, rest, ok = readBytes(rest); !ok || len(rest) != 0 {
-		return t, fmt.Errorf("target row: %w", ErrCorrupt)
+	return t, found, nil
+}
+
+func specRecord(idx int, url, opts []byte) TargetRecord {
+	t := TargetRecord{Idx: idx, URL: string(url), Status: TargetPending}
+	if len(opts) > 0 {
+		t.Options = append([]byte(nil), opts...)
 	}
-	return t, nil
+	return t
+}
+
+// scanSpecs checks a specs row: it calls count with the number of targets,
+// then fn with each target's URL and options, which alias b; or it returns
+// an error wrapping [ErrCorrupt], maybe after some calls of fn.
+func scanSpecs(b []byte, count func(n int), fn func(i int, url, opts []byte)) error {
+	if len(b) < 3 || b[0] != formatVersion {
+		return fmt.Errorf("target specs: %w", ErrCorrupt)
+	}
+	n := int(binary.BigEndian.Uint16(b[1:]))
+	rest := b[3:]
+	if n > len(rest)/2 { // a spec is two bytes at least: refuse a count the row cannot hold before allocating for it
+		return fmt.Errorf("target specs: %w", ErrCorrupt)
+	}
+	count(n)
+	for i := range n {
+		url, r, ok := readRaw(rest)
+		if !ok {
+			return fmt.Errorf("target specs: %w", ErrCorrupt)
+		}
+		opts, r, ok := readRaw(r)
+		if !ok {
+			return fmt.Errorf("target specs: %w", ErrCorrupt)
+		}
+		fn(i, url, opts)
+		rest = r
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("target specs: %w", ErrCorrupt)
+	}
+	return nil
 }
 
 // decodeOutcome decodes a target outcome into t.
@@ -199,6 +266,15 @@ func readLen(b []byte) (n uint64, w int, ok bool) {
 		return 0, 0, false
 	}
 	return n, w, true
+}
+
+// readRaw reads a length and that many bytes, which alias b.
+func readRaw(b []byte) ([]byte, []byte, bool) {
+	n, w, ok := readLen(b)
+	if !ok {
+		return nil, nil, false
+	}
+	return b[w : w+int(n)], b[w+int(n):], true
 }
 
 func readBytes(b []byte) ([]byte, []byte, bool) {

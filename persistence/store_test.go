@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -108,22 +109,136 @@ func TestStore_Records(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, j, got)
 
-	tr := TargetRecord{Idx: 3, URL: "https://x/y?z", Options: []byte(`{"mode":"m"}`), Status: TargetFailed, Error: "e", Hint: "h"}
-	spec, err := decodeSpec(3, encodeSpec(&tr))
+	ts := []TargetRecord{
+		{Idx: 0, URL: "https://x/a", Status: TargetPending},
+		{Idx: 1, URL: "https://x/ünï", Options: []byte(`{"mode":"m"}`), Status: TargetPending},
+		{Idx: 2, URL: "", Status: TargetPending},
+		{Idx: 3, URL: "https://x/y?z", Options: []byte(`{"mode":"m"}`), Status: TargetFailed, Error: "e", Hint: "h"},
+	}
+	specs := encodeSpecs(ts)
+	got2, err := decodeSpecs(specs)
 	require.NoError(t, err)
-	require.NoError(t, decodeOutcome(&spec, encodeOutcome(&tr)))
-	require.Equal(t, tr, spec)
+	require.Len(t, got2, len(ts))
+	require.NoError(t, decodeOutcome(&got2[3], encodeOutcome(&ts[3])))
+	require.Equal(t, ts, got2)
+	for idx := range ts {
+		one, found, err := decodeSpecAt(specs, idx)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, got2[idx].URL, one.URL)
+		require.Equal(t, got2[idx].Options, one.Options)
+		require.Equal(t, idx, one.Idx)
+	}
+	for _, idx := range []int{-1, len(ts), 0xffff} {
+		_, found, err := decodeSpecAt(specs, idx)
+		require.NoError(t, err)
+		require.False(t, found, "no target %d", idx)
+	}
+	none, err := decodeSpecs(encodeSpecs(nil))
+	require.NoError(t, err)
+	require.Empty(t, none)
 
 	for _, bad := range [][]byte{nil, {9}, {formatVersion}, bytes.Repeat([]byte{0xff}, 80)} {
 		_, err := decodeJob(id, bad)
 		require.ErrorIs(t, err, ErrCorrupt)
-		_, err = decodeSpec(0, bad)
+		_, err = decodeSpecs(bad)
+		require.ErrorIs(t, err, ErrCorrupt)
 		if len(bad) != 0 && bad[0] == formatVersion {
 			continue
 		}
-		require.ErrorIs(t, err, ErrCorrupt)
 		require.ErrorIs(t, decodeOutcome(&TargetRecord{}, bad), ErrCorrupt)
 	}
+	for name, bad := range map[string][]byte{
+		"version":       append([]byte{2}, specs[1:]...),
+		"count-high":    append([]byte{formatVersion, 0, byte(len(ts) + 1)}, specs[3:]...),
+		"count-low":     append([]byte{formatVersion, 0, byte(len(ts) - 1)}, specs[3:]...),
+		"count-huge":    {formatVersion, 0xff, 0xff, 0, 0},
+		"truncated":     specs[:len(specs)-1],
+		"trailing-byte": append(bytes.Clone(specs), 0),
+		"long-length":   {formatVersion, 0, 1, 0x80, 0x00, 0},
+	} {
+		_, err := decodeSpecs(bad)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+		_, _, err = decodeSpecAt(bad, 0)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
+}
+
+// TestStore_Targets checks the specs row: one Badger entry for all of a
+// job's targets, read whole or one target at a time, deleted with its job.
+func TestStore_Targets(t *testing.T) {
+	s := mustOpen(t, "")
+	const n = 40
+	j := JobRecord{ID: testID(7), Caller: "alice", Status: StatusQueued, TargetsTotal: n, Created: 1, Lease: 1}
+	ts := make([]TargetRecord, n)
+	for i := range ts {
+		ts[i] = TargetRecord{Idx: i, URL: fmt.Sprintf("https://example.com/%d", i), Options: []byte(fmt.Sprintf(`{"n":%d}`, i)), Status: TargetPending}
+	}
+	require.NoError(t, s.CreateJob(&j, ts))
+	require.Equal(t, map[byte]int{prefixJob: 1, prefixSpecs: 1, prefixIdem: 1, prefixLive: 1}, keysByPrefix(t, s), "one specs row for all the targets")
+
+	j.Status, j.TargetsDone, j.TargetsFailed, j.ResultBytes = StatusRunning, 2, 1, 2
+	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 5, Status: TargetDone, Result: []byte("{}")}))
+	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: n - 1, Status: TargetFailed, Error: "e", Hint: "h"}))
+	ts[5].Status, ts[5].Result = TargetDone, []byte("{}")
+	ts[n-1].Status, ts[n-1].Error, ts[n-1].Hint = TargetFailed, "e", "h"
+
+	got, err := s.Targets(j.ID, n)
+	require.NoError(t, err)
+	require.Equal(t, ts, got)
+	_, got, err = s.JobWithTargets(j.ID)
+	require.NoError(t, err)
+	require.Equal(t, ts, got)
+	for i := range ts {
+		tr, err := s.Target(j.ID, i)
+		require.NoError(t, err)
+		require.Equal(t, ts[i], tr)
+	}
+	for _, idx := range []int{n, 0xffff, 0x10000, -1} {
+		_, err := s.Target(j.ID, idx)
+		require.ErrorIs(t, err, ErrNotFound, "target %d", idx)
+	}
+	_, err = s.Target(testID(8), 0)
+	require.ErrorIs(t, err, ErrNotFound, "an unknown job")
+	_, err = s.Targets(testID(8), 1)
+	require.ErrorIs(t, err, ErrNotFound, "an unknown job")
+
+	// A job stored without targets has no specs row, and no targets.
+	empty := JobRecord{ID: testID(9), Caller: "bob", Status: StatusQueued, Created: 1, Lease: 1}
+	empty.Key[0] = 9
+	require.NoError(t, s.CreateJob(&empty, nil))
+	_, err = s.Targets(empty.ID, 0)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, got, err = s.JobWithTargets(empty.ID)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	_, err = s.Target(empty.ID, 0)
+	require.ErrorIs(t, err, ErrNotFound)
+
+	// Deleting the jobs leaves no key of theirs.
+	for _, jr := range []*JobRecord{&j, &empty} {
+		jr.Status, jr.Settled = StatusDone, true
+		require.NoError(t, s.SaveJob(jr))
+	}
+	deleted, _, err := s.Sweep(1, 10)
+	require.NoError(t, err)
+	require.Equal(t, 2, deleted)
+	require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s), "only the byte total is left")
+}
+
+// keysByPrefix counts the store's keys by their first byte.
+func keysByPrefix(t *testing.T, s *Store) map[byte]int {
+	t.Helper()
+	n := map[byte]int{}
+	require.NoError(t, s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n[it.Item().Key()[0]]++
+		}
+		return nil
+	}))
+	return n
 }
 
 // FuzzDecode feeds the row decoders arbitrary bytes: never a panic, and a
@@ -134,15 +249,25 @@ func FuzzDecode(f *testing.F) {
 	j := JobRecord{ID: testID(1), Caller: "c", Status: StatusDone, TargetsTotal: 1}
 	tr := TargetRecord{URL: "u", Options: []byte("{}"), Status: TargetDone, Result: []byte("{}")}
 	f.Add(encodeJob(&j))
-	f.Add(encodeSpec(&tr))
+	f.Add(encodeSpecs([]TargetRecord{tr}))
+	f.Add(encodeSpecs([]TargetRecord{tr, {URL: "v"}, {Options: []byte("{}")}}))
 	f.Add(encodeOutcome(&tr))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var id [idLen]byte
 		if j, err := decodeJob(id, b); err == nil {
 			require.Equal(t, b, encodeJob(&j), "a decoded job encodes back to the same bytes")
 		}
-		if s, err := decodeSpec(0, b); err == nil {
-			require.Equal(t, b, encodeSpec(&s))
+		ts, err := decodeSpecs(b)
+		if err == nil {
+			require.Equal(t, b, encodeSpecs(ts))
+		}
+		for _, idx := range []int{0, 1, len(ts) - 1, len(ts)} {
+			one, found, err2 := decodeSpecAt(b, idx)
+			require.Equal(t, err == nil, err2 == nil, "decodeSpecAt accepts the rows decodeSpecs does")
+			require.Equal(t, err == nil && idx >= 0 && idx < len(ts), found)
+			if found {
+				require.Equal(t, ts[idx], one)
+			}
 		}
 		var t2 TargetRecord
 		if err := decodeOutcome(&t2, b); err == nil {
