@@ -41,6 +41,7 @@ type job struct {
 type storingTarget struct {
 	next       persistence.JobRecord
 	t          persistence.TargetRecord
+	withRow    bool // the row is written with the outcome
 	err        error
 	took       time.Duration
 	prevStatus string
@@ -242,9 +243,9 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	j.busySince = 0
 
 	p := &storingTarget{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
-	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result}
+	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now}
 	if out.Err != nil {
-		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint}
+		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now}
 	}
 	next := &p.next
 	next.TargetsDone++
@@ -272,9 +273,13 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		// The common case: the worker goes on while the target is stored
 		// (in a group commit with other jobs' targets); the job keeps its
 		// place in the rotation and hears from the store (written).
+		// Only the outcome is written, unless this settles the job or the
+		// row is behind after a failed write: the outcome rows are the
+		// store's record of a live job's progress (SaveOutcomeAsync).
 		j.storing = p
+		p.withRow = next.Settled || j.dirty
 		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: jobStoring})
-		j.cfg.Store.SaveTargetAsync(next, &p.t, j.onWritten)
+		j.write(p)
 		return
 	}
 	// A failed write left rows unwritten: write them first, in order, and
@@ -293,7 +298,7 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	}
 	if errors.Is(m.err, persistence.ErrTooLarge) && p.t.Status == persistence.TargetDone {
 		tooLarge(&p.next, &p.t)
-		j.cfg.Store.SaveTargetAsync(&p.next, &p.t, j.onWritten)
+		j.write(p)
 		return
 	}
 	j.storing = nil
@@ -302,7 +307,8 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
 			slog.String(keyErr, storeErrText(m.err)))
 		j.unsaved = append(j.unsaved, p.t)
-	} else {
+		j.dirty = true // the flush writes the row with the outcome
+	} else if p.withRow {
 		j.dirty = false
 	}
 	j.stored(ctx, nil, p)
@@ -317,6 +323,15 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	}
 }
 
+// write hands the storing target's write to the store.
+func (j *job) write(p *storingTarget) {
+	if p.withRow {
+		j.cfg.Store.SaveTargetAsync(&p.next, &p.t, j.onWritten)
+	} else {
+		j.cfg.Store.SaveOutcomeAsync(j.rec.ID, &p.t, j.onWritten)
+	}
+}
+
 // stored goes on once a target is stored (or its write has failed, and it
 // waits in unsaved): it tells the supervisor how the job stands (freeing
 // worker, if not nil), then the hooks, then evicts.
@@ -326,7 +341,7 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 	if j.terminal() {
 		state = j.endState(ctx)
 	}
-	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state})
+	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state, lease: j.rec.Lease})
 
 	if j.cfg.Hooks.Target != nil {
 		j.cfg.Hooks.Target(p.err, p.took, len(p.t.Result))

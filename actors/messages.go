@@ -121,11 +121,13 @@ const (
 	jobStoring
 )
 
-// jobDone frees a worker (nil: none) and says how its job stands.
+// jobDone frees a worker (nil: none) and says how its job stands; lease is
+// the job's lease once a target has been stored (0: unchanged).
 type jobDone struct {
 	id     string
 	worker *actor.PID
 	state  jobState
+	lease  int64
 }
 
 // jobEnded says a job was cancelled, or that an unsaved job has written its

@@ -24,6 +24,9 @@ type liveJob struct {
 	storing  bool        // its last target is being stored (the worker is free)
 	queued   bool        // in the ready queue
 	retry    *time.Timer // set while its next target waits out RetryWait
+	// lease is the job's lease as its actor holds it: the stored row of a
+	// live job is not rewritten for every target (see job.fetched).
+	lease int64
 }
 
 // supervisor owns the rotation: the live jobs in submit order, which of them
@@ -104,6 +107,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		}
 	case *TouchJob:
 		if j := s.jobs[m.ID]; j != nil {
+			j.lease = max(j.lease, m.Lease)
 			ctx.Forward(j.pid)
 		} else {
 			ctx.Respond(false)
@@ -193,6 +197,9 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err != nil {
 		return &SubmitReply{Err: err}
 	}
+	if live := s.jobs[prev.ID]; found && live != nil && !live.ended {
+		prev.Lease = max(prev.Lease, live.lease)
+	}
 	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
 		s.cfg.hookJob("reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
@@ -216,7 +223,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		_ = s.cfg.Store.SaveJob(&m.Job)
 		return &SubmitReply{Err: err}
 	}
-	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid}
+	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, lease: m.Job.Lease}
 	s.jobs[j.id] = j
 	s.perCaller[j.caller]++
 	s.live++
@@ -270,6 +277,7 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 		}
 	}
 	if j != nil {
+		j.lease = max(j.lease, m.lease)
 		s.setStoring(j, m.state == jobStoring)
 		switch m.state {
 		case jobReady, jobStoring:

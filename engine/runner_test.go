@@ -350,6 +350,39 @@ func TestRunner_Idempotency(t *testing.T) {
 	require.NotEqual(t, bad, bad2)
 }
 
+// A live job's lease moves with every stored target, though its stored row
+// is rewritten only when its status changes: a job older than TTL whose
+// last target was stored within TTL is still reused.
+func TestRunner_IdempotencyLiveJobLease(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var b *bundle
+	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if _, idx := jobOf(tg.URL); idx == 0 {
+			b.clock.Advance(50 * time.Minute) // stored at created + 50 min
+		} else {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+		return engine.Result{Content: tg.URL}, nil
+	}
+	b = setup(t, fetch, engine.Config{TTL: time.Hour})
+	id := b.submit(t, "alice", targets("a", 2))
+	waitFor(t, "the first target stored", func() bool {
+		j, _, ok := b.r.Status(id)
+		return ok && j.TargetsDone == 1
+	})
+	b.clock.Advance(20 * time.Minute) // created + TTL has passed; lease + TTL has not
+	again, reused, err := b.r.Submit(context.Background(), caller("alice"), "", targets("a", 2))
+	require.NoError(t, err)
+	require.True(t, reused, "the lease is the first target's store time")
+	require.Equal(t, id, again)
+	close(gate)
+	b.waitStatus(t, id, "done")
+}
+
 func TestRunner_IdempotencyNeverReusesCancelled(t *testing.T) {
 	t.Parallel()
 	gate := make(chan struct{})

@@ -222,8 +222,10 @@ func (s *Store) Job(idHex string) (JobRecord, error) {
 	var j JobRecord
 	err := s.view("read job", func(txn *badger.Txn) error {
 		var err error
-		j, err = getJob(txn, id)
-		return err
+		if j, err = getJob(txn, id); err != nil {
+			return err
+		}
+		return recount(txn, id, &j)
 	})
 	return j, err
 }
@@ -242,10 +244,47 @@ func (s *Store) JobWithTargets(idHex string) (JobRecord, []TargetRecord, error) 
 		if j, err = getJob(txn, id); err != nil {
 			return err
 		}
-		ts, err = readTargets(txn, id)
-		return err
+		if ts, err = readTargets(txn, id); err != nil {
+			return err
+		}
+		if !j.Settled {
+			j.TargetsDone, j.TargetsFailed, j.ResultBytes = 0, 0, 0
+			for i := range ts {
+				if ts[i].Status != TargetPending {
+					countOutcome(&j, &ts[i])
+				}
+			}
+		}
+		return nil
 	})
 	return j, ts, err
+}
+
+// recount sets an unsettled job's progress from its outcome rows (see
+// [Store.SaveOutcomeAsync]); a settled job's row is complete.
+func recount(txn *badger.Txn, id [idLen]byte, j *JobRecord) error {
+	if j.Settled {
+		return nil
+	}
+	j.TargetsDone, j.TargetsFailed, j.ResultBytes = 0, 0, 0
+	return walkOutcomes(txn, id, func(_ int, v []byte) error {
+		var t TargetRecord
+		if err := decodeOutcome(&t, v); err != nil {
+			return err
+		}
+		countOutcome(j, &t)
+		return nil
+	})
+}
+
+// countOutcome counts one stored outcome in its unsettled job's progress.
+func countOutcome(j *JobRecord, t *TargetRecord) {
+	j.TargetsDone++
+	if t.Status == TargetFailed {
+		j.TargetsFailed++
+	}
+	j.ResultBytes += int64(len(t.Result))
+	j.Lease = max(j.Lease, t.Stored)
 }
 
 // Targets returns a job's targets in idx order, or an error wrapping
@@ -410,6 +449,9 @@ func (s *Store) Unsettled() ([]JobRecord, error) {
 			if err != nil {
 				return err
 			}
+			if err := recount(txn, id, &j); err != nil {
+				return err
+			}
 			js = append(js, j)
 		}
 		return nil
@@ -438,6 +480,9 @@ func (s *Store) Jobs(fn func(JobRecord) bool) error {
 				j, err = decodeJob(id, v)
 				return err
 			}); err != nil {
+				return err
+			}
+			if err := recount(txn, id, &j); err != nil {
 				return err
 			}
 			if !fn(j) {

@@ -18,6 +18,13 @@ package persistence
 // only settled jobs are in x and a, so the sweep and eviction never touch a
 // job that an actor still owns. Unsettled jobs are in l instead.
 //
+// An unsettled job's row is written when its status changes (queued,
+// running, cancelled), on Touch, and by the write that settles it; not for
+// every target. Its progress (targets done and failed, result bytes) and its
+// lease are then the ones its r rows give (each outcome holds the time it
+// was stored): the readers of a row count them (recount, in jobs.go). A
+// settled job's row is complete.
+//
 // Values: see records.go. Each row starts with a format version byte.
 
 import "encoding/binary"

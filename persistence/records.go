@@ -55,20 +55,21 @@ type TargetRecord struct {
 	Result  []byte // the result, JSON; set once done
 	Error   string
 	Hint    string
+	Stored  int64 // unix nanoseconds when its outcome was stored; 0 while pending
 }
 
-// Value encodings, version 1. Integers are big-endian; strings and byte
+// Value encodings, version 2 (1 had a row per target spec and no stored time). Integers are big-endian; strings and byte
 // slices are a uvarint length then the bytes.
 //
 //	job:     1 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error
 //	specs:   1 | count:2 | count × (url | options)     — target idx i is the i-th
-//	outcome: 1 | status:1 | result | error | hint
+//	outcome: 1 | status:1 | stored:8 | result | error | hint
 //
 // A job's specs are one value, however many targets it has: one Badger entry
 // to write and to read instead of one per target. On disk a specs value over
 // the value threshold goes to the value log; in memory Badger refuses a value
 // over its threshold (1 MiB), so there a job's specs are capped at 1 MiB.
-const formatVersion = 1
+const formatVersion = 2
 
 var jobStatusCodes = []string{"", StatusQueued, StatusRunning, StatusDone, StatusPartial, StatusFailed, StatusCancelled}
 var targetStatusCodes = []string{"", TargetPending, TargetRunning, TargetDone, TargetFailed}
@@ -150,8 +151,9 @@ func encodeSpecs(targets []TargetRecord) []byte {
 }
 
 func encodeOutcome(t *TargetRecord) []byte {
-	b := make([]byte, 0, 2+3*binary.MaxVarintLen32+len(t.Result)+len(t.Error)+len(t.Hint))
+	b := make([]byte, 0, 2+8+3*binary.MaxVarintLen32+len(t.Result)+len(t.Error)+len(t.Hint))
 	b = append(b, formatVersion, statusCode(targetStatusCodes, t.Status))
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Stored))
 	b = appendBytes(b, t.Result)
 	b = appendString(b, t.Error)
 	return appendString(b, t.Hint)
@@ -228,11 +230,11 @@ func scanSpecs(b []byte, count func(n int), fn func(i int, url, opts []byte)) er
 
 // decodeOutcome decodes a target outcome into t.
 func decodeOutcome(t *TargetRecord, b []byte) error {
-	if len(b) < 2 || b[0] != formatVersion || b[1] == 0 || int(b[1]) >= len(targetStatusCodes) {
+	if len(b) < 2+8 || b[0] != formatVersion || b[1] == 0 || int(b[1]) >= len(targetStatusCodes) {
 		return fmt.Errorf("target outcome: %w", ErrCorrupt)
 	}
-	status := targetStatusCodes[b[1]]
-	result, rest, ok := readBytes(b[2:])
+	status, stored := targetStatusCodes[b[1]], int64(binary.BigEndian.Uint64(b[2:10]))
+	result, rest, ok := readBytes(b[10:])
 	if !ok {
 		return fmt.Errorf("target outcome: %w", ErrCorrupt)
 	}
@@ -244,7 +246,7 @@ func decodeOutcome(t *TargetRecord, b []byte) error {
 	if !ok || len(rest) != 0 {
 		return fmt.Errorf("target outcome: %w", ErrCorrupt)
 	}
-	t.Status, t.Result, t.Error, t.Hint = status, result, msg, hint
+	t.Status, t.Result, t.Error, t.Hint, t.Stored = status, result, msg, hint, stored
 	return nil
 }
 

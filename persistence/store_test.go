@@ -113,7 +113,7 @@ func TestStore_Records(t *testing.T) {
 		{Idx: 0, URL: "https://x/a", Status: TargetPending},
 		{Idx: 1, URL: "https://x/ünï", Options: []byte(`{"mode":"m"}`), Status: TargetPending},
 		{Idx: 2, URL: "", Status: TargetPending},
-		{Idx: 3, URL: "https://x/y?z", Options: []byte(`{"mode":"m"}`), Status: TargetFailed, Error: "e", Hint: "h"},
+		{Idx: 3, URL: "https://x/y?z", Options: []byte(`{"mode":"m"}`), Status: TargetFailed, Error: "e", Hint: "h", Stored: 1<<62 + 3},
 	}
 	specs := encodeSpecs(ts)
 	got2, err := decodeSpecs(specs)
@@ -149,7 +149,8 @@ func TestStore_Records(t *testing.T) {
 		require.ErrorIs(t, decodeOutcome(&TargetRecord{}, bad), ErrCorrupt)
 	}
 	for name, bad := range map[string][]byte{
-		"version":       append([]byte{2}, specs[1:]...),
+		"version":       append([]byte{formatVersion + 1}, specs[1:]...),
+		"version-1":     append([]byte{1}, specs[1:]...),
 		"count-high":    append([]byte{formatVersion, 0, byte(len(ts) + 1)}, specs[3:]...),
 		"count-low":     append([]byte{formatVersion, 0, byte(len(ts) - 1)}, specs[3:]...),
 		"count-huge":    {formatVersion, 0xff, 0xff, 0, 0},

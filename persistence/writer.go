@@ -25,8 +25,8 @@ const (
 	groupBytes  = 1 << 20
 )
 
-// ownerWrite is one queued owner write: a job's encoded row and, when idx
-// ≥ 0, one target's encoded outcome.
+// ownerWrite is one queued owner write: a job's encoded row (nil: not
+// written) and, when idx ≥ 0, one target's encoded outcome.
 type ownerWrite struct {
 	op      string
 	id      [idLen]byte
@@ -44,7 +44,10 @@ type ownerWrite struct {
 // estimate adds a few bytes per entry; values past the value threshold
 // count only a pointer).
 func (w *ownerWrite) size() int {
-	n := 2*(jobKeyLen+16) + len(w.row)
+	n := 0
+	if w.row != nil {
+		n += 2*(jobKeyLen+16) + len(w.row)
+	}
 	if w.idx >= 0 {
 		if len(w.outcome) > valueThreshold {
 			n += targetKeyLen + 32
@@ -64,6 +67,9 @@ func (s *Store) apply(txn *badger.Txn, w *ownerWrite) error {
 		if err := txn.Set(targetKey(prefixOutcome, w.id, w.idx), w.outcome); err != nil {
 			return err
 		}
+	}
+	if w.row == nil {
+		return nil
 	}
 	if err := txn.Set(jobKey(w.id), w.row); err != nil {
 		return err
@@ -257,4 +263,20 @@ type writeQueue struct {
 	writes []*ownerWrite
 	closed bool          // the writer has stopped: refuse new writes
 	wake   chan struct{} // capacity 1: there are writes
+}
+
+// SaveOutcomeAsync writes one target's outcome of the unsettled job jobID,
+// and not the job's row; otherwise as [Store.SaveTargetAsync]. While a job
+// is unsettled its outcome rows are the truth for its progress: the readers
+// of its row ([Store.Job], [Store.JobWithTargets], [Store.Unsettled], [Store.Jobs])
+// count TargetsDone, TargetsFailed and ResultBytes from them, and take the
+// latest t.Stored as its lease if that is later. The write that settles the
+// job writes its row (SaveTargetAsync or SaveJobAsync).
+func (s *Store) SaveOutcomeAsync(jobID string, t *TargetRecord, done func(error)) {
+	id, ok := parseID(jobID)
+	if !ok {
+		done(fmt.Errorf("save outcome: %w", ErrNotFound))
+		return
+	}
+	s.queue(&ownerWrite{op: "save outcome", id: id, idx: t.Idx, outcome: encodeOutcome(t), delta: int64(len(t.Result)), done: done})
 }

@@ -91,3 +91,49 @@ func TestStore_WriteAfterClose(t *testing.T) {
 	require.ErrorIs(t, <-got, ErrClosed)
 	require.ErrorIs(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone}), ErrClosed)
 }
+
+// An unsettled job's row is not rewritten for each target: its readers count
+// its progress and take its lease from the outcome rows. The write that
+// settles it writes the row.
+func TestStore_OutcomesCountForAnUnsettledJob(t *testing.T) {
+	s := mustOpen(t, "")
+	j := putJobRecord(t, s, 1, 10, 10, false) // two targets
+	save := func(tr *TargetRecord) {
+		done := make(chan error, 1)
+		s.SaveOutcomeAsync(j.ID, tr, func(err error) { done <- err })
+		require.NoError(t, <-done)
+	}
+	save(&TargetRecord{Idx: 0, Status: TargetDone, Result: []byte(`{"c":1}`), Stored: 20})
+
+	got, err := s.Job(j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusQueued, got.Status, "the row itself is as written")
+	require.Equal(t, 1, got.TargetsDone)
+	require.Equal(t, 0, got.TargetsFailed)
+	require.Equal(t, int64(7), got.ResultBytes)
+	require.Equal(t, int64(20), got.Lease, "storing a target bumps the lease")
+	require.Equal(t, int64(7), s.Bytes())
+
+	save(&TargetRecord{Idx: 1, Status: TargetFailed, Error: "e", Stored: 30})
+	got2, ts, err := s.JobWithTargets(j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, got2.TargetsDone)
+	require.Equal(t, 1, got2.TargetsFailed)
+	require.Equal(t, int64(30), got2.Lease)
+	require.Equal(t, TargetFailed, ts[1].Status)
+	left, err := s.Unsettled()
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, got2, left[0])
+	var listed []JobRecord
+	require.NoError(t, s.Jobs(func(j JobRecord) bool { listed = append(listed, j); return true }))
+	require.Equal(t, []JobRecord{got2}, listed)
+
+	// Settled: the row is complete, and taken as it is.
+	final := got2
+	final.Status, final.Settled, final.TargetsFailed = StatusPartial, true, 2 // not what the outcomes say
+	require.NoError(t, s.SaveJob(&final))
+	got3, err := s.Job(j.ID)
+	require.NoError(t, err)
+	require.Equal(t, final, got3)
+}
