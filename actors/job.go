@@ -64,7 +64,13 @@ func (j *job) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		root, self := ctx.ActorSystem().Root, ctx.Self()
-		j.onWritten = func(err error) { root.Send(self, &targetWritten{err: err}) }
+		j.onWritten = func(err error) {
+			if err == nil {
+				root.Send(self, writtenOK) // the common case, without an allocation
+				return
+			}
+			root.Send(self, &targetWritten{err: err})
+		}
 	case *actor.Stopping:
 		if j.flushes != nil {
 			j.flushes.Stop()

@@ -141,6 +141,9 @@ type jobEnded struct {
 // targetWritten is the outcome of a job's asynchronous target write.
 type targetWritten struct{ err error }
 
+// writtenOK is the targetWritten of a write that committed; never changed.
+var writtenOK = &targetWritten{}
+
 // shutdownJob fails a live job with "shutdown"; the reply is a bool.
 type shutdownJob struct{}
 

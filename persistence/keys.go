@@ -49,8 +49,11 @@ const (
 var keyBytes = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'}
 
 func jobKey(id [idLen]byte) []byte {
-	k := make([]byte, 0, jobKeyLen)
-	return append(append(k, prefixJob), id[:]...)
+	return appendJobKey(make([]byte, 0, jobKeyLen), id)
+}
+
+func appendJobKey(b []byte, id [idLen]byte) []byte {
+	return append(append(b, prefixJob), id[:]...)
 }
 
 func liveKey(id [idLen]byte) []byte {
@@ -71,6 +74,12 @@ func targetPrefix(prefix byte, id [idLen]byte) []byte {
 // targetKey is an r (outcome) key.
 func targetKey(prefix byte, id [idLen]byte, idx int) []byte {
 	return binary.BigEndian.AppendUint16(targetPrefix(prefix, id), uint16(idx))
+}
+
+// appendOutcomeKey appends an r key to b.
+func appendOutcomeKey(b []byte, id [idLen]byte, idx int) []byte {
+	b = append(append(b, prefixOutcome), id[:]...)
+	return binary.BigEndian.AppendUint16(b, uint16(idx))
 }
 
 func idemKey(key [idemKeyLen]byte) []byte {

@@ -84,7 +84,15 @@ func statusCode(codes []string, s string) byte {
 }
 
 func encodeJob(j *JobRecord) []byte {
-	b := make([]byte, 0, 64+len(j.Caller)+len(j.Error))
+	return appendJob(make([]byte, 0, jobSize(j)), j)
+}
+
+// jobSize is at least the length of j's row.
+func jobSize(j *JobRecord) int {
+	return jobFixedLen + 2*binary.MaxVarintLen32 + len(j.Caller) + len(j.Error)
+}
+
+func appendJob(b []byte, j *JobRecord) []byte {
 	b = append(b, formatVersion, statusCode(jobStatusCodes, j.Status))
 	if j.Settled {
 		b = append(b, 1)
@@ -151,7 +159,15 @@ func encodeSpecs(targets []TargetRecord) []byte {
 }
 
 func encodeOutcome(t *TargetRecord) []byte {
-	b := make([]byte, 0, 2+8+3*binary.MaxVarintLen32+len(t.Result)+len(t.Error)+len(t.Hint))
+	return appendOutcome(make([]byte, 0, outcomeSize(t)), t)
+}
+
+// outcomeSize is at least the length of t's outcome.
+func outcomeSize(t *TargetRecord) int {
+	return 2 + 8 + 3*binary.MaxVarintLen32 + len(t.Result) + len(t.Error) + len(t.Hint)
+}
+
+func appendOutcome(b []byte, t *TargetRecord) []byte {
 	b = append(b, formatVersion, statusCode(targetStatusCodes, t.Status))
 	b = binary.BigEndian.AppendUint64(b, uint64(t.Stored))
 	b = appendBytes(b, t.Result)

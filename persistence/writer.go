@@ -26,18 +26,80 @@ const (
 )
 
 // ownerWrite is one queued owner write: a job's encoded row (nil: not
-// written) and, when idx ≥ 0, one target's encoded outcome.
+// written) and, when hasOutcome, one target's encoded outcome. Its keys and
+// values are slices of buf; writes are pooled with their buffers, as Badger
+// keeps no reference to a key or value once its commit has returned.
 type ownerWrite struct {
-	op      string
-	id      [idLen]byte
-	row     []byte
-	settled bool // the row settles the job: move it to the x and a indexes
-	lease   int64
-	created int64
-	idx     int // the outcome's target, -1 for none
-	outcome []byte
-	delta   int64 // result bytes the outcome adds
-	done    func(error)
+	op          string
+	id          [idLen]byte
+	buf         []byte
+	rowKey, row []byte // row nil: the row is not written
+	outKey      []byte
+	outcome     []byte
+	hasOutcome  bool
+	settled     bool // the row settles the job: move it to the x and a indexes
+	lease       int64
+	created     int64
+	delta       int64 // result bytes the outcome adds
+	done        func(error)
+}
+
+var writePool = sync.Pool{New: func() any { return new(ownerWrite) }}
+
+// maxPooledBuf: a write whose buffer grew past this (a large result) is not
+// kept for reuse.
+const maxPooledBuf = 16 << 10
+
+// newWrite encodes j's row (nil: none) and t's outcome (nil: none) for the
+// queue: j and t may change as soon as it returns.
+func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done func(error)) *ownerWrite {
+	w := writePool.Get().(*ownerWrite)
+	w.op, w.id, w.done = op, id, done
+	size := 0
+	if t != nil {
+		size += targetKeyLen + outcomeSize(t)
+	}
+	if j != nil {
+		size += jobKeyLen + jobSize(j)
+	}
+	b := w.buf[:0]
+	if cap(b) < size {
+		b = make([]byte, 0, size)
+	}
+	var outKeyEnd, outEnd, rowKeyEnd int
+	if t != nil {
+		b = appendOutcomeKey(b, id, t.Idx)
+		outKeyEnd = len(b)
+		b = appendOutcome(b, t)
+		outEnd = len(b)
+		w.hasOutcome, w.delta = true, int64(len(t.Result))
+	}
+	if j != nil {
+		b = appendJobKey(b, id)
+		rowKeyEnd = len(b)
+		b = appendJob(b, j)
+		w.settled, w.lease, w.created = j.Settled, j.Lease, j.Created
+	}
+	w.buf = b
+	if t != nil {
+		w.outKey, w.outcome = b[:outKeyEnd:outKeyEnd], b[outKeyEnd:outEnd:outEnd]
+	}
+	if j != nil {
+		w.rowKey, w.row = b[outEnd:rowKeyEnd:rowKeyEnd], b[rowKeyEnd:]
+	}
+	return w
+}
+
+// release tells the write's maker how it went and pools it.
+func (w *ownerWrite) release(err error) {
+	done := w.done
+	buf := w.buf
+	*w = ownerWrite{}
+	if cap(buf) <= maxPooledBuf {
+		w.buf = buf[:0]
+		writePool.Put(w)
+	}
+	done(err)
 }
 
 // size is what the write adds to a transaction, roughly (Badger's own
@@ -48,7 +110,7 @@ func (w *ownerWrite) size() int {
 	if w.row != nil {
 		n += 2*(jobKeyLen+16) + len(w.row)
 	}
-	if w.idx >= 0 {
+	if w.hasOutcome {
 		if len(w.outcome) > valueThreshold {
 			n += targetKeyLen + 32
 		} else {
@@ -63,15 +125,15 @@ func (w *ownerWrite) size() int {
 // owner writes an unsettled job's row, so nothing needs reading first).
 // s.mu is held.
 func (s *Store) apply(txn *badger.Txn, w *ownerWrite) error {
-	if w.idx >= 0 {
-		if err := txn.Set(targetKey(prefixOutcome, w.id, w.idx), w.outcome); err != nil {
+	if w.hasOutcome {
+		if err := txn.Set(w.outKey, w.outcome); err != nil {
 			return err
 		}
 	}
 	if w.row == nil {
 		return nil
 	}
-	if err := txn.Set(jobKey(w.id), w.row); err != nil {
+	if err := txn.Set(w.rowKey, w.row); err != nil {
 		return err
 	}
 	if !w.settled {
@@ -84,20 +146,6 @@ func (s *Store) apply(txn *badger.Txn, w *ownerWrite) error {
 	return setSettledIndexes(txn, w.id, w.lease, w.created)
 }
 
-// newOwnerWrite encodes j's row (and t's outcome, if t is not nil) for the
-// queue: j and t may change as soon as it returns.
-func newOwnerWrite(op string, j *JobRecord, t *TargetRecord, done func(error)) (*ownerWrite, error) {
-	id, ok := parseID(j.ID)
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", op, ErrNotFound)
-	}
-	w := &ownerWrite{op: op, id: id, row: encodeJob(j), settled: j.Settled, lease: j.Lease, created: j.Created, idx: -1, done: done}
-	if t != nil {
-		w.idx, w.outcome, w.delta = t.Idx, encodeOutcome(t), int64(len(t.Result))
-	}
-	return w, nil
-}
-
 // queue hands w to the writer goroutine; w.done is called once, from that
 // goroutine, when w is committed or has failed. After Close it is called at
 // once with ErrClosed.
@@ -105,7 +153,7 @@ func (s *Store) queue(w *ownerWrite) {
 	s.q.mu.Lock()
 	if s.q.closed {
 		s.q.mu.Unlock()
-		w.done(fmt.Errorf("%s: %w", w.op, ErrClosed))
+		w.release(fmt.Errorf("%s: %w", w.op, ErrClosed))
 		return
 	}
 	s.q.writes = append(s.q.writes, w)
@@ -171,7 +219,7 @@ func (s *Store) commitGroup(ws []*ownerWrite) {
 		if errs != nil {
 			err = errs[i]
 		}
-		w.done(err)
+		w.release(err)
 	}
 }
 
@@ -227,42 +275,13 @@ func (s *Store) commitTxn(ws []*ownerWrite) error {
 // store's writer goroutine (it must not block). Writes are committed in the
 // order they were made.
 func (s *Store) SaveJobAsync(j *JobRecord, done func(error)) {
-	w, err := newOwnerWrite("save job", j, nil, done)
-	if err != nil {
-		done(err)
-		return
-	}
-	s.queue(w)
+	s.write("save job", j.ID, j, nil, done)
 }
 
 // SaveTargetAsync is [Store.SaveTarget] without the wait, as
 // [Store.SaveJobAsync].
 func (s *Store) SaveTargetAsync(j *JobRecord, t *TargetRecord, done func(error)) {
-	w, err := newOwnerWrite("save target", j, t, done)
-	if err != nil {
-		done(err)
-		return
-	}
-	s.queue(w)
-}
-
-// wait queues w and waits for it.
-func (s *Store) wait(op string, j *JobRecord, t *TargetRecord) error {
-	ch := make(chan error, 1)
-	w, err := newOwnerWrite(op, j, t, func(err error) { ch <- err })
-	if err != nil {
-		return err
-	}
-	s.queue(w)
-	return <-ch
-}
-
-// writeQueue is where owner writes wait for the writer goroutine.
-type writeQueue struct {
-	mu     sync.Mutex
-	writes []*ownerWrite
-	closed bool          // the writer has stopped: refuse new writes
-	wake   chan struct{} // capacity 1: there are writes
+	s.write("save target", j.ID, j, t, done)
 }
 
 // SaveOutcomeAsync writes one target's outcome of the unsettled job jobID,
@@ -273,10 +292,31 @@ type writeQueue struct {
 // latest t.Stored as its lease if that is later. The write that settles the
 // job writes its row (SaveTargetAsync or SaveJobAsync).
 func (s *Store) SaveOutcomeAsync(jobID string, t *TargetRecord, done func(error)) {
+	s.write("save outcome", jobID, nil, t, done)
+}
+
+// write queues an owner write of job jobID's row j and outcome t (either
+// may be nil).
+func (s *Store) write(op, jobID string, j *JobRecord, t *TargetRecord, done func(error)) {
 	id, ok := parseID(jobID)
 	if !ok {
-		done(fmt.Errorf("save outcome: %w", ErrNotFound))
+		done(fmt.Errorf("%s: %w", op, ErrNotFound))
 		return
 	}
-	s.queue(&ownerWrite{op: "save outcome", id: id, idx: t.Idx, outcome: encodeOutcome(t), delta: int64(len(t.Result)), done: done})
+	s.queue(newWrite(op, id, j, t, done))
+}
+
+// wait makes an owner write and waits for it.
+func (s *Store) wait(op string, j *JobRecord, t *TargetRecord) error {
+	ch := make(chan error, 1)
+	s.write(op, j.ID, j, t, func(err error) { ch <- err })
+	return <-ch
+}
+
+// writeQueue is where owner writes wait for the writer goroutine.
+type writeQueue struct {
+	mu     sync.Mutex
+	writes []*ownerWrite
+	closed bool          // the writer has stopped: refuse new writes
+	wake   chan struct{} // capacity 1: there are writes
 }
