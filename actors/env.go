@@ -61,17 +61,24 @@ type Config struct {
 // workerProps are the props of worker i (from 0).
 func (c *Config) workerProps(p actor.Producer, i int) *actor.Props {
 	if i >= len(c.workerDispatchers) {
-		return actor.PropsFromProducer(p)
+		return props(p, nil)
 	}
-	return actor.PropsFromProducer(p, actor.WithDispatcher(c.workerDispatchers[i]))
+	return props(p, c.workerDispatchers[i])
 }
 
 // jobProps are the props of a job actor.
 func (c *Config) jobProps(p actor.Producer) *actor.Props {
-	if c.dispatcher == nil {
-		return actor.PropsFromProducer(p)
+	return props(p, c.dispatcher)
+}
+
+// props are the props of every siftbatch actor: its mailbox (see mailbox)
+// and its dispatcher (nil: protoactor's default), plus opts.
+func props(p actor.Producer, d actor.Dispatcher, opts ...actor.PropsOption) *actor.Props {
+	opts = append(opts, actor.WithMailbox(newMailbox))
+	if d != nil {
+		opts = append(opts, actor.WithDispatcher(d))
 	}
-	return actor.PropsFromProducer(p, actor.WithDispatcher(c.dispatcher))
+	return actor.PropsFromProducer(p, opts...)
 }
 
 // The internal error text stored for a target whose fetch panicked.

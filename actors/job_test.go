@@ -16,7 +16,7 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	sup, supPID := ts.spawnProbe(t)
 	worker, workerPID = ts.spawnProbe(t)
 	rec = ts.newJobRecord(t, "0123456789abcdef0123456789abcdef", "alice", n)
-	job = ts.sys.Root.Spawn(actor.PropsFromProducer(newJob(ts.cfg, supPID, rec, "payload")))
+	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, supPID, rec, "payload"), nil))
 	t.Cleanup(func() { ts.stop(t, job) })
 	return job, rec, sup, worker, workerPID
 }

@@ -57,7 +57,7 @@ type supervisor struct {
 	inflight  int            // targets being fetched
 	storing   int            // targets fetched and being stored
 	stopping  int            // job actors poisoned and not yet terminated
-	ready     readyQueue
+	ready     fifo[*liveJob] // the rotation: ready jobs, and jobs being stored (see supervisor)
 	closing   bool
 	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
 	sweep     *time.Timer
@@ -244,8 +244,8 @@ func (s *supervisor) enqueue(j *liveJob) {
 // dispatch hands free workers to the jobs at the head of the rotation.
 func (s *supervisor) dispatch(ctx actor.Context) {
 	for len(s.idle) > 0 && !s.closing {
-		j := s.ready.peek()
-		if j == nil {
+		j, ok := s.ready.peek()
+		if !ok {
 			return
 		}
 		stale := j.ended || j.inflight || s.jobs[j.id] != j
@@ -421,36 +421,4 @@ func (st *supervisionStrategy) HandleFailure(system *actor.ActorSystem, sup acto
 	}
 	st.cfg.Log.Error("actor failed: a possible bug in siftbatch; resumed", slog.String("actor", child.Id))
 	sup.ResumeChildren(child)
-}
-
-// readyQueue is the FIFO of ready jobs.
-type readyQueue struct {
-	items []*liveJob
-	head  int
-}
-
-func (q *readyQueue) push(j *liveJob) { q.items = append(q.items, j) }
-
-// peek returns the job at the head, nil for none.
-func (q *readyQueue) peek() *liveJob {
-	if q.head == len(q.items) {
-		return nil
-	}
-	return q.items[q.head]
-}
-
-func (q *readyQueue) pop() *liveJob {
-	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
-		return nil
-	}
-	j := q.items[q.head]
-	q.items[q.head] = nil
-	q.head++
-	if q.head >= 1024 && q.head*2 >= len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
-	}
-	return j
 }

@@ -32,7 +32,7 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 			})
 		}
 	}
-	props := actor.PropsFromProducer(supervisorWith(ts.cfg, worker, job), actor.WithSupervisor(&supervisionStrategy{cfg: ts.cfg}))
+	props := props(supervisorWith(ts.cfg, worker, job), nil, actor.WithSupervisor(&supervisionStrategy{cfg: ts.cfg}))
 	sup = ts.sys.Root.Spawn(props)
 	t.Cleanup(func() {
 		// As the engine does: drain, then stop. Each test gives back the

@@ -54,8 +54,7 @@ func Start(cfg *Config) (*System, error) {
 			p.close()
 		}
 	}
-	props := actor.PropsFromProducer(newSupervisor(cfg), actor.WithSupervisor(&supervisionStrategy{cfg: cfg}), actor.WithDispatcher(pool))
-	pid, err := sys.Root.SpawnNamed(props, "supervisor")
+	pid, err := sys.Root.SpawnNamed(props(newSupervisor(cfg), pool, actor.WithSupervisor(&supervisionStrategy{cfg: cfg})), "supervisor")
 	if err != nil {
 		sys.Shutdown()
 		closePools()

@@ -15,7 +15,7 @@ func TestWorker_Fetch(t *testing.T) {
 		return Outcome{Result: []byte(payload.(string))}
 	}
 	job, jobPID := ts.spawnProbe(t)
-	w := ts.sys.Root.Spawn(actor.PropsFromProducer(newWorker(ts.cfg)))
+	w := ts.sys.Root.Spawn(props(newWorker(ts.cfg), nil))
 	defer ts.stop(t, w)
 
 	ts.sys.Root.Send(w, &fetch{job: jobPID, jobID: "j", idx: 3, payload: `{"content":"x"}`})
@@ -43,7 +43,7 @@ func TestWorker_PanicRestartedBySupervision(t *testing.T) {
 	workers := make(chan *actor.PID, 1)
 	parent := ts.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if _, ok := ctx.Message().(*actor.Started); ok {
-			workers <- ctx.Spawn(actor.PropsFromProducer(producer))
+			workers <- ctx.Spawn(props(producer, nil))
 		}
 	}, actor.WithSupervisor(&supervisionStrategy{cfg: ts.cfg})))
 	defer ts.stop(t, parent)
