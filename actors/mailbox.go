@@ -17,9 +17,19 @@ import (
 // runner's. Its queues are slices under a mutex, which allocate only as they
 // grow. It takes no mailbox middleware and no MessageBatch, which siftbatch
 // does not use.
+//
+// It also puts the runner's own messages (those that move targets along:
+// urgentMessage) ahead of the API's requests (Submit, Status, Touch,
+// Cancel): with 200 clients polling, the supervisor's and the job actors'
+// queues hold hundreds of requests, and a target waited behind all of them
+// at each of its hops. Each kind stays in the order it was posted, and at
+// most urgentStreak urgent messages are taken in a row while requests wait,
+// so that requests are never starved.
 type mailbox struct {
 	mu         sync.Mutex
+	urgent     fifo[any]
 	user       fifo[any]
+	streak     int // urgent messages taken in a row (run's goroutine only)
 	system     fifo[any]
 	status     atomic.Int32 // mailboxIdle or mailboxRunning
 	userN      atomic.Int32
@@ -35,6 +45,14 @@ const (
 	mailboxRunning
 )
 
+// urgentStreak is how many urgent messages run takes in a row while other
+// user messages wait.
+const urgentStreak = 16
+
+// urgentMessage is a message of the runner's own that goes ahead of the
+// API's requests in a mailbox (see mailbox).
+type urgentMessage interface{ urgent() }
+
 // newMailbox is the actor.MailboxProducer of every siftbatch actor.
 func newMailbox() actor.Mailbox {
 	m := &mailbox{}
@@ -45,7 +63,11 @@ func newMailbox() actor.Mailbox {
 // PostUserMessage implements actor.Mailbox.
 func (m *mailbox) PostUserMessage(msg any) {
 	m.mu.Lock()
-	m.user.push(msg)
+	if _, ok := actor.UnwrapEnvelopeMessage(msg).(urgentMessage); ok {
+		m.urgent.push(msg)
+	} else {
+		m.user.push(msg)
+	}
 	m.mu.Unlock()
 	m.userN.Add(1)
 	m.schedule()
@@ -122,12 +144,28 @@ func (m *mailbox) run() {
 		if m.suspended.Load() {
 			return
 		}
-		if msg = m.pop(&m.user); msg == nil {
+		if msg = m.popUser(); msg == nil {
 			return
 		}
 		m.userN.Add(-1)
 		m.invoker.InvokeUserMessage(msg)
 	}
+}
+
+// popUser takes the next user message: an urgent one first, unless
+// urgentStreak of them have gone ahead of a waiting request.
+func (m *mailbox) popUser() any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.streak < urgentStreak || m.user.len() == 0 {
+		if v, ok := m.urgent.pop(); ok {
+			m.streak++
+			return v
+		}
+	}
+	m.streak = 0
+	v, _ := m.user.pop()
+	return v
 }
 
 func (m *mailbox) pop(q *fifo[any]) any {

@@ -95,3 +95,55 @@ func TestFIFO(t *testing.T) {
 	_, ok = q.peek()
 	require.False(t, ok)
 }
+
+type urgentTestMsg int
+
+func (urgentTestMsg) urgent() {}
+
+// The runner's own messages go ahead of requests, each kind in its order,
+// and no more than urgentStreak of them in a row while a request waits.
+func TestMailbox_UrgentFirst(t *testing.T) {
+	ts := newTestSystem(t)
+	gate, started := make(chan struct{}), make(chan struct{})
+	got := make(chan any, 64)
+	pid := ts.sys.Root.Spawn(props(func() actor.Actor {
+		return actor.ReceiveFunc(func(ctx actor.Context) {
+			switch m := ctx.Message().(type) {
+			case string:
+				if m == "block" {
+					close(started)
+					<-gate
+					return
+				}
+				got <- m
+			case urgentTestMsg:
+				got <- m
+			}
+		})
+	}, nil))
+	ts.sys.Root.Send(pid, "block")
+	<-started
+	ts.sys.Root.Send(pid, "a")
+	// In an envelope (a request, as Drain is) it is urgent all the same.
+	_ = ts.sys.Root.RequestFuture(pid, urgentTestMsg(0), waitTimeout)
+	ts.sys.Root.Send(pid, "b")
+	for i := 1; i < urgentStreak+4; i++ {
+		ts.sys.Root.Send(pid, urgentTestMsg(i))
+	}
+	close(gate)
+	var order []any
+	for range urgentStreak + 4 + 2 {
+		order = append(order, recvMsg(t, got))
+	}
+	want := []any{}
+	for i := range urgentStreak {
+		want = append(want, urgentTestMsg(i))
+	}
+	want = append(want, "a")
+	for i := urgentStreak; i < urgentStreak+4; i++ {
+		want = append(want, urgentTestMsg(i))
+	}
+	want = append(want, "b")
+	require.Equal(t, want, order)
+	ts.stop(t, pid)
+}

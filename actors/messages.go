@@ -156,3 +156,16 @@ type retryReady struct{ id string }
 
 // sweepTick starts a sweep of expired jobs.
 type sweepTick struct{ periodic bool }
+
+// The runner's own messages, which move targets along, go ahead of the API's
+// requests in a mailbox (see mailbox). So does Drain: Close queues it before
+// it cancels the fetches, and no target their return frees may start
+// before it.
+func (*Drain) urgent()         {}
+func (*dispatch) urgent()      {}
+func (*fetch) urgent()         {}
+func (*fetched) urgent()       {}
+func (*jobDone) urgent()       {}
+func (*jobEnded) urgent()      {}
+func (*targetWritten) urgent() {}
+func (*retryReady) urgent()    {}
