@@ -39,6 +39,3 @@ func (q *fifo[T]) pop() (T, bool) {
 	}
 	return v, true
 }
-
-// len returns how many values are queued.
-func (q *fifo[T]) len() int { return len(q.items) - q.head }

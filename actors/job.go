@@ -101,7 +101,7 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *TouchJob:
 		if m.Lease > j.rec.Lease {
 			j.rec.Lease = m.Lease
-			j.save("touch")
+			j.touch()
 		}
 		reply(ctx, sender, true)
 	case *shutdownJob:
@@ -131,7 +131,7 @@ func (j *job) now() int64 { return j.cfg.Now().UnixNano() }
 
 func (j *job) save(what string) {
 	if len(j.unsaved) > 0 {
-		j.flush(what) // each outcome is written with the row
+		j.flush(what) // the outcomes first, then the row
 		return
 	}
 	if err := j.cfg.Store.SaveJob(&j.rec); err != nil {
@@ -143,18 +143,33 @@ func (j *job) save(what string) {
 	j.dirty = false
 }
 
+// touch writes a new lease. A settled job's row is in the store's sweep
+// index by its lease: the store moves it there (writing the row again
+// would leave the old index entry behind).
+func (j *job) touch() {
+	if !j.rec.Settled || j.dirty || len(j.unsaved) > 0 {
+		j.save("touch")
+		return
+	}
+	if _, err := j.cfg.Store.Touch(j.rec.ID, j.rec.Lease); err != nil {
+		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
+			slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
+	}
+}
+
 // flush writes what failed writes left unwritten: the outcomes in order,
-// each with the row, then the row. It reports whether all is written.
+// each on its own (the store counts an unsettled job's progress from them),
+// then the row, so that a row that settles the job is never stored before
+// one of its outcomes. It reports whether all is written.
 func (j *job) flush(what string) bool {
 	for len(j.unsaved) > 0 {
 		t := &j.unsaved[0]
-		if err := j.writeTarget(t); err != nil {
+		if err := j.writeOutcome(t); err != nil {
 			j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
 				slog.String("what", what), slog.String(keyErr, storeErrText(err)))
 			return false
 		}
 		j.unsaved = j.unsaved[1:]
-		j.dirty = false
 	}
 	if j.dirty {
 		j.save(what)
@@ -288,10 +303,13 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		j.write(p)
 		return
 	}
-	// A failed write left rows unwritten: write them first, in order, and
-	// this one after them (blocking; only after a failed write).
+	// A failed write left rows unwritten: this outcome joins them, and
+	// they are written in order, then the row (blocking; only after a
+	// failed write).
 	j.rec = p.next
-	j.storeTarget(&p.t)
+	j.unsaved = append(j.unsaved, p.t)
+	j.dirty = true
+	j.flush("target")
 	j.stored(ctx, m.worker, p)
 }
 
@@ -309,6 +327,9 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	}
 	j.storing = nil
 	j.rec = p.next
+	// The messages that waited are handled even if a hook panics in stored
+	// (the actor is resumed without the message that panicked).
+	defer j.replay(ctx)
 	if m.err != nil {
 		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
 			slog.String(keyErr, storeErrText(m.err)))
@@ -318,6 +339,11 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 		j.dirty = false
 	}
 	j.stored(ctx, nil, p)
+}
+
+// replay handles the messages that waited for a write, in order, until one
+// of them starts another.
+func (j *job) replay(ctx actor.Context) {
 	for len(j.deferred) > 0 && j.storing == nil {
 		d := j.deferred[0]
 		j.deferred[0] = deferredMsg{}
@@ -362,31 +388,14 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 	}
 }
 
-// storeTarget stores one target with the job's new row. A result too large
-// to store is stored failed instead; any other store error is logged, the
-// job goes on, and the outcome is written with the next write (see flush).
-func (j *job) storeTarget(t *persistence.TargetRecord) {
-	if len(j.unsaved) > 0 && !j.flush("target") {
-		j.unsaved = append(j.unsaved, *t)
-		return
-	}
-	if err := j.writeTarget(t); err != nil {
-		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
-			slog.String(keyErr, storeErrText(err)))
-		j.unsaved = append(j.unsaved, *t)
-		return
-	}
-	j.dirty = false
-}
-
-// writeTarget writes one outcome with the job's row. A result too large to
-// store is stored failed instead, whether this is its first write or one
-// after a failed write.
-func (j *job) writeTarget(t *persistence.TargetRecord) error {
-	err := j.cfg.Store.SaveTarget(&j.rec, t)
+// writeOutcome writes one outcome on its own (see flush). A result too
+// large to store is stored failed instead, and the row is behind then.
+func (j *job) writeOutcome(t *persistence.TargetRecord) error {
+	err := j.cfg.Store.SaveOutcome(j.rec.ID, t)
 	if errors.Is(err, persistence.ErrTooLarge) && t.Status == persistence.TargetDone {
 		tooLarge(&j.rec, t)
-		err = j.cfg.Store.SaveTarget(&j.rec, t)
+		j.dirty = true
+		err = j.cfg.Store.SaveOutcome(j.rec.ID, t)
 	}
 	return err
 }
@@ -396,13 +405,13 @@ func (j *job) writeTarget(t *persistence.TargetRecord) error {
 func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
 	rec.ResultBytes -= int64(len(t.Result))
 	rec.TargetsFailed++
-	if rec.Status == persistence.StatusDone {
+	if rec.Status == persistence.StatusDone || rec.Status == persistence.StatusPartial {
 		rec.Status = persistence.StatusPartial
 		if rec.TargetsFailed == rec.TargetsTotal {
 			rec.Status = persistence.StatusFailed
 		}
 	}
-	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: "result too large to store"}
+	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: "result too large to store", Stored: t.Stored}
 }
 
 // ended reports a job that has just become terminal to the hooks.
@@ -436,16 +445,11 @@ func (j *job) status() *StatusReply {
 	if err != nil {
 		return &StatusReply{Live: true, Job: j.rec, Err: err}
 	}
-	rec := j.rec
 	if j.inflight >= 0 && j.inflight < len(ts) {
-		switch {
-		case ts[j.inflight].Status == persistence.TargetPending:
-			ts[j.inflight].Status = persistence.TargetRunning
-		case j.storing != nil:
-			// Committed, but the store's answer has not come yet: the
-			// row that was written with it goes with it.
-			rec = j.storing.next
-		}
+		// In flight until the store has answered, even once committed:
+		// the job's caps are freed, its terminal status told, only then.
+		t := &ts[j.inflight]
+		*t = persistence.TargetRecord{Idx: t.Idx, URL: t.URL, Options: t.Options, Status: persistence.TargetRunning}
 	}
 	for _, t := range j.unsaved {
 		if t.Idx < len(ts) {
@@ -453,7 +457,7 @@ func (j *job) status() *StatusReply {
 			ts[t.Idx] = t
 		}
 	}
-	return &StatusReply{Live: true, Job: rec, Targets: ts}
+	return &StatusReply{Live: true, Job: j.rec, Targets: ts}
 }
 
 // shutdown fails a live job with "shutdown"; the runner is closing and

@@ -181,3 +181,45 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	require.Equal(t, persistence.TargetDone, tr.Status)
 	quiet(t, worker)
 }
+
+// A Touch that reaches a job's actor after the job has settled moves its
+// lease in the store's sweep index, leaving no entry at the old lease.
+func TestJob_TouchAfterSettled(t *testing.T) {
+	ts := newTestSystem(t)
+	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 1)
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	ts.advance(time.Second)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
+	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	settledAt := ts.clock().UnixNano()
+
+	later := settledAt + int64(time.Hour)
+	require.Equal(t, true, ts.ask(t, job, &TouchJob{ID: rec.ID, Lease: later}))
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, later, stored.Lease)
+	n, _, err := ts.store.Sweep(later-1, 64)
+	require.NoError(t, err)
+	require.Zero(t, n, "not due at its old lease")
+	n, _, err = ts.store.Sweep(later, 64)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+// A result too large to store is stored failed: a job whose other targets
+// all failed is failed, not partial; the stored time is kept.
+func TestJob_TooLarge(t *testing.T) {
+	rec := persistence.JobRecord{Status: persistence.StatusPartial, TargetsTotal: 2, TargetsDone: 2, TargetsFailed: 1, ResultBytes: 5}
+	tr := persistence.TargetRecord{Idx: 1, Status: persistence.TargetDone, Result: []byte("12345"), Stored: 7}
+	tooLarge(&rec, &tr)
+	require.Equal(t, persistence.StatusFailed, rec.Status)
+	require.Equal(t, 2, rec.TargetsFailed)
+	require.Zero(t, rec.ResultBytes)
+	require.Equal(t, persistence.TargetRecord{Idx: 1, Status: persistence.TargetFailed, Error: "result too large to store", Stored: 7}, tr)
+
+	live := persistence.JobRecord{Status: persistence.StatusRunning, TargetsTotal: 3, TargetsDone: 1, ResultBytes: 5}
+	tooLarge(&live, &persistence.TargetRecord{Status: persistence.TargetDone, Result: []byte("12345")})
+	require.Equal(t, persistence.StatusRunning, live.Status, "a live job stays live")
+	require.Equal(t, 1, live.TargetsFailed)
+}

@@ -22,15 +22,17 @@ import (
 // urgentMessage) ahead of the API's requests (Submit, Status, Touch,
 // Cancel): with 200 clients polling, the supervisor's and the job actors'
 // queues hold hundreds of requests, and a target waited behind all of them
-// at each of its hops. Each kind stays in the order it was posted, and at
-// most urgentStreak urgent messages are taken in a row while requests wait,
-// so that requests are never starved.
+// at each of its hops. Only an urgent message posted after a request may
+// go ahead of it, never one posted before (a job's jobEnded, posted before
+// it answers a Cancel, stays ahead of the caller's next Submit), and at most
+// urgentStreak of them in a row, so that requests are never starved.
 type mailbox struct {
 	mu         sync.Mutex
-	urgent     fifo[any]
-	user       fifo[any]
-	streak     int // urgent messages taken in a row (run's goroutine only)
-	system     fifo[any]
+	urgent     fifo[posted]
+	user       fifo[posted]
+	seq        uint64 // messages posted, for posted.seq
+	streak     int    // urgent messages taken in a row ahead of a request
+	system     fifo[posted]
 	status     atomic.Int32 // mailboxIdle or mailboxRunning
 	userN      atomic.Int32
 	systemN    atomic.Int32
@@ -53,6 +55,12 @@ const urgentStreak = 16
 // API's requests in a mailbox (see mailbox).
 type urgentMessage interface{ urgent() }
 
+// posted is a user message and when it was posted.
+type posted struct {
+	seq uint64
+	msg any
+}
+
 // newMailbox is the actor.MailboxProducer of every siftbatch actor.
 func newMailbox() actor.Mailbox {
 	m := &mailbox{}
@@ -63,10 +71,11 @@ func newMailbox() actor.Mailbox {
 // PostUserMessage implements actor.Mailbox.
 func (m *mailbox) PostUserMessage(msg any) {
 	m.mu.Lock()
+	m.seq++
 	if _, ok := actor.UnwrapEnvelopeMessage(msg).(urgentMessage); ok {
-		m.urgent.push(msg)
+		m.urgent.push(posted{m.seq, msg})
 	} else {
-		m.user.push(msg)
+		m.user.push(posted{m.seq, msg})
 	}
 	m.mu.Unlock()
 	m.userN.Add(1)
@@ -76,7 +85,7 @@ func (m *mailbox) PostUserMessage(msg any) {
 // PostSystemMessage implements actor.Mailbox.
 func (m *mailbox) PostSystemMessage(msg any) {
 	m.mu.Lock()
-	m.system.push(msg)
+	m.system.push(posted{msg: msg})
 	m.mu.Unlock()
 	m.systemN.Add(1)
 	m.schedule()
@@ -129,7 +138,7 @@ func (m *mailbox) run() {
 			runtime.Gosched()
 		}
 		n++
-		if msg = m.pop(&m.system); msg != nil {
+		if msg = m.popSystem(); msg != nil {
 			m.systemN.Add(-1)
 			switch msg.(type) {
 			case *actor.SuspendMailbox:
@@ -157,20 +166,27 @@ func (m *mailbox) run() {
 func (m *mailbox) popUser() any {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.streak < urgentStreak || m.user.len() == 0 {
-		if v, ok := m.urgent.pop(); ok {
-			m.streak++
-			return v
-		}
+	u, urgent := m.urgent.peek()
+	r, request := m.user.peek()
+	switch {
+	case !request && !urgent:
+		return nil
+	case !request || (urgent && u.seq < r.seq):
+		m.streak = 0 // nothing is overtaken
+	case urgent && m.streak < urgentStreak:
+		m.streak++ // ahead of the request r
+	default:
+		m.streak = 0
+		m.user.pop()
+		return r.msg
 	}
-	m.streak = 0
-	v, _ := m.user.pop()
-	return v
+	m.urgent.pop()
+	return u.msg
 }
 
-func (m *mailbox) pop(q *fifo[any]) any {
+func (m *mailbox) popSystem() any {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v, _ := q.pop()
-	return v
+	v, _ := m.system.pop()
+	return v.msg
 }

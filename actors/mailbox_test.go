@@ -145,5 +145,27 @@ func TestMailbox_UrgentFirst(t *testing.T) {
 	}
 	want = append(want, "b")
 	require.Equal(t, want, order)
+
+	// A request never goes ahead of an urgent message posted before it,
+	// however many there are.
+	gate, started = make(chan struct{}), make(chan struct{})
+	ts.sys.Root.Send(pid, "block")
+	<-started
+	for i := range 2 * urgentStreak {
+		ts.sys.Root.Send(pid, urgentTestMsg(i))
+	}
+	ts.sys.Root.Send(pid, "c")
+	ts.sys.Root.Send(pid, urgentTestMsg(-1))
+	close(gate)
+	order = order[:0]
+	for range 2*urgentStreak + 2 {
+		order = append(order, recvMsg(t, got))
+	}
+	want = want[:0]
+	for i := range 2 * urgentStreak {
+		want = append(want, urgentTestMsg(i))
+	}
+	want = append(want, urgentTestMsg(-1), "c")
+	require.Equal(t, want, order)
 	ts.stop(t, pid)
 }

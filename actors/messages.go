@@ -160,8 +160,10 @@ type sweepTick struct{ periodic bool }
 // The runner's own messages, which move targets along, go ahead of the API's
 // requests in a mailbox (see mailbox). So does Drain: Close queues it before
 // it cancels the fetches, and no target their return frees may start
-// before it.
+// before it. And so does CancelJob: a dispatch the supervisor sends a job
+// after it forwarded a Cancel must not overtake it.
 func (*Drain) urgent()         {}
+func (*CancelJob) urgent()     {}
 func (*dispatch) urgent()      {}
 func (*fetch) urgent()         {}
 func (*fetched) urgent()       {}

@@ -197,10 +197,14 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err != nil {
 		return &SubmitReply{Err: err}
 	}
-	if live := s.jobs[prev.ID]; found && live != nil && !live.ended {
+	// A job with an actor has a newer lease than its stored row (see
+	// liveJob.lease); one that has ended but kept its actor (its last
+	// write failed) has a stored row behind its status: not reused.
+	live := s.jobs[prev.ID]
+	if found && live != nil {
 		prev.Lease = max(prev.Lease, live.lease)
 	}
-	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
+	if found && prev.Caller == m.Job.Caller && (live == nil || !live.ended) && s.reusable(&prev, s.cfg.Now()) {
 		s.cfg.hookJob("reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
 	}

@@ -170,14 +170,14 @@ func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
 // [Store.Touch] writes it. It waits for the group commit that takes it (see
 // writer.go); [Store.SaveJobAsync] does not wait.
 func (s *Store) SaveJob(j *JobRecord) error {
-	return s.wait("save job", j, nil)
+	return s.wait("save job", j.ID, j, nil)
 }
 
 // SaveTarget writes a target's outcome (its Status, Result, Error and Hint)
 // and its unsettled job's new row in one write; like [Store.SaveJob] it is
 // for the job's owner. j.ResultBytes must already count t.Result.
 func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
-	return s.wait("save target", j, t)
+	return s.wait("save target", j.ID, j, t)
 }
 
 // Touch moves a settled job's lease to lease if that is later; it reports
@@ -507,18 +507,25 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 	}
 	s.sweepCursor = nil
 	var due []JobRecord
+	var stale [][]byte
 	var last, stop []byte
 	err := s.view("sweep", func(txn *badger.Txn) error {
 		return walkIndex(txn, prefixLease, start, func(k []byte, nanos int64, id [idLen]byte) (bool, error) {
-			if nanos > before || len(due) >= limit {
+			if nanos > before || len(due)+len(stale) >= limit {
 				stop = bytes.Clone(k)
 				return false, nil
 			}
 			j, err := getJob(txn, id)
-			if err != nil {
+			switch {
+			case errors.Is(err, badger.ErrKeyNotFound) || (err == nil && j.Lease != nanos):
+				// An entry left behind by a row written again with a
+				// later lease, or by its job's deletion: not the job's.
+				stale = append(stale, bytes.Clone(k))
+			case err != nil:
 				return false, err
+			default:
+				due = append(due, j)
 			}
-			due = append(due, j)
 			last = append(last[:0], k...)
 			return true, nil
 		})
@@ -526,8 +533,21 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
+	if len(stale) > 0 {
+		err := s.updateLocked("sweep", func(txn *badger.Txn) (int64, error) {
+			for _, k := range stale {
+				if err := txn.Delete(k); err != nil {
+					return 0, err
+				}
+			}
+			return 0, nil
+		})
+		if err != nil {
+			return 0, false, err
+		}
+	}
 	n, err := s.deleteLocked("sweep", due)
-	more := err == nil && len(due) == limit
+	more := err == nil && len(due)+len(stale) == limit
 	switch {
 	case more:
 		s.sweepCursor = append(last, 0) // the next key after the last one deleted

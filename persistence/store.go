@@ -107,6 +107,9 @@ type Store struct {
 	mu    sync.Mutex   // serialises writes
 	bytes atomic.Int64 // stored result bytes in all, as in key m bytes; written under mu
 	q     writeQueue   // the owner writes waiting for the writer goroutine (writer.go)
+	// valueThreshold is Badger's: values this long or longer go to the
+	// value log (in memory: there is none).
+	valueThreshold int
 	// sweepCursor is where a sweep that said "more" goes on (see Sweep).
 	sweepCursor []byte
 	// sweepFrom and evictFrom are where a sweep and an eviction start:
@@ -156,7 +159,7 @@ func Open(dir string) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{})}
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold)}
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err

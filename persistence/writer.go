@@ -105,13 +105,13 @@ func (w *ownerWrite) release(err error) {
 // size is what the write adds to a transaction, roughly (Badger's own
 // estimate adds a few bytes per entry; values past the value threshold
 // count only a pointer).
-func (w *ownerWrite) size() int {
+func (w *ownerWrite) size(valueThreshold int) int {
 	n := 0
 	if w.row != nil {
 		n += 2*(jobKeyLen+16) + len(w.row)
 	}
 	if w.hasOutcome {
-		if len(w.outcome) > valueThreshold {
+		if len(w.outcome) >= valueThreshold {
 			n += targetKeyLen + 32
 		} else {
 			n += targetKeyLen + 16 + len(w.outcome)
@@ -182,7 +182,7 @@ func (s *Store) writeLoop() {
 		s.q.closed = stopping
 		s.q.mu.Unlock()
 		for len(batch) > 0 {
-			n := groupSize(batch)
+			n := groupSize(batch, s.valueThreshold)
 			s.commitGroup(batch[:n])
 			clear(batch[:n])
 			batch = batch[n:]
@@ -195,10 +195,10 @@ func (s *Store) writeLoop() {
 }
 
 // groupSize is how many writes from the front of ws go in one transaction.
-func groupSize(ws []*ownerWrite) int {
+func groupSize(ws []*ownerWrite, valueThreshold int) int {
 	n, size := 0, 0
 	for n < len(ws) && n < groupWrites {
-		size += ws[n].size()
+		size += ws[n].size(valueThreshold)
 		if n > 0 && size > groupBytes {
 			break
 		}
@@ -306,10 +306,15 @@ func (s *Store) write(op, jobID string, j *JobRecord, t *TargetRecord, done func
 	s.queue(newWrite(op, id, j, t, done))
 }
 
+// SaveOutcome is [Store.SaveOutcomeAsync] with the wait.
+func (s *Store) SaveOutcome(jobID string, t *TargetRecord) error {
+	return s.wait("save outcome", jobID, nil, t)
+}
+
 // wait makes an owner write and waits for it.
-func (s *Store) wait(op string, j *JobRecord, t *TargetRecord) error {
+func (s *Store) wait(op, jobID string, j *JobRecord, t *TargetRecord) error {
 	ch := make(chan error, 1)
-	s.write(op, j.ID, j, t, func(err error) { ch <- err })
+	s.write(op, jobID, j, t, func(err error) { ch <- err })
 	return <-ch
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
 )
 
@@ -136,4 +137,42 @@ func TestStore_OutcomesCountForAnUnsettledJob(t *testing.T) {
 	got3, err := s.Job(j.ID)
 	require.NoError(t, err)
 	require.Equal(t, final, got3)
+}
+
+// A sweep-index entry that is not the job's (its row was written again with
+// a later lease, or the job is gone) is deleted by the sweep, never taken
+// for the job, and never stops the sweep.
+func TestStore_SweepSkipsStaleIndexEntries(t *testing.T) {
+	s := mustOpen(t, "")
+	j := putJobRecord(t, s, 1, 1, 10, true)
+	j.Lease = 50
+	require.NoError(t, s.SaveJob(&j)) // settled again: x<10> is left behind
+	gone, _ := parseID(testID(99))
+	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
+		return 0, txn.Set(indexKey(prefixLease, 5, gone), nil)
+	}))
+
+	n, more, err := s.Sweep(20, 64)
+	require.NoError(t, err)
+	require.False(t, more)
+	require.Zero(t, n, "the job's lease is 50")
+	_, err = s.Job(j.ID)
+	require.NoError(t, err)
+	require.NoError(t, s.view("test", func(txn *badger.Txn) error {
+		for _, k := range [][]byte{indexKey(prefixLease, 10, mustID(t, j.ID)), indexKey(prefixLease, 5, gone)} {
+			_, err := txn.Get(k)
+			require.ErrorIs(t, err, badger.ErrKeyNotFound, "the stale entries are deleted")
+		}
+		return nil
+	}))
+	n, _, err = s.Sweep(60, 64)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+func mustID(t *testing.T, hex string) [idLen]byte {
+	t.Helper()
+	id, ok := parseID(hex)
+	require.True(t, ok)
+	return id
 }
