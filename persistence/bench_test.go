@@ -21,17 +21,17 @@ import (
 )
 
 // The jobs the removal benchmarks start from: settled jobs of deleteTargets
-// targets, each with deleteResultBytes of results on the byte total. 32
-// targets would be the worst case, but Badger stalls filling 100,000 of those
-// (over 100 s on the 2-core machine); a job's keys are deleted by name, so
-// the cost per job grows with its targets (a key per target, its outcome,
-// and 6 more per job). The fillers have specs rows, no result rows.
+// targets, 32, the most a job may have, each with deleteResultBytes of
+// results on the byte total. A job's keys are deleted by name, so the cost
+// per job grows with its targets (a key per target, its outcome, and 6 more
+// per job). The fillers have specs rows, no result rows.
 const (
-	deleteTargets     = 8
+	deleteTargets     = 32
 	deleteResultBytes = 1000
-	// sweepBatch is what the runner's supervisor passes to Sweep: it sweeps
-	// 512 jobs per message and sends itself another while more are due.
-	sweepBatch = 512
+	// sweepBatch is what the runner's supervisor passes to Sweep
+	// (actors.sweepBatch): it sweeps 64 jobs per message and sends itself
+	// another while more are due.
+	sweepBatch = 64
 )
 
 // fillForDelete writes n jobs into dir through the public API and closes
@@ -133,12 +133,12 @@ func copyDir(b *testing.B, from, to string) {
 	}
 }
 
-// BenchmarkStore_Delete measures removing settled jobs (8 targets each).
+// BenchmarkStore_Delete measures removing settled jobs (32 targets each).
 // Every run starts from a fresh copy of the same filled store. One op
 // removes them all; the figure is us/job, microseconds per job removed.
 //
 //   - Sweep/jobs=100k: 100,000 jobs, all expired, swept as the runner does
-//     it: [persistence.Store.Sweep] 512 jobs at a time until none is due.
+//     it: [persistence.Store.Sweep] 64 jobs at a time until none is due.
 //   - Evict/jobs=10k,over=10x: 10,000 jobs, [persistence.Store.Evict] down to
 //     a tenth of their result bytes: 9,000 jobs removed, oldest first, in one
 //     call. (10× over the default 64 MiB with 32 results of 10 KB a job is

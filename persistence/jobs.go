@@ -57,6 +57,11 @@ func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error))
 	if err != nil {
 		return convert(op, err)
 	}
+	return s.commit(op, txn, delta)
+}
+
+// commit commits txn with the byte total moved by delta. s.mu is held.
+func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 	if delta != 0 {
 		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes.Load()+delta))); err != nil {
 			return convert(op, err)

@@ -1,7 +1,6 @@
 package persistence
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -258,16 +257,7 @@ func (s *Store) commitTxn(ws []*ownerWrite) error {
 		}
 		delta += w.delta
 	}
-	if delta != 0 {
-		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes.Load()+delta))); err != nil {
-			return convert(op, err)
-		}
-	}
-	if err := txn.Commit(); err != nil {
-		return convert(op, err)
-	}
-	s.bytes.Add(delta)
-	return nil
+	return s.commit(op, txn, delta)
 }
 
 // SaveJobAsync is [Store.SaveJob] without the wait: j is encoded before it
