@@ -32,6 +32,7 @@ type job struct {
 	// message but Status waits in deferred, so the job's writes stay one
 	// at a time and in order.
 	storing   *storingTarget
+	slot      storingTarget // what storing points to
 	deferred  []deferredMsg
 	onWritten func(error) // the store's callback: a targetWritten to self
 }
@@ -263,7 +264,8 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	}
 	j.busySince = 0
 
-	p := &storingTarget{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
+	p := &j.slot // one write at a time: reused
+	*p = storingTarget{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
 	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now}
 	if out.Err != nil {
 		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now}
