@@ -212,7 +212,7 @@ func storeErrText(err error) string {
 func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	if j.terminal() || j.inflight >= 0 || j.rec.TargetsDone >= j.rec.TargetsTotal {
 		// Cancelled (or failed) before the supervisor heard: give the worker back.
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx)})
+		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx), status: j.rec.Status})
 		return
 	}
 	j.inflight = j.rec.TargetsDone
@@ -242,7 +242,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	if m.idx != j.inflight {
 		// Not the target in flight (cannot happen): never store it twice,
 		// but give the worker back.
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx)})
+		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx), status: j.rec.Status})
 		return
 	}
 	now := j.now()
@@ -257,7 +257,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 			if j.terminal() {
 				state = j.settledState(ctx)
 			}
-			ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: state})
+			ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: state, status: j.rec.Status})
 			return
 		}
 		out.Busy = false // busy for longer than RetryFor: store it failed
@@ -375,7 +375,7 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 	if j.terminal() {
 		state = j.endState(ctx)
 	}
-	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state, lease: j.rec.Lease})
+	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state, lease: j.rec.Lease, status: j.rec.Status})
 
 	if j.cfg.Hooks.Target != nil {
 		j.cfg.Hooks.Target(p.err, p.took, len(p.t.Result))

@@ -122,12 +122,14 @@ const (
 )
 
 // jobDone frees a worker (nil: none) and says how its job stands; lease is
-// the job's lease once a target has been stored (0: unchanged).
+// the job's lease once a target has been stored (0: unchanged), status its
+// status ("" where it does not matter).
 type jobDone struct {
 	id     string
 	worker *actor.PID
 	state  jobState
 	lease  int64
+	status string
 }
 
 // jobEnded says a job was cancelled, or that an unsaved job has written its

@@ -27,6 +27,9 @@ type liveJob struct {
 	// lease is the job's lease as its actor holds it: the stored row of a
 	// live job is not rewritten for every target (see job.fetched).
 	lease int64
+	// status is an ended job's status as its actor holds it, once it has
+	// ended without its rows written (jobUnsaved); "" otherwise.
+	status string
 }
 
 // supervisor owns the rotation: the live jobs in submit order, which of them
@@ -199,12 +202,16 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	}
 	// A job with an actor has a newer lease than its stored row (see
 	// liveJob.lease); one that has ended but kept its actor (its last
-	// write failed) has a stored row behind its status: not reused.
+	// write failed) has a stored row behind its status: its actor's
+	// status counts ("" for a cancelled one: never reused).
 	live := s.jobs[prev.ID]
 	if found && live != nil {
 		prev.Lease = max(prev.Lease, live.lease)
+		if live.ended {
+			prev.Status = live.status
+		}
 	}
-	if found && prev.Caller == m.Job.Caller && (live == nil || !live.ended) && s.reusable(&prev, s.cfg.Now()) {
+	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
 		s.cfg.hookJob("reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
 	}
@@ -291,6 +298,7 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 		case jobSettled:
 			s.remove(ctx, j)
 		case jobUnsaved:
+			j.status = m.status
 			s.endLive(j)
 		}
 	}

@@ -831,3 +831,28 @@ func TestRunner_TouchLiveJob(t *testing.T) {
 	})
 	require.Equal(t, touched, rec.Lease, "no later write of the job's own loses the touch")
 }
+
+// A job that has ended done but whose last write failed (it keeps its actor
+// until the write goes through) is reused as a done job is; its stored row
+// still says running.
+func TestRunner_IdempotencyUnsavedJob(t *testing.T) {
+	t.Parallel()
+	var b *bundle
+	disk := errors.New("no space left on device")
+	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		b.store.SetWriteFault(func() error { return disk }) // its outcome write fails
+		return engine.Result{Content: tg.URL}, nil
+	}
+	b = setup(t, fetch, engine.Config{RetryWait: time.Hour})
+	id := b.submit(t, "alice", targets("a", 1))
+	require.Equal(t, "done", recv(t, b.hooks.ended))
+	j, _, ok := b.r.Status(id)
+	require.True(t, ok)
+	require.Equal(t, "done", j.Status)
+
+	again, reused, err := b.r.Submit(context.Background(), caller("alice"), "", targets("a", 1))
+	require.NoError(t, err)
+	require.True(t, reused, "done, though not yet written")
+	require.Equal(t, id, again)
+	b.store.SetWriteFault(nil)
+}
