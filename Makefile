@@ -29,7 +29,7 @@ examples: ## build every example
 	$(GO) build ./examples/...
 
 # make bench: the figures of docs/PERFORMANCE.md (issue 4), each benchmark
-# -count=$(BENCHCOUNT), medians by benchstat; about 6.5 minutes on 2 cores.
+# -count=$(BENCHCOUNT), medians by benchstat; about 6 minutes on 2 cores.
 # Raw results stay in $(BENCHDIR)/. The heavy ones (a whole store swept, 10,000
 # jobs, a process's peak RSS) are one op per run: -benchtime 1x.
 BENCHDIR   ?= bench.out
