@@ -443,7 +443,7 @@ func (j *job) cancel(ctx actor.Context) bool {
 
 func (j *job) status() *StatusReply {
 	// The actor's own row is the truth while it lives; the targets are read.
-	ts, err := j.cfg.Store.Targets(j.rec.ID, j.rec.TargetsTotal)
+	ts, err := j.cfg.Store.Targets(j.rec.ID)
 	if err != nil {
 		return &StatusReply{Live: true, Job: j.rec, Err: err}
 	}

@@ -173,7 +173,7 @@ func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
 // only (its actor, or New reaping), which holds the row in memory. A settled
 // j settles the job: from then on it may be swept or evicted, and only
 // [Store.Touch] writes it. It waits for the group commit that takes it (see
-// writer.go); [Store.SaveJobAsync] does not wait.
+// writer.go).
 func (s *Store) SaveJob(j *JobRecord) error {
 	return s.wait("save job", j.ID, j, nil)
 }
@@ -293,9 +293,8 @@ func countOutcome(j *JobRecord, t *TargetRecord) {
 }
 
 // Targets returns a job's targets in idx order, or an error wrapping
-// [ErrNotFound] when it has none. n, the job's TargetsTotal, is not needed:
-// the specs row holds the count.
-func (s *Store) Targets(idHex string, n int) ([]TargetRecord, error) {
+// [ErrNotFound] when it has none.
+func (s *Store) Targets(idHex string) ([]TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
 		return nil, fmt.Errorf("read targets: %w", ErrNotFound)
@@ -347,7 +346,7 @@ func getSpecs(txn *badger.Txn, id [idLen]byte) ([]TargetRecord, error) {
 
 // walkOutcomes calls fn for each r row of a job, in idx order.
 func walkOutcomes(txn *badger.Txn, id [idLen]byte, fn func(idx int, v []byte) error) error {
-	p := targetPrefix(prefixOutcome, id)
+	p := outcomesPrefix(id)
 	o := badger.DefaultIteratorOptions
 	o.Prefix = p
 	o.PrefetchValues = false
@@ -389,7 +388,7 @@ func (s *Store) Target(idHex string, idx int) (TargetRecord, error) {
 		if !found {
 			return ErrNotFound
 		}
-		item, err = txn.Get(targetKey(prefixOutcome, id, idx))
+		item, err = txn.Get(outcomeKey(id, idx))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
@@ -705,7 +704,7 @@ func deleteJob(txn *badger.Txn, j *JobRecord) error {
 		return ErrCorrupt
 	}
 	for idx := 0; idx < j.TargetsTotal; idx++ {
-		if err := txn.Delete(targetKey(prefixOutcome, id, idx)); err != nil {
+		if err := txn.Delete(outcomeKey(id, idx)); err != nil {
 			return err
 		}
 	}

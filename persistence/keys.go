@@ -66,14 +66,15 @@ func specsKey(id [idLen]byte) []byte {
 	return append(append(k, prefixSpecs), id[:]...)
 }
 
-func targetPrefix(prefix byte, id [idLen]byte) []byte {
+// outcomesPrefix is the prefix of a job's r keys.
+func outcomesPrefix(id [idLen]byte) []byte {
 	k := make([]byte, 0, targetKeyLen)
-	return append(append(k, prefix), id[:]...)
+	return append(append(k, prefixOutcome), id[:]...)
 }
 
-// targetKey is an r (outcome) key.
-func targetKey(prefix byte, id [idLen]byte, idx int) []byte {
-	return binary.BigEndian.AppendUint16(targetPrefix(prefix, id), uint16(idx))
+// outcomeKey is an r key.
+func outcomeKey(id [idLen]byte, idx int) []byte {
+	return appendOutcomeKey(make([]byte, 0, targetKeyLen), id, idx)
 }
 
 // appendOutcomeKey appends an r key to b.

@@ -184,7 +184,7 @@ func TestStore_Targets(t *testing.T) {
 	ts[5].Status, ts[5].Result = TargetDone, []byte("{}")
 	ts[n-1].Status, ts[n-1].Error, ts[n-1].Hint = TargetFailed, "e", "h"
 
-	got, err := s.Targets(j.ID, n)
+	got, err := s.Targets(j.ID)
 	require.NoError(t, err)
 	require.Equal(t, ts, got)
 	_, got, err = s.JobWithTargets(j.ID)
@@ -201,14 +201,14 @@ func TestStore_Targets(t *testing.T) {
 	}
 	_, err = s.Target(testID(8), 0)
 	require.ErrorIs(t, err, ErrNotFound, "an unknown job")
-	_, err = s.Targets(testID(8), 1)
+	_, err = s.Targets(testID(8))
 	require.ErrorIs(t, err, ErrNotFound, "an unknown job")
 
 	// A job stored without targets has no specs row, and no targets.
 	empty := JobRecord{ID: testID(9), Caller: "bob", Status: StatusQueued, Created: 1, Lease: 1}
 	empty.Key[0] = 9
 	require.NoError(t, s.CreateJob(&empty, nil))
-	_, err = s.Targets(empty.ID, 0)
+	_, err = s.Targets(empty.ID)
 	require.ErrorIs(t, err, ErrNotFound)
 	_, got, err = s.JobWithTargets(empty.ID)
 	require.NoError(t, err)

@@ -260,16 +260,10 @@ func (s *Store) commitTxn(ws []*ownerWrite) error {
 	return s.commit(op, txn, delta)
 }
 
-// SaveJobAsync is [Store.SaveJob] without the wait: j is encoded before it
-// returns, and done is called once with the write's outcome, from the
-// store's writer goroutine (it must not block). Writes are committed in the
-// order they were made.
-func (s *Store) SaveJobAsync(j *JobRecord, done func(error)) {
-	s.write("save job", j.ID, j, nil, done)
-}
-
-// SaveTargetAsync is [Store.SaveTarget] without the wait, as
-// [Store.SaveJobAsync].
+// SaveTargetAsync is [Store.SaveTarget] without the wait: j and t are
+// encoded before it returns, and done is called once with the write's
+// outcome, from the store's writer goroutine (it must not block). Writes
+// are committed in the order they were made.
 func (s *Store) SaveTargetAsync(j *JobRecord, t *TargetRecord, done func(error)) {
 	s.write("save target", j.ID, j, t, done)
 }
@@ -280,7 +274,7 @@ func (s *Store) SaveTargetAsync(j *JobRecord, t *TargetRecord, done func(error))
 // of its row ([Store.Job], [Store.JobWithTargets], [Store.Unsettled], [Store.Jobs])
 // count TargetsDone, TargetsFailed and ResultBytes from them, and take the
 // latest t.Stored as its lease if that is later. The write that settles the
-// job writes its row (SaveTargetAsync or SaveJobAsync).
+// job writes its row ([Store.SaveTargetAsync] or [Store.SaveJob]).
 func (s *Store) SaveOutcomeAsync(jobID string, t *TargetRecord, done func(error)) {
 	s.write("save outcome", jobID, nil, t, done)
 }

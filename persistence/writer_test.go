@@ -45,7 +45,7 @@ func TestStore_GroupCommit(t *testing.T) {
 	}
 	entered, release := holdWrites(s)
 	first := make(chan error, 1)
-	s.SaveJobAsync(&jobs[0], func(err error) { first <- err })
+	s.write("save job", jobs[0].ID, &jobs[0], nil, func(err error) { first <- err })
 	waitFor(t, entered)
 
 	results := make(chan error, 2*n)
@@ -57,7 +57,7 @@ func TestStore_GroupCommit(t *testing.T) {
 		s.SaveTargetAsync(&jobs[i], &TargetRecord{Idx: 0, Status: TargetDone, Result: res}, func(err error) { results <- err })
 		// A later write of the same row, queued after: it wins.
 		jobs[i].Lease = 3
-		s.SaveJobAsync(&jobs[i], func(err error) { results <- err })
+		s.write("save job", jobs[i].ID, &jobs[i], nil, func(err error) { results <- err })
 	}
 	big := jobs[0]
 	big.ResultBytes = maxValueInMemory + 1
@@ -88,7 +88,7 @@ func TestStore_WriteAfterClose(t *testing.T) {
 	j := putJobRecord(t, s, 1, 1, 1, false)
 	require.NoError(t, s.Close())
 	got := make(chan error, 1)
-	s.SaveJobAsync(&j, func(err error) { got <- err })
+	s.SaveOutcomeAsync(j.ID, &TargetRecord{Idx: 0, Status: TargetDone}, func(err error) { got <- err })
 	require.ErrorIs(t, <-got, ErrClosed)
 	require.ErrorIs(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone}), ErrClosed)
 }
