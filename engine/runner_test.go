@@ -677,13 +677,21 @@ func TestRunner_Restart(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int32
+	// a1's write lands after the worker has moved on to q1 (the store is
+	// asynchronous), so wait for the hook that follows the write.
+	stored := make(chan struct{}, 1)
 	first, err := engine.New(store, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if calls.Add(1) == 2 {
 			close(started)
 			<-release
 		}
 		return engine.Result{Content: "stored " + tg.URL}, nil
-	}, engine.Config{JobsPerCaller: 3}, nil)
+	}, engine.Config{JobsPerCaller: 3, Hooks: engine.Hooks{Target: func(error, time.Duration, int) {
+		select {
+		case stored <- struct{}{}:
+		default:
+		}
+	}}}, nil)
 	require.NoError(t, err)
 	// One worker: a1 is stored, then q1 is held in flight, b stays queued.
 	running, _, err := first.Submit(context.Background(), caller("alice"), "", targets("a", 3))
@@ -691,6 +699,7 @@ func TestRunner_Restart(t *testing.T) {
 	inflight, _, err := first.Submit(context.Background(), caller("alice"), "", targets("q", 1))
 	require.NoError(t, err)
 	<-started
+	<-stored
 	queued, _, err := first.Submit(context.Background(), caller("alice"), "", targets("b", 1))
 	require.NoError(t, err)
 	// Simulate a crash: the rows as a killed process leaves them (the job
