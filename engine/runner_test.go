@@ -496,6 +496,8 @@ func TestRunner_Retry(t *testing.T) {
 		_, ts := b.waitStatus(t, id, "done")
 		require.Equal(t, "ok", ts[0].Result.Content)
 		require.Equal(t, int32(3), calls.Load())
+		// Status reads done once the row is written; the hooks follow it.
+		require.Equal(t, "done", recv(t, b.hooks.ended))
 		b.hooks.mu.Lock()
 		require.Equal(t, 1, b.hooks.targets, "Hooks.Target once per stored target, not per busy answer")
 		b.hooks.mu.Unlock()

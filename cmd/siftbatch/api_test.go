@@ -586,7 +586,10 @@ func TestAPI_Metrics(t *testing.T) {
 	var after string
 	waitFor(t, 5*time.Second, "the job metrics", func() bool {
 		after = scrape()
-		return metricValue(t, after, `siftbatch_job_seconds_count`) == 1
+		// The job actor observes the job's end; the supervisor, on its own
+		// goroutine, then stops counting it live.
+		return metricValue(t, after, `siftbatch_job_seconds_count`) == 1 &&
+			metricValue(t, after, `siftbatch_live_jobs`) == 0
 	})
 	for series, want := range map[string]float64{
 		`siftbatch_jobs_total{outcome="created"}`:                                    1,
