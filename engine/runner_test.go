@@ -280,6 +280,9 @@ func TestRunner_TerminalStatus(t *testing.T) {
 	for range 4 {
 		recv(t, b.hooks.ended)
 	}
+	// Hooks.JobSeconds follows Hooks.Job; Close returns once every job
+	// actor has stopped, so after all their hooks.
+	b.r.Close()
 	b.hooks.mu.Lock()
 	defer b.hooks.mu.Unlock()
 	require.Equal(t, map[string]int{"created": 4, "done": 1, "partial": 1, "failed": 2}, b.hooks.jobs)
@@ -656,6 +659,8 @@ func TestRunner_Eviction(t *testing.T) {
 		ids = append(ids, id)
 		b.clock.Advance(time.Second)
 	}
+	// old4 reads done once its row is written; its actor evicts after that.
+	waitFor(t, "old4's eviction", func() bool { return b.store.Bytes() <= 3500 })
 	// ~1016 bytes each: at most 3 fit in 3500 bytes; the oldest went first.
 	for _, id := range ids[:2] {
 		_, _, ok := b.r.Status(id)

@@ -82,6 +82,10 @@ type TargetStatus struct {
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
 // called from the runner's own goroutines and must not block.
+//
+// Target, and a job's end (Job, then JobSeconds), are called after the
+// change is stored, so [Runner.Status] can show it a moment before its hook
+// has run; once [Runner.Close] returns, every hook has run.
 type Hooks struct {
 	Job        func(outcome string)                              // created, reused, done, partial, failed, cancelled
 	Target     func(err error, d time.Duration, resultBytes int) // once per stored target; err nil on success

@@ -233,6 +233,9 @@ func TestFetcher_RetriedThenDone(t *testing.T) {
 	if got := n.Load(); got != 3 {
 		t.Fatalf("fetched %d times, want 3", got)
 	}
+	// Status reads the job done once its row is written; Hooks.Target runs
+	// after that. Close returns once every job actor has stopped.
+	r.Close()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(stored) != 1 || stored[0] != nil {
