@@ -161,22 +161,27 @@ func readAll(t *testing.T, s *Store, ids []string) int {
 	return errs
 }
 
-// TestStore_OpenAfterCrashLeftAnEmptyMemtable is the regression test for a
-// crash test failure: a process killed just after Badger created a new
-// memtable file (its write-ahead log), before it sized it, leaves it empty,
-// and Badger then refused the store ("while opening memtables … Create a new
-// file"), as it did an empty value-log file.
-func TestStore_OpenAfterCrashLeftAnEmptyMemtable(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	require.NoError(t, err)
-	j := putJobRecord(t, s, 1, 1, 1, false)
-	require.NoError(t, s.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "00009.mem"), nil, 0o644))
+// TestStore_OpenAfterCrashLeftAnEmptyFile is the regression test for two
+// crash test failures: a process killed just after Badger created a new
+// memtable file (its write-ahead log) before it sized it, or a value-log
+// file before its header was written, leaves the file empty, and Badger
+// alone then refused the store ("while opening memtables … Create a new
+// file").
+func TestStore_OpenAfterCrashLeftAnEmptyFile(t *testing.T) {
+	for _, name := range []string{"00009.mem", "000009.vlog"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			require.NoError(t, err)
+			j := putJobRecord(t, s, 1, 1, 1, false)
+			require.NoError(t, s.Close())
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), nil, 0o644))
 
-	s = mustOpen(t, dir)
-	got, err := s.Job(j.ID)
-	require.NoError(t, err, "the rows are all there")
-	require.Equal(t, j.ID, got.ID)
-	require.NoError(t, s.WriteProbe([]byte("k"), []byte("v")), "and it takes writes")
+			s = mustOpen(t, dir)
+			got, err := s.Job(j.ID)
+			require.NoError(t, err, "the rows are all there")
+			require.Equal(t, j.ID, got.ID)
+			require.NoError(t, s.WriteProbe([]byte("k"), []byte("v")), "and it takes writes")
+		})
+	}
 }

@@ -461,21 +461,3 @@ func TestStore_SweepStartsOverAfterARunEnds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a new run starts at the oldest lease")
 }
-
-// TestStore_OpenAfterCrashLeftAnEmptyValueLog: a process killed just after
-// Badger created a value-log file, before its header was written, leaves it
-// empty; Badger alone then refuses the store (the crash test found it).
-func TestStore_OpenAfterCrashLeftAnEmptyValueLog(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	require.NoError(t, err)
-	j := putJobRecord(t, s, 1, 1, 1, false)
-	require.NoError(t, s.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "000009.vlog"), nil, 0o644))
-
-	s = mustOpen(t, dir)
-	got, err := s.Job(j.ID)
-	require.NoError(t, err, "the rows are all there")
-	require.Equal(t, j.ID, got.ID)
-	require.NoError(t, s.WriteProbe([]byte("k"), []byte("v")), "and it takes writes")
-}
