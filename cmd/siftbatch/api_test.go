@@ -161,7 +161,13 @@ func (b *apiBundle) do(t testing.TB, method, path, key string, body io.Reader) r
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := b.client.Do(req)
+	return send(t, b.client, req)
+}
+
+// send does req with c and reads the whole answer.
+func send(t testing.TB, c *http.Client, req *http.Request) response {
+	t.Helper()
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

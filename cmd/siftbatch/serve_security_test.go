@@ -141,16 +141,7 @@ func (s *serveSession) do(t *testing.T, method, path, key, body string) response
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{code: resp.StatusCode, header: resp.Header, body: data}
+	return send(t, s.client, req)
 }
 
 func (s *serveSession) submit(t *testing.T, key string, urls ...string) string {
