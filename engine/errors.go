@@ -24,4 +24,7 @@ var (
 	ErrInvalid = errors.New("invalid submission")
 	// ErrClosed is returned by [Runner.Submit] after [Runner.Close].
 	ErrClosed = errors.New("runner closed")
+	// ErrNotFound is returned by [Runner.Wait] for an id that is not stored,
+	// or whose job has expired.
+	ErrNotFound = errors.New("job not found")
 )

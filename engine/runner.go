@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sift/batch/actors"
@@ -307,8 +308,9 @@ func toJob(j *persistence.JobRecord) Job {
 		Status:       j.Status,
 		Error:        j.Error,
 		TargetsTotal: j.TargetsTotal,
-		TargetsDone:  j.TargetsDone,
-		CreatedAt:    j.Created / 1e9,
+		TargetsDone:   j.TargetsDone,
+		TargetsFailed: j.TargetsFailed,
+		CreatedAt:     j.Created / 1e9,
 	}
 }
 
@@ -358,4 +360,71 @@ func (r *Runner) Close() {
 		}
 		r.log.Info("runner closed", slog.Int("count", n))
 	})
+}
+
+// Job returns a job's summary; false for an unknown id and for a job past
+// its lease + [Config.TTL]. It never writes.
+func (r *Runner) Job(id string) (Job, bool) {
+	j, _, ok := r.Status(id)
+	return j, ok
+}
+
+// Targets returns a job's summary and every target's status, error and
+// hint, from one consistent view, without results (Result is nil); false as
+// for [Runner.Job].
+func (r *Runner) Targets(id string) (Job, []TargetStatus, bool) {
+	j, ts, ok := r.Status(id)
+	for i := range ts {
+		ts[i].Result = nil
+	}
+	return j, ts, ok
+}
+
+// Result returns target idx's result, decoded; false unless that target is
+// stored done.
+func (r *Runner) Result(id string, idx int) (*Result, bool) {
+	_, ts, ok := r.Status(id)
+	if !ok || idx < 0 || idx >= len(ts) || ts[idx].Result == nil {
+		return nil, false
+	}
+	return ts[idx].Result, true
+}
+
+// ResultJSON returns target idx's result as its stored JSON; false as for
+// [Runner.Result]. The bytes are the caller's.
+func (r *Runner) ResultJSON(id string, idx int) ([]byte, bool) {
+	res, ok := r.Result(id, idx)
+	if !ok {
+		return nil, false
+	}
+	b, err := json.Marshal(res)
+	return b, err == nil
+}
+
+// Wait blocks until the job id is terminal and returns it. It returns
+// [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
+// it was left once the runner has closed, and ctx.Err() when ctx is done.
+func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		j, ok := r.Job(id)
+		switch {
+		case !ok:
+			return Job{}, ErrNotFound
+		case !IsLive(j.Status):
+			return j, nil
+		}
+		select {
+		case <-ctx.Done():
+			return j, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Shutdown is [Runner.Close] bounded by ctx.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.Close()
+	return ctx.Err()
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/sift/batch/persistence"
 )
 
 // Caller is who submitted a job. Name keys idempotency and the per-caller cap
@@ -59,16 +61,40 @@ func (e *TargetError) Error() string { return e.Msg }
 // isolated: the target is stored failed with the text "internal error".
 type FetchFunc func(ctx context.Context, c *Caller, t Target) (Result, error)
 
-// Job is a job's summary as [Runner.Status] reports it.
+// Job is a job's summary as [Runner.Job] and [Runner.Status] report it.
 type Job struct {
 	ID           string
 	Caller       string // Caller.Name
 	Status       string // queued | running | done | partial | failed | cancelled
 	Error        string
 	TargetsTotal int
-	TargetsDone  int   // targets stored done or failed
-	CreatedAt    int64 // unix seconds
+	// TargetsDone counts the targets whose outcome is stored, done or
+	// failed: the job's progress. TargetsDone − TargetsFailed succeeded.
+	TargetsDone   int
+	TargetsFailed int   // targets stored failed
+	CreatedAt     int64 // unix seconds
 }
+
+// Job statuses: queued and running jobs are live, the others terminal.
+const (
+	StatusQueued    = persistence.StatusQueued
+	StatusRunning   = persistence.StatusRunning
+	StatusDone      = persistence.StatusDone
+	StatusPartial   = persistence.StatusPartial
+	StatusFailed    = persistence.StatusFailed
+	StatusCancelled = persistence.StatusCancelled
+)
+
+// Target statuses. A target being fetched, or being stored, reads running.
+const (
+	TargetPending = persistence.TargetPending
+	TargetRunning = persistence.TargetRunning
+	TargetDone    = persistence.TargetDone
+	TargetFailed  = persistence.TargetFailed
+)
+
+// IsLive reports whether a job status is live: queued or running.
+func IsLive(status string) bool { return persistence.IsLive(status) }
 
 // TargetStatus is one target of a job as [Runner.Status] reports it.
 type TargetStatus struct {
