@@ -24,6 +24,10 @@ var (
 	ErrInvalid = errors.New("invalid submission")
 	// ErrClosed is returned by [Runner.Submit] after [Runner.Close].
 	ErrClosed = errors.New("runner closed")
+	// ErrFailed is wrapped by [Runner.Err] once the runner's own code failed
+	// past what its supervision could contain: the runner closed itself, its
+	// live jobs failed with "internal error".
+	ErrFailed = errors.New("runner failed")
 	// ErrNotFound is returned by [Runner.Wait] for an id that is not stored,
 	// or whose job has expired.
 	ErrNotFound = errors.New("job not found")

