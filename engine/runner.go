@@ -303,11 +303,11 @@ func (r *Runner) Status(id string) (Job, []TargetStatus, bool) {
 
 func toJob(j *persistence.JobRecord) Job {
 	return Job{
-		ID:           j.ID,
-		Caller:       j.Caller,
-		Status:       j.Status,
-		Error:        j.Error,
-		TargetsTotal: j.TargetsTotal,
+		ID:            j.ID,
+		Caller:        j.Caller,
+		Status:        j.Status,
+		Error:         j.Error,
+		TargetsTotal:  j.TargetsTotal,
 		TargetsDone:   j.TargetsDone,
 		TargetsFailed: j.TargetsFailed,
 		CreatedAt:     j.Created / 1e9,
