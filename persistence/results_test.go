@@ -343,3 +343,66 @@ func TestStore_ReadsVersion2(t *testing.T) {
 		})
 	}
 }
+
+// TestStore_OpensVersion2Store opens a store written by the code before
+// chunks (testdata/v2store, see testdata/v2gen): a settled job with a small
+// and a 100,000-byte result inline and a failure; an unsettled one with a
+// 2,000-byte result. Everything reads as it did; new writes are version 3
+// and read beside the old rows; the sweep deletes both.
+func TestStore_OpensVersion2Store(t *testing.T) {
+	dir := t.TempDir()
+	copyDir(t, "testdata/v2store", dir)
+	s := mustOpen(t, dir)
+	small := []byte(`{"content":"small"}`)
+	big := append(append([]byte(`{"content":"`), bytes.Repeat([]byte("b"), 100_000)...), '"', '}')
+	mid := append(append([]byte(`{"content":"`), bytes.Repeat([]byte("m"), 2000)...), '"', '}')
+	require.Equal(t, int64(len(small)+len(big)+len(mid)), s.Bytes())
+
+	j, ts, err := s.JobWithTargets(testID(1))
+	require.NoError(t, err)
+	require.Equal(t, StatusPartial, j.Status)
+	require.True(t, j.Settled)
+	require.Equal(t, int64(len(small)+len(big)), j.ResultBytes)
+	require.Equal(t, small, ts[0].Result)
+	require.Equal(t, big, ts[1].Result)
+	require.Equal(t, int64(len(big)), ts[1].ResultSize)
+	require.Equal(t, TargetFailed, ts[2].Status)
+	require.Equal(t, "h", ts[2].Hint)
+	require.Equal(t, `{"mode":"m"}`, string(ts[0].Options))
+	_, statuses, err := s.TargetStatuses(testID(1))
+	require.NoError(t, err)
+	for i := range ts {
+		require.Nil(t, statuses[i].Result)
+		require.Equal(t, ts[i].ResultSize, statuses[i].ResultSize)
+		require.Equal(t, ts[i].Status, statuses[i].Status)
+	}
+	res, err := s.ResultJSON(testID(1), 1)
+	require.NoError(t, err)
+	require.Equal(t, big, res)
+
+	k, err := s.Job(testID(2))
+	require.NoError(t, err)
+	require.False(t, k.Settled)
+	require.Equal(t, 1, k.TargetsDone)
+	require.Equal(t, int64(len(mid)), k.ResultBytes)
+	require.Equal(t, int64(2001), k.Lease)
+	left, err := s.Unsettled()
+	require.NoError(t, err)
+	require.Equal(t, []JobRecord{k}, left)
+
+	// A version 3 outcome, chunked, beside the version 2 one.
+	long := result(resultChunkSize+100, 3)
+	require.NoError(t, s.SaveOutcome(k.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: long, Stored: 2002}))
+	_, ts, err = s.JobWithTargets(k.ID)
+	require.NoError(t, err)
+	require.Equal(t, mid, ts[0].Result)
+	require.Equal(t, long, ts[1].Result)
+	k.Status, k.Settled, k.TargetsDone, k.TargetsFailed, k.ResultBytes, k.Lease = StatusPartial, true, 3, 1, int64(len(mid)+len(long)), 2003
+	require.NoError(t, s.SaveTarget(&k, &TargetRecord{Idx: 2, Status: TargetFailed, Error: "e", Stored: 2003}))
+
+	n, _, err := s.Sweep(3000, 10)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Zero(t, s.Bytes())
+	require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s))
+}
