@@ -221,7 +221,11 @@ func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 	return found && err == nil, err
 }
 
-// Job returns a stored job, or an error wrapping [ErrNotFound].
+// Job returns a stored job, or an error wrapping [ErrNotFound]. It is
+// cheap whatever the job holds: a settled job is one point read of its row;
+// an unsettled one's progress is counted from its outcome rows, which hold
+// each result's length, never the result (a result of a version 2 row
+// excepted).
 func (s *Store) Job(idHex string) (JobRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
