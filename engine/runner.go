@@ -103,7 +103,7 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 
 // The errors reap stores for the jobs it fails.
 const (
-	reapRestart  = "restart"        // left live by a process that stopped
+	reapRestart  = "restart"         // left live by a process that stopped
 	reapInternal = internalErrorText // left live by a runner that failed
 )
 
