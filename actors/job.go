@@ -171,20 +171,6 @@ func (j *job) save(what string) {
 	j.dirty = false
 }
 
-// touch writes a new lease. A settled job's row is in the store's sweep
-// index by its lease: the store moves it there (writing the row again
-// would leave the old index entry behind).
-func (j *job) touch() {
-	if !j.rec.Settled || j.dirty || len(j.unsaved) > 0 {
-		j.save("touch")
-		return
-	}
-	if _, err := j.cfg.Store.Touch(j.rec.ID, j.rec.Lease); err != nil {
-		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
-			slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
-	}
-}
-
 // flush writes what failed writes left unwritten: the outcomes in order,
 // each on its own (the store counts an unsettled job's progress from them),
 // then the row, so that a row that settles the job is never stored before
