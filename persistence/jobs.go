@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
@@ -190,8 +191,19 @@ func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
 
 // Touch moves a settled job's lease to lease if that is later; it reports
 // false for an unknown id. An unsettled job's row belongs to its actor,
-// which takes Touches itself; Touch on one only sets its lease.
+// which takes Touches itself; Touch on one only sets its lease. Touch
+// brings back a settled job past its expiry that the sweep has not deleted
+// yet: [Store.TouchUnexpired] does not.
 func (s *Store) Touch(idHex string, lease int64) (bool, error) {
+	return s.TouchUnexpired(idHex, lease, math.MinInt64)
+}
+
+// TouchUnexpired is [Store.Touch], except that a settled job whose stored
+// lease is at or before minLease (expired: the caller passes now − TTL) is
+// left as it is, for the sweep, and reported false like an unknown one.
+// The check and the write are one transaction: no sweep, Touch or
+// settling write comes between them. An unsettled job never expires.
+func (s *Store) TouchUnexpired(idHex string, lease, minLease int64) (bool, error) {
 	id, ok := parseID(idHex)
 	if !ok {
 		return false, nil
@@ -199,7 +211,7 @@ func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 	found := true
 	err := s.update("touch job", func(txn *badger.Txn) (int64, error) {
 		j, err := getJob(txn, id)
-		if errors.Is(err, badger.ErrKeyNotFound) {
+		if errors.Is(err, badger.ErrKeyNotFound) || (err == nil && j.Settled && j.Lease <= minLease) {
 			found = false
 			return 0, nil
 		}

@@ -488,3 +488,49 @@ func TestStore_SweepStartsOverAfterARunEnds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a new run starts at the oldest lease")
 }
+
+// TestStore_TouchUnexpired: a settled job past its expiry (its lease at or
+// before minLease) is not brought back, and stays due for the sweep; one
+// before it is touched; an unsettled job never expires.
+func TestStore_TouchUnexpired(t *testing.T) {
+	s := mustOpen(t, "")
+	settled := putJobRecord(t, s, 1, 100, 100, true)
+	live := putJobRecord(t, s, 2, 10, 10, false)
+
+	ok, err := s.TouchUnexpired(settled.ID, 500, 100)
+	require.NoError(t, err)
+	require.False(t, ok, "lease 100 ≤ minLease 100: expired")
+	got, err := s.Job(settled.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), got.Lease, "left as it is")
+
+	ok, err = s.TouchUnexpired(live.ID, 50, 20)
+	require.NoError(t, err)
+	require.True(t, ok, "an unsettled job never expires")
+	got, err = s.Job(live.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(50), got.Lease)
+
+	for _, id := range []string{testID(3), "not hex"} {
+		ok, err = s.TouchUnexpired(id, 500, 0)
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+
+	n, _, err := s.Sweep(100, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the expired job is still due at its own lease")
+	_, err = s.Job(settled.ID)
+	require.ErrorIs(t, err, ErrNotFound)
+
+	other := putJobRecord(t, s, 4, 100, 100, true)
+	ok, err = s.TouchUnexpired(other.ID, 500, 99)
+	require.NoError(t, err)
+	require.True(t, ok, "lease 100 > minLease 99: touched")
+	n, _, err = s.Sweep(499, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "its lease is 500 now")
+	ok, err = s.Touch(other.ID, 600)
+	require.NoError(t, err)
+	require.True(t, ok, "Touch has no expiry")
+}
