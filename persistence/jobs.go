@@ -869,7 +869,7 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 			n++
 		}
 		batch := jobs[:n]
-		chunks, err := s.chunkKeys(op, batch)
+		rows, err := s.rowKeys(op, batch)
 		if err != nil {
 			return done, err
 		}
@@ -881,7 +881,7 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 				}
 				freed += batch[i].ResultBytes
 			}
-			for _, k := range chunks {
+			for _, k := range rows {
 				if err := txn.Delete(k); err != nil {
 					return 0, err
 				}
@@ -897,22 +897,25 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 	return done, nil
 }
 
-// deleteKeys is about how many keys deleting j writes: deleteJob's (an
-// outcome per target; the specs, job, live, lease, age and idempotency
-// keys), its result chunks (at most one short chunk per target, and maybe
-// as many left by a failed write), plus one for the write's byte total,
+// deleteKeys is about how many keys deleting j writes: its outcomes (one
+// per target at most), its result chunks (one short chunk per target at
+// most, and maybe as many left by a failed write), the specs, job, live,
+// lease, age and idempotency keys, plus one for the write's byte total,
 // counted with each job.
 func deleteKeys(j *JobRecord) int {
-	return j.TargetsTotal + 7 + int(j.ResultBytes/resultChunkSize) + 2*j.TargetsTotal
+	return j.TargetsTotal + int(j.ResultBytes/resultChunkSize) + 2*j.TargetsTotal + 7
 }
 
-// chunkKeys returns the keys of the result chunks of jobs: every b key
-// under each one's id, those of its outcomes and those a crash or a failed
-// write left without one. A prefix walk, one per job, so that it never
-// steps over the tombstones of other jobs' chunks. It is read apart from the
-// write that deletes them (an iterator in a write transaction copies and
-// sorts every pending write); s.mu is held, so nothing writes them between.
-func (s *Store) chunkKeys(op string, jobs []JobRecord) ([][]byte, error) {
+// rowKeys returns the keys of jobs' outcome and result-chunk rows: those
+// that are there, found by a walk of each job's r and b prefixes (a walk
+// per prefix, so that it never steps over other jobs' tombstones), chunks
+// left by a crash or a failed write included. Deleting only these, not
+// every outcome key a job might have, writes no tombstone for a target
+// never stored (a cancelled job's, a failed one's, a reaped one's). They
+// are read apart from the write that deletes them (an iterator in a write
+// transaction copies and sorts every pending write); s.mu is held, and a
+// settled job's rows are written by nothing else, so none comes between.
+func (s *Store) rowKeys(op string, jobs []JobRecord) ([][]byte, error) {
 	var keys [][]byte
 	err := s.view(op, func(txn *badger.Txn) error {
 		for i := range jobs {
@@ -920,27 +923,26 @@ func (s *Store) chunkKeys(op string, jobs []JobRecord) ([][]byte, error) {
 			if !ok {
 				return ErrCorrupt
 			}
-			o := badger.IteratorOptions{Prefix: resultsPrefix(id)}
-			it := txn.NewIterator(o)
-			for it.Rewind(); it.Valid(); it.Next() {
-				keys = append(keys, it.Item().KeyCopy(nil))
+			for _, p := range [][]byte{outcomesPrefix(id), resultsPrefix(id)} {
+				it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
+				for it.Rewind(); it.Valid(); it.Next() {
+					keys = append(keys, it.Item().KeyCopy(nil))
+				}
+				it.Close()
 			}
-			it.Close()
 		}
 		return nil
 	})
 	return keys, err
 }
 
+// deleteJob deletes j's own keys (its row, specs and index entries, and its
+// idempotency entry if it still names j); its outcome and chunk rows are
+// deleted by key (rowKeys).
 func deleteJob(txn *badger.Txn, j *JobRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
 		return ErrCorrupt
-	}
-	for idx := 0; idx < j.TargetsTotal; idx++ {
-		if err := txn.Delete(outcomeKey(id, idx)); err != nil {
-			return err
-		}
 	}
 	for _, k := range [][]byte{specsKey(id), jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id)} {
 		if err := txn.Delete(k); err != nil {
