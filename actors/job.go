@@ -104,6 +104,13 @@ func (j *job) Receive(ctx actor.Context) {
 	j.publish()
 }
 
+// warn logs a store failure at Warn, once what it changed is published:
+// whoever reads the log line and then the job sees the change.
+func (j *job) warn(msg string, attrs ...any) {
+	j.publish()
+	j.cfg.Log.Warn(msg, attrs...)
+}
+
 // publish publishes the job's state to readers if it has changed since
 // the last time. Unsaved outcomes are copied: the actor's slice changes.
 func (j *job) publish() {
@@ -164,7 +171,7 @@ func (j *job) save(what string) {
 	}
 	if err := j.cfg.Store.SaveJob(&j.rec); err != nil {
 		j.dirty = true
-		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
+		j.warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 			slog.String("what", what), slog.String(keyErr, storeErrText(err)))
 		return
 	}
@@ -179,7 +186,7 @@ func (j *job) flush(what string) bool {
 	for len(j.unsaved) > 0 {
 		t := &j.unsaved[0]
 		if err := j.writeOutcome(t); err != nil {
-			j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
+			j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
 				slog.String("what", what), slog.String(keyErr, storeErrText(err)))
 			return false
 		}
@@ -330,6 +337,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	j.rec = p.next
 	j.unsaved = append(j.unsaved, p.t)
 	j.dirty = true
+	j.inflight = -1
 	j.flush("target")
 	j.stored(ctx, m.worker, p)
 }
@@ -349,14 +357,13 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	}
 	j.storing = nil
 	j.rec = p.next
-	// The messages that waited are handled even if a hook panics in stored
-	// (the actor is resumed without the message that panicked).
-	defer j.replay(ctx)
+	defer j.replay(ctx) // the messages that waited for the write
 	if m.err != nil {
-		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
-			slog.String(keyErr, storeErrText(m.err)))
 		j.unsaved = append(j.unsaved, p.t)
 		j.dirty = true // the flush writes the row with the outcome
+		j.inflight = -1
+		j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
+			slog.String(keyErr, storeErrText(m.err)))
 	} else if p.withRow {
 		j.dirty = false
 	}
@@ -402,7 +409,7 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 		j.ended(ctx)
 	}
 	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
-		j.cfg.Log.Warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
+		j.warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
 	} else if n > 0 {
 		j.cfg.Log.Debug("evicted jobs", slog.Int(keyCount, n))
 	}

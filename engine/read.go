@@ -272,8 +272,16 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 		switch {
 		case !ok:
 			return Job{}, ErrNotFound
-		case woke && r.isClosed(), IsLive(j.Status) && r.isClosed():
-			return j, ErrClosed // a job the close ended ("shutdown") too
+		case r.isClosed() && (woke || IsLive(j.Status)):
+			// The runner is stopping: answer once it has left the job as
+			// it stays (a job the close ended, "shutdown", too).
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return j, ctx.Err()
+			}
+			j, _ = r.Job(id)
+			return j, ErrClosed
 		case !IsLive(j.Status):
 			return j, nil
 		}
