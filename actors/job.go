@@ -88,9 +88,7 @@ func (j *job) Receive(ctx actor.Context) {
 			j.flushes.Stop()
 		}
 	case *actor.Stopped:
-		if !j.dirty && len(j.unsaved) == 0 {
-			j.cfg.Views.remove(j.rec.ID) // the store has it all
-		}
+		j.stopped()
 	case *actor.Restarting:
 	case *targetWritten:
 		j.written(ctx, m)
@@ -102,6 +100,21 @@ func (j *job) Receive(ctx actor.Context) {
 		j.handle(ctx, m, ctx.Sender())
 	}
 	j.publish()
+}
+
+// stopped hands the job over to the store: a Touch that came since the
+// job's last write is written, and its view is removed if the store has
+// it all (otherwise it stays: the truth as the actor held it).
+func (j *job) stopped() {
+	touched := j.view.closeTouches()
+	if touched > j.rec.Lease && j.rec.Settled && !j.dirty && len(j.unsaved) == 0 {
+		if _, err := j.cfg.Store.Touch(j.rec.ID, touched); err != nil {
+			j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
+		}
+	}
+	if !j.dirty && len(j.unsaved) == 0 {
+		j.cfg.Views.remove(j.rec.ID)
+	}
 }
 
 // warn logs a store failure at Warn, once what it changed is published:

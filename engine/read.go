@@ -238,8 +238,7 @@ const touchCoalesce = time.Second
 // ignored. Safe for concurrent use.
 func (r *Runner) Touch(id string) {
 	now := r.cfg.Now().UnixNano()
-	if v := r.views.Get(id); v != nil {
-		v.Touch(now)
+	if v := r.views.Get(id); v != nil && v.Touch(now) {
 		return
 	}
 	rec, err := r.store.Row(id)
