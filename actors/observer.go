@@ -50,7 +50,6 @@ func (o *observer) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
-	defer putEvent(e) // not reached by a hook that panics: that one is left to the GC
 	h := o.hooks
 	switch e.hook {
 	case hookJob:
@@ -64,6 +63,9 @@ func (o *observer) Receive(ctx actor.Context) {
 	case hookInflight:
 		h.Inflight(e.n)
 	}
+	// Back to the pool only after a call that returned: the event of a hook
+	// that panicked goes to the strategy, and then to the GC.
+	putEvent(e)
 }
 
 // has reports whether the hook is set: an event is sent only then.
