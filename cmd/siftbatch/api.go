@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -497,3 +498,16 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// errBadURL is a target URL that is not absolute http(s).
+var errBadURL = errors.New("not an absolute http or https URL")
+
+// parseTargetURL parses an absolute http(s) URL with a host and no user
+// info.
+func parseTargetURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
+		return nil, errBadURL
+	}
+	return u, nil
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
 
@@ -664,9 +665,12 @@ func TestAPI_RealFetch(t *testing.T) {
 		}
 	}))
 	defer site.Close()
-	fetcher := NewFetcher(FetcherConfig{AllowPrivate: true, Timeout: 10 * time.Second})
-	defer fetcher.Close()
-	b := setupAPIWith(t, fetcher.Fetch)
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := setupAPIWith(t, f.Fetch)
 	id := b.submit(t, "alice-key", site.URL+"/page", site.URL+"/missing", site.URL+"/busy")
 	b.waitTerminal(t, id)
 	r := b.do(t, http.MethodGet, "/v1/batch/"+id+"?results=1", "alice-key", nil)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
 
@@ -104,17 +104,16 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 		return err
 	}
 	defer fix.close()
-	fetcher := NewFetcher(FetcherConfig{
+	fetch, err := fetcher.New(fetcher.Options{
 		AllowPrivate: true, // the fixture is on 127.0.0.1
 		Timeout:      10 * time.Second,
-		OnResponse: func(resp *http.Response) {
-			if resp.Header.Get(demoPanicHeader) != "" {
-				panic(errDemoPanic)
-			}
-		},
+		Wrap:         panicOnDemoHeader,
 	})
-	defer fetcher.Close()
-	runner, err := engine.New(store, fetcher.Fetch, engine.Config{
+	if err != nil {
+		return err
+	}
+	defer fetch.Close()
+	runner, err := engine.New(store, fetch.Fetch, engine.Config{
 		TargetsPerJob: max(o.targets, engine.DefaultTargetsPerJob),
 		JobsPerCaller: (o.jobs + len(demoCallers) - 1) / len(demoCallers),
 		JobsTotal:     o.jobs,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
 
@@ -37,9 +38,9 @@ type serveFlags struct {
 	maxBody      int64
 	cfg          engine.Config
 
-	// fetcherHook, set by tests only, adjusts the fetcher's config (a
+	// fetcherHook, set by tests only, adjusts the fetcher's options (a
 	// resolver, test hooks) before the fetcher is made.
-	fetcherHook func(*FetcherConfig)
+	fetcherHook func(*fetcher.Options)
 }
 
 // addConfigFlags adds a flag for each number of [engine.Config].
@@ -66,8 +67,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required)")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", DefaultFetchTimeout, "deadline of one target's fetch")
-	fs.Int64Var(&f.maxBody, "max-body", DefaultMaxBody, "body bytes kept from one page; the rest is cut")
+	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
+	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page; the rest is cut")
 	addConfigFlags(fs, &f.cfg)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
@@ -105,7 +106,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type server struct {
 	http    *http.Server
 	runner  *engine.Runner
-	fetcher *Fetcher
+	fetcher *fetcher.Fetcher
 	store   *persistence.Store
 	log     *slog.Logger
 }
@@ -117,17 +118,21 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 		return nil, err
 	}
 	store.SetLogger(log)
-	fc := FetcherConfig{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
+	fo := fetcher.Options{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
 	if f.fetcherHook != nil {
-		f.fetcherHook(&fc)
+		f.fetcherHook(&fo)
 	}
-	fetcher := NewFetcher(fc)
+	fetch, err := fetcher.New(fo)
+	if err != nil {
+		_ = store.Close()
+		return nil, err
+	}
 	metrics := NewMetrics()
 	cfg := f.cfg
 	cfg.Hooks = metrics.Hooks()
-	runner, err := engine.New(store, fetcher.Fetch, cfg, log)
+	runner, err := engine.New(store, fetch.Fetch, cfg, log)
 	if err != nil {
-		fetcher.Close()
+		fetch.Close()
 		_ = store.Close()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
@@ -143,7 +148,7 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		},
 		runner:  runner,
-		fetcher: fetcher,
+		fetcher: fetch,
 		store:   store,
 		log:     log,
 	}, nil

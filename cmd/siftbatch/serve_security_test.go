@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
 )
 
 // Keys of the serve session; each is long and unique, so that a search of
@@ -81,19 +83,24 @@ func startSession(t *testing.T) *serveSession {
 	f := serveFlags{
 		fetchTimeout: 10 * time.Second,
 		cfg:          engine.Config{Workers: 2, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 5 * time.Millisecond, RetryFor: 50 * time.Millisecond},
-		fetcherHook: func(fc *FetcherConfig) {
-			fc.Resolver = &fakeResolver{answers: map[string][]string{"site.example": {"127.0.0.1"}, "internal.example": {"10.9.8.7"}}}
-			fc.exempt = func(ap netip.AddrPort) bool { return ap == siteAddr }
-			fc.dialCheck = func(ap netip.AddrPort) error {
+		fetcherHook: func(fo *fetcher.Options) {
+			fo.Resolver = staticResolver{"site.example": {"127.0.0.1"}, "internal.example": {"10.9.8.7"}}
+			fo.Exempt = func(ap netip.AddrPort) bool { return ap == siteAddr }
+			fo.Control = func(ap netip.AddrPort) error {
 				if !ap.Addr().IsLoopback() {
 					return errOffMachine
 				}
 				return nil
 			}
-			fc.OnResponse = func(resp *http.Response) {
-				if resp.Request.URL.Path == "/panic" {
-					panic(panicValue + " " + resp.Request.URL.String())
-				}
+			fo.Wrap = func(next http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+					resp, err := next.RoundTrip(req)
+					if err == nil && req.URL.Path == "/panic" {
+						resp.Body.Close()
+						panic(panicValue + " " + req.URL.String())
+					}
+					return resp, err
+				})
 			}
 		},
 	}
@@ -265,6 +272,25 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 	}
 	t.Logf("%d log lines scanned, %d bytes of metrics", lines, len(scrape.body))
 }
+
+// staticResolver answers host lookups from a table, never from DNS.
+type staticResolver map[string][]string
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	as, ok := r[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+// errOffMachine is what a test fetcher's dial gets for an address that is
+// not loopback.
+var errOffMachine = errors.New("test fetcher: refused to dial off the machine")
 
 func portOf(hostport string) string {
 	_, port, _ := net.SplitHostPort(hostport)
