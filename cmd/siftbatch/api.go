@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
 )
 
@@ -43,7 +44,8 @@ type api struct {
 	runner        jobRunner
 	owners        jobOwners
 	keys          *keyring
-	metrics       *Metrics
+	metrics       *metrics.Metrics
+	scrape        http.Handler // GET /metrics
 	log           *slog.Logger
 	targetsPerJob int
 }
@@ -112,17 +114,22 @@ func (a *api) handler() http.Handler {
 	handle(routeTarget, a.auth(a.target))
 	handle(routeCancel, a.auth(a.cancel))
 	handle(routeOther, a.auth(a.other))
-	handle(routeMetrics, a.metrics.Handler())
+	handle(routeMetrics, a.scrape)
 	handle(routeHealth, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	return mux
 }
 
-// observe counts, times and logs each request under its fixed route. A
-// handler that panics gets a 500 and a log line with the route only: left
-// to net/http, the panic value and the stack would reach the log.
+// observe counts and times each request under its fixed route, and logs
+// it. A handler that panics gets a 500 and a log line with the route only:
+// left to net/http, the panic value and the stack would reach the log.
 func (a *api) observe(route string, h http.Handler) http.Handler {
+	return a.metrics.Middleware(route, a.guard(route, h))
+}
+
+// guard logs each request and recovers a handler's panic (see observe).
+func (a *api) guard(route string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
@@ -147,10 +154,8 @@ func (a *api) observe(route string, h http.Handler) http.Handler {
 			}()
 			h.ServeHTTP(rec, r)
 		}()
-		d := time.Since(start)
-		a.metrics.ObserveRequest(route, rec.code, d)
 		a.log.Debug("request", slog.String(logKeyRoute, route), slog.String(logKeyMethod, r.Method),
-			slog.Int(logKeyCode, rec.code), slog.Duration(logKeyDuration, d))
+			slog.Int(logKeyCode, rec.code), slog.Duration(logKeyDuration, time.Since(start)))
 		if abort {
 			panic(http.ErrAbortHandler)
 		}

@@ -108,15 +108,15 @@ func setupAPIWith(t testing.TB, fetch engine.FetchFunc) *apiBundle {
 	b := &apiBundle{store: store, clock: &fakeClock{now: time.Now()}, logs: &syncBuffer{},
 		release: func() { once.Do(func() { close(release) }) }}
 	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	metrics := NewMetrics()
-	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: metrics.Hooks(), Now: b.clock.Now}
+	m, scrape := newMetrics()
+	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: m.Hooks(), Now: b.clock.Now}
 	runner, err := engine.New(store, fetch, cfg, log)
 	if err != nil {
 		_ = store.Close()
 		t.Fatal(err)
 	}
 	b.runner = runner
-	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
+	a := &api{runner: runner, owners: store, keys: keys, metrics: m, scrape: scrape, log: log, targetsPerJob: cfg.TargetsPerJob}
 	b.api, b.handler = a, a.handler()
 	srv := httptest.NewServer(b.handler)
 	b.url = srv.URL

@@ -127,16 +127,17 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 		_ = store.Close()
 		return nil, err
 	}
-	metrics := NewMetrics()
+	m, scrape := newMetrics()
 	cfg := f.cfg
-	cfg.Hooks = metrics.Hooks()
+	cfg.Hooks = m.Hooks()
 	runner, err := engine.New(store, fetch.Fetch, cfg, log)
 	if err != nil {
 		fetch.Close()
 		_ = store.Close()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
-	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
+	m.Attach(runner)
+	a := &api{runner: runner, owners: store, keys: keys, metrics: m, scrape: scrape, log: log, targetsPerJob: cfg.TargetsPerJob}
 	return &server{
 		http: &http.Server{
 			Handler:           a.handler(),

@@ -301,7 +301,8 @@ func portOf(hostport string) string {
 // logged with its route only, never the panic value, and the server goes on.
 func TestAPI_HandlerPanic(t *testing.T) {
 	var logs syncBuffer
-	a := &api{metrics: NewMetrics(), log: slog.New(slog.NewTextHandler(&logs, nil))}
+	m, _ := newMetrics()
+	a := &api{metrics: m, log: slog.New(slog.NewTextHandler(&logs, nil))}
 	h := a.observe(routeJob, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("https://secret.example/page " + panicValue)
 	}))
