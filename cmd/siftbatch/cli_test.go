@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
 
@@ -59,7 +60,7 @@ func fillStore(t *testing.T, dir string) []string {
 		for i, u := range s.urls {
 			ts[i] = engine.Target{URL: u}
 		}
-		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, classStandard, ts)
+		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, httpapi.ClassStandard, ts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func fillStore(t *testing.T, dir string) []string {
 	for _, id := range ids {
 		waitFor(t, 10*time.Second, "job "+id, func() bool {
 			j, _, ok := r.Status(id)
-			return ok && !persistence.IsLive(j.Status)
+			return ok && !engine.IsLive(j.Status)
 		})
 	}
 	return ids
@@ -517,34 +518,6 @@ func TestServe_StoreInUse(t *testing.T) {
 	}
 }
 
-func TestParseKeys(t *testing.T) {
-	kr, err := parseKeys(strings.NewReader(testKeys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k, ok := kr.lookup("carol-key"); !ok || k.name != "carol" || k.class != classRestricted {
-		t.Fatalf("carol: %+v %v", k, ok)
-	}
-	if k, ok := kr.lookup("alice-key"); !ok || k.name != "alice" || k.class != classStandard || k.caller().KeySHA256 == "" {
-		t.Fatalf("alice: %+v %v", k, ok)
-	}
-	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
-		if _, ok := kr.lookup(bad); ok {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	for _, bad := range []string{"onlyname\n", "a k1 admin\n", "a k1\nb k1\n", "# nothing\n", "a b c d\n"} {
-		_, err := parseKeys(strings.NewReader(bad))
-		if err == nil {
-			t.Errorf("%q accepted", bad)
-			continue
-		}
-		if strings.Contains(err.Error(), "k1") {
-			t.Errorf("error %q shows a key", err)
-		}
-	}
-}
-
 // TestBarsView drives the progress bars through every kind of ending: they
 // finish without hanging and leave no goroutine behind (goleak).
 func TestBarsView(t *testing.T) {
@@ -555,12 +528,12 @@ func TestBarsView(t *testing.T) {
 	}
 	var out bytes.Buffer
 	v := newBarsView(&out, js)
-	js[0].job = engine.Job{ID: "a", Status: persistence.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+	js[0].job = engine.Job{ID: "a", Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
 	js[0].targets = []engine.TargetStatus{{Idx: 0, Status: "done"}, {Idx: 1, Status: "running"}}
 	v.update(0, js[0])
-	js[0].job.Status, js[0].job.TargetsDone = persistence.StatusDone, 2
+	js[0].job.Status, js[0].job.TargetsDone = engine.StatusDone, 2
 	v.update(0, js[0])
-	js[1].job = engine.Job{ID: "b", Status: persistence.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
+	js[1].job = engine.Job{ID: "b", Status: engine.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
 	v.update(1, js[1])
 	// job3 never starts: finish aborts its bar.
 	done := make(chan struct{})

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/fetcher"
-	"github.com/sift/batch/persistence"
+	"github.com/sift/batch/engine/httpapi"
 )
 
 const (
@@ -42,7 +42,7 @@ type demoJob struct {
 	targets   []engine.TargetStatus
 }
 
-func (d *demoJob) terminal() bool { return d.job.ID != "" && !persistence.IsLive(d.job.Status) }
+func (d *demoJob) terminal() bool { return d.job.ID != "" && !engine.IsLive(d.job.Status) }
 
 // runDemo is the demo command.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -143,7 +143,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 			ts[i] = engine.Target{URL: fix.url(d.kinds[i], j, i)}
 		}
 		d.submitted = time.Now()
-		id, _, err := runner.Submit(ctx, &engine.Caller{Name: d.caller}, classStandard, ts)
+		id, _, err := runner.Submit(ctx, &engine.Caller{Name: d.caller}, httpapi.ClassStandard, ts)
 		if err != nil {
 			return fmt.Errorf("submit %s: %w", d.label, err)
 		}
@@ -227,7 +227,7 @@ type progressView interface {
 // running describes the target being fetched, if any.
 func running(d *demoJob) string {
 	for _, t := range d.targets {
-		if t.Status == persistence.TargetRunning {
+		if t.Status == engine.TargetRunning {
 			return fmt.Sprintf("fetching #%d %s", t.Idx, d.kinds[t.Idx])
 		}
 	}
@@ -261,9 +261,9 @@ func printSummary(w io.Writer, js []*demoJob) {
 		done, failed := 0, 0
 		for _, t := range d.targets {
 			switch t.Status {
-			case persistence.TargetDone:
+			case engine.TargetDone:
 				done++
-			case persistence.TargetFailed:
+			case engine.TargetFailed:
 				failed++
 			}
 		}
@@ -290,7 +290,7 @@ func printSummary(w io.Writer, js []*demoJob) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, d := range js {
 		for _, t := range d.targets {
-			if t.Status != persistence.TargetFailed {
+			if t.Status != engine.TargetFailed {
 				continue
 			}
 			hint := ""

@@ -13,7 +13,14 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
+)
+
+// The routes serve adds beside the API's, each also its metrics label.
+const (
+	routeMetrics = "GET /metrics"
+	routeHealth  = "GET /healthz"
 )
 
 // Server timeouts. shutdownTimeout is how long a stop waits for requests in
@@ -84,7 +91,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	keys, err := loadKeys(f.keys)
+	keys, err := httpapi.LoadKeys(f.keys)
 	if err != nil {
 		return err
 	}
@@ -112,7 +119,7 @@ type server struct {
 }
 
 // startServer opens the store and starts the runner behind the API.
-func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error) {
+func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
 	store, err := openStore(f.data, false)
 	if err != nil {
 		return nil, err
@@ -137,10 +144,24 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
 	m.Attach(runner)
-	a := &api{runner: runner, owners: store, keys: keys, metrics: m, scrape: scrape, log: log, targetsPerJob: cfg.TargetsPerJob}
+	api, err := httpapi.New(runner, keys, httpapi.Options{TargetsPerJob: cfg.TargetsPerJob, Wrap: m.Middleware, Log: log})
+	if err != nil {
+		runner.Close()
+		fetch.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
+	mux.Handle(routeHealth, m.Middleware(routeHealth, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		fmt.Fprintln(w, `{"status":"ok"}`)
+	})))
 	return &server{
 		http: &http.Server{
-			Handler:           a.handler(),
+			Handler:           mux,
 			ReadHeaderTimeout: readHeaderTimeout,
 			ReadTimeout:       readTimeout,
 			WriteTimeout:      writeTimeout,

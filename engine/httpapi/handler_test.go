@@ -1,12 +1,10 @@
-package main
+package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -18,241 +16,20 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
 
-// Test keys: alice and bob are standard callers, carol is restricted.
-const testKeys = `# name key [restricted]
-alice alice-key
-bob   bob-key
-carol carol-key restricted
-`
-
-// holdURL is a target whose fake fetch waits until the test releases it.
-const holdURL = "https://example.com/hold"
-
-// apiBundle is the API under test and what it runs on.
-type apiBundle struct {
-	url    string
-	client *http.Client
-	// handler is the API's handler, for calls without a network hop; api
-	// is the API behind it.
-	handler http.Handler
-	api     *api
-	runner  *engine.Runner
-	store   *persistence.Store
-	clock   *fakeClock
-	logs    *syncBuffer
-	// release lets every held fetch (holdURL) finish.
-	release func()
-}
-
-// fakeClock is a settable clock for Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// fakeFetch answers from the URL: ".../hold" waits for release (or the
-// runner's close), ".../fail" fails with a hint, anything else succeeds.
-func fakeFetch(release <-chan struct{}) engine.FetchFunc {
-	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
-		switch {
-		case strings.HasSuffix(t.URL, "/hold"):
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return engine.Result{}, ctx.Err()
-			}
-		case strings.HasSuffix(t.URL, "/fail"):
-			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
-		}
-		return engine.Result{Content: "page " + t.URL, Meta: map[string]any{"status": 200}}, nil
-	}
-}
-
-// setupAPI starts the API on an in-memory store with a fake fetch: at most
-// 4 targets a job, 1 live job per caller, 2 in all.
-func setupAPI(t testing.TB) *apiBundle {
-	t.Helper()
-	return setupAPIWith(t, nil)
-}
-
-func setupAPIWith(t testing.TB, fetch engine.FetchFunc) *apiBundle {
-	t.Helper()
-	keys, err := parseKeys(strings.NewReader(testKeys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := persistence.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	if fetch == nil {
-		fetch = fakeFetch(release)
-	}
-	var once sync.Once
-	b := &apiBundle{store: store, clock: &fakeClock{now: time.Now()}, logs: &syncBuffer{},
-		release: func() { once.Do(func() { close(release) }) }}
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	m, scrape := newMetrics()
-	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: m.Hooks(), Now: b.clock.Now}
-	runner, err := engine.New(store, fetch, cfg, log)
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
-	}
-	b.runner = runner
-	a := &api{runner: runner, owners: store, keys: keys, metrics: m, scrape: scrape, log: log, targetsPerJob: cfg.TargetsPerJob}
-	b.api, b.handler = a, a.handler()
-	srv := httptest.NewServer(b.handler)
-	b.url = srv.URL
-	transport := &http.Transport{}
-	b.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	t.Cleanup(func() {
-		b.release()
-		transport.CloseIdleConnections()
-		srv.Close()
-		runner.Close()
-		if err := store.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return b
-}
-
-// response is an answer, its body read.
-type response struct {
-	code   int
-	header http.Header
-	body   []byte
-}
-
-func (r response) json(t testing.TB) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("answer %d is not a JSON object: %v: %s", r.code, err, r.body)
-	}
-	return m
-}
-
-func (b *apiBundle) do(t testing.TB, method, path, key string, body io.Reader) response {
-	t.Helper()
-	req, err := http.NewRequest(method, b.url+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return send(t, b.client, req)
-}
-
-// send does req with c and reads the whole answer.
-func send(t testing.TB, c *http.Client, req *http.Request) response {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{code: resp.StatusCode, header: resp.Header, body: data}
-}
-
-// submit posts a job of the URLs and returns its id, failing unless 202.
-func (b *apiBundle) submit(t testing.TB, key string, urls ...string) string {
-	t.Helper()
-	r := b.do(t, http.MethodPost, "/v1/batch", key, strings.NewReader(targetsBody(urls...)))
-	if r.code != http.StatusAccepted {
-		t.Fatalf("submit: %d %s", r.code, r.body)
-	}
-	return r.json(t)["id"].(string)
-}
-
-func targetsBody(urls ...string) string {
-	ts := make([]engine.Target, len(urls))
-	for i, u := range urls {
-		ts[i] = engine.Target{URL: u}
-	}
-	data, _ := json.Marshal(map[string]any{"targets": ts})
-	return string(data)
-}
-
-// waitTerminal waits until the job is no longer queued or running.
-func (b *apiBundle) waitTerminal(t *testing.T, id string) engine.Job {
-	t.Helper()
-	var job engine.Job
-	waitFor(t, 10*time.Second, "job "+id+" to finish", func() bool {
-		j, _, ok := b.runner.Status(id)
-		job = j
-		return ok && !persistence.IsLive(j.Status)
-	})
-	return job
-}
-
-// waitRunning waits until the job's first target is being fetched.
-func (b *apiBundle) waitRunning(t *testing.T, id string) {
-	t.Helper()
-	waitFor(t, 10*time.Second, "job "+id+" to run", func() bool {
-		_, ts, ok := b.runner.Status(id)
-		return ok && len(ts) > 0 && ts[0].Status == persistence.TargetRunning
-	})
-}
-
-func wantCode(t *testing.T, r response, code int) {
-	t.Helper()
-	if r.code != code {
-		t.Fatalf("got %d, want %d: %s", r.code, code, r.body)
-	}
-	if ct := r.header.Get("Content-Type"); code != http.StatusOK || strings.HasPrefix(ct, "application/json") {
-		if !strings.HasPrefix(ct, "application/json") {
-			t.Fatalf("answer %d has Content-Type %q, want JSON", code, ct)
-		}
-	}
-}
-
-// wantError checks an error answer: its code, and a JSON error with a hint.
-func wantError(t *testing.T, r response, code int, msg string) {
-	t.Helper()
-	wantCode(t, r, code)
-	m := r.json(t)
-	if e, _ := m["error"].(string); !strings.Contains(e, msg) {
-		t.Fatalf("error %q does not contain %q", e, msg)
-	}
-	if h, _ := m["hint"].(string); h == "" {
-		t.Fatalf("error answer without a hint: %s", r.body)
-	}
-}
-
 func TestAPI_Auth(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	for name, header := range map[string]string{
 		"missing":     "",
 		"unknown key": "Bearer nobody-key",
 		"empty key":   "Bearer ",
 		"basic":       "Basic YWxpY2U6YWxpY2Uta2V5",
 		"bare key":    "alice-key",
+		"token":       "Token alice-key",
+		"no space":    "Beareralice-key",
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, rt := range []struct{ method, path string }{
@@ -292,14 +69,27 @@ func TestAPI_Auth(t *testing.T) {
 			t.Fatalf("got %d, want 404", resp.StatusCode)
 		}
 	})
-	t.Run("healthz needs no key", func(t *testing.T) {
-		wantCode(t, b.do(t, http.MethodGet, "/healthz", "", nil), http.StatusOK)
+	t.Run("a cookie or a query parameter is not a key", func(t *testing.T) {
+		for _, req := range []*http.Request{
+			func() *http.Request {
+				r, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/"+missingID, nil)
+				r.AddCookie(&http.Cookie{Name: "key", Value: "alice-key"})
+				r.AddCookie(&http.Cookie{Name: "Authorization", Value: "Bearer alice-key"})
+				return r
+			}(),
+			func() *http.Request {
+				r, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/"+missingID+"?key=alice-key&access_token=alice-key", nil)
+				return r
+			}(),
+		} {
+			wantError(t, send(t, b.client, req), http.StatusUnauthorized, "unauthorized")
+		}
 	})
 }
 
 func TestAPI_Submit(t *testing.T) {
 	t.Run("bad requests", func(t *testing.T) {
-		b := setupAPI(t)
+		b := setup(t)
 		huge := `{"targets":[{"url":"https://example.com/` + strings.Repeat("a", 257<<10) + `"}]}`
 		for _, tc := range []struct {
 			name, body string
@@ -339,7 +129,7 @@ func TestAPI_Submit(t *testing.T) {
 	})
 
 	t.Run("accepted and reused", func(t *testing.T) {
-		b := setupAPI(t)
+		b := setup(t)
 		body := targetsBody("https://example.com/a", "https://example.com/b")
 		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
 		wantCode(t, r, http.StatusAccepted)
@@ -364,7 +154,7 @@ func TestAPI_Submit(t *testing.T) {
 	})
 
 	t.Run("429 with Retry-After", func(t *testing.T) {
-		b := setupAPI(t)
+		b := setup(t)
 		first := b.submit(t, "alice-key", holdURL)
 		b.waitRunning(t, first)
 		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(targetsBody("https://example.com/other")))
@@ -383,7 +173,7 @@ func TestAPI_Submit(t *testing.T) {
 }
 
 func TestAPI_Get(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a", "https://example.com/fail")
 	b.waitTerminal(t, id)
 
@@ -472,7 +262,7 @@ func TestAPI_Get(t *testing.T) {
 }
 
 func TestAPI_GetTouches(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a")
 	b.waitTerminal(t, id)
 	lease := func() int64 {
@@ -497,13 +287,13 @@ func TestAPI_GetTouches(t *testing.T) {
 }
 
 func TestAPI_Cancel(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	live := b.submit(t, "alice-key", holdURL, "https://example.com/b")
 	b.waitRunning(t, live)
 
 	t.Run("another caller cannot", func(t *testing.T) {
 		wantError(t, b.do(t, http.MethodDelete, "/v1/batch/"+live, "bob-key", nil), http.StatusNotFound, "job not found")
-		if j, _, _ := b.runner.Status(live); j.Status != persistence.StatusRunning {
+		if j, _, _ := b.runner.Status(live); j.Status != engine.StatusRunning {
 			t.Fatalf("bob's DELETE left the job %s", j.Status)
 		}
 		wantError(t, b.do(t, http.MethodDelete, "/v1/batch/0123456789abcdef0123456789abcdef", "alice-key", nil), http.StatusNotFound, "job not found")
@@ -531,7 +321,7 @@ func TestAPI_Cancel(t *testing.T) {
 }
 
 func TestAPI_OtherRoutes(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	r := b.do(t, http.MethodPut, "/v1/batch", "alice-key", nil)
 	wantError(t, r, http.StatusMethodNotAllowed, "method not allowed")
 	if r.header.Get("Allow") != "POST" {
@@ -558,7 +348,7 @@ func metricValue(t *testing.T, scrape, series string) float64 {
 }
 
 func TestAPI_Metrics(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	scrape := func() string {
 		r := b.do(t, http.MethodGet, "/metrics", "", nil)
 		if r.code != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
@@ -625,7 +415,7 @@ func TestAPI_Metrics(t *testing.T) {
 }
 
 func TestAPI_LogsCarryNoSecrets(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	id := b.submit(t, "alice-key", "https://secret-host.example/a", "https://secret-host.example/fail")
 	b.waitTerminal(t, id)
 	b.do(t, http.MethodGet, "/v1/batch/"+id+"?results=1", "alice-key", nil)
@@ -670,7 +460,7 @@ func TestAPI_RealFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b := setupAPIWith(t, f.Fetch)
+	b := setupWith(t, f.Fetch, httpapi.Options{})
 	id := b.submit(t, "alice-key", site.URL+"/page", site.URL+"/missing", site.URL+"/busy")
 	b.waitTerminal(t, id)
 	r := b.do(t, http.MethodGet, "/v1/batch/"+id+"?results=1", "alice-key", nil)

@@ -1,0 +1,165 @@
+package httpapi
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sift/batch/engine"
+)
+
+// jobJSON is a job as the API shows it.
+type jobJSON struct {
+	ID            string       `json:"id"`
+	Status        string       `json:"status"`
+	Error         string       `json:"error,omitempty"`
+	TargetsTotal  int          `json:"targets_total"`
+	TargetsDone   int          `json:"targets_done"`
+	TargetsFailed int          `json:"targets_failed"`
+	CreatedAt     int64        `json:"created_at"`
+	Targets       []targetJSON `json:"targets"`
+}
+
+// targetJSON is a target as the API shows it.
+type targetJSON struct {
+	Idx    int            `json:"idx"`
+	URL    string         `json:"url"`
+	Status string         `json:"status"`
+	Error  string         `json:"error,omitempty"`
+	Hint   string         `json:"hint,omitempty"`
+	Result *engine.Result `json:"result,omitempty"`
+}
+
+// owned returns the summary of the path's job if it is the caller's, or
+// writes 404. Another caller's job is answered exactly like a missing one,
+// and with the same work: one [engine.Runner.Job] call, whatever the case
+// (a missing id, someone else's live or finished job), nothing else. So
+// neither the answer nor its timing tells a caller whether someone else's
+// job exists.
+func (h *Handler) owned(w http.ResponseWriter, r *http.Request, c *engine.Caller) (engine.Job, bool) {
+	j, ok := h.r.Job(r.PathValue("id"))
+	if ok && j.Caller == c.Name {
+		return j, true
+	}
+	writeJobNotFound(w)
+	return engine.Job{}, false
+}
+
+func writeJobNotFound(w http.ResponseWriter) {
+	writeError(w, http.StatusNotFound, "job not found", "check the id; jobs are deleted a while after they finish")
+}
+
+// job is GET /v1/batch/{id}; ?results=1 includes the results.
+func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	j, ok := h.owned(w, r, c)
+	if !ok {
+		return
+	}
+	job, targets, ok := h.r.Status(j.ID)
+	if !ok { // expired, or swept since the owner check
+		writeJobNotFound(w)
+		return
+	}
+	h.r.Touch(job.ID)
+	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
+	out := jobJSON{
+		ID:            job.ID,
+		Status:        job.Status,
+		Error:         job.Error,
+		TargetsTotal:  job.TargetsTotal,
+		TargetsDone:   job.TargetsDone,
+		TargetsFailed: job.TargetsFailed,
+		CreatedAt:     job.CreatedAt,
+		Targets:       make([]targetJSON, 0, len(targets)),
+	}
+	for _, t := range targets {
+		out.Targets = append(out.Targets, toTargetJSON(t, withResults))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// target is GET /v1/batch/{id}/{idx}.
+func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	j, ok := h.owned(w, r, c)
+	if !ok {
+		return
+	}
+	idx, ok := parseIdx(r.PathValue("idx"))
+	if !ok || idx >= j.TargetsTotal {
+		writeError(w, http.StatusNotFound, "target not found", fmt.Sprintf("this job's targets are 0 to %d", j.TargetsTotal-1))
+		return
+	}
+	_, targets, ok := h.r.Status(j.ID)
+	if !ok || idx >= len(targets) {
+		writeJobNotFound(w)
+		return
+	}
+	h.r.Touch(j.ID)
+	writeJSON(w, http.StatusOK, toTargetJSON(targets[idx], true))
+}
+
+// parseIdx parses a target index in its one spelling: decimal digits, no
+// sign, no leading zero ("0", "17"; not "+1", "01", " 1").
+func parseIdx(s string) (int, bool) {
+	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
+}
+
+// cancel is DELETE /v1/batch/{id}.
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	j, ok := h.owned(w, r, c)
+	if !ok {
+		return
+	}
+	if !h.r.Cancel(j.ID) {
+		if _, ok := h.r.Job(j.ID); !ok {
+			writeJobNotFound(w) // expired, or swept since the owner check
+			return
+		}
+		writeError(w, http.StatusConflict, "job already finished", "only a queued or running job can be cancelled")
+		return
+	}
+	h.log.Info("job cancelled", slog.String(logKeyJobID, j.ID), slog.String(logKeyCaller, c.Name))
+	writeJSON(w, http.StatusOK, map[string]bool{"cancelled": true})
+}
+
+// other answers every other /v1/ request: 405 on a known path, else 404.
+func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller, _ string) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" {
+		allow := ""
+		switch len(parts) {
+		case 2:
+			allow = "POST"
+		case 3:
+			allow = "GET, DELETE"
+		case 4:
+			allow = "GET"
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed", "use "+allow)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
+}
+
+func toTargetJSON(t engine.TargetStatus, withResult bool) targetJSON {
+	out := targetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+	if withResult {
+		out.Result = t.Result
+	}
+	return out
+}
