@@ -256,19 +256,10 @@ func (v *linesView) finish() { fmt.Fprintln(v.w) }
 // and every failure.
 func printSummary(w io.Writer, js []*demoJob) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE\tFAILED\tSECONDS\tID")
+	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tSECONDS\tID")
 	for _, d := range js {
-		done, failed := 0, 0
-		for _, t := range d.targets {
-			switch t.Status {
-			case engine.TargetDone:
-				done++
-			case engine.TargetFailed:
-				failed++
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.1f\t%s\n", strings.Fields(d.label)[0], d.caller, d.job.Status,
-			done, failed, d.finished.Sub(d.submitted).Seconds(), d.id)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%.1f\t%s\n", strings.Fields(d.label)[0], d.caller, d.job.Status,
+			d.job.TargetsDone, d.job.TargetsTotal, d.job.TargetsFailed, d.finished.Sub(d.submitted).Seconds(), d.id)
 	}
 	_ = tw.Flush()
 

@@ -35,7 +35,7 @@ func fakeFetch(release <-chan struct{}) engine.FetchFunc {
 		case strings.HasSuffix(t.URL, "/fail"):
 			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
 		}
-		return engine.Result{Content: "page " + t.URL, Meta: map[string]any{"status": 200}}, nil
+		return engine.Result{Content: "<p>page " + t.URL, Meta: map[string]any{"status": 200}}, nil
 	}
 }
 
