@@ -61,7 +61,7 @@ func startBench(b *testing.B, live, targets int, fetch actors.FetchFunc, hooks a
 func (s *benchSystem) stop(b *testing.B) {
 	b.Helper()
 	s.cancel()
-	if _, err := s.sys.Stop(nil); err != nil {
+	if _, _, err := s.sys.Stop(nil, nil); err != nil {
 		b.Error(err)
 	}
 	if err := s.store.Close(); err != nil {

@@ -26,14 +26,27 @@ func newPoolDispatcher(goroutines, throughput int) *poolDispatcher {
 	d := &poolDispatcher{work: make(chan func(), 1024), throughput: throughput}
 	d.wg.Add(goroutines)
 	for range goroutines {
-		go func() {
-			defer d.wg.Done()
-			for fn := range d.work {
-				fn()
-			}
-		}()
+		go d.serve()
 	}
 	return d
+}
+
+// serve runs what is scheduled until the pool closes. A goroutine that
+// ends early (a handler called runtime.Goexit: see mailbox.run) is
+// replaced.
+func (d *poolDispatcher) serve() {
+	closed := false
+	defer func() {
+		if closed {
+			d.wg.Done()
+			return
+		}
+		go d.serve()
+	}()
+	for fn := range d.work {
+		fn()
+	}
+	closed = true
 }
 
 // Schedule implements actor.Dispatcher.

@@ -8,6 +8,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -52,7 +53,20 @@ type Config struct {
 	Hooks         Hooks
 	Now           func() time.Time
 	Log           *slog.Logger
+	// Views is where job actors publish their state for readers.
+	Views *Views
+	// Abort is closed when the runner gives up waiting for the fetches in
+	// flight (Shutdown's context is done): workers stop waiting for them.
+	Abort <-chan struct{}
+	// OnFail is called once, on a goroutine of its own, when the runner's
+	// own code has failed past what supervision contains (the supervisor
+	// or a job actor panicked): the supervisor and its children are being
+	// stopped, and the engine fails closed.
+	OnFail func()
+	// HookPanics counts the hook calls that panicked.
+	HookPanics atomic.Uint64
 
+	observer   *actor.PID       // runs the hooks (observer.go)
 	dispatcher actor.Dispatcher // for the job actors; nil: protoactor's default
 	// workerDispatchers has one dispatcher per worker; missing: the default.
 	workerDispatchers []actor.Dispatcher
@@ -91,21 +105,3 @@ const (
 	sweepInterval = time.Minute
 	sweepBatch    = 64
 )
-
-func (c *Config) hookJob(outcome string) {
-	if c.Hooks.Job != nil {
-		c.Hooks.Job(outcome)
-	}
-}
-
-func (c *Config) hookDepth(n int) {
-	if c.Hooks.Depth != nil {
-		c.Hooks.Depth(n)
-	}
-}
-
-func (c *Config) hookInflight(n int) {
-	if c.Hooks.Inflight != nil {
-		c.Hooks.Inflight(n)
-	}
-}

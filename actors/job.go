@@ -35,6 +35,11 @@ type job struct {
 	slot      storingTarget // what storing points to
 	deferred  []deferredMsg
 	onWritten func(error) // the store's callback: a targetWritten to self
+	// view is where the job publishes a Snapshot after every change that
+	// a reader can see (published is the last one), and where readers'
+	// Touches wait for the job's next write.
+	view      *View
+	published Snapshot
 }
 
 // storingTarget is a target being stored: its outcome, the job's row once it
@@ -43,6 +48,7 @@ type storingTarget struct {
 	next       persistence.JobRecord
 	t          persistence.TargetRecord
 	withRow    bool // the row is written with the outcome
+	tooLarge   bool // converted by tooLarge: written as it is, or not at all
 	err        error
 	took       time.Duration
 	prevStatus string
@@ -56,7 +62,12 @@ type deferredMsg struct {
 
 func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
 	return func() actor.Actor {
-		return &job{cfg: cfg, supervisor: supervisor, rec: rec, payload: payload, inflight: -1}
+		view := cfg.Views.Get(rec.ID)
+		if view == nil { // not registered (a test's job): publish to nobody
+			view = (&Views{}).add(&rec)
+		}
+		return &job{cfg: cfg, supervisor: supervisor, rec: rec, payload: payload, inflight: -1, view: view,
+			published: Snapshot{Job: rec, Running: -1}}
 	}
 }
 
@@ -76,11 +87,13 @@ func (j *job) Receive(ctx actor.Context) {
 		if j.flushes != nil {
 			j.flushes.Stop()
 		}
-	case *actor.Stopped, *actor.Restarting:
+	case *actor.Stopped:
+		if !j.dirty && len(j.unsaved) == 0 {
+			j.cfg.Views.remove(j.rec.ID) // the store has it all
+		}
+	case *actor.Restarting:
 	case *targetWritten:
 		j.written(ctx, m)
-	case *StatusJob:
-		ctx.Respond(j.status())
 	default:
 		if j.storing != nil {
 			j.deferred = append(j.deferred, deferredMsg{msg: m, sender: ctx.Sender()})
@@ -88,6 +101,22 @@ func (j *job) Receive(ctx actor.Context) {
 		}
 		j.handle(ctx, m, ctx.Sender())
 	}
+	j.publish()
+}
+
+// publish publishes the job's state to readers if it has changed since
+// the last time. Unsaved outcomes are copied: the actor's slice changes.
+func (j *job) publish() {
+	p := &j.published
+	if p.Job == j.rec && p.Running == j.inflight && len(p.Unsaved) == len(j.unsaved) {
+		return
+	}
+	*p = Snapshot{Job: j.rec, Running: j.inflight}
+	if len(j.unsaved) > 0 {
+		p.Unsaved = append([]persistence.TargetRecord(nil), j.unsaved...)
+	}
+	s := *p
+	j.view.publish(&s)
 }
 
 // handle handles a message now; sender is who gets the answer.
@@ -98,15 +127,12 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *fetched:
 		j.fetched(ctx, m)
 	case *CancelJob:
-		reply(ctx, sender, j.cancel(ctx))
-	case *TouchJob:
-		if m.Lease > j.rec.Lease {
-			j.rec.Lease = m.Lease
-			j.touch()
-		}
-		reply(ctx, sender, true)
+		ok := j.cancel(ctx)
+		j.publish() // before the answer: a read after Cancel sees it
+		reply(ctx, sender, ok)
 	case *shutdownJob:
-		j.shutdown()
+		j.shutdown(ctx)
+		j.publish()
 		reply(ctx, sender, true)
 	case *flushTick:
 		j.flushes = nil
@@ -131,6 +157,7 @@ func (j *job) terminal() bool { return !persistence.IsLive(j.rec.Status) }
 func (j *job) now() int64 { return j.cfg.Now().UnixNano() }
 
 func (j *job) save(what string) {
+	j.rec.Lease = max(j.rec.Lease, j.view.Touched())
 	if len(j.unsaved) > 0 {
 		j.flush(what) // the outcomes first, then the row
 		return
@@ -142,20 +169,6 @@ func (j *job) save(what string) {
 		return
 	}
 	j.dirty = false
-}
-
-// touch writes a new lease. A settled job's row is in the store's sweep
-// index by its lease: the store moves it there (writing the row again
-// would leave the old index entry behind).
-func (j *job) touch() {
-	if !j.rec.Settled || j.dirty || len(j.unsaved) > 0 {
-		j.save("touch")
-		return
-	}
-	if _, err := j.cfg.Store.Touch(j.rec.ID, j.rec.Lease); err != nil {
-		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
-			slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
-	}
 }
 
 // flush writes what failed writes left unwritten: the outcomes in order,
@@ -216,11 +229,15 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 		return
 	}
 	j.inflight = j.rec.TargetsDone
+	queued := j.rec.Status == persistence.StatusQueued
+	if queued {
+		j.rec.Status = persistence.StatusRunning
+	}
+	j.publish() // readers see the target running before it starts
 	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.inflight, payload: j.payload})
-	if j.rec.Status == persistence.StatusQueued {
+	if queued {
 		// While the first target is fetched: its outcome is written after
 		// this (the store keeps the order), never before.
-		j.rec.Status = persistence.StatusRunning
 		j.save("running")
 	}
 }
@@ -239,9 +256,11 @@ func (j *job) settledState(ctx actor.Context) jobState {
 }
 
 func (j *job) fetched(ctx actor.Context, m *fetched) {
-	if m.idx != j.inflight {
+	if m.idx != j.inflight || m.abandoned {
 		// Not the target in flight (cannot happen): never store it twice,
-		// but give the worker back.
+		// but give the worker back. Or the runner gave up on the fetch at
+		// shutdown: the target stays pending, and the drain fails the job.
+		j.inflight = -1
 		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx), status: j.rec.Status})
 		return
 	}
@@ -276,7 +295,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		next.TargetsFailed++
 	}
 	next.ResultBytes += int64(len(p.t.Result))
-	next.Lease = now
+	next.Lease = max(next.Lease, now, j.view.Touched())
 	if persistence.IsLive(next.Status) && next.TargetsDone == next.TargetsTotal {
 		switch next.TargetsFailed {
 		case 0:
@@ -322,8 +341,9 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	if p == nil {
 		return // cannot happen: one write at a time
 	}
-	if errors.Is(m.err, persistence.ErrTooLarge) && p.t.Status == persistence.TargetDone {
+	if errors.Is(m.err, persistence.ErrTooLarge) && !p.tooLarge {
 		tooLarge(&p.next, &p.t)
+		p.tooLarge, p.err = true, errTooLarge
 		j.write(p)
 		return
 	}
@@ -377,11 +397,9 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 	}
 	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state, lease: j.rec.Lease, status: j.rec.Status})
 
-	if j.cfg.Hooks.Target != nil {
-		j.cfg.Hooks.Target(p.err, p.took, len(p.t.Result))
-	}
+	j.cfg.hook(ctx, hookEvent{hook: hookTarget, jobID: j.rec.ID, err: p.err, d: p.took, n: len(p.t.Result)})
 	if persistence.IsLive(p.prevStatus) && j.terminal() {
-		j.ended()
+		j.ended(ctx)
 	}
 	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
 		j.cfg.Log.Warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
@@ -394,7 +412,7 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 // large to store is stored failed instead, and the row is behind then.
 func (j *job) writeOutcome(t *persistence.TargetRecord) error {
 	err := j.cfg.Store.SaveOutcome(j.rec.ID, t)
-	if errors.Is(err, persistence.ErrTooLarge) && t.Status == persistence.TargetDone {
+	if errors.Is(err, persistence.ErrTooLarge) && t.Error != errTooLarge.Error() {
 		tooLarge(&j.rec, t)
 		j.dirty = true
 		err = j.cfg.Store.SaveOutcome(j.rec.ID, t)
@@ -402,28 +420,33 @@ func (j *job) writeOutcome(t *persistence.TargetRecord) error {
 	return err
 }
 
-// tooLarge turns a done target whose result is too large to store into a
-// failed one, and the job's row with it.
+// errTooLarge is what Hooks.Target is told, and the error stored, for an
+// outcome too large to store as it is.
+var errTooLarge = errors.New("result too large to store")
+
+// tooLarge turns a target whose outcome is too large to store (its result;
+// or its error text or hint, which the engine bounds, so not in practice)
+// into a failed one with a short error, and the job's row with it.
 func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
-	rec.ResultBytes -= int64(len(t.Result))
-	rec.TargetsFailed++
-	if rec.Status == persistence.StatusDone || rec.Status == persistence.StatusPartial {
-		rec.Status = persistence.StatusPartial
-		if rec.TargetsFailed == rec.TargetsTotal {
-			rec.Status = persistence.StatusFailed
+	if t.Status == persistence.TargetDone {
+		rec.ResultBytes -= int64(len(t.Result))
+		rec.TargetsFailed++
+		if rec.Status == persistence.StatusDone || rec.Status == persistence.StatusPartial {
+			rec.Status = persistence.StatusPartial
+			if rec.TargetsFailed == rec.TargetsTotal {
+				rec.Status = persistence.StatusFailed
+			}
 		}
 	}
-	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: "result too large to store", Stored: t.Stored}
+	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: errTooLarge.Error(), Stored: t.Stored}
 }
 
 // ended reports a job that has just become terminal to the hooks.
-func (j *job) ended() {
+func (j *job) ended(ctx actor.Context) {
 	j.cfg.Log.Debug("job ended", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 		slog.Int("targets_done", j.rec.TargetsDone), slog.Int("targets_failed", j.rec.TargetsFailed))
-	j.cfg.hookJob(j.rec.Status)
-	if j.cfg.Hooks.JobSeconds != nil {
-		j.cfg.Hooks.JobSeconds(time.Duration(j.now() - j.rec.Created))
-	}
+	j.cfg.hookJob(ctx, j.rec.ID, j.rec.Status)
+	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(j.now() - j.rec.Created)})
 }
 
 func (j *job) cancel(ctx actor.Context) bool {
@@ -437,34 +460,13 @@ func (j *job) cancel(ctx actor.Context) bool {
 	// follows the Cancel sees the caps already freed.
 	settled := j.rec.Settled && j.endState(ctx) == jobSettled
 	ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: settled})
-	j.ended()
+	j.ended(ctx)
 	return true
-}
-
-func (j *job) status() *StatusReply {
-	// The actor's own row is the truth while it lives; the targets are read.
-	ts, err := j.cfg.Store.Targets(j.rec.ID)
-	if err != nil {
-		return &StatusReply{Live: true, Job: j.rec, Err: err}
-	}
-	if j.inflight >= 0 && j.inflight < len(ts) {
-		// In flight until the store has answered, even once committed:
-		// the job's caps are freed, its terminal status told, only then.
-		t := &ts[j.inflight]
-		*t = persistence.TargetRecord{Idx: t.Idx, URL: t.URL, Options: t.Options, Status: persistence.TargetRunning}
-	}
-	for _, t := range j.unsaved {
-		if t.Idx < len(ts) {
-			t.URL, t.Options = ts[t.Idx].URL, ts[t.Idx].Options
-			ts[t.Idx] = t
-		}
-	}
-	return &StatusReply{Live: true, Job: j.rec, Targets: ts}
 }
 
 // shutdown fails a live job with "shutdown"; the runner is closing and
 // nothing of it is in flight any more.
-func (j *job) shutdown() {
+func (j *job) shutdown(ctx actor.Context) {
 	if j.terminal() {
 		if !j.rec.Settled || j.dirty || len(j.unsaved) > 0 {
 			j.rec.Settled = true
@@ -476,5 +478,5 @@ func (j *job) shutdown() {
 	j.rec.Error = "shutdown"
 	j.rec.Settled = true
 	j.save("shutdown")
-	j.ended()
+	j.ended(ctx)
 }

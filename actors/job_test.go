@@ -16,6 +16,7 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	sup, supPID := ts.spawnProbe(t)
 	worker, workerPID = ts.spawnProbe(t)
 	rec = ts.newJobRecord(t, "0123456789abcdef0123456789abcdef", "alice", n)
+	ts.cfg.Views.add(&rec)
 	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, supPID, rec, "payload"), nil))
 	t.Cleanup(func() { ts.stop(t, job) })
 	return job, rec, sup, worker, workerPID
@@ -44,12 +45,13 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	require.Equal(t, 0, f.idx)
 	require.Equal(t, "payload", f.payload)
 
-	reply := ts.ask(t, job, &StatusJob{ID: rec.ID}).(*StatusReply)
-	require.True(t, reply.Live)
-	require.Equal(t, persistence.TargetRunning, reply.Targets[0].Status)
-	stored, err := ts.store.Job(rec.ID)
-	require.NoError(t, err)
-	require.Equal(t, persistence.StatusRunning, stored.Status, "running is stored on the first target")
+	snap := ts.cfg.Views.Get(rec.ID).Load()
+	require.Equal(t, 0, snap.Running, "published before the fetch starts")
+	require.Equal(t, persistence.StatusRunning, snap.Job.Status)
+	eventually(t, "running stored on the first target", func() bool {
+		stored, err := ts.store.Job(rec.ID)
+		return err == nil && stored.Status == persistence.StatusRunning
+	})
 
 	ts.advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
@@ -57,7 +59,7 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	tr, err := ts.store.Target(rec.ID, 0)
 	require.NoError(t, err)
 	require.Equal(t, persistence.TargetDone, tr.Status)
-	stored, _ = ts.store.Job(rec.ID)
+	stored, _ := ts.store.Job(rec.ID)
 	require.Equal(t, ts.clock().UnixNano(), stored.Lease, "storing a target bumps the lease")
 
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
@@ -136,7 +138,10 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
-	ts.ask(t, job, &StatusJob{ID: rec.ID}) // the running row is written
+	eventually(t, "the running row written", func() bool {
+		stored, err := ts.store.Job(rec.ID)
+		return err == nil && stored.Status == persistence.StatusRunning
+	})
 
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	ts.store.SetWriteFault(func() error {
@@ -157,10 +162,10 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	}
 
 	cancelled := ts.sys.Root.RequestFuture(job, &CancelJob{ID: rec.ID}, waitTimeout)
-	reply := ts.ask(t, job, &StatusJob{ID: rec.ID}).(*StatusReply)
-	require.Equal(t, persistence.TargetRunning, reply.Targets[0].Status, "not stored yet: still in flight")
-	require.Equal(t, 0, reply.Job.TargetsDone)
-	require.Equal(t, persistence.StatusRunning, reply.Job.Status, "the Cancel waits for the store")
+	snap := ts.cfg.Views.Get(rec.ID).Load()
+	require.Equal(t, 0, snap.Running, "not stored yet: still in flight")
+	require.Equal(t, 0, snap.Job.TargetsDone)
+	require.Equal(t, persistence.StatusRunning, snap.Job.Status, "the Cancel waits for the store")
 	quiet(t, sup)
 
 	ts.store.SetWriteFault(nil)
@@ -182,26 +187,29 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	quiet(t, worker)
 }
 
-// A Touch that reaches a job's actor after the job has settled moves its
-// lease in the store's sweep index, leaving no entry at the old lease.
-func TestJob_TouchAfterSettled(t *testing.T) {
+// A reader's Touch of a live job is held in its view and written with the
+// job's next write, which puts the job at that lease in the store's sweep
+// index.
+func TestJob_TouchHeldUntilNextWrite(t *testing.T) {
 	ts := newTestSystem(t)
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 1)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
+	later := ts.clock().UnixNano() + int64(time.Hour)
+	ts.cfg.Views.Get(rec.ID).Touch(later)
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Less(t, stored.Lease, later, "no store write for a Touch")
+
 	ts.advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
 	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
-	settledAt := ts.clock().UnixNano()
-
-	later := settledAt + int64(time.Hour)
-	require.Equal(t, true, ts.ask(t, job, &TouchJob{ID: rec.ID, Lease: later}))
-	stored, err := ts.store.Job(rec.ID)
+	stored, err = ts.store.Job(rec.ID)
 	require.NoError(t, err)
-	require.Equal(t, later, stored.Lease)
+	require.Equal(t, later, stored.Lease, "the settling write carries the touch")
 	n, _, err := ts.store.Sweep(later-1, 64)
 	require.NoError(t, err)
-	require.Zero(t, n, "not due at its old lease")
+	require.Zero(t, n, "not due before its touched lease")
 	n, _, err = ts.store.Sweep(later, 64)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

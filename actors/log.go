@@ -18,6 +18,7 @@ const (
 	keyWorker  = "worker"
 	keyLive    = "live"
 	keyLibrary = "lib"
+	keyHook    = "hook"
 )
 
 // ActorSystemLogger returns the logger to give protoactor: it writes to l's

@@ -124,11 +124,26 @@ func (m *mailbox) processMessages() {
 // run handles messages, system ones first, until the queues are empty or
 // the mailbox is suspended. A panic is the actor's failure: it goes to the
 // invoker (the actor's supervisor decides), as in protoactor's mailbox.
+//
+// A handler that calls runtime.Goexit (t.FailNow does) fails its actor
+// too, with errGoexit: the mailbox is left idle, and scheduled again if
+// mail is waiting, before the goroutine ends (the pool replaces it).
 func (m *mailbox) run() {
 	var msg any
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
+		if returned {
+			return
+		}
+		r := recover()
+		if r != nil {
 			m.invoker.EscalateFailure(r, msg)
+			return
+		}
+		m.invoker.EscalateFailure(errGoexit, msg)
+		m.status.Store(mailboxIdle)
+		if m.systemN.Load() > 0 || (!m.suspended.Load() && m.userN.Load() > 0) {
+			m.schedule()
 		}
 	}()
 	n, throughput := 0, m.dispatcher.Throughput()
@@ -151,9 +166,11 @@ func (m *mailbox) run() {
 			continue
 		}
 		if m.suspended.Load() {
+			returned = true
 			return
 		}
 		if msg = m.popUser(); msg == nil {
+			returned = true
 			return
 		}
 		m.userN.Add(-1)

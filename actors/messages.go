@@ -9,18 +9,20 @@ import (
 
 // The protocol, one way where it can be:
 //
-//	engine → supervisor: Submit, CancelJob, StatusJob, TouchJob, Drain
-//	supervisor → job:    dispatch (a worker is free for you); CancelJob,
-//	                     StatusJob and TouchJob (forwarded: the engine's
-//	                     future gets the answer); shutdownJob
+//	engine → supervisor: Submit, CancelJob, Drain
+//	supervisor → job:    dispatch (a worker is free for you); CancelJob
+//	                     (forwarded: the engine's future gets the answer);
+//	                     shutdownJob
 //	job → worker:        fetch (one target)
-//	worker → job:        fetched (its outcome)
+//	worker → job:        fetched (its outcome, or abandoned at shutdown)
 //	job → supervisor:    jobDone (the worker is free, and the job's target is
 //	                     being stored; or the job is ready, waits for a retry,
 //	                     or has ended), jobEnded (cancelled)
 //	store → job:         targetWritten (a target's write has committed)
 //	timer → supervisor:  retryReady, sweepTick
+//	any → observer:      hookEvent (one hook call: see observer.go)
 //
+// Reads send no message: each job actor publishes a Snapshot in Views.
 // A worker's panic reaches the supervisor's strategy as a failure carrying
 // the fetch; the strategy answers the job with an "internal error" fetched.
 
@@ -57,26 +59,6 @@ type SubmitReply struct {
 // not live.
 type CancelJob struct{ ID string }
 
-// StatusJob asks a live job for its status; the reply is a [*StatusReply].
-type StatusJob struct{ ID string }
-
-// StatusReply answers a [StatusJob]. Live is false when no actor owns the
-// job: read the store instead.
-type StatusReply struct {
-	Live    bool
-	Job     persistence.JobRecord
-	Targets []persistence.TargetRecord // the in-flight one reads running
-	Err     error
-}
-
-// TouchJob moves a live job's lease to Lease (unix nanoseconds) if that is
-// later; the reply is a bool: false when no actor owns the job (touch the
-// store instead).
-type TouchJob struct {
-	ID    string
-	Lease int64
-}
-
 // Drain stops the supervisor taking work, waits for the targets in flight to
 // be stored, and fails every live job with "shutdown". The reply is a
 // [*Drained].
@@ -96,12 +78,14 @@ type fetch struct {
 	payload any
 }
 
-// fetched is one target's outcome, sent to its job.
+// fetched is one target's outcome, sent to its job; abandoned: the runner
+// gave up on the fetch at shutdown, and the target stays pending.
 type fetched struct {
-	worker  *actor.PID
-	idx     int
-	outcome Outcome
-	took    time.Duration
+	worker    *actor.PID
+	idx       int
+	outcome   Outcome
+	took      time.Duration
+	abandoned bool
 }
 
 // jobState is what a job tells the supervisor after a target.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -73,9 +74,12 @@ func newTestSystem(t *testing.T) *testSystem {
 		Store: store, FetchContext: context.Background(),
 		TTL: time.Hour, TargetsPerJob: 32, JobsPerCaller: 2, JobsTotal: 4, Workers: 1,
 		MaxBytes: 1 << 20, RetryWait: time.Hour, RetryFor: time.Minute,
-		Now: ts.clock, Log: log,
+		Now: ts.clock, Log: log, Views: &Views{},
 	}
 	ts.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(log) }))
+	// The hooks run in an observer, as in a runner; tests set ts.cfg.Hooks.
+	ts.cfg.observer = ts.sys.Root.Spawn(props(func() actor.Actor { return &observer{hooks: &ts.cfg.Hooks} }, nil,
+		actor.WithGuardian(&observerStrategy{cfg: ts.cfg})))
 	// A dead letter is a message lost: none may happen.
 	var dead sync.Mutex
 	var deadLetters []string
@@ -145,4 +149,16 @@ func (ts *testSystem) ask(t *testing.T, pid *actor.PID, msg any) any {
 	res, err := ts.sys.Root.RequestFuture(pid, msg, waitTimeout).Result()
 	require.NoError(t, err)
 	return res
+}
+
+// eventually waits until cond holds, for waitTimeout at most.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited for %s", what)
+		}
+		runtime.Gosched()
+	}
 }

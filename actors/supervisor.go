@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ type liveJob struct {
 	// status is an ended job's status as its actor holds it, once it has
 	// ended without its rows written (jobUnsaved); "" otherwise.
 	status string
+	view   *View // what its actor publishes; holds the leases readers asked for
 }
 
 // supervisor owns the rotation: the live jobs in submit order, which of them
@@ -98,19 +100,6 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		}
 	case *CancelJob:
 		if j := s.jobs[m.ID]; j != nil && !j.ended {
-			ctx.Forward(j.pid)
-		} else {
-			ctx.Respond(false)
-		}
-	case *StatusJob:
-		if j := s.jobs[m.ID]; j != nil {
-			ctx.Forward(j.pid)
-		} else {
-			ctx.Respond(&StatusReply{})
-		}
-	case *TouchJob:
-		if j := s.jobs[m.ID]; j != nil {
-			j.lease = max(j.lease, m.Lease)
 			ctx.Forward(j.pid)
 		} else {
 			ctx.Respond(false)
@@ -206,13 +195,13 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	// status counts ("" for a cancelled one: never reused).
 	live := s.jobs[prev.ID]
 	if found && live != nil {
-		prev.Lease = max(prev.Lease, live.lease)
+		prev.Lease = max(prev.Lease, live.lease, live.view.Touched())
 		if live.ended {
 			prev.Status = live.status
 		}
 	}
 	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
-		s.cfg.hookJob("reused")
+		s.cfg.hookJob(ctx, prev.ID, "reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
 	}
 	switch {
@@ -226,22 +215,25 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
 		return &SubmitReply{Err: err}
 	}
+	view := s.cfg.Views.add(&m.Job)
 	props := s.cfg.jobProps(s.job(ctx.Self(), m.Job, m.Payload))
 	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
 	if err != nil {
 		// Only a duplicate id (128 random bits) gets here.
 		m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
 		_ = s.cfg.Store.SaveJob(&m.Job)
+		view.publish(&Snapshot{Job: m.Job, Running: -1})
+		s.cfg.Views.remove(m.Job.ID)
 		return &SubmitReply{Err: err}
 	}
-	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, lease: m.Job.Lease}
+	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, lease: m.Job.Lease, view: view}
 	s.jobs[j.id] = j
 	s.perCaller[j.caller]++
 	s.live++
 	s.enqueue(j)
 	s.cfg.Log.Debug("job created", slog.String(keyJobID, j.id), slog.Int(keyCount, len(m.Targets)), slog.Int(keyLive, s.live))
-	s.cfg.hookJob("created")
-	s.cfg.hookDepth(s.live)
+	s.cfg.hookJob(ctx, j.id, "created")
+	s.cfg.hookDepth(ctx, s.live)
 	return &SubmitReply{ID: j.id}
 }
 
@@ -273,7 +265,7 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 		j.inflight = true
 		s.inflight++
 		ctx.Send(j.pid, &dispatch{worker: w})
-		s.cfg.hookInflight(s.inflight)
+		s.cfg.hookInflight(ctx, s.inflight)
 	}
 }
 
@@ -282,7 +274,7 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 	if m.worker != nil {
 		s.inflight--
 		s.idle = append(s.idle, m.worker)
-		s.cfg.hookInflight(s.inflight)
+		s.cfg.hookInflight(ctx, s.inflight)
 		if j != nil {
 			j.inflight = false
 		}
@@ -299,7 +291,7 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 			s.remove(ctx, j)
 		case jobUnsaved:
 			j.status = m.status
-			s.endLive(j)
+			s.endLive(ctx, j)
 		}
 	}
 	if s.closing {
@@ -337,14 +329,14 @@ func (s *supervisor) jobEnded(ctx actor.Context, m *jobEnded) {
 	if j == nil {
 		return
 	}
-	s.endLive(j)
+	s.endLive(ctx, j)
 	if m.settled {
 		s.remove(ctx, j)
 	}
 }
 
 // endLive stops counting a job as live.
-func (s *supervisor) endLive(j *liveJob) {
+func (s *supervisor) endLive(ctx actor.Context, j *liveJob) {
 	if j.ended {
 		return
 	}
@@ -357,14 +349,14 @@ func (s *supervisor) endLive(j *liveJob) {
 	if s.perCaller[j.caller]--; s.perCaller[j.caller] <= 0 {
 		delete(s.perCaller, j.caller)
 	}
-	s.cfg.hookDepth(s.live)
+	s.cfg.hookDepth(ctx, s.live)
 }
 
 // remove forgets a settled job and stops its actor once its mailbox is
 // empty (a poison pill queues behind what was already sent to it).
 func (s *supervisor) remove(ctx actor.Context, j *liveJob) {
 	s.setStoring(j, false)
-	s.endLive(j)
+	s.endLive(ctx, j)
 	delete(s.jobs, j.id)
 	ctx.Poison(j.pid)
 	s.stopping++
@@ -392,7 +384,7 @@ func (s *supervisor) finishDrain(ctx actor.Context) {
 		if !j.ended {
 			n++
 		}
-		s.endLive(j)
+		s.endLive(ctx, j)
 	}
 	ctx.Send(s.drainer, &Drained{Jobs: n})
 	s.drainer = nil
@@ -416,21 +408,53 @@ func (s *supervisor) sweepExpired(ctx actor.Context) {
 	}
 }
 
-// supervisionStrategy is the supervisor's strategy for its children. A worker
-// whose FetchFunc panicked is restarted, and the target it was fetching is
-// stored failed with "internal error": the job goes on. Any other child that
-// fails (a bug of ours) is resumed, its message dropped.
+// supervisionStrategy is the supervisor's strategy for its children. A
+// worker whose FetchFunc panicked or ended its goroutine is restarted, and
+// the target it was fetching is stored failed with "internal error": the
+// job goes on. Any other child that fails (a job actor: a bug of ours,
+// since no user code runs there) fails the supervisor, whose guardian
+// fails the runner closed (see failClosedStrategy): a job actor resumed
+// without its message could leave its job stuck.
 type supervisionStrategy struct{ cfg *Config }
 
 // HandleFailure implements actor.SupervisorStrategy. The panic value
 // (reason) is never logged or stored.
-func (st *supervisionStrategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, _ any, message any) {
+func (st *supervisionStrategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, message any) {
 	if f, ok := actor.UnwrapEnvelopeMessage(message).(*fetch); ok {
-		st.cfg.Log.Warn("worker restarted after a panic", slog.String(keyJobID, f.jobID), slog.Int(keyIdx, f.idx))
+		var took time.Duration
+		what := "worker restarted after a panic"
+		if ff, ok := reason.(*fetchFailure); ok {
+			took = ff.took
+			if ff.err == errGoexit {
+				what = "worker restarted after its fetch ended its goroutine"
+			}
+		}
+		st.cfg.Log.Warn(what, slog.String(keyJobID, f.jobID), slog.Int(keyIdx, f.idx))
 		sup.RestartChildren(child)
-		system.Root.Send(f.job, &fetched{worker: child, idx: f.idx, outcome: Outcome{Err: errInternal, Msg: internalError}})
+		system.Root.Send(f.job, &fetched{worker: child, idx: f.idx, outcome: Outcome{Err: errInternal, Msg: internalError}, took: took})
 		return
 	}
-	st.cfg.Log.Error("actor failed: a possible bug in siftbatch; resumed", slog.String("actor", child.Id))
-	sup.ResumeChildren(child)
+	st.cfg.Log.Error("actor failed: a bug in siftbatch", slog.String("actor", child.Id))
+	sup.EscalateFailure(reason, message)
+}
+
+// failClosedStrategy is the guardian's strategy for the supervisor: a
+// supervisor restarted would have lost the rotation, the caps and every
+// job actor. Instead it is stopped with its children, and the engine fails
+// the runner closed (Config.OnFail): live jobs failed "internal error",
+// every later call answered as after Close.
+type failClosedStrategy struct {
+	cfg  *Config
+	once sync.Once
+}
+
+// HandleFailure implements actor.SupervisorStrategy.
+func (st *failClosedStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, _ any, _ any) {
+	st.cfg.Log.Error("runner failed: a bug in siftbatch; it closes itself and fails its live jobs", slog.String("actor", child.Id))
+	sup.StopChildren(child)
+	st.once.Do(func() {
+		if st.cfg.OnFail != nil {
+			go st.cfg.OnFail()
+		}
+	})
 }

@@ -22,8 +22,6 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 				switch m := ctx.Message().(type) {
 				case *dispatch:
 					jobs.got <- dispatched{id: rec.ID, worker: m.worker}
-				case *StatusJob:
-					ctx.Respond(&StatusReply{Live: true, Job: rec})
 				case *CancelJob:
 					ctx.Respond(true)
 				case *shutdownJob:
@@ -140,16 +138,17 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
 }
 
-func TestSupervisor_StatusAndCancelRouting(t *testing.T) {
+func TestSupervisor_CancelRoutingAndViews(t *testing.T) {
 	ts := newTestSystem(t)
 	sup, jobs, _ := supervisorUnderTest(t, ts)
 	ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1))
 	d := next[dispatched](t, jobs)
 	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 
-	reply := ts.ask(t, sup, &StatusJob{ID: id('a')}).(*StatusReply)
-	require.True(t, reply.Live, "a live job's status comes from its actor")
-	require.False(t, ts.ask(t, sup, &StatusJob{ID: id('z')}).(*StatusReply).Live)
+	v := ts.cfg.Views.Get(id('a'))
+	require.NotNil(t, v, "a job has a view for readers from its creation")
+	require.Equal(t, persistence.StatusQueued, v.Load().Job.Status)
+	require.Nil(t, ts.cfg.Views.Get(id('z')))
 	require.Equal(t, true, ts.ask(t, sup, &CancelJob{ID: id('a')}))
 	require.Equal(t, false, ts.ask(t, sup, &CancelJob{ID: id('z')}))
 }
@@ -186,7 +185,7 @@ func TestSupervisor_WaitsForAJobBeingStored(t *testing.T) {
 	require.Equal(t, b, d.id, "the worker goes on while a1 is stored")
 	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobStoring})
 	ts.sys.Root.Send(sup, &jobDone{id: b, state: jobReady}) // b1's store answers first
-	ts.ask(t, sup, &StatusJob{ID: id('z')})                 // the supervisor has taken all three
+	ts.ask(t, sup, &CancelJob{ID: id('z')})                 // the supervisor has taken all three
 	quiet(t, jobs)
 
 	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobReady})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -12,9 +14,15 @@ import (
 // System is a running actor system with its supervisor: the engine's handle
 // on the actors. Its methods are safe for concurrent use until [System.Stop].
 type System struct {
-	sys   *actor.ActorSystem
-	sup   *actor.PID
-	pools []*poolDispatcher
+	sys       *actor.ActorSystem
+	cfg       *Config
+	sup       *actor.PID
+	observer  *actor.PID
+	pools     []*poolDispatcher
+	abortCh   chan struct{} // cfg.Abort
+	abortOnce sync.Once
+	failed    atomic.Bool   // the supervisor failed: the runner failed closed
+	failedCh  chan struct{} // closed when failed is set
 }
 
 // poolGoroutines run the supervisor and the job actors (see poolDispatcher).
@@ -24,43 +32,74 @@ const poolGoroutines = 4
 // in microseconds; the bound only keeps a caller from hanging on a bug.
 const askTimeout = time.Minute
 
-// drainTimeout bounds Stop's wait for the fetches in flight to return after
-// their context was cancelled.
-const drainTimeout = time.Hour
+// drainTimeout bounds Stop's wait for the supervisor's drain: the fetches in
+// flight have their own bound (Stop's giveUp), so this only keeps Stop from
+// hanging on a bug.
+const drainTimeout = 10 * time.Minute
 
 // ErrNoAnswer is returned when the supervisor did not answer in time.
 var ErrNoAnswer = errors.New("no answer from the runner")
 
-// Start starts an actor system, its supervisor and the workers. The actor
-// system logs through cfg.Log, filtered (see [ActorSystemLogger]).
+// Start starts an actor system, the observer that runs the hooks, the
+// supervisor and the workers. The actor system logs through cfg.Log,
+// filtered (see [ActorSystemLogger]). cfg.Abort and cfg.observer are set
+// here; cfg.OnFail is wrapped so that [System.Stop] knows.
 func Start(cfg *Config) (*System, error) {
 	sys := actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(cfg.Log) }),
 		actor.WithDeadLetterThrottleInterval(100*time.Millisecond),
 	)
+	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{})}
+	cfg.Abort = s.abortCh
+	if cfg.Views == nil {
+		cfg.Views = &Views{}
+	}
+	onFail := cfg.OnFail
+	cfg.OnFail = func() {
+		if s.failed.CompareAndSwap(false, true) {
+			close(s.failedCh)
+		}
+		if onFail != nil {
+			onFail()
+		}
+	}
 	pool := newPoolDispatcher(poolGoroutines, 300)
 	cfg.dispatcher = pool
-	pools := []*poolDispatcher{pool}
+	// The hooks run on a goroutine of their own: a slow hook holds up no
+	// job.
+	hooks := newPoolDispatcher(1, 300)
+	s.pools = []*poolDispatcher{pool, hooks}
 	// Each worker runs on a goroutine of its own, kept from one fetch to the
 	// next (a FetchFunc may block it for minutes: it shares it with nobody).
 	cfg.workerDispatchers = nil
 	for range cfg.Workers {
 		d := newPoolDispatcher(1, 300)
-		pools = append(pools, d)
+		s.pools = append(s.pools, d)
 		cfg.workerDispatchers = append(cfg.workerDispatchers, d)
 	}
 	closePools := func() {
-		for _, p := range pools {
+		for _, p := range s.pools {
 			p.close()
 		}
 	}
-	pid, err := sys.Root.SpawnNamed(props(newSupervisor(cfg), pool, actor.WithSupervisor(&supervisionStrategy{cfg: cfg})), "supervisor")
+	var err error
+	s.observer, err = sys.Root.SpawnNamed(props(func() actor.Actor { return &observer{hooks: &cfg.Hooks} }, hooks,
+		actor.WithGuardian(&observerStrategy{cfg: cfg})), "observer")
 	if err != nil {
+		sys.Shutdown()
+		closePools()
+		return nil, fmt.Errorf("start observer: %w", err)
+	}
+	cfg.observer = s.observer
+	s.sup, err = sys.Root.SpawnNamed(props(newSupervisor(cfg), pool, actor.WithSupervisor(&supervisionStrategy{cfg: cfg}),
+		actor.WithGuardian(&failClosedStrategy{cfg: cfg})), "supervisor")
+	if err != nil {
+		_ = sys.Root.PoisonFuture(s.observer).Wait()
 		sys.Shutdown()
 		closePools()
 		return nil, fmt.Errorf("start supervisor: %w", err)
 	}
-	return &System{sys: sys, sup: pid, pools: pools}, nil
+	return s, nil
 }
 
 func (s *System) ask(msg any, timeout time.Duration) (any, error) {
@@ -87,51 +126,81 @@ func (s *System) Cancel(id string) bool {
 	return err == nil && ok
 }
 
-// Touch moves a live job's lease; false when no actor owns the job.
-func (s *System) Touch(id string, lease int64) bool {
-	res, err := s.ask(&TouchJob{ID: id, Lease: lease}, askTimeout)
-	ok, _ := res.(bool)
-	return err == nil && ok
-}
-
-// Status asks a live job for its status; Live is false in the reply when no
-// actor owns the job.
-func (s *System) Status(id string) (*StatusReply, error) {
-	res, err := s.ask(&StatusJob{ID: id}, askTimeout)
-	if err != nil {
-		return nil, err
-	}
-	return res.(*StatusReply), nil
-}
-
 // Stop drains the supervisor: it stops dispatching, then Stop calls
 // cancelFetches (if not nil) so that the fetches in flight return, and
 // waits for their outcomes to be stored; then it fails the jobs still live
-// with "shutdown", stops every actor and the actor system. It returns how
-// many jobs it failed. Call it once.
+// with "shutdown", stops every actor (the observer last, once every hook
+// has run) and the actor system. It returns how many jobs it failed. Call
+// it once.
+//
+// When giveUp is closed before the fetches in flight have returned, Stop
+// stops waiting for them (cfg.Abort, which it closes): their targets stay
+// pending, their jobs fail "shutdown", and their late outcomes are dropped.
 //
 // The Drain is queued before cancelFetches runs, so the supervisor handles
 // it before any target that returns at the cancel: no target is
 // dispatched, and fetched under a cancelled context, after Stop began.
-func (s *System) Stop(cancelFetches func()) (int, error) {
-	n := 0
-	drained := s.sys.Root.RequestFuture(s.sup, &Drain{}, drainTimeout)
-	if cancelFetches != nil {
+func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gaveUp bool, err error) {
+	if !s.failed.Load() {
+		drained := s.sys.Root.RequestFuture(s.sup, &Drain{}, drainTimeout)
+		if cancelFetches != nil {
+			cancelFetches()
+		}
+		res := make(chan any, 1)
+		go func() {
+			r, err := drained.Result()
+			if err != nil {
+				r = fmt.Errorf("%w: %v", ErrNoAnswer, err)
+			}
+			res <- r
+		}()
+		var r any
+		select {
+		case r = <-res:
+		case <-s.failedCh:
+		case <-giveUp:
+			gaveUp = true
+			s.abort()
+			select {
+			case r = <-res:
+			case <-s.failedCh:
+			}
+		}
+		switch r := r.(type) {
+		case *Drained:
+			n = r.Jobs
+		case error:
+			err = r
+		}
+		if !s.failed.Load() {
+			if perr := s.sys.Root.PoisonFuture(s.sup).Wait(); perr != nil && err == nil {
+				err = fmt.Errorf("stop supervisor: %w", perr)
+			}
+		}
+	} else if cancelFetches != nil {
 		cancelFetches()
 	}
-	res, err := drained.Result()
-	if err != nil {
-		err = fmt.Errorf("%w: %v", ErrNoAnswer, err)
-	}
-	if d, ok := res.(*Drained); ok {
-		n = d.Jobs
-	}
-	if perr := s.sys.Root.PoisonFuture(s.sup).Wait(); perr != nil && err == nil {
-		err = fmt.Errorf("stop supervisor: %w", perr)
+	s.abort() // a worker the failed runner stopped may still wait for a fetch
+	if perr := s.sys.Root.PoisonFuture(s.observer).Wait(); perr != nil && err == nil {
+		err = fmt.Errorf("stop observer: %w", perr)
 	}
 	s.sys.Shutdown()
 	for _, p := range s.pools {
 		p.close()
 	}
-	return n, err
+	return n, gaveUp, err
 }
+
+// WaitSupervisorStopped waits (10 s at most) until the supervisor and every
+// child of it have stopped.
+func (s *System) WaitSupervisorStopped() {
+	_ = s.sys.Root.StopFuture(s.sup).Wait()
+}
+
+func (s *System) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
+
+// Failed reports whether the runner's own code failed (see Config.OnFail).
+func (s *System) Failed() bool { return s.failed.Load() }
+
+// HookPanics returns how many hook calls have panicked.
+func (s *System) HookPanics() uint64 { return s.cfg.HookPanics.Load() }

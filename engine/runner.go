@@ -27,11 +27,15 @@ type Runner struct {
 	cfg    Config
 	log    *slog.Logger
 	sys    *actors.System
+	views  *actors.Views      // what the job actors publish for readers
 	cancel context.CancelFunc // cancels the fetches' context
 
-	mu     sync.RWMutex // closed is set under mu held for writing
-	closed bool
-	once   sync.Once
+	mu       sync.RWMutex // closed and failed are set under mu held for writing
+	closed   bool
+	failed   bool
+	done     chan struct{} // closed once the runner has stopped (Close, or failed)
+	failDone chan struct{} // closed once a failed runner has failed its jobs
+	once     sync.Once
 }
 
 // submission is what a job's actor holds for the FetchFunc: the caller and
@@ -63,9 +67,12 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	store.SetLogger(log)
-	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log}
-	if err := r.reap(); err != nil {
+	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log, views: &actors.Views{},
+		done: make(chan struct{}), failDone: make(chan struct{})}
+	if n, err := r.reap(reapRestart); err != nil {
 		return nil, fmt.Errorf("new runner: %w", err)
+	} else if n > 0 {
+		r.log.Info("failed the jobs a previous run left live", slog.Int(keyCount, n))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -84,6 +91,8 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		Hooks:         actors.Hooks(cfg.Hooks),
 		Now:           cfg.Now,
 		Log:           log,
+		Views:         r.views,
+		OnFail:        r.failClosed,
 	})
 	if err != nil {
 		cancel()
@@ -92,29 +101,33 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	return r, nil
 }
 
-// reap fails the jobs a crashed process left live, and settles the ones it
-// left cancelled with a target in flight.
-func (r *Runner) reap() error {
+// The errors reap stores for the jobs it fails.
+const (
+	reapRestart  = "restart"         // left live by a process that stopped
+	reapInternal = internalErrorText // left live by a runner that failed
+)
+
+// reap fails with text every job the store holds as queued or running, and
+// settles the ones left cancelled with a target in flight; it returns how
+// many it failed. No actor may own any of them.
+func (r *Runner) reap(text string) (int, error) {
 	left, err := r.store.Unsettled()
 	if err != nil {
-		return fmt.Errorf("reap: %w", err)
+		return 0, fmt.Errorf("reap: %w", err)
 	}
 	failed := 0
 	for i := range left {
 		j := &left[i]
 		if persistence.IsLive(j.Status) {
-			j.Status, j.Error = persistence.StatusFailed, "restart"
+			j.Status, j.Error = persistence.StatusFailed, text
 			failed++
 		}
 		j.Settled = true
 		if err := r.store.SaveJob(j); err != nil {
-			return fmt.Errorf("reap: %w", err)
+			return failed, fmt.Errorf("reap: %w", err)
 		}
 	}
-	if len(left) > 0 {
-		r.log.Info("failed the jobs a previous run left live", slog.Int("count", failed), slog.Int("settled", len(left)))
-	}
-	return nil
+	return failed, nil
 }
 
 // Submit stores a job of targets for c and returns its id; the job then runs
@@ -228,30 +241,6 @@ func (r *Runner) newSubmit(c *Caller, targets []Target) (*actors.Submit, error) 
 	return m, nil
 }
 
-// fetchOne runs the FetchFunc for one target and classifies its outcome.
-// A panic is not recovered here: it crashes the worker actor, and the
-// supervision strategy stores the target failed.
-func (r *Runner) fetchOne(ctx context.Context, payload any, idx int) actors.Outcome {
-	s := payload.(*submission)
-	res, err := r.fetch(ctx, s.caller, s.targets[idx])
-	if err != nil {
-		if errors.Is(err, ErrRetryLater) {
-			return actors.Outcome{Err: err, Msg: err.Error(), Busy: true}
-		}
-		var te *TargetError
-		if errors.As(err, &te) && te != nil {
-			return actors.Outcome{Err: err, Msg: te.Msg, Hint: te.Hint}
-		}
-		return actors.Outcome{Err: err, Msg: err.Error()}
-	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		err = errors.New("result cannot be encoded as JSON")
-		return actors.Outcome{Err: err, Msg: err.Error()}
-	}
-	return actors.Outcome{Result: b}
-}
-
 // Cancel cancels a live job: it is stored cancelled before Cancel returns; a
 // target in flight finishes and is stored, no further target starts, and
 // later targets stay pending. It returns false for an unknown id, a job
@@ -265,183 +254,94 @@ func (r *Runner) Cancel(id string) bool {
 	return r.sys.Cancel(id)
 }
 
-// Status returns a job and its targets, with each stored result decoded; a
-// target being fetched reads running. It returns false for an unknown id and
-// for a job past its lease + [Config.TTL]. Status never writes.
-func (r *Runner) Status(id string) (Job, []TargetStatus, bool) {
-	r.mu.RLock()
-	closed := r.closed
-	var reply *actors.StatusReply
-	var err error
-	if !closed {
-		reply, err = r.sys.Status(id)
-	}
-	r.mu.RUnlock()
-	switch {
-	case err != nil:
-		r.log.Warn("status", slog.String("job_id", id), slog.String("err", err.Error()))
-		return Job{}, nil, false
-	case reply != nil && reply.Live:
-		if reply.Err != nil {
-			r.log.Warn("status", slog.String("job_id", id), slog.String("err", "read failed"))
-			return Job{}, nil, false
-		}
-		return toJob(&reply.Job), toTargets(reply.Targets), true
-	}
-	j, ts, err := r.store.JobWithTargets(id)
-	if err != nil {
-		if !errors.Is(err, persistence.ErrNotFound) {
-			r.log.Warn("status", slog.String("job_id", id), slog.String("err", "read failed"))
-		}
-		return Job{}, nil, false
-	}
-	if j.Settled && j.Lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano() {
-		return Job{}, nil, false // expired, not yet swept
-	}
-	return toJob(&j), toTargets(ts), true
-}
+// CloseTimeout bounds how long [Runner.Close] waits for the fetches in
+// flight to return once their context is cancelled.
+const CloseTimeout = 30 * time.Second
 
-func toJob(j *persistence.JobRecord) Job {
-	return Job{
-		ID:            j.ID,
-		Caller:        j.Caller,
-		Status:        j.Status,
-		Error:         j.Error,
-		TargetsTotal:  j.TargetsTotal,
-		TargetsDone:   j.TargetsDone,
-		TargetsFailed: j.TargetsFailed,
-		CreatedAt:     j.Created / 1e9,
-	}
-}
-
-func toTargets(ts []persistence.TargetRecord) []TargetStatus {
-	out := make([]TargetStatus, len(ts))
-	for i := range ts {
-		t := &ts[i]
-		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
-		if t.Status == persistence.TargetDone && t.Result != nil {
-			var res Result
-			if json.Unmarshal(t.Result, &res) == nil {
-				out[i].Result = &res
-			}
-		}
-	}
-	return out
-}
-
-// Touch moves a job's lease to now, so that it stays readable for another
-// [Config.TTL]. An unknown id is ignored.
-func (r *Runner) Touch(id string) {
-	now := r.cfg.Now().UnixNano()
-	r.mu.RLock()
-	owned := !r.closed && r.sys.Touch(id, now) // a live job's row is its actor's
-	r.mu.RUnlock()
-	if owned {
-		return
-	}
-	if _, err := r.store.Touch(id, now); err != nil {
-		r.log.Warn("touch", slog.String("job_id", id), slog.String("err", "write failed"))
-	}
-}
-
-// Close stops the runner: it stops taking work, cancels the context of the
-// fetches in flight, waits for them to return and stores their outcomes,
-// sets every job still queued or running failed with the error "shutdown",
-// and stops every actor and goroutine the runner started. It is idempotent.
-// The store stays open: the caller closes it.
+// Close is [Runner.Shutdown] bounded by [CloseTimeout]: it stops the runner,
+// and gives up on a fetch that has not returned 30 s after its context was
+// cancelled. It is idempotent.
 func (r *Runner) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	_ = r.Shutdown(ctx)
+}
+
+// Shutdown stops the runner: it stops taking work, cancels the context of
+// the fetches in flight, waits for them to return (until ctx is done) and
+// stores their outcomes, sets every job still queued or running failed
+// with the error "shutdown", and stops every actor and goroutine the runner
+// started; once it returns every hook has run. It is idempotent; a second
+// call returns nil once the first has finished. The store stays open: the
+// caller closes it.
+//
+// If ctx is done before a fetch has returned, Shutdown gives up on it: its
+// target stays pending, its job is failed "shutdown", its goroutine is left
+// to end on its own and its late outcome is dropped (and logged), never
+// written; Shutdown then returns ctx.Err().
+func (r *Runner) Shutdown(ctx context.Context) error {
+	var err error
 	r.once.Do(func() {
 		r.mu.Lock()
 		r.closed = true
 		r.mu.Unlock()
-		n, err := r.sys.Stop(r.cancel) // stops dispatching, then cancels
-		if err != nil {
-			r.log.Warn("close runner", slog.String("err", err.Error()))
+		giveUp := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() { close(giveUp) })
+		defer stop()
+		n, gaveUp, serr := r.sys.Stop(r.cancel, giveUp)
+		if serr != nil {
+			r.log.Warn("close runner", slog.String(keyErr, serr.Error()))
 		}
-		r.log.Info("runner closed", slog.Int("count", n))
+		if gaveUp {
+			err = ctx.Err()
+		}
+		if r.sys.Failed() {
+			<-r.failDone
+		} else {
+			close(r.done)
+		}
+		r.log.Info("runner closed; jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up_on_fetches", gaveUp))
 	})
+	return err
 }
 
-// Job returns a job's summary; false for an unknown id and for a job past
-// its lease + [Config.TTL]. It never writes.
-func (r *Runner) Job(id string) (Job, bool) {
-	j, _, ok := r.Status(id)
-	return j, ok
-}
-
-// Targets returns a job's summary and every target's status, error and
-// hint, from one consistent view, without results (Result is nil); false as
-// for [Runner.Job].
-func (r *Runner) Targets(id string) (Job, []TargetStatus, bool) {
-	j, ts, ok := r.Status(id)
-	for i := range ts {
-		ts[i].Result = nil
+// failClosed is called once when the runner's own code has failed past
+// what supervision contains: the supervisor is being stopped with every
+// job actor. The runner stops taking work and fails every live job
+// "internal error" in the store; readers then read the store.
+func (r *Runner) failClosed() {
+	r.mu.Lock()
+	r.closed, r.failed = true, true
+	r.mu.Unlock()
+	r.cancel()
+	r.sys.WaitSupervisorStopped()
+	n, err := r.reap(reapInternal)
+	if err != nil {
+		r.log.Error("fail live jobs after the runner failed", slog.String(keyErr, storeErrText(err)))
 	}
-	return j, ts, ok
-}
-
-// Result returns target idx's result, decoded; false unless that target is
-// stored done.
-func (r *Runner) Result(id string, idx int) (*Result, bool) {
-	_, ts, ok := r.Status(id)
-	if !ok || idx < 0 || idx >= len(ts) || ts[idx].Result == nil {
-		return nil, false
-	}
-	return ts[idx].Result, true
-}
-
-// ResultJSON returns target idx's result as its stored JSON; false as for
-// [Runner.Result]. The bytes are the caller's.
-func (r *Runner) ResultJSON(id string, idx int) ([]byte, bool) {
-	res, ok := r.Result(id, idx)
-	if !ok {
-		return nil, false
-	}
-	b, err := json.Marshal(res)
-	return b, err == nil
-}
-
-// Wait blocks until the job id is terminal and returns it. It returns
-// [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
-// it was left once the runner has closed, and ctx.Err() when ctx is done.
-func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		j, ok := r.Job(id)
-		switch {
-		case !ok:
-			return Job{}, ErrNotFound
-		case !IsLive(j.Status):
-			return j, nil
-		}
-		select {
-		case <-ctx.Done():
-			return j, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// Shutdown is [Runner.Close] bounded by ctx.
-func (r *Runner) Shutdown(ctx context.Context) error {
-	r.Close()
-	return ctx.Err()
+	r.views.EndAll()
+	r.log.Error("runner failed closed: it takes no more work; its live jobs failed", slog.Int(keyCount, n))
+	close(r.failDone)
+	close(r.done)
 }
 
 // Err reports whether the runner is serving: nil while it runs,
 // [ErrClosed] once it has been closed, and an error wrapping [ErrFailed]
-// (and [ErrClosed]) once its own code failed and it closed itself. A health
+// and [ErrClosed] once its own code failed and it closed itself. A health
 // check answers unhealthy for any non-nil Err.
 func (r *Runner) Err() error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.closed {
+	switch {
+	case r.failed:
+		return fmt.Errorf("%w: %w", ErrFailed, ErrClosed)
+	case r.closed:
 		return ErrClosed
 	}
 	return nil
 }
 
-// HookPanics returns how many hook calls have panicked since [New]. Each
-// such call is logged at Error and skipped; the runner goes on.
-func (r *Runner) HookPanics() uint64 { return 0 }
+// HookPanics returns how many hook calls have panicked (or ended their
+// goroutine) since [New]. Each such call is logged at Error with the hook's
+// name and skipped; the runner goes on.
+func (r *Runner) HookPanics() uint64 { return r.sys.HookPanics() }

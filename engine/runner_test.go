@@ -43,6 +43,7 @@ func TestRunner_Submit(t *testing.T) {
 		for _, tr := range ts {
 			require.Equal(t, persistence.TargetPending, tr.Status)
 		}
+		waitFor(t, "the created hook", func() bool { return b.hooks.job("created") == 1 }) // hooks run in their own actor
 		require.Equal(t, 1, b.hooks.job("created"))
 	})
 
@@ -312,6 +313,7 @@ func TestRunner_Idempotency(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, reused)
 	require.Equal(t, id, again)
+	waitFor(t, "the reused hook", func() bool { return b.hooks.job("reused") == 1 })
 	require.Equal(t, 1, b.hooks.job("reused"))
 
 	other, reused, err := b.r.Submit(ctx, caller("bob"), "", targets("a", 2))
@@ -834,12 +836,14 @@ func TestRunner_TouchLiveJob(t *testing.T) {
 	id := b.submit(t, "alice", targets("a", 2))
 	recv(t, started)
 	b.clock.Advance(time.Minute)
+	before, err := b.store.Job(id)
+	require.NoError(t, err)
 	b.r.Touch(id)
 	touched := b.clock.Now().UnixNano()
 	rec, err := b.store.Job(id)
 	require.NoError(t, err)
-	require.Equal(t, touched, rec.Lease, "a live job's actor takes the touch")
-	require.True(t, b.r.Cancel(id)) // the actor writes its row again
+	require.Equal(t, before.Lease, rec.Lease, "a live job's actor holds the touch: no store write")
+	require.True(t, b.r.Cancel(id)) // the actor writes its row again, with the touch
 	close(release)
 	waitFor(t, "settled", func() bool {
 		rec, err = b.store.Job(id)

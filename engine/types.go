@@ -107,11 +107,19 @@ type TargetStatus struct {
 }
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
-// called from the runner's own goroutines and must not block.
+// user code: they run one at a time on a goroutine of their own (an actor
+// that only runs hooks), never inside the runner's own actors, and should
+// not block (a slow hook delays only the hooks after it).
 //
-// Target, and a job's end (Job, then JobSeconds), are called after the
-// change is stored, so [Runner.Status] can show it a moment before its hook
-// has run; once [Runner.Close] returns, every hook has run.
+// Each hook is called after the change it reports (Submit has returned,
+// the target or the job's end is stored), so a read can show a change a
+// moment before its hook has run; the calls caused by one job come in the
+// order of its changes. Once [Runner.Close] (or [Runner.Shutdown]) returns,
+// every hook has run.
+//
+// A hook that panics (or calls runtime.Goexit) costs that one call: it is
+// logged at Error with the hook's name and the job id, never the panic
+// value, counted in [Runner.HookPanics], and the runner goes on.
 type Hooks struct {
 	Job        func(outcome string)                              // created, reused, done, partial, failed, cancelled
 	Target     func(err error, d time.Duration, resultBytes int) // once per stored target; err nil on success

@@ -1,0 +1,133 @@
+package actors
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// The hooks are user code: they run in the observer, an actor of their own,
+// never in the supervisor or a job actor. The runner's actors send it a
+// hookEvent for each call; a hook that panics (or ends its goroutine) fails
+// the observer, whose strategy logs it, counts it and resumes the observer
+// without that one event: the runner's state never depends on a hook.
+// Events from one actor run in the order it sent them; the observer is
+// stopped last, so once the runner has stopped every hook has run.
+
+// hookName says which hook an event calls.
+type hookName uint8
+
+const (
+	hookJob hookName = iota
+	hookTarget
+	hookJobSeconds
+	hookDepth
+	hookInflight
+)
+
+var hookNames = [...]string{hookJob: "Job", hookTarget: "Target", hookJobSeconds: "JobSeconds", hookDepth: "Depth", hookInflight: "Inflight"}
+
+func (h hookName) String() string { return hookNames[h] }
+
+// hookEvent is one call of a hook.
+type hookEvent struct {
+	hook    hookName
+	jobID   string // "" where the hook has no job
+	outcome string // Job
+	err     error  // Target
+	d       time.Duration
+	n       int // Target's result bytes; Depth's and Inflight's count
+}
+
+type observer struct{ hooks *Hooks }
+
+// Receive implements actor.Actor.
+func (o *observer) Receive(ctx actor.Context) {
+	e, ok := ctx.Message().(*hookEvent)
+	if !ok {
+		return
+	}
+	h := o.hooks
+	switch e.hook {
+	case hookJob:
+		h.Job(e.outcome)
+	case hookTarget:
+		h.Target(e.err, e.d, e.n)
+	case hookJobSeconds:
+		h.JobSeconds(e.d)
+	case hookDepth:
+		h.Depth(e.n)
+	case hookInflight:
+		h.Inflight(e.n)
+	}
+}
+
+// has reports whether the hook is set: an event is sent only then.
+func (h *Hooks) has(n hookName) bool {
+	switch n {
+	case hookJob:
+		return h.Job != nil
+	case hookTarget:
+		return h.Target != nil
+	case hookJobSeconds:
+		return h.JobSeconds != nil
+	case hookDepth:
+		return h.Depth != nil
+	case hookInflight:
+		return h.Inflight != nil
+	}
+	return false
+}
+
+// hook sends e to the observer, if its hook is set.
+func (c *Config) hook(ctx actor.SenderContext, e hookEvent) {
+	if c.observer != nil && c.Hooks.has(e.hook) {
+		ctx.Send(c.observer, &e)
+	}
+}
+
+func (c *Config) hookJob(ctx actor.SenderContext, jobID, outcome string) {
+	c.hook(ctx, hookEvent{hook: hookJob, jobID: jobID, outcome: outcome})
+}
+
+func (c *Config) hookDepth(ctx actor.SenderContext, n int) {
+	c.hook(ctx, hookEvent{hook: hookDepth, n: n})
+}
+
+func (c *Config) hookInflight(ctx actor.SenderContext, n int) {
+	c.hook(ctx, hookEvent{hook: hookInflight, n: n})
+}
+
+// observerStrategy contains a hook's failure: it logs the hook's name and
+// job id (never the panic value), counts it, and resumes the observer
+// without the event.
+type observerStrategy struct{ cfg *Config }
+
+// HandleFailure implements actor.SupervisorStrategy.
+func (st *observerStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, message any) {
+	st.cfg.HookPanics.Add(1)
+	attrs := []any{}
+	if e, ok := actor.UnwrapEnvelopeMessage(message).(*hookEvent); ok {
+		attrs = append(attrs, slog.String(keyHook, e.hook.String()))
+		if e.jobID != "" {
+			attrs = append(attrs, slog.String(keyJobID, e.jobID))
+		}
+	}
+	what := "hook panicked: a possible bug in the hook; the call is skipped"
+	if errors.Is(asError(reason), errGoexit) {
+		what = "hook ended its goroutine: a possible bug in the hook; the call is skipped"
+	}
+	st.cfg.Log.Error(what, attrs...)
+	sup.ResumeChildren(child)
+}
+
+// errGoexit is the failure of an actor whose message handler called
+// runtime.Goexit (see mailbox.run).
+var errGoexit = errors.New("goroutine exited")
+
+func asError(v any) error {
+	err, _ := v.(error)
+	return err
+}

@@ -1,0 +1,26 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/sift/batch/persistence"
+)
+
+// Log keys. Log lines carry job ids, counts and statuses: never a URL, a
+// host, a key, a result or a panic value.
+const (
+	keyJobID = "job_id"
+	keyCount = "count"
+	keyErr   = "err"
+)
+
+// storeErrText is a store error for a log line: the store's own sentinels
+// by name, anything else as "store failed" (Badger's texts may carry keys).
+func storeErrText(err error) string {
+	for _, e := range []error{persistence.ErrClosed, persistence.ErrTooLarge, persistence.ErrNotFound, persistence.ErrCorrupt} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "store failed"
+}

@@ -1,0 +1,299 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/sift/batch/actors"
+	"github.com/sift/batch/persistence"
+)
+
+// Reads never send a message and never wait for the work: a job actor
+// publishes a snapshot of its job after every change (actors.Views), and
+// the rest comes from what the store has committed, through Badger's
+// concurrent read transactions. What a reader sees is the committed
+// outcomes plus the runner's in-memory knowledge: a target being fetched
+// or stored reads running; an outcome whose write failed and waits for a
+// retry reads as the job's actor holds it.
+
+// Job returns a job's summary; false for an unknown id and for a job past
+// its lease + [Config.TTL]. It costs one store point read whatever the id
+// (unknown, live, finished), and never writes. Safe for concurrent use.
+func (r *Runner) Job(id string) (Job, bool) {
+	rec, _, ok := r.row(id)
+	if !ok {
+		return Job{}, false
+	}
+	return toJob(&rec), true
+}
+
+// row reads a job's row, with what its actor has published over it.
+func (r *Runner) row(id string) (persistence.JobRecord, *actors.Snapshot, bool) {
+	rec, err := r.store.Row(id)
+	if err != nil {
+		r.readFailed("read job", id, err)
+		return rec, nil, false
+	}
+	if v := r.views.Get(id); v != nil {
+		s := v.Load()
+		if r.snapExpired(v, s) {
+			return rec, nil, false
+		}
+		return s.Job, s, true
+	}
+	if !rec.Settled {
+		// No actor owns it: its last write failed before the runner
+		// stopped. Its progress is in its outcome rows.
+		if rec, err = r.store.Job(id); err != nil {
+			r.readFailed("read job", id, err)
+			return rec, nil, false
+		}
+	}
+	if r.expired(&rec) {
+		return rec, nil, false
+	}
+	return rec, nil, true
+}
+
+// expired reports a settled job past its lease + TTL: gone, swept or not.
+func (r *Runner) expired(rec *persistence.JobRecord) bool {
+	return rec.Settled && rec.Lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano()
+}
+
+// snapExpired reports a job that has ended, as its actor holds it, past
+// its lease + TTL: an actor may outlive its job's expiry for a moment.
+func (r *Runner) snapExpired(v *actors.View, s *actors.Snapshot) bool {
+	lease := max(s.Job.Lease, v.Touched())
+	return !IsLive(s.Job.Status) && lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano()
+}
+
+// readFailed logs a read that failed for a reason other than a missing job.
+func (r *Runner) readFailed(what, id string, err error) {
+	if !errors.Is(err, persistence.ErrNotFound) {
+		r.log.Warn(what, slog.String(keyJobID, id), slog.String(keyErr, storeErrText(err)))
+	}
+}
+
+// Targets returns a job's summary and every target's status, error and
+// hint, from one consistent view; no result is read (Result is nil). False
+// as for [Runner.Job]. It never writes. Safe for concurrent use.
+func (r *Runner) Targets(id string) (Job, []TargetStatus, bool) {
+	return r.read(id, r.store.TargetStatuses, false)
+}
+
+// Status returns a job and its targets, with each stored result decoded; a
+// target being fetched reads running. It returns false for an unknown id and
+// for a job past its lease + [Config.TTL]. Status never writes. It reads
+// every result: a poll that needs none should call [Runner.Targets] or
+// [Runner.Job]. Safe for concurrent use.
+func (r *Runner) Status(id string) (Job, []TargetStatus, bool) {
+	return r.read(id, r.store.JobWithTargets, true)
+}
+
+// read reads a job and its targets with get, and lays its actor's
+// snapshot over them. The snapshot is loaded first: the store then holds
+// at least what it says, and the overlay makes the two agree (a target it
+// says is running may already be committed: it reads running).
+func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []persistence.TargetRecord, error), results bool) (Job, []TargetStatus, bool) {
+	var snap *actors.Snapshot
+	if v := r.views.Get(id); v != nil {
+		if snap = v.Load(); r.snapExpired(v, snap) {
+			return Job{}, nil, false
+		}
+	}
+	rec, ts, err := get(id)
+	if err != nil {
+		r.readFailed("read targets", id, err)
+		return Job{}, nil, false
+	}
+	if snap == nil {
+		if r.expired(&rec) {
+			return Job{}, nil, false
+		}
+		return toJob(&rec), toTargets(ts, results), true
+	}
+	overlay(&rec, ts, snap)
+	return toJob(&rec), toTargets(ts, results), true
+}
+
+// overlay lays a job actor's snapshot over what the store has: its status
+// and error, its running target, its unsaved outcomes; and counts the
+// progress from the result.
+func overlay(rec *persistence.JobRecord, ts []persistence.TargetRecord, s *actors.Snapshot) {
+	rec.Status, rec.Error = s.Job.Status, s.Job.Error
+	for _, u := range s.Unsaved {
+		if u.Idx >= 0 && u.Idx < len(ts) {
+			u.URL, u.Options = ts[u.Idx].URL, ts[u.Idx].Options
+			ts[u.Idx] = u
+		}
+	}
+	if i := s.Running; i >= 0 && i < len(ts) {
+		t := &ts[i]
+		*t = persistence.TargetRecord{Idx: t.Idx, URL: t.URL, Options: t.Options, Status: persistence.TargetRunning}
+	}
+	rec.TargetsDone, rec.TargetsFailed = 0, 0
+	for i := range ts {
+		switch ts[i].Status {
+		case persistence.TargetFailed:
+			rec.TargetsFailed++
+			rec.TargetsDone++
+		case persistence.TargetDone:
+			rec.TargetsDone++
+		}
+	}
+}
+
+func toJob(j *persistence.JobRecord) Job {
+	return Job{
+		ID:            j.ID,
+		Caller:        j.Caller,
+		Status:        j.Status,
+		Error:         j.Error,
+		TargetsTotal:  j.TargetsTotal,
+		TargetsDone:   j.TargetsDone,
+		TargetsFailed: j.TargetsFailed,
+		CreatedAt:     j.Created / 1e9,
+	}
+}
+
+func toTargets(ts []persistence.TargetRecord, results bool) []TargetStatus {
+	out := make([]TargetStatus, len(ts))
+	for i := range ts {
+		t := &ts[i]
+		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+		if results && t.Status == persistence.TargetDone && t.Result != nil {
+			out[i].Result = decodeResult(t.Result)
+		}
+	}
+	return out
+}
+
+func decodeResult(b []byte) *Result {
+	var res Result
+	if json.Unmarshal(b, &res) != nil {
+		return nil
+	}
+	return &res
+}
+
+// Result returns target idx's result, decoded; false unless the job is
+// readable (as for [Runner.Job]) and that target is stored done. It reads
+// that one result. Safe for concurrent use.
+func (r *Runner) Result(id string, idx int) (*Result, bool) {
+	b, ok := r.ResultJSON(id, idx)
+	if !ok {
+		return nil, false
+	}
+	res := decodeResult(b)
+	return res, res != nil
+}
+
+// ResultJSON returns target idx's result as its stored JSON bytes, to be
+// written out as they are; false as for [Runner.Result]. The bytes are the
+// caller's. A result is immutable once stored. Safe for concurrent use.
+func (r *Runner) ResultJSON(id string, idx int) ([]byte, bool) {
+	if idx < 0 {
+		return nil, false
+	}
+	rec, snap, ok := r.row(id)
+	if !ok || idx >= rec.TargetsTotal {
+		return nil, false
+	}
+	if snap != nil {
+		if idx == snap.Running {
+			return nil, false
+		}
+		for _, u := range snap.Unsaved {
+			if u.Idx == idx {
+				if u.Status != persistence.TargetDone {
+					return nil, false
+				}
+				return append([]byte(nil), u.Result...), true
+			}
+		}
+	}
+	b, err := r.store.ResultJSON(id, idx)
+	if err != nil {
+		r.readFailed("read result", id, err)
+		return nil, false
+	}
+	return b, true
+}
+
+// touchCoalesce is the granularity of a settled job's stored lease: Touch
+// writes it rounded up to the next whole second, so that many Touches of
+// one job within a second write once, and the stored lease is never
+// earlier than the latest Touch (a polled job never expires early).
+const touchCoalesce = time.Second
+
+// Touch moves a job's lease to now, so that it stays readable for another
+// [Config.TTL]. A live job's lease is held by its actor and written with
+// the job's next write: no store write. A finished job's stored lease is
+// rewritten at most once per second (to now rounded up to the second; with
+// a TTL under 2 s, to now on every call). An unknown or expired id is
+// ignored. Safe for concurrent use.
+func (r *Runner) Touch(id string) {
+	now := r.cfg.Now().UnixNano()
+	if v := r.views.Get(id); v != nil {
+		v.Touch(now)
+		return
+	}
+	rec, err := r.store.Row(id)
+	if err != nil || r.expired(&rec) {
+		return
+	}
+	lease := now
+	if r.cfg.TTL >= 2*touchCoalesce {
+		if rem := now % int64(touchCoalesce); rem != 0 {
+			lease += int64(touchCoalesce) - rem
+		}
+		if rec.Lease >= lease {
+			return
+		}
+	}
+	if _, err := r.store.TouchUnexpired(id, lease, now-int64(r.cfg.TTL)); err != nil {
+		r.log.Warn("touch", slog.String(keyJobID, id), slog.String(keyErr, storeErrText(err)))
+	}
+}
+
+// Wait blocks until the job id is terminal and returns it, within
+// milliseconds of its terminal write; it does not poll. It returns
+// [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
+// it was left once the runner has stopped (Close, or a failure), and
+// ctx.Err() with the job as it stands when ctx is done. Safe for concurrent
+// use.
+func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
+	for woke := false; ; woke = true {
+		j, ok := r.Job(id)
+		switch {
+		case !ok:
+			return Job{}, ErrNotFound
+		case woke && r.isClosed(), IsLive(j.Status) && r.isClosed():
+			return j, ErrClosed // a job the close ended ("shutdown") too
+		case !IsLive(j.Status):
+			return j, nil
+		}
+		v := r.views.Get(id)
+		if v == nil {
+			runtime.Gosched() // its actor has just stopped: its row is written
+			continue
+		}
+		select {
+		case <-v.Ended():
+		case <-r.done:
+		case <-ctx.Done():
+			j, _ = r.Job(id)
+			return j, ctx.Err()
+		}
+	}
+}
+
+func (r *Runner) isClosed() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.closed
+}
