@@ -154,11 +154,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
-	mux.Handle(routeHealth, m.Middleware(routeHealth, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		fmt.Fprintln(w, `{"status":"ok"}`)
-	})))
+	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
 	return &server{
 		http: &http.Server{
 			Handler:           mux,
@@ -174,6 +170,21 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		store:   store,
 		log:     log,
 	}, nil
+}
+
+// health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
+// {"status":"unavailable"} once it has closed or failed ([engine.Runner.Err]).
+func health(r *engine.Runner) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Err() != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"status":"unavailable"}`)
+			return
+		}
+		fmt.Fprintln(w, `{"status":"ok"}`)
+	})
 }
 
 // serve serves on ln until ctx is cancelled or the listener fails, then

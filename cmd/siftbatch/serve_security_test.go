@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -247,6 +248,11 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 			t.Errorf("/metrics carries %s (%q)", what, secret)
 		}
 	}
+	for _, series := range []string{"siftbatch_hook_panics_total 0", `siftbatch_jobs_total{outcome="created"} 2`, "go_goroutines", "process_"} {
+		if !strings.Contains(string(scrape.body), series) {
+			t.Errorf("/metrics lacks %q", series)
+		}
+	}
 	if strings.Contains(string(scrape.body), mixed) {
 		t.Error("/metrics carries a job id")
 	}
@@ -297,4 +303,34 @@ var errOffMachine = errors.New("test fetcher: refused to dial off the machine")
 func portOf(hostport string) string {
 	_, port, _ := net.SplitHostPort(hostport)
 	return port
+}
+
+// TestServe_Health: /healthz answers 200 while the runner serves and 503
+// once it has stopped, as a load balancer must see.
+func TestServe_Health(t *testing.T) {
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := startServer(serveFlags{}, keys, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		srv.http.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec
+	}
+	if rec := get(); rec.Code != http.StatusOK || rec.Body.String() != "{\"status\":\"ok\"}\n" {
+		t.Fatalf("serving: %d %s", rec.Code, rec.Body)
+	}
+	srv.runner.Close()
+	if rec := get(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {
+		t.Fatalf("after Close: %d %s", rec.Code, rec.Body)
+	}
 }

@@ -11,9 +11,11 @@
 //	GET    /v1/batch/{id}/{idx} 200 one target with its result
 //	DELETE /v1/batch/{id}       200 {"cancelled":true}; 409 once the job has ended
 //
-// A POST body over [Options.MaxBody] is 413; bad JSON or an unknown field
-// 400; no targets, too many, or a URL that is not absolute http(s) 422; a
-// caller or the server at its cap of live jobs 429 with Retry-After.
+// A POST body over [Options.MaxBody] is 413; a body that stops coming
+// (the server's read timeout) 408; a malformed body encoding (bad chunked)
+// 400 "bad request body"; bad JSON or an unknown field 400; no targets, too
+// many, or a URL that is not absolute http(s) 422; a caller or the server
+// at its cap of live jobs 429 with Retry-After.
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
 // "targets_failed", "created_at", "targets"}: targets_done counts the
@@ -21,6 +23,18 @@
 // failed ones, and created_at is in unix seconds. A target is {"idx",
 // "url", "status", "error", "hint", "result": {"content", "meta"}}; empty
 // error and hint are omitted. No JSON the handler writes escapes HTML.
+//
+// Reads: a job is answered from [engine.Runner.Targets], and each result
+// is written from [engine.Runner.ResultJSON], its stored bytes as they
+// are, one target at a time: a ?results=1 answer holds at most one result
+// in memory, however large the job. It is streamed (chunked), so its
+// status, 200, is sent before the last result is read. If the job is
+// deleted meanwhile (it expired, or was evicted), the answer ends early:
+// the handler drops the connection (it panics with [http.ErrAbortHandler],
+// net/http's way to do so) before the end of the chunked body, so a client
+// reads an unexpected EOF (curl exits 18, "transfer closed with
+// outstanding read data remaining"), and the JSON it has is incomplete. A
+// whole answer is valid JSON that ends in "]}" and a newline.
 //
 // Owner isolation: another caller's job is answered exactly like a job
 // that does not exist (404, byte for byte), with the same work, so that

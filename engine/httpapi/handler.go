@@ -69,7 +69,8 @@ type runner interface {
 	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
 	Cancel(id string) bool
 	Job(id string) (engine.Job, bool)
-	Status(id string) (engine.Job, []engine.TargetStatus, bool)
+	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
+	ResultJSON(id string, idx int) ([]byte, bool)
 	Touch(id string)
 }
 
@@ -151,15 +152,18 @@ func (h *Handler) guard(route string, next http.Handler) http.Handler {
 				if v == nil {
 					return
 				}
-				if v == http.ErrAbortHandler {
-					panic(v) // net/http's own way to drop a connection; it logs nothing
-				}
-				h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
-				if !rec.wroteHeader {
+				switch {
+				case v == http.ErrAbortHandler:
+					// net/http's own way to drop a connection (an answer
+					// cut short); it logs nothing.
+					abort = true
+				case !rec.wroteHeader:
+					h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
 					writeError(rec, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")
-				} else {
+				default:
 					// Part of an answer is out: drop the connection so
 					// that it cannot pass for a whole one.
+					h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
 					rec.code, abort = http.StatusInternalServerError, true
 				}
 			}()

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -38,9 +40,14 @@ func (c countingRunner) Job(id string) (engine.Job, bool) {
 	return c.runner.Job(id)
 }
 
-func (c countingRunner) Status(id string) (engine.Job, []engine.TargetStatus, bool) {
-	*c.calls = append(*c.calls, "Status")
-	return c.runner.Status(id)
+func (c countingRunner) Targets(id string) (engine.Job, []engine.TargetStatus, bool) {
+	*c.calls = append(*c.calls, "Targets")
+	return c.runner.Targets(id)
+}
+
+func (c countingRunner) ResultJSON(id string, idx int) ([]byte, bool) {
+	*c.calls = append(*c.calls, "ResultJSON")
+	return c.runner.ResultJSON(id, idx)
 }
 
 func (c countingRunner) Touch(id string) {
@@ -52,11 +59,7 @@ func (c countingRunner) Touch(id string) {
 // once, or waits for hold's close on a URL ending in /hold.
 func newRunner(t *testing.T, hold <-chan struct{}) *engine.Runner {
 	t.Helper()
-	store, err := persistence.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+	return newRunnerWith(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.HasSuffix(tg.URL, "/hold") {
 			select {
 			case <-hold:
@@ -65,6 +68,14 @@ func newRunner(t *testing.T, hold <-chan struct{}) *engine.Runner {
 			}
 		}
 		return engine.Result{Content: "page"}, nil
+	})
+}
+
+func newRunnerWith(t *testing.T, fetch engine.FetchFunc) *engine.Runner {
+	t.Helper()
+	store, err := persistence.Open("")
+	if err != nil {
+		t.Fatal(err)
 	}
 	r, err := engine.New(store, fetch, engine.Config{JobsPerCaller: 2}, nil)
 	if err != nil {
@@ -139,8 +150,11 @@ func TestAPI_NotYoursSameWork(t *testing.T) {
 		}
 	}
 	// The owner's read is what reads the targets, then touches.
-	if got := serve(http.MethodGet, "/v1/batch/"+done, "alice-key"); !slices.Equal(got, []string{"Job", "Status", "Touch"}) {
+	if got := serve(http.MethodGet, "/v1/batch/"+done, "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "Touch"}) {
 		t.Errorf("owner's GET called %v", got)
+	}
+	if got := serve(http.MethodGet, "/v1/batch/"+done+"/1", "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "ResultJSON", "Touch"}) {
+		t.Errorf("owner's GET of a target called %v", got)
 	}
 }
 
@@ -192,4 +206,76 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// eventWriter is a ResponseWriter that logs each Write's size into the
+// same log as the countingRunner's calls.
+type eventWriter struct {
+	*httptest.ResponseRecorder
+	events *[]string
+}
+
+func (e eventWriter) Write(b []byte) (int, error) {
+	*e.events = append(*e.events, fmt.Sprintf("write %d", len(b)))
+	return e.ResponseRecorder.Write(b)
+}
+
+// TestAPI_StreamsOneResultAtATime: a ?results=1 answer reads each result
+// only once the one before it is written out, so it holds at most one in
+// memory: in the log of runner calls and writes, every ResultJSON is
+// followed by the write that carries that result, before the next read.
+func TestAPI_StreamsOneResultAtATime(t *testing.T) {
+	sizes := []int{100 << 10, 30 << 10, 200 << 10, 5 << 10}
+	r := newRunnerWith(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.HasSuffix(tg.URL, "/fail") {
+			return engine.Result{}, &engine.TargetError{Msg: "HTTP 404 Not Found", Hint: "check the URL"}
+		}
+		i := int(tg.URL[len(tg.URL)-1] - '0')
+		return engine.Result{Content: strings.Repeat("x", sizes[i])}, nil
+	})
+	ts := []engine.Target{{URL: "https://example.com/0"}, {URL: "https://example.com/fail"}, {URL: "https://example.com/1"},
+		{URL: "https://example.com/2"}, {URL: "https://example.com/3"}}
+	id, _, err := r.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Wait(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	h, err := newHandler(countingRunner{runner: r, calls: &events}, testAuth, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?results=1", nil)
+	req.Header.Set("Authorization", "Bearer alice-key")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(eventWriter{rec, &events}, req)
+	if rec.Code != http.StatusOK || !json.Valid(rec.Body.Bytes()) {
+		t.Fatalf("answer %d, valid JSON %v", rec.Code, json.Valid(rec.Body.Bytes()))
+	}
+	t.Logf("events: %v", events)
+	if !slices.Equal(events[:3], []string{"Job", "Targets", "Touch"}) {
+		t.Fatalf("events %v, want Job, Targets, Touch first", events)
+	}
+	reads := 0
+	for i, e := range events {
+		if e != "ResultJSON" {
+			continue
+		}
+		var n int
+		if i+1 == len(events) || !strings.HasPrefix(events[i+1], "write ") {
+			t.Fatalf("ResultJSON %d is not followed by a write: %v", reads, events)
+		}
+		fmt.Sscanf(events[i+1], "write %d", &n)
+		if n < sizes[reads] || n > sizes[reads]+1<<10 {
+			t.Errorf("result %d (%d bytes) went out in a write of %d", reads, sizes[reads], n)
+		}
+		reads++
+	}
+	if reads != len(sizes) {
+		t.Fatalf("%d results read, want %d: %v", reads, len(sizes), events)
+	}
 }

@@ -128,7 +128,8 @@ func setup(t testing.TB) *bundle {
 }
 
 // setupWith is setup with a fetch of its own (nil: fakeFetch) and options
-// (Wrap, Log and TargetsPerJob are set for it).
+// (Log and TargetsPerJob are set for it; the metrics' middleware wraps
+// o.Wrap).
 func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle {
 	t.Helper()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
@@ -158,7 +159,12 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	}
 	m.Attach(runner)
 	b.runner = runner
-	o.TargetsPerJob, o.Wrap, o.Log = cfg.TargetsPerJob, m.Middleware, log
+	o.TargetsPerJob, o.Log = cfg.TargetsPerJob, log
+	if inner := o.Wrap; inner != nil {
+		o.Wrap = func(route string, h http.Handler) http.Handler { return m.Middleware(route, inner(route, h)) }
+	} else {
+		o.Wrap = m.Middleware
+	}
 	api, err := httpapi.New(runner, keys, o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,26 +12,24 @@ import (
 	"github.com/sift/batch/engine"
 )
 
-// jobJSON is a job as the API shows it.
-type jobJSON struct {
-	ID            string       `json:"id"`
-	Status        string       `json:"status"`
-	Error         string       `json:"error,omitempty"`
-	TargetsTotal  int          `json:"targets_total"`
-	TargetsDone   int          `json:"targets_done"`
-	TargetsFailed int          `json:"targets_failed"`
-	CreatedAt     int64        `json:"created_at"`
-	Targets       []targetJSON `json:"targets"`
+// jobHead is a job as the API shows it, but its targets.
+type jobHead struct {
+	ID            string `json:"id"`
+	Status        string `json:"status"`
+	Error         string `json:"error,omitempty"`
+	TargetsTotal  int    `json:"targets_total"`
+	TargetsDone   int    `json:"targets_done"`
+	TargetsFailed int    `json:"targets_failed"`
+	CreatedAt     int64  `json:"created_at"`
 }
 
-// targetJSON is a target as the API shows it.
-type targetJSON struct {
-	Idx    int            `json:"idx"`
-	URL    string         `json:"url"`
-	Status string         `json:"status"`
-	Error  string         `json:"error,omitempty"`
-	Hint   string         `json:"hint,omitempty"`
-	Result *engine.Result `json:"result,omitempty"`
+// targetHead is a target as the API shows it, but its result.
+type targetHead struct {
+	Idx    int    `json:"idx"`
+	URL    string `json:"url"`
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+	Hint   string `json:"hint,omitempty"`
 }
 
 // owned returns the summary of the path's job if it is the caller's, or
@@ -57,14 +57,29 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 	if !ok {
 		return
 	}
-	job, targets, ok := h.r.Status(j.ID)
+	job, targets, ok := h.r.Targets(j.ID)
 	if !ok { // expired, or swept since the owner check
 		writeJobNotFound(w)
 		return
 	}
 	h.r.Touch(job.ID)
 	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
-	out := jobJSON{
+	h.writeJob(w, job, targets, withResults)
+}
+
+// writeJob streams a job as JSON: its head, then each target, with its
+// result's stored bytes as they are, read one at a time, so that the
+// answer holds at most one result in memory; then the tail. If a result
+// can no longer be read (the job was deleted meanwhile), the answer ends
+// there: the connection is dropped before the end of the body, so that a
+// client cannot take it for a whole one, and the JSON is left incomplete.
+func (h *Handler) writeJob(w http.ResponseWriter, job engine.Job, targets []engine.TargetStatus, withResults bool) {
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(jobHead{
 		ID:            job.ID,
 		Status:        job.Status,
 		Error:         job.Error,
@@ -72,12 +87,45 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 		TargetsDone:   job.TargetsDone,
 		TargetsFailed: job.TargetsFailed,
 		CreatedAt:     job.CreatedAt,
-		Targets:       make([]targetJSON, 0, len(targets)),
+	})
+	buf.Truncate(buf.Len() - 2) // "}\n"
+	buf.WriteString(`,"targets":[`)
+	for i := range targets {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		t := &targets[i]
+		if !withResults || t.Status != engine.TargetDone {
+			appendTarget(&buf, enc, t, nil)
+			continue
+		}
+		res, ok := h.r.ResultJSON(job.ID, t.Idx)
+		if !ok {
+			h.log.Info("answer cut short: the job was deleted while it was written", slog.String(logKeyJobID, job.ID))
+			panic(http.ErrAbortHandler) // net/http drops the connection, before the body's end
+		}
+		appendTarget(&buf, enc, t, res)
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return // the client is gone
+		}
+		buf.Reset()
 	}
-	for _, t := range targets {
-		out.Targets = append(out.Targets, toTargetJSON(t, withResults))
+	buf.WriteString("]}\n")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// appendTarget appends t's JSON to buf, through enc (which writes to buf),
+// with result's bytes as its result if result is not nil. The result is
+// appended in place only to be written out at once.
+func appendTarget(buf *bytes.Buffer, enc *json.Encoder, t *engine.TargetStatus, result []byte) {
+	_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint})
+	buf.Truncate(buf.Len() - 1) // "\n"
+	if result != nil {
+		buf.Truncate(buf.Len() - 1) // "}"
+		buf.WriteString(`,"result":`)
+		buf.Write(result)
+		buf.WriteByte('}')
 	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 // target is GET /v1/batch/{id}/{idx}.
@@ -91,13 +139,28 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		writeError(w, http.StatusNotFound, "target not found", fmt.Sprintf("this job's targets are 0 to %d", j.TargetsTotal-1))
 		return
 	}
-	_, targets, ok := h.r.Status(j.ID)
+	_, targets, ok := h.r.Targets(j.ID)
 	if !ok || idx >= len(targets) {
-		writeJobNotFound(w)
+		writeJobNotFound(w) // expired, or swept since the owner check
 		return
 	}
+	t := &targets[idx]
+	var res []byte
+	if t.Status == engine.TargetDone {
+		if res, ok = h.r.ResultJSON(j.ID, idx); !ok {
+			writeJobNotFound(w)
+			return
+		}
+	}
 	h.r.Touch(j.ID)
-	writeJSON(w, http.StatusOK, toTargetJSON(targets[idx], true))
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	appendTarget(&buf, enc, t, res)
+	buf.WriteByte('\n')
+	_, _ = w.Write(buf.Bytes())
 }
 
 // parseIdx parses a target index in its one spelling: decimal digits, no
@@ -154,12 +217,4 @@ func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller
 		}
 	}
 	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
-}
-
-func toTargetJSON(t engine.TargetStatus, withResult bool) targetJSON {
-	out := targetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
-	if withResult {
-		out.Result = t.Result
-	}
-	return out
 }

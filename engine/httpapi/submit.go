@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -31,17 +33,27 @@ type submitResponse struct {
 // submit is POST /v1/batch.
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
-	var req submitRequest
-	if err == nil {
-		err = decodeSubmit(body, &req)
-	}
-	var tooBig *http.MaxBytesError
+	var (
+		tooBig  *http.MaxBytesError
+		netErr  net.Error
+		timeout = errors.As(err, &netErr) && netErr.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
+	)
 	switch {
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "body too large",
 			fmt.Sprintf("send at most %d KiB; split the targets over several jobs", h.o.MaxBody>>10))
 		return
+	case timeout:
+		// The error's text names the connection's addresses: never sent.
+		writeError(w, http.StatusRequestTimeout, "body read timed out", "send the whole body at once, right after the headers")
+		return
 	case err != nil:
+		// A malformed body encoding (bad chunked), or a connection cut.
+		writeError(w, http.StatusBadRequest, "bad request body", "send the body whole, with a correct Content-Length or chunked encoding")
+		return
+	}
+	var req submitRequest
+	if err := decodeSubmit(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "bad json: "+strings.TrimPrefix(err.Error(), "json: "),
 			`send {"targets":[{"url":"https://…","options":{…}}]}`)
 		return

@@ -119,9 +119,9 @@ func TestMetrics_Hooks(t *testing.T) {
 	})
 }
 
-// TestMetrics_Runner runs jobs on a real runner with the metrics' hooks:
-// the series follow it, and siftbatch_hook_panics_total reads the
-// runner's count once attached.
+// TestMetrics_Runner runs a job on a real runner with the metrics' hooks,
+// joined with one that panics: the series follow the runner, and
+// siftbatch_hook_panics_total reads its count once attached.
 func TestMetrics_Runner(t *testing.T) {
 	m, scrape := setup(t)
 	store, err := persistence.Open("")
@@ -135,7 +135,9 @@ func TestMetrics_Runner(t *testing.T) {
 		}
 		return engine.Result{Content: "page"}, nil
 	}
-	r, err := engine.New(store, fetch, engine.Config{Hooks: m.Hooks()}, nil)
+	// A hook of the embedder's that panics, after the metrics' own.
+	bad := engine.Hooks{JobSeconds: func(time.Duration) { panic("a bug in an embedder's hook") }}
+	r, err := engine.New(store, fetch, engine.Config{Hooks: metrics.Join(m.Hooks(), bad)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +153,9 @@ func TestMetrics_Runner(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close() // every hook has run once Close returns
+	if r.HookPanics() != 1 {
+		t.Errorf("HookPanics %d, want 1", r.HookPanics())
+	}
 	wantValues(t, scrape(), map[string]float64{
 		`siftbatch_jobs_total{outcome="created"}`:  1,
 		`siftbatch_jobs_total{outcome="partial"}`:  1,
