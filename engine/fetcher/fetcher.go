@@ -43,6 +43,8 @@ var (
 	// errBadURL is returned, wrapped, for a URL that is not absolute
 	// http(s).
 	errBadURL = errors.New("not an absolute http or https URL")
+	// errBadPort is returned for a URL whose port is not 1 to 65535.
+	errBadPort = errors.New("port not 1 to 65535")
 )
 
 // Resolver looks up the addresses of a host. [*net.Resolver] implements it.
@@ -92,6 +94,7 @@ type Options struct {
 // with it. It is safe for concurrent use.
 type Fetcher struct {
 	o         Options
+	local     localAddrs
 	transport *http.Transport
 	client    *http.Client
 }
@@ -209,13 +212,33 @@ func (f *Fetcher) Fetch(ctx context.Context, _ *engine.Caller, t engine.Target) 
 	return engine.Result{Content: string(body), Meta: meta}, nil
 }
 
-// parseURL parses an absolute http(s) URL with a host and no user info.
+// parseURL parses an absolute http(s) URL with a host, no user info, and
+// a port, if any, of 1 to 65535.
 func parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
 		return nil, errBadURL
 	}
+	if _, err := urlPort(u); err != nil {
+		return nil, err
+	}
 	return u, nil
+}
+
+// urlPort returns u's port, or its scheme's: 80 or 443.
+func urlPort(u *url.URL) (uint16, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, errBadPort
+	}
+	return uint16(n), nil
 }
 
 // checkURL refuses, unless private addresses are allowed, a URL whose host
@@ -228,16 +251,9 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 	if f.o.AllowPrivate {
 		return nil
 	}
-	port := uint16(80)
-	if u.Scheme == "https" {
-		port = 443
-	}
-	if p := u.Port(); p != "" {
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil {
-			return errBadURL
-		}
-		port = uint16(n)
+	port, err := urlPort(u)
+	if err != nil {
+		return err
 	}
 	host := u.Hostname()
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -262,9 +278,10 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 }
 
 // allowed reports whether the guard lets the fetcher connect to ap with
-// AllowPrivate off: a public address, or one Exempt lets through.
+// AllowPrivate off: a public address that is not the host's own, or one
+// Exempt lets through.
 func (f *Fetcher) allowed(ap netip.AddrPort) bool {
-	return publicAddr(ap.Addr()) || f.o.Exempt != nil && f.o.Exempt(ap)
+	return publicAddr(ap.Addr()) && !f.local.has(ap.Addr()) || f.o.Exempt != nil && f.o.Exempt(ap)
 }
 
 // dial connects to addr, resolving its host with the configured resolver
@@ -362,11 +379,15 @@ func (f *Fetcher) classify(ctx context.Context, err error) error {
 	case errors.Is(err, errAddrRefused):
 		te.Status = http.StatusForbidden
 		te.Msg = "address not allowed"
-		te.Hint = "the host is or resolves to a loopback, private, link-local or other non-public address; only public addresses are fetched"
+		te.Hint = "the host is or resolves to an address that is not public (loopback, private, link-local, documentation, this host's own…); only public addresses are fetched"
 	case errors.Is(err, errBadURL):
 		te.Status = http.StatusUnprocessableEntity
 		te.Msg = "bad url"
 		te.Hint = "the URL, or one a redirect led to, is not an absolute http:// or https:// URL"
+	case errors.Is(err, errBadPort):
+		te.Status = http.StatusUnprocessableEntity
+		te.Msg = "bad url"
+		te.Hint = "the URL's port, or that of one a redirect led to, is not 1 to 65535"
 	case errors.Is(err, errTooManyRedirects):
 		te.Msg = "too many redirects"
 		te.Hint = fmt.Sprintf("the page redirected more than %d times", f.o.MaxRedirects)

@@ -182,6 +182,12 @@ func TestFetcher_Statuses(t *testing.T) {
 	wantTargetError(t, err, http.StatusBadGateway, "too many redirects", host)
 	_, err = fetch(t, f, "ftp://example.com/")
 	wantTargetError(t, err, http.StatusUnprocessableEntity, "bad url", "")
+	for _, port := range []string{"99999", "0", "65536"} {
+		_, err = fetch(t, f, "http://example.com:"+port+"/")
+		if te := wantTargetError(t, err, http.StatusUnprocessableEntity, "bad url", ""); !strings.Contains(te.Hint, "port") {
+			t.Errorf("port %s: hint %q", port, te.Hint)
+		}
+	}
 
 	// A closed port: connection refused, without the address.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

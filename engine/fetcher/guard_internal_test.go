@@ -122,3 +122,68 @@ func TestReadCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestGuard_SpecialPurpose: every block the IANA special-purpose
+// registries mark not globally reachable is refused, at its edges; the
+// globally reachable ones inside refused blocks, and ordinary public
+// addresses, pass.
+func TestGuard_SpecialPurpose(t *testing.T) {
+	refused := []string{
+		// IPv4: this network, documentation, benchmarking, reserved,
+		// broadcast, IETF assignments, the 6to4 relay, shared space.
+		"0.0.0.1", "0.255.255.255", "192.0.2.1", "192.0.2.255", "198.51.100.7", "203.0.113.200",
+		"198.18.0.1", "198.19.255.255", "240.0.0.1", "254.255.255.255", "255.255.255.255",
+		"192.0.0.1", "192.0.0.8", "192.0.0.170", "192.0.0.255", "192.88.99.1", "100.64.0.1", "100.127.255.255",
+		// IPv6: documentation (both), benchmarking, discard, dummy,
+		// SRv6, IETF assignments, Teredo, 6to4, ORCHID (deprecated),
+		// local-use translation, NAT64 of a private address, outside
+		// global unicast, site-local.
+		"2001:db8::1", "2001:db8:ffff::1", "3fff::1", "3fff:fff::1", "2001:2::1", "100::1", "100:0:0:1::1",
+		"5f00::1", "2001::1", "2001:0:4136:e378::1", "2002:c000:204::1", "2001:10::1", "64:ff9b:1::1",
+		"64:ff9b::a00:1", "64:ff9b::7f00:1", "64:ff9b::c000:201", "4000::1", "::2", "fec0::1",
+		// Multicast.
+		"224.0.0.1", "239.255.255.255", "ff02::1", "ff0e::1",
+	}
+	for _, a := range refused {
+		if publicAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s passes the guard", a)
+		}
+	}
+	reachable := []string{
+		"192.0.0.9", "192.0.0.10", "192.31.196.1", "192.52.193.1", "192.175.48.1",
+		"2001:1::1", "2001:1::2", "2001:1::3", "2001:3::1", "2001:4:112::1", "2001:20::1", "2001:30::1",
+		"2620:4f:8000::1", "64:ff9b::808:808",
+		"93.184.216.34", "1.1.1.1", "2606:4700::1111", "2a00:1450:4001::1",
+	}
+	for _, a := range reachable {
+		if !publicAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s is refused, though globally reachable", a)
+		}
+	}
+}
+
+// TestGuard_OwnAddresses: the host's own interface addresses are refused,
+// a public one too, by the URL check and at the dial.
+func TestGuard_OwnAddresses(t *testing.T) {
+	g := newChecker(t, Options{Resolver: staticResolver{"self.example": {"93.184.216.34"}}})
+	g.local.read = func() ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("2a00:1450:4001::1")}, nil
+	}
+	for _, u := range []string{"http://93.184.216.34/", "http://self.example/", "https://[2a00:1450:4001::1]/", "http://[::ffff:93.184.216.34]/"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		if err := g.checkURL(context.Background(), req.URL); !errors.Is(err, errAddrRefused) {
+			t.Errorf("%s: %v, want errAddrRefused", u, err)
+		}
+	}
+	if err := g.control("tcp4", "93.184.216.34:443", nil); !errors.Is(err, errAddrRefused) {
+		t.Errorf("control: %v", err)
+	}
+	if err := g.control("tcp4", "93.184.216.35:443", nil); err != nil {
+		t.Errorf("control on another public address: %v", err)
+	}
+	// The host's real interfaces are read when no reader is set.
+	var l localAddrs
+	if !l.has(netip.MustParseAddr("127.0.0.1")) {
+		t.Error("127.0.0.1 is not among the host's own addresses")
+	}
+}

@@ -38,6 +38,8 @@ func FuzzAPI_Submit(f *testing.F) {
 		"{\"targets\":[{\"url\":\"https://example.com/\xff\"}]}",
 		`{"targets":[{"url":"https://example.com/"}]} {}`,
 		`{"targets":[{"url":"https://user:pw@example.com/"}]}`,
+		`{"targets":[{"url":"https://example.com:99999/"}]}`, `{"targets":[{"url":"https://example.com:0/"}]}`,
+		`{"targets":[{"url":"https://example.com:00080/"}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"speed":1}}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`,
 		strings.Repeat("[", 20000),
@@ -125,10 +127,14 @@ func validSubmitBody(body []byte, max int) bool {
 }
 
 // absoluteHTTP reports whether u is an absolute http or https URL with a
-// host and no user info.
+// host, no user info, and a port, if any, of 1 to 65535.
 func absoluteHTTP(u string) bool {
 	p, err := url.Parse(u)
-	return err == nil && (p.Scheme == "http" || p.Scheme == "https") && p.Hostname() != "" && p.User == nil
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" || p.User != nil {
+		return false
+	}
+	port, err := strconv.Atoi(p.Port())
+	return p.Port() == "" || err == nil && port >= 1 && port <= 65535
 }
 
 func validOptions(raw json.RawMessage) bool {

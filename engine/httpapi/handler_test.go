@@ -113,6 +113,8 @@ func TestAPI_Submit(t *testing.T) {
 			{"ftp url", targetsBody("ftp://example.com/file"), http.StatusUnprocessableEntity, "not an absolute"},
 			{"no host", targetsBody("https:///path"), http.StatusUnprocessableEntity, "not an absolute"},
 			{"unparsable url", targetsBody("http://[::1"), http.StatusUnprocessableEntity, "not an absolute"},
+			{"port too high", targetsBody("https://example.com:99999/"), http.StatusUnprocessableEntity, "port not 1 to 65535"},
+			{"port zero", targetsBody("https://example.com:0/"), http.StatusUnprocessableEntity, "port not 1 to 65535"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(tc.body)), tc.code, tc.msg)

@@ -64,7 +64,11 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 			return
 		}
 		if err := checkURL(t.URL); err != nil {
-			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: %v", i, err), "give absolute URLs such as https://example.com/page")
+			hint := "give absolute URLs such as https://example.com/page"
+			if errors.Is(err, errBadPort) {
+				hint = "give a port of 1 to 65535, or none"
+			}
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: %v", i, err), hint)
 			return
 		}
 	}
@@ -110,14 +114,24 @@ func (h *Handler) retryAfter(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.FormatInt(s, 10))
 }
 
-// errBadURL is a target URL that is not absolute http(s).
-var errBadURL = errors.New("not an absolute http or https URL")
+var (
+	// errBadURL is a target URL that is not absolute http(s).
+	errBadURL = errors.New("not an absolute http or https URL")
+	// errBadPort is a target URL whose port is not 1 to 65535.
+	errBadPort = errors.New("port not 1 to 65535")
+)
 
-// checkURL accepts an absolute http(s) URL with a host and no user info.
+// checkURL accepts an absolute http(s) URL with a host, no user info, and
+// a port, if any, of 1 to 65535.
 func checkURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
 		return errBadURL
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return errBadPort
+		}
 	}
 	return nil
 }
