@@ -87,7 +87,7 @@ func TestJobs(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("want a header and 3 jobs:\n%s", out)
 	}
-	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "CREATED", "LEASE"} {
+	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "FAILED", "CREATED", "LAST ACTIVE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Fatalf("header %q lacks %s", lines[0], col)
 		}

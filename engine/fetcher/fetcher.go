@@ -365,11 +365,14 @@ func statusError(code int) error {
 }
 
 // classify turns a transport error into a [*engine.TargetError] that never
-// carries the URL or the host. A cancelled parent ctx (the runner closing)
-// stays a plain error wrapping the context's cause.
+// carries the URL or the host. A done parent ctx (the runner closing) is a
+// [stoppedError]: a TargetError that also wraps the context's cause.
 func (f *Fetcher) classify(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("fetch stopped: %w", context.Cause(ctx))
+		return &stoppedError{
+			te:    &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was fetched; submit the job again"},
+			cause: context.Cause(ctx),
+		}
 	}
 	te := &engine.TargetError{Status: http.StatusBadGateway}
 	var dnsErr *net.DNSError
@@ -414,6 +417,17 @@ func (f *Fetcher) classify(ctx context.Context, err error) error {
 	}
 	return te
 }
+
+// stoppedError is a fetch stopped by its context: a [*engine.TargetError]
+// for the runner to store, that also wraps the context's cause
+// ([context.Canceled]) for errors.Is.
+type stoppedError struct {
+	te    *engine.TargetError
+	cause error
+}
+
+func (e *stoppedError) Error() string   { return "fetch stopped: " + e.cause.Error() }
+func (e *stoppedError) Unwrap() []error { return []error{e.te, e.cause} }
 
 // readCapped reads r up to max bytes and reports whether there was more.
 // A cut never splits a UTF-8 sequence.

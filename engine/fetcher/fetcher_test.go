@@ -364,7 +364,7 @@ func TestFetcher_Deadline(t *testing.T) {
 		}
 	}
 
-	t.Run("a cancelled context is not a target error", func(t *testing.T) {
+	t.Run("a cancelled context is a stop, with a hint", func(t *testing.T) {
 		f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
@@ -377,8 +377,8 @@ func TestFetcher_Deadline(t *testing.T) {
 		select {
 		case err := <-errc:
 			var te *engine.TargetError
-			if !errors.Is(err, context.Canceled) || errors.As(err, &te) {
-				t.Fatalf("got %v, want context.Canceled", err)
+			if !errors.Is(err, context.Canceled) || !errors.As(err, &te) || te.Msg != "fetch stopped" || te.Hint == "" {
+				t.Fatalf("got %v (%+v), want context.Canceled and a TargetError with a hint", err, te)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Fetch did not return after cancel")

@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,8 +99,17 @@ func TestAPI_Submit(t *testing.T) {
 			code       int
 			msg        string
 		}{
-			{"not json", `{"targets":`, http.StatusBadRequest, "bad json"},
-			{"not an object", `[1,2]`, http.StatusBadRequest, "bad json"},
+			{"not json", `{"targets":`, http.StatusBadRequest, "bad json: the JSON ends too soon"},
+			{"empty body", ``, http.StatusBadRequest, "empty body"},
+			{"blank body", " \n", http.StatusBadRequest, "empty body"},
+			{"targets an object", `{"targets":{}}`, http.StatusBadRequest, `bad json: targets must be a list of {"url": …}`},
+			{"a target a number", `{"targets":[1]}`, http.StatusBadRequest, `bad json: targets must be a list of {"url": …}`},
+			{"url a number", `{"targets":[{"url":1}]}`, http.StatusBadRequest, "bad json: url must be a string"},
+			{"options a list", `{"targets":[{"url":"https://example.com/","options":[]}]}`, http.StatusBadRequest, "bad json: options must be an object"},
+			{"context a string", `{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`, http.StatusBadRequest, "bad json: option context must be true or false"},
+			{"mode a number", `{"targets":[{"url":"https://example.com/","options":{"mode":1}}]}`, http.StatusBadRequest, "bad json: option mode must be a string"},
+			{"syntax", `{"targets":[x]}`, http.StatusBadRequest, "bad json: invalid character 'x' looking for beginning of value (at byte 13)"},
+			{"not an object", `[1,2]`, http.StatusBadRequest, "bad json: the body must be one JSON object"},
 			{"wrong type", `{"targets":"https://example.com/"}`, http.StatusBadRequest, "bad json"},
 			{"unknown field", `{"targets":[{"url":"https://example.com/"}],"priority":1}`, http.StatusBadRequest, "unknown field"},
 			{"unknown target field", `{"targets":[{"url":"https://example.com/","method":"POST"}]}`, http.StatusBadRequest, "unknown field"},
@@ -119,6 +131,15 @@ func TestAPI_Submit(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(tc.body)), tc.code, tc.msg)
 			})
+		}
+		// No message speaks Go.
+		for _, body := range []string{`{"targets":{}}`, `[1]`, `{"targets":[{"url":true}]}`, `{"targets":[{"url":"https://e.com/","options":{"recover":"x"}}]}`} {
+			r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
+			for _, goWord := range []string{"Go ", "struct", "engine.", "submitRequest", "unmarshal", "[]"} {
+				if strings.Contains(r.json(t)["error"].(string), goWord) {
+					t.Errorf("%s: error %q speaks Go (%q)", body, r.json(t)["error"], goWord)
+				}
+			}
 		}
 		// None of them made a job.
 		n := 0
@@ -496,5 +517,45 @@ func TestAPI_RealFetch(t *testing.T) {
 	defer mu.Unlock()
 	if busy != 3 {
 		t.Errorf("busy page fetched %d times, want 3", busy)
+	}
+}
+
+// TestAPI_EveryFailureHasAHint: a failed target stored without a hint of
+// its own (a plain error, busy past the retry window) is shown with one.
+func TestAPI_EveryFailureHasAHint(t *testing.T) {
+	var busy atomic.Int32
+	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch {
+		case strings.HasSuffix(tg.URL, "/plain"):
+			return engine.Result{}, errors.New("something broke")
+		case strings.HasSuffix(tg.URL, "/busy"):
+			busy.Add(1)
+			return engine.Result{}, fmt.Errorf("%w: HTTP 429", engine.ErrRetryLater)
+		}
+		return engine.Result{}, &engine.TargetError{Msg: "HTTP 404 Not Found", Hint: "its own hint"}
+	}
+	b := setupWith(t, fetch, httpapi.Options{})
+	id := b.submit(t, "alice-key", "https://example.com/plain", "https://example.com/busy", "https://example.com/own")
+	// Once the busy target has come back busy, its retry window passes.
+	waitFor(t, 10*time.Second, "the busy target's first try", func() bool { return busy.Load() > 0 })
+	b.clock.Advance(engine.DefaultRetryFor + time.Minute)
+	b.waitTerminal(t, id)
+	var job struct {
+		Targets []struct{ Status, Error, Hint string }
+	}
+	if err := json.Unmarshal(b.do(t, http.MethodGet, "/v1/batch/"+id, "alice-key", nil).body, &job); err != nil {
+		t.Fatal(err)
+	}
+	for i, tg := range job.Targets {
+		if tg.Status != "failed" || tg.Hint == "" {
+			t.Errorf("target %d: %s %q with hint %q", i, tg.Status, tg.Error, tg.Hint)
+		}
+	}
+	if job.Targets[2].Hint != "its own hint" || !strings.Contains(job.Targets[1].Hint, "busy") {
+		t.Errorf("hints %+v", job.Targets)
+	}
+	r := b.do(t, http.MethodGet, "/v1/batch/"+id+"/0", "alice-key", nil)
+	if h, _ := r.json(t)["hint"].(string); h == "" {
+		t.Errorf("target 0 alone has no hint: %s", r.body)
 	}
 }

@@ -118,7 +118,7 @@ func (h *Handler) writeJob(w http.ResponseWriter, job engine.Job, targets []engi
 // with result's bytes as its result if result is not nil. The result is
 // appended in place only to be written out at once.
 func appendTarget(buf *bytes.Buffer, enc *json.Encoder, t *engine.TargetStatus, result []byte) {
-	_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint})
+	_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t)})
 	buf.Truncate(buf.Len() - 1) // "\n"
 	if result != nil {
 		buf.Truncate(buf.Len() - 1) // "}"
@@ -217,4 +217,21 @@ func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller
 		}
 	}
 	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
+}
+
+// hintFor returns a target's hint: its own, or, for a failure stored
+// without one, a hint from its error, so that every failed target has one.
+func hintFor(t *engine.TargetStatus) string {
+	switch {
+	case t.Hint != "" || t.Status != engine.TargetFailed:
+		return t.Hint
+	case strings.HasPrefix(t.Error, "retry later"):
+		return "the site kept answering busy (429 or 503) for longer than the server retries; try again later in a new job"
+	case t.Error == "internal error":
+		return "the fetch failed on a bug in the server, not on the page; try again in a new job, and report it if it persists"
+	case t.Error == "shutdown" || t.Error == "restart" || strings.HasPrefix(t.Error, "fetch stopped"):
+		return "the server stopped while this target was fetched; submit the job again"
+	default:
+		return "the fetch failed; check the URL, or try again in a new job"
+	}
 }

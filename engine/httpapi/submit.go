@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -52,10 +53,14 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		writeError(w, http.StatusBadRequest, "bad request body", "send the body whole, with a correct Content-Length or chunked encoding")
 		return
 	}
+	const shape = `send {"targets":[{"url":"https://…","options":{…}}]}`
+	if len(bytes.TrimSpace(body)) == 0 {
+		writeError(w, http.StatusBadRequest, "empty body", shape)
+		return
+	}
 	var req submitRequest
 	if err := decodeSubmit(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad json: "+strings.TrimPrefix(err.Error(), "json: "),
-			`send {"targets":[{"url":"https://…","options":{…}}]}`)
+		writeError(w, http.StatusBadRequest, "bad json: "+describeJSONError(err), shape)
 		return
 	}
 	for i, t := range req.Targets {
@@ -162,6 +167,40 @@ func decodeSubmit(body []byte, req *submitRequest) error {
 		return errors.New("data after the JSON object")
 	}
 	return nil
+}
+
+// describeJSONError says what is wrong with a submit body in the API's
+// terms, never Go's ("cannot unmarshal object into Go struct field
+// submitRequest.targets of type []engine.Target").
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		switch f := te.Field; {
+		case f == "":
+			return `the body must be one JSON object: {"targets": […]}`
+		case f == "targets":
+			return `targets must be a list of {"url": …}`
+		case f == "targets.url":
+			return "url must be a string"
+		case f == "targets.options":
+			return `options must be an object such as {"mode": "…"}`
+		case strings.HasPrefix(f, "targets.options."):
+			want := "a string"
+			if te.Type != nil && te.Type.Kind() == reflect.Bool {
+				want = "true or false"
+			}
+			return "option " + strings.TrimPrefix(f, "targets.options.") + " must be " + want
+		default:
+			return f + " has the wrong type"
+		}
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s (at byte %d)", strings.TrimPrefix(se.Error(), "json: "), se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends too soon"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
 func isSyntaxError(err error) bool {
