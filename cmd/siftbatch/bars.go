@@ -10,7 +10,7 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/sift/batch/persistence"
+	"github.com/sift/batch/engine"
 )
 
 // minBarsWidth is the narrowest terminal the bars are drawn on.
@@ -43,7 +43,7 @@ func newBarsView(w io.Writer, js []*demoJob) *barsView {
 		notes: make([]atomic.Pointer[string], len(js)),
 	}
 	for i, d := range js {
-		note := persistence.StatusQueued
+		note := engine.StatusQueued
 		v.notes[i].Store(&note)
 		v.bars[i] = v.p.AddBar(int64(len(d.kinds)),
 			mpb.PrependDecorators(

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
 
@@ -59,7 +61,7 @@ func fillStore(t *testing.T, dir string) []string {
 		for i, u := range s.urls {
 			ts[i] = engine.Target{URL: u}
 		}
-		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, classStandard, ts)
+		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, httpapi.ClassStandard, ts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +70,7 @@ func fillStore(t *testing.T, dir string) []string {
 	for _, id := range ids {
 		waitFor(t, 10*time.Second, "job "+id, func() bool {
 			j, _, ok := r.Status(id)
-			return ok && !persistence.IsLive(j.Status)
+			return ok && !engine.IsLive(j.Status)
 		})
 	}
 	return ids
@@ -85,7 +87,7 @@ func TestJobs(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("want a header and 3 jobs:\n%s", out)
 	}
-	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "CREATED", "LEASE"} {
+	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "FAILED", "CREATED", "LAST ACTIVE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Fatalf("header %q lacks %s", lines[0], col)
 		}
@@ -163,9 +165,11 @@ func TestShow(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &job); err != nil {
 		t.Fatal(err)
 	}
-	var res engine.Result
-	if err := json.Unmarshal(job.Targets[0].Result, &res); err != nil || res.Content != "page https://example.com/a" {
-		t.Fatalf("result %s: %v", job.Targets[0].Result, err)
+	if res := job.Targets[0].Result; res == nil || res.Content != "<p>page https://example.com/a" {
+		t.Fatalf("result %+v:\n%s", res, out)
+	}
+	if !strings.Contains(out, `"content": "<p>page`) {
+		t.Fatalf("show escapes HTML:\n%s", out)
 	}
 
 	if _, _, err := run(t, "show", "--data", dir, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "no job") {
@@ -175,6 +179,97 @@ func TestShow(t *testing.T) {
 	if _, _, err := run(t, "show", "--data", dir); !errors.As(err, &ue) {
 		t.Fatalf("no id: %v, want a usage error", err)
 	}
+}
+
+// TestShow_SameFieldsAsAPI: every field show and the API's GET
+// /v1/batch/{id}?results=1 share has the same name, type and value (times
+// in unix seconds, results as objects, HTML not escaped); show adds the
+// store's own: caller, lease, result_bytes.
+func TestShow_SameFieldsAsAPI(t *testing.T) {
+	dir := t.TempDir()
+	ids := fillStore(t, dir)
+
+	// The API's answer, from a runner on the same store.
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := engine.New(store, fakeFetch(nil), engine.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.New(r, keys, httpapi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+ids[0]+"?results=1", nil)
+	req.Header.Set("Authorization", "Bearer alice-key")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	r.Close()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusOK {
+		t.Fatalf("API: %d %s", rec.Code, rec.Body)
+	}
+	var api map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &api); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err := run(t, "show", "--data", dir, ids[0], "--results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown map[string]any
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, `\u003c`) {
+		t.Errorf("show escapes HTML:\n%s", out)
+	}
+	for _, extra := range []string{"caller", "lease", "result_bytes"} {
+		if _, ok := shown[extra].(string); extra != "caller" && ok {
+			t.Errorf("show's %s is a string, want a number", extra)
+		}
+		if _, ok := shown[extra]; !ok {
+			t.Errorf("show has no %s", extra)
+		}
+	}
+	for k, v := range api {
+		if k == "targets" {
+			continue
+		}
+		if got, ok := shown[k]; !ok || fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", v, v) {
+			t.Errorf("%s: show has %T %v, the API %T %v", k, got, got, v, v)
+		}
+	}
+	at, st := api["targets"].([]any), shown["targets"].([]any)
+	if len(at) != 2 || len(st) != 2 {
+		t.Fatalf("targets: API %d, show %d", len(at), len(st))
+	}
+	for i := range at {
+		for k, v := range at[i].(map[string]any) {
+			got := st[i].(map[string]any)[k]
+			if a, b := mustJSON(t, got), mustJSON(t, v); a != b {
+				t.Errorf("target %d %s: show %s, the API %s", i, k, a, b)
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestJobs_StoreInUse(t *testing.T) {
@@ -289,7 +384,7 @@ func TestDemo(t *testing.T) {
 		t.Errorf("demo took %s", d)
 	}
 	out := stdout.String()
-	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE  FAILED  SECONDS") {
+	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE/TOTAL  FAILED  SECONDS") {
 		t.Fatalf("no summary table:\n%s", out)
 	}
 	for _, row := range []string{"job1  alice", "job2  bob", "job3  carol"} {
@@ -517,34 +612,6 @@ func TestServe_StoreInUse(t *testing.T) {
 	}
 }
 
-func TestParseKeys(t *testing.T) {
-	kr, err := parseKeys(strings.NewReader(testKeys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k, ok := kr.lookup("carol-key"); !ok || k.name != "carol" || k.class != classRestricted {
-		t.Fatalf("carol: %+v %v", k, ok)
-	}
-	if k, ok := kr.lookup("alice-key"); !ok || k.name != "alice" || k.class != classStandard || k.caller().KeySHA256 == "" {
-		t.Fatalf("alice: %+v %v", k, ok)
-	}
-	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
-		if _, ok := kr.lookup(bad); ok {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	for _, bad := range []string{"onlyname\n", "a k1 admin\n", "a k1\nb k1\n", "# nothing\n", "a b c d\n"} {
-		_, err := parseKeys(strings.NewReader(bad))
-		if err == nil {
-			t.Errorf("%q accepted", bad)
-			continue
-		}
-		if strings.Contains(err.Error(), "k1") {
-			t.Errorf("error %q shows a key", err)
-		}
-	}
-}
-
 // TestBarsView drives the progress bars through every kind of ending: they
 // finish without hanging and leave no goroutine behind (goleak).
 func TestBarsView(t *testing.T) {
@@ -555,12 +622,12 @@ func TestBarsView(t *testing.T) {
 	}
 	var out bytes.Buffer
 	v := newBarsView(&out, js)
-	js[0].job = engine.Job{ID: "a", Status: persistence.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+	js[0].job = engine.Job{ID: "a", Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
 	js[0].targets = []engine.TargetStatus{{Idx: 0, Status: "done"}, {Idx: 1, Status: "running"}}
 	v.update(0, js[0])
-	js[0].job.Status, js[0].job.TargetsDone = persistence.StatusDone, 2
+	js[0].job.Status, js[0].job.TargetsDone = engine.StatusDone, 2
 	v.update(0, js[0])
-	js[1].job = engine.Job{ID: "b", Status: persistence.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
+	js[1].job = engine.Job{ID: "b", Status: engine.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
 	v.update(1, js[1])
 	// job3 never starts: finish aborts its bar.
 	done := make(chan struct{})

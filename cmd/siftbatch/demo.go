@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -14,7 +13,8 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
-	"github.com/sift/batch/persistence"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 )
 
 const (
@@ -42,7 +42,7 @@ type demoJob struct {
 	targets   []engine.TargetStatus
 }
 
-func (d *demoJob) terminal() bool { return d.job.ID != "" && !persistence.IsLive(d.job.Status) }
+func (d *demoJob) terminal() bool { return d.job.ID != "" && !engine.IsLive(d.job.Status) }
 
 // runDemo is the demo command.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -104,17 +104,16 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 		return err
 	}
 	defer fix.close()
-	fetcher := NewFetcher(FetcherConfig{
+	fetch, err := fetcher.New(fetcher.Options{
 		AllowPrivate: true, // the fixture is on 127.0.0.1
 		Timeout:      10 * time.Second,
-		OnResponse: func(resp *http.Response) {
-			if resp.Header.Get(demoPanicHeader) != "" {
-				panic(errDemoPanic)
-			}
-		},
+		Wrap:         panicOnDemoHeader,
 	})
-	defer fetcher.Close()
-	runner, err := engine.New(store, fetcher.Fetch, engine.Config{
+	if err != nil {
+		return err
+	}
+	defer fetch.Close()
+	runner, err := engine.New(store, fetch.Fetch, engine.Config{
 		TargetsPerJob: max(o.targets, engine.DefaultTargetsPerJob),
 		JobsPerCaller: (o.jobs + len(demoCallers) - 1) / len(demoCallers),
 		JobsTotal:     o.jobs,
@@ -144,7 +143,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 			ts[i] = engine.Target{URL: fix.url(d.kinds[i], j, i)}
 		}
 		d.submitted = time.Now()
-		id, _, err := runner.Submit(ctx, &engine.Caller{Name: d.caller}, classStandard, ts)
+		id, _, err := runner.Submit(ctx, &engine.Caller{Name: d.caller}, httpapi.ClassStandard, ts)
 		if err != nil {
 			return fmt.Errorf("submit %s: %w", d.label, err)
 		}
@@ -228,7 +227,7 @@ type progressView interface {
 // running describes the target being fetched, if any.
 func running(d *demoJob) string {
 	for _, t := range d.targets {
-		if t.Status == persistence.TargetRunning {
+		if t.Status == engine.TargetRunning {
 			return fmt.Sprintf("fetching #%d %s", t.Idx, d.kinds[t.Idx])
 		}
 	}
@@ -257,19 +256,10 @@ func (v *linesView) finish() { fmt.Fprintln(v.w) }
 // and every failure.
 func printSummary(w io.Writer, js []*demoJob) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE\tFAILED\tSECONDS\tID")
+	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tSECONDS\tID")
 	for _, d := range js {
-		done, failed := 0, 0
-		for _, t := range d.targets {
-			switch t.Status {
-			case persistence.TargetDone:
-				done++
-			case persistence.TargetFailed:
-				failed++
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.1f\t%s\n", strings.Fields(d.label)[0], d.caller, d.job.Status,
-			done, failed, d.finished.Sub(d.submitted).Seconds(), d.id)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%.1f\t%s\n", strings.Fields(d.label)[0], d.caller, d.job.Status,
+			d.job.TargetsDone, d.job.TargetsTotal, d.job.TargetsFailed, d.finished.Sub(d.submitted).Seconds(), d.id)
 	}
 	_ = tw.Flush()
 
@@ -291,7 +281,7 @@ func printSummary(w io.Writer, js []*demoJob) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, d := range js {
 		for _, t := range d.targets {
-			if t.Status != persistence.TargetFailed {
+			if t.Status != engine.TargetFailed {
 				continue
 			}
 			hint := ""

@@ -120,3 +120,21 @@ const lorem = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do e
 
 // errDemoPanic is what the demo's FetchFunc panics with.
 var errDemoPanic = errors.New("demo: this page makes the fetch panic")
+
+// panicOnDemoHeader wraps the fetcher's transport so that a response with
+// demoPanicHeader makes the fetch panic, as a bug in a FetchFunc would.
+func panicOnDemoHeader(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err == nil && resp.Header.Get(demoPanicHeader) != "" {
+			resp.Body.Close()
+			panic(errDemoPanic)
+		}
+		return resp, err
+	})
+}
+
+// roundTripFunc is a function that is an [http.RoundTripper].
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -10,16 +10,9 @@ import (
 // Log keys. Every attribute the command logs uses one of these; none of them
 // ever holds a URL, a host, an API key or a panic value.
 const (
-	logKeyAddr     = "addr"
-	logKeyCaller   = "caller"
-	logKeyCode     = "code"
-	logKeyDuration = "duration"
-	logKeyErr      = "err"
-	logKeyJobID    = "job_id"
-	logKeyMethod   = "method"
-	logKeyRoute    = "route"
-	logKeyTargets  = "targets"
-	logKeyWorkers  = "workers"
+	logKeyAddr    = "addr"
+	logKeyErr     = "err"
+	logKeyWorkers = "workers"
 )
 
 // newLogger returns a text logger on w at the named level.

@@ -12,7 +12,15 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
+)
+
+// The routes serve adds beside the API's, each also its metrics label.
+const (
+	routeMetrics = "GET /metrics"
+	routeHealth  = "GET /healthz"
 )
 
 // Server timeouts. shutdownTimeout is how long a stop waits for requests in
@@ -37,9 +45,9 @@ type serveFlags struct {
 	maxBody      int64
 	cfg          engine.Config
 
-	// fetcherHook, set by tests only, adjusts the fetcher's config (a
+	// fetcherHook, set by tests only, adjusts the fetcher's options (a
 	// resolver, test hooks) before the fetcher is made.
-	fetcherHook func(*FetcherConfig)
+	fetcherHook func(*fetcher.Options)
 }
 
 // addConfigFlags adds a flag for each number of [engine.Config].
@@ -66,8 +74,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required)")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", DefaultFetchTimeout, "deadline of one target's fetch")
-	fs.Int64Var(&f.maxBody, "max-body", DefaultMaxBody, "body bytes kept from one page; the rest is cut")
+	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
+	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page; the rest is cut")
 	addConfigFlags(fs, &f.cfg)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
@@ -83,7 +91,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	keys, err := loadKeys(f.keys)
+	keys, err := httpapi.LoadKeys(f.keys)
 	if err != nil {
 		return err
 	}
@@ -105,36 +113,51 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type server struct {
 	http    *http.Server
 	runner  *engine.Runner
-	fetcher *Fetcher
+	fetcher *fetcher.Fetcher
 	store   *persistence.Store
 	log     *slog.Logger
 }
 
 // startServer opens the store and starts the runner behind the API.
-func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error) {
+func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
 	store, err := openStore(f.data, false)
 	if err != nil {
 		return nil, err
 	}
 	store.SetLogger(log)
-	fc := FetcherConfig{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
+	fo := fetcher.Options{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
 	if f.fetcherHook != nil {
-		f.fetcherHook(&fc)
+		f.fetcherHook(&fo)
 	}
-	fetcher := NewFetcher(fc)
-	metrics := NewMetrics()
-	cfg := f.cfg
-	cfg.Hooks = metrics.Hooks()
-	runner, err := engine.New(store, fetcher.Fetch, cfg, log)
+	fetch, err := fetcher.New(fo)
 	if err != nil {
-		fetcher.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	m, scrape := newMetrics()
+	cfg := f.cfg
+	cfg.Hooks = m.Hooks()
+	runner, err := engine.New(store, fetch.Fetch, cfg, log)
+	if err != nil {
+		fetch.Close()
 		_ = store.Close()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
-	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
+	m.Attach(runner)
+	api, err := httpapi.New(runner, keys, httpapi.Options{TargetsPerJob: cfg.TargetsPerJob, Wrap: m.Middleware, Log: log})
+	if err != nil {
+		runner.Close()
+		fetch.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
+	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
 	return &server{
 		http: &http.Server{
-			Handler:           a.handler(),
+			Handler:           mux,
 			ReadHeaderTimeout: readHeaderTimeout,
 			ReadTimeout:       readTimeout,
 			WriteTimeout:      writeTimeout,
@@ -143,10 +166,25 @@ func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error)
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		},
 		runner:  runner,
-		fetcher: fetcher,
+		fetcher: fetch,
 		store:   store,
 		log:     log,
 	}, nil
+}
+
+// health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
+// {"status":"unavailable"} once it has closed or failed ([engine.Runner.Err]).
+func health(r *engine.Runner) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Err() != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"status":"unavailable"}`)
+			return
+		}
+		fmt.Fprintln(w, `{"status":"ok"}`)
+	})
 }
 
 // serve serves on ln until ctx is cancelled or the listener fails, then

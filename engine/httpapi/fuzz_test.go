@@ -1,4 +1,4 @@
-package main
+package httpapi_test
 
 import (
 	"bytes"
@@ -11,10 +11,12 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sift/batch/engine/httpapi"
 )
 
 // The fuzz targets serve each input in-process (no network hop) on the API
-// of setupAPI: at most 4 targets a job, a fake fetch that finishes at once.
+// of setup: at most 4 targets a job, a fake fetch that finishes at once.
 // Their seeds are in testdata/fuzz/NAME and run in every go test.
 
 // FuzzAPI_Submit posts arbitrary bodies to POST /v1/batch. No body makes
@@ -36,13 +38,15 @@ func FuzzAPI_Submit(f *testing.F) {
 		"{\"targets\":[{\"url\":\"https://example.com/\xff\"}]}",
 		`{"targets":[{"url":"https://example.com/"}]} {}`,
 		`{"targets":[{"url":"https://user:pw@example.com/"}]}`,
+		`{"targets":[{"url":"https://example.com:99999/"}]}`, `{"targets":[{"url":"https://example.com:0/"}]}`,
+		`{"targets":[{"url":"https://example.com:00080/"}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"speed":1}}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`,
 		strings.Repeat("[", 20000),
 	} {
 		f.Add([]byte(seed))
 	}
-	b := setupAPI(f)
+	b := setup(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/batch", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer alice-key")
@@ -62,7 +66,7 @@ func FuzzAPI_Submit(f *testing.F) {
 		default:
 			t.Fatalf("%d for %q: %s", rec.Code, body, rec.Body)
 		}
-		var e errorJSON
+		var e struct{ Error, Hint string }
 		if rec.Code != http.StatusAccepted && (json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == "" || e.Hint == "") {
 			t.Fatalf("%d answer is not a JSON error with a hint: %s", rec.Code, rec.Body)
 		}
@@ -81,9 +85,9 @@ var optionTypes = map[string]string{
 // of the contract (case and all), no field twice, 1 to max targets, each
 // with an absolute http(s) URL; options an object (or null) of known
 // fields of the right types (or null). It shares nothing with the server's
-// decoder but parseTargetURL, which defines "absolute http(s)".
+// decoder.
 func validSubmitBody(body []byte, max int) bool {
-	if len(body) > maxRequestBody || !utf8.Valid(body) || !json.Valid(body) || hasDuplicateKeys(body) {
+	if len(body) > httpapi.DefaultMaxBody || !utf8.Valid(body) || !json.Valid(body) || hasDuplicateKeys(body) {
 		return false
 	}
 	var root map[string]json.RawMessage
@@ -104,7 +108,7 @@ func validSubmitBody(body []byte, max int) bool {
 		if json.Unmarshal(tg["url"], &u) != nil || u == "" {
 			return false
 		}
-		if _, err := parseTargetURL(u); err != nil {
+		if !absoluteHTTP(u) {
 			return false
 		}
 		for k, v := range tg {
@@ -120,6 +124,17 @@ func validSubmitBody(body []byte, max int) bool {
 		}
 	}
 	return true
+}
+
+// absoluteHTTP reports whether u is an absolute http or https URL with a
+// host, no user info, and a port, if any, of 1 to 65535.
+func absoluteHTTP(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" || p.User != nil {
+		return false
+	}
+	port, err := strconv.Atoi(p.Port())
+	return p.Port() == "" || err == nil && port >= 1 && port <= 65535
 }
 
 func validOptions(raw json.RawMessage) bool {
@@ -199,7 +214,7 @@ func hasDuplicateKeys(body []byte) bool {
 // decimal index; and no input string that is not an id ever reaches the
 // log.
 func FuzzAPI_Paths(f *testing.F) {
-	b := setupAPI(f)
+	b := setup(f)
 	done := b.submit(f, "alice-key", "https://example.com/a", "https://example.com/b")
 	live := b.submit(f, "carol-key", holdURL, "https://example.com/c")
 	for _, seed := range []struct {
