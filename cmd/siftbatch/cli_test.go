@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -352,15 +353,34 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"demo", "--nope"}, {"demo", "--jobs", "0"}, {"jobs", "extra"}, {"serve"}, {"help", "nope"}} {
-		_, _, err := run(t, args...)
+	for _, tc := range []struct {
+		args []string
+		hint string
+	}{
+		{nil, `"siftbatch help"`},
+		{[]string{"frobnicate"}, `"siftbatch help"`},
+		{[]string{"help", "nope"}, `"siftbatch help"`},
+		{[]string{"demo", "--nope"}, `"siftbatch demo --help"`},
+		{[]string{"demo", "--jobs", "0"}, `"siftbatch demo --help"`},
+		{[]string{"jobs", "extra"}, `"siftbatch jobs --help"`},
+		{[]string{"serve"}, `"siftbatch serve --help"`},
+		{[]string{"show"}, `"siftbatch show --help"`},
+	} {
+		_, _, err := run(t, tc.args...)
 		var ue *usageError
 		if !errors.As(err, &ue) {
-			t.Fatalf("%v: %v, want a usage error", args, err)
+			t.Fatalf("%v: %v, want a usage error", tc.args, err)
 		}
 		var msg bytes.Buffer
-		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), "help") {
-			t.Fatalf("%v: exit %d %q", args, code, msg.String())
+		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), tc.hint) {
+			t.Fatalf("%v: exit %d %q, want 2 and a hint naming %s", tc.args, code, msg.String(), tc.hint)
+		}
+	}
+	// help's own --help lists the commands.
+	for _, args := range [][]string{{"help", "--help"}, {"help", "-h"}, {"--help"}} {
+		out, _, err := run(t, args...)
+		if err != nil || !strings.Contains(out, "Commands:") {
+			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
 }
@@ -595,6 +615,94 @@ func TestServe(t *testing.T) {
 	l := logs.String()
 	if !strings.Contains(l, "stopped") || strings.Contains(l, "127.0.0.1:"+strings.TrimPrefix(site.URL, "http://127.0.0.1:")) || strings.Contains(l, "alice-key") {
 		t.Fatalf("logs:\n%s", l)
+	}
+}
+
+// TestServe_FlagBounds: every number and duration flag of serve is checked
+// before anything starts: out of bounds is a usage error (exit 2) that
+// names the flag and its allowed range, and creates nothing.
+func TestServe_FlagBounds(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"workers", "0", "--workers must be 1 or 2 (got 0)"},
+		{"workers", "3", "--workers must be 1 or 2 (got 3)"},
+		{"workers", "-1", "--workers must be 1 or 2 (got -1)"},
+		{"targets-per-job", "0", "--targets-per-job must be 1 to 65535 (got 0)"},
+		{"targets-per-job", "65536", "--targets-per-job must be 1 to 65535 (got 65536)"},
+		{"jobs-per-caller", "0", "--jobs-per-caller must be at least 1 (got 0)"},
+		{"jobs-total", "-2", "--jobs-total must be at least 1 (got -2)"},
+		{"max-bytes", "0", "--max-bytes must be at least 1 (bytes) (got 0)"},
+		{"max-body", "0", "--max-body must be 1 to 16777216 (16 MiB) (got 0)"},
+		{"max-body", "16777217", "--max-body must be 1 to 16777216 (16 MiB) (got 16777217)"},
+		{"ttl", "0s", "--ttl must be a positive duration such as 24h (got 0s)"},
+		{"retry-wait", "-1s", "--retry-wait must be a positive duration such as 2s (got -1s)"},
+		{"retry-for", "0s", "--retry-for must be a positive duration such as 10m (got 0s)"},
+		{"fetch-timeout", "-1s", "--fetch-timeout must be a positive duration such as 3m30s (got -1s)"},
+		{"log-level", "loud", `--log-level must be debug, info, warn or error (got "loud")`},
+		{"workers", "two", `invalid value "two" for flag -workers`},
+		{"addr", "nowhere", `--addr "nowhere" is not an address to listen on`},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			_, _, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:0", "--"+tc.flag, tc.value)
+			var ue *usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
+			}
+			var msg bytes.Buffer
+			if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), `"siftbatch serve --help"`) {
+				t.Fatalf("exit %d, %q", code, msg.String())
+			}
+			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("serve created --data before refusing its flags")
+			}
+		})
+	}
+	// Within bounds, at both ends: serve starts, and stops at once (its
+	// context is done).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	if err := Run(ctx, []string{"serve", "--keys", keys, "--data", "", "--addr", "127.0.0.1:0", "--workers", "2", "--max-body", "16777216",
+		"--targets-per-job", "1", "--ttl", "1ns"}, &out, &errOut); err != nil {
+		t.Fatalf("bounds: %v\n%s", err, errOut.String())
+	}
+}
+
+// TestServe_PortInUse: a port in use is one line with a hint, exit 1, and
+// nothing created: no store, no runner (no log line).
+func TestServe_PortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	_, stderr, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", ln.Addr().String())
+	var msg bytes.Buffer
+	if code := report(err, &msg); code != exitError {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	want := "siftbatch: cannot listen on " + ln.Addr().String() + ": the port is in use (another serve?); stop it, or pick another port with --addr\n"
+	if msg.String() != want {
+		t.Fatalf("printed %q, want %q", msg.String(), want)
+	}
+	if stderr != "" {
+		t.Fatalf("logged %q before refusing", stderr)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("serve created --data before it could listen")
 	}
 }
 

@@ -61,11 +61,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch {
 	case *jobs < 1 || *jobs > 32:
-		return usageErrorf("demo: --jobs must be 1 to 32")
+		return cmdUsageErrorf("demo", "--jobs must be 1 to 32 (got %d)", *jobs)
 	case *targets < 1 || *targets > 100:
-		return usageErrorf("demo: --targets must be 1 to 100")
+		return cmdUsageErrorf("demo", "--targets must be 1 to 100 (got %d)", *targets)
 	case *workers < 1 || *workers > engine.MaxWorkers:
-		return usageErrorf("demo: --workers must be 1 or %d", engine.MaxWorkers)
+		return cmdUsageErrorf("demo", "--workers must be 1 or %d (got %d)", engine.MaxWorkers, *workers)
 	}
 	return demo(ctx, demoOptions{jobs: *jobs, targets: *targets, workers: *workers, data: *data}, stdout, stderr)
 }
