@@ -233,7 +233,7 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 func TestRunner_WriteFaultTooLarge(t *testing.T) {
 	t.Parallel()
 	b, st, log := setupDisk(t, "", engine.Config{RetryWait: 5 * time.Millisecond})
-	big := strings.Repeat("x", 2<<20) // over the in-memory store's 1 MiB per result
+	big := strings.Repeat("x", persistence.MaxResultSize) // its JSON is over the store's cap
 	st.result = func(tg engine.Target) engine.Result {
 		if strings.HasSuffix(tg.URL, "/0?token=s3cr3t") {
 			return engine.Result{Content: big}

@@ -238,8 +238,7 @@ const touchCoalesce = time.Second
 // ignored. Safe for concurrent use.
 func (r *Runner) Touch(id string) {
 	now := r.cfg.Now().UnixNano()
-	if v := r.views.Get(id); v != nil {
-		v.Touch(now)
+	if v := r.views.Get(id); v != nil && v.Touch(now) {
 		return
 	}
 	rec, err := r.store.Row(id)
@@ -263,17 +262,26 @@ func (r *Runner) Touch(id string) {
 // Wait blocks until the job id is terminal and returns it, within
 // milliseconds of its terminal write; it does not poll. It returns
 // [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
-// it was left once the runner has stopped (Close, or a failure), and
+// it was left once the runner is stopping or has stopped (Close, or a
+// failure: even for a job that had ended before), and
 // ctx.Err() with the job as it stands when ctx is done. Safe for concurrent
 // use.
 func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
-	for woke := false; ; woke = true {
+	for {
 		j, ok := r.Job(id)
 		switch {
 		case !ok:
 			return Job{}, ErrNotFound
-		case woke && r.isClosed(), IsLive(j.Status) && r.isClosed():
-			return j, ErrClosed // a job the close ended ("shutdown") too
+		case r.isClosed():
+			// The runner is stopping or stopped: answer once it has left
+			// the job as it stays (a job the close ended, "shutdown", too).
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return j, ctx.Err()
+			}
+			j, _ = r.Job(id)
+			return j, ErrClosed
 		case !IsLive(j.Status):
 			return j, nil
 		}

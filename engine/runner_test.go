@@ -813,7 +813,7 @@ func TestRunner_ResultTooLargeToStore(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if _, idx := jobOf(tg.URL); idx == 0 {
-			return engine.Result{Content: strings.Repeat("x", 2<<20)}, nil // over the in-memory cap
+			return engine.Result{Content: strings.Repeat("x", persistence.MaxResultSize)}, nil // its JSON is over the cap
 		}
 		return engine.Result{Content: "small"}, nil
 	}, engine.Config{})

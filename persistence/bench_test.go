@@ -221,3 +221,97 @@ func BenchmarkStore_Delete(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(removed), "us/job")
 	})
 }
+
+// BenchmarkStore_Read measures the reads a poll makes of a settled job of
+// 32 targets, each done with a result of 1 KiB or of 512 KiB (16 MiB in
+// all), in both modes: neither read may touch a result, so each must cost
+// the same with either (within 1.5×, time and allocated bytes).
+//
+//   - Job: [persistence.Store.Job], the summary (one point read);
+//   - TargetStatuses: [persistence.Store.TargetStatuses], every target
+//     without its result;
+//   - JobWithTargets: [persistence.Store.JobWithTargets], every result
+//     too, for contrast (it reads the 16 MiB).
+//
+// Compare the sizes with benchstat -col /result.
+func BenchmarkStore_Read(b *testing.B) {
+	for _, mode := range []string{"memory", "disk"} {
+		for _, size := range []struct {
+			name string
+			n    int
+		}{{"1KiB", 1 << 10}, {"512KiB", 512 << 10}} {
+			b.Run("mode="+mode+"/result="+size.name, func(b *testing.B) {
+				dir := ""
+				if mode == "disk" {
+					dir = b.TempDir()
+				}
+				s, err := persistence.Open(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				id := readJob(b, s, size.n)
+				b.Run("Job", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if j, err := s.Job(id); err != nil || j.TargetsDone != 32 {
+							b.Fatal(j, err)
+						}
+					}
+				})
+				b.Run("TargetStatuses", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, ts, err := s.TargetStatuses(id); err != nil || ts[31].ResultSize != int64(size.n) {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run("JobWithTargets", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, ts, err := s.JobWithTargets(id); err != nil || len(ts[31].Result) != size.n {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// readJob stores a settled job of 32 targets, each done with a result of
+// n bytes, as the runner does (an outcome at a time, the row with the
+// last), and returns its id.
+func readJob(b *testing.B, s *persistence.Store, n int) string {
+	b.Helper()
+	const targets = 32
+	ts := make([]persistence.TargetRecord, targets)
+	for i := range ts {
+		ts[i] = persistence.TargetRecord{Idx: i, URL: fmt.Sprintf("https://example.com/read/page-%d", i), Options: []byte("{}")}
+	}
+	at := time.Now().UnixNano()
+	j := persistence.JobRecord{ID: fmt.Sprintf("%032x", n), Caller: "bench", Status: persistence.StatusRunning,
+		TargetsTotal: targets, Created: at, Lease: at}
+	if err := s.CreateJob(&j, ts); err != nil {
+		b.Fatal(err)
+	}
+	res := make([]byte, n)
+	for i := range res {
+		res[i] = byte('a' + i%26)
+	}
+	for i := range targets {
+		t := persistence.TargetRecord{Idx: i, Status: persistence.TargetDone, Result: res, Stored: at}
+		if i < targets-1 {
+			if err := s.SaveOutcome(j.ID, &t); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		j.Status, j.Settled, j.TargetsDone, j.ResultBytes = persistence.StatusDone, true, targets, int64(targets*n)
+		if err := s.SaveTarget(&j, &t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return j.ID
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
@@ -180,15 +181,29 @@ func (s *Store) SaveJob(j *JobRecord) error {
 
 // SaveTarget writes a target's outcome (its Status, Result, Error and Hint)
 // and its unsettled job's new row in one write; like [Store.SaveJob] it is
-// for the job's owner. j.ResultBytes must already count t.Result.
+// for the job's owner. j.ResultBytes must already count t.Result. A result
+// over [MaxResultSize] is refused with an error wrapping [ErrTooLarge];
+// one over 512 bytes is written in chunks first (see writer.go), and the
+// outcome and the row commit once they are all written.
 func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
 	return s.wait("save target", j.ID, j, t)
 }
 
 // Touch moves a settled job's lease to lease if that is later; it reports
 // false for an unknown id. An unsettled job's row belongs to its actor,
-// which takes Touches itself; Touch on one only sets its lease.
+// which takes Touches itself; Touch on one only sets its lease. Touch
+// brings back a settled job past its expiry that the sweep has not deleted
+// yet: [Store.TouchUnexpired] does not.
 func (s *Store) Touch(idHex string, lease int64) (bool, error) {
+	return s.TouchUnexpired(idHex, lease, math.MinInt64)
+}
+
+// TouchUnexpired is [Store.Touch], except that a settled job whose stored
+// lease is at or before minLease (expired: the caller passes now − TTL) is
+// left as it is, for the sweep, and reported false like an unknown one.
+// The check and the write are one transaction: no sweep, Touch or
+// settling write comes between them. An unsettled job never expires.
+func (s *Store) TouchUnexpired(idHex string, lease, minLease int64) (bool, error) {
 	id, ok := parseID(idHex)
 	if !ok {
 		return false, nil
@@ -196,7 +211,7 @@ func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 	found := true
 	err := s.update("touch job", func(txn *badger.Txn) (int64, error) {
 		j, err := getJob(txn, id)
-		if errors.Is(err, badger.ErrKeyNotFound) {
+		if errors.Is(err, badger.ErrKeyNotFound) || (err == nil && j.Settled && j.Lease <= minLease) {
 			found = false
 			return 0, nil
 		}
@@ -218,7 +233,11 @@ func (s *Store) Touch(idHex string, lease int64) (bool, error) {
 	return found && err == nil, err
 }
 
-// Job returns a stored job, or an error wrapping [ErrNotFound].
+// Job returns a stored job, or an error wrapping [ErrNotFound]. It is
+// cheap whatever the job holds: a settled job is one point read of its row;
+// an unsettled one's progress is counted from its outcome rows, which hold
+// each result's length, never the result (a result of a version 2 row
+// excepted).
 func (s *Store) Job(idHex string) (JobRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
@@ -235,28 +254,42 @@ func (s *Store) Job(idHex string) (JobRecord, error) {
 	return j, err
 }
 
-// JobWithTargets returns a stored job and its targets in idx order, read
-// from one snapshot, or an error wrapping [ErrNotFound].
+// JobWithTargets returns a stored job and its targets in idx order, with
+// their results, read from one snapshot, or an error wrapping
+// [ErrNotFound].
 func (s *Store) JobWithTargets(idHex string) (JobRecord, []TargetRecord, error) {
+	return s.jobWithTargets("read job", idHex, true)
+}
+
+// TargetStatuses returns a stored job and its targets in idx order, read
+// from one snapshot as [Store.JobWithTargets] does, but without their
+// results: each target's Result is nil and its ResultSize says how long
+// the result is. It reads no result, however long: it is for polling. An
+// unknown job gives an error wrapping [ErrNotFound].
+func (s *Store) TargetStatuses(idHex string) (JobRecord, []TargetRecord, error) {
+	return s.jobWithTargets("read target statuses", idHex, false)
+}
+
+func (s *Store) jobWithTargets(op, idHex string, withResults bool) (JobRecord, []TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
-		return JobRecord{}, nil, fmt.Errorf("read job: %w", ErrNotFound)
+		return JobRecord{}, nil, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	var j JobRecord
 	var ts []TargetRecord
-	err := s.view("read job", func(txn *badger.Txn) error {
+	err := s.view(op, func(txn *badger.Txn) error {
 		var err error
 		if j, err = getJob(txn, id); err != nil {
 			return err
 		}
-		if ts, err = readTargets(txn, id); err != nil {
+		if ts, err = readTargets(txn, id, withResults); err != nil {
 			return err
 		}
 		if !j.Settled {
 			j.TargetsDone, j.TargetsFailed, j.ResultBytes = 0, 0, 0
 			for i := range ts {
 				if ts[i].Status != TargetPending {
-					countOutcome(&j, &ts[i])
+					countOutcome(&j, ts[i].Status, ts[i].ResultSize, ts[i].Stored)
 				}
 			}
 		}
@@ -266,34 +299,35 @@ func (s *Store) JobWithTargets(idHex string) (JobRecord, []TargetRecord, error) 
 }
 
 // recount sets an unsettled job's progress from its outcome rows (see
-// [Store.SaveOutcomeAsync]); a settled job's row is complete.
+// [Store.SaveOutcomeAsync]); a settled job's row is complete. It reads no
+// result.
 func recount(txn *badger.Txn, id [idLen]byte, j *JobRecord) error {
 	if j.Settled {
 		return nil
 	}
 	j.TargetsDone, j.TargetsFailed, j.ResultBytes = 0, 0, 0
 	return walkOutcomes(txn, id, func(_ int, v []byte) error {
-		var t TargetRecord
-		if err := decodeOutcome(&t, v); err != nil {
+		o, err := parseOutcome(v)
+		if err != nil {
 			return err
 		}
-		countOutcome(j, &t)
+		countOutcome(j, o.status, o.size, o.stored)
 		return nil
 	})
 }
 
 // countOutcome counts one stored outcome in its unsettled job's progress.
-func countOutcome(j *JobRecord, t *TargetRecord) {
+func countOutcome(j *JobRecord, status string, size, stored int64) {
 	j.TargetsDone++
-	if t.Status == TargetFailed {
+	if status == TargetFailed {
 		j.TargetsFailed++
 	}
-	j.ResultBytes += int64(len(t.Result))
-	j.Lease = max(j.Lease, t.Stored)
+	j.ResultBytes += size
+	j.Lease = max(j.Lease, stored)
 }
 
-// Targets returns a job's targets in idx order, or an error wrapping
-// [ErrNotFound] when it has none.
+// Targets returns a job's targets in idx order, with their results, or an
+// error wrapping [ErrNotFound] when it has none.
 func (s *Store) Targets(idHex string) ([]TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
@@ -302,7 +336,7 @@ func (s *Store) Targets(idHex string) ([]TargetRecord, error) {
 	var ts []TargetRecord
 	err := s.view("read targets", func(txn *badger.Txn) error {
 		var err error
-		ts, err = readTargets(txn, id)
+		ts, err = readTargets(txn, id, true)
 		if err == nil && len(ts) == 0 {
 			err = ErrNotFound
 		}
@@ -311,9 +345,10 @@ func (s *Store) Targets(idHex string) ([]TargetRecord, error) {
 	return ts, err
 }
 
-// readTargets reads a job's targets: its specs row, then its outcome rows.
-// A job without a specs row has no targets.
-func readTargets(txn *badger.Txn, id [idLen]byte) ([]TargetRecord, error) {
+// readTargets reads a job's targets: its specs row, then its outcome rows,
+// then, withResults, the chunks of the results that are not inline. A job
+// without a specs row has no targets.
+func readTargets(txn *badger.Txn, id [idLen]byte, withResults bool) ([]TargetRecord, error) {
 	ts, err := getSpecs(txn, id)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		ts, err = nil, nil
@@ -321,13 +356,101 @@ func readTargets(txn *badger.Txn, id [idLen]byte) ([]TargetRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	var chunked []int // the targets whose result is in chunks
 	err = walkOutcomes(txn, id, func(idx int, v []byte) error {
 		if idx >= len(ts) {
 			return fmt.Errorf("target outcome: %w", ErrCorrupt)
 		}
-		return decodeOutcome(&ts[idx], v)
+		o, err := parseOutcome(v)
+		if err != nil {
+			return err
+		}
+		o.fill(&ts[idx], withResults)
+		if o.chunked && withResults {
+			chunked = append(chunked, idx)
+		}
+		return nil
 	})
-	return ts, err
+	if err != nil {
+		return nil, err
+	}
+	if len(chunked) == 0 {
+		return ts, nil
+	}
+	if err := readResults(txn, id, ts, chunked); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}
+
+// readResults reads the chunked results of targets chunked (in idx order)
+// of a job in one walk of its b keys, each into one slice allocated at its
+// size: one iterator, not a point read per chunk. Chunks no outcome needs
+// (left by a failed write) are passed over.
+func readResults(txn *badger.Txn, id [idLen]byte, ts []TargetRecord, chunked []int) error {
+	for _, idx := range chunked {
+		ts[idx].Result = make([]byte, ts[idx].ResultSize)
+	}
+	o := badger.IteratorOptions{Prefix: resultsPrefix(id)}
+	it := txn.NewIterator(o)
+	defer it.Close()
+	k := chunkKey(id, 0, 0)
+	for _, idx := range chunked {
+		res := ts[idx].Result
+		n := chunkCount(int64(len(res)))
+		binary.BigEndian.PutUint16(k[1+idLen:], uint16(idx))
+		binary.BigEndian.PutUint16(k[1+idLen+2:], 0)
+		if !it.Valid() || !bytes.Equal(it.Item().Key(), k) {
+			it.Seek(k) // the first target, or chunks left by a failed write between
+		}
+		for chunk := 0; chunk < n; chunk++ {
+			binary.BigEndian.PutUint16(k[1+idLen+2:], uint16(chunk))
+			if !it.Valid() || !bytes.Equal(it.Item().Key(), k) {
+				return fmt.Errorf("result chunk: %w", ErrCorrupt)
+			}
+			off := chunk * resultChunkSize
+			want := min(len(res)-off, resultChunkSize)
+			if err := it.Item().Value(func(v []byte) error {
+				if len(v) != want {
+					return fmt.Errorf("result chunk: %w", ErrCorrupt)
+				}
+				copy(res[off:], v)
+				return nil
+			}); err != nil {
+				return err
+			}
+			it.Next()
+		}
+	}
+	return nil
+}
+
+// readResult reads a chunked result of size bytes, target idx's, into one
+// slice allocated at its size. A chunk that is missing or of the wrong
+// length is ErrCorrupt: chunks are committed before their outcome row.
+func readResult(txn *badger.Txn, id [idLen]byte, idx int, size int64) ([]byte, error) {
+	res := make([]byte, size)
+	for chunk, off := 0, int64(0); off < size; chunk++ {
+		item, err := txn.Get(chunkKey(id, idx, chunk))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, fmt.Errorf("result chunk: %w", ErrCorrupt)
+		}
+		if err != nil {
+			return nil, err
+		}
+		want := min(size-off, resultChunkSize)
+		if err := item.Value(func(v []byte) error {
+			if int64(len(v)) != want {
+				return fmt.Errorf("result chunk: %w", ErrCorrupt)
+			}
+			copy(res[off:], v)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		off += want
+	}
+	return res, nil
 }
 
 // getSpecs reads a job's specs row: its targets, pending.
@@ -366,7 +489,8 @@ func walkOutcomes(txn *badger.Txn, id [idLen]byte, fn func(idx int, v []byte) er
 	return nil
 }
 
-// Target returns one stored target, or an error wrapping [ErrNotFound].
+// Target returns one stored target with its result, or an error wrapping
+// [ErrNotFound].
 func (s *Store) Target(idHex string, idx int) (TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok || idx < 0 || idx > 0xffff {
@@ -388,16 +512,63 @@ func (s *Store) Target(idHex string, idx int) (TargetRecord, error) {
 		if !found {
 			return ErrNotFound
 		}
-		item, err = txn.Get(outcomeKey(id, idx))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
+		o, found, err := getOutcome(txn, id, idx)
+		if err != nil || !found {
 			return err
 		}
-		return item.Value(func(v []byte) error { return decodeOutcome(&t, v) })
+		o.fill(&t, true)
+		if o.chunked {
+			t.Result, err = readResult(txn, id, idx, o.size)
+		}
+		return err
 	})
 	return t, err
+}
+
+// ResultJSON returns the result (its JSON) of target idx of a job, which
+// must be stored done; otherwise (an unknown job, an idx out of range, a
+// target pending or failed) an error wrapping [ErrNotFound]. It reads the
+// target's outcome row and its result, nothing else.
+func (s *Store) ResultJSON(idHex string, idx int) ([]byte, error) {
+	id, ok := parseID(idHex)
+	if !ok || idx < 0 || idx > 0xffff {
+		return nil, fmt.Errorf("read result: %w", ErrNotFound)
+	}
+	var res []byte
+	err := s.view("read result", func(txn *badger.Txn) error {
+		o, found, err := getOutcome(txn, id, idx)
+		switch {
+		case err != nil:
+			return err
+		case !found || o.status != TargetDone:
+			return ErrNotFound
+		case o.chunked:
+			res, err = readResult(txn, id, idx, o.size)
+			return err
+		default:
+			res = bytes.Clone(o.inline)
+			return nil
+		}
+	})
+	return res, err
+}
+
+// getOutcome reads target idx's outcome row; false if it has none
+// (pending, or no such target). The outcome's slices are copies.
+func getOutcome(txn *badger.Txn, id [idLen]byte, idx int) (outcome, bool, error) {
+	item, err := txn.Get(outcomeKey(id, idx))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return outcome{}, false, nil
+	}
+	if err != nil {
+		return outcome{}, false, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return outcome{}, false, err
+	}
+	o, err := parseOutcome(v)
+	return o, err == nil, err
 }
 
 // JobByKey returns the newest job stored under an idempotency key; false if
@@ -674,13 +845,22 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 			n++
 		}
 		batch := jobs[:n]
-		err := s.updateLocked(op, func(txn *badger.Txn) (int64, error) {
+		chunks, err := s.chunkKeys(op, batch)
+		if err != nil {
+			return done, err
+		}
+		err = s.updateLocked(op, func(txn *badger.Txn) (int64, error) {
 			var freed int64
 			for i := range batch {
 				if err := deleteJob(txn, &batch[i]); err != nil {
 					return 0, err
 				}
 				freed += batch[i].ResultBytes
+			}
+			for _, k := range chunks {
+				if err := txn.Delete(k); err != nil {
+					return 0, err
+				}
 			}
 			return -freed, nil
 		})
@@ -693,10 +873,40 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 	return done, nil
 }
 
-// deleteKeys is how many keys deleting j writes at most: deleteJob's (an
+// deleteKeys is about how many keys deleting j writes: deleteJob's (an
 // outcome per target; the specs, job, live, lease, age and idempotency
-// keys), plus one for the write's byte total, counted with each job.
-func deleteKeys(j *JobRecord) int { return j.TargetsTotal + 7 }
+// keys), its result chunks (at most one short chunk per target, and maybe
+// as many left by a failed write), plus one for the write's byte total,
+// counted with each job.
+func deleteKeys(j *JobRecord) int {
+	return j.TargetsTotal + 7 + int(j.ResultBytes/resultChunkSize) + 2*j.TargetsTotal
+}
+
+// chunkKeys returns the keys of the result chunks of jobs: every b key
+// under each one's id, those of its outcomes and those a crash or a failed
+// write left without one. A prefix walk, one per job, so that it never
+// steps over the tombstones of other jobs' chunks. It is read apart from the
+// write that deletes them (an iterator in a write transaction copies and
+// sorts every pending write); s.mu is held, so nothing writes them between.
+func (s *Store) chunkKeys(op string, jobs []JobRecord) ([][]byte, error) {
+	var keys [][]byte
+	err := s.view(op, func(txn *badger.Txn) error {
+		for i := range jobs {
+			id, ok := parseID(jobs[i].ID)
+			if !ok {
+				return ErrCorrupt
+			}
+			o := badger.IteratorOptions{Prefix: resultsPrefix(id)}
+			it := txn.NewIterator(o)
+			for it.Rewind(); it.Valid(); it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			it.Close()
+		}
+		return nil
+	})
+	return keys, err
+}
 
 func deleteJob(txn *badger.Txn, j *JobRecord) error {
 	id, ok := parseID(j.ID)

@@ -8,11 +8,22 @@ package persistence
 //	j <id:16>                    → job row (encodeJob)
 //	t <id:16>                    → target specs (encodeSpecs): every target's URL and options, in idx order, written once; absent: no targets
 //	r <id:16> <idx:2>            → target outcome (encodeOutcome), written once it is stored; absent: pending; idx big-endian uint16
+//	b <id:16> <idx:2> <chunk:2>  → a chunk of target idx's result (raw bytes), when the outcome says the result is not inline; chunk big-endian uint16, from 0
 //	i <key:32>                   → id:16 — idempotency: SHA-256(name \x00 targets JSON) → the newest job with it
 //	l <id:16>                    → "" — unsettled jobs: live, or cancelled with a target in flight; reaped by New
 //	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
 //	a <created:8> <id:16>        → "" — settled jobs by age, for eviction (oldest first)
 //	m bytes                      → uint64 big-endian: stored result bytes in all
+//
+// A result longer than 512 bytes is not in its r row but in b rows of
+// 512 KiB (records.go), so that reading a job's statuses reads no result.
+// Its chunks are written first, in transactions of their own (a 16 MiB
+// result does not fit one in memory), then the r row, which is the commit
+// point: a reader takes a result's chunks only from an r row that says how
+// long it is, and ignores chunks without one (a crash between the two, or
+// a failed write, can leave them: they are written again by the next try,
+// and deleted with the job, which deletes every b key under its id). The
+// byte total counts a result once its r row commits.
 //
 // A job is "settled" once it is terminal and no target of it is in flight:
 // only settled jobs are in x and a, so the sweep and eviction never touch a
@@ -33,6 +44,7 @@ const (
 	prefixJob     = 'j'
 	prefixSpecs   = 't'
 	prefixOutcome = 'r'
+	prefixResult  = 'b'
 	prefixIdem    = 'i'
 	prefixLive    = 'l'
 	prefixLease   = 'x'
@@ -41,6 +53,7 @@ const (
 	idLen         = 16
 	idemKeyLen    = 32
 	targetKeyLen  = 1 + idLen + 2
+	chunkKeyLen   = targetKeyLen + 2
 	indexKeyLen   = 1 + 8 + idLen
 	jobKeyLen     = 1 + idLen
 	idemKeyPrefix = 1 + idemKeyLen
@@ -81,6 +94,20 @@ func outcomeKey(id [idLen]byte, idx int) []byte {
 func appendOutcomeKey(b []byte, id [idLen]byte, idx int) []byte {
 	b = append(append(b, prefixOutcome), id[:]...)
 	return binary.BigEndian.AppendUint16(b, uint16(idx))
+}
+
+// resultsPrefix is the prefix of a job's b keys.
+func resultsPrefix(id [idLen]byte) []byte {
+	k := make([]byte, 0, chunkKeyLen)
+	return append(append(k, prefixResult), id[:]...)
+}
+
+// chunkKey is a b key: chunk of target idx's result.
+func chunkKey(id [idLen]byte, idx, chunk int) []byte {
+	k := make([]byte, 0, chunkKeyLen)
+	k = append(append(k, prefixResult), id[:]...)
+	k = binary.BigEndian.AppendUint16(k, uint16(idx))
+	return binary.BigEndian.AppendUint16(k, uint16(chunk))
 }
 
 func idemKey(key [idemKeyLen]byte) []byte {

@@ -36,7 +36,8 @@ var (
 	// ErrCorrupt is returned for a row that does not decode, and by [Open] for
 	// a directory that is not a readable store.
 	ErrCorrupt = errors.New("store corrupt")
-	// ErrTooLarge is returned when a row is larger than one write may be.
+	// ErrTooLarge is returned when a row is larger than one write may be,
+	// and for a result over [MaxResultSize].
 	ErrTooLarge = errors.New("row too large")
 	// ErrClosed is returned after [Store.Close].
 	ErrClosed = errors.New("store closed")
@@ -58,8 +59,9 @@ const (
 	// Pages are touched only as they fill.
 	memTableSizeInMemory = 64 << 20
 	// maxValueInMemory: in memory Badger refuses a value above its value
-	// threshold, which may be 1 MiB at most: one stored result (its JSON)
-	// is capped at 1 MiB there. On disk the cap is valueLogFileSize.
+	// threshold, which may be 1 MiB at most: a row (a job's specs, an
+	// outcome's error text) is capped at 1 MiB there. Results are stored
+	// in chunks of half that (records.go), in both modes.
 	maxValueInMemory = 1 << 20
 	numMemtables     = 2
 	// valueThreshold: values of 1 KiB or more (most results, a job's specs
@@ -69,7 +71,7 @@ const (
 	// rewrite them: Submit with 100,000 32-target jobs stored took 1.75×
 	// as long as with 1,000 (BenchmarkRunner_Scaling); now 1.15×.
 	valueThreshold = 1 << 10
-	// valueLogFileSize caps one value (one result) at 64 MiB as well.
+	// valueLogFileSize caps one value at 64 MiB as well.
 	valueLogFileSize = 64 << 20
 	indexCacheSize   = 8 << 20
 	// gcInterval is how often the value log is garbage collected on disk.

@@ -181,7 +181,7 @@ func TestStore_Targets(t *testing.T) {
 	j.Status, j.TargetsDone, j.TargetsFailed, j.ResultBytes = StatusRunning, 2, 1, 2
 	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 5, Status: TargetDone, Result: []byte("{}")}))
 	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: n - 1, Status: TargetFailed, Error: "e", Hint: "h"}))
-	ts[5].Status, ts[5].Result = TargetDone, []byte("{}")
+	ts[5].Status, ts[5].Result, ts[5].ResultSize = TargetDone, []byte("{}"), 2
 	ts[n-1].Status, ts[n-1].Error, ts[n-1].Hint = TargetFailed, "e", "h"
 
 	got, err := s.Targets(j.ID)
@@ -253,14 +253,22 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encodeSpecs([]TargetRecord{tr}))
 	f.Add(encodeSpecs([]TargetRecord{tr, {URL: "v"}, {Options: []byte("{}")}}))
 	f.Add(encodeOutcome(&tr))
+	f.Add(encodeOutcome(&TargetRecord{Status: TargetDone, Result: bytes.Repeat([]byte("x"), inlineResultMax+1)}))
+	f.Add(encodeOutcomeV2(&tr))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// A row of version 2 is written again in version 3: compare
+		// what follows the version byte, or use the version 2 encoder.
+		asWritten := b
+		if len(b) > 0 && b[0] == formatVersion2 {
+			asWritten = append([]byte{formatVersion}, b[1:]...)
+		}
 		var id [idLen]byte
 		if j, err := decodeJob(id, b); err == nil {
-			require.Equal(t, b, encodeJob(&j), "a decoded job encodes back to the same bytes")
+			require.Equal(t, asWritten, encodeJob(&j), "a decoded job encodes back to the same bytes")
 		}
 		ts, err := decodeSpecs(b)
 		if err == nil {
-			require.Equal(t, b, encodeSpecs(ts))
+			require.Equal(t, asWritten, encodeSpecs(ts))
 		}
 		for _, idx := range []int{0, 1, len(ts) - 1, len(ts)} {
 			one, found, err2 := decodeSpecAt(b, idx)
@@ -272,7 +280,13 @@ func FuzzDecode(f *testing.F) {
 		}
 		var t2 TargetRecord
 		if err := decodeOutcome(&t2, b); err == nil {
-			require.Equal(t, b, encodeOutcome(&t2))
+			if b[0] == formatVersion2 {
+				require.Equal(t, b, encodeOutcomeV2(&t2))
+			} else {
+				require.Equal(t, b, appendOutcomeOf(nil, &t2, t2.ResultSize, t2.Result))
+			}
+			require.Equal(t, int64(len(t2.Result)) == t2.ResultSize, t2.ResultSize <= inlineResultMax || b[0] == formatVersion2,
+				"a result is inline or in chunks by its length")
 		}
 	})
 }
@@ -393,16 +407,29 @@ func TestStore_Evict(t *testing.T) {
 	require.Equal(t, int64(50), s.Bytes(), "only the live job's bytes are left")
 }
 
+// A result over MaxResultSize is refused before anything is written; a
+// row Badger refuses (an error text over the in-memory value cap) is
+// refused as too large too.
 func TestStore_TooLarge(t *testing.T) {
 	s := mustOpen(t, "")
 	j := putJobRecord(t, s, 1, 1, 1, false)
-	fits := bytes.Repeat([]byte("x"), maxValueInMemory-100)
-	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: fits}))
-	big := bytes.Repeat([]byte("x"), maxValueInMemory+1)
+	before := keysByPrefix(t, s)
+	big := make([]byte, MaxResultSize+1)
+	big[0] = 'x'
 	err := s.SaveTarget(&j, &TargetRecord{Idx: 1, Status: TargetDone, Result: big})
 	require.ErrorIs(t, err, ErrTooLarge)
 	require.False(t, errors.Is(err, ErrCorrupt))
+	require.Equal(t, before, keysByPrefix(t, s), "nothing written")
+	require.Zero(t, s.Bytes())
+	done := make(chan error, 1)
+	s.SaveOutcomeAsync(j.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: big}, func(err error) { done <- err })
+	require.ErrorIs(t, <-done, ErrTooLarge)
+
+	text := string(bytes.Repeat([]byte("x"), maxValueInMemory+1))
+	err = s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetFailed, Error: text})
+	require.ErrorIs(t, err, ErrTooLarge)
 	require.NotContains(t, err.Error(), "xxxx", "no value in the error text")
+	require.Equal(t, before, keysByPrefix(t, s))
 }
 
 func TestStore_WriteFault(t *testing.T) {
@@ -460,4 +487,50 @@ func TestStore_SweepStartsOverAfterARunEnds(t *testing.T) {
 	n, _, err = s.Sweep(100, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a new run starts at the oldest lease")
+}
+
+// TestStore_TouchUnexpired: a settled job past its expiry (its lease at or
+// before minLease) is not brought back, and stays due for the sweep; one
+// before it is touched; an unsettled job never expires.
+func TestStore_TouchUnexpired(t *testing.T) {
+	s := mustOpen(t, "")
+	settled := putJobRecord(t, s, 1, 100, 100, true)
+	live := putJobRecord(t, s, 2, 10, 10, false)
+
+	ok, err := s.TouchUnexpired(settled.ID, 500, 100)
+	require.NoError(t, err)
+	require.False(t, ok, "lease 100 ≤ minLease 100: expired")
+	got, err := s.Job(settled.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), got.Lease, "left as it is")
+
+	ok, err = s.TouchUnexpired(live.ID, 50, 20)
+	require.NoError(t, err)
+	require.True(t, ok, "an unsettled job never expires")
+	got, err = s.Job(live.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(50), got.Lease)
+
+	for _, id := range []string{testID(3), "not hex"} {
+		ok, err = s.TouchUnexpired(id, 500, 0)
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+
+	n, _, err := s.Sweep(100, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the expired job is still due at its own lease")
+	_, err = s.Job(settled.ID)
+	require.ErrorIs(t, err, ErrNotFound)
+
+	other := putJobRecord(t, s, 4, 100, 100, true)
+	ok, err = s.TouchUnexpired(other.ID, 500, 99)
+	require.NoError(t, err)
+	require.True(t, ok, "lease 100 > minLease 99: touched")
+	n, _, err = s.Sweep(499, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "its lease is 500 now")
+	ok, err = s.Touch(other.ID, 600)
+	require.NoError(t, err)
+	require.True(t, ok, "Touch has no expiry")
 }

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 
@@ -15,6 +16,13 @@ import (
 // under load each target pays a fraction of it. A job actor has at most one
 // write queued at a time and writes are committed in the order they were
 // queued, so a job's rows are never written out of order.
+//
+// A result too long to be inline in its outcome row (records.go) is
+// written first, in chunk rows, in transactions of their own (chunkTxnBytes
+// at most each: a 16 MiB result does not fit one transaction in memory),
+// then its outcome row goes in the group commit: the outcome row is the
+// commit point. The chunks of each write in a group are written before the
+// group is committed, by the same goroutine, so the order holds.
 
 // Batch bounds: a group commit takes at most groupWrites writes and about
 // groupBytes of rows, far below Badger's largest transaction (15% of a
@@ -22,6 +30,11 @@ import (
 const (
 	groupWrites = 256
 	groupBytes  = 1 << 20
+	// chunkTxnBytes is the most result bytes one chunk transaction
+	// writes: 8 chunks, under half of the in-memory store's transaction
+	// cap (15% of its 64 MiB memtable). On disk chunks go to the value
+	// log and count only a pointer there.
+	chunkTxnBytes = 4 << 20
 )
 
 // ownerWrite is one queued owner write: a job's encoded row (nil: not
@@ -36,7 +49,9 @@ type ownerWrite struct {
 	outKey      []byte
 	outcome     []byte
 	hasOutcome  bool
-	settled     bool // the row settles the job: move it to the x and a indexes
+	idx         int    // the outcome's target
+	result      []byte // a result that is not inline: its chunks are written first
+	settled     bool   // the row settles the job: move it to the x and a indexes
 	lease       int64
 	created     int64
 	delta       int64 // result bytes the outcome adds
@@ -50,7 +65,8 @@ var writePool = sync.Pool{New: func() any { return new(ownerWrite) }}
 const maxPooledBuf = 16 << 10
 
 // newWrite encodes j's row (nil: none) and t's outcome (nil: none) for the
-// queue: j and t may change as soon as it returns.
+// queue, and copies a result that goes in chunks: j and t may change as
+// soon as it returns.
 func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done func(error)) *ownerWrite {
 	w := writePool.Get().(*ownerWrite)
 	w.op, w.id, w.done = op, id, done
@@ -71,7 +87,10 @@ func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done fun
 		outKeyEnd = len(b)
 		b = appendOutcome(b, t)
 		outEnd = len(b)
-		w.hasOutcome, w.delta = true, int64(len(t.Result))
+		w.hasOutcome, w.delta, w.idx = true, int64(len(t.Result)), t.Idx
+		if chunkCount(w.delta) > 0 {
+			w.result = bytes.Clone(t.Result) // t may change once newWrite returns
+		}
 	}
 	if j != nil {
 		b = appendJobKey(b, id)
@@ -182,7 +201,9 @@ func (s *Store) writeLoop() {
 		s.q.mu.Unlock()
 		for len(batch) > 0 {
 			n := groupSize(batch, s.valueThreshold)
-			s.commitGroup(batch[:n])
+			if group := s.writeResults(batch[:n]); len(group) > 0 {
+				s.commitGroup(group)
+			}
 			clear(batch[:n])
 			batch = batch[n:]
 		}
@@ -204,6 +225,63 @@ func groupSize(ws []*ownerWrite, valueThreshold int) int {
 		n++
 	}
 	return n
+}
+
+// writeResults writes the chunks of every result in ws that is not inline,
+// before the group that holds their outcome rows is committed. A write
+// whose chunks fail is told so and left out: it returns the others, in
+// order, in ws's own array.
+func (s *Store) writeResults(ws []*ownerWrite) []*ownerWrite {
+	kept := ws[:0]
+	for _, w := range ws {
+		if w.result != nil {
+			if err := s.writeChunks(w); err != nil {
+				w.release(err)
+				continue
+			}
+		}
+		kept = append(kept, w)
+	}
+	return kept
+}
+
+// writeChunks writes w's result in chunk rows, chunkTxnBytes to a
+// transaction, taking the write lock for each transaction so that other
+// writes go between them.
+func (s *Store) writeChunks(w *ownerWrite) error {
+	res, chunk := w.result, 0
+	for len(res) > 0 {
+		n := min(len(res), chunkTxnBytes)
+		s.mu.Lock()
+		err := s.chunkTxn(w, chunk, res[:n])
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		res, chunk = res[n:], chunk+(n+resultChunkSize-1)/resultChunkSize
+	}
+	return nil
+}
+
+// chunkTxn writes res, a run of w's result starting at chunk, in one
+// transaction. s.mu is held.
+func (s *Store) chunkTxn(w *ownerWrite, chunk int, res []byte) error {
+	if s.db.IsClosed() {
+		return fmt.Errorf("%s: %w", w.op, ErrClosed)
+	}
+	if err := s.checkFault(w.op); err != nil {
+		return err
+	}
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	for ; len(res) > 0; chunk++ {
+		n := min(len(res), resultChunkSize)
+		if err := txn.Set(chunkKey(w.id, w.idx, chunk), res[:n]); err != nil {
+			return convert(w.op, err)
+		}
+		res = res[n:]
+	}
+	return convert(w.op, txn.Commit())
 }
 
 // commitGroup commits ws in one transaction and tells each how it went. If
@@ -285,6 +363,10 @@ func (s *Store) write(op, jobID string, j *JobRecord, t *TargetRecord, done func
 	id, ok := parseID(jobID)
 	if !ok {
 		done(fmt.Errorf("%s: %w", op, ErrNotFound))
+		return
+	}
+	if t != nil && len(t.Result) > MaxResultSize {
+		done(fmt.Errorf("%s: %w: a result of %d bytes", op, ErrTooLarge, len(t.Result)))
 		return
 	}
 	s.queue(newWrite(op, id, j, t, done))

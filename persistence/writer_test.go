@@ -60,9 +60,10 @@ func TestStore_GroupCommit(t *testing.T) {
 		s.write("save job", jobs[i].ID, &jobs[i], nil, func(err error) { results <- err })
 	}
 	big := jobs[0]
-	big.ResultBytes = maxValueInMemory + 1
+	big.TargetsFailed = 1
 	tooLarge := make(chan error, 1)
-	s.SaveTargetAsync(&big, &TargetRecord{Idx: 1, Status: TargetDone, Result: bytes.Repeat([]byte("x"), maxValueInMemory+1)}, func(err error) { tooLarge <- err })
+	text := string(bytes.Repeat([]byte("x"), maxValueInMemory+1)) // over Badger's in-memory value cap
+	s.SaveTargetAsync(&big, &TargetRecord{Idx: 1, Status: TargetFailed, Error: text}, func(err error) { tooLarge <- err })
 	release()
 
 	require.NoError(t, <-first)
