@@ -412,7 +412,8 @@ func TestDemo(t *testing.T) {
 			t.Errorf("no row %q:\n%s", row, out)
 		}
 	}
-	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error"} {
+	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error",
+		"siftbatch demo: 3 jobs × 5 targets from 3 callers, 2 workers", "each on purpose"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
 		}
@@ -424,8 +425,9 @@ func TestDemo(t *testing.T) {
 	if len(entries) != 0 {
 		t.Fatalf("the demo left %v in its temporary directory", entries)
 	}
-	// Its logs carry no URL, host or panic value.
-	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error()} {
+	// Its logs carry no URL, host or panic value, and its own panics are
+	// not logged as errors.
+	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error(), "level=ERROR"} {
 		if strings.Contains(stderr.String(), leak) {
 			t.Errorf("stderr carries %q:\n%s", leak, stderr.String())
 		}
@@ -729,7 +731,7 @@ func TestBarsView(t *testing.T) {
 		{label: "job3 carol", kinds: []string{pageFast}},
 	}
 	var out bytes.Buffer
-	v := newBarsView(&out, js)
+	v := newBarsView(&out, js, 0)
 	js[0].job = engine.Job{ID: "a", Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
 	js[0].targets = []engine.TargetStatus{{Idx: 0, Status: "done"}, {Idx: 1, Status: "running"}}
 	v.update(0, js[0])
@@ -740,7 +742,36 @@ func TestBarsView(t *testing.T) {
 	// job3 never starts: finish aborts its bar.
 	done := make(chan struct{})
 	go func() {
-		v.finish()
+		v.finish(false)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish hangs")
+	}
+}
+
+// TestBarsView_FitsHeight: with more jobs than the terminal has rows, the
+// first ones get bars and the rest one "+N more" line; an interrupt
+// removes them all without hanging.
+func TestBarsView_FitsHeight(t *testing.T) {
+	var js []*demoJob
+	for i := range 12 {
+		js = append(js, &demoJob{label: fmt.Sprintf("job%d alice", i+1), kinds: []string{pageFast, pageSlow}})
+	}
+	var out bytes.Buffer
+	v := newBarsView(&out, js, 10)
+	if len(v.bars) != 10-barsReserve || v.more == nil {
+		t.Fatalf("%d bars and more %v for 12 jobs on 10 rows", len(v.bars), v.more != nil)
+	}
+	for i, d := range js {
+		d.job = engine.Job{ID: fmt.Sprint(i), Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+		v.update(i, d)
+	}
+	done := make(chan struct{})
+	go func() {
+		v.finish(true)
 		close(done)
 	}()
 	select {
