@@ -29,7 +29,7 @@ const (
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
-	writeTimeout      = 60 * time.Second
+	writeTimeout      = httpapi.DefaultMaxWait + 30*time.Second // a long-poll's wait, then its answer
 	idleTimeout       = 120 * time.Second
 	shutdownTimeout   = 10 * time.Second
 	defaultDataDir    = "./siftbatch-data"
@@ -208,21 +208,17 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	mux.Handle("/v1/", api)
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
 	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
-	return &server{
-		http: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		},
-		runner:  runner,
-		fetcher: fetch,
-		store:   store,
-		log:     log,
-	}, nil
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
+	return &server{http: hs, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
 // health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
