@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -352,15 +353,34 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"demo", "--nope"}, {"demo", "--jobs", "0"}, {"jobs", "extra"}, {"serve"}, {"help", "nope"}} {
-		_, _, err := run(t, args...)
+	for _, tc := range []struct {
+		args []string
+		hint string
+	}{
+		{nil, `"siftbatch help"`},
+		{[]string{"frobnicate"}, `"siftbatch help"`},
+		{[]string{"help", "nope"}, `"siftbatch help"`},
+		{[]string{"demo", "--nope"}, `"siftbatch demo --help"`},
+		{[]string{"demo", "--jobs", "0"}, `"siftbatch demo --help"`},
+		{[]string{"jobs", "extra"}, `"siftbatch jobs --help"`},
+		{[]string{"serve"}, `"siftbatch serve --help"`},
+		{[]string{"show"}, `"siftbatch show --help"`},
+	} {
+		_, _, err := run(t, tc.args...)
 		var ue *usageError
 		if !errors.As(err, &ue) {
-			t.Fatalf("%v: %v, want a usage error", args, err)
+			t.Fatalf("%v: %v, want a usage error", tc.args, err)
 		}
 		var msg bytes.Buffer
-		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), "help") {
-			t.Fatalf("%v: exit %d %q", args, code, msg.String())
+		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), tc.hint) {
+			t.Fatalf("%v: exit %d %q, want 2 and a hint naming %s", tc.args, code, msg.String(), tc.hint)
+		}
+	}
+	// help's own --help lists the commands.
+	for _, args := range [][]string{{"help", "--help"}, {"help", "-h"}, {"--help"}} {
+		out, _, err := run(t, args...)
+		if err != nil || !strings.Contains(out, "Commands:") {
+			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
 }
@@ -392,7 +412,8 @@ func TestDemo(t *testing.T) {
 			t.Errorf("no row %q:\n%s", row, out)
 		}
 	}
-	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error"} {
+	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error",
+		"siftbatch demo: 3 jobs × 5 targets from 3 callers, 2 workers", "each on purpose"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
 		}
@@ -404,8 +425,9 @@ func TestDemo(t *testing.T) {
 	if len(entries) != 0 {
 		t.Fatalf("the demo left %v in its temporary directory", entries)
 	}
-	// Its logs carry no URL, host or panic value.
-	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error()} {
+	// Its logs carry no URL, host or panic value, and its own panics are
+	// not logged as errors.
+	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error(), "level=ERROR"} {
 		if strings.Contains(stderr.String(), leak) {
 			t.Errorf("stderr carries %q:\n%s", leak, stderr.String())
 		}
@@ -598,6 +620,94 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// TestServe_FlagBounds: every number and duration flag of serve is checked
+// before anything starts: out of bounds is a usage error (exit 2) that
+// names the flag and its allowed range, and creates nothing.
+func TestServe_FlagBounds(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"workers", "0", "--workers must be 1 or 2 (got 0)"},
+		{"workers", "3", "--workers must be 1 or 2 (got 3)"},
+		{"workers", "-1", "--workers must be 1 or 2 (got -1)"},
+		{"targets-per-job", "0", "--targets-per-job must be 1 to 65535 (got 0)"},
+		{"targets-per-job", "65536", "--targets-per-job must be 1 to 65535 (got 65536)"},
+		{"jobs-per-caller", "0", "--jobs-per-caller must be at least 1 (got 0)"},
+		{"jobs-total", "-2", "--jobs-total must be at least 1 (got -2)"},
+		{"max-bytes", "0", "--max-bytes must be at least 1 (bytes) (got 0)"},
+		{"max-body", "0", "--max-body must be 1 to 16777216 (16 MiB) (got 0)"},
+		{"max-body", "16777217", "--max-body must be 1 to 16777216 (16 MiB) (got 16777217)"},
+		{"ttl", "0s", "--ttl must be a positive duration such as 24h (got 0s)"},
+		{"retry-wait", "-1s", "--retry-wait must be a positive duration such as 2s (got -1s)"},
+		{"retry-for", "0s", "--retry-for must be a positive duration such as 10m (got 0s)"},
+		{"fetch-timeout", "-1s", "--fetch-timeout must be a positive duration such as 3m30s (got -1s)"},
+		{"log-level", "loud", `--log-level must be debug, info, warn or error (got "loud")`},
+		{"workers", "two", `invalid value "two" for flag -workers`},
+		{"addr", "nowhere", `--addr "nowhere" is not an address to listen on`},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			_, _, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:0", "--"+tc.flag, tc.value)
+			var ue *usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
+			}
+			var msg bytes.Buffer
+			if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), `"siftbatch serve --help"`) {
+				t.Fatalf("exit %d, %q", code, msg.String())
+			}
+			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("serve created --data before refusing its flags")
+			}
+		})
+	}
+	// Within bounds, at both ends: serve starts, and stops at once (its
+	// context is done).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	if err := Run(ctx, []string{"serve", "--keys", keys, "--data", "", "--addr", "127.0.0.1:0", "--workers", "2", "--max-body", "16777216",
+		"--targets-per-job", "1", "--ttl", "1ns"}, &out, &errOut); err != nil {
+		t.Fatalf("bounds: %v\n%s", err, errOut.String())
+	}
+}
+
+// TestServe_PortInUse: a port in use is one line with a hint, exit 1, and
+// nothing created: no store, no runner (no log line).
+func TestServe_PortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	_, stderr, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", ln.Addr().String())
+	var msg bytes.Buffer
+	if code := report(err, &msg); code != exitError {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	want := "siftbatch: cannot listen on " + ln.Addr().String() + ": the port is in use (another serve?); stop it, or pick another port with --addr\n"
+	if msg.String() != want {
+		t.Fatalf("printed %q, want %q", msg.String(), want)
+	}
+	if stderr != "" {
+		t.Fatalf("logged %q before refusing", stderr)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("serve created --data before it could listen")
+	}
+}
+
 func TestServe_StoreInUse(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -621,7 +731,7 @@ func TestBarsView(t *testing.T) {
 		{label: "job3 carol", kinds: []string{pageFast}},
 	}
 	var out bytes.Buffer
-	v := newBarsView(&out, js)
+	v := newBarsView(&out, js, 0)
 	js[0].job = engine.Job{ID: "a", Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
 	js[0].targets = []engine.TargetStatus{{Idx: 0, Status: "done"}, {Idx: 1, Status: "running"}}
 	v.update(0, js[0])
@@ -632,7 +742,36 @@ func TestBarsView(t *testing.T) {
 	// job3 never starts: finish aborts its bar.
 	done := make(chan struct{})
 	go func() {
-		v.finish()
+		v.finish(false)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish hangs")
+	}
+}
+
+// TestBarsView_FitsHeight: with more jobs than the terminal has rows, the
+// first ones get bars and the rest one "+N more" line; an interrupt
+// removes them all without hanging.
+func TestBarsView_FitsHeight(t *testing.T) {
+	var js []*demoJob
+	for i := range 12 {
+		js = append(js, &demoJob{label: fmt.Sprintf("job%d alice", i+1), kinds: []string{pageFast, pageSlow}})
+	}
+	var out bytes.Buffer
+	v := newBarsView(&out, js, 10)
+	if len(v.bars) != 10-barsReserve || v.more == nil {
+		t.Fatalf("%d bars and more %v for 12 jobs on 10 rows", len(v.bars), v.more != nil)
+	}
+	for i, d := range js {
+		d.job = engine.Job{ID: fmt.Sprint(i), Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+		v.update(i, d)
+	}
+	done := make(chan struct{})
+	go func() {
+		v.finish(true)
 		close(done)
 	}()
 	select {

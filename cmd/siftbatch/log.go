@@ -19,7 +19,7 @@ const (
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, usageErrorf("bad --log-level %q (debug, info, warn or error)", level)
+		return nil, cmdUsageErrorf("serve", "--log-level must be debug, info, warn or error (got %q)", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/sift/batch/engine"
@@ -28,7 +29,7 @@ const (
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
-	writeTimeout      = 60 * time.Second
+	writeTimeout      = httpapi.DefaultMaxWait + 30*time.Second // a long-poll's wait, then its answer
 	idleTimeout       = 120 * time.Second
 	shutdownTimeout   = 10 * time.Second
 	defaultDataDir    = "./siftbatch-data"
@@ -56,7 +57,7 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.IntVar(&cfg.TargetsPerJob, "targets-per-job", engine.DefaultTargetsPerJob, "most targets in one job")
 	fs.IntVar(&cfg.JobsPerCaller, "jobs-per-caller", engine.DefaultJobsPerCaller, "most live (queued or running) jobs per caller")
 	fs.IntVar(&cfg.JobsTotal, "jobs-total", engine.DefaultJobsTotal, "most live jobs in all")
-	fs.IntVar(&cfg.Workers, "workers", engine.DefaultWorkers, "targets fetched at once (1 or 2)")
+	fs.IntVar(&cfg.Workers, "workers", engine.DefaultWorkers, "targets fetched at once: 1 or 2")
 	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored result bytes in all; past it the oldest finished jobs are deleted")
 	fs.DurationVar(&cfg.RetryWait, "retry-wait", engine.DefaultRetryWait, "pause before a busy (429/503) target is tried again")
 	fs.DurationVar(&cfg.RetryFor, "retry-for", engine.DefaultRetryFor, "how long one target may keep coming back busy before it fails")
@@ -68,14 +69,14 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f serveFlags
 	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz.")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz. Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required)")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
-	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page; the rest is cut")
+	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
 	addConfigFlags(fs, &f.cfg)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
@@ -84,8 +85,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := noArgs(fs, pos); err != nil {
 		return err
 	}
-	if f.keys == "" {
-		return usageErrorf("serve: --keys is required (a file of lines NAME KEY [restricted])")
+	if err := f.validate(); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr, f.logLevel)
 	if err != nil {
@@ -95,18 +96,70 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	srv, err := startServer(f, keys, log)
-	if err != nil {
-		return err
-	}
+	// Listen before anything is made: a port in use creates no store.
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		srv.close()
-		return fmt.Errorf("listen: %w", err)
+		return listenError(f.addr, err)
+	}
+	srv, err := startServer(f, keys, log)
+	if err != nil {
+		_ = ln.Close()
+		return err
 	}
 	fmt.Fprintf(stdout, "siftbatch serve: listening on http://%s\n", ln.Addr())
 	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers))
 	return srv.serve(ctx, ln)
+}
+
+// maxMaxBody is the largest --max-body.
+const maxMaxBody = 16 << 20
+
+// validate checks every number and duration flag, with the flag's name and
+// its allowed range in the message: a usage error, before anything starts.
+func (f *serveFlags) validate() error {
+	if f.keys == "" {
+		return cmdUsageErrorf("serve", "--keys is required (a file of lines NAME KEY [restricted])")
+	}
+	c := &f.cfg
+	for _, check := range []struct {
+		flag string
+		ok   bool
+		want string
+		got  any
+	}{
+		{"workers", c.Workers >= 1 && c.Workers <= engine.MaxWorkers, fmt.Sprintf("1 or %d", engine.MaxWorkers), c.Workers},
+		{"targets-per-job", c.TargetsPerJob >= 1 && c.TargetsPerJob <= engine.MaxTargetsPerJob, fmt.Sprintf("1 to %d", engine.MaxTargetsPerJob), c.TargetsPerJob},
+		{"jobs-per-caller", c.JobsPerCaller >= 1, "at least 1", c.JobsPerCaller},
+		{"jobs-total", c.JobsTotal >= 1, "at least 1", c.JobsTotal},
+		{"max-bytes", c.MaxBytes >= 1, "at least 1 (bytes)", c.MaxBytes},
+		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
+		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
+		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
+		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
+		{"fetch-timeout", f.fetchTimeout > 0, "a positive duration such as 3m30s", f.fetchTimeout},
+	} {
+		if !check.ok {
+			return cmdUsageErrorf("serve", "--%s must be %s (got %v)", check.flag, check.want, check.got)
+		}
+	}
+	return nil
+}
+
+// listenError says in one line why serve cannot listen on addr, with a
+// hint, never Go's "listen tcp … bind: …".
+func listenError(addr string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("cannot listen on %s: the port is in use (another serve?); stop it, or pick another port with --addr", addr)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("cannot listen on %s: permission denied; pick a port above 1023 with --addr", addr)
+	}
+	var ae *net.AddrError
+	var de *net.DNSError
+	if errors.As(err, &ae) || errors.As(err, &de) {
+		return cmdUsageErrorf("serve", "--addr %q is not an address to listen on; give HOST:PORT such as 127.0.0.1:8080", addr)
+	}
+	return fmt.Errorf("cannot listen on %s: %v", addr, err)
 }
 
 // server is serve's running parts, in the order they are stopped.
@@ -155,21 +208,17 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	mux.Handle("/v1/", api)
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
 	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
-	return &server{
-		http: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		},
-		runner:  runner,
-		fetcher: fetch,
-		store:   store,
-		log:     log,
-	}, nil
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
+	return &server{http: hs, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
 // health answers GET /healthz: 200 {"status":"ok"} while r serves, 503

@@ -44,13 +44,17 @@ type serveSession struct {
 	site     *httptest.Server
 	siteHost string // 127.0.0.1:PORT
 	release  chan struct{}
-	// stop stops serve and waits for it; the test's cleanup calls it too.
+	// active receives (without blocking) when a connection starts reading
+	// a request.
+	active chan struct{}
+	// stop stops serve and waits for it, then lets held pages go; the
+	// test's cleanup calls it too.
 	stop func()
 }
 
 func startSession(t *testing.T) *serveSession {
 	t.Helper()
-	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{})}
+	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{}), active: make(chan struct{}, 1)}
 	s.site = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/ok", "/panic":
@@ -115,6 +119,14 @@ func startSession(t *testing.T) *serveSession {
 		t.Fatal(err)
 	}
 	s.url = "http://" + ln.Addr().String()
+	srv.http.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateActive {
+			select {
+			case s.active <- struct{}{}:
+			default:
+			}
+		}
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.serve(ctx, ln) }()
@@ -123,12 +135,12 @@ func startSession(t *testing.T) *serveSession {
 	var once sync.Once
 	s.stop = func() {
 		once.Do(func() {
-			close(s.release)
 			transport.CloseIdleConnections()
-			stop()
+			stop() // the runner's close ends the fetches in flight
 			if err := <-served; err != nil {
 				t.Errorf("serve: %v", err)
 			}
+			close(s.release)
 			s.site.Close()
 		})
 	}
@@ -332,5 +344,44 @@ func TestServe_Health(t *testing.T) {
 	srv.runner.Close()
 	if rec := get(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {
 		t.Fatalf("after Close: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestServe_LongPollEndsOnStop: a long-poll pending when serve stops is
+// answered at once with the job as it stands, so that it does not hold up
+// the graceful stop (which would otherwise wait out its shutdown timeout).
+func TestServe_LongPollEndsOnStop(t *testing.T) {
+	s := startSession(t)
+	id := s.submit(t, sessionBob, "http://site.example:"+portOf(s.siteHost)+"/hold")
+	select {
+	case <-s.active: // the submit's
+	default:
+	}
+	answer := make(chan response, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/batch/"+id+"?wait=60s", nil)
+		req.Header.Set("Authorization", "Bearer "+sessionBob)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			answer <- response{code: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- response{code: resp.StatusCode, body: b}
+	}()
+	<-s.active
+	start := time.Now()
+	s.stop()
+	if d := time.Since(start); d > shutdownTimeout/2 {
+		t.Errorf("serve took %s to stop with a long-poll pending", d)
+	}
+	select {
+	case r := <-answer:
+		if r.code != http.StatusOK || !strings.Contains(string(r.body), `"id":"`+id+`"`) {
+			t.Fatalf("the long-poll got %d %s", r.code, r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll did not answer")
 	}
 }

@@ -50,7 +50,7 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErrorf("show: want one job ID")
+		return cmdUsageErrorf("show", "want one job ID")
 	}
 	id := pos[0]
 	store, err := openStore(*data, true)

@@ -7,7 +7,8 @@
 // are JSON {"error": "...", "hint": "..."}. The routes:
 //
 //	POST   /v1/batch            {"targets":[{"url":"…","options":{…}}]} → 202 {"id","reused","status"}
-//	GET    /v1/batch/{id}       200 the job and its targets (?results=1: with results)
+//	GET    /v1/batch/{id}       200 the job and its targets (?results=1: with results;
+//	                            ?wait=30s: once the job has ended or the wait is over)
 //	GET    /v1/batch/{id}/{idx} 200 one target with its result
 //	DELETE /v1/batch/{id}       200 {"cancelled":true}; 409 once the job has ended
 //
@@ -35,6 +36,12 @@
 // reads an unexpected EOF (curl exits 18, "transfer closed with
 // outstanding read data remaining"), and the JSON it has is incomplete. A
 // whole answer is valid JSON that ends in "]}" and a newline.
+//
+// Long-poll: ?wait=D (a duration, or whole seconds; at most
+// [Options.MaxWait], else 400) answers once the job has ended, or D has
+// passed, or [Handler.EndWaits] is called, with the job as it then
+// stands. Register EndWaits with the server's shutdown so that a pending
+// wait never holds up a graceful stop.
 //
 // Owner isolation: another caller's job is answered exactly like a job
 // that does not exist (404, byte for byte), with the same work, so that

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sift/batch/engine/httpapi"
@@ -208,14 +209,15 @@ func hasDuplicateKeys(body []byte) bool {
 }
 
 // FuzzAPI_Paths sends GET, DELETE and other methods to /v1/batch/{id} and
-// /v1/batch/{id}/{idx} with arbitrary id, idx and query strings, as each of
-// the test callers. Nothing panics or answers 5xx; a 200 only answers the
+// /v1/batch/{id}/{idx} with arbitrary id, idx and query strings (?wait=
+// and ?results= among them), as each of the test callers. Nothing panics or answers 5xx; a 200 only answers the
 // job's owner, naming the job by its exact id and a target by its plain
 // decimal index; and no input string that is not an id ever reaches the
 // log.
 func FuzzAPI_Paths(f *testing.F) {
-	b := setup(f)
+	b := setupWith(f, nil, httpapi.Options{MaxWait: 20 * time.Millisecond}) // a fuzzed ?wait= on the live job ends soon
 	done := b.submit(f, "alice-key", "https://example.com/a", "https://example.com/b")
+	b.waitTerminal(f, done)
 	live := b.submit(f, "carol-key", holdURL, "https://example.com/c")
 	for _, seed := range []struct {
 		method, key byte
@@ -230,6 +232,8 @@ func FuzzAPI_Paths(f *testing.F) {
 		{2, 0, done, "", false, ""}, {3, 0, done, "0", true, ""}, {0, 3, done, "", false, ""},
 		{0, 0, "%zz", "%", true, "%zz;a=b"}, {0, 0, "a\x00b", "\xff", true, ""}, {0, 0, "https://secret.example/", "", false, ""},
 		{0, 0, done, "99999999999999999999999", true, ""}, {0, 0, done, "-1", true, "results=maybe"},
+		{0, 2, live, "", false, "wait=10ms"}, {0, 2, live, "", false, "wait=1h"}, {0, 0, done, "", false, "wait=-5s&results=1"},
+		{0, 1, live, "", false, "wait=15ms"}, {0, 2, live, "", false, "wait=%ff"}, {0, 0, done, "", false, "wait=1e9"},
 	} {
 		f.Add(seed.method, seed.key, seed.id, seed.idx, seed.withIdx, seed.query)
 	}

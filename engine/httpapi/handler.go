@@ -17,6 +17,8 @@ const (
 	DefaultMaxBody = 256 << 10
 	// DefaultRetryAfter is the Retry-After of a 429.
 	DefaultRetryAfter = 5 * time.Second
+	// DefaultMaxWait caps the ?wait= of a long-poll.
+	DefaultMaxWait = 60 * time.Second
 )
 
 // The routes, each also the fixed label [Options.Wrap] is given.
@@ -53,6 +55,10 @@ type Options struct {
 	// RetryAfter is the Retry-After of a 429, rounded up to seconds.
 	// Default [DefaultRetryAfter] (5s).
 	RetryAfter time.Duration
+	// MaxWait caps the ?wait= of GET /v1/batch/{id}: a longer one is 400.
+	// The server's WriteTimeout must leave room for it. Default
+	// [DefaultMaxWait] (60s).
+	MaxWait time.Duration
 	// Wrap, if set, wraps each route's handler, given the route's fixed
 	// label ("GET /v1/batch/{id}"; never a request's path): the metrics'
 	// [github.com/sift/batch/engine/metrics.Metrics.Middleware], for instance. It sees every request,
@@ -72,6 +78,7 @@ type runner interface {
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
 	Touch(id string)
+	Wait(ctx context.Context, id string) (engine.Job, error)
 }
 
 // Handler is the batch HTTP API of a runner, as sift exposes it: an
@@ -83,6 +90,10 @@ type Handler struct {
 	o    Options
 	log  *slog.Logger
 	mux  *http.ServeMux
+
+	// ending is cancelled by EndWaits.
+	ending   context.Context
+	endWaits context.CancelFunc
 }
 
 // New returns the API of r, with auth telling who presents each key. A nil
@@ -106,6 +117,8 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 		return nil, errors.New("new handler: TargetsPerJob must not be negative")
 	case o.RetryAfter < 0:
 		return nil, errors.New("new handler: RetryAfter must not be negative")
+	case o.MaxWait < 0:
+		return nil, errors.New("new handler: MaxWait must not be negative")
 	}
 	if o.MaxBody == 0 {
 		o.MaxBody = DefaultMaxBody
@@ -116,7 +129,11 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 	if o.RetryAfter == 0 {
 		o.RetryAfter = DefaultRetryAfter
 	}
+	if o.MaxWait == 0 {
+		o.MaxWait = DefaultMaxWait
+	}
 	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux()}
+	h.ending, h.endWaits = context.WithCancel(context.Background())
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -137,6 +154,13 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 
 // ServeHTTP answers one API request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// EndWaits ends every pending long-poll (GET /v1/batch/{id}?wait=…) with
+// the job as it stands, and has later ones answer at once, so that none
+// holds up a graceful stop: register it with the server's
+// [http.Server.RegisterOnShutdown]. It is idempotent and safe for
+// concurrent use.
+func (h *Handler) EndWaits() { h.endWaits() }
 
 // guard logs each request, and answers a handler's panic (a bug) with 500
 // and a log line that has the route only: left to net/http, the panic value

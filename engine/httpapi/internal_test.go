@@ -279,3 +279,117 @@ func TestAPI_StreamsOneResultAtATime(t *testing.T) {
 		t.Fatalf("%d results read, want %d: %v", reads, len(sizes), events)
 	}
 }
+
+// waitSignal is a runner whose Wait says when it starts waiting.
+type waitSignal struct {
+	runner
+	waiting chan struct{}
+}
+
+func (s waitSignal) Wait(ctx context.Context, id string) (engine.Job, error) {
+	s.waiting <- struct{}{}
+	return s.runner.Wait(ctx, id)
+}
+
+// TestAPI_LongPoll: GET /v1/batch/{id}?wait= answers once the job ends,
+// or when EndWaits is called (a shutdown), with the job as it then stands;
+// a finished job is answered at once, without waiting.
+func TestAPI_LongPoll(t *testing.T) {
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	defer release()
+	r := newRunner(t, hold)
+	waiting := make(chan struct{}, 1)
+	h, err := newHandler(waitSignal{runner: r, waiting: waiting}, testAuth, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(id string) <-chan *httptest.ResponseRecorder {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?wait=60s", nil)
+			req.Header.Set("Authorization", "Bearer alice-key")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			done <- rec
+		}()
+		return done
+	}
+	status := func(rec *httptest.ResponseRecorder) string {
+		var j struct{ Status string }
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &j) != nil {
+			t.Fatalf("answer %d %s", rec.Code, rec.Body)
+		}
+		return j.Status
+	}
+	within := func(ch <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+		select {
+		case rec := <-ch:
+			return rec
+		case <-time.After(10 * time.Second):
+			t.Fatal("the long-poll did not answer")
+			return nil
+		}
+	}
+	submit := func(url string) string {
+		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: url}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+
+	t.Run("at the job's end", func(t *testing.T) {
+		id := submit("https://example.com/hold")
+		answer := get(id)
+		<-waiting
+		release()
+		if st := status(within(answer)); st != engine.StatusDone {
+			t.Fatalf("answered %s, want done", st)
+		}
+	})
+
+	t.Run("a finished job at once", func(t *testing.T) {
+		id := submit("https://example.com/done")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := r.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if st := status(within(get(id))); st != engine.StatusDone {
+			t.Fatalf("answered %s", st)
+		}
+		select {
+		case <-waiting:
+			t.Fatal("the handler waited on a finished job")
+		default:
+		}
+	})
+
+	t.Run("on shutdown", func(t *testing.T) {
+		hold2 := make(chan struct{})
+		defer close(hold2)
+		r2 := newRunner(t, hold2)
+		h2, err := newHandler(waitSignal{runner: r2, waiting: waiting}, testAuth, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h = h2
+		id, _, err := r2.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: "https://example.com/hold"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer := get(id)
+		<-waiting
+		h2.EndWaits()
+		if st := status(within(answer)); !engine.IsLive(st) {
+			t.Fatalf("answered %s, want the job as it stands: live", st)
+		}
+		// Later waits answer at once.
+		if st := status(within(get(id))); !engine.IsLive(st) {
+			t.Fatalf("answered %s", st)
+		}
+		<-waiting
+	})
+}

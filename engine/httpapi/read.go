@@ -2,12 +2,15 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sift/batch/engine"
 )
@@ -51,11 +54,31 @@ func writeJobNotFound(w http.ResponseWriter) {
 	writeError(w, http.StatusNotFound, "job not found", "check the id; jobs are deleted a while after they finish")
 }
 
-// job is GET /v1/batch/{id}; ?results=1 includes the results.
+// job is GET /v1/batch/{id}; ?results=1 includes the results; ?wait=D
+// answers once the job has ended or D has passed, whichever comes first.
 func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
 	j, ok := h.owned(w, r, c)
 	if !ok {
 		return
+	}
+	wait, err := parseWait(r.URL.Query().Get("wait"), h.o.MaxWait)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), fmt.Sprintf("give wait as a duration of at most %s, such as wait=30s", h.o.MaxWait))
+		return
+	}
+	if wait > 0 && engine.IsLive(j.Status) {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
+		_, err := h.r.Wait(ctx, j.ID)
+		stop()
+		cancel()
+		if errors.Is(err, engine.ErrNotFound) {
+			writeJobNotFound(w)
+			return
+		}
+		if r.Context().Err() != nil {
+			return // the client has gone
+		}
 	}
 	job, targets, ok := h.r.Targets(j.ID)
 	if !ok { // expired, or swept since the owner check
@@ -161,6 +184,29 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	appendTarget(&buf, enc, t, res)
 	buf.WriteByte('\n')
 	_, _ = w.Write(buf.Bytes())
+}
+
+// parseWait parses a ?wait= value: a duration ("30s", "1m") or whole
+// seconds ("30"), from 0 to max; "" is 0.
+func parseWait(s string, max time.Duration) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, nerr := strconv.ParseUint(s, 10, 16)
+		if nerr != nil {
+			return 0, errors.New("bad wait: not a duration")
+		}
+		d = time.Duration(n) * time.Second
+	}
+	switch {
+	case d < 0:
+		return 0, errors.New("bad wait: negative")
+	case d > max:
+		return 0, fmt.Errorf("bad wait: more than %s", max)
+	}
+	return d, nil
 }
 
 // parseIdx parses a target index in its one spelling: decimal digits, no

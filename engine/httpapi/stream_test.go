@@ -184,3 +184,28 @@ func TestAPI_BodyErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestAPI_LongPollLimits: a wait ends when its time is up, with the job as
+// it stands; a bad or too long wait is 400 with a hint.
+func TestAPI_LongPollLimits(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "alice-key", holdURL)
+	b.waitRunning(t, id)
+	start := time.Now()
+	r := b.do(t, http.MethodGet, "/v1/batch/"+id+"?wait=200ms", "alice-key", nil)
+	wantCode(t, r, http.StatusOK)
+	if st := r.json(t)["status"]; st != "running" {
+		t.Fatalf("status %v after the wait, want running", st)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("answered after %s, before the wait was up", d)
+	}
+	for _, bad := range []string{"x", "-1s", "61s", "2m", "1h", "99999"} {
+		wantError(t, b.do(t, http.MethodGet, "/v1/batch/"+id+"?wait="+bad, "alice-key", nil), http.StatusBadRequest, "bad wait")
+	}
+	for _, good := range []string{"0", "0s", "1", "10ms"} {
+		wantCode(t, b.do(t, http.MethodGet, "/v1/batch/"+id+"?wait="+good, "alice-key", nil), http.StatusOK)
+	}
+	// Another caller's job is 404 at once, wait or not.
+	wantError(t, b.do(t, http.MethodGet, "/v1/batch/"+id+"?wait=30s", "bob-key", nil), http.StatusNotFound, "job not found")
+}

@@ -108,17 +108,11 @@ func run(out io.Writer) error {
 	fmt.Fprintln(out, "POST /v1/batch →", answer)
 	_, rest, _ := strings.Cut(answer, `"id":"`)
 	id, _, _ := strings.Cut(rest, `"`)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if answer, err = call(http.MethodGet, "/v1/batch/"+id+"?results=1", ""); err != nil {
-			return err
-		}
-		if strings.Contains(answer, `"status":"done"`) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A long-poll: answered once the job has ended (or after 30s).
+	if answer, err = call(http.MethodGet, "/v1/batch/"+id+"?results=1&wait=30s", ""); err != nil {
+		return err
 	}
-	fmt.Fprintln(out, "GET /v1/batch/ID?results=1 →", answer)
+	fmt.Fprintln(out, "GET /v1/batch/ID?results=1&wait=30s →", answer)
 	if !strings.Contains(answer, `"status":"done"`) {
 		return errors.New("the job did not finish")
 	}
