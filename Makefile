@@ -3,13 +3,19 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo test test/race lint build examples bench bench/rss bench/profile fmt tidy
+.PHONY: help demo install readme test test/race lint build examples bench bench/rss bench/profile fmt tidy
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 demo: ## run the live demo: a fixture server, several jobs, progress bars, a summary
 	$(GO) run ./cmd/siftbatch demo
+
+install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH)/bin
+	$(GO) install ./cmd/siftbatch
+
+readme: ## run the README's session (the test that extracts it): curl and python3 needed
+	$(GO) test -run '^TestREADME_Session$$' -count=1 -v ./cmd/siftbatch
 
 test: lint test/race ## lint, then every test under the race detector
 

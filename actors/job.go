@@ -88,9 +88,7 @@ func (j *job) Receive(ctx actor.Context) {
 			j.flushes.Stop()
 		}
 	case *actor.Stopped:
-		if !j.dirty && len(j.unsaved) == 0 {
-			j.cfg.Views.remove(j.rec.ID) // the store has it all
-		}
+		j.stopped()
 	case *actor.Restarting:
 	case *targetWritten:
 		j.written(ctx, m)
@@ -102,6 +100,28 @@ func (j *job) Receive(ctx actor.Context) {
 		j.handle(ctx, m, ctx.Sender())
 	}
 	j.publish()
+}
+
+// stopped hands the job over to the store: a Touch that came since the
+// job's last write is written, and its view is removed if the store has
+// it all (otherwise it stays: the truth as the actor held it).
+func (j *job) stopped() {
+	touched := j.view.closeTouches()
+	if touched > j.rec.Lease && j.rec.Settled && !j.dirty && len(j.unsaved) == 0 {
+		if _, err := j.cfg.Store.Touch(j.rec.ID, touched); err != nil {
+			j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
+		}
+	}
+	if !j.dirty && len(j.unsaved) == 0 {
+		j.cfg.Views.remove(j.rec.ID)
+	}
+}
+
+// warn logs a store failure at Warn, once what it changed is published:
+// whoever reads the log line and then the job sees the change.
+func (j *job) warn(msg string, attrs ...any) {
+	j.publish()
+	j.cfg.Log.Warn(msg, attrs...)
 }
 
 // publish publishes the job's state to readers if it has changed since
@@ -164,7 +184,7 @@ func (j *job) save(what string) {
 	}
 	if err := j.cfg.Store.SaveJob(&j.rec); err != nil {
 		j.dirty = true
-		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
+		j.warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 			slog.String("what", what), slog.String(keyErr, storeErrText(err)))
 		return
 	}
@@ -179,7 +199,7 @@ func (j *job) flush(what string) bool {
 	for len(j.unsaved) > 0 {
 		t := &j.unsaved[0]
 		if err := j.writeOutcome(t); err != nil {
-			j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
+			j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
 				slog.String("what", what), slog.String(keyErr, storeErrText(err)))
 			return false
 		}
@@ -330,6 +350,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	j.rec = p.next
 	j.unsaved = append(j.unsaved, p.t)
 	j.dirty = true
+	j.inflight = -1
 	j.flush("target")
 	j.stored(ctx, m.worker, p)
 }
@@ -349,14 +370,13 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	}
 	j.storing = nil
 	j.rec = p.next
-	// The messages that waited are handled even if a hook panics in stored
-	// (the actor is resumed without the message that panicked).
-	defer j.replay(ctx)
+	defer j.replay(ctx) // the messages that waited for the write
 	if m.err != nil {
-		j.cfg.Log.Warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
-			slog.String(keyErr, storeErrText(m.err)))
 		j.unsaved = append(j.unsaved, p.t)
 		j.dirty = true // the flush writes the row with the outcome
+		j.inflight = -1
+		j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
+			slog.String(keyErr, storeErrText(m.err)))
 	} else if p.withRow {
 		j.dirty = false
 	}
@@ -402,7 +422,7 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 		j.ended(ctx)
 	}
 	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
-		j.cfg.Log.Warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
+		j.warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
 	} else if n > 0 {
 		j.cfg.Log.Debug("evicted jobs", slog.Int(keyCount, n))
 	}

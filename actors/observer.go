@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -62,6 +63,9 @@ func (o *observer) Receive(ctx actor.Context) {
 	case hookInflight:
 		h.Inflight(e.n)
 	}
+	// Back to the pool only after a call that returned: the event of a hook
+	// that panicked goes to the strategy, and then to the GC.
+	putEvent(e)
 }
 
 // has reports whether the hook is set: an event is sent only then.
@@ -84,8 +88,19 @@ func (h *Hooks) has(n hookName) bool {
 // hook sends e to the observer, if its hook is set.
 func (c *Config) hook(ctx actor.SenderContext, e hookEvent) {
 	if c.observer != nil && c.Hooks.has(e.hook) {
-		ctx.Send(c.observer, &e)
+		p := events.Get().(*hookEvent)
+		*p = e
+		ctx.Send(c.observer, p)
 	}
+}
+
+// events pools the hook events: a few per target, each used once by the
+// observer and then put back.
+var events = sync.Pool{New: func() any { return new(hookEvent) }}
+
+func putEvent(e *hookEvent) {
+	*e = hookEvent{}
+	events.Put(e)
 }
 
 func (c *Config) hookJob(ctx actor.SenderContext, jobID, outcome string) {

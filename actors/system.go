@@ -19,10 +19,12 @@ type System struct {
 	sup       *actor.PID
 	observer  *actor.PID
 	pools     []*poolDispatcher
-	abortCh   chan struct{} // cfg.Abort
+	hooks     *poolDispatcher // the observer's
+	abortCh   chan struct{}   // cfg.Abort
 	abortOnce sync.Once
 	failed    atomic.Bool   // the supervisor failed: the runner failed closed
 	failedCh  chan struct{} // closed when failed is set
+	asks      sync.Map      // *actor.Future → nil: requests waiting for the supervisor
 }
 
 // poolGoroutines run the supervisor and the job actors (see poolDispatcher).
@@ -58,6 +60,7 @@ func Start(cfg *Config) (*System, error) {
 	cfg.OnFail = func() {
 		if s.failed.CompareAndSwap(false, true) {
 			close(s.failedCh)
+			s.failAsks()
 		}
 		if onFail != nil {
 			onFail()
@@ -68,6 +71,7 @@ func Start(cfg *Config) (*System, error) {
 	// The hooks run on a goroutine of their own: a slow hook holds up no
 	// job.
 	hooks := newPoolDispatcher(1, 300)
+	s.hooks = hooks
 	s.pools = []*poolDispatcher{pool, hooks}
 	// Each worker runs on a goroutine of its own, kept from one fetch to the
 	// next (a FetchFunc may block it for minutes: it shares it with nobody).
@@ -102,13 +106,51 @@ func Start(cfg *Config) (*System, error) {
 	return s, nil
 }
 
+// ask sends msg to the supervisor and waits for its answer. When the
+// runner fails, every request still waiting is answered ErrFailed (see
+// failAsks): the supervisor will never answer them.
 func (s *System) ask(msg any, timeout time.Duration) (any, error) {
-	res, err := s.sys.Root.RequestFuture(s.sup, msg, timeout).Result()
+	return s.await(s.request(msg, timeout))
+}
+
+// request sends msg to the supervisor; await waits for the answer.
+func (s *System) request(msg any, timeout time.Duration) *actor.Future {
+	f := s.sys.Root.RequestFuture(s.sup, msg, timeout)
+	s.asks.Store(f, nil)
+	if s.failed.Load() && s.asks.CompareAndDelete(f, nil) {
+		s.sys.Root.Send(f.PID(), failedAnswer{})
+	}
+	return f
+}
+
+func (s *System) await(f *actor.Future) (any, error) {
+	res, err := f.Result()
+	s.asks.Delete(f)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoAnswer, err)
 	}
+	if _, ok := res.(failedAnswer); ok {
+		return nil, ErrFailed
+	}
 	return res, nil
 }
+
+// failedAnswer answers the requests of a runner that has failed.
+type failedAnswer struct{}
+
+// failAsks answers every request still waiting for the supervisor.
+func (s *System) failAsks() {
+	s.asks.Range(func(k, _ any) bool {
+		if s.asks.CompareAndDelete(k, nil) {
+			s.sys.Root.Send(k.(*actor.Future).PID(), failedAnswer{})
+		}
+		return true
+	})
+}
+
+// ErrFailed is returned by a request the supervisor could not answer
+// because the runner's own code failed (see Config.OnFail).
+var ErrFailed = errors.New("runner failed")
 
 // Submit asks the supervisor to create a job.
 func (s *System) Submit(m *Submit) (*SubmitReply, error) {
@@ -142,29 +184,26 @@ func (s *System) Cancel(id string) bool {
 // dispatched, and fetched under a cancelled context, after Stop began.
 func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gaveUp bool, err error) {
 	if !s.failed.Load() {
-		drained := s.sys.Root.RequestFuture(s.sup, &Drain{}, drainTimeout)
-		if cancelFetches != nil {
-			cancelFetches()
-		}
+		drain := s.request(&Drain{}, drainTimeout)
 		res := make(chan any, 1)
 		go func() {
-			r, err := drained.Result()
+			r, err := s.await(drain)
 			if err != nil {
-				r = fmt.Errorf("%w: %v", ErrNoAnswer, err)
+				res <- err
+				return
 			}
 			res <- r
 		}()
+		if cancelFetches != nil {
+			cancelFetches()
+		}
 		var r any
 		select {
 		case r = <-res:
-		case <-s.failedCh:
 		case <-giveUp:
 			gaveUp = true
 			s.abort()
-			select {
-			case r = <-res:
-			case <-s.failedCh:
-			}
+			r = <-res
 		}
 		switch r := r.(type) {
 		case *Drained:
@@ -181,11 +220,27 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 		cancelFetches()
 	}
 	s.abort() // a worker the failed runner stopped may still wait for a fetch
-	if perr := s.sys.Root.PoisonFuture(s.observer).Wait(); perr != nil && err == nil {
-		err = fmt.Errorf("stop observer: %w", perr)
+	// The observer runs every hook queued before it stops, unless giveUp
+	// comes first (a hook that blocks): its goroutine is then left to the
+	// hook, as a fetch's is.
+	observed := make(chan error, 1)
+	go func() { observed <- s.sys.Root.PoisonFuture(s.observer).Wait() }()
+	hooksDone := true
+	select {
+	case perr := <-observed:
+		if perr != nil && err == nil {
+			err = fmt.Errorf("stop observer: %w", perr)
+		}
+	case <-giveUp:
+		gaveUp, hooksDone = true, false
+		s.cfg.Log.Warn("shutdown gave up on the hooks: a hook is blocked")
 	}
 	s.sys.Shutdown()
 	for _, p := range s.pools {
+		if p == s.hooks && !hooksDone {
+			p.closeNoWait()
+			continue
+		}
 		p.close()
 	}
 	return n, gaveUp, err
@@ -198,6 +253,9 @@ func (s *System) WaitSupervisorStopped() {
 }
 
 func (s *System) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
+
+// Abort has the workers stop waiting for the fetches in flight (see Stop).
+func (s *System) Abort() { s.abort() }
 
 // Failed reports whether the runner's own code failed (see Config.OnFail).
 func (s *System) Failed() bool { return s.failed.Load() }

@@ -72,18 +72,29 @@ func (v *Views) EndAll() {
 // Load returns the job's latest snapshot.
 func (w *View) Load() *Snapshot { return w.snap.Load() }
 
-// Touch records that a reader wants the job kept until lease + TTL.
-func (w *View) Touch(lease int64) {
+// Touch records that a reader wants the job kept until lease + TTL; the
+// job's actor writes it with its next write. It reports false once the
+// actor has stopped: touch the store instead.
+func (w *View) Touch(lease int64) bool {
 	for {
 		old := w.touched.Load()
+		if old == touchClosed {
+			return false
+		}
 		if old >= lease || w.touched.CompareAndSwap(old, lease) {
-			return
+			return true
 		}
 	}
 }
 
+// touchClosed marks a view whose actor takes no more Touches.
+const touchClosed = -1
+
 // Touched returns the latest lease a reader asked for (0: none).
-func (w *View) Touched() int64 { return w.touched.Load() }
+func (w *View) Touched() int64 { return max(w.touched.Load(), 0) }
+
+// closeTouches takes no more Touches and returns the latest one.
+func (w *View) closeTouches() int64 { return max(w.touched.Swap(touchClosed), 0) }
 
 // Ended is closed once the job is terminal as its snapshot says.
 func (w *View) Ended() <-chan struct{} { return w.ended }

@@ -174,6 +174,9 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 		return "", false, err
 	}
 	reply, err := r.sys.Submit(m)
+	if errors.Is(err, actors.ErrFailed) {
+		return "", false, ErrClosed
+	}
 	if err != nil {
 		return "", false, fmt.Errorf("submit: %w", err)
 	}
@@ -314,6 +317,7 @@ func (r *Runner) failClosed() {
 	r.closed, r.failed = true, true
 	r.mu.Unlock()
 	r.cancel()
+	r.sys.Abort() // a worker waiting for a fetch that ignores its context stops
 	r.sys.WaitSupervisorStopped()
 	n, err := r.reap(reapInternal)
 	if err != nil {

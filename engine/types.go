@@ -51,8 +51,13 @@ type TargetError struct {
 	Hint   string
 }
 
-// Error returns Msg.
-func (e *TargetError) Error() string { return e.Msg }
+// Error returns Msg; "" for a nil *TargetError.
+func (e *TargetError) Error() string {
+	if e == nil {
+		return ""
+	}
+	return e.Msg
+}
 
 // FetchFunc does one target for the caller that submitted the job. It runs on a
 // worker, one call at a time per worker, under a context that [Runner.Close]

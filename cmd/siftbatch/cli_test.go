@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
 
@@ -59,7 +62,7 @@ func fillStore(t *testing.T, dir string) []string {
 		for i, u := range s.urls {
 			ts[i] = engine.Target{URL: u}
 		}
-		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, classStandard, ts)
+		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: s.caller}, httpapi.ClassStandard, ts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +71,7 @@ func fillStore(t *testing.T, dir string) []string {
 	for _, id := range ids {
 		waitFor(t, 10*time.Second, "job "+id, func() bool {
 			j, _, ok := r.Status(id)
-			return ok && !persistence.IsLive(j.Status)
+			return ok && !engine.IsLive(j.Status)
 		})
 	}
 	return ids
@@ -85,7 +88,7 @@ func TestJobs(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("want a header and 3 jobs:\n%s", out)
 	}
-	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "CREATED", "LEASE"} {
+	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "FAILED", "CREATED", "LAST ACTIVE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Fatalf("header %q lacks %s", lines[0], col)
 		}
@@ -163,9 +166,11 @@ func TestShow(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &job); err != nil {
 		t.Fatal(err)
 	}
-	var res engine.Result
-	if err := json.Unmarshal(job.Targets[0].Result, &res); err != nil || res.Content != "page https://example.com/a" {
-		t.Fatalf("result %s: %v", job.Targets[0].Result, err)
+	if res := job.Targets[0].Result; res == nil || res.Content != "<p>page https://example.com/a" {
+		t.Fatalf("result %+v:\n%s", res, out)
+	}
+	if !strings.Contains(out, `"content": "<p>page`) {
+		t.Fatalf("show escapes HTML:\n%s", out)
 	}
 
 	if _, _, err := run(t, "show", "--data", dir, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "no job") {
@@ -175,6 +180,97 @@ func TestShow(t *testing.T) {
 	if _, _, err := run(t, "show", "--data", dir); !errors.As(err, &ue) {
 		t.Fatalf("no id: %v, want a usage error", err)
 	}
+}
+
+// TestShow_SameFieldsAsAPI: every field show and the API's GET
+// /v1/batch/{id}?results=1 share has the same name, type and value (times
+// in unix seconds, results as objects, HTML not escaped); show adds the
+// store's own: caller, lease, result_bytes.
+func TestShow_SameFieldsAsAPI(t *testing.T) {
+	dir := t.TempDir()
+	ids := fillStore(t, dir)
+
+	// The API's answer, from a runner on the same store.
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := engine.New(store, fakeFetch(nil), engine.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.New(r, keys, httpapi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+ids[0]+"?results=1", nil)
+	req.Header.Set("Authorization", "Bearer alice-key")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	r.Close()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusOK {
+		t.Fatalf("API: %d %s", rec.Code, rec.Body)
+	}
+	var api map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &api); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err := run(t, "show", "--data", dir, ids[0], "--results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown map[string]any
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, `\u003c`) {
+		t.Errorf("show escapes HTML:\n%s", out)
+	}
+	for _, extra := range []string{"caller", "lease", "result_bytes"} {
+		if _, ok := shown[extra].(string); extra != "caller" && ok {
+			t.Errorf("show's %s is a string, want a number", extra)
+		}
+		if _, ok := shown[extra]; !ok {
+			t.Errorf("show has no %s", extra)
+		}
+	}
+	for k, v := range api {
+		if k == "targets" {
+			continue
+		}
+		if got, ok := shown[k]; !ok || fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", v, v) {
+			t.Errorf("%s: show has %T %v, the API %T %v", k, got, got, v, v)
+		}
+	}
+	at, st := api["targets"].([]any), shown["targets"].([]any)
+	if len(at) != 2 || len(st) != 2 {
+		t.Fatalf("targets: API %d, show %d", len(at), len(st))
+	}
+	for i := range at {
+		for k, v := range at[i].(map[string]any) {
+			got := st[i].(map[string]any)[k]
+			if a, b := mustJSON(t, got), mustJSON(t, v); a != b {
+				t.Errorf("target %d %s: show %s, the API %s", i, k, a, b)
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestJobs_StoreInUse(t *testing.T) {
@@ -257,15 +353,34 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"demo", "--nope"}, {"demo", "--jobs", "0"}, {"jobs", "extra"}, {"serve"}, {"help", "nope"}} {
-		_, _, err := run(t, args...)
+	for _, tc := range []struct {
+		args []string
+		hint string
+	}{
+		{nil, `"siftbatch help"`},
+		{[]string{"frobnicate"}, `"siftbatch help"`},
+		{[]string{"help", "nope"}, `"siftbatch help"`},
+		{[]string{"demo", "--nope"}, `"siftbatch demo --help"`},
+		{[]string{"demo", "--jobs", "0"}, `"siftbatch demo --help"`},
+		{[]string{"jobs", "extra"}, `"siftbatch jobs --help"`},
+		{[]string{"serve"}, `"siftbatch serve --help"`},
+		{[]string{"show"}, `"siftbatch show --help"`},
+	} {
+		_, _, err := run(t, tc.args...)
 		var ue *usageError
 		if !errors.As(err, &ue) {
-			t.Fatalf("%v: %v, want a usage error", args, err)
+			t.Fatalf("%v: %v, want a usage error", tc.args, err)
 		}
 		var msg bytes.Buffer
-		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), "help") {
-			t.Fatalf("%v: exit %d %q", args, code, msg.String())
+		if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), tc.hint) {
+			t.Fatalf("%v: exit %d %q, want 2 and a hint naming %s", tc.args, code, msg.String(), tc.hint)
+		}
+	}
+	// help's own --help lists the commands.
+	for _, args := range [][]string{{"help", "--help"}, {"help", "-h"}, {"--help"}} {
+		out, _, err := run(t, args...)
+		if err != nil || !strings.Contains(out, "Commands:") {
+			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
 }
@@ -289,7 +404,7 @@ func TestDemo(t *testing.T) {
 		t.Errorf("demo took %s", d)
 	}
 	out := stdout.String()
-	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE  FAILED  SECONDS") {
+	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE/TOTAL  FAILED  SECONDS") {
 		t.Fatalf("no summary table:\n%s", out)
 	}
 	for _, row := range []string{"job1  alice", "job2  bob", "job3  carol"} {
@@ -297,7 +412,8 @@ func TestDemo(t *testing.T) {
 			t.Errorf("no row %q:\n%s", row, out)
 		}
 	}
-	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error"} {
+	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error",
+		"siftbatch demo: 3 jobs × 5 targets from 3 callers, 2 workers", "each on purpose"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
 		}
@@ -309,8 +425,9 @@ func TestDemo(t *testing.T) {
 	if len(entries) != 0 {
 		t.Fatalf("the demo left %v in its temporary directory", entries)
 	}
-	// Its logs carry no URL, host or panic value.
-	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error()} {
+	// Its logs carry no URL, host or panic value, and its own panics are
+	// not logged as errors.
+	for _, leak := range []string{"127.0.0.1", "http://", errDemoPanic.Error(), "level=ERROR"} {
 		if strings.Contains(stderr.String(), leak) {
 			t.Errorf("stderr carries %q:\n%s", leak, stderr.String())
 		}
@@ -503,6 +620,94 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// TestServe_FlagBounds: every number and duration flag of serve is checked
+// before anything starts: out of bounds is a usage error (exit 2) that
+// names the flag and its allowed range, and creates nothing.
+func TestServe_FlagBounds(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"workers", "0", "--workers must be 1 or 2 (got 0)"},
+		{"workers", "3", "--workers must be 1 or 2 (got 3)"},
+		{"workers", "-1", "--workers must be 1 or 2 (got -1)"},
+		{"targets-per-job", "0", "--targets-per-job must be 1 to 65535 (got 0)"},
+		{"targets-per-job", "65536", "--targets-per-job must be 1 to 65535 (got 65536)"},
+		{"jobs-per-caller", "0", "--jobs-per-caller must be at least 1 (got 0)"},
+		{"jobs-total", "-2", "--jobs-total must be at least 1 (got -2)"},
+		{"max-bytes", "0", "--max-bytes must be at least 1 (bytes) (got 0)"},
+		{"max-body", "0", "--max-body must be 1 to 16777216 (16 MiB) (got 0)"},
+		{"max-body", "16777217", "--max-body must be 1 to 16777216 (16 MiB) (got 16777217)"},
+		{"ttl", "0s", "--ttl must be a positive duration such as 24h (got 0s)"},
+		{"retry-wait", "-1s", "--retry-wait must be a positive duration such as 2s (got -1s)"},
+		{"retry-for", "0s", "--retry-for must be a positive duration such as 10m (got 0s)"},
+		{"fetch-timeout", "-1s", "--fetch-timeout must be a positive duration such as 3m30s (got -1s)"},
+		{"log-level", "loud", `--log-level must be debug, info, warn or error (got "loud")`},
+		{"workers", "two", `invalid value "two" for flag -workers`},
+		{"addr", "nowhere", `--addr "nowhere" is not an address to listen on`},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			_, _, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:0", "--"+tc.flag, tc.value)
+			var ue *usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
+			}
+			var msg bytes.Buffer
+			if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), `"siftbatch serve --help"`) {
+				t.Fatalf("exit %d, %q", code, msg.String())
+			}
+			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("serve created --data before refusing its flags")
+			}
+		})
+	}
+	// Within bounds, at both ends: serve starts, and stops at once (its
+	// context is done).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	if err := Run(ctx, []string{"serve", "--keys", keys, "--data", "", "--addr", "127.0.0.1:0", "--workers", "2", "--max-body", "16777216",
+		"--targets-per-job", "1", "--ttl", "1ns"}, &out, &errOut); err != nil {
+		t.Fatalf("bounds: %v\n%s", err, errOut.String())
+	}
+}
+
+// TestServe_PortInUse: a port in use is one line with a hint, exit 1, and
+// nothing created: no store, no runner (no log line).
+func TestServe_PortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	_, stderr, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", ln.Addr().String())
+	var msg bytes.Buffer
+	if code := report(err, &msg); code != exitError {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	want := "siftbatch: cannot listen on " + ln.Addr().String() + ": the port is in use (another serve?); stop it, or pick another port with --addr\n"
+	if msg.String() != want {
+		t.Fatalf("printed %q, want %q", msg.String(), want)
+	}
+	if stderr != "" {
+		t.Fatalf("logged %q before refusing", stderr)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("serve created --data before it could listen")
+	}
+}
+
 func TestServe_StoreInUse(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -517,34 +722,6 @@ func TestServe_StoreInUse(t *testing.T) {
 	}
 }
 
-func TestParseKeys(t *testing.T) {
-	kr, err := parseKeys(strings.NewReader(testKeys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k, ok := kr.lookup("carol-key"); !ok || k.name != "carol" || k.class != classRestricted {
-		t.Fatalf("carol: %+v %v", k, ok)
-	}
-	if k, ok := kr.lookup("alice-key"); !ok || k.name != "alice" || k.class != classStandard || k.caller().KeySHA256 == "" {
-		t.Fatalf("alice: %+v %v", k, ok)
-	}
-	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
-		if _, ok := kr.lookup(bad); ok {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	for _, bad := range []string{"onlyname\n", "a k1 admin\n", "a k1\nb k1\n", "# nothing\n", "a b c d\n"} {
-		_, err := parseKeys(strings.NewReader(bad))
-		if err == nil {
-			t.Errorf("%q accepted", bad)
-			continue
-		}
-		if strings.Contains(err.Error(), "k1") {
-			t.Errorf("error %q shows a key", err)
-		}
-	}
-}
-
 // TestBarsView drives the progress bars through every kind of ending: they
 // finish without hanging and leave no goroutine behind (goleak).
 func TestBarsView(t *testing.T) {
@@ -554,18 +731,47 @@ func TestBarsView(t *testing.T) {
 		{label: "job3 carol", kinds: []string{pageFast}},
 	}
 	var out bytes.Buffer
-	v := newBarsView(&out, js)
-	js[0].job = engine.Job{ID: "a", Status: persistence.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+	v := newBarsView(&out, js, 0)
+	js[0].job = engine.Job{ID: "a", Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
 	js[0].targets = []engine.TargetStatus{{Idx: 0, Status: "done"}, {Idx: 1, Status: "running"}}
 	v.update(0, js[0])
-	js[0].job.Status, js[0].job.TargetsDone = persistence.StatusDone, 2
+	js[0].job.Status, js[0].job.TargetsDone = engine.StatusDone, 2
 	v.update(0, js[0])
-	js[1].job = engine.Job{ID: "b", Status: persistence.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
+	js[1].job = engine.Job{ID: "b", Status: engine.StatusCancelled, TargetsTotal: 3, TargetsDone: 1}
 	v.update(1, js[1])
 	// job3 never starts: finish aborts its bar.
 	done := make(chan struct{})
 	go func() {
-		v.finish()
+		v.finish(false)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish hangs")
+	}
+}
+
+// TestBarsView_FitsHeight: with more jobs than the terminal has rows, the
+// first ones get bars and the rest one "+N more" line; an interrupt
+// removes them all without hanging.
+func TestBarsView_FitsHeight(t *testing.T) {
+	var js []*demoJob
+	for i := range 12 {
+		js = append(js, &demoJob{label: fmt.Sprintf("job%d alice", i+1), kinds: []string{pageFast, pageSlow}})
+	}
+	var out bytes.Buffer
+	v := newBarsView(&out, js, 10)
+	if len(v.bars) != 10-barsReserve || v.more == nil {
+		t.Fatalf("%d bars and more %v for 12 jobs on 10 rows", len(v.bars), v.more != nil)
+	}
+	for i, d := range js {
+		d.job = engine.Job{ID: fmt.Sprint(i), Status: engine.StatusRunning, TargetsTotal: 2, TargetsDone: 1}
+		v.update(i, d)
+	}
+	done := make(chan struct{})
+	go func() {
+		v.finish(true)
 		close(done)
 	}()
 	select {

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
-	"github.com/sift/batch/persistence"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 )
 
 const (
@@ -42,7 +43,7 @@ type demoJob struct {
 	targets   []engine.TargetStatus
 }
 
-func (d *demoJob) terminal() bool { return d.job.ID != "" && !persistence.IsLive(d.job.Status) }
+func (d *demoJob) terminal() bool { return d.job.ID != "" && !engine.IsLive(d.job.Status) }
 
 // runDemo is the demo command.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,11 +62,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch {
 	case *jobs < 1 || *jobs > 32:
-		return usageErrorf("demo: --jobs must be 1 to 32")
+		return cmdUsageErrorf("demo", "--jobs must be 1 to 32 (got %d)", *jobs)
 	case *targets < 1 || *targets > 100:
-		return usageErrorf("demo: --targets must be 1 to 100")
+		return cmdUsageErrorf("demo", "--targets must be 1 to 100 (got %d)", *targets)
 	case *workers < 1 || *workers > engine.MaxWorkers:
-		return usageErrorf("demo: --workers must be 1 or %d", engine.MaxWorkers)
+		return cmdUsageErrorf("demo", "--workers must be 1 or %d (got %d)", engine.MaxWorkers, *workers)
 	}
 	return demo(ctx, demoOptions{jobs: *jobs, targets: *targets, workers: *workers, data: *data}, stdout, stderr)
 }
@@ -83,7 +84,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 		}
 		defer os.RemoveAll(dir)
 	}
-	bars := barsFit(stdout)
+	bars, height := barsFit(stdout)
 	// With live bars, log lines wait below until the bars are done.
 	var logBuf syncBuffer
 	logOut := stderr
@@ -91,7 +92,10 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 		logOut = &logBuf
 		defer func() { _, _ = io.Copy(stderr, &logBuf) }()
 	}
-	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropStack}))
+	// The panic page's panics are the demo's own: they are counted and
+	// told in the summary, not logged as errors among the bars.
+	var panics deliberate
+	log := slog.New(&demoLog{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropStack}), panics: &panics})
 
 	store, err := openStore(dir, false)
 	if err != nil {
@@ -104,17 +108,16 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 		return err
 	}
 	defer fix.close()
-	fetcher := NewFetcher(FetcherConfig{
+	fetch, err := fetcher.New(fetcher.Options{
 		AllowPrivate: true, // the fixture is on 127.0.0.1
 		Timeout:      10 * time.Second,
-		OnResponse: func(resp *http.Response) {
-			if resp.Header.Get(demoPanicHeader) != "" {
-				panic(errDemoPanic)
-			}
-		},
+		Wrap:         func(next http.RoundTripper) http.RoundTripper { return panicOnDemoHeader(next, &panics) },
 	})
-	defer fetcher.Close()
-	runner, err := engine.New(store, fetcher.Fetch, engine.Config{
+	if err != nil {
+		return err
+	}
+	defer fetch.Close()
+	runner, err := engine.New(store, fetch.Fetch, engine.Config{
 		TargetsPerJob: max(o.targets, engine.DefaultTargetsPerJob),
 		JobsPerCaller: (o.jobs + len(demoCallers) - 1) / len(demoCallers),
 		JobsTotal:     o.jobs,
@@ -131,8 +134,10 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 	if o.data != "" {
 		where = o.data
 	}
-	fmt.Fprintf(stdout, "siftbatch demo: %d jobs × %d targets from %d callers, %d worker(s); fixture server on %s; store in %s\n\n",
-		o.jobs, o.targets, min(o.jobs, len(demoCallers)), o.workers, fix.base, where)
+	callers := min(o.jobs, len(demoCallers))
+	fmt.Fprintf(stdout, "siftbatch demo: %d %s × %d %s from %d %s, %d %s; fixture server on %s; store in %s\n\n",
+		o.jobs, plural(o.jobs, "job", "jobs"), o.targets, plural(o.targets, "target", "targets"),
+		callers, plural(callers, "caller", "callers"), o.workers, plural(o.workers, "worker", "workers"), fix.base, where)
 
 	js := make([]*demoJob, o.jobs)
 	for j := range js {
@@ -144,7 +149,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 			ts[i] = engine.Target{URL: fix.url(d.kinds[i], j, i)}
 		}
 		d.submitted = time.Now()
-		id, _, err := runner.Submit(ctx, &engine.Caller{Name: d.caller}, classStandard, ts)
+		id, _, err := runner.Submit(ctx, &engine.Caller{Name: d.caller}, httpapi.ClassStandard, ts)
 		if err != nil {
 			return fmt.Errorf("submit %s: %w", d.label, err)
 		}
@@ -154,20 +159,22 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 
 	var view progressView
 	if bars {
-		view = newBarsView(stdout, js)
+		view = newBarsView(stdout, js, height)
 	} else {
 		view = &linesView{w: stdout, start: time.Now(), last: make([]string, len(js))}
 	}
 	err = follow(ctx, runner, js, view)
-	view.finish()
+	view.finish(err != nil)
 	if err != nil {
 		return err
 	}
-	printSummary(stdout, js)
+	printSummary(stdout, js, panics.count.Load())
 	if o.data == "" {
-		fmt.Fprintln(stdout, "\nThe temporary store is removed. Keep it with --data DIR, then: siftbatch jobs --data DIR")
+		fmt.Fprintln(stdout, "\nThe temporary store is removed. Keep it with --data DIR, then list it with: siftbatch jobs --data DIR")
+		fmt.Fprintln(stdout, "(make install, or go install ./cmd/siftbatch, puts siftbatch on your PATH; or use go run ./cmd/siftbatch)")
 	} else {
 		fmt.Fprintf(stdout, "\nThe store is kept in %s; list it with: siftbatch jobs --data %s\n", o.data, o.data)
+		fmt.Fprintln(stdout, "(make install, or go install ./cmd/siftbatch, puts siftbatch on your PATH; or use go run ./cmd/siftbatch)")
 	}
 	return nil
 }
@@ -222,13 +229,13 @@ func follow(ctx context.Context, runner *engine.Runner, js []*demoJob, view prog
 // progressView shows the jobs' progress as it changes.
 type progressView interface {
 	update(i int, d *demoJob)
-	finish()
+	finish(interrupted bool)
 }
 
 // running describes the target being fetched, if any.
 func running(d *demoJob) string {
 	for _, t := range d.targets {
-		if t.Status == persistence.TargetRunning {
+		if t.Status == engine.TargetRunning {
 			return fmt.Sprintf("fetching #%d %s", t.Idx, d.kinds[t.Idx])
 		}
 	}
@@ -251,25 +258,17 @@ func (v *linesView) update(i int, d *demoJob) {
 	fmt.Fprintf(v.w, "%5.1fs  %s\n", time.Since(v.start).Seconds(), strings.TrimRight(line, " "))
 }
 
-func (v *linesView) finish() { fmt.Fprintln(v.w) }
+func (v *linesView) finish(bool) { fmt.Fprintln(v.w) }
 
 // printSummary prints the table of jobs, the first bytes of a few results
-// and every failure.
-func printSummary(w io.Writer, js []*demoJob) {
+// and every failure, each of them the fixture's doing; panics is how many
+// fetches the panic page made panic.
+func printSummary(w io.Writer, js []*demoJob, panics int64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE\tFAILED\tSECONDS\tID")
+	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tSECONDS\tID")
 	for _, d := range js {
-		done, failed := 0, 0
-		for _, t := range d.targets {
-			switch t.Status {
-			case persistence.TargetDone:
-				done++
-			case persistence.TargetFailed:
-				failed++
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.1f\t%s\n", strings.Fields(d.label)[0], d.caller, d.job.Status,
-			done, failed, d.finished.Sub(d.submitted).Seconds(), d.id)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%.1f\t%s\n", strings.Fields(d.label)[0], d.caller, d.job.Status,
+			d.job.TargetsDone, d.job.TargetsTotal, d.job.TargetsFailed, d.finished.Sub(d.submitted).Seconds(), d.id)
 	}
 	_ = tw.Flush()
 
@@ -287,11 +286,11 @@ func printSummary(w io.Writer, js []*demoJob) {
 			fmt.Fprintf(w, "  %s #%d %-5s %q\n", strings.Fields(d.label)[0], t.Idx, kind, firstBytes(t.Result.Content, 60))
 		}
 	}
-	fmt.Fprintln(w, "\nFailed targets:")
+	fmt.Fprintln(w, "\nFailed targets, each on purpose (the fixture serves pages that are missing, broken, or make the fetch panic):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, d := range js {
 		for _, t := range d.targets {
-			if t.Status != persistence.TargetFailed {
+			if t.Status != engine.TargetFailed {
 				continue
 			}
 			hint := ""
@@ -302,6 +301,18 @@ func printSummary(w io.Writer, js []*demoJob) {
 		}
 	}
 	_ = tw.Flush()
+	if panics > 0 {
+		fmt.Fprintf(w, "\nThe panic page made %d %s panic on purpose: the runner stored %s failed (\"internal error\") and went on.\n",
+			panics, plural(int(panics), "fetch", "fetches"), plural(int(panics), "that target", "those targets"))
+	}
+}
+
+// plural returns one for n == 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // firstBytes returns at most n bytes of s, cut at a rune boundary.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -120,3 +122,61 @@ const lorem = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do e
 
 // errDemoPanic is what the demo's FetchFunc panics with.
 var errDemoPanic = errors.New("demo: this page makes the fetch panic")
+
+// panicOnDemoHeader wraps the fetcher's transport so that a response with
+// demoPanicHeader makes the fetch panic, as a bug in a FetchFunc would; it
+// counts each such panic in d first.
+func panicOnDemoHeader(next http.RoundTripper, d *deliberate) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err == nil && resp.Header.Get(demoPanicHeader) != "" {
+			resp.Body.Close()
+			d.count.Add(1)
+			panic(errDemoPanic)
+		}
+		return resp, err
+	})
+}
+
+// deliberate counts the panics the demo causes, and the log records of
+// them its log has dropped.
+type deliberate struct {
+	count   atomic.Int64
+	dropped atomic.Int64
+}
+
+// demoLog is the demo's log: it drops the records of the demo's own
+// panics (the runner logs each as an error, then a worker restart), as many
+// as the panic page caused, and passes every other record on.
+type demoLog struct {
+	slog.Handler
+	panics *deliberate
+}
+
+// Handle drops a record of a deliberate panic, and passes the others on.
+func (l *demoLog) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "fetch panicked") {
+		if l.panics.dropped.Load() < l.panics.count.Load() {
+			l.panics.dropped.Add(1)
+			return nil
+		}
+	}
+	if strings.HasPrefix(r.Message, "worker restarted after a panic") && l.panics.dropped.Load() > 0 {
+		return nil
+	}
+	return l.Handler.Handle(ctx, r)
+}
+
+// WithAttrs and WithGroup keep the filter.
+func (l *demoLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &demoLog{Handler: l.Handler.WithAttrs(as), panics: l.panics}
+}
+
+func (l *demoLog) WithGroup(name string) slog.Handler {
+	return &demoLog{Handler: l.Handler.WithGroup(name), panics: l.panics}
+}
+
+// roundTripFunc is a function that is an [http.RoundTripper].
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

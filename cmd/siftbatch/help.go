@@ -13,13 +13,32 @@ import (
 // usage has been printed and the process exits 0.
 var errHelpShown = errors.New("help shown")
 
-// usageError is a mistake in the command line. It exits 2 with a hint.
-type usageError struct{ msg string }
+// usageError is a mistake in the command line. It exits 2 with a hint:
+// the --help of cmd, the command it is about, or the list of commands.
+type usageError struct {
+	cmd string
+	msg string
+}
 
 func (e *usageError) Error() string { return e.msg }
 
+// hint is the line that follows a usage error.
+func (e *usageError) hint() string {
+	if e.cmd == "" {
+		return `run "siftbatch help" for the commands`
+	}
+	return fmt.Sprintf(`run "siftbatch %s --help" for its flags`, e.cmd)
+}
+
+// usageErrorf is a usage error of the command line as a whole.
 func usageErrorf(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// cmdUsageErrorf is a usage error of the command cmd; its message starts
+// with "cmd: ".
+func cmdUsageErrorf(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, msg: cmd + ": " + fmt.Sprintf(format, args...)}
 }
 
 // printUsage prints the list of commands.
@@ -40,7 +59,7 @@ func printUsage(w io.Writer) {
 // runHelp lists the commands, or with a command name prints that command's
 // flags.
 func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
+	if len(args) == 0 || len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		printUsage(stdout)
 		return nil
 	}
@@ -91,7 +110,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, er
 				fs.Usage()
 				return nil, errHelpShown
 			}
-			return nil, usageErrorf("%s: %v", fs.Name(), err)
+			return nil, cmdUsageErrorf(fs.Name(), "%v", err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -105,7 +124,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, er
 // noArgs is for commands that take flags only.
 func noArgs(fs *flag.FlagSet, positional []string) error {
 	if len(positional) > 0 {
-		return usageErrorf("%s: unexpected argument %q", fs.Name(), positional[0])
+		return cmdUsageErrorf(fs.Name(), "unexpected argument %q", positional[0])
 	}
 	return nil
 }

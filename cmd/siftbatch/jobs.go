@@ -15,7 +15,7 @@ import (
 // runJobs is the jobs command: a table of the jobs stored in a directory.
 func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("jobs", "jobs [--data DIR]",
-		"List the jobs stored in a store directory, oldest first. The store must not be\nin use by a running serve.")
+		"List the jobs stored in a store directory, oldest first. DONE/TOTAL counts the\ntargets with a stored outcome, done or failed; FAILED the failed ones. LAST\nACTIVE is a job's last stored target or read: it stays readable for the --ttl\nof the serve that stored it (24h by default) after that. The store must not be\nin use by a running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
@@ -44,7 +44,7 @@ func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 		return cmp.Or(cmp.Compare(a.Created, b.Created), cmp.Compare(a.ID, b.ID))
 	})
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tCREATED\tLEASE\tERROR")
+	fmt.Fprintln(tw, "ID\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tCREATED\tLAST ACTIVE\tERROR")
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", j.ID, j.Caller, j.Status,
 			j.TargetsDone, j.TargetsTotal, j.TargetsFailed, formatNanos(j.Created), formatNanos(j.Lease), j.Error)

@@ -10,23 +10,16 @@ import (
 // Log keys. Every attribute the command logs uses one of these; none of them
 // ever holds a URL, a host, an API key or a panic value.
 const (
-	logKeyAddr     = "addr"
-	logKeyCaller   = "caller"
-	logKeyCode     = "code"
-	logKeyDuration = "duration"
-	logKeyErr      = "err"
-	logKeyJobID    = "job_id"
-	logKeyMethod   = "method"
-	logKeyRoute    = "route"
-	logKeyTargets  = "targets"
-	logKeyWorkers  = "workers"
+	logKeyAddr    = "addr"
+	logKeyErr     = "err"
+	logKeyWorkers = "workers"
 )
 
 // newLogger returns a text logger on w at the named level.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, usageErrorf("bad --log-level %q (debug, info, warn or error)", level)
+		return nil, cmdUsageErrorf("serve", "--log-level must be debug, info, warn or error (got %q)", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -91,7 +91,7 @@ func report(err error, stderr io.Writer) int {
 		return exitInterrupted
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "siftbatch: %v\n", err)
-		fmt.Fprintln(stderr, `run "siftbatch help" for usage`)
+		fmt.Fprintln(stderr, ue.hint())
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "siftbatch: %v\n", err)

@@ -9,10 +9,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
+)
+
+// The routes serve adds beside the API's, each also its metrics label.
+const (
+	routeMetrics = "GET /metrics"
+	routeHealth  = "GET /healthz"
 )
 
 // Server timeouts. shutdownTimeout is how long a stop waits for requests in
@@ -20,7 +29,7 @@ import (
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
-	writeTimeout      = 60 * time.Second
+	writeTimeout      = httpapi.DefaultMaxWait + 30*time.Second // a long-poll's wait, then its answer
 	idleTimeout       = 120 * time.Second
 	shutdownTimeout   = 10 * time.Second
 	defaultDataDir    = "./siftbatch-data"
@@ -37,9 +46,9 @@ type serveFlags struct {
 	maxBody      int64
 	cfg          engine.Config
 
-	// fetcherHook, set by tests only, adjusts the fetcher's config (a
+	// fetcherHook, set by tests only, adjusts the fetcher's options (a
 	// resolver, test hooks) before the fetcher is made.
-	fetcherHook func(*FetcherConfig)
+	fetcherHook func(*fetcher.Options)
 }
 
 // addConfigFlags adds a flag for each number of [engine.Config].
@@ -48,7 +57,7 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.IntVar(&cfg.TargetsPerJob, "targets-per-job", engine.DefaultTargetsPerJob, "most targets in one job")
 	fs.IntVar(&cfg.JobsPerCaller, "jobs-per-caller", engine.DefaultJobsPerCaller, "most live (queued or running) jobs per caller")
 	fs.IntVar(&cfg.JobsTotal, "jobs-total", engine.DefaultJobsTotal, "most live jobs in all")
-	fs.IntVar(&cfg.Workers, "workers", engine.DefaultWorkers, "targets fetched at once (1 or 2)")
+	fs.IntVar(&cfg.Workers, "workers", engine.DefaultWorkers, "targets fetched at once: 1 or 2")
 	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored result bytes in all; past it the oldest finished jobs are deleted")
 	fs.DurationVar(&cfg.RetryWait, "retry-wait", engine.DefaultRetryWait, "pause before a busy (429/503) target is tried again")
 	fs.DurationVar(&cfg.RetryFor, "retry-for", engine.DefaultRetryFor, "how long one target may keep coming back busy before it fails")
@@ -60,14 +69,14 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f serveFlags
 	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz.")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz. Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required)")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", DefaultFetchTimeout, "deadline of one target's fetch")
-	fs.Int64Var(&f.maxBody, "max-body", DefaultMaxBody, "body bytes kept from one page; the rest is cut")
+	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
+	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
 	addConfigFlags(fs, &f.cfg)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
@@ -76,77 +85,155 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := noArgs(fs, pos); err != nil {
 		return err
 	}
-	if f.keys == "" {
-		return usageErrorf("serve: --keys is required (a file of lines NAME KEY [restricted])")
+	if err := f.validate(); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		return err
 	}
-	keys, err := loadKeys(f.keys)
+	keys, err := httpapi.LoadKeys(f.keys)
 	if err != nil {
 		return err
+	}
+	// Listen before anything is made: a port in use creates no store.
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return listenError(f.addr, err)
 	}
 	srv, err := startServer(f, keys, log)
 	if err != nil {
+		_ = ln.Close()
 		return err
-	}
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		srv.close()
-		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(stdout, "siftbatch serve: listening on http://%s\n", ln.Addr())
 	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers))
 	return srv.serve(ctx, ln)
 }
 
+// maxMaxBody is the largest --max-body.
+const maxMaxBody = 16 << 20
+
+// validate checks every number and duration flag, with the flag's name and
+// its allowed range in the message: a usage error, before anything starts.
+func (f *serveFlags) validate() error {
+	if f.keys == "" {
+		return cmdUsageErrorf("serve", "--keys is required (a file of lines NAME KEY [restricted])")
+	}
+	c := &f.cfg
+	for _, check := range []struct {
+		flag string
+		ok   bool
+		want string
+		got  any
+	}{
+		{"workers", c.Workers >= 1 && c.Workers <= engine.MaxWorkers, fmt.Sprintf("1 or %d", engine.MaxWorkers), c.Workers},
+		{"targets-per-job", c.TargetsPerJob >= 1 && c.TargetsPerJob <= engine.MaxTargetsPerJob, fmt.Sprintf("1 to %d", engine.MaxTargetsPerJob), c.TargetsPerJob},
+		{"jobs-per-caller", c.JobsPerCaller >= 1, "at least 1", c.JobsPerCaller},
+		{"jobs-total", c.JobsTotal >= 1, "at least 1", c.JobsTotal},
+		{"max-bytes", c.MaxBytes >= 1, "at least 1 (bytes)", c.MaxBytes},
+		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
+		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
+		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
+		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
+		{"fetch-timeout", f.fetchTimeout > 0, "a positive duration such as 3m30s", f.fetchTimeout},
+	} {
+		if !check.ok {
+			return cmdUsageErrorf("serve", "--%s must be %s (got %v)", check.flag, check.want, check.got)
+		}
+	}
+	return nil
+}
+
+// listenError says in one line why serve cannot listen on addr, with a
+// hint, never Go's "listen tcp … bind: …".
+func listenError(addr string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("cannot listen on %s: the port is in use (another serve?); stop it, or pick another port with --addr", addr)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("cannot listen on %s: permission denied; pick a port above 1023 with --addr", addr)
+	}
+	var ae *net.AddrError
+	var de *net.DNSError
+	if errors.As(err, &ae) || errors.As(err, &de) {
+		return cmdUsageErrorf("serve", "--addr %q is not an address to listen on; give HOST:PORT such as 127.0.0.1:8080", addr)
+	}
+	return fmt.Errorf("cannot listen on %s: %v", addr, err)
+}
+
 // server is serve's running parts, in the order they are stopped.
 type server struct {
 	http    *http.Server
 	runner  *engine.Runner
-	fetcher *Fetcher
+	fetcher *fetcher.Fetcher
 	store   *persistence.Store
 	log     *slog.Logger
 }
 
 // startServer opens the store and starts the runner behind the API.
-func startServer(f serveFlags, keys *keyring, log *slog.Logger) (*server, error) {
+func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
 	store, err := openStore(f.data, false)
 	if err != nil {
 		return nil, err
 	}
 	store.SetLogger(log)
-	fc := FetcherConfig{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
+	fo := fetcher.Options{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
 	if f.fetcherHook != nil {
-		f.fetcherHook(&fc)
+		f.fetcherHook(&fo)
 	}
-	fetcher := NewFetcher(fc)
-	metrics := NewMetrics()
-	cfg := f.cfg
-	cfg.Hooks = metrics.Hooks()
-	runner, err := engine.New(store, fetcher.Fetch, cfg, log)
+	fetch, err := fetcher.New(fo)
 	if err != nil {
-		fetcher.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	m, scrape := newMetrics()
+	cfg := f.cfg
+	cfg.Hooks = m.Hooks()
+	runner, err := engine.New(store, fetch.Fetch, cfg, log)
+	if err != nil {
+		fetch.Close()
 		_ = store.Close()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
-	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
-	return &server{
-		http: &http.Server{
-			Handler:           a.handler(),
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		},
-		runner:  runner,
-		fetcher: fetcher,
-		store:   store,
-		log:     log,
-	}, nil
+	m.Attach(runner)
+	api, err := httpapi.New(runner, keys, httpapi.Options{TargetsPerJob: cfg.TargetsPerJob, Wrap: m.Middleware, Log: log})
+	if err != nil {
+		runner.Close()
+		fetch.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
+	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
+	return &server{http: hs, runner: runner, fetcher: fetch, store: store, log: log}, nil
+}
+
+// health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
+// {"status":"unavailable"} once it has closed or failed ([engine.Runner.Err]).
+func health(r *engine.Runner) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Err() != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"status":"unavailable"}`)
+			return
+		}
+		fmt.Fprintln(w, `{"status":"ok"}`)
+	})
 }
 
 // serve serves on ln until ctx is cancelled or the listener fails, then

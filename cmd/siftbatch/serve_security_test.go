@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 )
 
 // Keys of the serve session; each is long and unique, so that a search of
@@ -41,13 +44,17 @@ type serveSession struct {
 	site     *httptest.Server
 	siteHost string // 127.0.0.1:PORT
 	release  chan struct{}
-	// stop stops serve and waits for it; the test's cleanup calls it too.
+	// active receives (without blocking) when a connection starts reading
+	// a request.
+	active chan struct{}
+	// stop stops serve and waits for it, then lets held pages go; the
+	// test's cleanup calls it too.
 	stop func()
 }
 
 func startSession(t *testing.T) *serveSession {
 	t.Helper()
-	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{})}
+	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{}), active: make(chan struct{}, 1)}
 	s.site = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/ok", "/panic":
@@ -70,7 +77,7 @@ func startSession(t *testing.T) *serveSession {
 	}))
 	s.siteHost = strings.TrimPrefix(s.site.URL, "http://")
 	siteAddr := netip.MustParseAddrPort(s.siteHost)
-	keys, err := parseKeys(strings.NewReader(fmt.Sprintf("alice %s\nbob %s\ncarol %s restricted\n", sessionAlice, sessionBob, sessionCarol)))
+	keys, err := httpapi.ReadKeys(strings.NewReader(fmt.Sprintf("alice %s\nbob %s\ncarol %s restricted\n", sessionAlice, sessionBob, sessionCarol)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,19 +88,24 @@ func startSession(t *testing.T) *serveSession {
 	f := serveFlags{
 		fetchTimeout: 10 * time.Second,
 		cfg:          engine.Config{Workers: 2, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 5 * time.Millisecond, RetryFor: 50 * time.Millisecond},
-		fetcherHook: func(fc *FetcherConfig) {
-			fc.Resolver = &fakeResolver{answers: map[string][]string{"site.example": {"127.0.0.1"}, "internal.example": {"10.9.8.7"}}}
-			fc.exempt = func(ap netip.AddrPort) bool { return ap == siteAddr }
-			fc.dialCheck = func(ap netip.AddrPort) error {
+		fetcherHook: func(fo *fetcher.Options) {
+			fo.Resolver = staticResolver{"site.example": {"127.0.0.1"}, "internal.example": {"10.9.8.7"}}
+			fo.Exempt = func(ap netip.AddrPort) bool { return ap == siteAddr }
+			fo.Control = func(ap netip.AddrPort) error {
 				if !ap.Addr().IsLoopback() {
 					return errOffMachine
 				}
 				return nil
 			}
-			fc.OnResponse = func(resp *http.Response) {
-				if resp.Request.URL.Path == "/panic" {
-					panic(panicValue + " " + resp.Request.URL.String())
-				}
+			fo.Wrap = func(next http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+					resp, err := next.RoundTrip(req)
+					if err == nil && req.URL.Path == "/panic" {
+						resp.Body.Close()
+						panic(panicValue + " " + req.URL.String())
+					}
+					return resp, err
+				})
 			}
 		},
 	}
@@ -107,6 +119,14 @@ func startSession(t *testing.T) *serveSession {
 		t.Fatal(err)
 	}
 	s.url = "http://" + ln.Addr().String()
+	srv.http.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateActive {
+			select {
+			case s.active <- struct{}{}:
+			default:
+			}
+		}
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.serve(ctx, ln) }()
@@ -115,12 +135,12 @@ func startSession(t *testing.T) *serveSession {
 	var once sync.Once
 	s.stop = func() {
 		once.Do(func() {
-			close(s.release)
 			transport.CloseIdleConnections()
-			stop()
+			stop() // the runner's close ends the fetches in flight
 			if err := <-served; err != nil {
 				t.Errorf("serve: %v", err)
 			}
+			close(s.release)
 			s.site.Close()
 		})
 	}
@@ -205,7 +225,9 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 	})
 	r = s.do(t, http.MethodGet, "/v1/batch/"+mixed+"?results=1", sessionAlice, "")
 	wantCode(t, r, http.StatusOK)
-	var job jobJSON
+	var job struct {
+		Targets []struct{ Status, Error string }
+	}
 	if err := json.Unmarshal(r.body, &job); err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +260,11 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 			t.Errorf("/metrics carries %s (%q)", what, secret)
 		}
 	}
+	for _, series := range []string{"siftbatch_hook_panics_total 0", `siftbatch_jobs_total{outcome="created"} 2`, "go_goroutines", "process_"} {
+		if !strings.Contains(string(scrape.body), series) {
+			t.Errorf("/metrics lacks %q", series)
+		}
+	}
 	if strings.Contains(string(scrape.body), mixed) {
 		t.Error("/metrics carries a job id")
 	}
@@ -266,43 +293,95 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 	t.Logf("%d log lines scanned, %d bytes of metrics", lines, len(scrape.body))
 }
 
+// staticResolver answers host lookups from a table, never from DNS.
+type staticResolver map[string][]string
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	as, ok := r[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+// errOffMachine is what a test fetcher's dial gets for an address that is
+// not loopback.
+var errOffMachine = errors.New("test fetcher: refused to dial off the machine")
+
 func portOf(hostport string) string {
 	_, port, _ := net.SplitHostPort(hostport)
 	return port
 }
 
-// TestAPI_HandlerPanic: a handler that panics (a bug) is answered 500 and
-// logged with its route only, never the panic value, and the server goes on.
-func TestAPI_HandlerPanic(t *testing.T) {
-	var logs syncBuffer
-	a := &api{metrics: NewMetrics(), log: slog.New(slog.NewTextHandler(&logs, nil))}
-	h := a.observe(routeJob, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-		panic("https://secret.example/page " + panicValue)
-	}))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/batch/x", nil))
-	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "internal error") {
-		t.Fatalf("answer %d %s", rec.Code, rec.Body)
+// TestServe_Health: /healthz answers 200 while the runner serves and 503
+// once it has stopped, as a load balancer must see.
+func TestServe_Health(t *testing.T) {
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if l := logs.String(); !strings.Contains(l, "handler panicked") || strings.Contains(l, "secret") || strings.Contains(l, panicValue) {
-		t.Fatalf("log:\n%s", l)
+	srv, err := startServer(serveFlags{}, keys, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	// A panic after the answer started drops the connection, through
-	// net/http's ErrAbortHandler, which it does not log.
-	late := a.observe(routeJob, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusOK)
-		panic(panicValue)
-	}))
-	func() {
-		defer func() {
-			if v := recover(); v != http.ErrAbortHandler {
-				t.Fatalf("recovered %v, want http.ErrAbortHandler", v)
-			}
-		}()
-		late.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v1/batch/x", nil))
+	defer func() {
+		if err := srv.close(); err != nil {
+			t.Error(err)
+		}
 	}()
-	if strings.Contains(logs.String(), panicValue) {
-		t.Fatalf("log:\n%s", logs.String())
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		srv.http.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec
+	}
+	if rec := get(); rec.Code != http.StatusOK || rec.Body.String() != "{\"status\":\"ok\"}\n" {
+		t.Fatalf("serving: %d %s", rec.Code, rec.Body)
+	}
+	srv.runner.Close()
+	if rec := get(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {
+		t.Fatalf("after Close: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestServe_LongPollEndsOnStop: a long-poll pending when serve stops is
+// answered at once with the job as it stands, so that it does not hold up
+// the graceful stop (which would otherwise wait out its shutdown timeout).
+func TestServe_LongPollEndsOnStop(t *testing.T) {
+	s := startSession(t)
+	id := s.submit(t, sessionBob, "http://site.example:"+portOf(s.siteHost)+"/hold")
+	select {
+	case <-s.active: // the submit's
+	default:
+	}
+	answer := make(chan response, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/batch/"+id+"?wait=60s", nil)
+		req.Header.Set("Authorization", "Bearer "+sessionBob)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			answer <- response{code: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- response{code: resp.StatusCode, body: b}
+	}()
+	<-s.active
+	start := time.Now()
+	s.stop()
+	if d := time.Since(start); d > shutdownTimeout/2 {
+		t.Errorf("serve took %s to stop with a long-poll pending", d)
+	}
+	select {
+	case r := <-answer:
+		if r.code != http.StatusOK || !strings.Contains(string(r.body), `"id":"`+id+`"`) {
+			t.Fatalf("the long-poll got %d %s", r.code, r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll did not answer")
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/persistence"
 )
 
-// storedJobJSON is a stored job as show prints it.
+// storedJobJSON is a stored job as show prints it: the API's fields, with
+// the API's names and types (times in unix seconds), and the ones only the
+// store knows (caller, lease, result_bytes, each target's options).
 type storedJobJSON struct {
 	ID            string             `json:"id"`
 	Caller        string             `json:"caller"`
@@ -20,8 +22,8 @@ type storedJobJSON struct {
 	TargetsTotal  int                `json:"targets_total"`
 	TargetsDone   int                `json:"targets_done"`
 	TargetsFailed int                `json:"targets_failed"`
-	CreatedAt     string             `json:"created_at"`
-	Lease         string             `json:"lease"`
+	CreatedAt     int64              `json:"created_at"`
+	Lease         int64              `json:"lease"`
 	ResultBytes   int64              `json:"result_bytes"`
 	Targets       []storedTargetJSON `json:"targets"`
 }
@@ -34,7 +36,7 @@ type storedTargetJSON struct {
 	Status  string          `json:"status"`
 	Error   string          `json:"error,omitempty"`
 	Hint    string          `json:"hint,omitempty"`
-	Result  json.RawMessage `json:"result,omitempty"`
+	Result  *engine.Result  `json:"result,omitempty"`
 }
 
 // runShow is the show command: one stored job and its targets as JSON.
@@ -48,7 +50,7 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErrorf("show: want one job ID")
+		return cmdUsageErrorf("show", "want one job ID")
 	}
 	id := pos[0]
 	store, err := openStore(*data, true)
@@ -71,8 +73,8 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		TargetsTotal:  j.TargetsTotal,
 		TargetsDone:   j.TargetsDone,
 		TargetsFailed: j.TargetsFailed,
-		CreatedAt:     time.Unix(0, j.Created).UTC().Format(time.RFC3339),
-		Lease:         time.Unix(0, j.Lease).UTC().Format(time.RFC3339),
+		CreatedAt:     j.Created / 1e9,
+		Lease:         j.Lease / 1e9,
 		ResultBytes:   j.ResultBytes,
 		Targets:       make([]storedTargetJSON, 0, len(targets)),
 	}
@@ -81,8 +83,14 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		if json.Valid(t.Options) && string(t.Options) != "{}" {
 			st.Options = t.Options
 		}
-		if *results && json.Valid(t.Result) {
-			st.Result = t.Result
+		if *results && t.Result != nil {
+			// Decoded and encoded again: the stored JSON escapes HTML
+			// ("\u003ch1\u003e"), which show does not.
+			var res engine.Result
+			if err := json.Unmarshal(t.Result, &res); err != nil {
+				return fmt.Errorf("job %s target %d: stored result: %w", id, t.Idx, err)
+			}
+			st.Result = &res
 		}
 		out.Targets = append(out.Targets, st)
 	}

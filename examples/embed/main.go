@@ -82,35 +82,16 @@ func run() error {
 		fmt.Printf("submitted job %d for %s: %d targets\n", i+1, s.caller.Name, len(targets))
 	}
 
-	// Follow the jobs by polling Status, printing each change.
-	last := make([]string, len(ids))
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(10 * time.Second)
-	for {
-		live := 0
-		for i, id := range ids {
-			job, _, ok := runner.Status(id)
-			if !ok {
-				return fmt.Errorf("job %d vanished", i+1)
-			}
-			line := fmt.Sprintf("job %d (%s): %d/%d %s", i+1, job.Caller, job.TargetsDone, job.TargetsTotal, job.Status)
-			if line != last[i] {
-				fmt.Println(line)
-				last[i] = line
-			}
-			if job.Status == "queued" || job.Status == "running" {
-				live++
-			}
+	// Wait for each job's end: Wait blocks until the job is terminal (or
+	// ctx is done), without polling.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for i, id := range ids {
+		job, err := runner.Wait(wctx, id)
+		if err != nil {
+			return fmt.Errorf("job %d: %w", i+1, err)
 		}
-		if live == 0 {
-			break
-		}
-		select {
-		case <-tick.C:
-		case <-timeout:
-			return fmt.Errorf("jobs still running after 10s")
-		}
+		fmt.Printf("job %d (%s): %d/%d stored, %d failed: %s\n", i+1, job.Caller, job.TargetsDone, job.TargetsTotal, job.TargetsFailed, job.Status)
 	}
 
 	fmt.Println()

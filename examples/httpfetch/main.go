@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -64,31 +63,22 @@ func run() error {
 	}
 	fmt.Println("job", id)
 
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(10 * time.Second)
-	for {
-		job, ts, ok := runner.Status(id)
-		if !ok {
-			return errors.New("job vanished")
-		}
-		if job.Status != "queued" && job.Status != "running" {
-			fmt.Printf("status %s, %d/%d targets\n", job.Status, job.TargetsDone, job.TargetsTotal)
-			for _, t := range ts {
-				if t.Result != nil {
-					fmt.Printf("  #%d %-32s %s: %q\n", t.Idx, t.URL, t.Status, t.Result.Content)
-				} else {
-					fmt.Printf("  #%d %-32s %s: %s (%s)\n", t.Idx, t.URL, t.Status, t.Error, t.Hint)
-				}
-			}
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-timeout:
-			return errors.New("job still running after 10s")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	job, err := runner.Wait(ctx, id) // until the job ends: no polling
+	if err != nil {
+		return err
+	}
+	_, ts, _ := runner.Status(id)
+	fmt.Printf("status %s, %d/%d targets stored, %d failed\n", job.Status, job.TargetsDone, job.TargetsTotal, job.TargetsFailed)
+	for _, t := range ts {
+		if t.Result != nil {
+			fmt.Printf("  #%d %-32s %s: %q\n", t.Idx, t.URL, t.Status, t.Result.Content)
+		} else {
+			fmt.Printf("  #%d %-32s %s: %s (%s)\n", t.Idx, t.URL, t.Status, t.Error, t.Hint)
 		}
 	}
+	return nil
 }
 
 // fetcher returns a FetchFunc that GETs the target: a 429 or 503 is busy

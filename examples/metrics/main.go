@@ -1,73 +1,44 @@
-// Command metrics wires siftbatch's Hooks to Prometheus counters, gauges
-// and histograms, runs two jobs with a simulated fetch, and prints what a
-// scrape of the registry would show.
+// Command metrics feeds siftbatch's Prometheus metrics (package
+// engine/metrics) from a runner, next to a hook of its own joined with
+// metrics.Join, counts an HTTP route with the metrics' middleware, runs two
+// jobs with a simulated fetch, and prints what a scrape of the registry
+// shows.
 //
 //	go run ./examples/metrics
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "metrics:", err)
 		os.Exit(1)
 	}
 }
 
-// hooks registers the metrics on reg and returns the Hooks that feed them.
-func hooks(reg prometheus.Registerer) engine.Hooks {
-	jobs := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "siftbatch_jobs_total", Help: "Jobs by outcome.",
-	}, []string{"outcome"})
-	targets := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "siftbatch_targets_total", Help: "Stored targets by result.",
-	}, []string{"result"})
-	targetSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "siftbatch_target_seconds", Help: "Time to fetch and store one target.",
-		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5},
-	})
-	jobSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "siftbatch_job_seconds", Help: "Time from submit to a terminal status.",
-		Buckets: []float64{0.1, 0.5, 1, 5, 30},
-	})
-	live := prometheus.NewGauge(prometheus.GaugeOpts{Name: "siftbatch_live_jobs", Help: "Jobs queued or running."})
-	inflight := prometheus.NewGauge(prometheus.GaugeOpts{Name: "siftbatch_inflight_targets", Help: "Targets being fetched."})
-	reg.MustRegister(jobs, targets, targetSeconds, jobSeconds, live, inflight)
-
-	return engine.Hooks{
-		Job: func(outcome string) { jobs.WithLabelValues(outcome).Inc() },
-		Target: func(err error, d time.Duration, _ int) {
-			result := "done"
-			if err != nil {
-				result = "failed"
-			}
-			targets.WithLabelValues(result).Inc()
-			targetSeconds.Observe(d.Seconds())
-		},
-		JobSeconds: func(d time.Duration) { jobSeconds.Observe(d.Seconds()) },
-		Depth:      func(n int) { live.Set(float64(n)) },
-		Inflight:   func(n int) { inflight.Set(float64(n)) },
-	}
-}
-
-func run() error {
+func run(out io.Writer) error {
+	// The metrics, on the program's registry.
+	m := metrics.New()
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+
 	store, err := persistence.Open("")
 	if err != nil {
 		return err
@@ -84,11 +55,15 @@ func run() error {
 		}
 		return engine.Result{Content: "ok"}, nil
 	}
-	runner, err := engine.New(store, fetch, engine.Config{Hooks: hooks(reg), JobsPerCaller: 2}, nil)
+	// The program's own hook, beside the metrics'.
+	var ended atomic.Int64
+	mine := engine.Hooks{JobSeconds: func(time.Duration) { ended.Add(1) }}
+	runner, err := engine.New(store, fetch, engine.Config{Hooks: metrics.Join(m.Hooks(), mine), JobsPerCaller: 2}, nil)
 	if err != nil {
 		return err
 	}
 	defer runner.Close()
+	m.Attach(runner) // siftbatch_hook_panics_total reads the runner's count
 
 	caller := &engine.Caller{Name: "example"}
 	var ids []string
@@ -100,59 +75,50 @@ func run() error {
 		for i, u := range urls {
 			ts[i] = engine.Target{URL: u}
 		}
-		id, _, err := runner.Submit(context.Background(), caller, "standard", ts)
+		id, _, err := runner.Submit(context.Background(), caller, "", ts)
 		if err != nil {
 			return err
 		}
 		ids = append(ids, id)
 	}
-	if err := wait(runner, ids, 10*time.Second); err != nil {
-		return err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range ids {
+		if _, err := runner.Wait(ctx, id); err != nil {
+			return err
+		}
 	}
+	runner.Close() // every hook has run once Close returns
+	fmt.Fprintln(out, "jobs ended, by the program's own hook:", ended.Load())
 
-	// Scrape the registry the way Prometheus would.
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// A route of the program's, counted under a fixed label, and the
+	// registry, scraped the way Prometheus would.
+	mux := http.NewServeMux()
+	mux.Handle("GET /hello/{name}", m.Middleware("GET /hello/{name}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "hello")
+	})))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "siftbatch_") && !strings.Contains(line, "_bucket") {
-			fmt.Println(line)
+	defer srv.Client().CloseIdleConnections()
+	for _, path := range []string{"/hello/ann", "/hello/bob", "/metrics"} {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if path != "/metrics" {
+			continue
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "siftbatch_") && !strings.Contains(line, "_bucket") {
+				fmt.Fprintln(out, line)
+			}
 		}
 	}
 	return nil
-}
-
-// wait polls the jobs until none is queued or running.
-func wait(r *engine.Runner, ids []string, limit time.Duration) error {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(limit)
-	for {
-		live := 0
-		for _, id := range ids {
-			job, _, ok := r.Status(id)
-			if !ok {
-				return errors.New("job vanished")
-			}
-			if job.Status == "queued" || job.Status == "running" {
-				live++
-			}
-		}
-		if live == 0 {
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-timeout:
-			return fmt.Errorf("jobs still running after %s", limit)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package main
+package fetcher
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -19,88 +18,114 @@ import (
 	"github.com/sift/batch/engine"
 )
 
-// Fetcher defaults.
+// The defaults a zero [Options] field takes.
 const (
-	// DefaultFetchTimeout is the deadline of one target's fetch, from the
-	// first dial to the last body byte.
-	DefaultFetchTimeout = 210 * time.Second
-	// DefaultMaxBody caps the body bytes kept from one page; the rest is
-	// dropped and the result's meta says "truncated".
+	// DefaultTimeout is the deadline of one fetch, from the first dial to
+	// the last body byte.
+	DefaultTimeout = 210 * time.Second
+	// DefaultMaxBody caps the body bytes kept from one page.
 	DefaultMaxBody = 4 << 20
-	// maxRedirects caps the redirects one fetch follows.
-	maxRedirects = 5
-	// dialTimeout caps one connection attempt.
-	dialTimeout = 30 * time.Second
-	userAgent   = "siftbatch/1 (+https://github.com/sift/batch)"
+	// DefaultMaxRedirects caps the redirects one fetch follows.
+	DefaultMaxRedirects = 5
+	// DefaultUserAgent is the User-Agent header of every request.
+	DefaultUserAgent = "siftbatch/1 (+https://github.com/sift/batch)"
 )
+
+// dialTimeout caps one connection attempt.
+const dialTimeout = 30 * time.Second
 
 var (
 	// errAddrRefused is returned, wrapped, when a URL's host is or resolves
 	// to an address the fetcher does not connect to.
 	errAddrRefused = errors.New("address not allowed")
-	// errTooManyRedirects is returned, wrapped, past maxRedirects.
+	// errTooManyRedirects is returned, wrapped, past MaxRedirects.
 	errTooManyRedirects = errors.New("too many redirects")
 	// errBadURL is returned, wrapped, for a URL that is not absolute
 	// http(s).
 	errBadURL = errors.New("not an absolute http or https URL")
+	// errBadPort is returned for a URL whose port is not 1 to 65535.
+	errBadPort = errors.New("port not 1 to 65535")
 )
 
-// Resolver looks up the addresses of a host. [*net.Resolver] implements it;
-// tests inject their own.
+// Resolver looks up the addresses of a host. [*net.Resolver] implements it.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// FetcherConfig configures a [Fetcher]. The zero value fetches public
-// addresses only, with the defaults above.
-type FetcherConfig struct {
-	// AllowPrivate lets the fetcher connect to loopback, private,
-	// link-local and unspecified addresses. Off, they are refused when the
-	// URL is checked and again for the address actually dialled.
+// Options configure a [Fetcher]. The zero value fetches public addresses
+// only, with the defaults above; a negative number makes [New] fail.
+type Options struct {
+	// AllowPrivate lets the fetcher connect to addresses that are not
+	// public (loopback, private, link-local, unspecified…). Off (the
+	// default), they are refused when the URL is checked and again for the
+	// address actually dialled.
 	AllowPrivate bool
-	// Timeout is one fetch's deadline. Default [DefaultFetchTimeout].
+	// Timeout is one fetch's deadline. Default [DefaultTimeout] (210s).
 	Timeout time.Duration
-	// MaxBody caps the body bytes kept. Default [DefaultMaxBody].
+	// MaxBody caps the body bytes kept from one page; the rest is dropped
+	// and the result's meta says "truncated". Default [DefaultMaxBody]
+	// (4 MiB).
 	MaxBody int64
+	// MaxRedirects caps the redirects one fetch follows. Default
+	// [DefaultMaxRedirects] (5).
+	MaxRedirects int
+	// UserAgent is every request's User-Agent. Default [DefaultUserAgent].
+	UserAgent string
+	// Wrap, if set, wraps the fetcher's own transport: the RoundTripper it
+	// returns makes every request, redirects included (for tracing, for
+	// instance). It must send each request through the RoundTripper it is
+	// given, which dials through the address guard.
+	Wrap func(http.RoundTripper) http.RoundTripper
 	// Resolver resolves host names, for the URL check and for dialling.
 	// Default [net.DefaultResolver].
 	Resolver Resolver
-	// OnResponse, if set, sees each final response before its body is
-	// read, on the fetching goroutine. The demo uses it to make one page's
-	// fetch panic.
-	OnResponse func(*http.Response)
-
-	// Test hooks, nil outside tests. exempt lets the guard pass one
-	// loopback address and port (a test server), so that what comes after
-	// the first hop (a redirect) meets the guard with AllowPrivate off.
-	// dialCheck sees every address before the guard does, even with
-	// AllowPrivate: tests use it to refuse any address that is not
-	// loopback, so that a broken guard can never send traffic off the
-	// machine.
-	exempt    func(netip.AddrPort) bool
-	dialCheck func(netip.AddrPort) error
+	// Exempt, if set, lets through the guard the addresses (and ports) it
+	// returns true for, though they are not public: an embedder's own
+	// service, or a test server. It has no effect with AllowPrivate.
+	Exempt func(netip.AddrPort) bool
+	// Control, if set, sees every address about to be dialled, before the
+	// guard, even with AllowPrivate; an error refuses the dial. Tests use
+	// it to make sure that nothing leaves the machine.
+	Control func(netip.AddrPort) error
 }
 
-// Fetcher fetches targets over HTTP: its [Fetcher.Fetch] is an
-// [engine.FetchFunc]. It is safe for concurrent use.
+// Fetcher fetches targets over HTTP: its method value f.Fetch is an
+// [engine.FetchFunc]. Create one with [New]; call [Fetcher.Close] when done
+// with it. It is safe for concurrent use.
 type Fetcher struct {
-	cfg       FetcherConfig
+	o         Options
+	local     localAddrs
 	transport *http.Transport
 	client    *http.Client
 }
 
-// NewFetcher returns a fetcher. Call [Fetcher.Close] when done with it.
-func NewFetcher(cfg FetcherConfig) *Fetcher {
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultFetchTimeout
+// New returns a fetcher with o's options, defaulted. A negative number is
+// an error.
+func New(o Options) (*Fetcher, error) {
+	switch {
+	case o.Timeout < 0:
+		return nil, errors.New("new fetcher: Timeout must not be negative")
+	case o.MaxBody < 0:
+		return nil, errors.New("new fetcher: MaxBody must not be negative")
+	case o.MaxRedirects < 0:
+		return nil, errors.New("new fetcher: MaxRedirects must not be negative")
 	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = DefaultMaxBody
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
 	}
-	if cfg.Resolver == nil {
-		cfg.Resolver = net.DefaultResolver
+	if o.MaxBody == 0 {
+		o.MaxBody = DefaultMaxBody
 	}
-	f := &Fetcher{cfg: cfg}
+	if o.MaxRedirects == 0 {
+		o.MaxRedirects = DefaultMaxRedirects
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = DefaultUserAgent
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
+	}
+	f := &Fetcher{o: o}
 	f.transport = &http.Transport{
 		Proxy:                 nil, // never an environment proxy: it would dial for us, past the guard
 		DialContext:           f.dial,
@@ -108,59 +133,66 @@ func NewFetcher(cfg FetcherConfig) *Fetcher {
 		MaxIdleConns:          16,
 		IdleConnTimeout:       30 * time.Second,
 		TLSHandshakeTimeout:   15 * time.Second,
-		ResponseHeaderTimeout: cfg.Timeout,
+		ResponseHeaderTimeout: o.Timeout,
+	}
+	var rt http.RoundTripper = f.transport
+	if o.Wrap != nil {
+		rt = o.Wrap(rt)
 	}
 	f.client = &http.Client{
-		Transport: f.transport,
+		Transport: rt,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			// via holds the requests made so far: following redirect
 			// number len(via).
-			if len(via) > maxRedirects {
+			if len(via) > f.o.MaxRedirects {
 				return errTooManyRedirects
 			}
 			return f.checkURL(req.Context(), req.URL)
 		},
 	}
-	return f
+	return f, nil
 }
 
-// Close closes the fetcher's idle connections.
+// Close closes the fetcher's idle connections. Fetches in progress go on.
 func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
+
+// Honours returns the names of the target options ([engine.Options]) that
+// [Fetcher.Fetch] honours, as spelled in JSON. It honours none yet: a
+// handler should refuse every option.
+func (f *Fetcher) Honours() []string { return nil }
 
 // Fetch GETs t.URL. A 2xx answer is a result with the body (at most
 // MaxBody bytes) as content and the status, content type, byte count,
 // truncation and final URL in meta. A 429 or 503 answer is an error
 // wrapping [engine.ErrRetryLater]; any other failure is an
 // [*engine.TargetError] with a status and a hint for the agent, and never
-// carries the URL. ctx being cancelled ends the fetch.
+// carries the URL. ctx being cancelled ends the fetch with an error
+// wrapping ctx's cause.
 func (f *Fetcher) Fetch(ctx context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
-	u, err := parseTargetURL(t.URL)
+	u, err := parseURL(t.URL)
 	if err != nil {
-		return engine.Result{}, &engine.TargetError{Status: http.StatusUnprocessableEntity, Msg: "bad url", Hint: "give an absolute http:// or https:// URL"}
+		return engine.Result{}, f.classify(ctx, err)
 	}
 	if err := f.checkURL(ctx, u); err != nil {
 		return engine.Result{}, f.classify(ctx, err)
 	}
-	fctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	fctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(fctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return engine.Result{}, &engine.TargetError{Status: http.StatusUnprocessableEntity, Msg: "bad url", Hint: "give an absolute http:// or https:// URL"}
+		return engine.Result{}, f.classify(ctx, errBadURL)
 	}
-	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("User-Agent", f.o.UserAgent)
 	req.Header.Set("Accept", "text/html, text/plain, application/json, */*;q=0.5")
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return engine.Result{}, f.classify(ctx, err)
 	}
 	defer resp.Body.Close()
-	if f.cfg.OnResponse != nil {
-		f.cfg.OnResponse(resp)
-	}
 	if err := statusError(resp.StatusCode); err != nil {
 		return engine.Result{}, err
 	}
-	body, truncated, err := readCapped(resp.Body, f.cfg.MaxBody)
+	body, truncated, err := readCapped(resp.Body, f.o.MaxBody)
 	if err != nil {
 		return engine.Result{}, f.classify(ctx, err)
 	}
@@ -180,13 +212,33 @@ func (f *Fetcher) Fetch(ctx context.Context, _ *engine.Caller, t engine.Target) 
 	return engine.Result{Content: string(body), Meta: meta}, nil
 }
 
-// parseTargetURL parses an absolute http(s) URL with a host.
-func parseTargetURL(raw string) (*url.URL, error) {
+// parseURL parses an absolute http(s) URL with a host, no user info, and
+// a port, if any, of 1 to 65535.
+func parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
 		return nil, errBadURL
 	}
+	if _, err := urlPort(u); err != nil {
+		return nil, err
+	}
 	return u, nil
+}
+
+// urlPort returns u's port, or its scheme's: 80 or 443.
+func urlPort(u *url.URL) (uint16, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, errBadPort
+	}
+	return uint16(n), nil
 }
 
 // checkURL refuses, unless private addresses are allowed, a URL whose host
@@ -196,19 +248,12 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 	if u.Scheme != "http" && u.Scheme != "https" || u.Hostname() == "" {
 		return errBadURL
 	}
-	if f.cfg.AllowPrivate {
+	if f.o.AllowPrivate {
 		return nil
 	}
-	port := uint16(80)
-	if u.Scheme == "https" {
-		port = 443
-	}
-	if p := u.Port(); p != "" {
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil {
-			return errBadURL
-		}
-		port = uint16(n)
+	port, err := urlPort(u)
+	if err != nil {
+		return err
 	}
 	host := u.Hostname()
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -220,7 +265,7 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 	if numericHost(host) {
 		return errAddrRefused
 	}
-	addrs, err := f.cfg.Resolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := f.o.Resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return err
 	}
@@ -233,9 +278,10 @@ func (f *Fetcher) checkURL(ctx context.Context, u *url.URL) error {
 }
 
 // allowed reports whether the guard lets the fetcher connect to ap with
-// AllowPrivate off: a public address, or the one a test exempts.
+// AllowPrivate off: a public address that is not the host's own, or one
+// Exempt lets through.
 func (f *Fetcher) allowed(ap netip.AddrPort) bool {
-	return publicAddr(ap.Addr()) || f.cfg.exempt != nil && f.cfg.exempt(ap)
+	return publicAddr(ap.Addr()) && !f.local.has(ap.Addr()) || f.o.Exempt != nil && f.o.Exempt(ap)
 }
 
 // dial connects to addr, resolving its host with the configured resolver
@@ -248,12 +294,12 @@ func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	port, err := strconv.ParseUint(portText, 10, 16)
 	if err != nil {
-		return nil, fmt.Errorf("bad port: %w", err)
+		return nil, fmt.Errorf("bad port: %w", errBadURL)
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
-	} else if addrs, err = f.cfg.Resolver.LookupNetIP(ctx, "ip", host); err != nil {
+	} else if addrs, err = f.o.Resolver.LookupNetIP(ctx, "ip", host); err != nil {
 		return nil, err
 	}
 	if len(addrs) == 0 {
@@ -282,77 +328,15 @@ func (f *Fetcher) control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return errAddrRefused
 	}
-	if f.cfg.dialCheck != nil {
-		if err := f.cfg.dialCheck(ap); err != nil {
+	if f.o.Control != nil {
+		if err := f.o.Control(ap); err != nil {
 			return err
 		}
 	}
-	if f.cfg.AllowPrivate || f.allowed(ap) {
+	if f.o.AllowPrivate || f.allowed(ap) {
 		return nil
 	}
 	return errAddrRefused
-}
-
-// nonPublic lists the prefixes refused besides what netip's predicates
-// name: "this network", shared address space, IETF protocol assignments,
-// benchmarking, reserved and broadcast, and the IPv6 forms that embed an
-// IPv4 address (IPv4-compatible, IPv4-translated, NAT64, 6to4, Teredo), the
-// discard prefix, or are deprecated site-local.
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("::/96"),
-	netip.MustParsePrefix("::ffff:0:0:0/96"),
-	netip.MustParsePrefix("100::/64"),
-	netip.MustParsePrefix("2001::/32"),
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
-	netip.MustParsePrefix("2002::/16"),
-	netip.MustParsePrefix("fec0::/10"),
-}
-
-// publicAddr reports whether a is an address the fetcher may connect to
-// without AllowPrivate.
-func publicAddr(a netip.Addr) bool {
-	a = a.Unmap().WithZone("")
-	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsUnspecified() ||
-		a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || a.IsMulticast() {
-		return false
-	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
-}
-
-// numericHost reports whether host is made only of digits, dots and hex
-// notation: an IP address in a spelling netip does not accept but some
-// resolvers do.
-func numericHost(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "" {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" {
-			return false
-		}
-		digits := strings.TrimPrefix(label, "0x")
-		if digits == "" {
-			return false
-		}
-		for _, r := range digits {
-			if !(r >= '0' && r <= '9' || label != digits && r >= 'a' && r <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // statusError turns an HTTP status that is not 2xx into the fetch's error.
@@ -381,11 +365,14 @@ func statusError(code int) error {
 }
 
 // classify turns a transport error into a [*engine.TargetError] that never
-// carries the URL or the host. A cancelled parent ctx (the runner closing)
-// stays a plain error wrapping [context.Canceled].
+// carries the URL or the host. A done parent ctx (the runner closing) is a
+// [stoppedError]: a TargetError that also wraps the context's cause.
 func (f *Fetcher) classify(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("fetch stopped: %w", context.Cause(ctx))
+		return &stoppedError{
+			te:    &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was fetched; submit the job again"},
+			cause: context.Cause(ctx),
+		}
 	}
 	te := &engine.TargetError{Status: http.StatusBadGateway}
 	var dnsErr *net.DNSError
@@ -395,18 +382,22 @@ func (f *Fetcher) classify(ctx context.Context, err error) error {
 	case errors.Is(err, errAddrRefused):
 		te.Status = http.StatusForbidden
 		te.Msg = "address not allowed"
-		te.Hint = "the host is or resolves to a loopback, private, link-local or unspecified address; only public addresses are fetched"
+		te.Hint = "the host is or resolves to an address that is not public (loopback, private, link-local, documentation, this host's own…); only public addresses are fetched"
 	case errors.Is(err, errBadURL):
 		te.Status = http.StatusUnprocessableEntity
 		te.Msg = "bad url"
-		te.Hint = "a redirect led to a URL that is not http or https"
+		te.Hint = "the URL, or one a redirect led to, is not an absolute http:// or https:// URL"
+	case errors.Is(err, errBadPort):
+		te.Status = http.StatusUnprocessableEntity
+		te.Msg = "bad url"
+		te.Hint = "the URL's port, or that of one a redirect led to, is not 1 to 65535"
 	case errors.Is(err, errTooManyRedirects):
 		te.Msg = "too many redirects"
-		te.Hint = fmt.Sprintf("the page redirected more than %d times", maxRedirects)
+		te.Hint = fmt.Sprintf("the page redirected more than %d times", f.o.MaxRedirects)
 	case errors.Is(err, context.DeadlineExceeded):
 		te.Status = http.StatusGatewayTimeout
 		te.Msg = "timed out"
-		te.Hint = fmt.Sprintf("the site did not answer within %s; try again later", f.cfg.Timeout)
+		te.Hint = fmt.Sprintf("the site did not answer within %s; try again later", f.o.Timeout)
 	case errors.As(err, &dnsErr):
 		te.Msg = "host not found"
 		te.Hint = "the host name does not resolve; check the URL"
@@ -426,6 +417,17 @@ func (f *Fetcher) classify(ctx context.Context, err error) error {
 	}
 	return te
 }
+
+// stoppedError is a fetch stopped by its context: a [*engine.TargetError]
+// for the runner to store, that also wraps the context's cause
+// ([context.Canceled]) for errors.Is.
+type stoppedError struct {
+	te    *engine.TargetError
+	cause error
+}
+
+func (e *stoppedError) Error() string   { return "fetch stopped: " + e.cause.Error() }
+func (e *stoppedError) Unwrap() []error { return []error{e.te, e.cause} }
 
 // readCapped reads r up to max bytes and reports whether there was more.
 // A cut never splits a UTF-8 sequence.

@@ -1,4 +1,4 @@
-package main
+package fetcher_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
 
@@ -80,17 +81,20 @@ var errOffMachine = errors.New("test fetcher: refused to dial off the machine")
 // newTestFetcher returns a fetcher that can only ever dial loopback: should
 // the guard let a non-loopback address through, the dial is refused all the
 // same (no traffic leaves the machine) and the test fails.
-func newTestFetcher(t *testing.T, cfg FetcherConfig) *Fetcher {
+func newTestFetcher(t *testing.T, cfg fetcher.Options) *fetcher.Fetcher {
 	t.Helper()
 	var off atomic.Value
-	cfg.dialCheck = func(ap netip.AddrPort) error {
+	cfg.Control = func(ap netip.AddrPort) error {
 		if !ap.Addr().Unmap().IsLoopback() {
 			off.Store(ap.String())
 			return errOffMachine
 		}
 		return nil
 	}
-	f := NewFetcher(cfg)
+	f, err := fetcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		f.Close()
 		if a := off.Load(); a != nil {
@@ -100,7 +104,7 @@ func newTestFetcher(t *testing.T, cfg FetcherConfig) *Fetcher {
 	return f
 }
 
-func fetch(t *testing.T, f *Fetcher, u string) (engine.Result, error) {
+func fetch(t *testing.T, f *fetcher.Fetcher, u string) (engine.Result, error) {
 	t.Helper()
 	return f.Fetch(context.Background(), &engine.Caller{Name: "test"}, engine.Target{URL: u})
 }
@@ -146,7 +150,7 @@ func TestFetcher_Statuses(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	})
-	f := newTestFetcher(t, FetcherConfig{AllowPrivate: true})
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
 	host := strings.TrimPrefix(s.URL, "http://")
 
 	res, err := fetch(t, f, s.URL+"/ok")
@@ -178,6 +182,12 @@ func TestFetcher_Statuses(t *testing.T) {
 	wantTargetError(t, err, http.StatusBadGateway, "too many redirects", host)
 	_, err = fetch(t, f, "ftp://example.com/")
 	wantTargetError(t, err, http.StatusUnprocessableEntity, "bad url", "")
+	for _, port := range []string{"99999", "0", "65536"} {
+		_, err = fetch(t, f, "http://example.com:"+port+"/")
+		if te := wantTargetError(t, err, http.StatusUnprocessableEntity, "bad url", ""); !strings.Contains(te.Hint, "port") {
+			t.Errorf("port %s: hint %q", port, te.Hint)
+		}
+	}
 
 	// A closed port: connection refused, without the address.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -202,7 +212,7 @@ func TestFetcher_RetriedThenDone(t *testing.T) {
 		}
 		w.Write([]byte("finally"))
 	})
-	f := newTestFetcher(t, FetcherConfig{AllowPrivate: true})
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
 	store, err := persistence.Open("")
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +227,7 @@ func TestFetcher_RetriedThenDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	id, _, err := r.Submit(context.Background(), &engine.Caller{Name: "t"}, classStandard, []engine.Target{{URL: s.URL + "/busy"}})
+	id, _, err := r.Submit(context.Background(), &engine.Caller{Name: "t"}, "", []engine.Target{{URL: s.URL + "/busy"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,9 +235,9 @@ func TestFetcher_RetriedThenDone(t *testing.T) {
 	var ts []engine.TargetStatus
 	waitFor(t, 10*time.Second, "the job", func() bool {
 		job, ts, _ = r.Status(id)
-		return !persistence.IsLive(job.Status)
+		return !engine.IsLive(job.Status)
 	})
-	if job.Status != persistence.StatusDone || ts[0].Result == nil || ts[0].Result.Content != "finally" {
+	if job.Status != engine.StatusDone || ts[0].Result == nil || ts[0].Result.Content != "finally" {
 		t.Fatalf("job %+v targets %+v", job, ts)
 	}
 	if got := n.Load(); got != 3 {
@@ -248,7 +258,7 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 
 	t.Run("a name that resolves to loopback", func(t *testing.T) {
 		res := &fakeResolver{answers: map[string][]string{"intranet.example": {"127.0.0.1"}}}
-		f := newTestFetcher(t, FetcherConfig{Resolver: res})
+		f := newTestFetcher(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://intranet.example:"+s.port+"/")
 		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "intranet.example")
@@ -257,7 +267,7 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		}
 		// With --allow-private the same name is fetched, dialled through
 		// the injected resolver.
-		f = newTestFetcher(t, FetcherConfig{Resolver: res, AllowPrivate: true})
+		f = newTestFetcher(t, fetcher.Options{Resolver: res, AllowPrivate: true})
 		got, err := fetch(t, f, "http://intranet.example:"+s.port+"/")
 		if err != nil || got.Content != "inside" {
 			t.Fatalf("allow-private: %+v %v", got, err)
@@ -268,7 +278,7 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		// The name looks public when the URL is checked, then resolves to
 		// loopback when dialled (DNS rebinding): Control refuses the dial.
 		res := &fakeResolver{answers: map[string][]string{"rebind.example": {"93.184.216.34", "127.0.0.1"}}}
-		f := newTestFetcher(t, FetcherConfig{Resolver: res})
+		f := newTestFetcher(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://rebind.example:"+s.port+"/")
 		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "rebind.example")
@@ -278,20 +288,10 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		if res.lookups["rebind.example"] != 2 {
 			t.Fatalf("%d lookups, want 2 (check, then dial)", res.lookups["rebind.example"])
 		}
-		// And the dial guard on its own, on an address it is handed (it
-		// dials nothing itself, so a plain fetcher is safe here).
-		g := NewFetcher(FetcherConfig{Resolver: res})
-		defer g.Close()
-		if err := g.control("tcp4", "127.0.0.1:80", nil); !errors.Is(err, errAddrRefused) {
-			t.Fatalf("control: %v", err)
-		}
-		if err := g.control("tcp4", "93.184.216.34:80", nil); err != nil {
-			t.Fatalf("control on a public address: %v", err)
-		}
 	})
 
 	t.Run("addresses in the URL", func(t *testing.T) {
-		f := newTestFetcher(t, FetcherConfig{Resolver: &fakeResolver{}})
+		f := newTestFetcher(t, fetcher.Options{Resolver: &fakeResolver{}})
 		for _, host := range []string{
 			"127.0.0.1", "127.1.2.3", "[::1]", "0.0.0.0", "[::]", "10.1.2.3", "172.16.0.1", "192.168.1.1",
 			"169.254.169.254", "[fe80::1]", "[fc00::1]", "[::ffff:127.0.0.1]", "[::ffff:10.0.0.1]",
@@ -312,19 +312,6 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 			}
 		}
 	})
-
-	t.Run("public addresses pass the guard", func(t *testing.T) {
-		for _, a := range []string{"93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8"} {
-			if !publicAddr(netip.MustParseAddr(a)) {
-				t.Errorf("%s refused", a)
-			}
-		}
-		for _, h := range []string{"example.com", "deadbeef.example", "1.example", "a1.b2"} {
-			if numericHost(h) {
-				t.Errorf("%s taken for an IP spelling", h)
-			}
-		}
-	})
 }
 
 func TestFetcher_BodyCap(t *testing.T) {
@@ -338,7 +325,7 @@ func TestFetcher_BodyCap(t *testing.T) {
 			w.Write([]byte(strings.Repeat("y", 1000)))
 		}
 	})
-	f := newTestFetcher(t, FetcherConfig{AllowPrivate: true, MaxBody: 1000})
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 1000})
 	res, err := fetch(t, f, s.URL+"/big")
 	if err != nil || len(res.Content) != 1000 || res.Meta["truncated"] != true || res.Meta["bytes"] != 1000 {
 		t.Fatalf("big: %d bytes, meta %v, %v", len(res.Content), res.Meta, err)
@@ -347,7 +334,7 @@ func TestFetcher_BodyCap(t *testing.T) {
 	if err != nil || len(res.Content) != 1000 || res.Meta["truncated"] != nil {
 		t.Fatalf("exact: %d bytes, meta %v, %v", len(res.Content), res.Meta, err)
 	}
-	f = newTestFetcher(t, FetcherConfig{AllowPrivate: true, MaxBody: 999})
+	f = newTestFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 999})
 	res, err = fetch(t, f, s.URL+"/utf8")
 	if err != nil || len(res.Content) != 998 || !utf8.ValidString(res.Content) || res.Meta["truncated"] != true {
 		t.Fatalf("utf8: %d bytes, valid %v, %v", len(res.Content), utf8.ValidString(res.Content), err)
@@ -367,7 +354,7 @@ func TestFetcher_Deadline(t *testing.T) {
 		}
 	})
 	defer close(unblock)
-	f := newTestFetcher(t, FetcherConfig{AllowPrivate: true, Timeout: 200 * time.Millisecond})
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, Timeout: 200 * time.Millisecond})
 	for _, path := range []string{"/slow-headers", "/slow-body"} {
 		start := time.Now()
 		_, err := fetch(t, f, s.URL+path)
@@ -377,8 +364,8 @@ func TestFetcher_Deadline(t *testing.T) {
 		}
 	}
 
-	t.Run("a cancelled context is not a target error", func(t *testing.T) {
-		f := newTestFetcher(t, FetcherConfig{AllowPrivate: true})
+	t.Run("a cancelled context is a stop, with a hint", func(t *testing.T) {
+		f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
@@ -390,8 +377,8 @@ func TestFetcher_Deadline(t *testing.T) {
 		select {
 		case err := <-errc:
 			var te *engine.TargetError
-			if !errors.Is(err, context.Canceled) || errors.As(err, &te) {
-				t.Fatalf("got %v, want context.Canceled", err)
+			if !errors.Is(err, context.Canceled) || !errors.As(err, &te) || te.Msg != "fetch stopped" || te.Hint == "" {
+				t.Fatalf("got %v (%+v), want context.Canceled and a TargetError with a hint", err, te)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Fetch did not return after cancel")
@@ -399,32 +386,9 @@ func TestFetcher_Deadline(t *testing.T) {
 	})
 }
 
-func TestReadCapped(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		max  int64
-		want string
-		cut  bool
-	}{
-		{"abc", 5, "abc", false},
-		{"abc", 3, "abc", false},
-		{"abcd", 3, "abc", true},
-		{"aé", 2, "a", true},                  // é is 2 bytes: not split
-		{"a€b", 3, "a", true},                 // € is 3 bytes
-		{"a€b", 4, "a€", true},                // whole
-		{"😀😀", 5, "😀", true},                  // 4-byte rune
-		{"\xff\xfe\xfd", 2, "\xff\xfe", true}, // not UTF-8: cut as is
-	} {
-		got, cut, err := readCapped(strings.NewReader(tc.in), tc.max)
-		if err != nil || string(got) != tc.want || cut != tc.cut {
-			t.Errorf("readCapped(%q, %d) = %q, %v, %v; want %q, %v", tc.in, tc.max, got, cut, err, tc.want, tc.cut)
-		}
-	}
-}
-
 // TestFetcher_Redirects: with AllowPrivate off, a redirect is checked like
 // the first URL (before connecting, and again at the dial), and at most
-// maxRedirects are followed. The first hop is a loopback test server that
+// fetcher.DefaultMaxRedirects are followed. The first hop is a loopback test server that
 // the guard exempts (a test hook), so the guard meets what comes after it.
 func TestFetcher_Redirects(t *testing.T) {
 	inside := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inside")) })
@@ -455,7 +419,7 @@ func TestFetcher_Redirects(t *testing.T) {
 		},
 		all: map[string][]string{"mixed.example": {"93.184.216.34", "192.168.1.1"}},
 	}
-	f := newTestFetcher(t, FetcherConfig{Resolver: res, exempt: func(ap netip.AddrPort) bool { return ap == entryAddr }})
+	f := newTestFetcher(t, fetcher.Options{Resolver: res, Exempt: func(ap netip.AddrPort) bool { return ap == entryAddr }})
 
 	// The exemption lets the first hop through, and only it.
 	got, err := fetch(t, f, entry.URL+"/page")
@@ -494,54 +458,18 @@ func TestFetcher_Redirects(t *testing.T) {
 
 	t.Run("capped", func(t *testing.T) {
 		before := entry.hits.Load()
-		got, err := fetch(t, f, entry.URL+"/hop/"+strconv.Itoa(maxRedirects))
+		got, err := fetch(t, f, entry.URL+"/hop/"+strconv.Itoa(fetcher.DefaultMaxRedirects))
 		if err != nil || got.Content != "landed" {
-			t.Fatalf("%d redirects: %+v %v", maxRedirects, got, err)
+			t.Fatalf("%d redirects: %+v %v", fetcher.DefaultMaxRedirects, got, err)
 		}
-		if n := entry.hits.Load() - before; n != maxRedirects+1 {
-			t.Fatalf("%d requests for %d redirects", n, maxRedirects)
+		if n := entry.hits.Load() - before; n != fetcher.DefaultMaxRedirects+1 {
+			t.Fatalf("%d requests for %d redirects", n, fetcher.DefaultMaxRedirects)
 		}
 		before = entry.hits.Load()
-		_, err = fetch(t, f, entry.URL+"/hop/"+strconv.Itoa(maxRedirects+1))
+		_, err = fetch(t, f, entry.URL+"/hop/"+strconv.Itoa(fetcher.DefaultMaxRedirects+1))
 		wantTargetError(t, err, http.StatusBadGateway, "too many redirects", "")
-		if n := entry.hits.Load() - before; n != maxRedirects+1 {
-			t.Fatalf("%d requests for %d redirects, want %d: the one past the cap was made", n, maxRedirects+1, maxRedirects+1)
-		}
-	})
-
-	t.Run("the redirect policy on its own", func(t *testing.T) {
-		g := NewFetcher(FetcherConfig{Resolver: res}) // checks only: dials nothing
-		defer g.Close()
-		req := func(u string) *http.Request {
-			r, err := http.NewRequest(http.MethodGet, u, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
-		via := func(n int) []*http.Request {
-			var v []*http.Request
-			for i := 0; i < n; i++ {
-				v = append(v, req("http://93.184.216.34/"))
-			}
-			return v
-		}
-		policy := g.client.CheckRedirect
-		// Following redirect number n, via holds the first request and the
-		// n-1 redirects before it.
-		if err := policy(req("http://93.184.216.34/next"), via(maxRedirects)); err != nil {
-			t.Fatalf("redirect %d of %d: %v", maxRedirects, maxRedirects, err)
-		}
-		if err := policy(req("http://93.184.216.34/next"), via(maxRedirects+1)); !errors.Is(err, errTooManyRedirects) {
-			t.Fatalf("redirect %d: %v, want errTooManyRedirects", maxRedirects+1, err)
-		}
-		for _, u := range []string{"http://10.0.0.1/", "http://[fe80::1]/", "http://internal.example/", "http://mixed.example/", "http://0177.0.0.1/"} {
-			if err := policy(req(u), via(1)); !errors.Is(err, errAddrRefused) {
-				t.Errorf("redirect to %s: %v, want errAddrRefused", u, err)
-			}
-		}
-		if err := policy(req("gopher://93.184.216.34/"), via(1)); !errors.Is(err, errBadURL) {
-			t.Errorf("redirect to gopher: %v, want errBadURL", err)
+		if n := entry.hits.Load() - before; n != fetcher.DefaultMaxRedirects+1 {
+			t.Fatalf("%d requests for %d redirects, want %d: the one past the cap was made", n, fetcher.DefaultMaxRedirects+1, fetcher.DefaultMaxRedirects+1)
 		}
 	})
 }
@@ -556,7 +484,7 @@ func TestFetcher_NamesThatResolvePrivate(t *testing.T) {
 		"::ffff:169.254.169.254", "0.0.0.0", "::", "100.64.0.1", "::7f00:1", "64:ff9b::a00:1",
 	} {
 		res := &fakeResolver{all: map[string][]string{"name.example": {"93.184.216.34", a}}}
-		f := newTestFetcher(t, FetcherConfig{Resolver: res})
+		f := newTestFetcher(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://name.example:"+s.port+"/")
 		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "name.example")

@@ -1,4 +1,4 @@
-package main
+package httpapi_test
 
 import (
 	"bytes"
@@ -10,11 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/sift/batch/engine/httpapi"
 )
 
 // The fuzz targets serve each input in-process (no network hop) on the API
-// of setupAPI: at most 4 targets a job, a fake fetch that finishes at once.
+// of setup: at most 4 targets a job, a fake fetch that finishes at once.
 // Their seeds are in testdata/fuzz/NAME and run in every go test.
 
 // FuzzAPI_Submit posts arbitrary bodies to POST /v1/batch. No body makes
@@ -36,13 +39,15 @@ func FuzzAPI_Submit(f *testing.F) {
 		"{\"targets\":[{\"url\":\"https://example.com/\xff\"}]}",
 		`{"targets":[{"url":"https://example.com/"}]} {}`,
 		`{"targets":[{"url":"https://user:pw@example.com/"}]}`,
+		`{"targets":[{"url":"https://example.com:99999/"}]}`, `{"targets":[{"url":"https://example.com:0/"}]}`,
+		`{"targets":[{"url":"https://example.com:00080/"}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"speed":1}}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`,
 		strings.Repeat("[", 20000),
 	} {
 		f.Add([]byte(seed))
 	}
-	b := setupAPI(f)
+	b := setup(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/batch", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer alice-key")
@@ -62,7 +67,7 @@ func FuzzAPI_Submit(f *testing.F) {
 		default:
 			t.Fatalf("%d for %q: %s", rec.Code, body, rec.Body)
 		}
-		var e errorJSON
+		var e struct{ Error, Hint string }
 		if rec.Code != http.StatusAccepted && (json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == "" || e.Hint == "") {
 			t.Fatalf("%d answer is not a JSON error with a hint: %s", rec.Code, rec.Body)
 		}
@@ -81,9 +86,9 @@ var optionTypes = map[string]string{
 // of the contract (case and all), no field twice, 1 to max targets, each
 // with an absolute http(s) URL; options an object (or null) of known
 // fields of the right types (or null). It shares nothing with the server's
-// decoder but parseTargetURL, which defines "absolute http(s)".
+// decoder.
 func validSubmitBody(body []byte, max int) bool {
-	if len(body) > maxRequestBody || !utf8.Valid(body) || !json.Valid(body) || hasDuplicateKeys(body) {
+	if len(body) > httpapi.DefaultMaxBody || !utf8.Valid(body) || !json.Valid(body) || hasDuplicateKeys(body) {
 		return false
 	}
 	var root map[string]json.RawMessage
@@ -104,7 +109,7 @@ func validSubmitBody(body []byte, max int) bool {
 		if json.Unmarshal(tg["url"], &u) != nil || u == "" {
 			return false
 		}
-		if _, err := parseTargetURL(u); err != nil {
+		if !absoluteHTTP(u) {
 			return false
 		}
 		for k, v := range tg {
@@ -120,6 +125,17 @@ func validSubmitBody(body []byte, max int) bool {
 		}
 	}
 	return true
+}
+
+// absoluteHTTP reports whether u is an absolute http or https URL with a
+// host, no user info, and a port, if any, of 1 to 65535.
+func absoluteHTTP(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" || p.User != nil {
+		return false
+	}
+	port, err := strconv.Atoi(p.Port())
+	return p.Port() == "" || err == nil && port >= 1 && port <= 65535
 }
 
 func validOptions(raw json.RawMessage) bool {
@@ -193,14 +209,15 @@ func hasDuplicateKeys(body []byte) bool {
 }
 
 // FuzzAPI_Paths sends GET, DELETE and other methods to /v1/batch/{id} and
-// /v1/batch/{id}/{idx} with arbitrary id, idx and query strings, as each of
-// the test callers. Nothing panics or answers 5xx; a 200 only answers the
+// /v1/batch/{id}/{idx} with arbitrary id, idx and query strings (?wait=
+// and ?results= among them), as each of the test callers. Nothing panics or answers 5xx; a 200 only answers the
 // job's owner, naming the job by its exact id and a target by its plain
 // decimal index; and no input string that is not an id ever reaches the
 // log.
 func FuzzAPI_Paths(f *testing.F) {
-	b := setupAPI(f)
+	b := setupWith(f, nil, httpapi.Options{MaxWait: 20 * time.Millisecond}) // a fuzzed ?wait= on the live job ends soon
 	done := b.submit(f, "alice-key", "https://example.com/a", "https://example.com/b")
+	b.waitTerminal(f, done)
 	live := b.submit(f, "carol-key", holdURL, "https://example.com/c")
 	for _, seed := range []struct {
 		method, key byte
@@ -215,6 +232,8 @@ func FuzzAPI_Paths(f *testing.F) {
 		{2, 0, done, "", false, ""}, {3, 0, done, "0", true, ""}, {0, 3, done, "", false, ""},
 		{0, 0, "%zz", "%", true, "%zz;a=b"}, {0, 0, "a\x00b", "\xff", true, ""}, {0, 0, "https://secret.example/", "", false, ""},
 		{0, 0, done, "99999999999999999999999", true, ""}, {0, 0, done, "-1", true, "results=maybe"},
+		{0, 2, live, "", false, "wait=10ms"}, {0, 2, live, "", false, "wait=1h"}, {0, 0, done, "", false, "wait=-5s&results=1"},
+		{0, 1, live, "", false, "wait=15ms"}, {0, 2, live, "", false, "wait=%ff"}, {0, 0, done, "", false, "wait=1e9"},
 	} {
 		f.Add(seed.method, seed.key, seed.id, seed.idx, seed.withIdx, seed.query)
 	}

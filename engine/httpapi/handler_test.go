@@ -1,257 +1,38 @@
-package main
+package httpapi_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
 
-// Test keys: alice and bob are standard callers, carol is restricted.
-const testKeys = `# name key [restricted]
-alice alice-key
-bob   bob-key
-carol carol-key restricted
-`
-
-// holdURL is a target whose fake fetch waits until the test releases it.
-const holdURL = "https://example.com/hold"
-
-// apiBundle is the API under test and what it runs on.
-type apiBundle struct {
-	url    string
-	client *http.Client
-	// handler is the API's handler, for calls without a network hop; api
-	// is the API behind it.
-	handler http.Handler
-	api     *api
-	runner  *engine.Runner
-	store   *persistence.Store
-	clock   *fakeClock
-	logs    *syncBuffer
-	// release lets every held fetch (holdURL) finish.
-	release func()
-}
-
-// fakeClock is a settable clock for Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// fakeFetch answers from the URL: ".../hold" waits for release (or the
-// runner's close), ".../fail" fails with a hint, anything else succeeds.
-func fakeFetch(release <-chan struct{}) engine.FetchFunc {
-	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
-		switch {
-		case strings.HasSuffix(t.URL, "/hold"):
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return engine.Result{}, ctx.Err()
-			}
-		case strings.HasSuffix(t.URL, "/fail"):
-			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
-		}
-		return engine.Result{Content: "page " + t.URL, Meta: map[string]any{"status": 200}}, nil
-	}
-}
-
-// setupAPI starts the API on an in-memory store with a fake fetch: at most
-// 4 targets a job, 1 live job per caller, 2 in all.
-func setupAPI(t testing.TB) *apiBundle {
-	t.Helper()
-	return setupAPIWith(t, nil)
-}
-
-func setupAPIWith(t testing.TB, fetch engine.FetchFunc) *apiBundle {
-	t.Helper()
-	keys, err := parseKeys(strings.NewReader(testKeys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := persistence.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	if fetch == nil {
-		fetch = fakeFetch(release)
-	}
-	var once sync.Once
-	b := &apiBundle{store: store, clock: &fakeClock{now: time.Now()}, logs: &syncBuffer{},
-		release: func() { once.Do(func() { close(release) }) }}
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	metrics := NewMetrics()
-	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: metrics.Hooks(), Now: b.clock.Now}
-	runner, err := engine.New(store, fetch, cfg, log)
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
-	}
-	b.runner = runner
-	a := &api{runner: runner, owners: store, keys: keys, metrics: metrics, log: log, targetsPerJob: cfg.TargetsPerJob}
-	b.api, b.handler = a, a.handler()
-	srv := httptest.NewServer(b.handler)
-	b.url = srv.URL
-	transport := &http.Transport{}
-	b.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	t.Cleanup(func() {
-		b.release()
-		transport.CloseIdleConnections()
-		srv.Close()
-		runner.Close()
-		if err := store.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return b
-}
-
-// response is an answer, its body read.
-type response struct {
-	code   int
-	header http.Header
-	body   []byte
-}
-
-func (r response) json(t testing.TB) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("answer %d is not a JSON object: %v: %s", r.code, err, r.body)
-	}
-	return m
-}
-
-func (b *apiBundle) do(t testing.TB, method, path, key string, body io.Reader) response {
-	t.Helper()
-	req, err := http.NewRequest(method, b.url+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return send(t, b.client, req)
-}
-
-// send does req with c and reads the whole answer.
-func send(t testing.TB, c *http.Client, req *http.Request) response {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{code: resp.StatusCode, header: resp.Header, body: data}
-}
-
-// submit posts a job of the URLs and returns its id, failing unless 202.
-func (b *apiBundle) submit(t testing.TB, key string, urls ...string) string {
-	t.Helper()
-	r := b.do(t, http.MethodPost, "/v1/batch", key, strings.NewReader(targetsBody(urls...)))
-	if r.code != http.StatusAccepted {
-		t.Fatalf("submit: %d %s", r.code, r.body)
-	}
-	return r.json(t)["id"].(string)
-}
-
-func targetsBody(urls ...string) string {
-	ts := make([]engine.Target, len(urls))
-	for i, u := range urls {
-		ts[i] = engine.Target{URL: u}
-	}
-	data, _ := json.Marshal(map[string]any{"targets": ts})
-	return string(data)
-}
-
-// waitTerminal waits until the job is no longer queued or running.
-func (b *apiBundle) waitTerminal(t *testing.T, id string) engine.Job {
-	t.Helper()
-	var job engine.Job
-	waitFor(t, 10*time.Second, "job "+id+" to finish", func() bool {
-		j, _, ok := b.runner.Status(id)
-		job = j
-		return ok && !persistence.IsLive(j.Status)
-	})
-	return job
-}
-
-// waitRunning waits until the job's first target is being fetched.
-func (b *apiBundle) waitRunning(t *testing.T, id string) {
-	t.Helper()
-	waitFor(t, 10*time.Second, "job "+id+" to run", func() bool {
-		_, ts, ok := b.runner.Status(id)
-		return ok && len(ts) > 0 && ts[0].Status == persistence.TargetRunning
-	})
-}
-
-func wantCode(t *testing.T, r response, code int) {
-	t.Helper()
-	if r.code != code {
-		t.Fatalf("got %d, want %d: %s", r.code, code, r.body)
-	}
-	if ct := r.header.Get("Content-Type"); code != http.StatusOK || strings.HasPrefix(ct, "application/json") {
-		if !strings.HasPrefix(ct, "application/json") {
-			t.Fatalf("answer %d has Content-Type %q, want JSON", code, ct)
-		}
-	}
-}
-
-// wantError checks an error answer: its code, and a JSON error with a hint.
-func wantError(t *testing.T, r response, code int, msg string) {
-	t.Helper()
-	wantCode(t, r, code)
-	m := r.json(t)
-	if e, _ := m["error"].(string); !strings.Contains(e, msg) {
-		t.Fatalf("error %q does not contain %q", e, msg)
-	}
-	if h, _ := m["hint"].(string); h == "" {
-		t.Fatalf("error answer without a hint: %s", r.body)
-	}
-}
-
 func TestAPI_Auth(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	for name, header := range map[string]string{
 		"missing":     "",
 		"unknown key": "Bearer nobody-key",
 		"empty key":   "Bearer ",
 		"basic":       "Basic YWxpY2U6YWxpY2Uta2V5",
 		"bare key":    "alice-key",
+		"token":       "Token alice-key",
+		"no space":    "Beareralice-key",
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, rt := range []struct{ method, path string }{
@@ -291,22 +72,44 @@ func TestAPI_Auth(t *testing.T) {
 			t.Fatalf("got %d, want 404", resp.StatusCode)
 		}
 	})
-	t.Run("healthz needs no key", func(t *testing.T) {
-		wantCode(t, b.do(t, http.MethodGet, "/healthz", "", nil), http.StatusOK)
+	t.Run("a cookie or a query parameter is not a key", func(t *testing.T) {
+		for _, req := range []*http.Request{
+			func() *http.Request {
+				r, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/"+missingID, nil)
+				r.AddCookie(&http.Cookie{Name: "key", Value: "alice-key"})
+				r.AddCookie(&http.Cookie{Name: "Authorization", Value: "Bearer alice-key"})
+				return r
+			}(),
+			func() *http.Request {
+				r, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/"+missingID+"?key=alice-key&access_token=alice-key", nil)
+				return r
+			}(),
+		} {
+			wantError(t, send(t, b.client, req), http.StatusUnauthorized, "unauthorized")
+		}
 	})
 }
 
 func TestAPI_Submit(t *testing.T) {
 	t.Run("bad requests", func(t *testing.T) {
-		b := setupAPI(t)
+		b := setup(t)
 		huge := `{"targets":[{"url":"https://example.com/` + strings.Repeat("a", 257<<10) + `"}]}`
 		for _, tc := range []struct {
 			name, body string
 			code       int
 			msg        string
 		}{
-			{"not json", `{"targets":`, http.StatusBadRequest, "bad json"},
-			{"not an object", `[1,2]`, http.StatusBadRequest, "bad json"},
+			{"not json", `{"targets":`, http.StatusBadRequest, "bad json: the JSON ends too soon"},
+			{"empty body", ``, http.StatusBadRequest, "empty body"},
+			{"blank body", " \n", http.StatusBadRequest, "empty body"},
+			{"targets an object", `{"targets":{}}`, http.StatusBadRequest, `bad json: targets must be a list of {"url": …}`},
+			{"a target a number", `{"targets":[1]}`, http.StatusBadRequest, `bad json: targets must be a list of {"url": …}`},
+			{"url a number", `{"targets":[{"url":1}]}`, http.StatusBadRequest, "bad json: url must be a string"},
+			{"options a list", `{"targets":[{"url":"https://example.com/","options":[]}]}`, http.StatusBadRequest, "bad json: options must be an object"},
+			{"context a string", `{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`, http.StatusBadRequest, "bad json: option context must be true or false"},
+			{"mode a number", `{"targets":[{"url":"https://example.com/","options":{"mode":1}}]}`, http.StatusBadRequest, "bad json: option mode must be a string"},
+			{"syntax", `{"targets":[x]}`, http.StatusBadRequest, "bad json: invalid character 'x' looking for beginning of value (at byte 13)"},
+			{"not an object", `[1,2]`, http.StatusBadRequest, "bad json: the body must be one JSON object"},
 			{"wrong type", `{"targets":"https://example.com/"}`, http.StatusBadRequest, "bad json"},
 			{"unknown field", `{"targets":[{"url":"https://example.com/"}],"priority":1}`, http.StatusBadRequest, "unknown field"},
 			{"unknown target field", `{"targets":[{"url":"https://example.com/","method":"POST"}]}`, http.StatusBadRequest, "unknown field"},
@@ -322,10 +125,21 @@ func TestAPI_Submit(t *testing.T) {
 			{"ftp url", targetsBody("ftp://example.com/file"), http.StatusUnprocessableEntity, "not an absolute"},
 			{"no host", targetsBody("https:///path"), http.StatusUnprocessableEntity, "not an absolute"},
 			{"unparsable url", targetsBody("http://[::1"), http.StatusUnprocessableEntity, "not an absolute"},
+			{"port too high", targetsBody("https://example.com:99999/"), http.StatusUnprocessableEntity, "port not 1 to 65535"},
+			{"port zero", targetsBody("https://example.com:0/"), http.StatusUnprocessableEntity, "port not 1 to 65535"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(tc.body)), tc.code, tc.msg)
 			})
+		}
+		// No message speaks Go.
+		for _, body := range []string{`{"targets":{}}`, `[1]`, `{"targets":[{"url":true}]}`, `{"targets":[{"url":"https://e.com/","options":{"recover":"x"}}]}`} {
+			r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
+			for _, goWord := range []string{"Go ", "struct", "engine.", "submitRequest", "unmarshal", "[]"} {
+				if strings.Contains(r.json(t)["error"].(string), goWord) {
+					t.Errorf("%s: error %q speaks Go (%q)", body, r.json(t)["error"], goWord)
+				}
+			}
 		}
 		// None of them made a job.
 		n := 0
@@ -338,7 +152,7 @@ func TestAPI_Submit(t *testing.T) {
 	})
 
 	t.Run("accepted and reused", func(t *testing.T) {
-		b := setupAPI(t)
+		b := setup(t)
 		body := targetsBody("https://example.com/a", "https://example.com/b")
 		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
 		wantCode(t, r, http.StatusAccepted)
@@ -363,7 +177,7 @@ func TestAPI_Submit(t *testing.T) {
 	})
 
 	t.Run("429 with Retry-After", func(t *testing.T) {
-		b := setupAPI(t)
+		b := setup(t)
 		first := b.submit(t, "alice-key", holdURL)
 		b.waitRunning(t, first)
 		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(targetsBody("https://example.com/other")))
@@ -382,7 +196,7 @@ func TestAPI_Submit(t *testing.T) {
 }
 
 func TestAPI_Get(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a", "https://example.com/fail")
 	b.waitTerminal(t, id)
 
@@ -471,7 +285,7 @@ func TestAPI_Get(t *testing.T) {
 }
 
 func TestAPI_GetTouches(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a")
 	b.waitTerminal(t, id)
 	lease := func() int64 {
@@ -496,13 +310,13 @@ func TestAPI_GetTouches(t *testing.T) {
 }
 
 func TestAPI_Cancel(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	live := b.submit(t, "alice-key", holdURL, "https://example.com/b")
 	b.waitRunning(t, live)
 
 	t.Run("another caller cannot", func(t *testing.T) {
 		wantError(t, b.do(t, http.MethodDelete, "/v1/batch/"+live, "bob-key", nil), http.StatusNotFound, "job not found")
-		if j, _, _ := b.runner.Status(live); j.Status != persistence.StatusRunning {
+		if j, _, _ := b.runner.Status(live); j.Status != engine.StatusRunning {
 			t.Fatalf("bob's DELETE left the job %s", j.Status)
 		}
 		wantError(t, b.do(t, http.MethodDelete, "/v1/batch/0123456789abcdef0123456789abcdef", "alice-key", nil), http.StatusNotFound, "job not found")
@@ -530,7 +344,7 @@ func TestAPI_Cancel(t *testing.T) {
 }
 
 func TestAPI_OtherRoutes(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	r := b.do(t, http.MethodPut, "/v1/batch", "alice-key", nil)
 	wantError(t, r, http.StatusMethodNotAllowed, "method not allowed")
 	if r.header.Get("Allow") != "POST" {
@@ -557,7 +371,7 @@ func metricValue(t *testing.T, scrape, series string) float64 {
 }
 
 func TestAPI_Metrics(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	scrape := func() string {
 		r := b.do(t, http.MethodGet, "/metrics", "", nil)
 		if r.code != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
@@ -624,7 +438,7 @@ func TestAPI_Metrics(t *testing.T) {
 }
 
 func TestAPI_LogsCarryNoSecrets(t *testing.T) {
-	b := setupAPI(t)
+	b := setup(t)
 	id := b.submit(t, "alice-key", "https://secret-host.example/a", "https://secret-host.example/fail")
 	b.waitTerminal(t, id)
 	b.do(t, http.MethodGet, "/v1/batch/"+id+"?results=1", "alice-key", nil)
@@ -664,9 +478,12 @@ func TestAPI_RealFetch(t *testing.T) {
 		}
 	}))
 	defer site.Close()
-	fetcher := NewFetcher(FetcherConfig{AllowPrivate: true, Timeout: 10 * time.Second})
-	defer fetcher.Close()
-	b := setupAPIWith(t, fetcher.Fetch)
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := setupWith(t, f.Fetch, httpapi.Options{})
 	id := b.submit(t, "alice-key", site.URL+"/page", site.URL+"/missing", site.URL+"/busy")
 	b.waitTerminal(t, id)
 	r := b.do(t, http.MethodGet, "/v1/batch/"+id+"?results=1", "alice-key", nil)
@@ -700,5 +517,45 @@ func TestAPI_RealFetch(t *testing.T) {
 	defer mu.Unlock()
 	if busy != 3 {
 		t.Errorf("busy page fetched %d times, want 3", busy)
+	}
+}
+
+// TestAPI_EveryFailureHasAHint: a failed target stored without a hint of
+// its own (a plain error, busy past the retry window) is shown with one.
+func TestAPI_EveryFailureHasAHint(t *testing.T) {
+	var busy atomic.Int32
+	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch {
+		case strings.HasSuffix(tg.URL, "/plain"):
+			return engine.Result{}, errors.New("something broke")
+		case strings.HasSuffix(tg.URL, "/busy"):
+			busy.Add(1)
+			return engine.Result{}, fmt.Errorf("%w: HTTP 429", engine.ErrRetryLater)
+		}
+		return engine.Result{}, &engine.TargetError{Msg: "HTTP 404 Not Found", Hint: "its own hint"}
+	}
+	b := setupWith(t, fetch, httpapi.Options{})
+	id := b.submit(t, "alice-key", "https://example.com/plain", "https://example.com/busy", "https://example.com/own")
+	// Once the busy target has come back busy, its retry window passes.
+	waitFor(t, 10*time.Second, "the busy target's first try", func() bool { return busy.Load() > 0 })
+	b.clock.Advance(engine.DefaultRetryFor + time.Minute)
+	b.waitTerminal(t, id)
+	var job struct {
+		Targets []struct{ Status, Error, Hint string }
+	}
+	if err := json.Unmarshal(b.do(t, http.MethodGet, "/v1/batch/"+id, "alice-key", nil).body, &job); err != nil {
+		t.Fatal(err)
+	}
+	for i, tg := range job.Targets {
+		if tg.Status != "failed" || tg.Hint == "" {
+			t.Errorf("target %d: %s %q with hint %q", i, tg.Status, tg.Error, tg.Hint)
+		}
+	}
+	if job.Targets[2].Hint != "its own hint" || !strings.Contains(job.Targets[1].Hint, "busy") {
+		t.Errorf("hints %+v", job.Targets)
+	}
+	r := b.do(t, http.MethodGet, "/v1/batch/"+id+"/0", "alice-key", nil)
+	if h, _ := r.json(t)["hint"].(string); h == "" {
+		t.Errorf("target 0 alone has no hint: %s", r.body)
 	}
 }

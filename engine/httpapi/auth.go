@@ -1,0 +1,129 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sift/batch/engine"
+)
+
+// Caller classes, as the key file names them. The handler passes a
+// caller's class to [engine.Runner.Submit], which hands it to nothing but
+// the embedder: the standalone server treats both alike.
+const (
+	ClassStandard   = "standard"
+	ClassRestricted = "restricted"
+)
+
+// ErrUnknownKey is returned, possibly wrapped, by an [Authenticator] for a
+// key it does not know: the handler answers 401.
+var ErrUnknownKey = errors.New("unknown key")
+
+// Authenticator tells who presents an API key. The handler takes the key
+// from an "Authorization: Bearer KEY" header only (no cookie, no query
+// parameter) and calls Authenticate with it, on the request's goroutine;
+// an Authenticator must be safe for concurrent use.
+//
+// Authenticate returns the caller the key belongs to, with a non-empty
+// Name, and its class (passed to [engine.Runner.Submit]). For a key it
+// does not know it returns an error wrapping [ErrUnknownKey] (401); any
+// other error is answered 503 and logged without its text, which may name
+// the embedder's own systems.
+type Authenticator interface {
+	Authenticate(ctx context.Context, key string) (c *engine.Caller, class string, err error)
+}
+
+// AuthenticatorFunc is a function that is an [Authenticator].
+type AuthenticatorFunc func(ctx context.Context, key string) (*engine.Caller, string, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, key string) (*engine.Caller, string, error) {
+	return f(ctx, key)
+}
+
+// Keys is the [Authenticator] of a key file: one key a line,
+// "NAME KEY [restricted]"; blank lines and lines starting with # are
+// skipped. Only each key's SHA-256 is kept. A Keys is read-only once made
+// and safe for concurrent use.
+type Keys struct{ keys []apiKey }
+
+// apiKey is one line of a key file.
+type apiKey struct {
+	sum    [sha256.Size]byte
+	sumHex string
+	name   string
+	class  string
+}
+
+// LoadKeys reads the key file at path; see [ReadKeys].
+func LoadKeys(path string) (*Keys, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	defer f.Close()
+	return ReadKeys(f)
+}
+
+// ReadKeys reads a key file from r. A file without keys, a malformed line
+// or a key given twice is an error that names the line, never the key.
+func ReadKeys(r io.Reader) (*Keys, error) {
+	kr := &Keys{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) < 2 || len(fields) > 3 || (len(fields) == 3 && fields[2] != ClassRestricted) {
+			return nil, fmt.Errorf("keys line %d: want NAME KEY [restricted]", n)
+		}
+		k := apiKey{name: fields[0], sum: sha256.Sum256([]byte(fields[1])), class: ClassStandard}
+		k.sumHex = hex.EncodeToString(k.sum[:])
+		if len(fields) == 3 {
+			k.class = ClassRestricted
+		}
+		for _, other := range kr.keys {
+			if other.sum == k.sum {
+				return nil, fmt.Errorf("keys line %d: a key is given twice", n)
+			}
+		}
+		kr.keys = append(kr.keys, k)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	if len(kr.keys) == 0 {
+		return nil, errors.New("read keys: no keys")
+	}
+	return kr, nil
+}
+
+// Authenticate returns the caller of key, named as in the file, with the
+// key's hex SHA-256 as its KeySHA256, and its class. It compares the key's
+// SHA-256 with every entry in constant time, so the answer's timing does
+// not depend on which entry matched or how much of it. An unknown or empty
+// key is [ErrUnknownKey].
+func (kr *Keys) Authenticate(_ context.Context, key string) (*engine.Caller, string, error) {
+	sum := sha256.Sum256([]byte(key))
+	found := -1
+	for i := range kr.keys {
+		if subtle.ConstantTimeCompare(sum[:], kr.keys[i].sum[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 || key == "" {
+		return nil, "", ErrUnknownKey
+	}
+	k := &kr.keys[found]
+	return &engine.Caller{Name: k.name, KeySHA256: k.sumHex}, k.class, nil
+}

@@ -1,0 +1,53 @@
+// Package httpapi is siftbatch's batch HTTP API, as sift exposes it: a
+// [Handler] built from an [engine.Runner], an [Authenticator] that tells
+// who presents each API key ([Keys] reads a key file), and [Options].
+//
+// Every request carries "Authorization: Bearer KEY"; a missing, unknown or
+// otherwise presented key (a cookie, Basic auth) is answered 401. Errors
+// are JSON {"error": "...", "hint": "..."}. The routes:
+//
+//	POST   /v1/batch            {"targets":[{"url":"…","options":{…}}]} → 202 {"id","reused","status"}
+//	GET    /v1/batch/{id}       200 the job and its targets (?results=1: with results;
+//	                            ?wait=30s: once the job has ended or the wait is over)
+//	GET    /v1/batch/{id}/{idx} 200 one target with its result
+//	DELETE /v1/batch/{id}       200 {"cancelled":true}; 409 once the job has ended
+//
+// A POST body over [Options.MaxBody] is 413; a body that stops coming
+// (the server's read timeout) 408; a malformed body encoding (bad chunked)
+// 400 "bad request body"; bad JSON or an unknown field 400; no targets, too
+// many, or a URL that is not absolute http(s) 422; a caller or the server
+// at its cap of live jobs 429 with Retry-After.
+//
+// A job is {"id", "status", "error", "targets_total", "targets_done",
+// "targets_failed", "created_at", "targets"}: targets_done counts the
+// targets whose outcome is stored, done or failed, targets_failed the
+// failed ones, and created_at is in unix seconds. A target is {"idx",
+// "url", "status", "error", "hint", "result": {"content", "meta"}}; empty
+// error and hint are omitted. No JSON the handler writes escapes HTML.
+//
+// Reads: a job is answered from [engine.Runner.Targets], and each result
+// is written from [engine.Runner.ResultJSON], its stored bytes as they
+// are, one target at a time: a ?results=1 answer holds at most one result
+// in memory, however large the job. It is streamed (chunked), so its
+// status, 200, is sent before the last result is read. If the job is
+// deleted meanwhile (it expired, or was evicted), the answer ends early:
+// the handler drops the connection (it panics with [http.ErrAbortHandler],
+// net/http's way to do so) before the end of the chunked body, so a client
+// reads an unexpected EOF (curl exits 18, "transfer closed with
+// outstanding read data remaining"), and the JSON it has is incomplete. A
+// whole answer is valid JSON that ends in "]}" and a newline.
+//
+// Long-poll: ?wait=D (a duration, or whole seconds; at most
+// [Options.MaxWait], else 400) answers once the job has ended, or D has
+// passed, or [Handler.EndWaits] is called, with the job as it then
+// stands. Register EndWaits with the server's shutdown so that a pending
+// wait never holds up a graceful stop.
+//
+// Owner isolation: another caller's job is answered exactly like a job
+// that does not exist (404, byte for byte), with the same work, so that
+// neither the answer nor its timing tells whether it exists. An owner's
+// read of a job or a target moves its lease ([engine.Runner.Touch]).
+//
+// Each route is wrapped by [Options.Wrap] under one fixed label
+// ("GET /v1/batch/{id}", never the id), for metrics.
+package httpapi

@@ -1,0 +1,228 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sift/batch/engine"
+)
+
+// The defaults a zero [Options] field takes.
+const (
+	// DefaultMaxBody caps a POST /v1/batch body.
+	DefaultMaxBody = 256 << 10
+	// DefaultRetryAfter is the Retry-After of a 429.
+	DefaultRetryAfter = 5 * time.Second
+	// DefaultMaxWait caps the ?wait= of a long-poll.
+	DefaultMaxWait = 60 * time.Second
+)
+
+// The routes, each also the fixed label [Options.Wrap] is given.
+const (
+	routeSubmit = "POST /v1/batch"
+	routeJob    = "GET /v1/batch/{id}"
+	routeTarget = "GET /v1/batch/{id}/{idx}"
+	routeCancel = "DELETE /v1/batch/{id}"
+	routeOther  = "/v1/"
+)
+
+// Log keys. No attribute the handler logs ever holds a URL, a host, an API
+// key or a panic value.
+const (
+	logKeyCaller   = "caller"
+	logKeyCode     = "code"
+	logKeyDuration = "duration"
+	logKeyJobID    = "job_id"
+	logKeyMethod   = "method"
+	logKeyRoute    = "route"
+	logKeyTargets  = "targets"
+)
+
+// Options configure a [Handler]. The zero value takes the defaults above;
+// a negative number makes [New] fail.
+type Options struct {
+	// MaxBody caps a POST /v1/batch body, enforced while reading: past it
+	// the answer is 413. Default [DefaultMaxBody] (256 KiB).
+	MaxBody int64
+	// TargetsPerJob is the runner's [engine.Config.TargetsPerJob], for the
+	// hint of a 422 "too many targets". Default
+	// [engine.DefaultTargetsPerJob].
+	TargetsPerJob int
+	// RetryAfter is the Retry-After of a 429, rounded up to seconds.
+	// Default [DefaultRetryAfter] (5s).
+	RetryAfter time.Duration
+	// MaxWait caps the ?wait= of GET /v1/batch/{id}: a longer one is 400.
+	// The server's WriteTimeout must leave room for it. Default
+	// [DefaultMaxWait] (60s).
+	MaxWait time.Duration
+	// Wrap, if set, wraps each route's handler, given the route's fixed
+	// label ("GET /v1/batch/{id}"; never a request's path): the metrics'
+	// [github.com/sift/batch/engine/metrics.Metrics.Middleware], for instance. It sees every request,
+	// those answered 401 included.
+	Wrap func(route string, h http.Handler) http.Handler
+	// Log receives a line per request at Debug, and the API's events
+	// (submits, cancels, handler panics). Default: nothing is logged.
+	Log *slog.Logger
+}
+
+// runner is what the handler asks of an [*engine.Runner]. Tests wrap it to
+// count the work an answer does.
+type runner interface {
+	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
+	Cancel(id string) bool
+	Job(id string) (engine.Job, bool)
+	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
+	ResultJSON(id string, idx int) ([]byte, bool)
+	Touch(id string)
+	Wait(ctx context.Context, id string) (engine.Job, error)
+}
+
+// Handler is the batch HTTP API of a runner, as sift exposes it: an
+// [http.Handler] for the paths under /v1/ (see the package doc). Create one
+// with [New]. It is safe for concurrent use.
+type Handler struct {
+	r    runner
+	auth Authenticator
+	o    Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+
+	// ending is cancelled by EndWaits.
+	ending   context.Context
+	endWaits context.CancelFunc
+}
+
+// New returns the API of r, with auth telling who presents each key. A nil
+// r or auth, or a negative option, is an error. The handler serves paths
+// as they are: mount it at "/v1/" (or at "/v1/batch" and "/v1/batch/")
+// without stripping a prefix.
+func New(r *engine.Runner, auth Authenticator, o Options) (*Handler, error) {
+	if r == nil {
+		return nil, errors.New("new handler: nil runner")
+	}
+	return newHandler(r, auth, o)
+}
+
+func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
+	switch {
+	case auth == nil:
+		return nil, errors.New("new handler: nil authenticator")
+	case o.MaxBody < 0:
+		return nil, errors.New("new handler: MaxBody must not be negative")
+	case o.TargetsPerJob < 0:
+		return nil, errors.New("new handler: TargetsPerJob must not be negative")
+	case o.RetryAfter < 0:
+		return nil, errors.New("new handler: RetryAfter must not be negative")
+	case o.MaxWait < 0:
+		return nil, errors.New("new handler: MaxWait must not be negative")
+	}
+	if o.MaxBody == 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.TargetsPerJob == 0 {
+		o.TargetsPerJob = engine.DefaultTargetsPerJob
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux()}
+	h.ending, h.endWaits = context.WithCancel(context.Background())
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	handle := func(route string, fn func(http.ResponseWriter, *http.Request, *engine.Caller, string)) {
+		var hh http.Handler = h.guard(route, h.authenticate(fn))
+		if o.Wrap != nil {
+			hh = o.Wrap(route, hh)
+		}
+		h.mux.Handle(route, hh)
+	}
+	handle(routeSubmit, h.submit)
+	handle(routeJob, h.job)
+	handle(routeTarget, h.target)
+	handle(routeCancel, h.cancel)
+	handle(routeOther, h.other)
+	return h, nil
+}
+
+// ServeHTTP answers one API request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// EndWaits ends every pending long-poll (GET /v1/batch/{id}?wait=…) with
+// the job as it stands, and has later ones answer at once, so that none
+// holds up a graceful stop: register it with the server's
+// [http.Server.RegisterOnShutdown]. It is idempotent and safe for
+// concurrent use.
+func (h *Handler) EndWaits() { h.endWaits() }
+
+// guard logs each request, and answers a handler's panic (a bug) with 500
+// and a log line that has the route only: left to net/http, the panic value
+// and the stack would reach the log.
+func (h *Handler) guard(route string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		abort := false
+		func() {
+			defer func() {
+				v := recover()
+				if v == nil {
+					return
+				}
+				switch {
+				case v == http.ErrAbortHandler:
+					// net/http's own way to drop a connection (an answer
+					// cut short); it logs nothing.
+					abort = true
+				case !rec.wroteHeader:
+					h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
+					writeError(rec, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")
+				default:
+					// Part of an answer is out: drop the connection so
+					// that it cannot pass for a whole one.
+					h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
+					rec.code, abort = http.StatusInternalServerError, true
+				}
+			}()
+			next.ServeHTTP(rec, r)
+		}()
+		h.log.Debug("request", slog.String(logKeyRoute, route), slog.String(logKeyMethod, r.Method),
+			slog.Int(logKeyCode, rec.code), slog.Duration(logKeyDuration, time.Since(start)))
+		if abort {
+			panic(http.ErrAbortHandler)
+		}
+	})
+}
+
+// authenticate admits requests whose Bearer key the authenticator knows;
+// the others get 401 (503 if the authenticator failed).
+func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engine.Caller, string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		var (
+			c     *engine.Caller
+			class string
+			err   error = ErrUnknownKey
+		)
+		if key = strings.TrimSpace(key); ok && strings.EqualFold(scheme, "Bearer") && key != "" {
+			c, class, err = h.auth.Authenticate(r.Context(), key)
+		}
+		switch {
+		case err == nil && c != nil && c.Name != "":
+			fn(w, r, c, class)
+		case err != nil && !errors.Is(err, ErrUnknownKey):
+			h.log.Warn("authenticate failed")
+			writeError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")
+		default:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="siftbatch"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer KEY with a key the server knows")
+		}
+	})
+}

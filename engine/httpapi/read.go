@@ -1,0 +1,283 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sift/batch/engine"
+)
+
+// jobHead is a job as the API shows it, but its targets.
+type jobHead struct {
+	ID            string `json:"id"`
+	Status        string `json:"status"`
+	Error         string `json:"error,omitempty"`
+	TargetsTotal  int    `json:"targets_total"`
+	TargetsDone   int    `json:"targets_done"`
+	TargetsFailed int    `json:"targets_failed"`
+	CreatedAt     int64  `json:"created_at"`
+}
+
+// targetHead is a target as the API shows it, but its result.
+type targetHead struct {
+	Idx    int    `json:"idx"`
+	URL    string `json:"url"`
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+// owned returns the summary of the path's job if it is the caller's, or
+// writes 404. Another caller's job is answered exactly like a missing one,
+// and with the same work: one [engine.Runner.Job] call, whatever the case
+// (a missing id, someone else's live or finished job), nothing else. So
+// neither the answer nor its timing tells a caller whether someone else's
+// job exists.
+func (h *Handler) owned(w http.ResponseWriter, r *http.Request, c *engine.Caller) (engine.Job, bool) {
+	j, ok := h.r.Job(r.PathValue("id"))
+	if ok && j.Caller == c.Name {
+		return j, true
+	}
+	writeJobNotFound(w)
+	return engine.Job{}, false
+}
+
+func writeJobNotFound(w http.ResponseWriter) {
+	writeError(w, http.StatusNotFound, "job not found", "check the id; jobs are deleted a while after they finish")
+}
+
+// job is GET /v1/batch/{id}; ?results=1 includes the results; ?wait=D
+// answers once the job has ended or D has passed, whichever comes first.
+func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	j, ok := h.owned(w, r, c)
+	if !ok {
+		return
+	}
+	wait, err := parseWait(r.URL.Query().Get("wait"), h.o.MaxWait)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), fmt.Sprintf("give wait as a duration of at most %s, such as wait=30s", h.o.MaxWait))
+		return
+	}
+	if wait > 0 && engine.IsLive(j.Status) {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
+		_, err := h.r.Wait(ctx, j.ID)
+		stop()
+		cancel()
+		if errors.Is(err, engine.ErrNotFound) {
+			writeJobNotFound(w)
+			return
+		}
+		if r.Context().Err() != nil {
+			return // the client has gone
+		}
+	}
+	job, targets, ok := h.r.Targets(j.ID)
+	if !ok { // expired, or swept since the owner check
+		writeJobNotFound(w)
+		return
+	}
+	h.r.Touch(job.ID)
+	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
+	h.writeJob(w, job, targets, withResults)
+}
+
+// writeJob streams a job as JSON: its head, then each target, with its
+// result's stored bytes as they are, read one at a time, so that the
+// answer holds at most one result in memory; then the tail. If a result
+// can no longer be read (the job was deleted meanwhile), the answer ends
+// there: the connection is dropped before the end of the body, so that a
+// client cannot take it for a whole one, and the JSON is left incomplete.
+func (h *Handler) writeJob(w http.ResponseWriter, job engine.Job, targets []engine.TargetStatus, withResults bool) {
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(jobHead{
+		ID:            job.ID,
+		Status:        job.Status,
+		Error:         job.Error,
+		TargetsTotal:  job.TargetsTotal,
+		TargetsDone:   job.TargetsDone,
+		TargetsFailed: job.TargetsFailed,
+		CreatedAt:     job.CreatedAt,
+	})
+	buf.Truncate(buf.Len() - 2) // "}\n"
+	buf.WriteString(`,"targets":[`)
+	for i := range targets {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		t := &targets[i]
+		if !withResults || t.Status != engine.TargetDone {
+			appendTarget(&buf, enc, t, nil)
+			continue
+		}
+		res, ok := h.r.ResultJSON(job.ID, t.Idx)
+		if !ok {
+			h.log.Info("answer cut short: the job was deleted while it was written", slog.String(logKeyJobID, job.ID))
+			panic(http.ErrAbortHandler) // net/http drops the connection, before the body's end
+		}
+		appendTarget(&buf, enc, t, res)
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return // the client is gone
+		}
+		buf.Reset()
+	}
+	buf.WriteString("]}\n")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// appendTarget appends t's JSON to buf, through enc (which writes to buf),
+// with result's bytes as its result if result is not nil. The result is
+// appended in place only to be written out at once.
+func appendTarget(buf *bytes.Buffer, enc *json.Encoder, t *engine.TargetStatus, result []byte) {
+	_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t)})
+	buf.Truncate(buf.Len() - 1) // "\n"
+	if result != nil {
+		buf.Truncate(buf.Len() - 1) // "}"
+		buf.WriteString(`,"result":`)
+		buf.Write(result)
+		buf.WriteByte('}')
+	}
+}
+
+// target is GET /v1/batch/{id}/{idx}.
+func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	j, ok := h.owned(w, r, c)
+	if !ok {
+		return
+	}
+	idx, ok := parseIdx(r.PathValue("idx"))
+	if !ok || idx >= j.TargetsTotal {
+		writeError(w, http.StatusNotFound, "target not found", fmt.Sprintf("this job's targets are 0 to %d", j.TargetsTotal-1))
+		return
+	}
+	_, targets, ok := h.r.Targets(j.ID)
+	if !ok || idx >= len(targets) {
+		writeJobNotFound(w) // expired, or swept since the owner check
+		return
+	}
+	t := &targets[idx]
+	var res []byte
+	if t.Status == engine.TargetDone {
+		if res, ok = h.r.ResultJSON(j.ID, idx); !ok {
+			writeJobNotFound(w)
+			return
+		}
+	}
+	h.r.Touch(j.ID)
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	appendTarget(&buf, enc, t, res)
+	buf.WriteByte('\n')
+	_, _ = w.Write(buf.Bytes())
+}
+
+// parseWait parses a ?wait= value: a duration ("30s", "1m") or whole
+// seconds ("30"), from 0 to max; "" is 0.
+func parseWait(s string, max time.Duration) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, nerr := strconv.ParseUint(s, 10, 16)
+		if nerr != nil {
+			return 0, errors.New("bad wait: not a duration")
+		}
+		d = time.Duration(n) * time.Second
+	}
+	switch {
+	case d < 0:
+		return 0, errors.New("bad wait: negative")
+	case d > max:
+		return 0, fmt.Errorf("bad wait: more than %s", max)
+	}
+	return d, nil
+}
+
+// parseIdx parses a target index in its one spelling: decimal digits, no
+// sign, no leading zero ("0", "17"; not "+1", "01", " 1").
+func parseIdx(s string) (int, bool) {
+	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
+}
+
+// cancel is DELETE /v1/batch/{id}.
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	j, ok := h.owned(w, r, c)
+	if !ok {
+		return
+	}
+	if !h.r.Cancel(j.ID) {
+		if _, ok := h.r.Job(j.ID); !ok {
+			writeJobNotFound(w) // expired, or swept since the owner check
+			return
+		}
+		writeError(w, http.StatusConflict, "job already finished", "only a queued or running job can be cancelled")
+		return
+	}
+	h.log.Info("job cancelled", slog.String(logKeyJobID, j.ID), slog.String(logKeyCaller, c.Name))
+	writeJSON(w, http.StatusOK, map[string]bool{"cancelled": true})
+}
+
+// other answers every other /v1/ request: 405 on a known path, else 404.
+func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller, _ string) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" {
+		allow := ""
+		switch len(parts) {
+		case 2:
+			allow = "POST"
+		case 3:
+			allow = "GET, DELETE"
+		case 4:
+			allow = "GET"
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed", "use "+allow)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
+}
+
+// hintFor returns a target's hint: its own, or, for a failure stored
+// without one, a hint from its error, so that every failed target has one.
+func hintFor(t *engine.TargetStatus) string {
+	switch {
+	case t.Hint != "" || t.Status != engine.TargetFailed:
+		return t.Hint
+	case strings.HasPrefix(t.Error, "retry later"):
+		return "the site kept answering busy (429 or 503) for longer than the server retries; try again later in a new job"
+	case t.Error == "internal error":
+		return "the fetch failed on a bug in the server, not on the page; try again in a new job, and report it if it persists"
+	case t.Error == "shutdown" || t.Error == "restart" || strings.HasPrefix(t.Error, "fetch stopped"):
+		return "the server stopped while this target was fetched; submit the job again"
+	default:
+		return "the fetch failed; check the URL, or try again in a new job"
+	}
+}
