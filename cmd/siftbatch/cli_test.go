@@ -594,6 +594,21 @@ func TestServe(t *testing.T) {
 	if r := do(http.MethodGet, "/v1/batch/"+id+"/0", ""); !strings.Contains(string(r.body), `"content":"served"`) {
 		t.Fatalf("target %s", r.body)
 	}
+	// The fetcher's options: honoured (grep, jq) or refused.
+	r = do(http.MethodPost, "/v1/batch", `{"targets":[{"url":"`+site.URL+`/y","options":{"grep":"^nothing"}}]}`)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit with grep: %d %s", r.code, r.body)
+	}
+	grepID := r.json(t)["id"].(string)
+	if r := do(http.MethodGet, "/v1/batch/"+grepID+"?wait=10s", ""); r.json(t)["status"] != "done" {
+		t.Fatalf("the grep job: %s", r.body)
+	}
+	if r := do(http.MethodGet, "/v1/batch/"+grepID+"/0", ""); !strings.Contains(string(r.body), `"content":""`) {
+		t.Fatalf("grep kept lines it does not match: %s", r.body)
+	}
+	if r := do(http.MethodPost, "/v1/batch", `{"targets":[{"url":"`+site.URL+`/z","options":{"mode":"summary"}}]}`); r.code != http.StatusUnprocessableEntity {
+		t.Fatalf("mode: %d %s", r.code, r.body)
+	}
 	transport.CloseIdleConnections()
 
 	cancel()
