@@ -68,6 +68,17 @@ func (d *poolDispatcher) Schedule(fn func()) {
 // processes before it yields.
 func (d *poolDispatcher) Throughput() int { return d.throughput }
 
+// closeNoWait stops the goroutines once they have run what is queued,
+// without waiting for them: one may be held by user code.
+func (d *poolDispatcher) closeNoWait() {
+	d.mu.Lock()
+	if !d.closed {
+		d.closed = true
+		close(d.work)
+	}
+	d.mu.Unlock()
+}
+
 // close runs what is queued and stops the goroutines.
 func (d *poolDispatcher) close() {
 	d.mu.Lock()

@@ -19,7 +19,8 @@ type System struct {
 	sup       *actor.PID
 	observer  *actor.PID
 	pools     []*poolDispatcher
-	abortCh   chan struct{} // cfg.Abort
+	hooks     *poolDispatcher // the observer's
+	abortCh   chan struct{}   // cfg.Abort
 	abortOnce sync.Once
 	failed    atomic.Bool   // the supervisor failed: the runner failed closed
 	failedCh  chan struct{} // closed when failed is set
@@ -70,6 +71,7 @@ func Start(cfg *Config) (*System, error) {
 	// The hooks run on a goroutine of their own: a slow hook holds up no
 	// job.
 	hooks := newPoolDispatcher(1, 300)
+	s.hooks = hooks
 	s.pools = []*poolDispatcher{pool, hooks}
 	// Each worker runs on a goroutine of its own, kept from one fetch to the
 	// next (a FetchFunc may block it for minutes: it shares it with nobody).
@@ -218,11 +220,27 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 		cancelFetches()
 	}
 	s.abort() // a worker the failed runner stopped may still wait for a fetch
-	if perr := s.sys.Root.PoisonFuture(s.observer).Wait(); perr != nil && err == nil {
-		err = fmt.Errorf("stop observer: %w", perr)
+	// The observer runs every hook queued before it stops, unless giveUp
+	// comes first (a hook that blocks): its goroutine is then left to the
+	// hook, as a fetch's is.
+	observed := make(chan error, 1)
+	go func() { observed <- s.sys.Root.PoisonFuture(s.observer).Wait() }()
+	hooksDone := true
+	select {
+	case perr := <-observed:
+		if perr != nil && err == nil {
+			err = fmt.Errorf("stop observer: %w", perr)
+		}
+	case <-giveUp:
+		gaveUp, hooksDone = true, false
+		s.cfg.Log.Warn("shutdown gave up on the hooks: a hook is blocked")
 	}
 	s.sys.Shutdown()
 	for _, p := range s.pools {
+		if p == s.hooks && !hooksDone {
+			p.closeNoWait()
+			continue
+		}
 		p.close()
 	}
 	return n, gaveUp, err

@@ -40,7 +40,7 @@ func (r *Runner) row(id string) (persistence.JobRecord, *actors.Snapshot, bool) 
 	}
 	if v := r.views.Get(id); v != nil {
 		s := v.Load()
-		if r.snapExpired(v, s) {
+		if r.snapExpired(v, s, rec.Lease) {
 			return rec, nil, false
 		}
 		return s.Job, s, true
@@ -66,8 +66,11 @@ func (r *Runner) expired(rec *persistence.JobRecord) bool {
 
 // snapExpired reports a job that has ended, as its actor holds it, past
 // its lease + TTL: an actor may outlive its job's expiry for a moment.
-func (r *Runner) snapExpired(v *actors.View, s *actors.Snapshot) bool {
+func (r *Runner) snapExpired(v *actors.View, s *actors.Snapshot, stored ...int64) bool {
 	lease := max(s.Job.Lease, v.Touched())
+	for _, l := range stored { // a Touch that went to the store as the actor stopped
+		lease = max(lease, l)
+	}
 	return !IsLive(s.Job.Status) && lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano()
 }
 
@@ -100,14 +103,16 @@ func (r *Runner) Status(id string) (Job, []TargetStatus, bool) {
 // says is running may already be committed: it reads running).
 func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []persistence.TargetRecord, error), results bool) (Job, []TargetStatus, bool) {
 	var snap *actors.Snapshot
-	if v := r.views.Get(id); v != nil {
-		if snap = v.Load(); r.snapExpired(v, snap) {
-			return Job{}, nil, false
-		}
+	v := r.views.Get(id)
+	if v != nil {
+		snap = v.Load()
 	}
 	rec, ts, err := get(id)
 	if err != nil {
 		r.readFailed("read targets", id, err)
+		return Job{}, nil, false
+	}
+	if snap != nil && r.snapExpired(v, snap, rec.Lease) {
 		return Job{}, nil, false
 	}
 	if snap == nil {
@@ -238,8 +243,13 @@ const touchCoalesce = time.Second
 // ignored. Safe for concurrent use.
 func (r *Runner) Touch(id string) {
 	now := r.cfg.Now().UnixNano()
-	if v := r.views.Get(id); v != nil && v.Touch(now) {
-		return
+	if v := r.views.Get(id); v != nil {
+		if rec, err := r.store.Row(id); err != nil || r.snapExpired(v, v.Load(), rec.Lease) {
+			return // gone: a Touch does not bring it back
+		}
+		if v.Touch(now) {
+			return
+		}
 	}
 	rec, err := r.store.Row(id)
 	if err != nil || r.expired(&rec) {

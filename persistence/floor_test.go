@@ -90,3 +90,57 @@ func TestStore_SweepAndEvictStartWhereTheyStopped(t *testing.T) {
 	require.True(t, exists(t, s, testID(104)))
 	require.Equal(t, int64(200), s.Bytes())
 }
+
+// TestStore_EvictOldestFirstWhileJobsSettle is the regression test for a
+// race in Evict: it read where to start, let go of the lock, and then
+// walked from there (and between batches from where the last one ended),
+// so a job that settled meanwhile with an older creation time was passed
+// over and a newer one evicted before it. A job settles in each gap here,
+// older than every job left: it must go first.
+func TestStore_EvictOldestFirstWhileJobsSettle(t *testing.T) {
+	t.Run("BeforeTheFirstBatch", func(t *testing.T) {
+		s := mustOpen(t, "")
+		settledJob(t, s, 1, 50, 50, 100)
+		a := settledJob(t, s, 2, 100, 100, 100)
+		b := settledJob(t, s, 3, 200, 200, 100)
+		n, err := s.Evict(200)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the job created at 50: the next eviction starts at 100")
+
+		var old JobRecord
+		s.evictGap = func() {
+			if old.ID == "" {
+				old = settledJob(t, s, 4, 60, 60, 100) // settles now, created before a
+			}
+		}
+		n, err = s.Evict(100)
+		require.NoError(t, err)
+		require.Equal(t, 2, n, "300 bytes down to 100")
+		require.False(t, exists(t, s, old.ID), "the oldest goes first")
+		require.False(t, exists(t, s, a.ID))
+		require.True(t, exists(t, s, b.ID), "the newest stays")
+	})
+	t.Run("BetweenBatches", func(t *testing.T) {
+		s := mustOpen(t, "")
+		const jobs = evictBatch + 20
+		for i := range jobs {
+			settledJob(t, s, i, int64(1000+i), int64(1000+i), 10)
+		}
+		gaps := 0
+		var old JobRecord
+		s.evictGap = func() {
+			if gaps++; gaps == 2 { // after the first batch
+				old = settledJob(t, s, 500, 1, 1, 10)
+			}
+		}
+		// Down to 10 jobs' bytes: with the one that settles, jobs-9 go.
+		n, err := s.Evict(10 * 10)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, gaps, 2)
+		require.Equal(t, jobs+1-10, n)
+		require.False(t, exists(t, s, old.ID), "the job that settled between batches, the oldest, is evicted")
+		for i := jobs - 10; i < jobs; i++ {
+			require.True(t, exists(t, s, testID(i)), "job %d, among the 10 newest, stays", i)
+		}
+	})
+}

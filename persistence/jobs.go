@@ -145,8 +145,12 @@ func (s *Store) indexed(lease, created int64, id [idLen]byte) {
 	if k := indexKey(prefixLease, lease, id); s.sweepFrom != nil && bytes.Compare(k, s.sweepFrom) < 0 {
 		s.sweepFrom = k
 	}
-	if k := indexKey(prefixAge, created, id); s.evictFrom != nil && bytes.Compare(k, s.evictFrom) < 0 {
+	k := indexKey(prefixAge, created, id)
+	if s.evictFrom != nil && bytes.Compare(k, s.evictFrom) < 0 {
 		s.evictFrom = k
+	}
+	if s.evictLow == nil || bytes.Compare(k, s.evictLow) < 0 {
+		s.evictLow = k
 	}
 }
 
@@ -743,17 +747,27 @@ const evictBatch = 64
 // Evict deletes settled jobs, oldest first, while the stored result bytes
 // exceed max. It returns how many it deleted. Unsettled jobs are never
 // evicted, so the total may stay above max. It works in batches, letting
-// other writes through between them.
+// other writes through between them; one Evict runs at a time (a call
+// waits for the one running, then finds less to do).
+//
+// A job that settles while an eviction runs may be older than the jobs
+// it has reached (a cancelled job settles with the creation time it had):
+// each batch starts where the one before it ended, or at the oldest age
+// key written since, if that is before it (evictLow). So the oldest job is
+// always the next to go.
 func (s *Store) Evict(max int64) (int, error) {
 	if s.bytes.Load() <= max {
-		return 0, nil // the common case, without waiting for the write lock
+		return 0, nil // the common case, without waiting for a lock
 	}
+	s.evictMu.Lock()
+	defer s.evictMu.Unlock()
 	total := 0
-	s.mu.Lock()
-	from, gen := s.evictFrom, s.indexGen
-	s.mu.Unlock()
-	for {
-		n, next, err := s.evictSome(max, from, gen)
+	var from []byte
+	for first := true; ; first = false {
+		if s.evictGap != nil {
+			s.evictGap()
+		}
+		n, next, err := s.evictSome(max, from, first)
 		total += n
 		if err != nil || next == nil {
 			return total, err
@@ -762,13 +776,21 @@ func (s *Store) Evict(max int64) (int, error) {
 	}
 }
 
-// evictSome deletes up to evictBatch of the oldest settled jobs from the
-// age-index key from on, while the byte total exceeds max; next is where
-// to go on, nil when done. When done, the next Evict starts where this one
-// stopped, unless index keys were written since it began (gen).
-func (s *Store) evictSome(max int64, from []byte, gen uint64) (int, []byte, error) {
+// evictSome deletes up to evictBatch of the oldest settled jobs, while the
+// byte total exceeds max: from the age-index key from on, or, for the
+// first batch of a run, from evictFrom; and from the oldest age key
+// written since the last batch if that is before. next is where to go on,
+// nil when done. When done, the next run starts where this one stopped.
+func (s *Store) evictSome(max int64, from []byte, first bool) (int, []byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	switch {
+	case first:
+		from = s.evictFrom // every key before it is deleted; indexed moves it back
+	case s.evictLow != nil && bytes.Compare(s.evictLow, from) < 0:
+		from = s.evictLow
+	}
+	s.evictLow = nil
 	if s.bytes.Load() <= max {
 		return 0, nil, nil
 	}
@@ -796,7 +818,9 @@ func (s *Store) evictSome(max int64, from []byte, gen uint64) (int, []byte, erro
 	}
 	n, err := s.deleteLocked("evict", victims)
 	if err != nil || over <= 0 || len(victims) < evictBatch {
-		if err == nil && gen == s.indexGen {
+		if err == nil {
+			// Every age key before this one is deleted: those written
+			// during the run below where it stood were gone back for.
 			switch {
 			case stop != nil:
 				s.evictFrom = stop

@@ -120,14 +120,21 @@ type Store struct {
 	// the index steps over each one: with a sweep on every Submit, that
 	// grew with every job ever deleted. An index key written below one of
 	// them moves it back; indexGen counts the index keys written, so that a
-	// sweep or an eviction that let writes through while it ran does not
-	// move its start past one (see indexed).
+	// sweep that let writes through while it ran does not move its start
+	// past one (see indexed). An eviction goes back for them (evictLow).
 	sweepFrom, evictFrom []byte
 	indexGen, sweepGen   uint64
-	closed               atomic.Bool
-	fault                atomic.Pointer[func() error] // see SetWriteFault
-	stop                 chan struct{}
-	wg                   sync.WaitGroup
+	// evictLow is the oldest age key written since the running eviction's
+	// last batch (see Evict); evictMu lets one eviction run at a time.
+	evictLow []byte
+	evictMu  sync.Mutex
+	// evictGap, when set (by tests), is called by Evict where it holds
+	// no lock: before each batch.
+	evictGap func()
+	closed   atomic.Bool
+	fault    atomic.Pointer[func() error] // see SetWriteFault
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""

@@ -14,13 +14,23 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(closingM{m},
 		// Badger's Open leaves its cache monitor and its allocator pool
 		// running when it fails on a damaged key registry or value log;
 		// only TestStore_OpenDamaged makes it fail so.
 		goleak.IgnoreTopFunction("github.com/dgraph-io/badger/v4.(*DB).monitorCache"),
 		goleak.IgnoreTopFunction("github.com/dgraph-io/ristretto/v2/z.(*AllocatorPool).freeupAllocators"),
 	)
+}
+
+// closingM closes the stores the benchmarks keep from one run to the next
+// (BenchmarkStore_Scaling's) once every test and benchmark has run, before
+// goleak looks for goroutines left running.
+type closingM struct{ m *testing.M }
+
+func (c closingM) Run() int {
+	defer closeScalingStores()
+	return c.m.Run()
 }
 
 // mustOpen opens a store in dir ("" in memory) and closes it at cleanup.
