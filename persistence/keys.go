@@ -33,7 +33,7 @@ package persistence
 // running, cancelled), on Touch, and by the write that settles it; not for
 // every target. Its progress (targets done and failed, result bytes) and its
 // lease are then the ones its r rows give (each outcome holds the time it
-// was stored): the readers of a row count them (recount, in jobs.go). A
+// was stored): the readers of a row count them (recount, in reads.go). A
 // settled job's row is complete.
 //
 // Values: see records.go. Each row starts with a format version byte.

@@ -406,3 +406,32 @@ func TestStore_OpensVersion2Store(t *testing.T) {
 	require.Zero(t, s.Bytes())
 	require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s))
 }
+
+// A deleted job leaves a tombstone for each outcome and chunk row it had,
+// and none for a target never stored: a job cancelled after one target
+// of 32 leaves one under r, not 32.
+func TestStore_DeleteWritesNoNeedlessTombstones(t *testing.T) {
+	s := mustOpen(t, "")
+	j := JobRecord{ID: testID(1), Caller: "alice", Status: StatusRunning, TargetsTotal: 32, Created: 1, Lease: 1}
+	require.NoError(t, s.CreateJob(&j, make([]TargetRecord, 32)))
+	long := result(resultChunkSize+1, 0)
+	j.Status, j.Settled, j.TargetsDone, j.ResultBytes = StatusCancelled, true, 1, int64(len(long))
+	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: long, Stored: 2}))
+	n, _, err := s.Sweep(2, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	tombstones := map[byte]int{}
+	require.NoError(t, s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{AllVersions: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if it.Item().IsDeletedOrExpired() {
+				tombstones[it.Item().Key()[0]]++
+			}
+		}
+		return nil
+	}))
+	require.Equal(t, 1, tombstones[prefixOutcome], "the one outcome stored")
+	require.Equal(t, 2, tombstones[prefixResult], "its two chunks")
+}

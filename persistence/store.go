@@ -26,26 +26,6 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 )
 
-// The errors the store returns. Badger's own errors never leave this package.
-var (
-	// ErrNotFound is returned for a job id that is not stored.
-	ErrNotFound = errors.New("not found")
-	// ErrInUse is returned by [Open] when another process (or another Store
-	// in this one) holds the directory.
-	ErrInUse = errors.New("store in use by another process")
-	// ErrCorrupt is returned for a row that does not decode, and by [Open] for
-	// a directory that is not a readable store.
-	ErrCorrupt = errors.New("store corrupt")
-	// ErrTooLarge is returned when a row is larger than one write may be,
-	// and for a result over [MaxResultSize].
-	ErrTooLarge = errors.New("row too large")
-	// ErrClosed is returned after [Store.Close].
-	ErrClosed = errors.New("store closed")
-)
-
-// errEmptyValueLog is Badger's refusal of an empty value-log file (vlog.go).
-var errEmptyValueLog = fmt.Errorf("%w: an empty value-log file", ErrCorrupt)
-
 // The Badger options, chosen for a store embedded in a service, not for a
 // database server. Badger's defaults reserve 64 MiB memtables ×5, a 256 MiB
 // block cache and an unbounded index cache (≈125 MB RSS after 40 MB written);
@@ -212,13 +192,6 @@ func openBadger(o badger.Options) (db *badger.DB, err error) {
 	default:
 		return nil, fmt.Errorf("open store %s: %w: %s", o.Dir, ErrCorrupt, firstLine(msg))
 	}
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 // SetLogger routes Badger's own log lines to l: its warnings and errors at

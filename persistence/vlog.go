@@ -19,6 +19,9 @@ import (
 // goroutines running: Open removes empty .vlog and .mem files before it
 // opens Badger at all.
 
+// errEmptyValueLog is Badger's refusal of an empty value-log file (vlog.go).
+var errEmptyValueLog = fmt.Errorf("%w: an empty value-log file", ErrCorrupt)
+
 // isEmptyValueLogError reports whether Badger's Open failed on an empty
 // value-log file.
 func isEmptyValueLogError(msg string) bool {

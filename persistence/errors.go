@@ -1,0 +1,60 @@
+package persistence
+
+// The store's errors: its sentinels, and the conversion of Badger's errors
+// into them at the package's boundary (convert): no Badger error, and no
+// Badger text with keys or values in it, leaves the package.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// The errors the store returns. Badger's own errors never leave this package.
+var (
+	// ErrNotFound is returned for a job id that is not stored.
+	ErrNotFound = errors.New("not found")
+	// ErrInUse is returned by [Open] when another process (or another Store
+	// in this one) holds the directory.
+	ErrInUse = errors.New("store in use by another process")
+	// ErrCorrupt is returned for a row that does not decode, and by [Open] for
+	// a directory that is not a readable store.
+	ErrCorrupt = errors.New("store corrupt")
+	// ErrTooLarge is returned when a row is larger than one write may be,
+	// and for a result over [MaxResultSize].
+	ErrTooLarge = errors.New("row too large")
+	// ErrClosed is returned after [Store.Close].
+	ErrClosed = errors.New("store closed")
+)
+
+// convert turns Badger's errors into the store's own.
+func convert(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	case errors.Is(err, badger.ErrTxnTooBig), errors.Is(err, badger.ErrValueLogSize),
+		strings.Contains(err.Error(), "exceeded") && strings.Contains(err.Error(), "limit"):
+		return fmt.Errorf("%s: %w", op, ErrTooLarge)
+	case errors.Is(err, badger.ErrDBClosed), errors.Is(err, badger.ErrBlockedWrites):
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	default:
+		// Keep the first line of the text, not the type: Badger's texts
+		// can go on with keys and values.
+		return fmt.Errorf("%s: %s", op, firstLine(err.Error()))
+	}
+}
+
+// firstLine is the first line of s: Badger's texts go on with keys and
+// values on the next lines.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,197 @@
+package persistence
+
+// The writes that go straight to Badger, serialised by the store's lock:
+// a job's creation, a Touch, and the byte total (m bytes) each write moves.
+// The owner writes (a job's row and its targets' outcomes) go through the
+// group-commit writer (writer.go); SaveJob and SaveTarget are its waiting
+// forms.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// update runs fn in one serialised write. fn returns the change to the byte
+// total, applied once the write has committed.
+func (s *Store) update(op string, fn func(txn *badger.Txn) (int64, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updateLocked(op, fn)
+}
+
+func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error)) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if err := s.checkFault(op); err != nil {
+		return err
+	}
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	delta, err := fn(txn)
+	if err != nil {
+		return convert(op, err)
+	}
+	return s.commit(op, txn, delta)
+}
+
+// commit commits txn with the byte total moved by delta. s.mu is held.
+func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
+	if delta != 0 {
+		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes.Load()+delta))); err != nil {
+			return convert(op, err)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return convert(op, err)
+	}
+	s.bytes.Add(delta)
+	return nil
+}
+
+func (s *Store) loadBytes() error {
+	return s.view("load byte total", func(txn *badger.Txn) error {
+		item, err := txn.Get(keyBytes)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return ErrCorrupt
+			}
+			s.bytes.Store(int64(binary.BigEndian.Uint64(v)))
+			return nil
+		})
+	})
+}
+
+// Bytes returns the stored result bytes in all.
+func (s *Store) Bytes() int64 {
+	return s.bytes.Load()
+}
+
+// CreateJob stores a new job and its targets' specs (URL and options) in
+// one write, with its idempotency entry (which from now on names this job)
+// and its unsettled entry. j.ID must be 32 hex characters; targets are in
+// idx order (targets[i] is target i, whatever its Idx), at most 0xffff.
+func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
+	id, ok := parseID(j.ID)
+	if !ok {
+		return fmt.Errorf("store job: %w: bad id", ErrNotFound)
+	}
+	if len(targets) > 0xffff {
+		return fmt.Errorf("store job: %w: %d targets", ErrTooLarge, len(targets))
+	}
+	return s.update("store job", func(txn *badger.Txn) (int64, error) {
+		if err := txn.Set(jobKey(id), encodeJob(j)); err != nil {
+			return 0, err
+		}
+		if len(targets) > 0 {
+			if err := txn.Set(specsKey(id), encodeSpecs(targets)); err != nil {
+				return 0, err
+			}
+		}
+		if err := txn.Set(idemKey(j.Key), id[:]); err != nil {
+			return 0, err
+		}
+		if j.Settled {
+			s.indexed(j.Lease, j.Created, id)
+			return j.ResultBytes, setSettledIndexes(txn, id, j.Lease, j.Created)
+		}
+		return j.ResultBytes, txn.Set(liveKey(id), nil)
+	})
+}
+
+// indexed notes x and a keys about to be written (s.mu is held): a sweep or
+// an eviction that would start past one starts at it instead.
+func (s *Store) indexed(lease, created int64, id [idLen]byte) {
+	s.indexGen++
+	if k := indexKey(prefixLease, lease, id); s.sweepFrom != nil && bytes.Compare(k, s.sweepFrom) < 0 {
+		s.sweepFrom = k
+	}
+	k := indexKey(prefixAge, created, id)
+	if s.evictFrom != nil && bytes.Compare(k, s.evictFrom) < 0 {
+		s.evictFrom = k
+	}
+	if s.evictLow == nil || bytes.Compare(k, s.evictLow) < 0 {
+		s.evictLow = k
+	}
+}
+
+func setSettledIndexes(txn *badger.Txn, id [idLen]byte, lease, created int64) error {
+	if err := txn.Set(indexKey(prefixLease, lease, id), nil); err != nil {
+		return err
+	}
+	return txn.Set(indexKey(prefixAge, created, id), nil)
+}
+
+// SaveJob writes the new row of an unsettled job: it is for the job's owner
+// only (its actor, or New reaping), which holds the row in memory. A settled
+// j settles the job: from then on it may be swept or evicted, and only
+// [Store.Touch] writes it. It waits for the group commit that takes it (see
+// writer.go).
+func (s *Store) SaveJob(j *JobRecord) error {
+	return s.wait("save job", j.ID, j, nil)
+}
+
+// SaveTarget writes a target's outcome (its Status, Result, Error and Hint)
+// and its unsettled job's new row in one write; like [Store.SaveJob] it is
+// for the job's owner. j.ResultBytes must already count t.Result. A result
+// over [MaxResultSize] is refused with an error wrapping [ErrTooLarge];
+// one over 512 bytes is written in chunks first (see writer.go), and the
+// outcome and the row commit once they are all written.
+func (s *Store) SaveTarget(j *JobRecord, t *TargetRecord) error {
+	return s.wait("save target", j.ID, j, t)
+}
+
+// Touch moves a settled job's lease to lease if that is later; it reports
+// false for an unknown id. An unsettled job's row belongs to its actor,
+// which takes Touches itself; Touch on one only sets its lease. Touch
+// brings back a settled job past its expiry that the sweep has not deleted
+// yet: [Store.TouchUnexpired] does not.
+func (s *Store) Touch(idHex string, lease int64) (bool, error) {
+	return s.TouchUnexpired(idHex, lease, math.MinInt64)
+}
+
+// TouchUnexpired is [Store.Touch], except that a settled job whose stored
+// lease is at or before minLease (expired: the caller passes now − TTL) is
+// left as it is, for the sweep, and reported false like an unknown one.
+// The check and the write are one transaction: no sweep, Touch or
+// settling write comes between them. An unsettled job never expires.
+func (s *Store) TouchUnexpired(idHex string, lease, minLease int64) (bool, error) {
+	id, ok := parseID(idHex)
+	if !ok {
+		return false, nil
+	}
+	found := true
+	err := s.update("touch job", func(txn *badger.Txn) (int64, error) {
+		j, err := getJob(txn, id)
+		if errors.Is(err, badger.ErrKeyNotFound) || (err == nil && j.Settled && j.Lease <= minLease) {
+			found = false
+			return 0, nil
+		}
+		if err != nil || j.Lease >= lease {
+			return 0, err
+		}
+		if j.Settled {
+			s.indexed(lease, j.Created, id)
+			if err := txn.Delete(indexKey(prefixLease, j.Lease, id)); err != nil {
+				return 0, err
+			}
+			if err := txn.Set(indexKey(prefixLease, lease, id), nil); err != nil {
+				return 0, err
+			}
+		}
+		j.Lease = lease
+		return 0, txn.Set(jobKey(id), encodeJob(&j))
+	})
+	return found && err == nil, err
+}
