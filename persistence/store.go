@@ -111,6 +111,7 @@ type Store struct {
 	// evictGap, when set (by tests), is called by Evict where it holds
 	// no lock: before each batch.
 	evictGap func()
+	readOnly bool // opened by OpenReadOnly: every write is refused
 	closed   atomic.Bool
 	fault    atomic.Pointer[func() error] // see SetWriteFault
 	stop     chan struct{}
@@ -183,6 +184,8 @@ func openBadger(o badger.Options) (db *badger.DB, err error) {
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, ErrInUse)
 	case isEmptyValueLogError(msg):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, errEmptyValueLog)
+	case strings.Contains(msg, badger.ErrTruncateNeeded.Error()): // wrapped with %+v, not %w
+		return nil, fmt.Errorf("open store %s: %w", o.Dir, errTruncateNeeded)
 	case errors.Is(err, os.ErrPermission), strings.Contains(msg, syscall.EACCES.Error()):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, os.ErrPermission)
 	case strings.Contains(msg, syscall.EROFS.Error()):

@@ -28,6 +28,9 @@ func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error))
 	if s.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
 	}
+	if s.readOnly {
+		return errReadOnly(op)
+	}
 	if err := s.checkFault(op); err != nil {
 		return err
 	}
