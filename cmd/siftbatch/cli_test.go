@@ -126,7 +126,7 @@ func TestJobs(t *testing.T) {
 	t.Run("no such directory", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "nope")
 		_, _, err := run(t, "jobs", "--data", missing)
-		if err == nil || !strings.Contains(err.Error(), "no store at") {
+		if err == nil || !strings.Contains(err.Error(), "no siftbatch store at") {
 			t.Fatalf("got %v", err)
 		}
 		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
@@ -593,6 +593,21 @@ func TestServe(t *testing.T) {
 	})
 	if r := do(http.MethodGet, "/v1/batch/"+id+"/0", ""); !strings.Contains(string(r.body), `"content":"served"`) {
 		t.Fatalf("target %s", r.body)
+	}
+	// The fetcher's options: honoured (grep, jq) or refused.
+	r = do(http.MethodPost, "/v1/batch", `{"targets":[{"url":"`+site.URL+`/y","options":{"grep":"^nothing"}}]}`)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit with grep: %d %s", r.code, r.body)
+	}
+	grepID := r.json(t)["id"].(string)
+	if r := do(http.MethodGet, "/v1/batch/"+grepID+"?wait=10s", ""); r.json(t)["status"] != "done" {
+		t.Fatalf("the grep job: %s", r.body)
+	}
+	if r := do(http.MethodGet, "/v1/batch/"+grepID+"/0", ""); !strings.Contains(string(r.body), `"content":""`) {
+		t.Fatalf("grep kept lines it does not match: %s", r.body)
+	}
+	if r := do(http.MethodPost, "/v1/batch", `{"targets":[{"url":"`+site.URL+`/z","options":{"mode":"summary"}}]}`); r.code != http.StatusUnprocessableEntity {
+		t.Fatalf("mode: %d %s", r.code, r.body)
 	}
 	transport.CloseIdleConnections()
 

@@ -72,7 +72,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz. Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
-	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required)")
+	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required). A key's class\n(standard, or restricted) is passed to the runner for sift's own use; this server\ntreats both alike")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
@@ -173,7 +173,7 @@ type server struct {
 
 // startServer opens the store and starts the runner behind the API.
 func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
-	store, err := openStore(f.data, false)
+	store, err := openStore(f.data)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,13 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
 	m.Attach(runner)
-	api, err := httpapi.New(runner, keys, httpapi.Options{TargetsPerJob: cfg.TargetsPerJob, Wrap: m.Middleware, Log: log})
+	api, err := httpapi.New(runner, keys, httpapi.Options{
+		TargetsPerJob: cfg.TargetsPerJob,
+		Honoured:      fetch.Honours(), // grep and jq; other options are refused at submit
+		Check:         fetch.Check,
+		Wrap:          m.Middleware,
+		Log:           log,
+	})
 	if err != nil {
 		runner.Close()
 		fetch.Close()

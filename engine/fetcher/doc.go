@@ -18,6 +18,9 @@
 //     [*engine.TargetError] with the HTTP status a single fetch would get
 //     and a hint for the agent. No error carries the URL or its host.
 //
-// The fetcher honours no target option: [Fetcher.Honours] lists the ones
-// it does, so that an HTTP handler can refuse the others at submit.
+// Target options: the fetcher honours grep (keep the lines an RE2 regular
+// expression matches) and jq (run a jq program, with
+// github.com/itchyny/gojq, on a JSON page); see [Fetcher.Fetch].
+// [Fetcher.Honours] names them and [Fetcher.Check] checks their values, so
+// that an HTTP handler can refuse the others, and bad values, at submit.
 package fetcher

@@ -156,14 +156,16 @@ func New(o Options) (*Fetcher, error) {
 // Close closes the fetcher's idle connections. Fetches in progress go on.
 func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
 
-// Honours returns the names of the target options ([engine.Options]) that
-// [Fetcher.Fetch] honours, as spelled in JSON. It honours none yet: a
-// handler should refuse every option.
-func (f *Fetcher) Honours() []string { return nil }
-
 // Fetch GETs t.URL. A 2xx answer is a result with the body (at most
 // MaxBody bytes) as content and the status, content type, byte count,
-// truncation and final URL in meta. A 429 or 503 answer is an error
+// truncation and final URL in meta. Its options, the ones [Fetcher.Honours]
+// names, are applied in this order: jq runs its program on the JSON page
+// (for at most a second, at most MaxBody bytes of output, each output value
+// a line of compact JSON; meta jq_outputs counts them), then grep keeps the
+// lines its RE2 expression matches (case-sensitive unless it says (?i);
+// meta grep_lines counts them). A page that is not JSON, or a jq program
+// that fails or runs out of bounds, fails the target with a hint. Other
+// options are ignored. A 429 or 503 answer is an error
 // wrapping [engine.ErrRetryLater]; any other failure is an
 // [*engine.TargetError] with a status and a hint for the agent, and never
 // carries the URL. ctx being cancelled ends the fetch with an error
@@ -200,6 +202,10 @@ func (f *Fetcher) Fetch(ctx context.Context, _ *engine.Caller, t engine.Target) 
 		"status": resp.StatusCode,
 		"bytes":  len(body),
 	}
+	content, err := f.applyOptions(ctx, t.Options, body, truncated, meta)
+	if err != nil {
+		return engine.Result{}, err
+	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		meta["content_type"] = ct
 	}
@@ -209,7 +215,7 @@ func (f *Fetcher) Fetch(ctx context.Context, _ *engine.Caller, t engine.Target) 
 	if final := resp.Request.URL.String(); final != u.String() {
 		meta["final_url"] = final
 	}
-	return engine.Result{Content: string(body), Meta: meta}, nil
+	return engine.Result{Content: content, Meta: meta}, nil
 }
 
 // parseURL parses an absolute http(s) URL with a host, no user info, and

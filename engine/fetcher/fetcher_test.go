@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -490,6 +491,89 @@ func TestFetcher_NamesThatResolvePrivate(t *testing.T) {
 		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "name.example")
 		if s.hits.Load() != before {
 			t.Fatalf("%s: the request reached the server", a)
+		}
+	}
+}
+
+// TestFetcher_Options: grep and jq on real pages from a local server,
+// their checks, and jq's bounds.
+func TestFetcher_Options(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/text":
+			w.Write([]byte("alpha one\r\nBeta two\nalpha three\ngamma\n"))
+		case "/json":
+			w.Write([]byte(`{"items":[{"name":"a","n":1},{"name":"b","n":12345678901234567890}],"secret":"<b>x</b>"}`))
+		case "/big-json":
+			w.Write([]byte(`[` + strings.Repeat(`"xxxxxxxxxx",`, 200) + `"end"]`))
+		default:
+			w.Write([]byte("not json"))
+		}
+	})
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 1000})
+	if got := f.Honours(); !slices.Equal(got, []string{"grep", "jq"}) {
+		t.Fatalf("Honours %v", got)
+	}
+	run := func(path string, o engine.Options) (engine.Result, error) {
+		return f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL + path, Options: o})
+	}
+
+	res, err := run("/text", engine.Options{Grep: "^alpha"})
+	if err != nil || res.Content != "alpha one\nalpha three" || res.Meta["grep_lines"] != 2 {
+		t.Fatalf("grep: %q %v %v", res.Content, res.Meta, err)
+	}
+	res, err = run("/text", engine.Options{Grep: "beta"})
+	if err != nil || res.Content != "" || res.Meta["grep_lines"] != 0 {
+		t.Fatalf("grep is case-sensitive: %q %v", res.Content, err)
+	}
+	res, err = run("/text", engine.Options{Grep: "(?i)beta|GAMMA"})
+	if err != nil || res.Content != "Beta two\ngamma" {
+		t.Fatalf("grep (?i): %q %v", res.Content, err)
+	}
+	res, err = run("/json", engine.Options{JQ: ".items[].name"})
+	if err != nil || res.Content != "\"a\"\n\"b\"" || res.Meta["jq_outputs"] != 2 {
+		t.Fatalf("jq: %q %v %v", res.Content, res.Meta, err)
+	}
+	res, err = run("/json", engine.Options{JQ: ".items[1].n, .secret"})
+	if err != nil || res.Content != "12345678901234567890\n\"<b>x</b>\"" {
+		t.Fatalf("jq keeps big numbers and HTML as they are: %q %v", res.Content, err)
+	}
+	res, err = run("/json", engine.Options{JQ: `.items[] | "\(.name)=\(.n)"`, Grep: `=1"$`})
+	if err != nil || res.Content != `"a=1"` {
+		t.Fatalf("jq then grep: %q %v", res.Content, err)
+	}
+	res, err = run("/json", engine.Options{JQ: "$ENV | length"})
+	if err != nil || res.Content != "0" {
+		t.Fatalf("jq sees the environment: %q %v", res.Content, err)
+	}
+
+	for _, tc := range []struct {
+		path string
+		o    engine.Options
+		msg  string
+	}{
+		{"/text", engine.Options{JQ: "."}, "page is not JSON"},
+		{"/json", engine.Options{JQ: ".items | .name"}, "jq: "},
+		{"/json", engine.Options{JQ: `error("boom")`}, "jq: "},
+		{"/json", engine.Options{JQ: "[range(1e9)] | length"}, "jq ran out of time"},
+		{"/json", engine.Options{JQ: "range(1000)"}, "jq output too large"},
+		{"/big-json", engine.Options{JQ: "length"}, "page too large for jq"},
+		{"/json", engine.Options{JQ: "input"}, "bad jq program"},
+	} {
+		_, err := run(tc.path, tc.o)
+		wantTargetError(t, err, http.StatusUnprocessableEntity, tc.msg, "")
+	}
+
+	// Check: the values a handler refuses at submit, with the parser's
+	// message.
+	for _, o := range []engine.Options{{Grep: "a("}, {Grep: `\p{Nope}`}, {JQ: ".a |"}, {JQ: "nosuchfunc"}, {JQ: "input"}, {JQ: `import "x" as x; .`}} {
+		if err := f.Check(engine.Target{URL: "https://example.com/", Options: o}); err == nil {
+			t.Errorf("Check(%+v) passed", o)
+		}
+	}
+	for _, o := range []engine.Options{{}, {Grep: "(?i)a.b"}, {JQ: ".a[] | select(.x > 1)"}, {Mode: "whatever"}} {
+		if err := f.Check(engine.Target{URL: "https://example.com/", Options: o}); err != nil {
+			t.Errorf("Check(%+v): %v", o, err)
 		}
 	}
 }

@@ -15,8 +15,10 @@
 // A POST body over [Options.MaxBody] is 413; a body that stops coming
 // (the server's read timeout) 408; a malformed body encoding (bad chunked)
 // 400 "bad request body"; bad JSON or an unknown field 400; no targets, too
-// many, or a URL that is not absolute http(s) 422; a caller or the server
-// at its cap of live jobs 429 with Retry-After.
+// many, a URL that is not absolute http(s) or whose port is not 1 to
+// 65535, a target option the FetchFunc does not honour
+// ([Options.Honoured]) or whose value it refuses ([Options.Check]) 422; a
+// caller or the server at its cap of live jobs 429 with Retry-After.
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
 // "targets_failed", "created_at", "targets"}: targets_done counts the

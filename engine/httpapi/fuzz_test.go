@@ -7,12 +7,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/itchyny/gojq"
+
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
 )
 
@@ -20,11 +24,13 @@ import (
 // of setup: at most 4 targets a job, a fake fetch that finishes at once.
 // Their seeds are in testdata/fuzz/NAME and run in every go test.
 
-// FuzzAPI_Submit posts arbitrary bodies to POST /v1/batch. No body makes
-// the API panic or answer 5xx; every answer is one the contract names (202,
-// 400, 413, 422, 429); and a 202 only answers a body that is valid per the
+// FuzzAPI_Submit posts arbitrary bodies to POST /v1/batch, on a server
+// that honours the fetcher's options (grep and jq). No body makes the API
+// panic or answer 5xx; every answer is one the contract names (202, 400,
+// 413, 422, 429); and a 202 only answers a body that is valid per the
 // contract, as validSubmitBody (written apart from the server's decoder)
-// reads it, and a valid body is always answered 202 or 429.
+// reads it (valid options included: only grep and jq, with values that
+// compile), and a valid body is always answered 202 or 429.
 func FuzzAPI_Submit(f *testing.F) {
 	for _, seed := range []string{
 		`{"targets":[{"url":"https://example.com/a"}]}`,
@@ -43,11 +49,20 @@ func FuzzAPI_Submit(f *testing.F) {
 		`{"targets":[{"url":"https://example.com:00080/"}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"speed":1}}]}`,
 		`{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`,
+		`{"targets":[{"url":"https://example.com/","options":{"grep":"(?i)a+","jq":".x[]"}}]}`,
+		`{"targets":[{"url":"https://example.com/","options":{"grep":"a(","jq":""}}]}`,
+		`{"targets":[{"url":"https://example.com/","options":{"jq":".a |","mode":""}}]}`,
+		`{"targets":[{"url":"https://example.com/","options":{"recover":false,"context":null,"pages":""}}]}`,
 		strings.Repeat("[", 20000),
 	} {
 		f.Add([]byte(seed))
 	}
-	b := setup(f)
+	fe, err := fetcher.New(fetcher.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(fe.Close)
+	b := setupWith(f, nil, httpapi.Options{Honoured: fe.Honours(), Check: fe.Check}) // grep and jq
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/batch", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer alice-key")
@@ -151,12 +166,14 @@ func validOptions(raw json.RawMessage) bool {
 		if !ok {
 			return false
 		}
-		switch v.(type) {
+		switch x := v.(type) {
 		case nil:
 		case string:
-			ok = typ == "string"
+			ok = typ == "string" && honouredValue(k, x)
 		case bool:
-			ok = typ == "bool"
+			// The server honours no bool option: context is set by any
+			// value, recover by true.
+			ok = typ == "bool" && k == "recover" && !x
 		default:
 			ok = false
 		}
@@ -165,6 +182,26 @@ func validOptions(raw json.RawMessage) bool {
 		}
 	}
 	return true
+}
+
+// honouredValue reports whether the server under fuzz takes a string
+// option: empty (no option), or grep an RE2 expression, or jq a program
+// that compiles; the server honours no other.
+func honouredValue(name, v string) bool {
+	switch {
+	case v == "":
+		return true
+	case name == "grep":
+		_, err := regexp.Compile(v)
+		return err == nil
+	case name == "jq":
+		q, err := gojq.Parse(v)
+		if err == nil {
+			_, err = gojq.Compile(q)
+		}
+		return err == nil
+	}
+	return false
 }
 
 // hasDuplicateKeys reports whether any object in the JSON text has a key

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,20 @@ type Options struct {
 	// RetryAfter is the Retry-After of a 429, rounded up to seconds.
 	// Default [DefaultRetryAfter] (5s).
 	RetryAfter time.Duration
+	// Honoured names the target options ([engine.Options], as spelled in
+	// JSON: "mode", "question", "pages", "grep", "jq", "context",
+	// "recover") that the runner's FetchFunc honours. A submitted target
+	// that sets any other is refused, 422, naming the option: nothing is
+	// silently ignored. Default (nil): every option is refused. sift, whose
+	// own pipeline honours mode, question, pages, context and recover,
+	// names those; the fetcher of package fetcher names its own
+	// ([github.com/sift/batch/engine/fetcher.Fetcher.Honours]).
+	Honoured []string
+	// Check, if set, checks each submitted target's options (a regular
+	// expression that compiles, say) once they are known to be honoured;
+	// its error is answered 422 with its text. The fetcher's
+	// [github.com/sift/batch/engine/fetcher.Fetcher.Check] fits.
+	Check func(engine.Target) error
 	// MaxWait caps the ?wait= of GET /v1/batch/{id}: a longer one is 400.
 	// The server's WriteTimeout must leave room for it. Default
 	// [DefaultMaxWait] (60s).
@@ -132,6 +147,7 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 	if o.MaxWait == 0 {
 		o.MaxWait = DefaultMaxWait
 	}
+	o.Honoured = slices.Clone(o.Honoured)
 	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux()}
 	h.ending, h.endWaits = context.WithCancel(context.Background())
 	if h.log == nil {

@@ -536,8 +536,10 @@ func TestAPI_EveryFailureHasAHint(t *testing.T) {
 	}
 	b := setupWith(t, fetch, httpapi.Options{})
 	id := b.submit(t, "alice-key", "https://example.com/plain", "https://example.com/busy", "https://example.com/own")
-	// Once the busy target has come back busy, its retry window passes.
-	waitFor(t, 10*time.Second, "the busy target's first try", func() bool { return busy.Load() > 0 })
+	// Once the busy target has come back busy (twice: the runner has
+	// noted when the first came back before the second try begins), its
+	// retry window passes.
+	waitFor(t, 10*time.Second, "the busy target's second try", func() bool { return busy.Load() >= 2 })
 	b.clock.Advance(engine.DefaultRetryFor + time.Minute)
 	b.waitTerminal(t, id)
 	var job struct {
@@ -558,4 +560,48 @@ func TestAPI_EveryFailureHasAHint(t *testing.T) {
 	if h, _ := r.json(t)["hint"].(string); h == "" {
 		t.Errorf("target 0 alone has no hint: %s", r.body)
 	}
+}
+
+// TestAPI_Options: a target option the FetchFunc does not honour is
+// refused at submit, 422, naming it; an honoured one passes Check first;
+// nothing is accepted and then silently ignored.
+func TestAPI_Options(t *testing.T) {
+	yes := true
+	t.Run("none honoured", func(t *testing.T) {
+		b := setup(t)
+		for name, o := range map[string]engine.Options{
+			"mode": {Mode: "summary"}, "question": {Question: "why?"}, "pages": {Pages: "1-2"},
+			"grep": {Grep: "x"}, "jq": {JQ: "."}, "context": {Context: &yes}, "recover": {Recover: true},
+		} {
+			body, _ := json.Marshal(map[string]any{"targets": []engine.Target{{URL: "https://example.com/", Options: o}}})
+			r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", bytes.NewReader(body))
+			wantError(t, r, http.StatusUnprocessableEntity, "target 0: option "+name+" is not supported by this server")
+			if h := r.json(t)["hint"].(string); !strings.Contains(h, "belongs to a fetcher that supports it") || !strings.Contains(h, "honours none") {
+				t.Errorf("%s: hint %q", name, h)
+			}
+		}
+		// Options left empty are no options.
+		b.submit(t, "alice-key", "https://example.com/plain")
+		r := b.do(t, http.MethodPost, "/v1/batch", "bob-key", strings.NewReader(`{"targets":[{"url":"https://example.com/","options":{"mode":"","context":null,"recover":false}}]}`))
+		wantCode(t, r, http.StatusAccepted)
+	})
+
+	t.Run("the fetcher's", func(t *testing.T) {
+		f, err := fetcher.New(fetcher.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := setupWith(t, nil, httpapi.Options{Honoured: f.Honours(), Check: f.Check})
+		body := func(o engine.Options) io.Reader {
+			data, _ := json.Marshal(map[string]any{"targets": []engine.Target{{URL: "https://example.com/a"}, {URL: "https://example.com/b", Options: o}}})
+			return bytes.NewReader(data)
+		}
+		wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Mode: "summary"})), http.StatusUnprocessableEntity,
+			"target 1: option mode is not supported by this server")
+		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Grep: "a("}))
+		wantError(t, r, http.StatusUnprocessableEntity, "target 1: grep: error parsing regexp: missing closing ): `a(`")
+		wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{JQ: ".a |"})), http.StatusUnprocessableEntity, "target 1: jq: ")
+		wantCode(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Grep: "(?i)x", JQ: ".a"})), http.StatusAccepted)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -77,6 +78,19 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 			return
 		}
 	}
+	for i := range req.Targets {
+		if name := h.unhonoured(&req.Targets[i].Options); name != "" {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: option %s is not supported by this server", i, name),
+				fmt.Sprintf("%s belongs to a fetcher that supports it; this server honours %s", name, h.honoured()))
+			return
+		}
+		if h.o.Check != nil {
+			if err := h.o.Check(req.Targets[i]); err != nil {
+				writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: %v", i, err), "fix the option's value")
+				return
+			}
+		}
+	}
 	id, reused, err := h.r.Submit(r.Context(), c, class, req.Targets)
 	switch {
 	case err == nil:
@@ -111,6 +125,31 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	loc := "/v1/batch/" + id
 	w.Header().Set("Location", loc)
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: id, Reused: reused, Status: loc})
+}
+
+// unhonoured returns the name of the first option o sets that the
+// FetchFunc does not honour, or "".
+func (h *Handler) unhonoured(o *engine.Options) string {
+	for _, opt := range []struct {
+		name string
+		set  bool
+	}{
+		{"mode", o.Mode != ""}, {"question", o.Question != ""}, {"pages", o.Pages != ""},
+		{"grep", o.Grep != ""}, {"jq", o.JQ != ""}, {"context", o.Context != nil}, {"recover", o.Recover},
+	} {
+		if opt.set && !slices.Contains(h.o.Honoured, opt.name) {
+			return opt.name
+		}
+	}
+	return ""
+}
+
+// honoured lists the options the server honours, for a hint.
+func (h *Handler) honoured() string {
+	if len(h.o.Honoured) == 0 {
+		return "none"
+	}
+	return strings.Join(h.o.Honoured, ", ")
 }
 
 // retryAfter sets a 429's Retry-After, in whole seconds.

@@ -72,7 +72,7 @@ func run(out io.Writer) error {
 		return err
 	}
 	defer r.Close() // before the store closes
-	api, err := httpapi.New(r, agents{"agent-7-key": "agent-7"}, httpapi.Options{})
+	api, err := httpapi.New(r, agents{"agent-7-key": "agent-7"}, httpapi.Options{Honoured: f.Honours(), Check: f.Check})
 	if err != nil {
 		return err
 	}
