@@ -94,7 +94,7 @@ var (
 )
 
 // buildBinary builds the siftbatch binary once per test run.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	binaryOnce.Do(func() {
 		binaryDir, binaryErr = os.MkdirTemp("", "siftbatch-test-bin-")
