@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,8 +52,9 @@ func benchSite(b testing.TB) *httptest.Server {
 // a loopback port and a directory store of its own, with args after the
 // ones it sets (--addr, --data, --keys, --allow-private, --log-level
 // warn), and returns its base URL. serve is stopped, and waited for, at
-// b's cleanup. The keys are testKeys: alice-key, bob-key, carol-key.
-func benchServe(b testing.TB, args ...string) string {
+// b's cleanup, or by stop, which waits for it too. The keys are testKeys:
+// alice-key, bob-key, carol-key.
+func benchServe(b testing.TB, args ...string) (base string, stop func()) {
 	b.Helper()
 	dir := b.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -66,30 +68,35 @@ func benchServe(b testing.TB, args ...string) string {
 		done <- Run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"),
 			"--keys", keys, "--allow-private", "--log-level", "warn"}, args...), out, io.Discard)
 	}()
-	b.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.Errorf("serve: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					b.Errorf("serve: %v", err)
+				}
+			case <-time.After(benchTimeout):
+				b.Error("serve did not stop")
 			}
-		case <-time.After(benchTimeout):
-			b.Error("serve did not stop")
-		}
-	})
+		})
+	}
+	b.Cleanup(stop)
 	select {
 	case l := <-out.lines:
 		_, base, ok := strings.Cut(l, "listening on ")
 		if !ok {
 			b.Fatalf("serve said %q", l)
 		}
-		return base
+		return base, stop
 	case err := <-done:
+		done <- err // for stop
 		b.Fatalf("serve: %v", err)
 	case <-time.After(benchTimeout):
 		b.Fatal("serve did not start")
 	}
-	return ""
+	return "", stop
 }
 
 // benchClient returns a client for serve whose idle connections are
@@ -171,7 +178,7 @@ var benchPollKinds = []string{"healthz", "poll/results=8KiB", "poll/results=16Mi
 //     x-16MiB/healthz, x-8KiB/healthz): paired within one run.
 func BenchmarkServe_Poll(b *testing.B) {
 	site := benchSite(b)
-	base := benchServe(b)
+	base, _ := benchServe(b)
 	c := benchClient(b)
 	small := benchJob(b, c, base, "alice-key", site.URL, 32, 256, "small")
 	large := benchJob(b, c, base, "bob-key", site.URL, 32, 512<<10, "large")
