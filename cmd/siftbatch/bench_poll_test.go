@@ -26,6 +26,9 @@ import (
 const (
 	pollLoadEnv    = "SIFTBATCH_BENCH_POLL_LOAD"
 	pollLoadPrefix = "poll-load: "
+	// pollModesEnv, if set, names the modes BenchmarkServe_PollLoad runs
+	// ("jobs", "healthz", or both, comma-separated): to profile one alone.
+	pollModesEnv = "SIFTBATCH_BENCH_POLL_MODES"
 )
 
 // The poll load's shape (issue 9): two callers, 100 clients each, jobs of
@@ -67,6 +70,10 @@ type pollLoadResult struct {
 	Errors  int64   `json:"errors"`  // the clients' and submitters' requests that failed or got another answer (all run)
 	Jobs    int64   `json:"jobs"`    // jobs submitted (all run)
 	Busy    int64   `json:"busy"`    // submits answered 429 and retried (all run)
+	// ServeCPU and LoadCPU are the CPU seconds (user and system) that the
+	// serve process (the parent) and the load process used in the window.
+	ServeCPU float64 `json:"serve_cpu"`
+	LoadCPU  float64 `json:"load_cpu"`
 }
 
 // BenchmarkServe_PollLoad is issue 9's polling load, from a process of its
@@ -94,12 +101,16 @@ func BenchmarkServe_PollLoad(b *testing.B) {
 		if i%2 == 1 {
 			modes[0], modes[1] = modes[1], modes[0]
 		}
+		if m := os.Getenv(pollModesEnv); m != "" {
+			modes = strings.Split(m, ",") // one mode alone, to profile it
+		}
 		for _, mode := range modes {
 			base, stop := benchServe(b, "--jobs-per-caller", "1")
 			res := runPollLoad(b, pollLoadConfig{Base: base, Site: site.URL, Mode: mode, Warmup: pollWarmup, Window: pollWindow})
 			stop()
 			rate := res.Targets / res.Seconds
-			b.Logf("%-7s %7.0f targets/s, %7.0f polls/s, %d jobs, %d errors, %d submits retried on 429", mode, rate, float64(res.Polls)/res.Seconds, res.Jobs, res.Errors, res.Busy)
+			b.Logf("%-7s %7.0f targets/s, %7.0f polls/s, %d jobs, %d errors, %d submits retried on 429; CPU cores: serve %.2f, load %.2f",
+				mode, rate, float64(res.Polls)/res.Seconds, res.Jobs, res.Errors, res.Busy, res.ServeCPU/res.Seconds, res.LoadCPU/res.Seconds)
 			if res.Errors > 0 {
 				b.Errorf("%s: %d requests failed", mode, res.Errors)
 			}
@@ -235,9 +246,12 @@ func runLoad(cfg pollLoadConfig) (pollLoadResult, error) {
 		return res, err
 	}
 	p0, start := ok.Load(), time.Now()
+	serve0, load0 := procCPU(os.Getppid()), procCPU(os.Getpid())
 	time.Sleep(cfg.Window)
+	serve1, load1 := procCPU(os.Getppid()), procCPU(os.Getpid())
 	t1, err := scrapeTargets(client, cfg.Base)
 	p1, took := ok.Load(), time.Since(start)
+	res.ServeCPU, res.LoadCPU = serve1-serve0, load1-load0
 	close(done)
 	wg.Wait()
 	if err != nil {
@@ -315,6 +329,25 @@ func pollUntilEnded(c *http.Client, cfg pollLoadConfig, k int, id string, end ti
 		}
 	}
 	return errors.New("job did not end")
+}
+
+// procCPU returns the CPU seconds, user and system, that process pid has
+// used so far (/proc/PID/stat, in clock ticks of 1/100 s); 0 if it cannot
+// be read.
+func procCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first, utime and stime the 12th and 13th.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
 }
 
 // scrapeTargets returns serve's siftbatch_targets_total, summed over its
