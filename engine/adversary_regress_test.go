@@ -23,10 +23,6 @@ import (
 // on purpose, several times.
 func TestAdversary_TouchAfterEndKept(t *testing.T) {
 	t.Parallel()
-	// Known open race, about 1 round in 100: a Touch that lands in a
-	// finished job's view as the runner closes is sometimes not written.
-	// Documented in docs/RELIABILITY.md ("Not done"); kept here to fix.
-	t.Skip("known race: a Touch in a finished job's view at Close (docs/RELIABILITY.md)")
 	const ttl = 10 * time.Second
 	for round := range 20 {
 		rig := advStart(t, okFetch, engine.Config{TTL: ttl})

@@ -244,12 +244,15 @@ const touchCoalesce = time.Second
 func (r *Runner) Touch(id string) {
 	now := r.cfg.Now().UnixNano()
 	if v := r.views.Get(id); v != nil {
-		if rec, err := r.store.Row(id); err != nil || r.snapExpired(v, v.Load(), rec.Lease) {
+		s := v.Load()
+		if rec, err := r.store.Row(id); err != nil || r.snapExpired(v, s, rec.Lease) {
 			return // gone: a Touch does not bring it back
 		}
-		if v.Touch(now) {
-			return
+		if v.Touch(now) && IsLive(s.Job.Status) {
+			return // a live job is never swept: its actor writes the lease
 		}
+		// An ended job's row may already be settled, and the sweep reads
+		// only the store: the store gets the Touch too.
 	}
 	rec, err := r.store.Row(id)
 	if err != nil || r.expired(&rec) {

@@ -27,15 +27,37 @@ var (
 	ErrTooLarge = errors.New("row too large")
 	// ErrClosed is returned after [Store.Close].
 	ErrClosed = errors.New("store closed")
+	// ErrNoStore is returned by [OpenReadOnly] for a directory that is not
+	// a store: missing, empty, a file, or holding other files; nothing is
+	// created.
+	ErrNoStore = errors.New("not a store")
+	// ErrReadOnly is returned by every write on a store opened with
+	// [OpenReadOnly].
+	ErrReadOnly = errors.New("store opened read-only")
+	// ErrUnclean is returned by [OpenReadOnly] for a store a crash left to
+	// recover (its memtable log not closed, a table not yet listed, an
+	// empty log file): recovering writes, which [Open] does; after that it
+	// opens read-only.
+	ErrUnclean = errors.New("store not closed cleanly")
+	// ErrBadCursor is returned by [Store.CallerJobs] for a cursor it did
+	// not make.
+	ErrBadCursor = errors.New("bad cursor")
 )
+
+// errTruncateNeeded is Badger's refusal, read-only, of a memtable log with
+// entries past its end.
+var errTruncateNeeded = fmt.Errorf("%w: a memtable log to truncate", ErrUnclean)
 
 // convert turns Badger's errors into the store's own.
 func convert(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge),
+		errors.Is(err, ErrReadOnly):
 		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, badger.ErrReadOnlyTxn):
+		return fmt.Errorf("%s: %w", op, ErrReadOnly)
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return fmt.Errorf("%s: %w", op, ErrNotFound)
 	case errors.Is(err, badger.ErrTxnTooBig), errors.Is(err, badger.ErrValueLogSize),

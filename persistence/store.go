@@ -4,7 +4,9 @@
 //
 // The key layout and the value encodings are written down at the top of
 // keys.go and records.go. Every operation is O(1) or O(the rows it touches):
-// nothing scans all jobs except [Store.Jobs], which is for inspection.
+// nothing scans all jobs except [Store.Jobs], which is for inspection, and
+// [Open] once, the first time it opens a store written before the caller
+// index ([Store.CallerJobs]).
 //
 // A Store is safe for concurrent use. Writes are serialised by the store (the
 // byte total is read-modify-write), so they never conflict with each other.
@@ -111,6 +113,7 @@ type Store struct {
 	// evictGap, when set (by tests), is called by Evict where it holds
 	// no lock: before each batch.
 	evictGap func()
+	readOnly bool // opened by OpenReadOnly: every write is refused
 	closed   atomic.Bool
 	fault    atomic.Pointer[func() error] // see SetWriteFault
 	stop     chan struct{}
@@ -120,8 +123,9 @@ type Store struct {
 // Open opens the store in dir, creating the directory if missing; dir ""
 // opens an in-memory store. A directory held by another process gives an
 // error wrapping [ErrInUse]; one that is not a store, or is damaged, an
-// error wrapping [ErrCorrupt]. Badger's own log lines are dropped until
-// [Store.SetLogger].
+// error wrapping [ErrCorrupt]. A store written before the caller index
+// gets its index here, once (a walk of every job row). Badger's own log
+// lines are dropped until [Store.SetLogger].
 func Open(dir string) (s *Store, err error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -150,6 +154,10 @@ func Open(dir string) (s *Store, err error) {
 	}
 	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold)}
 	if err := s.loadBytes(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.indexCallers(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -183,6 +191,8 @@ func openBadger(o badger.Options) (db *badger.DB, err error) {
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, ErrInUse)
 	case isEmptyValueLogError(msg):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, errEmptyValueLog)
+	case strings.Contains(msg, badger.ErrTruncateNeeded.Error()): // wrapped with %+v, not %w
+		return nil, fmt.Errorf("open store %s: %w", o.Dir, errTruncateNeeded)
 	case errors.Is(err, os.ErrPermission), strings.Contains(msg, syscall.EACCES.Error()):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, os.ErrPermission)
 	case strings.Contains(msg, syscall.EROFS.Error()):

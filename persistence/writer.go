@@ -369,6 +369,10 @@ func (s *Store) write(op, jobID string, j *JobRecord, t *TargetRecord, done func
 		done(fmt.Errorf("%s: %w: a result of %d bytes", op, ErrTooLarge, len(t.Result)))
 		return
 	}
+	if s.readOnly { // no writer goroutine runs
+		done(errReadOnly(op))
+		return
+	}
 	s.queue(newWrite(op, id, j, t, done))
 }
 
