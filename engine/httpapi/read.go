@@ -67,11 +67,17 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 		return
 	}
 	if wait > 0 && engine.IsLive(j.Status) {
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
-		_, err := h.r.Wait(ctx, j.ID)
-		stop()
-		cancel()
+		var err error
+		waited := waiting(r, func() { // not holding a turn while it waits
+			ctx, cancel := context.WithTimeout(r.Context(), wait)
+			stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
+			_, err = h.r.Wait(ctx, j.ID)
+			stop()
+			cancel()
+		})
+		if !waited {
+			return // the client has gone
+		}
 		if errors.Is(err, engine.ErrNotFound) {
 			writeJobNotFound(w)
 			return
@@ -87,7 +93,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 	}
 	h.r.Touch(job.ID)
 	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
-	h.writeJob(w, job, targets, withResults)
+	h.writeJob(w, r, job, targets, withResults)
 }
 
 // writeJob streams a job as JSON: its head, then each target, with its
@@ -96,7 +102,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 // can no longer be read (the job was deleted meanwhile), the answer ends
 // there: the connection is dropped before the end of the body, so that a
 // client cannot take it for a whole one, and the JSON is left incomplete.
-func (h *Handler) writeJob(w http.ResponseWriter, job engine.Job, targets []engine.TargetStatus, withResults bool) {
+func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Job, targets []engine.TargetStatus, withResults bool) {
 	setJSONHeaders(w)
 	w.WriteHeader(http.StatusOK)
 	var buf bytes.Buffer
@@ -128,7 +134,8 @@ func (h *Handler) writeJob(w http.ResponseWriter, job engine.Job, targets []engi
 			panic(http.ErrAbortHandler) // net/http drops the connection, before the body's end
 		}
 		appendTarget(&buf, enc, t, res)
-		if _, err := w.Write(buf.Bytes()); err != nil {
+		var err error
+		if !waiting(r, func() { _, err = w.Write(buf.Bytes()) }) || err != nil { // a slow reader holds no turn
 			return // the client is gone
 		}
 		buf.Reset()

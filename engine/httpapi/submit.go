@@ -34,7 +34,9 @@ type submitResponse struct {
 
 // submit is POST /v1/batch.
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
+	var body []byte
+	var err error
+	turned := waiting(r, func() { body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody)) })
 	var (
 		tooBig  *http.MaxBytesError
 		netErr  net.Error
@@ -53,6 +55,9 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		// A malformed body encoding (bad chunked), or a connection cut.
 		writeError(w, http.StatusBadRequest, "bad request body", "send the body whole, with a correct Content-Length or chunked encoding")
 		return
+	}
+	if !turned {
+		return // the client has gone
 	}
 	const shape = `send {"targets":[{"url":"https://…","options":{…}}]}`
 	if len(bytes.TrimSpace(body)) == 0 {
