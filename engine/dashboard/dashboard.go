@@ -227,7 +227,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser sends
+	// "Origin: null" on a form POST, which sameOrigin refuses.
+	hd.Set("Referrer-Policy", "same-origin")
 	if r.Method == http.MethodPost && !sameOrigin(r) {
 		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form was sent from another site."})
 		return
