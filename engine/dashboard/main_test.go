@@ -97,7 +97,8 @@ func (s *syncBuffer) String() string {
 }
 
 // fakeFetch answers from the URL: ".../hold" waits for release (or the
-// runner's close), ".../fail" fails with a hint, anything else succeeds.
+// runner's close), ".../stuck" for the runner's close, ".../fail" fails
+// with a hint, anything else succeeds.
 func fakeFetch(release <-chan struct{}) engine.FetchFunc {
 	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
 		switch {
@@ -107,6 +108,9 @@ func fakeFetch(release <-chan struct{}) engine.FetchFunc {
 			case <-ctx.Done():
 				return engine.Result{}, ctx.Err()
 			}
+		case strings.HasSuffix(t.URL, "/stuck"):
+			<-ctx.Done() // until the runner closes
+			return engine.Result{}, ctx.Err()
 		case strings.HasSuffix(t.URL, "/fail"):
 			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
 		}
