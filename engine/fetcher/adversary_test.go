@@ -423,6 +423,7 @@ func TestAdversary_JQBounds(t *testing.T) {
 	t.Setenv("SIFTBATCH_ADV_SECRET", "s3cr3t-env-value")
 	s := advJSONSite(t, `{"items":[{"name":"a"},{"name":"b"}],"n":1}`)
 	f, _ := advFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 64 << 10})
+	//lint:ignore ST1008 a test helper that reads as the three values it reports
 	run := func(program string) (engine.Result, error, time.Duration) {
 		t.Helper()
 		if err := f.Check(engine.Target{URL: s.URL, Options: engine.Options{JQ: program}}); err != nil {
