@@ -95,6 +95,7 @@ type Options struct {
 // runner is what the dashboard asks of an [*engine.Runner].
 type runner interface {
 	Live() []engine.Job
+	List(caller string, opt engine.ListOptions) ([]engine.Job, string, error)
 	Job(id string) (engine.Job, bool)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	Result(id string, idx int) (*engine.Result, bool)

@@ -50,6 +50,16 @@ func TestDashboard_Isolation(t *testing.T) {
 		if !strings.Contains(page.body, id) {
 			t.Fatalf("alice's overview lacks her job: %s", page.body)
 		}
+		// Bob's job that ended before any page looked is listed for bob
+		// (Runner.List), never for alice.
+		bobs := b.submit(t, "bob", "https://bob.example/x")
+		b.waitTerminal(t, bobs)
+		if strings.Contains(b.do(t, alice, http.MethodGet, "/ui/", nil).body, bobs) {
+			t.Fatal("alice's overview shows bob's finished job")
+		}
+		if body := b.do(t, bob, http.MethodGet, "/ui/", nil).body; !strings.Contains(body, bobs) || !strings.Contains(body, `s-done">done`) {
+			t.Fatalf("bob's overview lacks his finished job: %s", body)
+		}
 		job := b.do(t, alice, http.MethodGet, "/ui/jobs/"+id, nil)
 		if job.code != http.StatusOK || !strings.Contains(job.body, secretURL) || !strings.Contains(job.body, `id="cancel"`) {
 			t.Fatalf("alice's job page: %d %s", job.code, job.body)

@@ -60,9 +60,10 @@ func (h *Handler) tick(now time.Time) {
 }
 
 // recent are the jobs the dashboard has seen, live or opened, newest
-// first, so that the overview can list the ones that have finished. The
-// engine has no listing across callers yet: a job that started and ended
-// between two looks is not listed. Safe for concurrent use.
+// first, so that the admin's overview can list the ones that have
+// finished. The engine has no listing across callers yet: a job that
+// started and ended between two looks is not listed. Safe for concurrent
+// use.
 type recent struct {
 	mu   sync.Mutex
 	ids  []string // oldest first

@@ -179,7 +179,7 @@ func (h *Handler) overviewView(ss *session) overviewView {
 		}
 	}
 	v.Mine = counts[ss.name]
-	for _, j := range h.recent.finished(func(j engine.Job) bool { return ss.admin || j.Caller == ss.name }, recentRows) {
+	for _, j := range h.finished(ss) {
 		v.Recent = append(v.Recent, newJobView(j, ss.admin))
 	}
 	if !ss.admin {
@@ -202,6 +202,19 @@ func (h *Handler) overviewView(ss *session) overviewView {
 	}
 	v.Charts = h.stats.charts()
 	return v
+}
+
+// finished returns the recently finished jobs the session may see: a
+// caller's from [engine.Runner.List]; for an admin, the ones the
+// dashboard has seen live or opened, since the engine has no listing
+// across callers.
+func (h *Handler) finished(ss *session) []engine.Job {
+	if !ss.admin {
+		if jobs, _, err := h.r.List(ss.name, engine.ListOptions{Status: "terminal", Limit: recentRows}); err == nil {
+			return jobs
+		}
+	}
+	return h.recent.finished(func(j engine.Job) bool { return ss.admin || j.Caller == ss.name }, recentRows)
 }
 
 // validID matches a job id: 32 lowercase hex digits.
