@@ -324,7 +324,7 @@ func TestHelp(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"demo":  {"jobs", "targets", "workers", "data"},
-		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "log-level"},
+		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "ui-session", "tls-proxy", "log-level"},
 		"jobs":  {"data"},
 		"show":  {"data", "results"},
 	}
@@ -662,6 +662,7 @@ func TestServe_FlagBounds(t *testing.T) {
 		{"retry-wait", "-1s", "--retry-wait must be a positive duration such as 2s (got -1s)"},
 		{"retry-for", "0s", "--retry-for must be a positive duration such as 10m (got 0s)"},
 		{"fetch-timeout", "-1s", "--fetch-timeout must be a positive duration such as 3m30s (got -1s)"},
+		{"ui-session", "0s", "--ui-session must be a positive duration such as 12h (got 0s)"},
 		{"log-level", "loud", `--log-level must be debug, info, warn or error (got "loud")`},
 		{"workers", "two", `invalid value "two" for flag -workers`},
 		{"addr", "nowhere", `--addr "nowhere" is not an address to listen on`},

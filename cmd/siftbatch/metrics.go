@@ -11,10 +11,11 @@ import (
 )
 
 // newMetrics returns serve's metrics, on a registry of their own with the
-// Go and process collectors, and the handler of GET /metrics.
-func newMetrics() (*metrics.Metrics, http.Handler) {
+// Go and process collectors (which the dashboard's charts read too), and
+// the handler of GET /metrics.
+func newMetrics() (*metrics.Metrics, *prometheus.Registry, http.Handler) {
 	m := metrics.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	return m, reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }

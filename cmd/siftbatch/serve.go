@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
@@ -22,6 +23,7 @@ import (
 const (
 	routeMetrics = "GET /metrics"
 	routeHealth  = "GET /healthz"
+	routeUI      = dashboard.Prefix
 )
 
 // Server timeouts. shutdownTimeout is how long a stop waits for requests in
@@ -44,6 +46,8 @@ type serveFlags struct {
 	logLevel     string
 	fetchTimeout time.Duration
 	maxBody      int64
+	uiSession    time.Duration
+	tlsProxy     bool
 	cfg          engine.Config
 
 	// fetcherHook, set by tests only, adjusts the fetcher's options (a
@@ -69,14 +73,16 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f serveFlags
 	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz. Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
-	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted] (required). A key's class\n(standard, or restricted) is passed to the runner for sift's own use; this server\ntreats both alike")
+	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
 	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
+	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
+	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure")
 	addConfigFlags(fs, &f.cfg)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
@@ -118,7 +124,7 @@ const maxMaxBody = 16 << 20
 // its allowed range in the message: a usage error, before anything starts.
 func (f *serveFlags) validate() error {
 	if f.keys == "" {
-		return cmdUsageErrorf("serve", "--keys is required (a file of lines NAME KEY [restricted])")
+		return cmdUsageErrorf("serve", "--keys is required (a file of lines NAME KEY [restricted|admin])")
 	}
 	c := &f.cfg
 	for _, check := range []struct {
@@ -137,6 +143,7 @@ func (f *serveFlags) validate() error {
 		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
 		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
 		{"fetch-timeout", f.fetchTimeout > 0, "a positive duration such as 3m30s", f.fetchTimeout},
+		{"ui-session", f.uiSession > 0, "a positive duration such as 12h", f.uiSession},
 	} {
 		if !check.ok {
 			return cmdUsageErrorf("serve", "--%s must be %s (got %v)", check.flag, check.want, check.got)
@@ -165,6 +172,7 @@ func listenError(addr string, err error) error {
 // server is serve's running parts, in the order they are stopped.
 type server struct {
 	http    *http.Server
+	ui      *dashboard.Handler
 	runner  *engine.Runner
 	fetcher *fetcher.Fetcher
 	store   *persistence.Store
@@ -187,7 +195,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
-	m, scrape := newMetrics()
+	m, reg, scrape := newMetrics()
 	cfg := f.cfg
 	cfg.Hooks = m.Hooks()
 	runner, err := engine.New(store, fetch.Fetch, cfg, log)
@@ -210,8 +218,22 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
+	ui, err := dashboard.New(runner, keys, dashboard.Options{
+		SessionTTL: f.uiSession,
+		TLSProxy:   f.tlsProxy,
+		Config:     cfg,
+		Gatherer:   reg,
+		Log:        log,
+	})
+	if err != nil {
+		runner.Close()
+		fetch.Close()
+		_ = store.Close()
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
+	mux.Handle(routeUI, m.Middleware(routeUI, ui))
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
 	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
 	hs := &http.Server{
@@ -224,7 +246,8 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
-	return &server{http: hs, runner: runner, fetcher: fetch, store: store, log: log}, nil
+	hs.RegisterOnShutdown(ui.Close)     // and so does a dashboard's event stream
+	return &server{http: hs, ui: ui, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
 // health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
@@ -274,6 +297,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 
 // close closes the runner (waiting for a fetch in flight), then the store.
 func (s *server) close() error {
+	s.ui.Close()
 	s.runner.Close()
 	s.fetcher.Close()
 	if err := s.store.Close(); err != nil {

@@ -31,6 +31,7 @@ const (
 	sessionAlice   = "alice-0d5b1f0c9a7e4c1b8f3e"
 	sessionBob     = "bob-6a2c9e4f7b1d3a5c8e0f"
 	sessionCarol   = "carol-3f8a1c6e2b9d4f7a0c5e"
+	sessionRoot    = "root-5e2a9c7f1b4d8e0a3c6f"
 	sessionInvalid = "invalid-9c4e7a2f5b8d1e3a6c0f"
 	panicValue     = "PANIC-VALUE-7e1f"
 )
@@ -78,7 +79,7 @@ func startSession(t *testing.T) *serveSession {
 	}))
 	s.siteHost = strings.TrimPrefix(s.site.URL, "http://")
 	siteAddr := netip.MustParseAddrPort(s.siteHost)
-	keys, err := httpapi.ReadKeys(strings.NewReader(fmt.Sprintf("alice %s\nbob %s\ncarol %s restricted\n", sessionAlice, sessionBob, sessionCarol)))
+	keys, err := httpapi.ReadKeys(strings.NewReader(fmt.Sprintf("alice %s\nbob %s\ncarol %s restricted\nroot %s admin\n", sessionAlice, sessionBob, sessionCarol, sessionRoot)))
 	if err != nil {
 		t.Fatal(err)
 	}

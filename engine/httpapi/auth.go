@@ -17,10 +17,13 @@ import (
 
 // Caller classes, as the key file names them. The handler passes a
 // caller's class to [engine.Runner.Submit], which hands it to nothing but
-// the embedder: the standalone server treats both alike.
+// the embedder: the API treats them all alike. The dashboard (package
+// github.com/sift/batch/engine/dashboard) shows an admin every caller's
+// jobs and the runner's state, and lets it cancel any job.
 const (
 	ClassStandard   = "standard"
 	ClassRestricted = "restricted"
+	ClassAdmin      = "admin"
 )
 
 // ErrUnknownKey is returned, possibly wrapped, by an [Authenticator] for a
@@ -50,7 +53,7 @@ func (f AuthenticatorFunc) Authenticate(ctx context.Context, key string) (*engin
 }
 
 // Keys is the [Authenticator] of a key file: one key a line,
-// "NAME KEY [restricted]"; blank lines and lines starting with # are
+// "NAME KEY [restricted|admin]"; blank lines and lines starting with # are
 // skipped. Only each key's SHA-256 is kept. A Keys is read-only once made
 // and safe for concurrent use.
 type Keys struct{ keys []apiKey }
@@ -84,13 +87,13 @@ func ReadKeys(r io.Reader) (*Keys, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) < 2 || len(fields) > 3 || (len(fields) == 3 && fields[2] != ClassRestricted) {
-			return nil, fmt.Errorf("keys line %d: want NAME KEY [restricted]", n)
+		if len(fields) < 2 || len(fields) > 3 || (len(fields) == 3 && fields[2] != ClassRestricted && fields[2] != ClassAdmin) {
+			return nil, fmt.Errorf("keys line %d: want NAME KEY [restricted|admin]", n)
 		}
 		k := apiKey{name: fields[0], sum: sha256.Sum256([]byte(fields[1])), class: ClassStandard}
 		k.sumHex = hex.EncodeToString(k.sum[:])
 		if len(fields) == 3 {
-			k.class = ClassRestricted
+			k.class = fields[2]
 		}
 		for _, other := range kr.keys {
 			if other.sum == k.sum {

@@ -28,12 +28,19 @@ func TestKeys(t *testing.T) {
 	if c, class, err := kr.Authenticate(ctx, "alice-key"); err != nil || c.Name != "alice" || class != httpapi.ClassStandard || len(c.KeySHA256) != 64 {
 		t.Fatalf("alice: %+v %q %v", c, class, err)
 	}
+	admin, err := httpapi.ReadKeys(strings.NewReader("root root-key admin\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, class, err := admin.Authenticate(ctx, "root-key"); err != nil || c.Name != "root" || class != httpapi.ClassAdmin {
+		t.Fatalf("root: %+v %q %v", c, class, err)
+	}
 	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
 		if _, _, err := kr.Authenticate(ctx, bad); !errors.Is(err, httpapi.ErrUnknownKey) {
 			t.Errorf("%q: %v, want ErrUnknownKey", bad, err)
 		}
 	}
-	for _, bad := range []string{"onlyname\n", "a k1 admin\n", "a k1\nb k1\n", "# nothing\n", "a b c d\n"} {
+	for _, bad := range []string{"onlyname\n", "a k1 root\n", "a k1\nb k1\n", "# nothing\n", "a b c d\n"} {
 		_, err := httpapi.ReadKeys(strings.NewReader(bad))
 		if err == nil {
 			t.Errorf("%q accepted", bad)

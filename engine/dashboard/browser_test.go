@@ -1,0 +1,282 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// chromiumPath returns Chromium's path, or skips the test with one line
+// naming the package when it is not installed.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("SIFTBATCH_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Skip("engine/dashboard: browser tests skipped: chromium is not installed (apt-get install chromium)")
+	return ""
+}
+
+// browserSession is a headless Chromium driven through chromedp, with
+// every console error and uncaught exception it reports.
+type browserSession struct {
+	ctx  context.Context
+	shot string // where screenshots go
+
+	mu     sync.Mutex
+	errors []string
+}
+
+// startBrowser starts a fresh headless Chromium (its own profile, no
+// network but loopback use, no background traffic) at 1280×800.
+func startBrowser(t *testing.T) *browserSession {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // root in a container
+		chromedp.Headless,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	s := &browserSession{ctx: ctx, shot: t.TempDir()}
+	// Every console message, gathered until the browser stops: the
+	// subscription starts the browser.
+	messages := chromedp.Console(ctx)
+	gathered := make(chan struct{})
+	go func() {
+		defer close(gathered)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == "error" || m.IsException() {
+				s.mu.Lock()
+				s.errors = append(s.errors, m.String())
+				s.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+		<-gathered
+	})
+	return s
+}
+
+// run does the steps, each bounded by a minute, failing the test on an
+// error.
+func (s *browserSession) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression.
+func eval[T any](t *testing.T, s *browserSession, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot saves the whole page as name.png under the test's temp dir
+// (and under $SIFTBATCH_SCREENSHOTS, if set).
+func (s *browserSession) screenshot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	for _, dir := range []string{s.shot, os.Getenv("SIFTBATCH_SCREENSHOTS")} {
+		if dir == "" {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// poll waits until the JavaScript expression is true, for up to 10 s.
+func poll(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
+}
+
+// click clicks the element sel selects. A live page may replace the
+// element between the query and the click (an update over the event
+// stream): the click is then tried again, for up to 10 s.
+func (s *browserSession) click(t *testing.T, what, sel string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "find node") {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+// wait waits until the JavaScript expression is true, for up to 10 s,
+// across a navigation (a form's POST and its redirect): a poll that the
+// navigation cut short is started again on the new page.
+func (s *browserSession) wait(t *testing.T, what, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		err := chromedp.Do(ctx, poll(expr))
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "context with specified id")) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+func (s *browserSession) consoleErrors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.errors...)
+}
+
+// TestDashboard_Browser drives the dashboard in headless Chromium: sign
+// in, the overview updating while a job runs (no reload), the job page,
+// cancel, a result, sign out, the admin's view, at desktop and phone
+// width; no page logs a console error.
+func TestDashboard_Browser(t *testing.T) {
+	b := setup(t)
+	br := startBrowser(t)
+	home := b.url + "/ui/"
+
+	// Sign in through the form, with the keyboard.
+	br.run(t, "sign-in form",
+		chromedp.Navigate(home),
+		chromedp.WaitVisible(chromedp.CSS("#key")),
+		chromedp.SendKeys(chromedp.CSS("#key"), "alice-key"+kb.Enter),
+	)
+	br.wait(t, "the overview", `!!document.querySelector('#live') && document.title.startsWith('Overview')`)
+	br.run(t, "keyboard", chromedp.KeyEvent(kb.Tab))
+	if skip := eval[string](t, br, `document.activeElement.className`); skip != "skip" {
+		t.Errorf("the first Tab focuses %q, want the skip link", skip)
+	}
+	eval[bool](t, br, `document.activeElement.blur(), true`)
+
+	// The overview shows a job submitted after it loaded, without a reload.
+	eval[bool](t, br, `window.notReloaded = true`)
+	a := b.submit(t, "alice", "https://example.com/a/hold", "https://example.com/a/ok", "https://example.com/a/fail")
+	br.wait(t, "the job to appear live", fmt.Sprintf(`document.querySelector('#live').textContent.includes(%q) && !!document.querySelector('#live .b-flight')`, a[:8]))
+	br.screenshot(t, "overview-desktop")
+
+	// The job page, and cancel.
+	br.click(t, "open the job", fmt.Sprintf(`a[href="/ui/jobs/%s"]`, a))
+	br.wait(t, "the job page", `!!document.querySelector('#cancel') && document.querySelector('#job-status').textContent === 'running'`)
+	br.screenshot(t, "job-desktop")
+	br.click(t, "cancel", "#cancel")
+	br.wait(t, "the job page after cancel", `!!document.querySelector('#job-status') && document.querySelector('#job-status').textContent === 'cancelled' && !document.querySelector('#cancel')`)
+
+	// A second job runs to its end while the overview watches.
+	br.run(t, "back to the overview", chromedp.Navigate(home))
+	br.wait(t, "the overview", `!!document.querySelector('#live')`)
+	eval[bool](t, br, `window.notReloaded = true`)
+	c := b.submit(t, "alice", "https://example.com/c/hold", "https://example.com/c/ok", "https://example.com/c/fail")
+	br.wait(t, "the second job to appear", fmt.Sprintf(`document.querySelector('#live').textContent.includes(%q)`, c[:8]))
+	b.release()
+	br.wait(t, "it to finish, live", fmt.Sprintf(`[...document.querySelectorAll('#recent-h ~ ol .job')].some(li => li.textContent.includes(%q) && li.textContent.includes('partial'))`, c[:8]))
+	if !eval[bool](t, br, `window.notReloaded === true`) {
+		t.Fatal("the overview reloaded instead of updating")
+	}
+
+	// A result's first bytes.
+	br.run(t, "the job page", chromedp.Navigate(b.url+"/ui/jobs/"+c), chromedp.WaitVisible(chromedp.CSS(`a[href$="/1"]`)))
+	br.click(t, "open a result", `a[href$="/1"]`)
+	br.wait(t, "the result page", `!!document.querySelector('pre.content')`)
+	if content := eval[string](t, br, `document.querySelector('pre.content').textContent`); !strings.Contains(content, "<h1>page</h1> of https://example.com/c/ok") {
+		t.Fatalf("result content %q", content)
+	}
+
+	// Phone width: nothing wider than the screen.
+	br.run(t, "phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)), chromedp.Navigate(b.url+"/ui/jobs/"+c))
+	br.wait(t, "the job page", `!!document.querySelector('#live')`)
+	br.screenshot(t, "job-phone")
+	if !eval[bool](t, br, `document.documentElement.scrollWidth <= window.innerWidth`) {
+		t.Error("the job page is wider than a 390-px phone")
+	}
+	br.run(t, "phone overview", chromedp.Navigate(home))
+	br.wait(t, "the overview", `!!document.querySelector('#live')`)
+	br.screenshot(t, "overview-phone")
+	if !eval[bool](t, br, `document.documentElement.scrollWidth <= window.innerWidth`) {
+		t.Error("the overview is wider than a 390-px phone")
+	}
+
+	// Sign out.
+	br.run(t, "desktop width", chromedp.EmulateViewport(1280, 800))
+	br.click(t, "sign out", "#signout")
+	br.wait(t, "the sign-in form", `!!document.querySelector('#key')`)
+
+	// The admin's view, in dark mode: every caller's jobs, the charts,
+	// and a cancel of bob's job.
+	d := b.submit(t, "bob", "https://example.com/d/stuck")
+	br.run(t, "admin sign-in",
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+			return err
+		}),
+		chromedp.SendKeys(chromedp.CSS("#key"), "root-key"),
+		chromedp.Click(chromedp.CSS("#signin")),
+	)
+	br.wait(t, "the admin's overview", fmt.Sprintf(`!!document.querySelector('.charts') && document.querySelectorAll('.chart polyline').length === 3 && document.querySelector('#live').textContent.includes(%q)`, d[:8]))
+	br.screenshot(t, "admin-dark")
+	br.click(t, "open bob's job", fmt.Sprintf(`a[href="/ui/jobs/%s"]`, d))
+	br.wait(t, "bob's job page", `!!document.querySelector('#cancel')`)
+	br.click(t, "admin cancel", "#cancel")
+	br.wait(t, "bob's job cancelled", `!!document.querySelector('#job-status') && document.querySelector('#job-status').textContent === 'cancelled'`)
+	br.click(t, "sign out", "#signout")
+	br.wait(t, "the sign-in form", `!!document.querySelector('#key')`)
+
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+	t.Logf("screenshots in %s", br.shot)
+}

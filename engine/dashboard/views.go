@@ -1,0 +1,381 @@
+package dashboard
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sift/batch/engine"
+)
+
+// previewBytes is how much of a result's content its page shows.
+const previewBytes = 4 << 10
+
+// recentRows is how many finished jobs the overview lists.
+const recentRows = 10
+
+var funcs = template.FuncMap{}
+
+// pageData is what every page template gets.
+type pageData struct {
+	Title string
+	User  *userView // nil when signed out
+	// Stream is the URL of the page's event stream; set on live pages.
+	Stream string
+	Body   any
+}
+
+// userView is who is signed in, as the header shows it.
+type userView struct {
+	Name  string
+	Admin bool
+	CSRF  string
+}
+
+type errorPage struct {
+	Title string
+	Msg   string
+	Back  string
+}
+
+type signInPage struct{ Msg string }
+
+// page renders a page for someone who is not (or no longer) signed in.
+func (h *Handler) page(w http.ResponseWriter, code int, name string, body any) {
+	title := "Sign in"
+	if e, ok := body.(errorPage); ok {
+		title = e.Title
+	}
+	h.render(w, code, name, pageData{Title: title, Body: body})
+}
+
+// render writes a page: the template name executed with d.
+func (h *Handler) render(w http.ResponseWriter, code int, name string, d pageData) {
+	var buf bytes.Buffer
+	if err := h.tpl.ExecuteTemplate(&buf, name, d); err != nil {
+		h.log.Error("dashboard template failed: a possible bug in siftbatch", slog.String("template", name))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func user(ss *session) *userView { return &userView{Name: ss.name, Admin: ss.admin, CSRF: ss.csrf} }
+
+// overview is GET /ui/: the sign-in form, or the overview of the jobs the
+// session may see.
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	ss, ok := h.session(r)
+	if !ok {
+		h.page(w, http.StatusOK, "signin", signInPage{})
+		return
+	}
+	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(ss)})
+}
+
+// jobView is one job as a row of the overview shows it.
+type jobView struct {
+	ID         string
+	Caller     string
+	ShowCaller bool
+	Status     string
+	Error      string
+	Created    string
+	Total      int
+	Done       int
+	Failed     int
+	Live       bool
+	Bar        barView
+}
+
+// barView is a progress bar: succeeded, failed, the target in flight
+// (the next one, while the job runs: a job's targets go one at a time),
+// and the pending rest, as percentages of the SVG's width.
+type barView struct {
+	OkPct, FailPct      float64
+	FlightX, FlightPct  float64
+	Flight              bool
+	Ok, Failed, Pending int
+}
+
+func newBar(j engine.Job) barView {
+	b := barView{Ok: j.TargetsDone - j.TargetsFailed, Failed: j.TargetsFailed, Pending: j.TargetsTotal - j.TargetsDone}
+	if j.TargetsTotal <= 0 {
+		return b
+	}
+	unit := 100 / float64(j.TargetsTotal)
+	b.OkPct = round2(float64(b.Ok) * unit)
+	b.FailPct = round2(float64(b.Failed) * unit)
+	if j.Status == engine.StatusRunning && b.Pending > 0 {
+		b.Flight, b.FlightX, b.FlightPct = true, round2(b.OkPct+b.FailPct), round2(unit)
+	}
+	return b
+}
+
+func round2(f float64) float64 { return float64(int(f*100+0.5)) / 100 }
+
+func newJobView(j engine.Job, showCaller bool) jobView {
+	return jobView{
+		ID: j.ID, Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
+		Created: time.Unix(j.CreatedAt, 0).UTC().Format("Jan 2 15:04:05 UTC"),
+		Total:   j.TargetsTotal, Done: j.TargetsDone, Failed: j.TargetsFailed,
+		Live: engine.IsLive(j.Status), Bar: newBar(j),
+	}
+}
+
+// callerCount is one caller's live jobs, for the admin's caps.
+type callerCount struct {
+	Name string
+	N    int
+}
+
+// overviewView is the overview's live part.
+type overviewView struct {
+	Admin  bool
+	Live   []jobView
+	Queued int
+	Recent []jobView
+
+	// A caller's own numbers.
+	Mine          int
+	JobsPerCaller int
+
+	// The admin's: the whole runner.
+	LiveTotal  int
+	JobsTotal  int
+	PerCaller  []callerCount
+	Workers    int
+	Busy       string
+	State      string
+	HookPanics uint64
+	Charts     []chartView
+}
+
+func (h *Handler) overviewView(ss *session) overviewView {
+	v := overviewView{Admin: ss.admin, JobsPerCaller: h.o.Config.JobsPerCaller}
+	counts := map[string]int{}
+	live := h.r.Live()
+	h.recent.note(live)
+	for _, j := range live {
+		counts[j.Caller]++
+		if !ss.admin && j.Caller != ss.name {
+			continue
+		}
+		v.Live = append(v.Live, newJobView(j, ss.admin))
+		if j.Status == engine.StatusQueued {
+			v.Queued++
+		}
+	}
+	v.Mine = counts[ss.name]
+	for _, j := range h.finished(ss) {
+		v.Recent = append(v.Recent, newJobView(j, ss.admin))
+	}
+	if !ss.admin {
+		return v
+	}
+	for name, n := range counts {
+		v.LiveTotal += n
+		v.PerCaller = append(v.PerCaller, callerCount{name, n})
+	}
+	slices.SortFunc(v.PerCaller, func(a, b callerCount) int { return strings.Compare(a.Name, b.Name) })
+	v.JobsTotal, v.Workers = h.o.Config.JobsTotal, h.o.Config.Workers
+	v.Busy = "—"
+	v.State = "serving"
+	if err := h.r.Err(); err != nil {
+		v.State = err.Error()
+	}
+	v.HookPanics = h.r.HookPanics()
+	if busy, ok := h.stats.busy(); ok {
+		v.Busy = strconv.Itoa(int(busy))
+	}
+	v.Charts = h.stats.charts()
+	return v
+}
+
+// finished returns the recently finished jobs the session may see: a
+// caller's from [engine.Runner.List]; for an admin, the ones the
+// dashboard has seen live or opened, since the engine has no listing
+// across callers.
+func (h *Handler) finished(ss *session) []engine.Job {
+	if !ss.admin {
+		if jobs, _, err := h.r.List(ss.name, engine.ListOptions{Status: "terminal", Limit: recentRows}); err == nil {
+			return jobs
+		}
+	}
+	return h.recent.finished(func(j engine.Job) bool { return ss.admin || j.Caller == ss.name }, recentRows)
+}
+
+// validID matches a job id: 32 lowercase hex digits.
+var validID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// findJob is GET /ui/jobs?id=ID, the overview's "open a job" form.
+func (h *Handler) findJob(w http.ResponseWriter, r *http.Request, _ *session) {
+	id := r.URL.Query().Get("id")
+	if !validID.MatchString(id) {
+		h.jobNotFound(w)
+		return
+	}
+	http.Redirect(w, r, Prefix+"jobs/"+id, http.StatusSeeOther)
+}
+
+// targetView is one target as the job page shows it.
+type targetView struct {
+	Idx    int
+	URL    string
+	Status string
+	Error  string
+	Hint   string
+	Size   string // the stored result's size, "" when none
+}
+
+// jobPageView is the job page's live part.
+type jobPageView struct {
+	Job     jobView
+	Targets []targetView
+	CSRF    string
+}
+
+// jobPageView returns the job page of id, false if the session may not
+// see it (or it is gone).
+func (h *Handler) jobPageView(id string, ss *session) (jobPageView, bool) {
+	if _, ok := h.visible(id, ss); !ok {
+		return jobPageView{}, false
+	}
+	j, ts, ok := h.r.Targets(id)
+	if !ok {
+		return jobPageView{}, false
+	}
+	v := jobPageView{Job: newJobView(j, true), CSRF: ss.csrf}
+	for _, t := range ts {
+		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+		if t.Status == engine.TargetDone {
+			if n, ok := h.sizes.get(h.r, id, t.Idx); ok {
+				tv.Size = humanBytes(n)
+			}
+		}
+		v.Targets = append(v.Targets, tv)
+	}
+	return v, true
+}
+
+// jobPage is GET /ui/jobs/{id}: every target of a job the session may
+// see; 404 for another caller's job, exactly as for a missing one.
+func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, ss *session) {
+	id := r.PathValue("id")
+	v, ok := h.jobPageView(id, ss)
+	if !ok {
+		h.jobNotFound(w)
+		return
+	}
+	h.recent.add(h.r, id)
+	h.render(w, http.StatusOK, "job", pageData{Title: "Job " + shortID(id), User: user(ss), Stream: Prefix + "events?job=" + id, Body: v})
+}
+
+// resultView is the result page.
+type resultView struct {
+	JobID     string
+	Idx       int
+	URL       string
+	Meta      []metaPair
+	Content   string
+	Size      string
+	Truncated bool
+}
+
+type metaPair struct{ Key, Value string }
+
+// resultPage is GET /ui/jobs/{id}/{idx}: the first bytes of one stored
+// result.
+func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session) {
+	id := r.PathValue("id")
+	j, ok := h.visible(id, ss)
+	idx, err := strconv.Atoi(r.PathValue("idx"))
+	if !ok || err != nil || idx < 0 || idx >= j.TargetsTotal {
+		h.jobNotFound(w)
+		return
+	}
+	_, ts, ok := h.r.Targets(id)
+	res, rok := h.r.Result(id, idx)
+	if !ok || !rok || idx >= len(ts) {
+		h.page(w, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
+		return
+	}
+	v := resultView{JobID: id, Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
+	v.Content = res.Content
+	if len(v.Content) > previewBytes {
+		cut := previewBytes
+		for cut > 0 && !utf8.RuneStart(v.Content[cut]) {
+			cut--
+		}
+		v.Content, v.Truncated = v.Content[:cut], true
+	}
+	keys := make([]string, 0, len(res.Meta))
+	for k := range res.Meta {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.Meta[k])})
+	}
+	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, shortID(id)), User: user(ss), Body: v})
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func humanBytes(n int) string {
+	switch {
+	case n < 1<<10:
+		return strconv.Itoa(n) + " B"
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// sizes caches the sizes of stored results: a result never changes once
+// stored, so each is read once. Safe for concurrent use.
+type sizes struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// maxSizes bounds the cache; past it, it starts again empty.
+const maxSizes = 10000
+
+func (s *sizes) get(r runner, id string, idx int) (int, bool) {
+	key := id + "/" + strconv.Itoa(idx)
+	s.mu.Lock()
+	n, ok := s.m[key]
+	s.mu.Unlock()
+	if ok {
+		return n, true
+	}
+	b, ok := r.ResultJSON(id, idx)
+	if !ok {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m) >= maxSizes {
+		s.m = make(map[string]int)
+	}
+	s.m[key] = len(b)
+	return len(b), true
+}
