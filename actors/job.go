@@ -310,20 +310,11 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now}
 	}
 	next := &p.next
-	next.TargetsDone++
-	if p.t.Status == persistence.TargetFailed {
-		next.TargetsFailed++
-	}
-	next.ResultBytes += int64(len(p.t.Result))
-	next.Lease = max(next.Lease, now, j.view.Touched())
-	if persistence.IsLive(next.Status) && next.TargetsDone == next.TargetsTotal {
-		switch next.TargetsFailed {
-		case 0:
-			next.Status = persistence.StatusDone
-		case next.TargetsTotal:
-			next.Status = persistence.StatusFailed
-		default:
-			next.Status = persistence.StatusPartial
+	next.CountOutcome(p.t.Status, int64(len(p.t.Result)), now)
+	next.Lease = max(next.Lease, j.view.Touched())
+	if persistence.IsLive(next.Status) {
+		if st := next.TerminalStatus(); st != "" {
+			next.Status = st
 		}
 	}
 	if !persistence.IsLive(next.Status) {
@@ -449,14 +440,7 @@ var errTooLarge = errors.New("result too large to store")
 // into a failed one with a short error, and the job's row with it.
 func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
 	if t.Status == persistence.TargetDone {
-		rec.ResultBytes -= int64(len(t.Result))
-		rec.TargetsFailed++
-		if rec.Status == persistence.StatusDone || rec.Status == persistence.StatusPartial {
-			rec.Status = persistence.StatusPartial
-			if rec.TargetsFailed == rec.TargetsTotal {
-				rec.Status = persistence.StatusFailed
-			}
-		}
+		rec.UncountResult(int64(len(t.Result)))
 	}
 	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: errTooLarge.Error(), Stored: t.Stored}
 }

@@ -171,16 +171,6 @@ func (s *supervisor) stopTimers() {
 	}
 }
 
-// reusable reports whether a stored job may answer a Submit with the same
-// idempotency key: queued, running, done or partial, and not expired.
-func (s *supervisor) reusable(j *persistence.JobRecord, now time.Time) bool {
-	switch j.Status {
-	case persistence.StatusQueued, persistence.StatusRunning, persistence.StatusDone, persistence.StatusPartial:
-		return j.Lease+int64(s.cfg.TTL) > now.UnixNano()
-	}
-	return false
-}
-
 func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if s.closing {
 		return &SubmitReply{Refused: RefusedClosed}
@@ -200,7 +190,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 			prev.Status = live.status
 		}
 	}
-	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
+	if found && prev.Caller == m.Job.Caller && prev.Reusable(s.cfg.TTL, s.cfg.Now().UnixNano()) {
 		s.cfg.hookJob(ctx, prev.ID, "reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
 	}
