@@ -102,14 +102,18 @@ func TestJob_Cancel(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	require.Equal(t, true, ts.ask(t, job, &CancelJob{ID: rec.ID}))
-	ended := next[*jobEnded](t, sup)
-	require.False(t, ended.settled, "a target is still in flight")
+	ended := next[*jobDone](t, sup)
+	require.Equal(t, jobCancelled, ended.state, "no longer live, but a target is still in flight")
+	require.Nil(t, ended.worker)
 	stored, _ := ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
 	require.Equal(t, false, ts.ask(t, job, &CancelJob{ID: rec.ID}))
 
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	free := next[*jobDone](t, sup)
+	require.Equal(t, jobCancelled, free.state, "the worker is freed; the job stays ended while its target is stored")
+	require.Equal(t, workerPID, free.worker)
+	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status, "the in-flight target does not overwrite cancelled")
 	require.True(t, stored.Settled)
@@ -130,9 +134,10 @@ func TestJob_Shutdown(t *testing.T) {
 	require.True(t, stored.Settled)
 }
 
-// While a target is being stored, the job answers Status from what is stored
-// and holds every other message until the store has answered: a Cancel then
-// is answered after it, and its own write follows the target's.
+// While a target is being stored (phase storing), readers see it running in
+// the job's snapshot, and every message waits in the stash until the store
+// has answered: a Cancel then is answered after it, and its own write
+// follows the target's.
 func TestJob_WaitsForItsStore(t *testing.T) {
 	ts := newTestSystem(t)
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
@@ -176,7 +181,7 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	res, err := cancelled.Result()
 	require.NoError(t, err)
 	require.Equal(t, true, res)
-	require.True(t, next[*jobEnded](t, sup).settled)
+	require.Equal(t, jobSettled, next[*jobDone](t, sup).state, "the stashed Cancel, handled once the store answered")
 	stored, err := ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
@@ -230,4 +235,30 @@ func TestJob_TooLarge(t *testing.T) {
 	tooLarge(&live, &persistence.TargetRecord{Status: persistence.TargetDone, Result: []byte("12345")})
 	require.Equal(t, persistence.StatusRunning, live.Status, "a live job stays live")
 	require.Equal(t, 1, live.TargetsFailed)
+}
+
+// The job's phases: every one is reachable from idle, settled is the end,
+// and to refuses a transition the table does not list.
+func TestJob_Transitions(t *testing.T) {
+	seen := map[jobPhase]bool{phaseIdle: true}
+	for todo := []jobPhase{phaseIdle}; len(todo) > 0; todo = todo[1:] {
+		for _, p := range jobTransitions[todo[0]] {
+			if !seen[p] {
+				seen[p] = true
+				todo = append(todo, p)
+			}
+		}
+	}
+	for p := range jobPhase(len(jobTransitions)) {
+		require.True(t, seen[p], "%s is reachable", p)
+		require.NotContains(t, jobTransitions[p], p, "%s: a phase does not list itself", p)
+	}
+	require.Empty(t, jobTransitions[phaseSettled], "settled is the end")
+	require.Equal(t, []jobPhase{phaseSettled}, jobTransitions[phaseUnsaved], "an unsaved job only settles")
+
+	j := &job{phase: phaseSettled}
+	require.PanicsWithValue(t, "job : no transition from settled to fetching", func() { j.to(phaseFetching) })
+	j = &job{phase: phaseIdle}
+	j.to(phaseFetching)
+	require.Equal(t, phaseFetching, j.phase)
 }

@@ -15,9 +15,8 @@ import (
 //	                     shutdownJob
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome, or abandoned at shutdown)
-//	job → supervisor:    jobDone (the worker is free, and the job's target is
-//	                     being stored; or the job is ready, waits for a retry,
-//	                     or has ended), jobEnded (cancelled)
+//	job → supervisor:    jobDone (how the job stands, a jobState: after a
+//	                     target, a cancel, a flush; frees the worker, if any)
 //	store → job:         targetWritten (a target's write has committed)
 //	timer → supervisor:  retryReady, sweepTick
 //	any → observer:      hookEvent (one hook call: see observer.go)
@@ -88,40 +87,49 @@ type fetched struct {
 	abandoned bool
 }
 
-// jobState is what a job tells the supervisor after a target.
-type jobState int
+// jobState is how a live job stands for the supervisor: the supervisor
+// keeps one per job (liveJob.state), and a job reports it in every jobDone.
+// The supervisor's transitions are in supervisor.go (supervisorTransitions).
+type jobState uint8
 
 const (
-	jobReady   jobState = iota // has a pending target, ready now
-	jobWaiting                 // its next target was busy: try after RetryWait
-	jobSettled                 // terminal, nothing in flight: stop the actor
-	// jobUnsaved: terminal, nothing in flight, but a write failed: no longer
-	// live, but the actor stays until it has written its rows (a jobEnded
-	// with settled follows).
+	jobReady    jobState = iota // live, in the rotation: has a pending target ready now
+	jobFetching                 // live, a worker on its target (set by the supervisor at dispatch)
+	jobStoring                  // live, in the rotation, its target being stored (the worker is free): not dispatched until it is
+	jobWaiting                  // live, out of the rotation: its next target was busy, tried again after RetryWait
+	// jobCancelled: no longer live (cancelled), a target of it still in
+	// flight or being stored; a report of how it ends follows.
+	jobCancelled
+	// jobUnsaved: ended, nothing in flight, but a write failed: no longer
+	// live, the actor stays until it has written its rows (a jobSettled
+	// follows).
 	jobUnsaved
-	// jobStoring: the worker is free and the target is being stored. The
-	// job keeps its place in the rotation, but is not dispatched until
-	// another jobDone (without a worker) says how it stands.
-	jobStoring
+	// jobSettled: ended and written: the supervisor stops the actor, and
+	// forgets the job once it has stopped.
+	jobSettled
+	nJobStates
 )
 
-// jobDone frees a worker (nil: none) and says how its job stands; lease is
-// the job's lease once a target has been stored (0: unchanged), status its
-// status ("" where it does not matter).
+var jobStateNames = [...]string{jobReady: "ready", jobFetching: "fetching", jobStoring: "storing", jobWaiting: "waiting",
+	jobCancelled: "cancelled", jobUnsaved: "unsaved", jobSettled: "settled"}
+
+func (s jobState) String() string { return jobStateNames[s] }
+
+// live reports whether a job in state s counts as live (queued or running):
+// for the caps, and for Hooks.Depth.
+func (s jobState) live() bool { return s <= jobWaiting }
+
+// inRotation reports whether a job in state s has its place in the rotation.
+func (s jobState) inRotation() bool { return s == jobReady || s == jobStoring }
+
+// jobDone says how a job stands, and frees a worker (nil: none); lease is
+// the job's lease as its actor holds it, status its status.
 type jobDone struct {
 	id     string
 	worker *actor.PID
 	state  jobState
 	lease  int64
 	status string
-}
-
-// jobEnded says a job was cancelled, or that an unsaved job has written its
-// rows; settled is false while a target of it is still in flight (a jobDone
-// follows) or its rows are not yet written.
-type jobEnded struct {
-	id      string
-	settled bool
 }
 
 // targetWritten is the outcome of a job's asynchronous target write.
@@ -154,6 +162,5 @@ func (*dispatch) urgent()      {}
 func (*fetch) urgent()         {}
 func (*fetched) urgent()       {}
 func (*jobDone) urgent()       {}
-func (*jobEnded) urgent()      {}
 func (*targetWritten) urgent() {}
 func (*retryReady) urgent()    {}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sift/batch/persistence"
@@ -134,7 +135,7 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	require.Equal(t, RefusedBusy, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
 
 	// A cancel frees the caps before the canceller hears back.
-	ts.sys.Root.Send(sup, &jobEnded{id: id('c'), settled: true})
+	ts.sys.Root.Send(sup, &jobDone{id: id('c'), state: jobSettled})
 	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
 }
 
@@ -196,4 +197,74 @@ func TestSupervisor_WaitsForAJobBeingStored(t *testing.T) {
 	require.Equal(t, b, d.id)
 	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled})
 	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobSettled})
+}
+
+// The supervisor's states: every one is reachable from ready, settled is the
+// end, a state that is not live never leads back to a live one, and to
+// refuses a transition the table does not list.
+func TestSupervisor_Transitions(t *testing.T) {
+	seen := map[jobState]bool{jobReady: true}
+	for todo := []jobState{jobReady}; len(todo) > 0; todo = todo[1:] {
+		for _, st := range supervisorTransitions[todo[0]] {
+			if !seen[st] {
+				seen[st] = true
+				todo = append(todo, st)
+			}
+			if !todo[0].live() {
+				require.False(t, st.live(), "%s → %s: an ended job is never live again", todo[0], st)
+			}
+		}
+	}
+	for st := range nJobStates {
+		require.True(t, seen[st], "%s is reachable", st)
+	}
+	require.Empty(t, supervisorTransitions[jobSettled])
+
+	s := &supervisor{cfg: &Config{}, perCaller: map[string]int{}}
+	j := &liveJob{id: "x", state: jobSettled}
+	require.PanicsWithValue(t, "job x: no transition from settled to ready", func() { s.to(nil, j, jobReady) })
+}
+
+// A job cancelled with a target in flight is no longer live at once (its caps
+// are free), stays out of the rotation when its worker comes back while its
+// target is stored, and the drain waits for it to settle.
+func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
+	ts := newTestSystem(t)
+	ts.cfg.JobsPerCaller = 1
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	a, b := id('a'), id('b')
+	ts.ask(t, sup, ts.submitMsg(a, "alice", 3))
+	d := next[dispatched](t, jobs)
+	require.Equal(t, a, d.id)
+
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobCancelled, status: persistence.StatusCancelled})
+	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(b, "alice", 3)).(*SubmitReply).Refused, "alice's cap is free")
+	reused := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
+	require.False(t, reused.Reused, "a cancelled job is never reused")
+	require.Equal(t, RefusedCallerBusy, reused.Refused)
+
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring}) // its target is being stored
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id, "a is not back in the rotation")
+
+	drain := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
+	drained := make(chan any, 1)
+	go func() {
+		res, _ := drain.Result()
+		drained <- res
+	}()
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobReady})
+	ts.ask(t, sup, &CancelJob{ID: id('z')}) // the supervisor has taken both
+	select {
+	case <-drained:
+		t.Fatal("the drain did not wait for a's store")
+	default:
+	}
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled, status: persistence.StatusCancelled})
+	select {
+	case res := <-drained:
+		require.Equal(t, 1, res.(*Drained).Jobs, "b was live, a was not")
+	case <-time.After(waitTimeout):
+		t.Fatal("no drain")
+	}
 }
