@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
@@ -27,32 +28,17 @@ type Outcome struct {
 // FetchFunc does target idx of the job whose payload is given.
 type FetchFunc func(ctx context.Context, payload any, idx int) Outcome
 
-// Hooks mirror engine.Hooks.
-type Hooks struct {
-	Job        func(outcome string)
-	Target     func(err error, d time.Duration, resultBytes int)
-	JobSeconds func(d time.Duration)
-	Depth      func(live int)
-	Inflight   func(n int)
-}
+// Hooks are the runner's hooks, defined once in package batchtype.
+type Hooks = batchtype.Hooks
 
-// Config is what the actors need. Every field is set (the engine applies
-// the defaults).
+// Config is what the actors need: the runner's own Config (every field set:
+// the engine applies the defaults), and what the engine wires in.
 type Config struct {
-	Store         *persistence.Store
-	Fetch         FetchFunc
-	FetchContext  context.Context // cancelled by the engine's Close
-	TTL           time.Duration
-	TargetsPerJob int
-	JobsPerCaller int
-	JobsTotal     int
-	Workers       int
-	MaxBytes      int64
-	RetryWait     time.Duration
-	RetryFor      time.Duration
-	Hooks         Hooks
-	Now           func() time.Time
-	Log           *slog.Logger
+	batchtype.Config
+	Store        *persistence.Store
+	Fetch        FetchFunc
+	FetchContext context.Context // cancelled by the engine's Close
+	Log          *slog.Logger
 	// Views is where job actors publish their state for readers.
 	Views *Views
 	// Abort is closed when the runner gives up waiting for the fetches in

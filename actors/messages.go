@@ -33,24 +33,14 @@ type Submit struct {
 	Payload any // handed to FetchFunc with each target; kept in memory only
 }
 
-// Refusal says why a Submit was refused.
-type Refusal int
-
-// The refusals, in the order the rules check them.
-const (
-	Accepted Refusal = iota
-	RefusedTooManyTargets
-	RefusedCallerBusy
-	RefusedBusy
-	RefusedClosed
-)
-
 // SubmitReply answers a [Submit]: the job's id and whether an existing job
-// was reused, or why it was refused, or the store's error.
+// was reused; or why it was refused (Refused: batchtype.ErrTooManyTargets,
+// ErrCallerBusy, ErrBusy or ErrClosed, in the order the rules check them);
+// or the store's error.
 type SubmitReply struct {
 	ID      string
 	Reused  bool
-	Refused Refusal
+	Refused error
 	Err     error
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
@@ -147,7 +148,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *Submit:
 		reply := s.submit(ctx, m)
 		ctx.Respond(reply)
-		if reply.Refused == Accepted && reply.Err == nil && !reply.Reused {
+		if reply.Refused == nil && reply.Err == nil && !reply.Reused {
 			s.dispatch(ctx)
 			s.sweepExpired(ctx)
 		}
@@ -221,7 +222,7 @@ func (s *supervisor) stopTimers() {
 
 func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if s.closing {
-		return &SubmitReply{Refused: RefusedClosed}
+		return &SubmitReply{Refused: batchtype.ErrClosed}
 	}
 	prev, found, err := s.cfg.Store.JobByKey(m.Job.Key)
 	if err != nil {
@@ -244,11 +245,11 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	}
 	switch {
 	case len(m.Targets) > s.cfg.TargetsPerJob:
-		return &SubmitReply{Refused: RefusedTooManyTargets}
+		return &SubmitReply{Refused: batchtype.ErrTooManyTargets}
 	case s.perCaller[m.Job.Caller] >= s.cfg.JobsPerCaller:
-		return &SubmitReply{Refused: RefusedCallerBusy}
+		return &SubmitReply{Refused: batchtype.ErrCallerBusy}
 	case s.live() >= s.cfg.JobsTotal:
-		return &SubmitReply{Refused: RefusedBusy}
+		return &SubmitReply{Refused: batchtype.ErrBusy}
 	}
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
 		return &SubmitReply{Err: err}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -86,7 +87,7 @@ func TestSupervisor_Rotation(t *testing.T) {
 	a, b := id('a'), id('b')
 
 	r := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
-	require.Equal(t, Accepted, r.Refused)
+	require.NoError(t, r.Refused)
 	require.Equal(t, a, r.ID)
 	d := next[dispatched](t, jobs)
 	require.Equal(t, a, d.id, "the one worker goes to a")
@@ -120,8 +121,8 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	ts.cfg.JobsPerCaller, ts.cfg.JobsTotal, ts.cfg.TargetsPerJob = 1, 2, 4
 	sup, jobs, _ := supervisorUnderTest(t, ts)
 
-	require.Equal(t, RefusedTooManyTargets, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused)
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused, batchtype.ErrTooManyTargets)
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
 	d := next[dispatched](t, jobs)
 	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 
@@ -130,13 +131,13 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	require.True(t, r.Reused)
 	require.Equal(t, id('a'), r.ID)
 
-	require.Equal(t, RefusedCallerBusy, ts.ask(t, sup, ts.submitMsg(id('b'), "alice", 1)).(*SubmitReply).Refused)
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('c'), "bob", 1)).(*SubmitReply).Refused)
-	require.Equal(t, RefusedBusy, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('b'), "alice", 1)).(*SubmitReply).Refused, batchtype.ErrCallerBusy)
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('c'), "bob", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused, batchtype.ErrBusy)
 
 	// A cancel frees the caps before the canceller hears back.
 	ts.sys.Root.Send(sup, &jobDone{id: id('c'), state: jobSettled})
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
 }
 
 func TestSupervisor_CancelRoutingAndViews(t *testing.T) {
@@ -161,7 +162,7 @@ func TestSupervisor_Drain(t *testing.T) {
 	d := next[dispatched](t, jobs)
 
 	drained := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
-	require.Equal(t, RefusedClosed, ts.ask(t, sup, ts.submitMsg(id('b'), "bob", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('b'), "bob", 1)).(*SubmitReply).Refused, batchtype.ErrClosed)
 	// The drain waits for the target in flight.
 	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 	res, err := drained.Result()
@@ -238,10 +239,10 @@ func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 	require.Equal(t, a, d.id)
 
 	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobCancelled, status: persistence.StatusCancelled})
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(b, "alice", 3)).(*SubmitReply).Refused, "alice's cap is free")
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(b, "alice", 3)).(*SubmitReply).Refused, "alice's cap is free")
 	reused := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
 	require.False(t, reused.Reused, "a cancelled job is never reused")
-	require.Equal(t, RefusedCallerBusy, reused.Refused)
+	require.ErrorIs(t, reused.Refused, batchtype.ErrCallerBusy)
 
 	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring}) // its target is being stored
 	d = next[dispatched](t, jobs)
