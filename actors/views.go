@@ -59,6 +59,11 @@ func (v *Views) add(rec *persistence.JobRecord) *View {
 
 func (v *Views) remove(id string) { v.m.Delete(id) }
 
+// Range calls fn with every view's latest snapshot until fn returns false.
+func (v *Views) Range(fn func(*Snapshot) bool) {
+	v.m.Range(func(_, x any) bool { return fn(x.(*View).Load()) })
+}
+
 // EndAll closes the ended channel of every view and forgets them all: for a
 // runner that has failed, whose jobs are settled in the store by others.
 func (v *Views) EndAll() {

@@ -220,3 +220,35 @@ func TestRunner_TouchCoalesced(t *testing.T) {
 	require.Equal(t, first, rec.Lease)
 	require.Less(t, touched.UnixNano(), b.clock.Now().UnixNano())
 }
+
+// TestRunner_Live: the live jobs in submit order, and none once they end.
+func TestRunner_Live(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	b := setup(t, func(ctx context.Context, _ *engine.Caller, _ engine.Target) (engine.Result, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{JobsPerCaller: 4})
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, b.submit(t, "alice", targets(string(rune('a'+i)), 1)))
+		b.clock.Advance(time.Millisecond)
+	}
+	live := b.r.Live()
+	require.Len(t, live, 3)
+	for i, j := range live {
+		require.Equal(t, ids[i], j.ID, "submit order")
+		require.True(t, engine.IsLive(j.Status))
+	}
+	close(gate)
+	for _, id := range ids {
+		wctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		_, err := b.r.Wait(wctx, id)
+		cancel()
+		require.NoError(t, err)
+	}
+	require.Empty(t, b.r.Live())
+}

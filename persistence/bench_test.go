@@ -315,3 +315,66 @@ func readJob(b *testing.B, s *persistence.Store, n int) string {
 	}
 	return j.ID
 }
+
+// BenchmarkStore_CallerJobs measures a page of 20 of one caller's jobs,
+// newest first ([persistence.Store.CallerJobs]), in a store of 11,000 jobs
+// of 32 targets: 1,000 the caller's, 100 each of 100 others. One op is one
+// page: the first, or the 26th (the cursor of the 25th in hand).
+func BenchmarkStore_CallerJobs(b *testing.B) {
+	for _, mode := range []string{"memory", "disk"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			dir := ""
+			if mode == "disk" {
+				dir = b.TempDir()
+			}
+			s, err := persistence.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			rng := rand.New(rand.NewPCG(3, 4))
+			ts := make([]persistence.TargetRecord, 32)
+			for i := range ts {
+				ts[i] = persistence.TargetRecord{Idx: i, URL: fmt.Sprintf("https://example.com/list/page-%d", i)}
+			}
+			at := time.Now().UnixNano()
+			for i := range 11_000 {
+				caller := "caller-" + strconv.Itoa(i%100)
+				if i%11 == 0 {
+					caller = "bench"
+				}
+				var id [16]byte
+				binary.BigEndian.PutUint64(id[:], rng.Uint64())
+				binary.BigEndian.PutUint64(id[8:], rng.Uint64())
+				j := persistence.JobRecord{ID: hex.EncodeToString(id[:]), Caller: caller, Status: persistence.StatusDone, Settled: true,
+					TargetsTotal: 32, TargetsDone: 32, Created: at + int64(i), Lease: at + int64(i)}
+				binary.BigEndian.PutUint64(j.Key[:], rng.Uint64())
+				if err := s.CreateJob(&j, ts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var after []byte
+			for range 25 {
+				_, next, err := s.CallerJobs("bench", after, 20, nil)
+				if err != nil || next == nil {
+					b.Fatal(next, err)
+				}
+				after = next
+			}
+			for _, page := range []struct {
+				name  string
+				after []byte
+			}{{"page=1", nil}, {"page=26", after}} {
+				b.Run(page.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						jobs, _, err := s.CallerJobs("bench", page.after, 20, nil)
+						if err != nil || len(jobs) != 20 {
+							b.Fatal(len(jobs), err)
+						}
+					}
+				})
+			}
+		})
+	}
+}

@@ -39,6 +39,9 @@ var (
 	// empty log file): recovering writes, which [Open] does; after that it
 	// opens read-only.
 	ErrUnclean = errors.New("store not closed cleanly")
+	// ErrBadCursor is returned by [Store.CallerJobs] for a cursor it did
+	// not make.
+	ErrBadCursor = errors.New("bad cursor")
 )
 
 // errTruncateNeeded is Badger's refusal, read-only, of a memtable log with

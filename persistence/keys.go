@@ -13,7 +13,9 @@ package persistence
 //	l <id:16>                    → "" — unsettled jobs: live, or cancelled with a target in flight; reaped by New
 //	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
 //	a <created:8> <id:16>        → "" — settled jobs by age, for eviction (oldest first)
+//	c <caller:8> <^created:8> <^id:16> → "" — a caller's jobs, newest first: caller is SHA-256(caller name)[:8]; created and id bit-inverted, so that key order is created, then id, both descending
 //	m bytes                      → uint64 big-endian: stored result bytes in all
+//	m callers                    → "" — every job has its c key (the index came after format 2: Open writes the missing ones once)
 //
 // A result longer than 512 bytes is not in its r row but in b rows of
 // 512 KiB (records.go), so that reading a job's statuses reads no result.
@@ -38,7 +40,10 @@ package persistence
 //
 // Values: see records.go. Each row starts with a format version byte.
 
-import "encoding/binary"
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
 
 const (
 	prefixJob     = 'j'
@@ -50,6 +55,7 @@ const (
 	prefixLease   = 'x'
 	prefixAge     = 'a'
 	prefixMeta    = 'm'
+	prefixCaller  = 'c'
 	idLen         = 16
 	idemKeyLen    = 32
 	targetKeyLen  = 1 + idLen + 2
@@ -57,9 +63,17 @@ const (
 	indexKeyLen   = 1 + 8 + idLen
 	jobKeyLen     = 1 + idLen
 	idemKeyPrefix = 1 + idemKeyLen
+	callerHashLen = 8
+	// callerCursorLen is a caller-index key past its prefix: what
+	// CallerJobs's cursor holds.
+	callerCursorLen = 8 + idLen
+	callerKeyLen    = 1 + callerHashLen + callerCursorLen
 )
 
-var keyBytes = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'}
+var (
+	keyBytes   = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'}
+	keyCallers = []byte{prefixMeta, 'c', 'a', 'l', 'l', 'e', 'r', 's'}
+)
 
 func jobKey(id [idLen]byte) []byte {
 	return appendJobKey(make([]byte, 0, jobKeyLen), id)
@@ -108,6 +122,34 @@ func chunkKey(id [idLen]byte, idx, chunk int) []byte {
 	k = append(append(k, prefixResult), id[:]...)
 	k = binary.BigEndian.AppendUint16(k, uint16(idx))
 	return binary.BigEndian.AppendUint16(k, uint16(chunk))
+}
+
+// callerPrefix is the prefix of a caller's c keys.
+func callerPrefix(caller string) []byte {
+	h := sha256.Sum256([]byte(caller))
+	k := make([]byte, 0, callerKeyLen)
+	return append(append(k, prefixCaller), h[:callerHashLen]...)
+}
+
+// callerKey is a job's c key.
+func callerKey(caller string, created int64, id [idLen]byte) []byte {
+	k := binary.BigEndian.AppendUint64(callerPrefix(caller), ^uint64(created))
+	for _, b := range id {
+		k = append(k, ^b)
+	}
+	return k
+}
+
+// callerKeyID returns the id at the end of a c key.
+func callerKeyID(k []byte) ([idLen]byte, bool) {
+	var id [idLen]byte
+	if len(k) != callerKeyLen {
+		return id, false
+	}
+	for i, b := range k[callerKeyLen-idLen:] {
+		id[i] = ^b
+	}
+	return id, true
 }
 
 func idemKey(key [idemKeyLen]byte) []byte {

@@ -141,7 +141,7 @@ func TestStore_Results(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			require.Zero(t, s.Bytes())
-			require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s), "no chunk left")
+			require.Equal(t, emptyStore, keysByPrefix(t, s), "no chunk left")
 		})
 	}
 }
@@ -238,7 +238,7 @@ func TestStore_OrphanChunks(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			require.Empty(t, chunksOf(t, s, id))
-			require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s))
+			require.Equal(t, emptyStore, keysByPrefix(t, s))
 			require.Zero(t, s.Bytes())
 		})
 	}
@@ -339,7 +339,7 @@ func TestStore_ReadsVersion2(t *testing.T) {
 			n, _, err := s.Sweep(50, 10)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
-			require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s))
+			require.Equal(t, emptyStore, keysByPrefix(t, s))
 		})
 	}
 }
@@ -390,6 +390,15 @@ func TestStore_OpensVersion2Store(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []JobRecord{k}, left)
 
+	// Open wrote the caller entries the store had none of.
+	for caller, id := range map[string]string{"alice": testID(1), "bob": testID(2)} {
+		jobs, next, err := s.CallerJobs(caller, nil, 10, nil)
+		require.NoError(t, err)
+		require.Nil(t, next)
+		require.Len(t, jobs, 1)
+		require.Equal(t, id, jobs[0].ID)
+	}
+
 	// A version 3 outcome, chunked, beside the version 2 one.
 	long := result(resultChunkSize+100, 3)
 	require.NoError(t, s.SaveOutcome(k.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: long, Stored: 2002}))
@@ -404,7 +413,7 @@ func TestStore_OpensVersion2Store(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Zero(t, s.Bytes())
-	require.Equal(t, map[byte]int{prefixMeta: 1}, keysByPrefix(t, s))
+	require.Equal(t, emptyStore, keysByPrefix(t, s))
 }
 
 // A deleted job leaves a tombstone for each outcome and chunk row it had,

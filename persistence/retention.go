@@ -246,10 +246,10 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 // deleteKeys is about how many keys deleting j writes: its outcomes (one
 // per target at most), its result chunks (one short chunk per target at
 // most, and maybe as many left by a failed write), the specs, job, live,
-// lease, age and idempotency keys, plus one for the write's byte total,
-// counted with each job.
+// lease, age, caller and idempotency keys, plus one for the write's byte
+// total, counted with each job.
 func deleteKeys(j *JobRecord) int {
-	return j.TargetsTotal + int(j.ResultBytes/resultChunkSize) + 2*j.TargetsTotal + 7
+	return j.TargetsTotal + int(j.ResultBytes/resultChunkSize) + 2*j.TargetsTotal + 8
 }
 
 // rowKeys returns the keys of jobs' outcome and result-chunk rows: those
@@ -282,15 +282,16 @@ func (s *Store) rowKeys(op string, jobs []JobRecord) ([][]byte, error) {
 	return keys, err
 }
 
-// deleteJob deletes j's own keys (its row, specs and index entries, and its
-// idempotency entry if it still names j); its outcome and chunk rows are
+// deleteJob deletes j's own keys (its row, specs, index entries and caller
+// entry, and its idempotency entry if it still names j); its outcome and chunk rows are
 // deleted by key (rowKeys).
 func deleteJob(txn *badger.Txn, j *JobRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
 		return ErrCorrupt
 	}
-	for _, k := range [][]byte{specsKey(id), jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id)} {
+	for _, k := range [][]byte{specsKey(id), jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id),
+		callerKey(j.Caller, j.Created, id)} {
 		if err := txn.Delete(k); err != nil {
 			return err
 		}

@@ -4,7 +4,9 @@
 //
 // The key layout and the value encodings are written down at the top of
 // keys.go and records.go. Every operation is O(1) or O(the rows it touches):
-// nothing scans all jobs except [Store.Jobs], which is for inspection.
+// nothing scans all jobs except [Store.Jobs], which is for inspection, and
+// [Open] once, the first time it opens a store written before the caller
+// index ([Store.CallerJobs]).
 //
 // A Store is safe for concurrent use. Writes are serialised by the store (the
 // byte total is read-modify-write), so they never conflict with each other.
@@ -121,8 +123,9 @@ type Store struct {
 // Open opens the store in dir, creating the directory if missing; dir ""
 // opens an in-memory store. A directory held by another process gives an
 // error wrapping [ErrInUse]; one that is not a store, or is damaged, an
-// error wrapping [ErrCorrupt]. Badger's own log lines are dropped until
-// [Store.SetLogger].
+// error wrapping [ErrCorrupt]. A store written before the caller index
+// gets its index here, once (a walk of every job row). Badger's own log
+// lines are dropped until [Store.SetLogger].
 func Open(dir string) (s *Store, err error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -151,6 +154,10 @@ func Open(dir string) (s *Store, err error) {
 	}
 	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold)}
 	if err := s.loadBytes(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.indexCallers(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}

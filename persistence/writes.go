@@ -82,8 +82,9 @@ func (s *Store) Bytes() int64 {
 }
 
 // CreateJob stores a new job and its targets' specs (URL and options) in
-// one write, with its idempotency entry (which from now on names this job)
-// and its unsettled entry. j.ID must be 32 hex characters; targets are in
+// one write, with its idempotency entry (which from now on names this job),
+// its entry in its caller's index ([Store.CallerJobs]) and its unsettled
+// entry. j.ID must be 32 hex characters; targets are in
 // idx order (targets[i] is target i, whatever its Idx), at most 0xffff.
 func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	id, ok := parseID(j.ID)
@@ -103,6 +104,9 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 			}
 		}
 		if err := txn.Set(idemKey(j.Key), id[:]); err != nil {
+			return 0, err
+		}
+		if err := txn.Set(callerKey(j.Caller, j.Created, id), nil); err != nil {
 			return 0, err
 		}
 		if j.Settled {

@@ -126,7 +126,7 @@ func TestJobs(t *testing.T) {
 	t.Run("no such directory", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "nope")
 		_, _, err := run(t, "jobs", "--data", missing)
-		if err == nil || !strings.Contains(err.Error(), "no store at") {
+		if err == nil || !strings.Contains(err.Error(), "no siftbatch store at") {
 			t.Fatalf("got %v", err)
 		}
 		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {

@@ -97,7 +97,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (err err
 	var panics deliberate
 	log := slog.New(&demoLog{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropStack}), panics: &panics})
 
-	store, err := openStore(dir, false)
+	store, err := openStore(dir)
 	if err != nil {
 		return err
 	}

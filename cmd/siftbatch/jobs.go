@@ -24,7 +24,7 @@ func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err := noArgs(fs, pos); err != nil {
 		return err
 	}
-	store, err := openStore(*data, true)
+	store, err := openForInspection(*data)
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,7 @@ type server struct {
 
 // startServer opens the store and starts the runner behind the API.
 func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
-	store, err := openStore(f.data, false)
+	store, err := openStore(f.data)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
 	"strings"
 	"sync"
@@ -358,10 +359,21 @@ func TestServe_LongPollEndsOnStop(t *testing.T) {
 	default:
 	}
 	answer := make(chan response, 1)
+	wrote := make(chan struct{})
 	go func() {
 		req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/batch/"+id+"?wait=60s", nil)
+		// The stop must come after the request reached serve: before, it
+		// would be refused, not ended.
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { close(wrote) },
+		}))
 		req.Header.Set("Authorization", "Bearer "+sessionBob)
-		resp, err := s.client.Do(req)
+		// A connection of its own: an idle one from the pool may be closed
+		// by the stop just as the request goes out, and retried on a dial
+		// the closed listener refuses.
+		fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		defer fresh.CloseIdleConnections()
+		resp, err := fresh.Do(req)
 		if err != nil {
 			answer <- response{code: -1, body: []byte(err.Error())}
 			return
@@ -371,6 +383,11 @@ func TestServe_LongPollEndsOnStop(t *testing.T) {
 		answer <- response{code: resp.StatusCode, body: b}
 	}()
 	<-s.active
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll was not sent")
+	}
 	start := time.Now()
 	s.stop()
 	if d := time.Since(start); d > shutdownTimeout/2 {

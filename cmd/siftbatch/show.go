@@ -53,7 +53,7 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		return cmdUsageErrorf("show", "want one job ID")
 	}
 	id := pos[0]
-	store, err := openStore(*data, true)
+	store, err := openForInspection(*data)
 	if err != nil {
 		return err
 	}

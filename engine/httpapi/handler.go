@@ -25,6 +25,7 @@ const (
 // The routes, each also the fixed label [Options.Wrap] is given.
 const (
 	routeSubmit = "POST /v1/batch"
+	routeList   = "GET /v1/batch"
 	routeJob    = "GET /v1/batch/{id}"
 	routeTarget = "GET /v1/batch/{id}/{idx}"
 	routeCancel = "DELETE /v1/batch/{id}"
@@ -94,6 +95,7 @@ type runner interface {
 	ResultJSON(id string, idx int) ([]byte, bool)
 	Touch(id string)
 	Wait(ctx context.Context, id string) (engine.Job, error)
+	List(caller string, opt engine.ListOptions) ([]engine.Job, string, error)
 }
 
 // Handler is the batch HTTP API of a runner, as sift exposes it: an
@@ -161,6 +163,7 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 		h.mux.Handle(route, hh)
 	}
 	handle(routeSubmit, h.submit)
+	handle(routeList, h.list)
 	handle(routeJob, h.job)
 	handle(routeTarget, h.target)
 	handle(routeCancel, h.cancel)

@@ -347,7 +347,7 @@ func TestAPI_OtherRoutes(t *testing.T) {
 	b := setup(t)
 	r := b.do(t, http.MethodPut, "/v1/batch", "alice-key", nil)
 	wantError(t, r, http.StatusMethodNotAllowed, "method not allowed")
-	if r.header.Get("Allow") != "POST" {
+	if r.header.Get("Allow") != "GET, POST" {
 		t.Fatalf("Allow %q", r.header.Get("Allow"))
 	}
 	wantError(t, b.do(t, http.MethodPost, "/v1/batch/0123456789abcdef0123456789abcdef", "alice-key", nil), http.StatusMethodNotAllowed, "method not allowed")

@@ -250,7 +250,7 @@ func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller
 		allow := ""
 		switch len(parts) {
 		case 2:
-			allow = "POST"
+			allow = "GET, POST"
 		case 3:
 			allow = "GET, DELETE"
 		case 4:

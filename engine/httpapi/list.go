@@ -1,0 +1,60 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sift/batch/engine"
+)
+
+// jobList is GET /v1/batch's answer.
+type jobList struct {
+	Jobs       []jobHead `json:"jobs"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+// list is GET /v1/batch?status=S&limit=N&cursor=C: the caller's own jobs,
+// newest first, as summaries. A bad status, limit or cursor is 400 with a
+// hint. Only the caller's jobs are listed, whatever cursor it sends.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "status", "limit", "cursor":
+		default:
+			writeError(w, http.StatusBadRequest, "unknown parameter "+strconv.Quote(k), "list takes status, limit and cursor")
+			return
+		}
+	}
+	opt := engine.ListOptions{Status: q.Get("status"), Cursor: q.Get("cursor")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > engine.MaxListLimit {
+			writeError(w, http.StatusBadRequest, "bad limit", "give limit as a whole number from 1 to "+strconv.Itoa(engine.MaxListLimit))
+			return
+		}
+		opt.Limit = n
+	}
+	jobs, next, err := h.r.List(c.Name, opt)
+	switch {
+	case errors.Is(err, engine.ErrBadList):
+		hint := "give status as one of live, queued, running, done, partial, failed, cancelled, terminal"
+		if strings.Contains(err.Error(), "cursor") {
+			hint = "give cursor as the next_cursor of the page before, or none for the first page"
+		}
+		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), engine.ErrBadList.Error()+": "), hint)
+		return
+	case err != nil:
+		h.log.Warn("list jobs", "err", "store failed")
+		writeError(w, http.StatusServiceUnavailable, "jobs cannot be listed now", "try again in a moment")
+		return
+	}
+	out := jobList{Jobs: make([]jobHead, len(jobs)), NextCursor: next}
+	for i, j := range jobs {
+		out.Jobs[i] = jobHead{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal,
+			TargetsDone: j.TargetsDone, TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,142 @@
+package persistence
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/stretchr/testify/require"
+)
+
+// callerJob stores a job of caller's created at created.
+func callerJob(t *testing.T, s *Store, n int, caller string, created int64, settled bool) JobRecord {
+	t.Helper()
+	j := JobRecord{ID: testID(n), Caller: caller, Status: StatusQueued, TargetsTotal: 1, Created: created, Lease: created}
+	j.Key[0], j.Key[1] = byte(n>>8), byte(n)
+	if settled {
+		j.Status, j.Settled = StatusDone, true
+	}
+	require.NoError(t, s.CreateJob(&j, []TargetRecord{{Idx: 0, URL: "http://a"}}))
+	return j
+}
+
+// pages lists all of caller's jobs, limit a page, and returns their ids
+// and the number of pages.
+func pages(t *testing.T, s *Store, caller string, limit int, keep func(*JobRecord) bool) ([]string, int) {
+	t.Helper()
+	var ids []string
+	var after []byte
+	for n := 1; ; n++ {
+		jobs, next, err := s.CallerJobs(caller, after, limit, keep)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(jobs), limit)
+		for _, j := range jobs {
+			require.Equal(t, caller, j.Caller)
+			ids = append(ids, j.ID)
+		}
+		if next == nil {
+			return ids, n
+		}
+		after = next
+	}
+}
+
+// TestStore_CallerJobs: a caller's jobs come newest first (created, then
+// id, both descending), a page at a time, only theirs, filtered by keep,
+// as Job reads them; deleting a job deletes its entry.
+func TestStore_CallerJobs(t *testing.T) {
+	s := mustOpen(t, "")
+	var alice []JobRecord
+	for n := range 25 {
+		created := int64(100 + n/3) // three jobs a time: ties broken by id
+		alice = append(alice, callerJob(t, s, n, "alice", created, n%2 == 0))
+		callerJob(t, s, 1000+n, "bob", created, false)
+	}
+	want := make([]string, len(alice))
+	sorted := append([]JobRecord(nil), alice...)
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a].Created != sorted[b].Created {
+			return sorted[a].Created > sorted[b].Created
+		}
+		return sorted[a].ID > sorted[b].ID
+	})
+	for i := range sorted {
+		want[i] = sorted[i].ID
+	}
+	for _, limit := range []int{1, 4, 25, 100} {
+		got, n := pages(t, s, "alice", limit, nil)
+		require.Equal(t, want, got, "limit %d", limit)
+		require.Equal(t, max(1, (len(want)+limit-1)/limit), n, "no empty page at the end")
+	}
+	bob, _ := pages(t, s, "bob", 7, nil)
+	require.Len(t, bob, 25)
+	none, _ := pages(t, s, "carol", 7, nil)
+	require.Empty(t, none)
+
+	// keep: the unsettled ones, as Job reads them (progress recounted).
+	require.NoError(t, s.SaveOutcome(alice[1].ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("{}"), Stored: 500}))
+	live, _ := pages(t, s, "alice", 3, func(j *JobRecord) bool { return !j.Settled })
+	require.Len(t, live, 12)
+	jobs, _, err := s.CallerJobs("alice", nil, 100, func(j *JobRecord) bool { return j.ID == alice[1].ID })
+	require.NoError(t, err)
+	one, err := s.Job(alice[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, []JobRecord{one}, jobs)
+	require.Equal(t, 1, one.TargetsDone)
+
+	_, _, err = s.CallerJobs("alice", []byte("not a cursor"), 3, nil)
+	require.ErrorIs(t, err, ErrBadCursor)
+
+	// Deleted with its job.
+	n, _, err := s.Sweep(1<<62, 100)
+	require.NoError(t, err)
+	require.Equal(t, 13, n)
+	left, _ := pages(t, s, "alice", 100, nil)
+	require.Len(t, left, 12)
+}
+
+// Another caller's job under this caller's prefix (two names whose SHA-256
+// begin with the same 8 bytes) is passed over.
+func TestStore_CallerJobsHashCollision(t *testing.T) {
+	s := mustOpen(t, "")
+	a := callerJob(t, s, 1, "alice", 10, false)
+	b := callerJob(t, s, 2, "bob", 20, false)
+	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
+		k := callerKey("alice", b.Created, mustID(t, b.ID)) // bob's job under alice's prefix
+		return 0, txn.Set(k, nil)
+	}))
+	jobs, next, err := s.CallerJobs("alice", nil, 10, nil)
+	require.NoError(t, err)
+	require.Nil(t, next)
+	require.Len(t, jobs, 1)
+	require.Equal(t, a.ID, jobs[0].ID)
+}
+
+// A store whose jobs have no caller entries (written before the index) is
+// indexed by the next Open, once.
+func TestStore_CallerIndexWrittenByOpen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	for n := range 10 {
+		callerJob(t, s, n, "alice", int64(n), n%2 == 0)
+	}
+	// As a store of format 2 was: no c keys, no marker.
+	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
+		for n := range 10 {
+			if err := txn.Delete(callerKey("alice", int64(n), mustID(t, testID(n)))); err != nil {
+				return 0, err
+			}
+		}
+		return 0, txn.Delete(keyCallers)
+	}))
+	ids, _ := pages(t, s, "alice", 100, nil)
+	require.Empty(t, ids)
+	require.NoError(t, s.Close())
+
+	s = mustOpen(t, dir)
+	ids, _ = pages(t, s, "alice", 3, nil)
+	require.Len(t, ids, 10)
+	require.Equal(t, testID(9), ids[0])
+	require.Equal(t, 10, keysByPrefix(t, s)[prefixCaller])
+}
