@@ -1,8 +1,19 @@
 // Package actors holds siftbatch's actors: the supervisor (it owns the
 // rotation of live jobs, the caps and idempotency decisions, retry timing and
-// the sweep), the workers (one FetchFunc call at a time each) and one actor
-// per live job (it owns that job's rows). The engine package is their only
-// user; its types are opaque here (a job's payload is `any`).
+// the sweep), the workers (one FetchFunc call at a time each), one actor per
+// live job (it owns that job's rows), and the observer (it runs the hooks).
+// The engine package is their only user; its types are opaque here (a job's
+// payload is `any`), except those defined once in engine/batchtype (Config,
+// Hooks, the errors).
+//
+// Each actor with phases is a state machine with its table in one place: a
+// job actor's phase (job.go: jobTransitions) and the supervisor's one state
+// per job (supervisor.go: supervisorTransitions, the states in messages.go).
+// The messages are in messages.go, the protocol at its top. The rules of the
+// domain (terminal status, expiry, reuse, progress) are not here: they are
+// methods of persistence.JobRecord (persistence/rules.go). How each kind of
+// failure is contained: docs/RELIABILITY.md §7; the whole picture:
+// docs/ARCHITECTURE.md.
 package actors
 
 import (

@@ -7,23 +7,30 @@ import (
 	"github.com/sift/batch/persistence"
 )
 
-// The protocol, one way where it can be:
+// The protocol, one way where it can be (docs/ARCHITECTURE.md draws it,
+// with the states):
 //
 //	engine → supervisor: Submit, CancelJob, Drain
-//	supervisor → job:    dispatch (a worker is free for you); CancelJob
-//	                     (forwarded: the engine's future gets the answer);
-//	                     shutdownJob
+//	supervisor → job:    dispatch (a worker is yours for one target);
+//	                     CancelJob (forwarded: the engine's future gets the
+//	                     answer); shutdownJob (the drain)
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome, or abandoned at shutdown)
-//	job → supervisor:    jobDone (how the job stands, a jobState: after a
-//	                     target, a cancel, a flush; frees the worker, if any)
-//	store → job:         targetWritten (a target's write has committed)
+//	job → store:         SaveOutcomeAsync / SaveTargetAsync (group commit)
+//	store → job:         targetWritten (the write has committed, or failed)
+//	job → supervisor:    jobDone (how the job stands now, a jobState: after
+//	                     a stored target, a busy answer, a cancel, a flush;
+//	                     it gives the worker back, if it holds one)
 //	timer → supervisor:  retryReady, sweepTick
+//	timer → job:         flushTick (an unsaved job writes again)
 //	any → observer:      hookEvent (one hook call: see observer.go)
 //
-// Reads send no message: each job actor publishes a Snapshot in Views.
-// A worker's panic reaches the supervisor's strategy as a failure carrying
-// the fetch; the strategy answers the job with an "internal error" fetched.
+// A worker is the job's from dispatch until its target is stored: a job's
+// next target never starts before the last is stored, and the rotation's
+// order needs no other rule. Reads send no message: each job actor
+// publishes a Snapshot in Views. A worker's panic reaches the supervisor's
+// strategy as a failure carrying the fetch; the strategy answers the job
+// with an "internal error" fetched.
 
 // Submit asks the supervisor to create a job, after the idempotency check
 // and the caps. The reply is a [*SubmitReply].
