@@ -3,10 +3,10 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo install readme test test/race lint build examples bench bench/rss bench/profile fmt tidy
+.PHONY: help demo install readme test test/race lint build examples bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 demo: ## run the live demo: a fixture server, several jobs, progress bars, a summary
 	$(GO) run ./cmd/siftbatch demo
@@ -34,8 +34,9 @@ build: ## build the command and every example
 examples: ## build every example
 	$(GO) build ./examples/...
 
-# make bench: the figures of docs/PERFORMANCE.md (issue 4), each benchmark
-# -count=$(BENCHCOUNT), medians by benchstat; about 6 minutes on 2 cores.
+# make bench: the figures of docs/PERFORMANCE.md (issues 4 and 9), each
+# benchmark -count=$(BENCHCOUNT) (the polling load $(POLLCOUNT)), medians by
+# benchstat; about 8 minutes on 2 cores.
 # Raw results stay in $(BENCHDIR)/. The heavy ones (a whole store swept, 10,000
 # jobs, a process's peak RSS) are one op per run: -benchtime 1x.
 BENCHDIR   ?= bench.out
@@ -51,12 +52,43 @@ bench: ## run every benchmark (-count=5) and print the medians (benchstat)
 	$(BENCHTEST) -bench '^BenchmarkSupervisor_LiveJobMemory$$' -benchtime 1x ./actors | tee $(BENCHDIR)/actors-memory.txt; grep -q '^ok' $(BENCHDIR)/actors-memory.txt
 	$(BENCHTEST) -bench '^BenchmarkStore_Delete$$' -benchtime 1x ./persistence | tee $(BENCHDIR)/persistence.txt; grep -q '^ok' $(BENCHDIR)/persistence.txt
 	@$(MAKE) --no-print-directory bench/rss
+	@$(MAKE) --no-print-directory bench/reads
+	@$(MAKE) --no-print-directory bench/poll
 	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a $(BENCHDIR)/machine.txt
-	@cat $(BENCHDIR)/engine.txt $(BENCHDIR)/actors.txt $(BENCHDIR)/actors-memory.txt $(BENCHDIR)/persistence.txt $(BENCHDIR)/rss.txt > $(BENCHDIR)/all.txt
+	@cat $(BENCHDIR)/engine.txt $(BENCHDIR)/actors.txt $(BENCHDIR)/actors-memory.txt $(BENCHDIR)/persistence.txt $(BENCHDIR)/rss.txt $(BENCHDIR)/reads.txt $(BENCHDIR)/poll.txt > $(BENCHDIR)/all.txt
 	@echo; echo "== medians of $(BENCHCOUNT) runs"; $(BENCHSTAT) $(BENCHDIR)/all.txt
 	@echo "== Submit and Status, 100k stored vs 1k (target: within 1.5x, i.e. at most +50%)"; $(BENCHSTAT) -filter '.name:Runner_Scaling' -col /stored $(BENCHDIR)/all.txt
 	@echo "== dispatch, 10,000 live jobs vs 10 (target: within 2x, i.e. at most +100%)"; $(BENCHSTAT) -filter '.name:Supervisor_Dispatch' -col /live $(BENCHDIR)/all.txt
+	@$(MAKE) --no-print-directory bench/reads-summary
 	@cat $(BENCHDIR)/machine.txt
+
+# Issue 9's reads. READTIME is the -benchtime of the read benchmarks: their
+# ops take 1 to 100 µs, so 200ms is tens of thousands of them.
+READTIME  ?= 200ms
+POLLCOUNT ?= 3
+
+bench/reads: ## issue 9's reads: Runner.Job/Targets by result size, the HTTP poll vs /healthz, peak RSS of 16 readers
+	@mkdir -p $(BENCHDIR)
+	$(BENCHTEST) -bench '^BenchmarkRunner_Read$$' -benchmem -benchtime $(READTIME) ./engine | tee $(BENCHDIR)/reads-engine.txt; grep -q '^ok' $(BENCHDIR)/reads-engine.txt
+	$(BENCHTEST) -bench '^BenchmarkServe_Poll$$' -benchmem -benchtime $(READTIME) ./cmd/siftbatch | tee $(BENCHDIR)/reads-http.txt; grep -q '^ok' $(BENCHDIR)/reads-http.txt
+	$(BENCHTEST) -bench '^BenchmarkServe_ReadersRSS$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/reads-rss.txt; grep -q '^ok' $(BENCHDIR)/reads-rss.txt
+	@cat $(BENCHDIR)/reads-engine.txt $(BENCHDIR)/reads-http.txt $(BENCHDIR)/reads-rss.txt > $(BENCHDIR)/reads.txt
+
+bench/poll: ## issue 9's polling load: targets/s with 200 clients polling live jobs vs /healthz (load from a process of its own)
+	@mkdir -p $(BENCHDIR)
+	$(GO) test -run '^$$' -count $(POLLCOUNT) -bench '^BenchmarkServe_PollLoad$$' -benchtime 1x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/poll.txt; grep -q '^ok' $(BENCHDIR)/poll.txt
+
+bench/reads-summary: ## the medians of bench/reads and bench/poll, and their ratios (run those first)
+	@echo "== Runner.Job and Runner.Targets, 512 KiB results vs 1 KiB (target: within 1.5x in time and B/op; Job <= 5us, Targets <= 40us)"
+	@$(BENCHSTAT) -filter '.name:Runner_Read /result:(1KiB OR 512KiB)' -col /result $(BENCHDIR)/reads.txt
+	@echo "== the same, alternating in one loop: x-512KiB/1KiB is the time ratio"
+	@$(BENCHSTAT) -filter '.fullname:/Runner_Read.*alternating/' $(BENCHDIR)/reads.txt
+	@echo "== HTTP poll without results, alternating: x-16MiB/8KiB (target <= 3), x-16MiB/healthz (target <= 2)"
+	@$(BENCHSTAT) -filter '.name:Serve_Poll' $(BENCHDIR)/reads.txt
+	@echo "== peak RSS growth of serve under 16 readers of 16 MiB (target <= 256 MiB)"
+	@$(BENCHSTAT) -filter '.name:Serve_ReadersRSS' $(BENCHDIR)/reads.txt
+	@echo "== polling load: x-jobs/healthz (target >= 0.8)"
+	@$(BENCHSTAT) $(BENCHDIR)/poll.txt
 
 bench/rss: ## peak RSS (/usr/bin/time -v) of the demo and of a runner that ran 1,000 jobs x 32 targets
 	@test -x /usr/bin/time || { echo "bench/rss needs /usr/bin/time: apt-get install time"; exit 1; }

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(holdStoreEnv); dir != "" {
 		os.Exit(holdStore(dir))
 	}
+	if cfg := os.Getenv(pollLoadEnv); cfg != "" {
+		os.Exit(pollLoad(cfg))
+	}
 	// Nothing may leak: every runner, store, server, client and child
 	// process a test starts is stopped by the end of the test. No
 	// goroutine is allowed to outlive the tests.
@@ -94,7 +97,7 @@ var (
 )
 
 // buildBinary builds the siftbatch binary once per test run.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	binaryOnce.Do(func() {
 		binaryDir, binaryErr = os.MkdirTemp("", "siftbatch-test-bin-")

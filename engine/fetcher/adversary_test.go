@@ -423,14 +423,14 @@ func TestAdversary_JQBounds(t *testing.T) {
 	t.Setenv("SIFTBATCH_ADV_SECRET", "s3cr3t-env-value")
 	s := advJSONSite(t, `{"items":[{"name":"a"},{"name":"b"}],"n":1}`)
 	f, _ := advFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 64 << 10})
-	run := func(program string) (engine.Result, error, time.Duration) {
+	run := func(program string) (engine.Result, time.Duration, error) {
 		t.Helper()
 		if err := f.Check(engine.Target{URL: s.URL, Options: engine.Options{JQ: program}}); err != nil {
 			t.Fatalf("jq %s: refused at submit: %v", program, err)
 		}
 		start := time.Now()
 		res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL + "/", Options: engine.Options{JQ: program}})
-		return res, err, time.Since(start)
+		return res, time.Since(start), err
 	}
 	// Programs that never end: failed with a hint within the second (and
 	// some slack for the race detector).
@@ -439,7 +439,7 @@ func TestAdversary_JQBounds(t *testing.T) {
 		"def f: [f]; f", "until(false; .)", "[limit(1e12; repeat(.))] | length", "reduce range(1e18) as $i (0; . + 1)",
 		"[recurse(.+1; true)] | length", "first(range(1e18) | select(. < 0))",
 	} {
-		_, err, took := run(p)
+		_, took, err := run(p)
 		var te *engine.TargetError
 		if !errors.As(err, &te) || te.Hint == "" {
 			t.Errorf("jq %s: %v, want a failed target with a hint", p, err)
@@ -450,7 +450,7 @@ func TestAdversary_JQBounds(t *testing.T) {
 	}
 	// Programs with enormous output: failed, the output never kept.
 	for _, p := range []string{"range(1e9)", "repeat(.)", "[range(1e5)] | ., ., ., ., .", "\"x\" * 100000 | ., ."} {
-		res, err, took := run(p)
+		res, took, err := run(p)
 		var te *engine.TargetError
 		if !errors.As(err, &te) || te.Hint == "" || len(res.Content) > 0 {
 			t.Errorf("jq %s: %v (content %d bytes), want a failed target", p, err, len(res.Content))
@@ -460,7 +460,7 @@ func TestAdversary_JQBounds(t *testing.T) {
 		}
 	}
 	// Output just under the cap is kept.
-	res, err, _ := run(`"x" * 60000`)
+	res, _, err := run(`"x" * 60000`)
 	if err != nil || len(res.Content) != 60002 {
 		t.Errorf("60 KB output: %d bytes, %v", len(res.Content), err)
 	}
@@ -469,7 +469,7 @@ func TestAdversary_JQBounds(t *testing.T) {
 		if f.Check(engine.Target{Options: engine.Options{JQ: p}}) != nil {
 			continue // refused at submit: fine
 		}
-		res, err, _ := run(p)
+		res, _, err := run(p)
 		if err == nil && strings.Contains(res.Content, "s3cr3t-env-value") {
 			t.Errorf("jq %s: leaks the environment: %s", p, res.Content)
 		}
@@ -482,7 +482,7 @@ func TestAdversary_JQBounds(t *testing.T) {
 	}
 	// Failing programs: the error is the program's, the page is not.
 	for _, p := range []string{"error(\"custom\")", "halt_error", ".items | .[\"x\"]", "null | implode", "\"x\" * 3000000000"} {
-		_, err, _ := run(p)
+		_, _, err := run(p)
 		var te *engine.TargetError
 		if !errors.As(err, &te) || te.Hint == "" {
 			t.Errorf("jq %s: %v, want a failed target with a hint", p, err)

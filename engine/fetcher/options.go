@@ -54,8 +54,20 @@ func compileJQ(src string) (*gojq.Code, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m := jqRefused.FindString(q.String()); m != "" {
+		return nil, fmt.Errorf("%s is not available here: it recurses in Go once per path element, and a path built by the program can exhaust the stack", m)
+	}
 	return gojq.Compile(q)
 }
+
+// jqRefused are the builtins that take a path as a value (and pick and
+// fromstream, which call them on one): gojq walks such a path by Go
+// recursion, one frame per element, so a program that builds a path of
+// millions of elements ("\u0000" * 4000000 | explode) overflows the
+// goroutine's stack, which kills the process: no recover, no supervision
+// can contain it. The 1 s bound cannot stop one native call either. A
+// program that names one, even in a string, is refused at submit.
+var jqRefused = regexp.MustCompile(`\b(setpath|getpath|delpaths|pick|fromstream)\b`)
 
 // applyOptions runs t's jq program on the page, then keeps the lines grep
 // matches, and notes what it did in meta.
@@ -128,9 +140,9 @@ func (f *Fetcher) runJQ(ctx context.Context, program string, body []byte) (strin
 	defer cancel()
 	var out bytes.Buffer
 	n := 0
-	iter := code.RunWithContext(jctx, v)
+	next := jqSteps(jctx, code.RunWithContext(jctx, v))
 	for {
-		x, ok := iter.Next()
+		x, ok := next()
 		if !ok {
 			break
 		}
@@ -172,4 +184,31 @@ func cutText(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
+}
+
+// errJQTime stands for an output the program did not give within its time.
+var errJQTime = errors.New("jq ran out of time")
+
+// jqSteps returns the next output of iter, or errJQTime once ctx is done:
+// gojq checks ctx only between its steps, and one native call (a regular
+// expression on a long string) can run for seconds. Such a call is left
+// to finish on its goroutine, which then ends; its output is dropped.
+func jqSteps(ctx context.Context, iter gojq.Iter) func() (any, bool) {
+	type step struct {
+		x  any
+		ok bool
+	}
+	return func() (any, bool) {
+		ch := make(chan step, 1)
+		go func() {
+			x, ok := iter.Next()
+			ch <- step{x, ok}
+		}()
+		select {
+		case s := <-ch:
+			return s.x, s.ok
+		case <-ctx.Done():
+			return errJQTime, true
+		}
+	}
 }

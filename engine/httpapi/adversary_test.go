@@ -791,7 +791,7 @@ func TestAdversary_MetricsLabelsFixed(t *testing.T) {
 			routes[m[1]] = true
 		}
 	}
-	fixed := map[string]bool{"POST /v1/batch": true, "GET /v1/batch/{id}": true, "GET /v1/batch/{id}/{idx}": true,
+	fixed := map[string]bool{"POST /v1/batch": true, "GET /v1/batch": true, "GET /v1/batch/{id}": true, "GET /v1/batch/{id}/{idx}": true,
 		"DELETE /v1/batch/{id}": true, "/v1/": true}
 	for r := range routes {
 		if !fixed[r] {

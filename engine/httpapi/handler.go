@@ -230,7 +230,9 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			class string
 			err   error = ErrUnknownKey
 		)
-		if key = strings.TrimSpace(key); ok && strings.EqualFold(scheme, "Bearer") && key != "" {
+		// One Authorization header only: with two, a proxy that reads the
+		// other one would disagree about who the caller is.
+		if key = strings.TrimSpace(key); ok && strings.EqualFold(scheme, "Bearer") && key != "" && len(r.Header.Values("Authorization")) == 1 {
 			c, class, err = h.auth.Authenticate(r.Context(), key)
 		}
 		switch {

@@ -154,7 +154,7 @@ func (m *Metrics) Hooks() engine.Hooks {
 		Target: func(err error, d time.Duration, resultBytes int) {
 			m.targets.WithLabelValues(targetResult(err)).Inc()
 			m.targetSeconds.Observe(d.Seconds())
-			m.resultBytes.Add(float64(resultBytes))
+			m.resultBytes.Add(float64(max(resultBytes, 0))) // a counter cannot go down
 		},
 		JobSeconds: func(d time.Duration) { m.jobSeconds.Observe(d.Seconds()) },
 		Depth:      func(live int) { m.liveJobs.Set(float64(live)) },
