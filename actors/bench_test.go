@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/actors"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
@@ -44,10 +45,11 @@ func startBench(b *testing.B, live, targets int, fetch actors.FetchFunc, hooks a
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := actors.Start(&actors.Config{
-		Store: store, Fetch: fetch, FetchContext: ctx,
-		TTL: 24 * time.Hour, TargetsPerJob: targets, JobsPerCaller: live, JobsTotal: live, Workers: 1,
-		MaxBytes: 1 << 40, RetryWait: 2 * time.Second, RetryFor: 10 * time.Minute,
-		Hooks: hooks, Now: time.Now, Log: slog.New(slog.DiscardHandler),
+		Config: batchtype.Config{
+			TTL: 24 * time.Hour, TargetsPerJob: targets, JobsPerCaller: live, JobsTotal: live, Workers: 1,
+			MaxBytes: 1 << 40, RetryWait: 2 * time.Second, RetryFor: 10 * time.Minute, Hooks: hooks, Now: time.Now,
+		},
+		Store: store, Fetch: fetch, FetchContext: ctx, Log: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		cancel()
@@ -84,7 +86,7 @@ func (s *benchSystem) submit(b *testing.B, targets []persistence.TargetRecord) {
 		binary.BigEndian.PutUint64(m.Job.Key[k:], s.rng.Uint64())
 	}
 	reply, err := s.sys.Submit(m)
-	if err != nil || reply.Err != nil || reply.Refused != actors.Accepted {
+	if err != nil || reply.Err != nil || reply.Refused != nil {
 		b.Fatalf("submit: %v %+v", err, reply)
 	}
 }

@@ -1,8 +1,19 @@
 // Package actors holds siftbatch's actors: the supervisor (it owns the
 // rotation of live jobs, the caps and idempotency decisions, retry timing and
-// the sweep), the workers (one FetchFunc call at a time each) and one actor
-// per live job (it owns that job's rows). The engine package is their only
-// user; its types are opaque here (a job's payload is `any`).
+// the sweep), the workers (one FetchFunc call at a time each), one actor per
+// live job (it owns that job's rows), and the observer (it runs the hooks).
+// The engine package is their only user; its types are opaque here (a job's
+// payload is `any`), except those defined once in engine/batchtype (Config,
+// Hooks, the errors).
+//
+// Each actor with phases is a state machine with its table in one place: a
+// job actor's phase (job.go: jobTransitions) and the supervisor's one state
+// per job (supervisor.go: supervisorTransitions, the states in messages.go).
+// The messages are in messages.go, the protocol at its top. The rules of the
+// domain (terminal status, expiry, reuse, progress) are not here: they are
+// methods of persistence.JobRecord (persistence/rules.go). How each kind of
+// failure is contained: docs/RELIABILITY.md §7; the whole picture:
+// docs/ARCHITECTURE.md.
 package actors
 
 import (
@@ -12,6 +23,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
@@ -27,32 +39,17 @@ type Outcome struct {
 // FetchFunc does target idx of the job whose payload is given.
 type FetchFunc func(ctx context.Context, payload any, idx int) Outcome
 
-// Hooks mirror engine.Hooks.
-type Hooks struct {
-	Job        func(outcome string)
-	Target     func(err error, d time.Duration, resultBytes int)
-	JobSeconds func(d time.Duration)
-	Depth      func(live int)
-	Inflight   func(n int)
-}
+// Hooks are the runner's hooks, defined once in package batchtype.
+type Hooks = batchtype.Hooks
 
-// Config is what the actors need. Every field is set (the engine applies
-// the defaults).
+// Config is what the actors need: the runner's own Config (every field set:
+// the engine applies the defaults), and what the engine wires in.
 type Config struct {
-	Store         *persistence.Store
-	Fetch         FetchFunc
-	FetchContext  context.Context // cancelled by the engine's Close
-	TTL           time.Duration
-	TargetsPerJob int
-	JobsPerCaller int
-	JobsTotal     int
-	Workers       int
-	MaxBytes      int64
-	RetryWait     time.Duration
-	RetryFor      time.Duration
-	Hooks         Hooks
-	Now           func() time.Time
-	Log           *slog.Logger
+	batchtype.Config
+	Store        *persistence.Store
+	Fetch        FetchFunc
+	FetchContext context.Context // cancelled by the engine's Close
+	Log          *slog.Logger
 	// Views is where job actors publish their state for readers.
 	Views *Views
 	// Abort is closed when the runner gives up waiting for the fetches in

@@ -2,7 +2,9 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -11,35 +13,114 @@ import (
 
 // job is the actor of one live job. It owns the job's rows: it persists every
 // change (running, each target, the terminal status, a cancel) and answers
-// Cancel and Status. Targets go strictly in order, one at a time: the next
-// target is always rec.TargetsDone.
+// Cancel. Targets go strictly in order, one at a time: the next target is
+// always rec.TargetsDone.
+//
+// Its life is a state machine: one field, phase, changed only by to, which
+// checks each change against jobTransitions (below, with what causes each).
+// The job's status (queued, running, done, …) is data, in rec: a phase says
+// what the actor is doing, the status what the job is. Idle implies a live
+// status; unsaved and settled a terminal one; fetching and storing either (a
+// job cancelled with a target in flight).
 type job struct {
 	cfg        *Config
 	supervisor *actor.PID
 	rec        persistence.JobRecord
 	payload    any
-	inflight   int   // idx of the target being fetched or stored, -1 for none
+	phase      jobPhase
+	cur        int   // fetching, storing: the idx of the target in flight
 	busySince  int64 // unix nanos of the next target's first busy answer, 0 for none
 	// What a failed write left unwritten: target outcomes, and whether the
 	// stored row is behind rec. The next write writes them first; a job
-	// that has ended keeps its actor, and retries every RetryWait, until
+	// that has ended waits in phaseUnsaved, retrying every RetryWait, until
 	// they are written (see flush).
 	unsaved []persistence.TargetRecord
 	dirty   bool
-	flushes *time.Timer
-	// storing is the target whose write is at the store (asynchronous: the
-	// worker is already free); nil for none. Until it has committed, every
-	// message but Status waits in deferred, so the job's writes stay one
-	// at a time and in order.
-	storing   *storingTarget
-	slot      storingTarget // what storing points to
-	deferred  []deferredMsg
+	flushes *time.Timer // unsaved: the next retry
+	// storing: the target whose write is at the store (its worker is given
+	// back once it has committed), and the messages that came meanwhile,
+	// handled in order then (the job's writes stay one at a time and in
+	// order).
+	slot      storingTarget
+	stash     []stashed
 	onWritten func(error) // the store's callback: a targetWritten to self
 	// view is where the job publishes a Snapshot after every change that
 	// a reader can see (published is the last one), and where readers'
 	// Touches wait for the job's next write.
 	view      *View
 	published Snapshot
+}
+
+// jobPhase is what a job actor is doing.
+type jobPhase uint8
+
+const (
+	phaseIdle     jobPhase = iota // live, nothing in flight: waits for a dispatch (or its retry); for a moment, a target whose write failed (see stored)
+	phaseFetching                 // target cur is at a worker
+	phaseStoring                  // target cur's write is at the store; every message waits in the stash
+	phaseUnsaved                  // ended, nothing in flight, a write failed: flush retried every RetryWait
+	phaseSettled                  // ended, nothing in flight, all written: the supervisor stops the actor
+)
+
+// jobTransitions lists, for each phase, the phases a job actor may go to,
+// and what takes it there. It is the one place they are written; to panics
+// on any other (a bug of ours: the supervisor's strategy fails the runner
+// closed).
+var jobTransitions = [...][]jobPhase{
+	phaseIdle: {
+		phaseFetching,              // dispatch: a worker is free for target TargetsDone
+		phaseSettled, phaseUnsaved, // cancel, shutdown; a failed write's outcome that ended the job (see stored)
+	},
+	phaseFetching: {
+		phaseStoring,               // fetched: its outcome goes to the store; the worker waits for it
+		phaseIdle,                  // fetched busy (tried again after RetryWait); given up at shutdown; an outcome that joins unsaved ones
+		phaseSettled, phaseUnsaved, // the same, of a job cancelled meanwhile: it settles
+	},
+	phaseStoring: {
+		phaseIdle,                  // written (the job live: the stash is handled next), or the write failed
+		phaseSettled, phaseUnsaved, // written, the job ended (unsaved: a write failed)
+	},
+	phaseUnsaved: {
+		phaseSettled, // flushed: every outcome and the row written
+	},
+	phaseSettled: {},
+}
+
+var phaseNames = [...]string{phaseIdle: "idle", phaseFetching: "fetching", phaseStoring: "storing", phaseUnsaved: "unsaved", phaseSettled: "settled"}
+
+func (p jobPhase) String() string { return phaseNames[p] }
+
+// to moves the job to phase p.
+func (j *job) to(p jobPhase) {
+	if p == j.phase {
+		return
+	}
+	if !slices.Contains(jobTransitions[j.phase], p) {
+		panic(fmt.Sprintf("job %s: no transition from %s to %s", j.rec.ID, j.phase, p))
+	}
+	if j.phase == phaseUnsaved && j.flushes != nil {
+		j.flushes.Stop()
+		j.flushes = nil
+	}
+	j.phase = p
+}
+
+// state is how the job stands for the supervisor, by its phase.
+func (j *job) state() jobState {
+	live := !j.terminal()
+	switch j.phase {
+	case phaseIdle:
+		return jobReady
+	case phaseFetching, phaseStoring: // the worker is out until the target is stored
+		if live {
+			return jobFetching
+		}
+	case phaseUnsaved:
+		return jobUnsaved
+	case phaseSettled:
+		return jobSettled
+	}
+	return jobCancelled // ended with a target in flight
 }
 
 // storingTarget is a target being stored: its outcome, the job's row once it
@@ -52,10 +133,11 @@ type storingTarget struct {
 	err        error
 	took       time.Duration
 	prevStatus string
+	worker     *actor.PID // given back once the write has committed
 }
 
-// deferredMsg is a message that came while a target was being stored.
-type deferredMsg struct {
+// stashed is a message that came while a target was being stored.
+type stashed struct {
 	msg    any
 	sender *actor.PID
 }
@@ -66,12 +148,13 @@ func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, paylo
 		if view == nil { // not registered (a test's job): publish to nobody
 			view = (&Views{}).add(&rec)
 		}
-		return &job{cfg: cfg, supervisor: supervisor, rec: rec, payload: payload, inflight: -1, view: view,
+		return &job{cfg: cfg, supervisor: supervisor, rec: rec, payload: payload, view: view,
 			published: Snapshot{Job: rec, Running: -1}}
 	}
 }
 
-// Receive implements actor.Actor.
+// Receive implements actor.Actor: the lifecycle, then the message as the
+// phase takes it.
 func (j *job) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
@@ -91,10 +174,12 @@ func (j *job) Receive(ctx actor.Context) {
 		j.stopped()
 	case *actor.Restarting:
 	case *targetWritten:
-		j.written(ctx, m)
+		if j.phase == phaseStoring {
+			j.written(ctx, m)
+		}
 	default:
-		if j.storing != nil {
-			j.deferred = append(j.deferred, deferredMsg{msg: m, sender: ctx.Sender()})
+		if j.phase == phaseStoring {
+			j.stash = append(j.stash, stashed{msg: m, sender: ctx.Sender()})
 			return
 		}
 		j.handle(ctx, m, ctx.Sender())
@@ -102,49 +187,22 @@ func (j *job) Receive(ctx actor.Context) {
 	j.publish()
 }
 
-// stopped hands the job over to the store: a Touch that came since the
-// job's last write is written, and its view is removed if the store has
-// it all (otherwise it stays: the truth as the actor held it).
-func (j *job) stopped() {
-	touched := j.view.closeTouches()
-	if touched > j.rec.Lease && j.rec.Settled && !j.dirty && len(j.unsaved) == 0 {
-		if _, err := j.cfg.Store.Touch(j.rec.ID, touched); err != nil {
-			j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
-		}
-	}
-	if !j.dirty && len(j.unsaved) == 0 {
-		j.cfg.Views.remove(j.rec.ID)
-	}
-}
-
-// warn logs a store failure at Warn, once what it changed is published:
-// whoever reads the log line and then the job sees the change.
-func (j *job) warn(msg string, attrs ...any) {
-	j.publish()
-	j.cfg.Log.Warn(msg, attrs...)
-}
-
-// publish publishes the job's state to readers if it has changed since
-// the last time. Unsaved outcomes are copied: the actor's slice changes.
-func (j *job) publish() {
-	p := &j.published
-	if p.Job == j.rec && p.Running == j.inflight && len(p.Unsaved) == len(j.unsaved) {
-		return
-	}
-	*p = Snapshot{Job: j.rec, Running: j.inflight}
-	if len(j.unsaved) > 0 {
-		p.Unsaved = append([]persistence.TargetRecord(nil), j.unsaved...)
-	}
-	s := *p
-	j.view.publish(&s)
-}
-
-// handle handles a message now; sender is who gets the answer.
+// handle handles a message in any phase but storing; sender is who gets
+// the answer.
 func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	switch m := msg.(type) {
 	case *dispatch:
+		if j.phase != phaseIdle {
+			// Cancelled before the supervisor heard: give the worker back.
+			j.report(ctx, m.worker, j.state())
+			return
+		}
 		j.dispatch(ctx, m)
 	case *fetched:
+		if j.phase != phaseFetching { // cannot happen: give the worker back
+			j.report(ctx, m.worker, j.state())
+			return
+		}
 		j.fetched(ctx, m)
 	case *CancelJob:
 		ok := j.cancel(ctx)
@@ -155,21 +213,79 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		j.publish()
 		reply(ctx, sender, true)
 	case *flushTick:
-		j.flushes = nil
-		if !j.flush("retry") {
-			j.retryFlush(ctx)
-		} else if j.terminal() && j.rec.Settled {
-			ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: true})
+		if j.phase == phaseUnsaved {
+			j.flushes = nil
+			if !j.flush("retry") {
+				j.retryFlush(ctx)
+				return
+			}
+			j.to(phaseSettled)
+			j.report(ctx, nil, jobSettled)
 		}
 	}
 }
 
-// reply answers a request (a deferred one too: ctx.Respond answers only the
+// report tells the supervisor how the job stands, giving worker back (nil:
+// none).
+func (j *job) report(ctx actor.Context, worker *actor.PID, st jobState) {
+	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: st, lease: j.rec.Lease, status: j.rec.Status})
+}
+
+// reply answers a request (a stashed one too: ctx.Respond answers only the
 // message being handled).
 func reply(ctx actor.Context, to *actor.PID, v any) {
 	if to != nil {
 		ctx.Send(to, v)
 	}
+}
+
+// stopped hands the job over to the store: a Touch that came since the
+// job's last write is written, and its view is removed if the store has
+// it all (otherwise it stays: the truth as the actor held it).
+func (j *job) stopped() {
+	touched := j.view.closeTouches()
+	if touched > j.rec.Lease && j.rec.Settled && j.allWritten() {
+		if _, err := j.cfg.Store.Touch(j.rec.ID, touched); err != nil {
+			j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
+		}
+	}
+	if j.allWritten() {
+		j.cfg.Views.remove(j.rec.ID)
+	}
+}
+
+// allWritten reports whether the store has every change the actor made.
+func (j *job) allWritten() bool { return !j.dirty && len(j.unsaved) == 0 }
+
+// warn logs a store failure at Warn, once what it changed is published:
+// whoever reads the log line and then the job sees the change.
+func (j *job) warn(msg string, attrs ...any) {
+	j.publish()
+	j.cfg.Log.Warn(msg, attrs...)
+}
+
+// running is the idx of the target in flight, -1 for none.
+func (j *job) running() int {
+	if j.phase == phaseFetching || j.phase == phaseStoring {
+		return j.cur
+	}
+	return -1
+}
+
+// publish publishes the job's state to readers if it has changed since
+// the last time. Unsaved outcomes are copied: the actor's slice changes.
+func (j *job) publish() {
+	p := &j.published
+	running := j.running()
+	if p.Job == j.rec && p.Running == running && len(p.Unsaved) == len(j.unsaved) {
+		return
+	}
+	*p = Snapshot{Job: j.rec, Running: running}
+	if len(j.unsaved) > 0 {
+		p.Unsaved = append([]persistence.TargetRecord(nil), j.unsaved...)
+	}
+	s := *p
+	j.view.publish(&s)
 }
 
 func (j *job) terminal() bool { return !persistence.IsLive(j.rec.Status) }
@@ -221,14 +337,23 @@ func (j *job) retryFlush(ctx actor.Context) {
 	j.flushes = time.AfterFunc(j.cfg.RetryWait, func() { root.Send(self, &flushTick{}) })
 }
 
-// endState is the state of a job that has ended with nothing in flight:
-// settled, or unsaved until flush has written it.
-func (j *job) endState(ctx actor.Context) jobState {
-	if j.dirty || len(j.unsaved) > 0 {
-		j.retryFlush(ctx)
-		return jobUnsaved
+// settle ends a job that is terminal with nothing in flight: its row is
+// settled (written now, unless the write that settled it carried it), and
+// the job is settled, or unsaved until a retry has written what a failed
+// write left (retry: arm the retries; not at shutdown).
+func (j *job) settle(ctx actor.Context, retry bool) {
+	if !j.rec.Settled {
+		j.rec.Settled = true
+		j.save("settle")
 	}
-	return jobSettled
+	if j.allWritten() {
+		j.to(phaseSettled)
+		return
+	}
+	j.to(phaseUnsaved)
+	if retry {
+		j.retryFlush(ctx)
+	}
 }
 
 // storeErrText is a store error for a log line: the store's own sentinels by
@@ -242,19 +367,16 @@ func storeErrText(err error) string {
 	return "write failed"
 }
 
+// dispatch starts the next target on the worker: idle → fetching.
 func (j *job) dispatch(ctx actor.Context, m *dispatch) {
-	if j.terminal() || j.inflight >= 0 || j.rec.TargetsDone >= j.rec.TargetsTotal {
-		// Cancelled (or failed) before the supervisor heard: give the worker back.
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx), status: j.rec.Status})
-		return
-	}
-	j.inflight = j.rec.TargetsDone
+	j.cur = j.rec.TargetsDone
+	j.to(phaseFetching)
 	queued := j.rec.Status == persistence.StatusQueued
 	if queued {
 		j.rec.Status = persistence.StatusRunning
 	}
 	j.publish() // readers see the target running before it starts
-	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.inflight, payload: j.payload})
+	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.cur, payload: j.payload})
 	if queued {
 		// While the first target is fetched: its outcome is written after
 		// this (the store keeps the order), never before.
@@ -262,41 +384,36 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	}
 }
 
-// settledState settles a terminal job with nothing in flight, or says the
-// job is ready.
-func (j *job) settledState(ctx actor.Context) jobState {
-	if !j.terminal() {
-		return jobReady
+// putBack ends a fetch that stores nothing and gives the worker back with
+// st, or settles a job cancelled meanwhile: fetching → idle, or the end.
+func (j *job) putBack(ctx actor.Context, worker *actor.PID, st jobState) {
+	if j.terminal() {
+		j.settle(ctx, true)
+		st = j.state()
+	} else {
+		j.to(phaseIdle)
 	}
-	if !j.rec.Settled && j.inflight < 0 {
-		j.rec.Settled = true
-		j.save("settle")
-	}
-	return j.endState(ctx)
+	j.report(ctx, worker, st)
 }
 
+// fetched takes a target's outcome: fetching → storing (the common case),
+// or idle, or the end.
 func (j *job) fetched(ctx actor.Context, m *fetched) {
-	if m.idx != j.inflight || m.abandoned {
+	if m.idx != j.cur || m.abandoned {
 		// Not the target in flight (cannot happen): never store it twice,
 		// but give the worker back. Or the runner gave up on the fetch at
 		// shutdown: the target stays pending, and the drain fails the job.
-		j.inflight = -1
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: j.settledState(ctx), status: j.rec.Status})
+		j.putBack(ctx, m.worker, jobReady)
 		return
 	}
 	now := j.now()
 	out := m.outcome
 	if out.Busy {
-		j.inflight = -1
 		if j.busySince == 0 {
 			j.busySince = now
 		}
 		if now-j.busySince <= int64(j.cfg.RetryFor) {
-			state := jobWaiting
-			if j.terminal() {
-				state = j.settledState(ctx)
-			}
-			ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: state, status: j.rec.Status})
+			j.putBack(ctx, m.worker, jobWaiting)
 			return
 		}
 		out.Busy = false // busy for longer than RetryFor: store it failed
@@ -310,37 +427,29 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now}
 	}
 	next := &p.next
-	next.TargetsDone++
-	if p.t.Status == persistence.TargetFailed {
-		next.TargetsFailed++
-	}
-	next.ResultBytes += int64(len(p.t.Result))
-	next.Lease = max(next.Lease, now, j.view.Touched())
-	if persistence.IsLive(next.Status) && next.TargetsDone == next.TargetsTotal {
-		switch next.TargetsFailed {
-		case 0:
-			next.Status = persistence.StatusDone
-		case next.TargetsTotal:
-			next.Status = persistence.StatusFailed
-		default:
-			next.Status = persistence.StatusPartial
+	next.CountOutcome(p.t.Status, int64(len(p.t.Result)), now)
+	next.Lease = max(next.Lease, j.view.Touched())
+	if persistence.IsLive(next.Status) {
+		if st := next.TerminalStatus(); st != "" {
+			next.Status = st
 		}
 	}
 	if !persistence.IsLive(next.Status) {
 		next.Settled = true
 	}
 
-	// The target stays in flight (inflight) until it is stored.
 	if len(j.unsaved) == 0 {
-		// The common case: the worker goes on while the target is stored
-		// (in a group commit with other jobs' targets); the job keeps its
-		// place in the rotation and hears from the store (written).
-		// Only the outcome is written, unless this settles the job or the
-		// row is behind after a failed write: the outcome rows are the
-		// store's record of a live job's progress (SaveOutcomeAsync).
-		j.storing = p
+		// The common case: the outcome goes to the store's writer (a group
+		// commit with other jobs' writes); the actor takes other messages
+		// meanwhile (they wait in the stash), and the worker is given back
+		// once the write has committed (written), so a job's next target
+		// never starts before the last is stored. Only the outcome is
+		// written, unless this settles the job or the row is behind after
+		// a failed write: the outcome rows are the store's record of a
+		// live job's progress (SaveOutcomeAsync).
+		j.to(phaseStoring)
 		p.withRow = next.Settled || j.dirty
-		ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: m.worker, state: jobStoring})
+		p.worker = m.worker
 		j.write(p)
 		return
 	}
@@ -350,50 +459,46 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	j.rec = p.next
 	j.unsaved = append(j.unsaved, p.t)
 	j.dirty = true
-	j.inflight = -1
+	j.to(phaseIdle) // not in flight: readers see it as unsaved holds it
 	j.flush("target")
 	j.stored(ctx, m.worker, p)
 }
 
 // written takes the outcome of the target write at the store, then the
-// messages that waited for it.
+// messages that waited for it: storing → idle, or the end.
 func (j *job) written(ctx actor.Context, m *targetWritten) {
-	p := j.storing
-	if p == nil {
-		return // cannot happen: one write at a time
-	}
+	p := &j.slot
 	if errors.Is(m.err, persistence.ErrTooLarge) && !p.tooLarge {
 		tooLarge(&p.next, &p.t)
 		p.tooLarge, p.err = true, errTooLarge
 		j.write(p)
 		return
 	}
-	j.storing = nil
 	j.rec = p.next
-	defer j.replay(ctx) // the messages that waited for the write
 	if m.err != nil {
 		j.unsaved = append(j.unsaved, p.t)
-		j.dirty = true // the flush writes the row with the outcome
-		j.inflight = -1
+		j.dirty = true  // the flush writes the row with the outcome
+		j.to(phaseIdle) // not in flight: readers see it as unsaved holds it
 		j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
 			slog.String(keyErr, storeErrText(m.err)))
 	} else if p.withRow {
 		j.dirty = false
 	}
-	j.stored(ctx, nil, p)
+	j.stored(ctx, p.worker, p)
+	j.unstash(ctx)
 }
 
-// replay handles the messages that waited for a write, in order, until one
+// unstash handles the messages that waited for a write, in order, until one
 // of them starts another.
-func (j *job) replay(ctx actor.Context) {
-	for len(j.deferred) > 0 && j.storing == nil {
-		d := j.deferred[0]
-		j.deferred[0] = deferredMsg{}
-		j.deferred = j.deferred[1:]
+func (j *job) unstash(ctx actor.Context) {
+	for len(j.stash) > 0 && j.phase != phaseStoring {
+		d := j.stash[0]
+		j.stash[0] = stashed{}
+		j.stash = j.stash[1:]
 		j.handle(ctx, d.msg, d.sender)
 	}
-	if len(j.deferred) == 0 {
-		j.deferred = nil
+	if len(j.stash) == 0 {
+		j.stash = nil
 	}
 }
 
@@ -407,15 +512,15 @@ func (j *job) write(p *storingTarget) {
 }
 
 // stored goes on once a target is stored (or its write has failed, and it
-// waits in unsaved): it tells the supervisor how the job stands (freeing
-// worker, if not nil), then the hooks, then evicts.
+// waits in unsaved): the job goes idle or ends, tells the supervisor
+// (freeing worker, if not nil), then the hooks, then evicts.
 func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
-	j.inflight = -1
-	state := jobReady
 	if j.terminal() {
-		state = j.endState(ctx)
+		j.settle(ctx, true)
+	} else {
+		j.to(phaseIdle)
 	}
-	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: state, lease: j.rec.Lease, status: j.rec.Status})
+	j.report(ctx, worker, j.state())
 
 	j.cfg.hook(ctx, hookEvent{hook: hookTarget, jobID: j.rec.ID, err: p.err, d: p.took, n: len(p.t.Result)})
 	if persistence.IsLive(p.prevStatus) && j.terminal() {
@@ -449,14 +554,7 @@ var errTooLarge = errors.New("result too large to store")
 // into a failed one with a short error, and the job's row with it.
 func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
 	if t.Status == persistence.TargetDone {
-		rec.ResultBytes -= int64(len(t.Result))
-		rec.TargetsFailed++
-		if rec.Status == persistence.StatusDone || rec.Status == persistence.StatusPartial {
-			rec.Status = persistence.StatusPartial
-			if rec.TargetsFailed == rec.TargetsTotal {
-				rec.Status = persistence.StatusFailed
-			}
-		}
+		rec.UncountResult(int64(len(t.Result)))
 	}
 	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: errTooLarge.Error(), Stored: t.Stored}
 }
@@ -469,34 +567,45 @@ func (j *job) ended(ctx actor.Context) {
 	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(j.now() - j.rec.Created)})
 }
 
+// cancel cancels a live job: idle → the end; fetching stays fetching, the
+// target's outcome then settles it.
 func (j *job) cancel(ctx actor.Context) bool {
 	if j.terminal() {
 		return false
 	}
 	j.rec.Status = persistence.StatusCancelled
-	j.rec.Settled = j.inflight < 0
+	j.rec.Settled = j.phase == phaseIdle
 	j.save("cancelled")
+	if j.phase == phaseIdle {
+		j.settle(ctx, true)
+	}
 	// The supervisor hears before the canceller does, so a Submit that
 	// follows the Cancel sees the caps already freed.
-	settled := j.rec.Settled && j.endState(ctx) == jobSettled
-	ctx.Send(j.supervisor, &jobEnded{id: j.rec.ID, settled: settled})
+	j.report(ctx, nil, j.state())
 	j.ended(ctx)
 	return true
 }
 
 // shutdown fails a live job with "shutdown"; the runner is closing and
-// nothing of it is in flight any more.
+// nothing of it is in flight any more (the drain waits for that), so it
+// goes to the end without retries: the actor stops with the runner.
 func (j *job) shutdown(ctx actor.Context) {
 	if j.terminal() {
-		if !j.rec.Settled || j.dirty || len(j.unsaved) > 0 {
+		if !j.rec.Settled || !j.allWritten() {
 			j.rec.Settled = true
 			j.save("settle")
+			if j.phase == phaseUnsaved && j.allWritten() {
+				j.to(phaseSettled)
+			}
 		}
 		return
 	}
 	j.rec.Status = persistence.StatusFailed
 	j.rec.Error = "shutdown"
-	j.rec.Settled = true
+	j.rec.Settled = j.phase == phaseIdle
 	j.save("shutdown")
+	if j.phase == phaseIdle {
+		j.settle(ctx, false)
+	}
 	j.ended(ctx)
 }

@@ -22,15 +22,12 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	return job, rec, sup, worker, workerPID
 }
 
-// storedDone takes the two jobDones of a target that is stored: the worker
-// freed while the target is being stored, then how the job stands.
+// storedDone takes the jobDone of a target that is stored: the worker is
+// given back once the store has answered.
 func storedDone(t *testing.T, sup *probe, workerPID *actor.PID) *jobDone {
 	t.Helper()
-	free := next[*jobDone](t, sup)
-	require.Equal(t, jobStoring, free.state, "the worker is freed before the store answers")
-	require.Equal(t, workerPID, free.worker)
 	done := next[*jobDone](t, sup)
-	require.Nil(t, done.worker, "the worker is freed once")
+	require.Equal(t, workerPID, done.worker, "the worker comes back with the stored target")
 	return done
 }
 
@@ -102,8 +99,9 @@ func TestJob_Cancel(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	require.Equal(t, true, ts.ask(t, job, &CancelJob{ID: rec.ID}))
-	ended := next[*jobEnded](t, sup)
-	require.False(t, ended.settled, "a target is still in flight")
+	ended := next[*jobDone](t, sup)
+	require.Equal(t, jobCancelled, ended.state, "no longer live, but a target is still in flight")
+	require.Nil(t, ended.worker)
 	stored, _ := ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
 	require.Equal(t, false, ts.ask(t, job, &CancelJob{ID: rec.ID}))
@@ -130,9 +128,11 @@ func TestJob_Shutdown(t *testing.T) {
 	require.True(t, stored.Settled)
 }
 
-// While a target is being stored, the job answers Status from what is stored
-// and holds every other message until the store has answered: a Cancel then
-// is answered after it, and its own write follows the target's.
+// While a target is being stored (phase storing), its worker is held (the
+// job's next target cannot start), readers see the target running in the
+// job's snapshot, and every message waits in the stash until the store has
+// answered: a Cancel then is answered after it, and its own write follows
+// the target's.
 func TestJob_WaitsForItsStore(t *testing.T) {
 	ts := newTestSystem(t)
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
@@ -153,8 +153,6 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 		return nil
 	})
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
-	free := next[*jobDone](t, sup)
-	require.Equal(t, jobStoring, free.state)
 	select {
 	case <-entered: // the store is writing it, and waits for release
 	case <-time.After(waitTimeout):
@@ -166,17 +164,15 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	require.Equal(t, 0, snap.Running, "not stored yet: still in flight")
 	require.Equal(t, 0, snap.Job.TargetsDone)
 	require.Equal(t, persistence.StatusRunning, snap.Job.Status, "the Cancel waits for the store")
-	quiet(t, sup)
+	quiet(t, sup) // the worker too
 
 	ts.store.SetWriteFault(nil)
 	close(release)
-	done := next[*jobDone](t, sup)
-	require.Nil(t, done.worker)
-	require.Equal(t, jobReady, done.state)
+	require.Equal(t, jobReady, storedDone(t, sup, workerPID).state)
 	res, err := cancelled.Result()
 	require.NoError(t, err)
 	require.Equal(t, true, res)
-	require.True(t, next[*jobEnded](t, sup).settled)
+	require.Equal(t, jobSettled, next[*jobDone](t, sup).state, "the stashed Cancel, handled once the store answered")
 	stored, err := ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
@@ -230,4 +226,30 @@ func TestJob_TooLarge(t *testing.T) {
 	tooLarge(&live, &persistence.TargetRecord{Status: persistence.TargetDone, Result: []byte("12345")})
 	require.Equal(t, persistence.StatusRunning, live.Status, "a live job stays live")
 	require.Equal(t, 1, live.TargetsFailed)
+}
+
+// The job's phases: every one is reachable from idle, settled is the end,
+// and to refuses a transition the table does not list.
+func TestJob_Transitions(t *testing.T) {
+	seen := map[jobPhase]bool{phaseIdle: true}
+	for todo := []jobPhase{phaseIdle}; len(todo) > 0; todo = todo[1:] {
+		for _, p := range jobTransitions[todo[0]] {
+			if !seen[p] {
+				seen[p] = true
+				todo = append(todo, p)
+			}
+		}
+	}
+	for p := range jobPhase(len(jobTransitions)) {
+		require.True(t, seen[p], "%s is reachable", p)
+		require.NotContains(t, jobTransitions[p], p, "%s: a phase does not list itself", p)
+	}
+	require.Empty(t, jobTransitions[phaseSettled], "settled is the end")
+	require.Equal(t, []jobPhase{phaseSettled}, jobTransitions[phaseUnsaved], "an unsaved job only settles")
+
+	j := &job{phase: phaseSettled}
+	require.PanicsWithValue(t, "job : no transition from settled to fetching", func() { j.to(phaseFetching) })
+	j = &job{phase: phaseIdle}
+	j.to(phaseFetching)
+	require.Equal(t, phaseFetching, j.phase)
 }

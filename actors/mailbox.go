@@ -23,7 +23,7 @@ import (
 // Cancel): with 200 clients polling, the supervisor's and the job actors'
 // queues hold hundreds of requests, and a target waited behind all of them
 // at each of its hops. Only an urgent message posted after a request may
-// go ahead of it, never one posted before (a job's jobEnded, posted before
+// go ahead of it, never one posted before (a job's jobDone, posted before
 // it answers a Cancel, stays ahead of the caller's next Submit), and at most
 // urgentStreak of them in a row, so that requests are never starved.
 type mailbox struct {

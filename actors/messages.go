@@ -7,24 +7,30 @@ import (
 	"github.com/sift/batch/persistence"
 )
 
-// The protocol, one way where it can be:
+// The protocol, one way where it can be (docs/ARCHITECTURE.md draws it,
+// with the states):
 //
 //	engine → supervisor: Submit, CancelJob, Drain
-//	supervisor → job:    dispatch (a worker is free for you); CancelJob
-//	                     (forwarded: the engine's future gets the answer);
-//	                     shutdownJob
+//	supervisor → job:    dispatch (a worker is yours for one target);
+//	                     CancelJob (forwarded: the engine's future gets the
+//	                     answer); shutdownJob (the drain)
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome, or abandoned at shutdown)
-//	job → supervisor:    jobDone (the worker is free, and the job's target is
-//	                     being stored; or the job is ready, waits for a retry,
-//	                     or has ended), jobEnded (cancelled)
-//	store → job:         targetWritten (a target's write has committed)
+//	job → store:         SaveOutcomeAsync / SaveTargetAsync (group commit)
+//	store → job:         targetWritten (the write has committed, or failed)
+//	job → supervisor:    jobDone (how the job stands now, a jobState: after
+//	                     a stored target, a busy answer, a cancel, a flush;
+//	                     it gives the worker back, if it holds one)
 //	timer → supervisor:  retryReady, sweepTick
+//	timer → job:         flushTick (an unsaved job writes again)
 //	any → observer:      hookEvent (one hook call: see observer.go)
 //
-// Reads send no message: each job actor publishes a Snapshot in Views.
-// A worker's panic reaches the supervisor's strategy as a failure carrying
-// the fetch; the strategy answers the job with an "internal error" fetched.
+// A worker is the job's from dispatch until its target is stored: a job's
+// next target never starts before the last is stored, and the rotation's
+// order needs no other rule. Reads send no message: each job actor
+// publishes a Snapshot in Views. A worker's panic reaches the supervisor's
+// strategy as a failure carrying the fetch; the strategy answers the job
+// with an "internal error" fetched.
 
 // Submit asks the supervisor to create a job, after the idempotency check
 // and the caps. The reply is a [*SubmitReply].
@@ -34,24 +40,14 @@ type Submit struct {
 	Payload any // handed to FetchFunc with each target; kept in memory only
 }
 
-// Refusal says why a Submit was refused.
-type Refusal int
-
-// The refusals, in the order the rules check them.
-const (
-	Accepted Refusal = iota
-	RefusedTooManyTargets
-	RefusedCallerBusy
-	RefusedBusy
-	RefusedClosed
-)
-
 // SubmitReply answers a [Submit]: the job's id and whether an existing job
-// was reused, or why it was refused, or the store's error.
+// was reused; or why it was refused (Refused: batchtype.ErrTooManyTargets,
+// ErrCallerBusy, ErrBusy or ErrClosed, in the order the rules check them);
+// or the store's error.
 type SubmitReply struct {
 	ID      string
 	Reused  bool
-	Refused Refusal
+	Refused error
 	Err     error
 }
 
@@ -88,40 +84,45 @@ type fetched struct {
 	abandoned bool
 }
 
-// jobState is what a job tells the supervisor after a target.
-type jobState int
+// jobState is how a live job stands for the supervisor: the supervisor
+// keeps one per job (liveJob.state), and a job reports it in every jobDone.
+// The supervisor's transitions are in supervisor.go (supervisorTransitions).
+type jobState uint8
 
 const (
-	jobReady   jobState = iota // has a pending target, ready now
-	jobWaiting                 // its next target was busy: try after RetryWait
-	jobSettled                 // terminal, nothing in flight: stop the actor
-	// jobUnsaved: terminal, nothing in flight, but a write failed: no longer
-	// live, but the actor stays until it has written its rows (a jobEnded
-	// with settled follows).
+	jobReady    jobState = iota // live, in the rotation: has a pending target ready now
+	jobFetching                 // live, a worker on its target until it is stored (set by the supervisor at dispatch)
+	jobWaiting                  // live, out of the rotation: its next target was busy, tried again after RetryWait
+	// jobCancelled: no longer live (cancelled), a target of it still in
+	// flight or being stored; a report of how it ends follows.
+	jobCancelled
+	// jobUnsaved: ended, nothing in flight, but a write failed: no longer
+	// live, the actor stays until it has written its rows (a jobSettled
+	// follows).
 	jobUnsaved
-	// jobStoring: the worker is free and the target is being stored. The
-	// job keeps its place in the rotation, but is not dispatched until
-	// another jobDone (without a worker) says how it stands.
-	jobStoring
+	// jobSettled: ended and written: the supervisor stops the actor, and
+	// forgets the job once it has stopped.
+	jobSettled
+	nJobStates
 )
 
-// jobDone frees a worker (nil: none) and says how its job stands; lease is
-// the job's lease once a target has been stored (0: unchanged), status its
-// status ("" where it does not matter).
+var jobStateNames = [...]string{jobReady: "ready", jobFetching: "fetching", jobWaiting: "waiting",
+	jobCancelled: "cancelled", jobUnsaved: "unsaved", jobSettled: "settled"}
+
+func (s jobState) String() string { return jobStateNames[s] }
+
+// live reports whether a job in state s counts as live (queued or running):
+// for the caps, and for Hooks.Depth.
+func (s jobState) live() bool { return s <= jobWaiting }
+
+// jobDone says how a job stands, and frees a worker (nil: none); lease is
+// the job's lease as its actor holds it, status its status.
 type jobDone struct {
 	id     string
 	worker *actor.PID
 	state  jobState
 	lease  int64
 	status string
-}
-
-// jobEnded says a job was cancelled, or that an unsaved job has written its
-// rows; settled is false while a target of it is still in flight (a jobDone
-// follows) or its rows are not yet written.
-type jobEnded struct {
-	id      string
-	settled bool
 }
 
 // targetWritten is the outcome of a job's asynchronous target write.
@@ -154,6 +155,5 @@ func (*dispatch) urgent()      {}
 func (*fetch) urgent()         {}
 func (*fetched) urgent()       {}
 func (*jobDone) urgent()       {}
-func (*jobEnded) urgent()      {}
 func (*targetWritten) urgent() {}
 func (*retryReady) urgent()    {}

@@ -68,8 +68,8 @@ func (o *observer) Receive(ctx actor.Context) {
 	putEvent(e)
 }
 
-// has reports whether the hook is set: an event is sent only then.
-func (h *Hooks) has(n hookName) bool {
+// hookSet reports whether hook n is set: an event is sent only then.
+func hookSet(h *Hooks, n hookName) bool {
 	switch n {
 	case hookJob:
 		return h.Job != nil
@@ -87,7 +87,7 @@ func (h *Hooks) has(n hookName) bool {
 
 // hook sends e to the observer, if its hook is set.
 func (c *Config) hook(ctx actor.SenderContext, e hookEvent) {
-	if c.observer != nil && c.Hooks.has(e.hook) {
+	if c.observer != nil && hookSet(&c.Hooks, e.hook) {
 		p := events.Get().(*hookEvent)
 		*p = e
 		ctx.Send(c.observer, p)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -71,10 +72,11 @@ func newTestSystem(t *testing.T) *testSystem {
 	ts := &testSystem{store: store, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ts.cfg = &Config{
-		Store: store, FetchContext: context.Background(),
-		TTL: time.Hour, TargetsPerJob: 32, JobsPerCaller: 2, JobsTotal: 4, Workers: 1,
-		MaxBytes: 1 << 20, RetryWait: time.Hour, RetryFor: time.Minute,
-		Now: ts.clock, Log: log, Views: &Views{},
+		Config: batchtype.Config{
+			TTL: time.Hour, TargetsPerJob: 32, JobsPerCaller: 2, JobsTotal: 4, Workers: 1,
+			MaxBytes: 1 << 20, RetryWait: time.Hour, RetryFor: time.Minute, Now: ts.clock,
+		},
+		Store: store, FetchContext: context.Background(), Log: log, Views: &Views{},
 	}
 	ts.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(log) }))
 	// The hooks run in an observer, as in a runner; tests set ts.cfg.Hooks.

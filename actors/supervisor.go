@@ -2,34 +2,36 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
 // errInternal is the error Hooks.Target sees for a fetch that panicked.
 var errInternal = errors.New(internalError)
 
-// liveJob is the supervisor's view of a job that has an actor.
+// liveJob is the supervisor's record of a job that has an actor: one state,
+// and the data that goes with it.
 type liveJob struct {
-	id       string
-	caller   string
-	pid      *actor.PID
-	ended    bool        // cancelled: no longer live, but a target is still in flight
-	inflight bool        // a worker has been dispatched to it
-	storing  bool        // its last target is being stored (the worker is free)
-	queued   bool        // in the ready queue
-	retry    *time.Timer // set while its next target waits out RetryWait
+	id     string
+	caller string
+	pid    *actor.PID
+	state  jobState
+	retry  *time.Timer // waiting: the timer that ends the wait
 	// lease is the job's lease as its actor holds it: the stored row of a
 	// live job is not rewritten for every target (see job.fetched).
 	lease int64
-	// status is an ended job's status as its actor holds it, once it has
-	// ended without its rows written (jobUnsaved); "" otherwise.
+	// status is the job's status as its actor reported it once it was no
+	// longer live (cancelled, unsaved): its stored row may be behind.
 	status string
 	view   *View // what its actor publishes; holds the leases readers asked for
 }
@@ -46,23 +48,23 @@ type liveJob struct {
 // job waits at most one round. Every step is O(1), whatever the number of
 // live jobs.
 //
-// A fetched target is stored while the worker goes on with the next job
-// (the job actor writes it; the store commits the writes of many jobs
-// together). The job takes its place at the tail when its target has been
-// fetched, as if it had been stored then; should its place come up before
-// the store has answered, the workers wait for it (one commit) rather than
-// pass it, so the order is the same as if each worker stored before moving
-// on, and a job's next target never starts before the last one is stored.
+// A worker comes back once its target is stored (the job actor writes it
+// through the store's group-commit writer), so a job's next target never
+// starts before the last one is stored, and the job takes its place at the
+// tail then. (Freeing the worker before the store answered was measured for
+// issue 11 and dropped: docs/PERFORMANCE.md.)
+//
+// Each job has one state (jobState, in messages.go), changed only by to,
+// which checks supervisorTransitions and keeps the counts, the caps and
+// the rotation in step with it.
 type supervisor struct {
 	cfg       *Config
 	idle      []*actor.PID // workers with nothing to do
 	jobs      map[string]*liveJob
-	perCaller map[string]int // live jobs per caller
-	live      int            // live jobs in all
-	inflight  int            // targets being fetched
-	storing   int            // targets fetched and being stored
-	stopping  int            // job actors poisoned and not yet terminated
-	ready     fifo[*liveJob] // the rotation: ready jobs, and jobs being stored (see supervisor)
+	count     [nJobStates]int // jobs per state (settled: actors not yet stopped)
+	perCaller map[string]int  // live jobs per caller
+	inflight  int             // workers out: targets being fetched
+	ready     fifo[*liveJob]  // the rotation: ready jobs, in the order they became ready
 	closing   bool
 	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
 	sweep     *time.Timer
@@ -71,6 +73,55 @@ type supervisor struct {
 	// The producers of the children; tests stand probes in for them.
 	worker actor.Producer
 	job    func(supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer
+}
+
+// supervisorTransitions lists, for each state of a job, the states the
+// supervisor may move it to, and what does. It is the one place they are
+// written; to panics on any other (a bug of ours: the guardian fails the
+// runner closed). A job that is no longer live never becomes live again: a
+// report of a live state from one only gives its worker back.
+var supervisorTransitions = [...][]jobState{
+	jobReady:     {jobFetching /* dispatch */, jobCancelled, jobUnsaved, jobSettled /* cancelled; drained */},
+	jobFetching:  {jobReady, jobWaiting /* its worker is back */, jobCancelled, jobUnsaved, jobSettled /* it ended */},
+	jobWaiting:   {jobReady /* retryReady */, jobCancelled, jobUnsaved, jobSettled /* cancelled; drained */},
+	jobCancelled: {jobUnsaved, jobSettled /* its last target stored */},
+	jobUnsaved:   {jobSettled /* flushed; drained */},
+	jobSettled:   {},
+}
+
+// to moves job j to state st and keeps the rest in step: the counts, the
+// live jobs per caller (and Hooks.Depth), the rotation, the retry timer.
+// It reports whether the state changed.
+func (s *supervisor) to(ctx actor.Context, j *liveJob, st jobState) bool {
+	from := j.state
+	if st == from {
+		return false
+	}
+	if !slices.Contains(supervisorTransitions[from], st) {
+		panic(fmt.Sprintf("job %s: no transition from %s to %s", j.id, from, st))
+	}
+	j.state = st
+	s.count[from]--
+	s.count[st]++
+	if from == jobWaiting && j.retry != nil {
+		j.retry.Stop()
+		j.retry = nil
+	}
+	if st == jobReady {
+		s.ready.push(j)
+	}
+	if from.live() && !st.live() {
+		if s.perCaller[j.caller]--; s.perCaller[j.caller] <= 0 {
+			delete(s.perCaller, j.caller)
+		}
+		s.cfg.hookDepth(ctx, s.live())
+	}
+	return true
+}
+
+// live returns how many jobs are live.
+func (s *supervisor) live() int {
+	return s.count[jobReady] + s.count[jobFetching] + s.count[jobWaiting]
 }
 
 func newSupervisor(cfg *Config) actor.Producer {
@@ -94,24 +145,21 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *Submit:
 		reply := s.submit(ctx, m)
 		ctx.Respond(reply)
-		if reply.Refused == Accepted && reply.Err == nil && !reply.Reused {
+		if reply.Refused == nil && reply.Err == nil && !reply.Reused {
 			s.dispatch(ctx)
 			s.sweepExpired(ctx)
 		}
 	case *CancelJob:
-		if j := s.jobs[m.ID]; j != nil && !j.ended {
+		if j := s.jobs[m.ID]; j != nil && j.state.live() {
 			ctx.Forward(j.pid)
 		} else {
 			ctx.Respond(false)
 		}
 	case *jobDone:
 		s.jobDone(ctx, m)
-	case *jobEnded:
-		s.jobEnded(ctx, m)
 	case *retryReady:
-		if j := s.jobs[m.id]; j != nil && !j.ended && j.retry != nil {
-			j.retry = nil
-			s.enqueue(j)
+		if j := s.jobs[m.id]; j != nil && j.state == jobWaiting {
+			s.to(ctx, j, jobReady)
 			s.dispatch(ctx)
 		}
 	case *sweepTick:
@@ -125,9 +173,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.stopTimers()
 		s.maybeFinishDrain(ctx)
 	case *actor.Terminated:
-		if s.stopping > 0 {
-			s.stopping--
-		}
+		s.terminated(m.Who)
 		s.maybeFinishDrain(ctx)
 	case *actor.Stopping:
 		s.stopTimers()
@@ -171,19 +217,9 @@ func (s *supervisor) stopTimers() {
 	}
 }
 
-// reusable reports whether a stored job may answer a Submit with the same
-// idempotency key: queued, running, done or partial, and not expired.
-func (s *supervisor) reusable(j *persistence.JobRecord, now time.Time) bool {
-	switch j.Status {
-	case persistence.StatusQueued, persistence.StatusRunning, persistence.StatusDone, persistence.StatusPartial:
-		return j.Lease+int64(s.cfg.TTL) > now.UnixNano()
-	}
-	return false
-}
-
 func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if s.closing {
-		return &SubmitReply{Refused: RefusedClosed}
+		return &SubmitReply{Refused: batchtype.ErrClosed}
 	}
 	prev, found, err := s.cfg.Store.JobByKey(m.Job.Key)
 	if err != nil {
@@ -194,23 +230,23 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	// write failed) has a stored row behind its status: its actor's
 	// status counts ("" for a cancelled one: never reused).
 	live := s.jobs[prev.ID]
-	if found && live != nil {
+	if found && live != nil && live.state != jobSettled {
 		prev.Lease = max(prev.Lease, live.lease, live.view.Touched())
-		if live.ended {
+		if !live.state.live() {
 			prev.Status = live.status
 		}
 	}
-	if found && prev.Caller == m.Job.Caller && s.reusable(&prev, s.cfg.Now()) {
+	if found && prev.Caller == m.Job.Caller && prev.Reusable(s.cfg.TTL, s.cfg.Now().UnixNano()) {
 		s.cfg.hookJob(ctx, prev.ID, "reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
 	}
 	switch {
 	case len(m.Targets) > s.cfg.TargetsPerJob:
-		return &SubmitReply{Refused: RefusedTooManyTargets}
+		return &SubmitReply{Refused: batchtype.ErrTooManyTargets}
 	case s.perCaller[m.Job.Caller] >= s.cfg.JobsPerCaller:
-		return &SubmitReply{Refused: RefusedCallerBusy}
-	case s.live >= s.cfg.JobsTotal:
-		return &SubmitReply{Refused: RefusedBusy}
+		return &SubmitReply{Refused: batchtype.ErrCallerBusy}
+	case s.live() >= s.cfg.JobsTotal:
+		return &SubmitReply{Refused: batchtype.ErrBusy}
 	}
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
 		return &SubmitReply{Err: err}
@@ -226,22 +262,15 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		s.cfg.Views.remove(m.Job.ID)
 		return &SubmitReply{Err: err}
 	}
-	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, lease: m.Job.Lease, view: view}
+	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, state: jobReady, lease: m.Job.Lease, view: view}
 	s.jobs[j.id] = j
+	s.count[jobReady]++
 	s.perCaller[j.caller]++
-	s.live++
-	s.enqueue(j)
-	s.cfg.Log.Debug("job created", slog.String(keyJobID, j.id), slog.Int(keyCount, len(m.Targets)), slog.Int(keyLive, s.live))
+	s.ready.push(j)
+	s.cfg.Log.Debug("job created", slog.String(keyJobID, j.id), slog.Int(keyCount, len(m.Targets)), slog.Int(keyLive, s.live()))
 	s.cfg.hookJob(ctx, j.id, "created")
-	s.cfg.hookDepth(ctx, s.live)
+	s.cfg.hookDepth(ctx, s.live())
 	return &SubmitReply{ID: j.id}
-}
-
-func (s *supervisor) enqueue(j *liveJob) {
-	if !j.queued && !j.inflight && !j.ended {
-		j.queued = true
-		s.ready.push(j)
-	}
 }
 
 // dispatch hands free workers to the jobs at the head of the rotation.
@@ -251,48 +280,28 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 		if !ok {
 			return
 		}
-		stale := j.ended || j.inflight || s.jobs[j.id] != j
-		if j.storing && !stale {
-			return // its place has come up: wait for its store (see supervisor)
-		}
 		s.ready.pop()
-		j.queued = false
-		if stale {
-			continue
+		if j.state != jobReady {
+			continue // it ended since it took its place
 		}
 		w := s.idle[len(s.idle)-1]
 		s.idle = s.idle[:len(s.idle)-1]
-		j.inflight = true
+		s.to(ctx, j, jobFetching)
 		s.inflight++
 		ctx.Send(j.pid, &dispatch{worker: w})
 		s.cfg.hookInflight(ctx, s.inflight)
 	}
 }
 
+// jobDone takes a job's report: its worker back, and its new state.
 func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
-	j := s.jobs[m.id]
 	if m.worker != nil {
 		s.inflight--
 		s.idle = append(s.idle, m.worker)
 		s.cfg.hookInflight(ctx, s.inflight)
-		if j != nil {
-			j.inflight = false
-		}
 	}
-	if j != nil {
-		j.lease = max(j.lease, m.lease)
-		s.setStoring(j, m.state == jobStoring)
-		switch m.state {
-		case jobReady, jobStoring:
-			s.enqueue(j)
-		case jobWaiting:
-			s.waitRetry(ctx, j)
-		case jobSettled:
-			s.remove(ctx, j)
-		case jobUnsaved:
-			j.status = m.status
-			s.endLive(ctx, j)
-		}
+	if j := s.jobs[m.id]; j != nil {
+		s.report(ctx, j, m)
 	}
 	if s.closing {
 		s.maybeFinishDrain(ctx)
@@ -301,19 +310,30 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 	s.dispatch(ctx)
 }
 
-func (s *supervisor) setStoring(j *liveJob, storing bool) {
-	if j.storing != storing {
-		j.storing = storing
-		if storing {
-			s.storing++
-		} else {
-			s.storing--
-		}
+// report moves a job to the state its actor reports.
+func (s *supervisor) report(ctx actor.Context, j *liveJob, m *jobDone) {
+	j.lease = max(j.lease, m.lease)
+	if !j.state.live() && m.state.live() {
+		return // it ended: never live again (its worker is back)
+	}
+	if !m.state.live() {
+		j.status = m.status
+	}
+	if !s.to(ctx, j, m.state) {
+		return
+	}
+	switch m.state {
+	case jobWaiting:
+		s.waitRetry(ctx, j)
+	case jobSettled:
+		// Its actor stops once its mailbox is empty (a poison pill queues
+		// behind what was already sent to it); the job is forgotten then.
+		ctx.Poison(j.pid)
 	}
 }
 
 func (s *supervisor) waitRetry(ctx actor.Context, j *liveJob) {
-	if j.ended || s.closing {
+	if s.closing {
 		return
 	}
 	root, self, id := ctx.ActorSystem().Root, ctx.Self(), j.id
@@ -324,50 +344,30 @@ func (s *supervisor) waitRetry(ctx actor.Context, j *liveJob) {
 	})
 }
 
-func (s *supervisor) jobEnded(ctx actor.Context, m *jobEnded) {
-	j := s.jobs[m.id]
-	if j == nil {
+// terminated forgets a settled job once its actor has stopped.
+func (s *supervisor) terminated(who *actor.PID) {
+	i := strings.LastIndex(who.Id, "/job-")
+	if i < 0 {
 		return
 	}
-	s.endLive(ctx, j)
-	if m.settled {
-		s.remove(ctx, j)
+	if j := s.jobs[who.Id[i+len("/job-"):]]; j != nil && j.state == jobSettled && j.pid.Equal(who) {
+		s.forget(j)
 	}
 }
 
-// endLive stops counting a job as live.
-func (s *supervisor) endLive(ctx actor.Context, j *liveJob) {
-	if j.ended {
-		return
-	}
-	j.ended = true
-	if j.retry != nil {
-		j.retry.Stop()
-		j.retry = nil
-	}
-	s.live--
-	if s.perCaller[j.caller]--; s.perCaller[j.caller] <= 0 {
-		delete(s.perCaller, j.caller)
-	}
-	s.cfg.hookDepth(ctx, s.live)
-}
-
-// remove forgets a settled job and stops its actor once its mailbox is
-// empty (a poison pill queues behind what was already sent to it).
-func (s *supervisor) remove(ctx actor.Context, j *liveJob) {
-	s.setStoring(j, false)
-	s.endLive(ctx, j)
+// forget forgets a settled job.
+func (s *supervisor) forget(j *liveJob) {
 	delete(s.jobs, j.id)
-	ctx.Poison(j.pid)
-	s.stopping++
+	s.count[jobSettled]--
 }
 
-// maybeFinishDrain finishes a drain once nothing is in flight or being
-// stored and every job actor already told to stop has stopped: stopping the
+// maybeFinishDrain finishes a drain once nothing is in flight (a worker
+// comes back once its target is stored), no cancelled job has a target
+// left to store, and every job actor already told to stop has stopped: stopping the
 // supervisor then sends no Stop to an actor that is already gone (a dead
 // letter).
 func (s *supervisor) maybeFinishDrain(ctx actor.Context) {
-	if s.drainer != nil && s.inflight == 0 && s.storing == 0 && s.stopping == 0 {
+	if s.drainer != nil && s.inflight == 0 && s.count[jobCancelled] == 0 && s.count[jobSettled] == 0 {
 		s.finishDrain(ctx)
 	}
 }
@@ -381,10 +381,13 @@ func (s *supervisor) finishDrain(ctx actor.Context) {
 		if _, err := f.Result(); err != nil {
 			s.cfg.Log.Warn("shut down job", slog.String(keyJobID, j.id), slog.String(keyErr, err.Error()))
 		}
-		if !j.ended {
+		if j.state.live() {
 			n++
 		}
-		s.endLive(ctx, j)
+		// Settled, and forgotten: its actor stops with the supervisor (no
+		// poison pill: the supervisor's own stop stops it).
+		s.to(ctx, j, jobSettled)
+		s.forget(j)
 	}
 	ctx.Send(s.drainer, &Drained{Jobs: n})
 	s.drainer = nil

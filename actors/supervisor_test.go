@@ -2,8 +2,10 @@ package actors
 
 import (
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -85,7 +87,7 @@ func TestSupervisor_Rotation(t *testing.T) {
 	a, b := id('a'), id('b')
 
 	r := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
-	require.Equal(t, Accepted, r.Refused)
+	require.NoError(t, r.Refused)
 	require.Equal(t, a, r.ID)
 	d := next[dispatched](t, jobs)
 	require.Equal(t, a, d.id, "the one worker goes to a")
@@ -119,8 +121,8 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	ts.cfg.JobsPerCaller, ts.cfg.JobsTotal, ts.cfg.TargetsPerJob = 1, 2, 4
 	sup, jobs, _ := supervisorUnderTest(t, ts)
 
-	require.Equal(t, RefusedTooManyTargets, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused)
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused, batchtype.ErrTooManyTargets)
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
 	d := next[dispatched](t, jobs)
 	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 
@@ -129,13 +131,13 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	require.True(t, r.Reused)
 	require.Equal(t, id('a'), r.ID)
 
-	require.Equal(t, RefusedCallerBusy, ts.ask(t, sup, ts.submitMsg(id('b'), "alice", 1)).(*SubmitReply).Refused)
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('c'), "bob", 1)).(*SubmitReply).Refused)
-	require.Equal(t, RefusedBusy, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('b'), "alice", 1)).(*SubmitReply).Refused, batchtype.ErrCallerBusy)
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('c'), "bob", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused, batchtype.ErrBusy)
 
 	// A cancel frees the caps before the canceller hears back.
-	ts.sys.Root.Send(sup, &jobEnded{id: id('c'), settled: true})
-	require.Equal(t, Accepted, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
+	ts.sys.Root.Send(sup, &jobDone{id: id('c'), state: jobSettled})
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
 }
 
 func TestSupervisor_CancelRoutingAndViews(t *testing.T) {
@@ -160,7 +162,7 @@ func TestSupervisor_Drain(t *testing.T) {
 	d := next[dispatched](t, jobs)
 
 	drained := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
-	require.Equal(t, RefusedClosed, ts.ask(t, sup, ts.submitMsg(id('b'), "bob", 1)).(*SubmitReply).Refused)
+	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('b'), "bob", 1)).(*SubmitReply).Refused, batchtype.ErrClosed)
 	// The drain waits for the target in flight.
 	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
 	res, err := drained.Result()
@@ -168,32 +170,68 @@ func TestSupervisor_Drain(t *testing.T) {
 	require.Equal(t, 0, res.(*Drained).Jobs)
 }
 
-// A job whose target is being stored keeps its place in the rotation; when
-// its place comes up before the store has answered, the worker waits for it
-// instead of passing it, so the order stays a1 b1 a2 b2 with one worker.
-func TestSupervisor_WaitsForAJobBeingStored(t *testing.T) {
+// The supervisor's states: every one is reachable from ready, settled is the
+// end, a state that is not live never leads back to a live one, and to
+// refuses a transition the table does not list.
+func TestSupervisor_Transitions(t *testing.T) {
+	seen := map[jobState]bool{jobReady: true}
+	for todo := []jobState{jobReady}; len(todo) > 0; todo = todo[1:] {
+		for _, st := range supervisorTransitions[todo[0]] {
+			if !seen[st] {
+				seen[st] = true
+				todo = append(todo, st)
+			}
+			if !todo[0].live() {
+				require.False(t, st.live(), "%s → %s: an ended job is never live again", todo[0], st)
+			}
+		}
+	}
+	for st := range nJobStates {
+		require.True(t, seen[st], "%s is reachable", st)
+	}
+	require.Empty(t, supervisorTransitions[jobSettled])
+
+	s := &supervisor{cfg: &Config{}, perCaller: map[string]int{}}
+	j := &liveJob{id: "x", state: jobSettled}
+	require.PanicsWithValue(t, "job x: no transition from settled to ready", func() { s.to(nil, j, jobReady) })
+}
+
+// A job cancelled with a target in flight is no longer live at once (its caps
+// are free), is never reused, and the drain waits for its target to be
+// stored and the job settled.
+func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 	ts := newTestSystem(t)
+	ts.cfg.JobsPerCaller = 1
 	sup, jobs, _ := supervisorUnderTest(t, ts)
 	a, b := id('a'), id('b')
 	ts.ask(t, sup, ts.submitMsg(a, "alice", 3))
-	ts.ask(t, sup, ts.submitMsg(b, "bob", 3))
 	d := next[dispatched](t, jobs)
 	require.Equal(t, a, d.id)
 
-	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
-	d = next[dispatched](t, jobs)
-	require.Equal(t, b, d.id, "the worker goes on while a1 is stored")
-	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobStoring})
-	ts.sys.Root.Send(sup, &jobDone{id: b, state: jobReady}) // b1's store answers first
-	ts.ask(t, sup, &CancelJob{ID: id('z')})                 // the supervisor has taken all three
-	quiet(t, jobs)
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobCancelled, status: persistence.StatusCancelled})
+	require.NoError(t, ts.ask(t, sup, ts.submitMsg(b, "alice", 3)).(*SubmitReply).Refused, "alice's cap is free")
+	reused := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
+	require.False(t, reused.Reused, "a cancelled job is never reused")
+	require.ErrorIs(t, reused.Refused, batchtype.ErrCallerBusy)
 
-	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobReady})
-	d = next[dispatched](t, jobs)
-	require.Equal(t, a, d.id, "a2 before b2: a's place came first")
-	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
-	d = next[dispatched](t, jobs)
-	require.Equal(t, b, d.id)
-	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled})
-	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobSettled})
+	drain := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
+	drained := make(chan any, 1)
+	go func() {
+		res, _ := drain.Result()
+		drained <- res
+	}()
+	ts.ask(t, sup, &CancelJob{ID: id('z')}) // the supervisor has taken the drain
+	select {
+	case <-drained:
+		t.Fatal("the drain did not wait for a's store")
+	default:
+	}
+	quiet(t, jobs) // b waits: the one worker is a's until its target is stored
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobSettled, status: persistence.StatusCancelled})
+	select {
+	case res := <-drained:
+		require.Equal(t, 1, res.(*Drained).Jobs, "b was live, a was not")
+	case <-time.After(waitTimeout):
+		t.Fatal("no drain")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 )
 
 // System is a running actor system with its supervisor: the engine's handle
@@ -150,7 +151,7 @@ func (s *System) failAsks() {
 
 // ErrFailed is returned by a request the supervisor could not answer
 // because the runner's own code failed (see Config.OnFail).
-var ErrFailed = errors.New("runner failed")
+var ErrFailed = batchtype.ErrFailed
 
 // Submit asks the supervisor to create a job.
 func (s *System) Submit(m *Submit) (*SubmitReply, error) {

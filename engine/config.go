@@ -1,110 +1,23 @@
 package engine
 
-import (
-	"fmt"
-	"time"
-)
+import "github.com/sift/batch/engine/batchtype"
 
-// The defaults a zero [Config] field takes.
+// The defaults a zero [Config] field takes (defined in package batchtype).
 const (
-	DefaultTTL           = 24 * time.Hour
-	DefaultTargetsPerJob = 32
-	MaxTargetsPerJob     = 1<<16 - 1
-	DefaultJobsPerCaller = 1
-	DefaultJobsTotal     = 8
-	DefaultWorkers       = 1
-	MaxWorkers           = 2
-	DefaultMaxBytes      = 64 << 20
-	DefaultRetryWait     = 2 * time.Second
-	DefaultRetryFor      = 10 * time.Minute
+	DefaultTTL           = batchtype.DefaultTTL
+	DefaultTargetsPerJob = batchtype.DefaultTargetsPerJob
+	MaxTargetsPerJob     = batchtype.MaxTargetsPerJob
+	DefaultJobsPerCaller = batchtype.DefaultJobsPerCaller
+	DefaultJobsTotal     = batchtype.DefaultJobsTotal
+	DefaultWorkers       = batchtype.DefaultWorkers
+	MaxWorkers           = batchtype.MaxWorkers
+	DefaultMaxBytes      = batchtype.DefaultMaxBytes
+	DefaultRetryWait     = batchtype.DefaultRetryWait
+	DefaultRetryFor      = batchtype.DefaultRetryFor
 )
 
-// Config tunes a [Runner]. The zero value is ready to use: each zero field
-// takes the default its comment gives; a negative field makes [New] fail.
-type Config struct {
-	// TTL is how long a finished job stays readable after its lease (the
-	// later of its last stored target, its last Touch and its creation).
-	// Default [DefaultTTL] (24h).
-	TTL time.Duration
-	// TargetsPerJob caps the targets of one job. Default 32; at most
-	// [MaxTargetsPerJob].
-	TargetsPerJob int
-	// JobsPerCaller caps the live (queued or running) jobs per Caller.Name.
-	// Default 1.
-	JobsPerCaller int
-	// JobsTotal caps the live jobs in all. Default 8.
-	JobsTotal int
-	// Workers is how many targets are fetched at once: 1 or 2. Default 1;
-	// above 2 means 2.
-	Workers int
-	// MaxBytes caps the stored result bytes in all: past it the oldest
-	// finished jobs are deleted. Default 64 MiB.
-	MaxBytes int64
-	// RetryWait is the pause before a busy target is tried again, and before
-	// a job that has ended writes again what a failed store write left
-	// unwritten; measured by a real timer. Default 2s.
-	RetryWait time.Duration
-	// RetryFor is how long, by [Config.Now], one target may keep coming back
-	// busy before it is stored failed. Default 10m.
-	RetryFor time.Duration
-	// Hooks observe the runner; see [Hooks].
-	Hooks Hooks
-	// Now is the clock for leases, TTL, CreatedAt and RetryFor. Default
-	// time.Now.
-	Now func() time.Time
-}
-
-// withDefaults validates c and returns it with every zero field defaulted.
-func (c Config) withDefaults() (Config, error) {
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{
-		{"TTL", int64(c.TTL)},
-		{"TargetsPerJob", int64(c.TargetsPerJob)},
-		{"JobsPerCaller", int64(c.JobsPerCaller)},
-		{"JobsTotal", int64(c.JobsTotal)},
-		{"Workers", int64(c.Workers)},
-		{"MaxBytes", c.MaxBytes},
-		{"RetryWait", int64(c.RetryWait)},
-		{"RetryFor", int64(c.RetryFor)},
-	} {
-		if f.v < 0 {
-			return c, fmt.Errorf("config %s must not be negative", f.name)
-		}
-	}
-	if c.TargetsPerJob > MaxTargetsPerJob {
-		return c, fmt.Errorf("config TargetsPerJob must be at most %d", MaxTargetsPerJob)
-	}
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.TargetsPerJob == 0 {
-		c.TargetsPerJob = DefaultTargetsPerJob
-	}
-	if c.JobsPerCaller == 0 {
-		c.JobsPerCaller = DefaultJobsPerCaller
-	}
-	if c.JobsTotal == 0 {
-		c.JobsTotal = DefaultJobsTotal
-	}
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers
-	}
-	if c.Workers > MaxWorkers {
-		c.Workers = MaxWorkers
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultMaxBytes
-	}
-	if c.RetryWait == 0 {
-		c.RetryWait = DefaultRetryWait
-	}
-	if c.RetryFor == 0 {
-		c.RetryFor = DefaultRetryFor
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return c, nil
-}
+// Config tunes a [Runner]: see [batchtype.Config], where it is defined once
+// (the actors take it as it is). The zero value is ready to use: each zero
+// field takes the default its comment gives; a negative field makes [New]
+// fail.
+type Config = batchtype.Config

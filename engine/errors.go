@@ -1,34 +1,35 @@
 package engine
 
-import "errors"
+import "github.com/sift/batch/engine/batchtype"
 
-// The errors the engine returns. Test for them with [errors.Is].
+// The errors the engine returns, defined once in package batchtype (the
+// actors return them too). Test for them with [errors.Is].
 var (
 	// ErrNoTargets is returned by [Runner.Submit] for an empty target list.
-	ErrNoTargets = errors.New("no targets")
+	ErrNoTargets = batchtype.ErrNoTargets
 	// ErrTooManyTargets is returned by [Runner.Submit] for more than
 	// [Config.TargetsPerJob] targets.
-	ErrTooManyTargets = errors.New("too many targets")
+	ErrTooManyTargets = batchtype.ErrTooManyTargets
 	// ErrCallerBusy is returned by [Runner.Submit] when the caller already has
 	// [Config.JobsPerCaller] live jobs.
-	ErrCallerBusy = errors.New("busy")
+	ErrCallerBusy = batchtype.ErrCallerBusy
 	// ErrBusy is returned by [Runner.Submit] when [Config.JobsTotal] jobs are
 	// live in all.
-	ErrBusy = errors.New("jobs busy")
+	ErrBusy = batchtype.ErrBusy
 	// ErrRetryLater is wrapped by a [FetchFunc] when the target was only busy
 	// (a 429 or 503): the target is tried again after [Config.RetryWait].
-	ErrRetryLater = errors.New("retry later")
+	ErrRetryLater = batchtype.ErrRetryLater
 	// ErrInvalid is returned by [Runner.Submit], wrapped with the reason, for a
 	// nil caller, an empty caller name, or a target with an empty URL or with
 	// a URL or an option that is not valid UTF-8.
-	ErrInvalid = errors.New("invalid submission")
+	ErrInvalid = batchtype.ErrInvalid
 	// ErrClosed is returned by [Runner.Submit] after [Runner.Close].
-	ErrClosed = errors.New("runner closed")
+	ErrClosed = batchtype.ErrClosed
 	// ErrFailed is wrapped by [Runner.Err] once the runner's own code failed
 	// past what its supervision could contain: the runner closed itself, its
 	// live jobs failed with "internal error".
-	ErrFailed = errors.New("runner failed")
+	ErrFailed = batchtype.ErrFailed
 	// ErrNotFound is returned by [Runner.Wait] for an id that is not stored,
 	// or whose job has expired.
-	ErrNotFound = errors.New("job not found")
+	ErrNotFound = batchtype.ErrNotFound
 )

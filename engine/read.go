@@ -61,7 +61,7 @@ func (r *Runner) row(id string) (persistence.JobRecord, *actors.Snapshot, bool) 
 
 // expired reports a settled job past its lease + TTL: gone, swept or not.
 func (r *Runner) expired(rec *persistence.JobRecord) bool {
-	return rec.Settled && rec.Lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano()
+	return rec.Settled && rec.Expired(r.cfg.TTL, r.cfg.Now().UnixNano())
 }
 
 // snapExpired reports a job that has ended, as its actor holds it, past
@@ -71,7 +71,7 @@ func (r *Runner) snapExpired(v *actors.View, s *actors.Snapshot, stored ...int64
 	for _, l := range stored { // a Touch that went to the store as the actor stopped
 		lease = max(lease, l)
 	}
-	return !IsLive(s.Job.Status) && lease+int64(r.cfg.TTL) <= r.cfg.Now().UnixNano()
+	return !IsLive(s.Job.Status) && persistence.Expired(lease, r.cfg.TTL, r.cfg.Now().UnixNano())
 }
 
 // readFailed logs a read that failed for a reason other than a missing job.
@@ -140,16 +140,7 @@ func overlay(rec *persistence.JobRecord, ts []persistence.TargetRecord, s *actor
 		t := &ts[i]
 		*t = persistence.TargetRecord{Idx: t.Idx, URL: t.URL, Options: t.Options, Status: persistence.TargetRunning}
 	}
-	rec.TargetsDone, rec.TargetsFailed = 0, 0
-	for i := range ts {
-		switch ts[i].Status {
-		case persistence.TargetFailed:
-			rec.TargetsFailed++
-			rec.TargetsDone++
-		case persistence.TargetDone:
-			rec.TargetsDone++
-		}
-	}
+	rec.Recount(ts)
 }
 
 func toJob(j *persistence.JobRecord) Job {

@@ -59,7 +59,7 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	if fetch == nil {
 		return nil, errors.New("new runner: nil fetch func")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("new runner: %w", err)
 	}
@@ -77,22 +77,13 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.sys, err = actors.Start(&actors.Config{
-		Store:         store,
-		Fetch:         r.fetchOne,
-		FetchContext:  ctx,
-		TTL:           cfg.TTL,
-		TargetsPerJob: cfg.TargetsPerJob,
-		JobsPerCaller: cfg.JobsPerCaller,
-		JobsTotal:     cfg.JobsTotal,
-		Workers:       cfg.Workers,
-		MaxBytes:      cfg.MaxBytes,
-		RetryWait:     cfg.RetryWait,
-		RetryFor:      cfg.RetryFor,
-		Hooks:         actors.Hooks(cfg.Hooks),
-		Now:           cfg.Now,
-		Log:           log,
-		Views:         r.views,
-		OnFail:        r.failClosed,
+		Config:       cfg,
+		Store:        store,
+		Fetch:        r.fetchOne,
+		FetchContext: ctx,
+		Log:          log,
+		Views:        r.views,
+		OnFail:       r.failClosed,
 	})
 	if err != nil {
 		cancel()
@@ -180,15 +171,8 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 	if err != nil {
 		return "", false, fmt.Errorf("submit: %w", err)
 	}
-	switch reply.Refused {
-	case actors.RefusedTooManyTargets:
-		return "", false, ErrTooManyTargets
-	case actors.RefusedCallerBusy:
-		return "", false, ErrCallerBusy
-	case actors.RefusedBusy:
-		return "", false, ErrBusy
-	case actors.RefusedClosed:
-		return "", false, ErrClosed
+	if reply.Refused != nil {
+		return "", false, reply.Refused
 	}
 	if reply.Err != nil {
 		return "", false, fmt.Errorf("store job: %w", reply.Err)

@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
-	"time"
 
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
@@ -111,24 +111,6 @@ type TargetStatus struct {
 	Hint   string
 }
 
-// Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
-// user code: they run one at a time on a goroutine of their own (an actor
-// that only runs hooks), never inside the runner's own actors, and should
-// not block (a slow hook delays only the hooks after it).
-//
-// Each hook is called after the change it reports (Submit has returned,
-// the target or the job's end is stored), so a read can show a change a
-// moment before its hook has run; the calls caused by one job come in the
-// order of its changes. Once [Runner.Close] (or [Runner.Shutdown]) returns,
-// every hook has run.
-//
-// A hook that panics (or calls runtime.Goexit) costs that one call: it is
-// logged at Error with the hook's name and the job id, never the panic
-// value, counted in [Runner.HookPanics], and the runner goes on.
-type Hooks struct {
-	Job        func(outcome string)                              // created, reused, done, partial, failed, cancelled
-	Target     func(err error, d time.Duration, resultBytes int) // once per stored target; err nil on success
-	JobSeconds func(d time.Duration)                             // submit to terminal, once per job
-	Depth      func(live int)                                    // live jobs, after every change
-	Inflight   func(n int)                                       // targets being fetched, after every change
-}
+// Hooks observe the runner, for metrics: see [batchtype.Hooks], where they
+// are defined once (the actors call them).
+type Hooks = batchtype.Hooks

@@ -87,12 +87,7 @@ func (s *Store) jobWithTargets(op, idHex string, withResults bool) (JobRecord, [
 			return err
 		}
 		if !j.Settled {
-			j.TargetsDone, j.TargetsFailed, j.ResultBytes = 0, 0, 0
-			for i := range ts {
-				if ts[i].Status != TargetPending {
-					countOutcome(&j, ts[i].Status, ts[i].ResultSize, ts[i].Stored)
-				}
-			}
+			j.Recount(ts)
 		}
 		return nil
 	})
@@ -112,19 +107,9 @@ func recount(txn *badger.Txn, id [idLen]byte, j *JobRecord) error {
 		if err != nil {
 			return err
 		}
-		countOutcome(j, o.status, o.size, o.stored)
+		j.CountOutcome(o.status, o.size, o.stored)
 		return nil
 	})
-}
-
-// countOutcome counts one stored outcome in its unsettled job's progress.
-func countOutcome(j *JobRecord, status string, size, stored int64) {
-	j.TargetsDone++
-	if status == TargetFailed {
-		j.TargetsFailed++
-	}
-	j.ResultBytes += size
-	j.Lease = max(j.Lease, stored)
 }
 
 // Targets returns a job's targets in idx order, with their results, or an

@@ -26,9 +26,6 @@ const (
 	TargetFailed  = "failed"
 )
 
-// IsLive reports whether a job status is queued or running.
-func IsLive(status string) bool { return status == StatusQueued || status == StatusRunning }
-
 // JobRecord is a stored job.
 type JobRecord struct {
 	ID            string // 32 hex characters

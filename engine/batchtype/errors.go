@@ -1,0 +1,35 @@
+package batchtype
+
+import "errors"
+
+// The errors the runner returns, defined once; package engine re-exports
+// each under the same name. Test for them with [errors.Is].
+var (
+	// ErrNoTargets is returned by engine.Runner.Submit for an empty target list.
+	ErrNoTargets = errors.New("no targets")
+	// ErrTooManyTargets is returned by engine.Runner.Submit for more than
+	// [Config.TargetsPerJob] targets.
+	ErrTooManyTargets = errors.New("too many targets")
+	// ErrCallerBusy is returned by engine.Runner.Submit when the caller already has
+	// [Config.JobsPerCaller] live jobs.
+	ErrCallerBusy = errors.New("busy")
+	// ErrBusy is returned by engine.Runner.Submit when [Config.JobsTotal] jobs are
+	// live in all.
+	ErrBusy = errors.New("jobs busy")
+	// ErrRetryLater is wrapped by a engine.FetchFunc when the target was only busy
+	// (a 429 or 503): the target is tried again after [Config.RetryWait].
+	ErrRetryLater = errors.New("retry later")
+	// ErrInvalid is returned by engine.Runner.Submit, wrapped with the reason, for a
+	// nil caller, an empty caller name, or a target with an empty URL or with
+	// a URL or an option that is not valid UTF-8.
+	ErrInvalid = errors.New("invalid submission")
+	// ErrClosed is returned by engine.Runner.Submit after engine.Runner.Close.
+	ErrClosed = errors.New("runner closed")
+	// ErrFailed is wrapped by engine.Runner.Err once the runner's own code failed
+	// past what its supervision could contain: the runner closed itself, its
+	// live jobs failed with "internal error".
+	ErrFailed = errors.New("runner failed")
+	// ErrNotFound is returned by engine.Runner.Wait for an id that is not stored,
+	// or whose job has expired.
+	ErrNotFound = errors.New("job not found")
+)
