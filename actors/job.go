@@ -37,10 +37,10 @@ type job struct {
 	unsaved []persistence.TargetRecord
 	dirty   bool
 	flushes *time.Timer // unsaved: the next retry
-	// storing: the target whose write is at the store (its worker is given
-	// back once it has committed), and the messages that came meanwhile,
-	// handled in order then (the job's writes stay one at a time and in
-	// order).
+	// storing: the target whose write is at the store (the worker is
+	// already free), and the messages that came meanwhile, handled in
+	// order once it has committed (the job's writes stay one at a time and
+	// in order).
 	slot      storingTarget
 	stash     []stashed
 	onWritten func(error) // the store's callback: a targetWritten to self
@@ -72,7 +72,7 @@ var jobTransitions = [...][]jobPhase{
 		phaseSettled, phaseUnsaved, // cancel, shutdown; a failed write's outcome that ended the job (see stored)
 	},
 	phaseFetching: {
-		phaseStoring,               // fetched: its outcome goes to the store; the worker waits for it
+		phaseStoring,               // fetched: its outcome goes to the store, the worker is free
 		phaseIdle,                  // fetched busy (tried again after RetryWait); given up at shutdown; an outcome that joins unsaved ones
 		phaseSettled, phaseUnsaved, // the same, of a job cancelled meanwhile: it settles
 	},
@@ -111,9 +111,13 @@ func (j *job) state() jobState {
 	switch j.phase {
 	case phaseIdle:
 		return jobReady
-	case phaseFetching, phaseStoring: // the worker is out until the target is stored
+	case phaseFetching:
 		if live {
 			return jobFetching
+		}
+	case phaseStoring:
+		if live {
+			return jobStoring
 		}
 	case phaseUnsaved:
 		return jobUnsaved
@@ -133,7 +137,7 @@ type storingTarget struct {
 	err        error
 	took       time.Duration
 	prevStatus string
-	worker     *actor.PID // given back once the write has committed
+	worker     *actor.PID // simpleStore: the worker, freed once the write has committed
 }
 
 // stashed is a message that came while a target was being stored.
@@ -439,17 +443,19 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	}
 
 	if len(j.unsaved) == 0 {
-		// The common case: the outcome goes to the store's writer (a group
-		// commit with other jobs' writes); the actor takes other messages
-		// meanwhile (they wait in the stash), and the worker is given back
-		// once the write has committed (written), so a job's next target
-		// never starts before the last is stored. Only the outcome is
-		// written, unless this settles the job or the row is behind after
-		// a failed write: the outcome rows are the store's record of a
-		// live job's progress (SaveOutcomeAsync).
+		// The common case: the worker goes on while the target is stored
+		// (in a group commit with other jobs' targets); the job keeps its
+		// place in the rotation and hears from the store (written).
+		// Only the outcome is written, unless this settles the job or the
+		// row is behind after a failed write: the outcome rows are the
+		// store's record of a live job's progress (SaveOutcomeAsync).
 		j.to(phaseStoring)
 		p.withRow = next.Settled || j.dirty
-		p.worker = m.worker
+		if j.cfg.simpleStore {
+			p.worker = m.worker
+		} else {
+			j.report(ctx, m.worker, j.state())
+		}
 		j.write(p)
 		return
 	}

@@ -22,12 +22,15 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	return job, rec, sup, worker, workerPID
 }
 
-// storedDone takes the jobDone of a target that is stored: the worker is
-// given back once the store has answered.
+// storedDone takes the two jobDones of a target that is stored: the worker
+// freed while the target is being stored, then how the job stands.
 func storedDone(t *testing.T, sup *probe, workerPID *actor.PID) *jobDone {
 	t.Helper()
+	free := next[*jobDone](t, sup)
+	require.Equal(t, jobStoring, free.state, "the worker is freed before the store answers")
+	require.Equal(t, workerPID, free.worker)
 	done := next[*jobDone](t, sup)
-	require.Equal(t, workerPID, done.worker, "the worker comes back with the stored target")
+	require.Nil(t, done.worker, "the worker is freed once")
 	return done
 }
 
@@ -107,7 +110,10 @@ func TestJob_Cancel(t *testing.T) {
 	require.Equal(t, false, ts.ask(t, job, &CancelJob{ID: rec.ID}))
 
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	free := next[*jobDone](t, sup)
+	require.Equal(t, jobCancelled, free.state, "the worker is freed; the job stays ended while its target is stored")
+	require.Equal(t, workerPID, free.worker)
+	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status, "the in-flight target does not overwrite cancelled")
 	require.True(t, stored.Settled)
@@ -128,11 +134,10 @@ func TestJob_Shutdown(t *testing.T) {
 	require.True(t, stored.Settled)
 }
 
-// While a target is being stored (phase storing), its worker is held (the
-// job's next target cannot start), readers see the target running in the
-// job's snapshot, and every message waits in the stash until the store has
-// answered: a Cancel then is answered after it, and its own write follows
-// the target's.
+// While a target is being stored (phase storing), readers see it running in
+// the job's snapshot, and every message waits in the stash until the store
+// has answered: a Cancel then is answered after it, and its own write
+// follows the target's.
 func TestJob_WaitsForItsStore(t *testing.T) {
 	ts := newTestSystem(t)
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
@@ -153,6 +158,8 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 		return nil
 	})
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
+	free := next[*jobDone](t, sup)
+	require.Equal(t, jobStoring, free.state)
 	select {
 	case <-entered: // the store is writing it, and waits for release
 	case <-time.After(waitTimeout):
@@ -164,11 +171,13 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	require.Equal(t, 0, snap.Running, "not stored yet: still in flight")
 	require.Equal(t, 0, snap.Job.TargetsDone)
 	require.Equal(t, persistence.StatusRunning, snap.Job.Status, "the Cancel waits for the store")
-	quiet(t, sup) // the worker too
+	quiet(t, sup)
 
 	ts.store.SetWriteFault(nil)
 	close(release)
-	require.Equal(t, jobReady, storedDone(t, sup, workerPID).state)
+	done := next[*jobDone](t, sup)
+	require.Nil(t, done.worker)
+	require.Equal(t, jobReady, done.state)
 	res, err := cancelled.Result()
 	require.NoError(t, err)
 	require.Equal(t, true, res)

@@ -91,7 +91,8 @@ type jobState uint8
 
 const (
 	jobReady    jobState = iota // live, in the rotation: has a pending target ready now
-	jobFetching                 // live, a worker on its target until it is stored (set by the supervisor at dispatch)
+	jobFetching                 // live, a worker on its target (set by the supervisor at dispatch)
+	jobStoring                  // live, in the rotation, its target being stored (the worker is free): not dispatched until it is
 	jobWaiting                  // live, out of the rotation: its next target was busy, tried again after RetryWait
 	// jobCancelled: no longer live (cancelled), a target of it still in
 	// flight or being stored; a report of how it ends follows.
@@ -106,7 +107,7 @@ const (
 	nJobStates
 )
 
-var jobStateNames = [...]string{jobReady: "ready", jobFetching: "fetching", jobWaiting: "waiting",
+var jobStateNames = [...]string{jobReady: "ready", jobFetching: "fetching", jobStoring: "storing", jobWaiting: "waiting",
 	jobCancelled: "cancelled", jobUnsaved: "unsaved", jobSettled: "settled"}
 
 func (s jobState) String() string { return jobStateNames[s] }
@@ -114,6 +115,9 @@ func (s jobState) String() string { return jobStateNames[s] }
 // live reports whether a job in state s counts as live (queued or running):
 // for the caps, and for Hooks.Depth.
 func (s jobState) live() bool { return s <= jobWaiting }
+
+// inRotation reports whether a job in state s has its place in the rotation.
+func (s jobState) inRotation() bool { return s == jobReady || s == jobStoring }
 
 // jobDone says how a job stands, and frees a worker (nil: none); lease is
 // the job's lease as its actor holds it, status its status.

@@ -48,11 +48,13 @@ type liveJob struct {
 // job waits at most one round. Every step is O(1), whatever the number of
 // live jobs.
 //
-// A worker comes back once its target is stored (the job actor writes it
-// through the store's group-commit writer), so a job's next target never
-// starts before the last one is stored, and the job takes its place at the
-// tail then. (Freeing the worker before the store answered was measured for
-// issue 11 and dropped: docs/PERFORMANCE.md.)
+// A fetched target is stored while the worker goes on with the next job
+// (the job actor writes it; the store commits the writes of many jobs
+// together). The job takes its place at the tail when its target has been
+// fetched, as if it had been stored then; should its place come up before
+// the store has answered, the workers wait for it (one commit) rather than
+// pass it, so the order is the same as if each worker stored before moving
+// on, and a job's next target never starts before the last one is stored.
 //
 // Each job has one state (jobState, in messages.go), changed only by to,
 // which checks supervisorTransitions and keeps the counts, the caps and
@@ -64,7 +66,7 @@ type supervisor struct {
 	count     [nJobStates]int // jobs per state (settled: actors not yet stopped)
 	perCaller map[string]int  // live jobs per caller
 	inflight  int             // workers out: targets being fetched
-	ready     fifo[*liveJob]  // the rotation: ready jobs, in the order they became ready
+	ready     fifo[*liveJob]  // the rotation: ready jobs, and jobs being stored (see supervisor)
 	closing   bool
 	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
 	sweep     *time.Timer
@@ -82,7 +84,8 @@ type supervisor struct {
 // report of a live state from one only gives its worker back.
 var supervisorTransitions = [...][]jobState{
 	jobReady:     {jobFetching /* dispatch */, jobCancelled, jobUnsaved, jobSettled /* cancelled; drained */},
-	jobFetching:  {jobReady, jobWaiting /* its worker is back */, jobCancelled, jobUnsaved, jobSettled /* it ended */},
+	jobFetching:  {jobReady, jobWaiting, jobStoring /* its worker is back */, jobCancelled, jobUnsaved, jobSettled /* it ended */},
+	jobStoring:   {jobReady /* stored: it kept its place */, jobCancelled, jobUnsaved, jobSettled /* it ended */},
 	jobWaiting:   {jobReady /* retryReady */, jobCancelled, jobUnsaved, jobSettled /* cancelled; drained */},
 	jobCancelled: {jobUnsaved, jobSettled /* its last target stored */},
 	jobUnsaved:   {jobSettled /* flushed; drained */},
@@ -107,7 +110,7 @@ func (s *supervisor) to(ctx actor.Context, j *liveJob, st jobState) bool {
 		j.retry.Stop()
 		j.retry = nil
 	}
-	if st == jobReady {
+	if !from.inRotation() && st.inRotation() {
 		s.ready.push(j)
 	}
 	if from.live() && !st.live() {
@@ -121,7 +124,7 @@ func (s *supervisor) to(ctx actor.Context, j *liveJob, st jobState) bool {
 
 // live returns how many jobs are live.
 func (s *supervisor) live() int {
-	return s.count[jobReady] + s.count[jobFetching] + s.count[jobWaiting]
+	return s.count[jobReady] + s.count[jobFetching] + s.count[jobStoring] + s.count[jobWaiting]
 }
 
 func newSupervisor(cfg *Config) actor.Producer {
@@ -280,6 +283,9 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 		if !ok {
 			return
 		}
+		if j.state == jobStoring {
+			return // its place has come up: wait for its store (see supervisor)
+		}
 		s.ready.pop()
 		if j.state != jobReady {
 			continue // it ended since it took its place
@@ -361,13 +367,12 @@ func (s *supervisor) forget(j *liveJob) {
 	s.count[jobSettled]--
 }
 
-// maybeFinishDrain finishes a drain once nothing is in flight (a worker
-// comes back once its target is stored), no cancelled job has a target
-// left to store, and every job actor already told to stop has stopped: stopping the
+// maybeFinishDrain finishes a drain once nothing is in flight or being
+// stored and every job actor already told to stop has stopped: stopping the
 // supervisor then sends no Stop to an actor that is already gone (a dead
 // letter).
 func (s *supervisor) maybeFinishDrain(ctx actor.Context) {
-	if s.drainer != nil && s.inflight == 0 && s.count[jobCancelled] == 0 && s.count[jobSettled] == 0 {
+	if s.drainer != nil && s.inflight == 0 && s.count[jobStoring] == 0 && s.count[jobCancelled] == 0 && s.count[jobSettled] == 0 {
 		s.finishDrain(ctx)
 	}
 }

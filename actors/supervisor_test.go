@@ -170,6 +170,36 @@ func TestSupervisor_Drain(t *testing.T) {
 	require.Equal(t, 0, res.(*Drained).Jobs)
 }
 
+// A job whose target is being stored keeps its place in the rotation; when
+// its place comes up before the store has answered, the worker waits for it
+// instead of passing it, so the order stays a1 b1 a2 b2 with one worker.
+func TestSupervisor_WaitsForAJobBeingStored(t *testing.T) {
+	ts := newTestSystem(t)
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	a, b := id('a'), id('b')
+	ts.ask(t, sup, ts.submitMsg(a, "alice", 3))
+	ts.ask(t, sup, ts.submitMsg(b, "bob", 3))
+	d := next[dispatched](t, jobs)
+	require.Equal(t, a, d.id)
+
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id, "the worker goes on while a1 is stored")
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobStoring})
+	ts.sys.Root.Send(sup, &jobDone{id: b, state: jobReady}) // b1's store answers first
+	ts.ask(t, sup, &CancelJob{ID: id('z')})                 // the supervisor has taken all three
+	quiet(t, jobs)
+
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobReady})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, a, d.id, "a2 before b2: a's place came first")
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id)
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled})
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobSettled})
+}
+
 // The supervisor's states: every one is reachable from ready, settled is the
 // end, a state that is not live never leads back to a live one, and to
 // refuses a transition the table does not list.
@@ -197,8 +227,8 @@ func TestSupervisor_Transitions(t *testing.T) {
 }
 
 // A job cancelled with a target in flight is no longer live at once (its caps
-// are free), is never reused, and the drain waits for its target to be
-// stored and the job settled.
+// are free), stays out of the rotation when its worker comes back while its
+// target is stored, and the drain waits for it to settle.
 func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 	ts := newTestSystem(t)
 	ts.cfg.JobsPerCaller = 1
@@ -214,20 +244,24 @@ func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 	require.False(t, reused.Reused, "a cancelled job is never reused")
 	require.ErrorIs(t, reused.Refused, batchtype.ErrCallerBusy)
 
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring}) // its target is being stored
+	d = next[dispatched](t, jobs)
+	require.Equal(t, b, d.id, "a is not back in the rotation")
+
 	drain := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
 	drained := make(chan any, 1)
 	go func() {
 		res, _ := drain.Result()
 		drained <- res
 	}()
-	ts.ask(t, sup, &CancelJob{ID: id('z')}) // the supervisor has taken the drain
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobReady})
+	ts.ask(t, sup, &CancelJob{ID: id('z')}) // the supervisor has taken both
 	select {
 	case <-drained:
 		t.Fatal("the drain did not wait for a's store")
 	default:
 	}
-	quiet(t, jobs) // b waits: the one worker is a's until its target is stored
-	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobSettled, status: persistence.StatusCancelled})
+	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled, status: persistence.StatusCancelled})
 	select {
 	case res := <-drained:
 		require.Equal(t, 1, res.(*Drained).Jobs, "b was live, a was not")

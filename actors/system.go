@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ func Start(cfg *Config) (*System, error) {
 	)
 	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{})}
 	cfg.Abort = s.abortCh
+	cfg.simpleStore = os.Getenv("SIFTBATCH_STORE") == "simple"
 	if cfg.Views == nil {
 		cfg.Views = &Views{}
 	}
