@@ -63,10 +63,6 @@ type Config struct {
 	// HookPanics counts the hook calls that panicked.
 	HookPanics atomic.Uint64
 
-	// simpleStore (issue 11's measurement, SIFTBATCH_STORE=simple): the
-	// worker is freed once its target's write has committed.
-	simpleStore bool
-
 	observer   *actor.PID       // runs the hooks (observer.go)
 	dispatcher actor.Dispatcher // for the job actors; nil: protoactor's default
 	// workerDispatchers has one dispatcher per worker; missing: the default.

@@ -137,7 +137,6 @@ type storingTarget struct {
 	err        error
 	took       time.Duration
 	prevStatus string
-	worker     *actor.PID // simpleStore: the worker, freed once the write has committed
 }
 
 // stashed is a message that came while a target was being stored.
@@ -451,11 +450,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		// store's record of a live job's progress (SaveOutcomeAsync).
 		j.to(phaseStoring)
 		p.withRow = next.Settled || j.dirty
-		if j.cfg.simpleStore {
-			p.worker = m.worker
-		} else {
-			j.report(ctx, m.worker, j.state())
-		}
+		j.report(ctx, m.worker, j.state())
 		j.write(p)
 		return
 	}
@@ -490,7 +485,7 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	} else if p.withRow {
 		j.dirty = false
 	}
-	j.stored(ctx, p.worker, p)
+	j.stored(ctx, nil, p)
 	j.unstash(ctx)
 }
 

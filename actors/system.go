@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,7 +54,6 @@ func Start(cfg *Config) (*System, error) {
 	)
 	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{})}
 	cfg.Abort = s.abortCh
-	cfg.simpleStore = os.Getenv("SIFTBATCH_STORE") == "simple"
 	if cfg.Views == nil {
 		cfg.Views = &Views{}
 	}
