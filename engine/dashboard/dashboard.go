@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -256,7 +257,10 @@ func (h *Handler) Close() {
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return true
+		o = r.Header.Get("Referer") // no Origin (an older browser): the page it came from
+		if o == "" {
+			return true
+		}
 	}
 	u, err := url.Parse(o)
 	return err == nil && u.Host == r.Host
@@ -305,7 +309,7 @@ func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, value string
 // throttle 429.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	now := h.o.Now()
-	if ok, wait := h.throttle.allow(clientAddr(r), now); !ok {
+	if ok, wait := h.throttle.allow(clientAddr(r, h.o.TLSProxy), now); !ok {
 		secs := int(wait.Seconds()) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		h.page(w, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many sign-in attempts: wait " + strconv.Itoa(secs) + " s and try again."})
@@ -388,6 +392,10 @@ func (h *Handler) notFound(w http.ResponseWriter, _ *http.Request) {
 func staticFiles(fsys fs.FS) http.Handler {
 	files := http.FileServerFS(fsys)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !utf8.ValidString(r.URL.Path) { // no file has such a name (net/http would answer 500)
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		files.ServeHTTP(w, r)
 	})

@@ -9,7 +9,8 @@
 // the token's SHA-256 as the session's name. Sign-in attempts are
 // throttled per client address ([Options.SignInsPerMinute]). Every
 // state-changing request (sign-out, cancel) is a POST that carries the
-// session's CSRF token; a POST whose Origin names another host is refused.
+// session's CSRF token; a POST whose Origin (or, without one, Referer) names
+// another host is refused.
 // The session opens nothing but the dashboard: the /v1/ API (package
 // httpapi) takes Bearer keys only.
 //

@@ -162,6 +162,13 @@ func (rc *recent) finished(keep func(engine.Job) bool, n int) []engine.Job {
 // gone (a "gone" event), and on Close. It is exempt from the server's
 // WriteTimeout: each write has a deadline of its own instead.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
+	if ss.streams.Add(1) > maxStreams {
+		ss.streams.Add(-1)
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many live views open: close a tab", http.StatusTooManyRequests)
+		return
+	}
+	defer ss.streams.Add(-1)
 	jobID := r.URL.Query().Get("job")
 	render := func(ss *session) ([]byte, bool) {
 		var buf bytes.Buffer
@@ -191,7 +198,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 		_ = rc.SetWriteDeadline(time.Now().Add(writeWait)) // not supported by a test recorder: fine
 		var b bytes.Buffer
 		b.WriteString("event: " + event + "\n")
-		for line := range strings.SplitSeq(string(data), "\n") {
+		// A browser ends an event-stream line at \r, \n or \r\n: text of
+		// the page (an error a site sent, a URL) with a bare \r must not
+		// start a line, or an event, of its own.
+		text := strings.ReplaceAll(strings.ReplaceAll(string(data), "\r\n", "\n"), "\r", "\n")
+		for line := range strings.SplitSeq(text, "\n") {
 			b.WriteString("data: " + line + "\n")
 		}
 		b.WriteString("\n")

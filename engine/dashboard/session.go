@@ -8,7 +8,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +30,12 @@ type session struct {
 	csrf      string // the token every state-changing form carries
 	expires   time.Time
 	tokenHash [sha256.Size]byte
+	streams   atomic.Int32 // event streams open (at most maxStreams)
 }
+
+// maxStreams bounds the event streams one session holds open at once: a
+// few tabs; each holds a connection and a goroutine.
+const maxStreams = 16
 
 // sessions are the signed-in browsers, keyed by the SHA-256 of their
 // token: a lookup compares hashes, so its timing tells nothing of a
@@ -137,6 +144,12 @@ func (t *throttle) allow(addr string, now time.Time) (bool, time.Duration) {
 					delete(t.m, k)
 				}
 			}
+			if len(t.m) > maxBuckets/2 {
+				// Too many addresses tried within the minute (a flood):
+				// start again rather than grow without bound. The
+				// scan above then runs once per maxBuckets/2 new ones.
+				t.m = make(map[string]*bucket)
+			}
 		}
 		b = &bucket{tokens: float64(t.perMinute), last: now}
 		t.m[addr] = b
@@ -150,12 +163,28 @@ func (t *throttle) allow(addr string, now time.Time) (bool, time.Duration) {
 }
 
 // clientAddr is the address sign-ins are throttled by: the connection's
-// remote IP. A proxy in front makes every client one address; the
-// throttle then protects the keys all the same.
-func clientAddr(r *http.Request) string {
+// remote IP; behind the proxy that TLSProxy names, the address the proxy
+// appended to X-Forwarded-For (its rightmost entry: entries before it are
+// the client's to forge). IPv6 addresses count by their /64, which one
+// client usually holds whole.
+func clientAddr(r *http.Request, behindProxy bool) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		host = r.RemoteAddr
+	}
+	if behindProxy {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			last := xff[len(xff)-1]
+			if i := strings.LastIndexByte(last, ','); i >= 0 {
+				last = last[i+1:]
+			}
+			if ip := net.ParseIP(strings.TrimSpace(last)); ip != nil {
+				host = ip.String()
+			}
+		}
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil && len(ip) == net.IPv6len {
+		return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 	}
 	return host
 }

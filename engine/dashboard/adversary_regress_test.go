@@ -50,7 +50,7 @@ func sseEventNames(raw string) []string {
 // as new SSE fields, so a remote page can forge a "signedout" (or "gone")
 // event and a "retry:" on the owner's job page, and the page's HTML is
 // cut in two. The stream must deliver the page as one "update" event.
-func TestAdversaryFailing_SSEFramingInjection(t *testing.T) {
+func TestAdversaryRegress_SSEFramingInjection(t *testing.T) {
 	b := advSetup(t, nil, dashboard.Options{})
 	alice := b.signIn(t, "alice-key")
 	id := b.submit(t, "alice", "https://hostile.example/cr-err")
@@ -80,7 +80,7 @@ func TestAdversaryFailing_SSEFramingInjection(t *testing.T) {
 // addresses it tracks (10000), new addresses that tried within the last
 // minute are never dropped: the table grows with every one (and each
 // new address scans the whole table under the lock).
-func TestAdversaryFailing_ThrottleMemoryBounded(t *testing.T) {
+func TestAdversaryRegress_ThrottleMemoryBounded(t *testing.T) {
 	// The log would grow with every attempt: discard it.
 	b := setupWith(t, dashboard.Options{Log: slog.New(slog.DiscardHandler)})
 	heap := func() int64 {
@@ -117,7 +117,7 @@ func TestAdversaryFailing_ThrottleMemoryBounded(t *testing.T) {
 // client address": one client's 5 wrong keys must not lock every other
 // client out (the address the proxy appends, the rightmost
 // X-Forwarded-For entry, is the client's).
-func TestAdversaryFailing_ThrottlePerClientBehindTLSProxy(t *testing.T) {
+func TestAdversaryRegress_ThrottlePerClientBehindTLSProxy(t *testing.T) {
 	b := setupWith(t, dashboard.Options{TLSProxy: true})
 	const proxy = "127.0.0.1:5000"
 	for range 5 {
@@ -137,7 +137,7 @@ func TestAdversaryFailing_ThrottlePerClientBehindTLSProxy(t *testing.T) {
 // browsers, some privacy set-ups) is accepted: a sign-in (no CSRF token
 // on that form: login CSRF) and a cancel. The brief asks that a foreign
 // Origin or Referer be refused; the package doc names only Origin.
-func TestAdversaryFailing_ForeignRefererWithoutOrigin(t *testing.T) {
+func TestAdversaryRegress_ForeignRefererWithoutOrigin(t *testing.T) {
 	b := setup(t)
 	alice := b.signIn(t, "alice-key")
 	id := b.submit(t, "alice", "https://example.com/hold")
@@ -153,7 +153,7 @@ func TestAdversaryFailing_ForeignRefererWithoutOrigin(t *testing.T) {
 // TestAdversaryFailing_StaticNonUTF8Path: a static path that is not
 // UTF-8 is answered 500 Internal Server Error (http.FileServerFS on the
 // embedded files): hostile input is a client error, 4xx.
-func TestAdversaryFailing_StaticNonUTF8Path(t *testing.T) {
+func TestAdversaryRegress_StaticNonUTF8Path(t *testing.T) {
 	b := setup(t)
 	alice := b.signIn(t, "alice-key")
 	for _, p := range []string{"/ui/static/%ff", "/ui/static/%c3%28.css"} {
@@ -170,7 +170,7 @@ func TestAdversaryFailing_StaticNonUTF8Path(t *testing.T) {
 // each holds a connection, a goroutine and a render every Refresh. The
 // brief asks that the crowd be bounded; 200 streams of one session are
 // all accepted.
-func TestAdversaryFailing_StreamsPerSessionBounded(t *testing.T) {
+func TestAdversaryRegress_StreamsPerSessionBounded(t *testing.T) {
 	b := setupWith(t, dashboard.Options{Refresh: time.Second})
 	alice := b.signIn(t, "alice-key")
 	const n = 200
