@@ -82,7 +82,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
 	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
-	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure")
+	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	addConfigFlags(fs, &f.cfg)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
