@@ -180,8 +180,14 @@ func TestDashboard_Charts(t *testing.T) {
 	})
 	b.release()
 	b.waitTerminal(t, id)
+	var body string
 	waitFor(t, 10*time.Second, "the charts to show a target", func() bool {
-		body := b.do(t, root, http.MethodGet, "/ui/", nil).body
+		body = b.do(t, root, http.MethodGet, "/ui/", nil).body
 		return strings.Count(body, `<polyline class="line"`) == 3 && strings.Contains(body, "Targets per second")
 	})
+	for _, chart := range []string{"Targets per second", "Fetch latency", "Live jobs"} {
+		if !strings.Contains(body, chart) {
+			t.Errorf("the admin's overview lacks the chart %q", chart)
+		}
+	}
 }

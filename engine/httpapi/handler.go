@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"github.com/sift/batch/engine/internal/httpx"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -204,7 +205,7 @@ func (h *Handler) EndWaits() { h.endWaits() }
 func (h *Handler) guard(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := httpx.NewStatusRecorder(w)
 		abort := false
 		func() {
 			defer func() {
@@ -217,20 +218,20 @@ func (h *Handler) guard(route string, next http.Handler) http.Handler {
 					// net/http's own way to drop a connection (an answer
 					// cut short); it logs nothing.
 					abort = true
-				case !rec.wroteHeader:
+				case !rec.WroteHeader:
 					h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
 					writeError(rec, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")
 				default:
 					// Part of an answer is out: drop the connection so
 					// that it cannot pass for a whole one.
 					h.log.Error("handler panicked: a possible bug in siftbatch", slog.String(logKeyRoute, route))
-					rec.code, abort = http.StatusInternalServerError, true
+					rec.Code, abort = http.StatusInternalServerError, true
 				}
 			}()
 			next.ServeHTTP(rec, r)
 		}()
 		h.log.Debug("request", slog.String(logKeyRoute, route), slog.String(logKeyMethod, r.Method),
-			slog.Int(logKeyCode, rec.code), slog.Duration(logKeyDuration, time.Since(start)))
+			slog.Int(logKeyCode, rec.Code), slog.Duration(logKeyDuration, time.Since(start)))
 		if abort {
 			panic(http.ErrAbortHandler)
 		}

@@ -20,6 +20,7 @@ package metrics
 
 import (
 	"errors"
+	"github.com/sift/batch/engine/internal/httpx"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -183,9 +184,9 @@ func (m *Metrics) Middleware(route string, next http.Handler) http.Handler {
 	seconds := m.requestSeconds.WithLabelValues(route) // the series exists from the start
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := httpx.NewStatusRecorder(w)
 		defer func() {
-			code := rec.code
+			code := rec.Code
 			v := recover()
 			if v != nil {
 				code = http.StatusInternalServerError
@@ -199,25 +200,3 @@ func (m *Metrics) Middleware(route string, next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 	})
 }
-
-// statusRecorder remembers the status code a handler wrote.
-type statusRecorder struct {
-	http.ResponseWriter
-	code        int
-	wroteHeader bool
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if !s.wroteHeader && code >= 200 {
-		s.code, s.wroteHeader = code, true
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	s.wroteHeader = true
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets [http.ResponseController] reach the underlying writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
