@@ -113,17 +113,24 @@ func (r *Runner) list(caller string, opt ListOptions, withCursors bool) ([]Job, 
 // positive if b's does, 0 if they are the same. A cursor List did not give
 // sorts after every good one.
 func CompareCursors(a, b string) int {
-	ab, aerr := base64.RawURLEncoding.DecodeString(a)
-	bb, berr := base64.RawURLEncoding.DecodeString(b)
+	ab, aok := decodeCursor(a)
+	bb, bok := decodeCursor(b)
 	switch {
-	case aerr != nil && berr != nil:
+	case !aok && !bok:
 		return strings.Compare(a, b)
-	case aerr != nil:
+	case !aok:
 		return 1
-	case berr != nil:
+	case !bok:
 		return -1
 	}
 	return bytes.Compare(ab, bb)
+}
+
+// decodeCursor decodes a cursor of List; false if it is not one (not
+// base64, or not the length of one: "" and "AAAA" are no cursors).
+func decodeCursor(c string) ([]byte, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	return b, err == nil && len(b) == persistence.CallerCursorLen
 }
 
 // readable lays a job's snapshot over its stored row, as Job reads it;

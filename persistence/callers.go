@@ -77,6 +77,10 @@ func (s *Store) CallerJobs(caller string, after []byte, limit int, keep func(*Jo
 	return jobs, next, nil
 }
 
+// CallerCursorLen is the length of a cursor of [Store.CallerJobs], such
+// as [CallerCursor] returns.
+const CallerCursorLen = callerCursorLen
+
 // CallerCursor is the cursor of [Store.CallerJobs] that goes on after the
 // job id created at created (nanoseconds): the position of its entry in its
 // caller's index. Cursors of one caller's jobs sort, as bytes, in the order
