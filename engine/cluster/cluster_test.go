@@ -107,8 +107,20 @@ func newTestCluster(t testing.TB) *testCluster {
 	return tc
 }
 
+// nodeOptions change what addWith starts.
+type nodeOptions struct {
+	now  func() time.Time                // the runner's clock; default time.Now
+	wrap func(http.Handler) http.Handler // wraps the handler that answers the other nodes
+}
+
 // add starts a node named name.
 func (tc *testCluster) add(name string) *node {
+	tc.t.Helper()
+	return tc.addWith(name, nodeOptions{})
+}
+
+// addWith starts a node named name, changed by o.
+func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	t := tc.t
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -121,7 +133,7 @@ func (tc *testCluster) add(name string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := engine.New(store, tc.fetch, engine.Config{NodeTag: cn.Tag(), JobsPerCaller: 4, TargetsPerJob: 64}, log)
+	r, err := engine.New(store, tc.fetch, engine.Config{NodeTag: cn.Tag(), JobsPerCaller: 4, TargetsPerJob: 64, Now: o.now}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +145,11 @@ func (tc *testCluster) add(name string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cn.Start(r, api); err != nil {
+	var answer http.Handler = api
+	if o.wrap != nil {
+		answer = o.wrap(api)
+	}
+	if err := cn.Start(r, answer); err != nil {
 		t.Fatal(err)
 	}
 	n := &node{name: name, store: store, runner: r, node: cn, api: api, srv: httptest.NewServer(api)}

@@ -1,0 +1,37 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// Ask has n send node to the request another node forwards (Forward's
+// protocol: a Request, then a Pull per part), as if n forwarded a
+// client's request (method, uri, the client's Authorization), and returns
+// the answer's status and body. For tests that play a node asking.
+func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (int, []byte, error) {
+	pid := actor.NewPID(to.Address(), nodeActor)
+	req := &clusterpb.Request{Method: method, Uri: uri, Authorization: authorization, Session: newSession()}
+	part, err := n.ask(ctx, pid, req, n.cfg.Timeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	status := int(part.Status)
+	var body []byte
+	for {
+		body = append(body, part.Body...)
+		switch {
+		case part.Aborted:
+			return status, body, errors.New("answer cut short")
+		case part.Last:
+			return status, body, nil
+		}
+		if part, err = n.ask(ctx, pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout); err != nil {
+			return status, body, err
+		}
+	}
+}
