@@ -16,7 +16,7 @@ import (
 func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (int, []byte, error) {
 	pid := actor.NewPID(to.Address(), nodeActor)
 	req := &clusterpb.Request{Method: method, Uri: uri, Authorization: authorization, Session: newSession()}
-	part, err := n.ask(ctx, pid, req, n.cfg.Timeout)
+	part, err := n.ask(ctx, pid, req, n.cfg.Timeout, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -30,7 +30,7 @@ func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (i
 		case part.Last:
 			return status, body, nil
 		}
-		if part, err = n.ask(ctx, pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout); err != nil {
+		if part, err = n.ask(ctx, pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
 			return status, body, err
 		}
 	}

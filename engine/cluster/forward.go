@@ -8,12 +8,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sift/batch/engine/cluster/clusterpb"
+	"github.com/sift/batch/engine/httpapi"
 )
 
 // maxWait bounds the long-poll wait a forwarded request may announce.
@@ -30,6 +32,8 @@ const maxWait = 10 * time.Minute
 // forwarded (a node never forwards twice). An answer the other node cut
 // short, or that stops coming, is cut short here too: the connection is
 // dropped (net/http's [http.ErrAbortHandler]) before the end of its body.
+// A long-poll (?wait=) it forwards ends, with the job as it stands, once
+// the asking handler ends its own ([httpapi.WaitsEnded]).
 func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	if r.Context().Value(forwardedKey{}) != nil {
 		return false
@@ -49,9 +53,26 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	name := n.nameOf(m)
 	to := actor.NewPID(m.Address(), nodeActor)
 	wait := announcedWait(r)
-	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),
+	var ending <-chan struct{} // the asking handler's long-polls end (a graceful stop)
+	if wait > 0 {
+		ending = httpapi.WaitsEnded(r.Context())
+	}
+	uri := r.URL.RequestURI()
+	select {
+	case <-ending: // ended already: a later long-poll answers at once
+		uri, wait, ending = noWait(r.URL), 0, nil
+	default:
+	}
+	req := &clusterpb.Request{Method: r.Method, Uri: uri, Authorization: r.Header.Get("Authorization"),
 		WaitMs: wait.Milliseconds(), Session: newSession()}
-	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait)
+	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait, ending)
+	if errors.Is(err, errWaitsEnded) {
+		// As the handler ends its own long-polls: the answer is the job as
+		// it stands. The other node is asked again, not to wait.
+		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+		req = &clusterpb.Request{Method: r.Method, Uri: noWait(r.URL), Authorization: req.Authorization, Session: newSession()}
+		part, err = n.ask(r.Context(), to, req, n.cfg.Timeout, nil)
+	}
 	if err != nil {
 		if r.Context().Err() == nil {
 			n.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
@@ -78,7 +99,7 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 		if part.Last {
 			return true
 		}
-		if part, err = n.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout); err != nil {
+		if part, err = n.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
 			n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
 			if r.Context().Err() == nil {
 				n.log.Info("answer cut short: the node stopped answering", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
@@ -89,10 +110,10 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	}
 }
 
-// ask sends msg to the node actor to and waits for its Part, at most d or
-// until ctx is done.
-func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration) (*clusterpb.Part, error) {
-	res, err := n.request(ctx, to, msg, d)
+// ask sends msg to the node actor to and waits for its Part, at most d,
+// until ctx is done, or until stop is closed (errWaitsEnded).
+func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, stop <-chan struct{}) (*clusterpb.Part, error) {
+	res, err := n.request(ctx, to, msg, d, stop)
 	if err != nil {
 		return nil, err
 	}
@@ -103,14 +124,20 @@ func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration)
 	return part, nil
 }
 
-// errTimeout is a node's answer that did not come in time.
-var errTimeout = errors.New("no answer in time")
+var (
+	// errTimeout is a node's answer that did not come in time.
+	errTimeout = errors.New("no answer in time")
+	// errWaitsEnded is a long-poll's answer not waited for: the asking
+	// handler ended its long-polls.
+	errWaitsEnded = errors.New("long-polls ended")
+)
 
 // request sends msg to the actor to and returns its answer, waiting at
-// most d, or until ctx is done. The answer comes to an actor of its own,
-// stopped on return: unlike a protoactor future, nothing is left waiting
-// once the caller has gone.
-func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration) (any, error) {
+// most d, until ctx is done, or until stop is closed (errWaitsEnded; nil:
+// never). The answer comes to an actor of its own, stopped on return:
+// unlike a protoactor future, nothing is left waiting once the caller has
+// gone.
+func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, stop <-chan struct{}) (any, error) {
 	answers := make(chan any, 1)
 	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
@@ -132,6 +159,8 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 		return nil, errTimeout
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-stop:
+		return nil, errWaitsEnded
 	}
 }
 
@@ -164,6 +193,16 @@ func announcedWait(r *http.Request) time.Duration {
 		d = time.Duration(sec) * time.Second
 	}
 	return min(max(d, 0), maxWait)
+}
+
+// noWait returns u's path and query with ?wait=0: a long-poll that answers
+// at once.
+func noWait(u *url.URL) string {
+	q := u.Query()
+	q.Set("wait", "0")
+	out := *u
+	out.RawQuery = q.Encode()
+	return out.RequestURI()
 }
 
 // newSession returns a random session id.

@@ -89,7 +89,7 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 
 // listThere asks member m for its page.
 func (n *Node) listThere(ctx context.Context, m *pacluster.Member, req *clusterpb.ListRequest) (*clusterpb.ListReply, error) {
-	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), req, n.cfg.Timeout)
+	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), req, n.cfg.Timeout, nil)
 	if err != nil {
 		return nil, err
 	}

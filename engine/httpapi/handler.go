@@ -107,7 +107,8 @@ type Options struct {
 type Cluster interface {
 	// Forward answers r, a request about job id, if that job is another
 	// node's, and returns true; false, having written nothing, if it is
-	// this node's to answer.
+	// this node's to answer. A long-poll it forwards ends, with the job as
+	// it stands, once [WaitsEnded] of r's context is closed.
 	Forward(w http.ResponseWriter, r *http.Request, id string) bool
 	// List is [engine.Runner.List] across the nodes, with the names of
 	// the nodes whose jobs the page may lack.

@@ -61,10 +61,24 @@ func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	done := false
+	r = r.WithContext(context.WithValue(r.Context(), waitsKey{}, h.ending.Done()))
 	if !waiting(r, func() { done = h.o.Cluster.Forward(w, r, r.PathValue("id")) }) {
 		return true // the client has gone
 	}
 	return done
+}
+
+// waitsKey marks a request's context with the channel its handler closes
+// when it ends its long-polls (WaitsEnded).
+type waitsKey struct{}
+
+// WaitsEnded returns the channel closed once the [Handler] that serves the
+// request whose context is ctx ends its long-polls ([Handler.EndWaits]),
+// for its [Cluster]'s Forward: a long-poll it forwards must then answer
+// with the job as it stands. nil (never closed) if no Handler serves it.
+func WaitsEnded(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(waitsKey{}).(<-chan struct{})
+	return ch
 }
 
 func writeJobNotFound(w http.ResponseWriter) {
