@@ -351,6 +351,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// protoactor panics where it could return an error (a port taken since
 	// the check above, a provider that fails): this is its boundary.
 	if err := startMember(c); err != nil {
+		stopRemote(c) // else its server keeps the port, and goroutines, for good
 		system.Shutdown()
 		return fmt.Errorf("start node: %w", err)
 	}
@@ -369,6 +370,15 @@ func startMember(c *pacluster.Cluster) (err error) {
 	}()
 	c.StartMember()
 	return nil
+}
+
+// stopRemote stops the server of protoactor's remote, if StartMember
+// started it before it failed.
+func stopRemote(c *pacluster.Cluster) {
+	defer func() { _ = recover() }() // a remote that failed to listen has no server to stop
+	if c.Remote != nil {
+		c.Remote.Shutdown(false)
+	}
 }
 
 // Close leaves the cluster gracefully (protoactor takes about 2 seconds to

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	pacluster "github.com/asynkron/protoactor-go/cluster"
 	clustertest "github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
 	"github.com/sift/batch/engine"
@@ -509,10 +510,17 @@ func TestNew_BadConfig(t *testing.T) {
 	}
 }
 
+// failingProvider is a cluster provider that cannot join.
+type failingProvider struct{}
+
+func (failingProvider) StartMember(*pacluster.Cluster) error { return errors.New("no way in") }
+func (failingProvider) StartClient(*pacluster.Cluster) error { return errors.New("no way in") }
+func (failingProvider) Shutdown(bool) error                  { return nil }
+
 // TestNode_StartErrors: Start returns an error, having started nothing,
 // on an address in use (the remote's, or the automanaged provider's), on
-// a bad provider config, a nil runner or handler, a second Start and a
-// Start after Close.
+// a bad provider config, a provider that fails (giving the remote's port
+// back), a nil runner or handler, a second Start and a Start after Close.
 func TestNode_StartErrors(t *testing.T) {
 	store, err := persistence.Open("")
 	if err != nil {
@@ -569,7 +577,23 @@ func TestNode_StartErrors(t *testing.T) {
 		}
 	}
 
-	n := newNode(t, "127.0.0.1:0", testProvider)
+	// A provider that fails once protoactor's remote has started: the
+	// remote's port is given back.
+	addr := free(t)
+	n := newNode(t, addr, cluster.ProtoactorProvider(failingProvider{}))
+	if err := n.Start(r, h); err == nil || !strings.Contains(err.Error(), "no way in") {
+		t.Errorf("a failing provider: Start gave %v", err)
+	}
+	waitUntil(t, "the remote's port is free", func() bool {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			_ = l.Close()
+		}
+		return err == nil
+	})
+	_ = n.Close()
+
+	n = newNode(t, "127.0.0.1:0", testProvider)
 	if err := n.Start(nil, h); err == nil {
 		t.Error("Start with no runner gave no error")
 	}
