@@ -63,6 +63,7 @@ type testCluster struct {
 	agent   *test.InMemAgent
 	name    string
 	logs    *syncBuffer
+	level   slog.Level // of the logs; Debug unless a test sets it before add
 	release chan struct{}
 	nodes   []*node
 	fetch   engine.FetchFunc
@@ -90,7 +91,7 @@ func fetchOf(release <-chan struct{}) engine.FetchFunc {
 
 func newTestCluster(t testing.TB) *testCluster {
 	tc := &testCluster{t: t, agent: test.NewInMemAgent(), name: fmt.Sprintf("test-%d", time.Now().UnixNano()),
-		logs: &syncBuffer{}, release: make(chan struct{})}
+		logs: &syncBuffer{}, level: slog.LevelDebug, release: make(chan struct{})}
 	tc.fetch = fetchOf(tc.release)
 	t.Cleanup(func() {
 		select {
@@ -123,7 +124,7 @@ func (tc *testCluster) add(name string) *node {
 func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	t := tc.t
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: tc.level}))
 	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0",
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log})
 	if err != nil {

@@ -1,0 +1,287 @@
+package cluster_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"testing"
+	"time"
+)
+
+// benchPair starts a cluster of two nodes for a benchmark, logging at
+// Info (as serve does by default): holder, which holds the jobs, and
+// other, which forwards to it.
+func benchPair(b *testing.B) (holder, other *node) {
+	b.Helper()
+	tc := newTestCluster(b)
+	tc.level = slog.LevelInfo
+	holder, other = tc.add("holder"), tc.add("other")
+	tc.waitMembers(2)
+	return holder, other
+}
+
+// timedGet sends GET path with alice's key to n's API, reads the whole
+// answer, and returns how long that took and how many bytes it held.
+func timedGet(b *testing.B, n *node, path string) (time.Duration, int64) {
+	start := time.Now()
+	req, err := http.NewRequest(http.MethodGet, n.srv.URL+path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer alice-key")
+	res, err := n.srv.Client().Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	size, err := io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK {
+		b.Fatalf("GET %s on %s: %d, %v", path, n.name, res.StatusCode, err)
+	}
+	return time.Since(start), size
+}
+
+// heapMetric reads one of the runtime's uint64 metrics.
+func heapMetric(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// The runtime's metrics read: bytes allocated so far; bytes of heap
+// objects, live or not yet swept (HeapAlloc); bytes the last collection
+// marked live.
+const (
+	allocsMetric  = "/gc/heap/allocs:bytes"
+	objectsMetric = "/memory/classes/heap/objects:bytes"
+	liveMetric    = "/gc/heap/live:bytes"
+)
+
+// heapPeak samples the heap's objects (HeapAlloc) every millisecond and
+// keeps the most it saw since the last reset.
+type heapPeak struct {
+	mu   sync.Mutex
+	peak uint64
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startHeapPeak(b *testing.B) *heapPeak {
+	h := &heapPeak{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			h.sample()
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	b.Cleanup(func() {
+		close(h.stop)
+		<-h.done
+	})
+	return h
+}
+
+func (h *heapPeak) sample() uint64 {
+	v := heapMetric(objectsMetric)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.peak = max(h.peak, v)
+	return h.peak
+}
+
+// reset starts a new peak, and returns the heap's objects now.
+func (h *heapPeak) reset() uint64 {
+	v := heapMetric(objectsMetric)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.peak = v
+	return v
+}
+
+// pairReads accumulates the reads of one loop, from the job's own node and
+// from the other one: their time; the bytes this process allocated
+// meanwhile (both nodes, the client, and what else runs, protoactor's
+// gossip: a little); with a heapPeak, the most its heap grew during one.
+type pairReads struct {
+	heap                 *heapPeak
+	own, other           time.Duration
+	ownAlloc, otherAlloc uint64
+	ownPeak, otherPeak   uint64
+	n                    int
+}
+
+// run reads path from both nodes, the order alternating: what drifts
+// during the run (the heap, the CPU's clock) weighs on both alike.
+func (p *pairReads) run(b *testing.B, holder, other *node, path string, want int64) {
+	nodes := []*node{holder, other}
+	if p.n%2 == 1 {
+		nodes[0], nodes[1] = other, holder
+	}
+	for _, n := range nodes {
+		var base uint64
+		if p.heap != nil {
+			base = p.heap.reset()
+		}
+		before := heapMetric(allocsMetric)
+		d, size := timedGet(b, n, path)
+		alloc := heapMetric(allocsMetric) - before
+		var peak uint64
+		if p.heap != nil {
+			peak = p.heap.sample() - base
+		}
+		if size != want {
+			b.Fatalf("GET %s on %s: %d bytes, want %d", path, n.name, size, want)
+		}
+		if n == holder {
+			p.own, p.ownAlloc, p.ownPeak = p.own+d, p.ownAlloc+alloc, max(p.ownPeak, peak)
+		} else {
+			p.other, p.otherAlloc, p.otherPeak = p.other+d, p.otherAlloc+alloc, max(p.otherPeak, peak)
+		}
+	}
+	p.n++
+}
+
+func (p *pairReads) report(b *testing.B) {
+	n := float64(p.n)
+	b.ReportMetric(float64(p.own.Nanoseconds())/n, "own-ns/op")
+	b.ReportMetric(float64(p.other.Nanoseconds())/n, "other-ns/op")
+	b.ReportMetric(float64(p.other)/float64(p.own), "other/own")
+	b.ReportMetric(float64(p.ownAlloc)/n, "own-alloc-B/op")
+	b.ReportMetric(float64(p.otherAlloc)/n, "other-alloc-B/op")
+	if p.heap != nil {
+		b.ReportMetric(float64(p.ownPeak), "own-peak-heap-B")
+		b.ReportMetric(float64(p.otherPeak), "other-peak-heap-B")
+	}
+}
+
+// settledLive collects garbage until the live heap stops changing (by
+// less than 64 KiB from one collection to the next, at most 8 times), and
+// returns it: a stream whose client does not read moves on until its
+// buffers are full, its garbage meanwhile counted live by the collection
+// under way.
+func settledLive() uint64 {
+	var live uint64
+	for range 8 {
+		runtime.GC()
+		now := heapMetric(liveMetric)
+		if max(now, live)-min(now, live) < 64<<10 {
+			return now
+		}
+		live = now
+	}
+	return live
+}
+
+// heldDuring reads path from n as a slow client does, a MiB at a time,
+// and after each MiB collects garbage and reads the live heap: it returns
+// the most the live heap grew above what it was before the request, that
+// is the most the read held at once, its garbage aside.
+func heldDuring(b *testing.B, n *node, path string, want int64) uint64 {
+	req, err := http.NewRequest(http.MethodGet, n.srv.URL+path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer alice-key")
+	buf := make([]byte, 1<<20)
+	base := settledLive()
+	res, err := n.srv.Client().Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	var most uint64
+	var size int64
+	for {
+		k, err := io.ReadFull(res.Body, buf)
+		size += int64(k)
+		if live := settledLive(); live > base {
+			most = max(most, live-base)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if size != want {
+		b.Fatalf("GET %s on %s: %d bytes, want %d", path, n.name, size, want)
+	}
+	return most
+}
+
+// BenchmarkCluster_Poll: GET /v1/batch/{id} of a settled job of 8 targets
+// (a poll), answered over HTTP on loopback by the job's own node (own-ns)
+// and by another node, which forwards it (other-ns), alternating in one
+// loop; ns/op is one of each. other/own is the ratio of the two.
+func BenchmarkCluster_Poll(b *testing.B) {
+	holder, other := benchPair(b)
+	var urls []string
+	for i := range 8 {
+		urls = append(urls, fmt.Sprintf("https://example.com/poll/%d", i))
+	}
+	id := submit(b, holder, "alice-key", urls...)
+	waitDone(b, holder, id)
+	path := "/v1/batch/" + id
+	_, want := timedGet(b, holder, path) // warm: connections, who is who
+	if _, size := timedGet(b, other, path); size != want {
+		b.Fatalf("%d bytes from the other node, %d from the job's", size, want)
+	}
+	var p pairReads
+	for b.Loop() {
+		p.run(b, holder, other, path, want)
+	}
+	p.report(b)
+}
+
+// BenchmarkCluster_Results16MiB: GET /v1/batch/{id}?results=1 of a job
+// holding 16 MiB of results (16 targets of 1 MiB), read whole over HTTP on
+// loopback from the job's own node (own-) and from another node, which
+// forwards it (other-), alternating in one loop; ns/op is one of each.
+//
+// Memory is per process: both nodes and the client share this process's
+// heap, which also holds the two in-memory stores (the 16 MiB of results
+// among them). alloc-B/op is the bytes allocated per read, garbage
+// included. peak-heap-B is the most the heap's objects (HeapAlloc: live
+// and garbage not yet collected) grew during a read, sampled every
+// millisecond: what the read costs in memory with the default GOGC. After
+// the timed loop, held-B is the most the live heap grew above what it was
+// before a read, with a collection after each MiB a slow client reads
+// (two reads from each node): what a read holds at once, garbage aside.
+func BenchmarkCluster_Results16MiB(b *testing.B) {
+	holder, other := benchPair(b)
+	id := submit(b, holder, "alice-key", bigURLs("example.com", 16, 1<<20)...)
+	waitDone(b, holder, id)
+	path := "/v1/batch/" + id + "?results=1"
+	_, want := timedGet(b, holder, path)
+	if want < 16<<20 {
+		b.Fatalf("%d bytes of results", want)
+	}
+	if _, size := timedGet(b, other, path); size != want {
+		b.Fatalf("%d bytes from the other node, %d from the job's", size, want)
+	}
+	p := pairReads{heap: startHeapPeak(b)}
+	for b.Loop() {
+		p.run(b, holder, other, path, want)
+	}
+	p.report(b)
+
+	var ownHeld, otherHeld uint64
+	for range 2 {
+		ownHeld = max(ownHeld, heldDuring(b, holder, path, want))
+		otherHeld = max(otherHeld, heldDuring(b, other, path, want))
+	}
+	b.ReportMetric(float64(ownHeld), "own-held-B")
+	b.ReportMetric(float64(otherHeld), "other-held-B")
+}
