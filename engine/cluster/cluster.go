@@ -212,6 +212,7 @@ type Node struct {
 	c       *pacluster.Cluster
 	infos   map[string]nodeInfo                // by member id: who each member is
 	asked   map[string]time.Time               // by member id: when it may be asked who it is again
+	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 
 	changed  chan struct{} // closed at the next change of the members (Changed)
@@ -254,7 +255,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, asked: map[string]time.Time{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, asked: map[string]time.Time{}, asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -414,6 +415,8 @@ func (n *Node) Members() []string {
 	for _, m := range ms {
 		if info, ok := n.infos[m.Id]; ok {
 			out = append(out, info.name)
+		} else if n.system != nil && m.Id == n.system.ID {
+			out = append(out, n.cfg.Node)
 		} else {
 			out = append(out, m.Address())
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,7 +172,8 @@ func (tc *testCluster) stop(n *node) {
 	_ = n.store.Close()
 }
 
-// waitMembers waits until every live node sees want members.
+// waitMembers waits until every live node sees want members, each of
+// which has said who it is (a member that has not reads as its address).
 func (tc *testCluster) waitMembers(want int) {
 	tc.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -181,7 +183,7 @@ func (tc *testCluster) waitMembers(want int) {
 		}
 		for {
 			changed := n.node.Changed()
-			if len(n.node.Members()) == want {
+			if ms := n.node.Members(); len(ms) == want && !slices.ContainsFunc(ms, func(m string) bool { return strings.Contains(m, ":") }) {
 				break
 			}
 			select {

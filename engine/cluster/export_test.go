@@ -35,3 +35,6 @@ func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (i
 		}
 	}
 }
+
+// NodeActor is the name of each node's actor that answers the others.
+const NodeActor = nodeActor

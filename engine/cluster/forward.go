@@ -26,10 +26,11 @@ const maxWait = 10 * time.Minute
 // own requests (authenticating the caller again, with the same keys), and
 // writes that answer as it comes, a part at a time; or it answers 503
 // "node unavailable", with Retry-After, when that node is not a member or
-// does not answer within the Timeout. It returns false, having written
-// nothing, when the job is this node's to answer: its id has this node's
-// tag, or a tag no node has had since this node started, or r was itself
-// forwarded (a node never forwards twice). An answer the other node cut
+// does not answer within the Timeout (or when a member has not said who it
+// is: it may hold the job). It returns false, having written nothing, when
+// the job is this node's to answer: its id has this node's tag, or a tag
+// no node has had since this node started, or r was itself forwarded (a
+// node never forwards twice). An answer the other node cut
 // short, or that stops coming, is cut short here too: the connection is
 // dropped (net/http's [http.ErrAbortHandler]) before the end of its body.
 // A long-poll (?wait=) it forwards ends, with the job as it stands, once
@@ -166,7 +167,7 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 
 // unavailable answers 503 "node unavailable".
 func (n *Node) unavailable(w http.ResponseWriter, node string) {
-	hint := "the node that holds this job is not in the cluster now; try again in a while"
+	hint := "the node that holds this job is not in the cluster now, or not yet known to this one; try again in a while"
 	if node != "" {
 		hint = "node " + node + " holds this job and did not answer; try again in a while"
 	}

@@ -16,37 +16,56 @@ import (
 const helloTimeout = 2 * time.Second
 
 // holder returns the member whose node has tag. A member not yet known is
-// asked who it is (all of them at once). If no member has the tag, known
-// tells whether a node with that tag was a member since this node started:
-// its jobs answer 503 "node unavailable"; an id no node ever had is this
-// node's to answer (a job stored before the cluster, or no job at all).
+// asked who it is (all of them at once), or, if it is being asked, waited
+// for. If no member has the tag, known tells whether it may be another
+// node's: a node with that tag was a member since this node started, or a
+// member has not said who it is (it did not answer in time); such a job
+// answers 503 "node unavailable". An id no node ever had, all members
+// known, is this node's to answer (a job stored before the cluster, or no
+// job at all).
 func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known bool) {
 	members := n.members()
 	n.learn(members)
+	self := n.systemID()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	unknown := false
 	for _, m := range members {
-		if info, ok := n.infos[m.Id]; ok && info.tag == tag {
+		info, ok := n.infos[m.Id]
+		if ok && info.tag == tag {
 			return m, true
 		}
+		unknown = unknown || !ok && m.Id != self
 	}
 	_, known = n.seen[tag]
-	return nil, known
+	return nil, known || unknown
 }
 
-// learn asks each member this node does not know yet who it is, and
-// forgets the members that have left.
+// learn asks each member this node does not know yet who it is, or waits
+// for the answer if it is being asked, and forgets the members that have
+// left. A member that did not answer is asked again after helloTimeout.
 func (n *Node) learn(members []*pacluster.Member) {
 	self := n.systemID()
-	var unknown []*pacluster.Member
+	var (
+		ask  []*pacluster.Member
+		wait []chan struct{}
+	)
 	now := time.Now()
 	n.mu.Lock()
 	for _, m := range members {
+		if _, ok := n.infos[m.Id]; ok || m.Id == self {
+			continue
+		}
+		if asking, ok := n.asking[m.Id]; ok {
+			wait = append(wait, asking) // its answer comes within helloTimeout
+			continue
+		}
 		// A member that did not answer is asked again after a while, not
 		// by every request: a dead one would hold each up.
-		if _, ok := n.infos[m.Id]; !ok && m.Id != self && now.After(n.asked[m.Id]) {
-			unknown = append(unknown, m)
+		if now.After(n.asked[m.Id]) {
+			ask = append(ask, m)
 			n.asked[m.Id] = now.Add(helloTimeout)
+			n.asking[m.Id] = make(chan struct{})
 		}
 	}
 	if len(n.infos) > 2*len(members)+8 { // forget the members that left
@@ -66,21 +85,20 @@ func (n *Node) learn(members []*pacluster.Member) {
 		}
 	}
 	n.mu.Unlock()
-	if len(unknown) == 0 {
-		return
-	}
 	var wg sync.WaitGroup
-	for _, m := range unknown {
+	for _, m := range ask {
 		wg.Go(func() {
-			res, err := n.system.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
-			info, ok := res.(*clusterpb.NodeInfo)
-			if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
+			info := n.hello(m)
+			n.mu.Lock()
+			close(n.asking[m.Id])
+			delete(n.asking, m.Id)
+			if info == nil {
+				n.mu.Unlock()
 				n.log.Info("cluster member did not say who it is", slog.String(logKeyAddress, m.Address()))
 				return
 			}
 			var tag [engine.NodeTagLen]byte
 			copy(tag[:], info.Tag)
-			n.mu.Lock()
 			n.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
 			_, met := n.seen[tag]
 			n.seen[tag] = info.Node
@@ -91,6 +109,20 @@ func (n *Node) learn(members []*pacluster.Member) {
 		})
 	}
 	wg.Wait()
+	for _, asking := range wait {
+		<-asking
+	}
+}
+
+// hello asks member m who it is; nil if it does not say within
+// helloTimeout.
+func (n *Node) hello(m *pacluster.Member) *clusterpb.NodeInfo {
+	res, err := n.system.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
+	info, ok := res.(*clusterpb.NodeInfo)
+	if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
+		return nil
+	}
+	return info
 }
 
 // systemID is this node's member id.
