@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -213,8 +214,12 @@ type Node struct {
 	infos   map[string]nodeInfo                // by member id: who each member is
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 
-	changed  chan struct{} // closed at the next change of the members (Changed)
-	sessions sync.Map      // uint64 → *session: answers this node is giving
+	changed chan struct{} // closed at the next change of the members (Changed)
+	// current is the members of the last topology protoactor published:
+	// its MemberList.Members reads them without the lock its provider
+	// writes them under, a data race.
+	current  atomic.Pointer[[]*pacluster.Member]
+	sessions sync.Map // uint64 → *session: answers this node is giving
 	work     sync.WaitGroup
 	ctx      context.Context // cancelled by Close: ends every answer given
 	cancel   context.CancelFunc
@@ -334,6 +339,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	system.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*pacluster.ClusterTopology); ok {
 			members := t.Members
+			n.current.Store(&members)
 			n.goWork(func() {
 				n.learn(members)
 				n.mu.Lock()
@@ -419,10 +425,11 @@ func (n *Node) Changed() <-chan struct{} {
 	return n.changed
 }
 
-// members returns the members now; none before Start or after Close.
+// members returns the members now, as protoactor last published them;
+// none before Start or after Close.
 func (n *Node) members() []*pacluster.Member {
 	n.mu.Lock()
-	c, ok := n.c, n.started
+	ok := n.started
 	n.mu.Unlock()
 	n.workMu.Lock()
 	closed := n.closed
@@ -430,7 +437,10 @@ func (n *Node) members() []*pacluster.Member {
 	if !ok || closed {
 		return nil
 	}
-	return c.MemberList.Members().Members()
+	if ms := n.current.Load(); ms != nil {
+		return *ms
+	}
+	return nil
 }
 
 // idTag returns the tag at the start of a job id; false if id is not 32
