@@ -215,6 +215,8 @@ type Node struct {
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 
 	changed chan struct{} // closed at the next change of the members (Changed)
+	ending  chan struct{} // closed by EndWaits
+	endOnce sync.Once
 	// current is the members of the last topology protoactor published:
 	// its MemberList.Members reads them without the lock its provider
 	// writes them under, a data race.
@@ -258,7 +260,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{}),
+		ending: make(chan struct{})}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -398,6 +401,14 @@ func (n *Node) Close() error {
 	}
 	return nil
 }
+
+// EndWaits has every long-poll this node forwards (GET
+// /v1/batch/{id}?wait=… about another node's job) that is still waiting
+// answer at once with the job as it stands, and later ones too, so that
+// none holds up a graceful stop: register it with the server's
+// [http.Server.RegisterOnShutdown], as the API's own EndWaits. It is
+// idempotent and safe for concurrent use.
+func (n *Node) EndWaits() { n.endOnce.Do(func() { close(n.ending) }) }
 
 // Members returns the names of the nodes that are members now, as this
 // node knows them (a member not yet asked who it is reads as its address).

@@ -24,7 +24,9 @@ const maxWait = 10 * time.Minute
 // own requests (authenticating the caller again, with the same keys), and
 // writes that answer as it comes, a part at a time; or it answers 503
 // "node unavailable", with Retry-After, when that node is not a member or
-// does not answer within the Timeout. It returns false, having written
+// does not answer within the Timeout. A long-poll (GET ?wait=) still
+// waiting when [Node.EndWaits] is called is answered at once with the job
+// as it stands, as a node answers its own. It returns false, having written
 // nothing, when the job is this node's to answer: its id has this node's
 // tag, or a tag no node has had since this node started, or r was itself
 // forwarded (a node never forwards twice). An answer the other node cut
@@ -51,7 +53,22 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	wait := announcedWait(r)
 	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),
 		WaitMs: wait.Milliseconds(), Session: newSession()}
-	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait)
+	var ending <-chan struct{} // only a long-poll ends early: anything else might be done twice
+	if wait > 0 && r.Method == http.MethodGet {
+		ending = n.ending
+	}
+	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait, ending)
+	if errors.Is(err, errEnding) {
+		// The server is stopping: the job as it stands, asked again
+		// without the wait.
+		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+		u := *r.URL
+		q := u.Query()
+		q.Del("wait")
+		u.RawQuery = q.Encode()
+		req = &clusterpb.Request{Method: r.Method, Uri: u.RequestURI(), Authorization: req.Authorization, Session: newSession()}
+		part, err = n.ask(r.Context(), to, req, n.cfg.Timeout, nil)
+	}
 	if err != nil {
 		if r.Context().Err() == nil {
 			n.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
@@ -78,7 +95,7 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 		if part.Last {
 			return true
 		}
-		if part, err = n.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout); err != nil {
+		if part, err = n.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
 			n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
 			if r.Context().Err() == nil {
 				n.log.Info("answer cut short: the node stopped answering", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
@@ -89,9 +106,12 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	}
 }
 
-// ask sends msg to the node actor to and waits for its Part, at most d or
-// until ctx is done.
-func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration) (*clusterpb.Part, error) {
+// errEnding is ask's error when ending is closed first.
+var errEnding = errors.New("waits ended")
+
+// ask sends msg to the node actor to and waits for its Part, at most d,
+// until ctx is done, or until ending (if not nil) is closed.
+func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
 	f := n.system.Root.RequestFuture(to, msg, d)
 	done := make(chan struct{})
 	var (
@@ -105,7 +125,11 @@ func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration)
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return nil, ctx.Err() // the future times out by itself, ending the goroutine
+		n.system.Root.Stop(f.PID()) // completes the future: the goroutine ends now, not at its timeout
+		return nil, ctx.Err()
+	case <-ending:
+		n.system.Root.Stop(f.PID())
+		return nil, errEnding
 	}
 	if err != nil {
 		return nil, err

@@ -102,6 +102,7 @@ func (n *Node) listThere(ctx context.Context, m *pacluster.Member, req *clusterp
 	select {
 	case <-done:
 	case <-ctx.Done():
+		n.system.Root.Stop(f.PID()) // completes the future: the goroutine ends now, not at its timeout
 		return nil, ctx.Err()
 	}
 	if err != nil {
