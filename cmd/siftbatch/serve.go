@@ -276,6 +276,9 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
 	hs.RegisterOnShutdown(ui.Close)     // and so does a dashboard's event stream
+	if node != nil {
+		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
+	}
 	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
