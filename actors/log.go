@@ -28,14 +28,24 @@ const (
 // failure, and dead letters with their message; our messages carry URLs, so
 // those attributes are dropped.
 func ActorSystemLogger(l *slog.Logger) *slog.Logger {
-	return slog.New(&actorSystemHandler{h: l.Handler()}).With(slog.String(keyLibrary, "protoactor"))
+	return ActorSystemLoggerKeeping(l)
+}
+
+// ActorSystemLoggerKeeping is [ActorSystemLogger] that also keeps the
+// attributes named keep: a cluster's member addresses, say.
+func ActorSystemLoggerKeeping(l *slog.Logger, keep ...string) *slog.Logger {
+	safe := append(slices.Clip(safeActorAttrs), keep...)
+	return slog.New(&actorSystemHandler{h: l.Handler(), safe: safe}).With(slog.String(keyLibrary, "protoactor"))
 }
 
 // safeActorAttrs are the protoactor attributes kept: actor ids (ours are
 // named by job id), directives and counts.
 var safeActorAttrs = []string{keyLibrary, "system", "id", "self", "pid", "actor", "directive", "throttled"}
 
-type actorSystemHandler struct{ h slog.Handler }
+type actorSystemHandler struct {
+	h    slog.Handler
+	safe []string // the attributes kept
+}
 
 func lower(l slog.Level) slog.Level {
 	switch {
@@ -55,7 +65,7 @@ func (a *actorSystemHandler) Enabled(ctx context.Context, l slog.Level) bool {
 func (a *actorSystemHandler) Handle(ctx context.Context, r slog.Record) error {
 	out := slog.NewRecord(r.Time, lower(r.Level), r.Message, r.PC)
 	r.Attrs(func(at slog.Attr) bool {
-		if slices.Contains(safeActorAttrs, at.Key) {
+		if slices.Contains(a.safe, at.Key) {
 			out.AddAttrs(slog.String(at.Key, at.Value.String()))
 		}
 		return true
@@ -66,13 +76,13 @@ func (a *actorSystemHandler) Handle(ctx context.Context, r slog.Record) error {
 func (a *actorSystemHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	var kept []slog.Attr
 	for _, at := range as {
-		if slices.Contains(safeActorAttrs, at.Key) {
+		if slices.Contains(a.safe, at.Key) {
 			kept = append(kept, slog.String(at.Key, at.Value.String()))
 		}
 	}
-	return &actorSystemHandler{h: a.h.WithAttrs(kept)}
+	return &actorSystemHandler{h: a.h.WithAttrs(kept), safe: a.safe}
 }
 
 func (a *actorSystemHandler) WithGroup(name string) slog.Handler {
-	return &actorSystemHandler{h: a.h.WithGroup(name)}
+	return &actorSystemHandler{h: a.h.WithGroup(name), safe: a.safe}
 }

@@ -14,6 +14,7 @@ const (
 	DefaultMaxBytes      = batchtype.DefaultMaxBytes
 	DefaultRetryWait     = batchtype.DefaultRetryWait
 	DefaultRetryFor      = batchtype.DefaultRetryFor
+	NodeTagLen           = batchtype.NodeTagLen
 )
 
 // Config tunes a [Runner]: see [batchtype.Config], where it is defined once

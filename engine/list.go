@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sift/batch/persistence"
 )
@@ -41,14 +43,30 @@ var ErrBadList = errors.New("bad list request")
 // for concurrent use. It reads the caller's index: each page costs a seek
 // and a point read per job looked at.
 func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
+	jobs, _, next, err := r.list(caller, opt, false)
+	return jobs, next, err
+}
+
+// ListAt is [Runner.List] that also returns, for each job, the cursor of
+// the page that goes on after it. Cursors compare ([CompareCursors]) in the
+// order List gives, whichever runner they come from: so the pages of
+// several runners merge into one (package github.com/sift/batch/engine/cluster
+// lists a caller's jobs across nodes with it: a merged page's next cursor
+// is the cursor of its last job, good on every node). Safe for concurrent
+// use.
+func (r *Runner) ListAt(caller string, opt ListOptions) (jobs []Job, cursors []string, next string, err error) {
+	return r.list(caller, opt, true)
+}
+
+func (r *Runner) list(caller string, opt ListOptions, withCursors bool) ([]Job, []string, string, error) {
 	match, ok := statusFilters[opt.Status]
 	if !ok {
-		return nil, "", fmt.Errorf("%w: status %q is none of live, queued, running, done, partial, failed, cancelled, terminal", ErrBadList, opt.Status)
+		return nil, nil, "", fmt.Errorf("%w: status %q is none of live, queued, running, done, partial, failed, cancelled, terminal", ErrBadList, opt.Status)
 	}
 	limit := opt.Limit
 	switch {
 	case limit < 0 || limit > MaxListLimit:
-		return nil, "", fmt.Errorf("%w: limit must be from 1 to %d", ErrBadList, MaxListLimit)
+		return nil, nil, "", fmt.Errorf("%w: limit must be from 1 to %d", ErrBadList, MaxListLimit)
 	case limit == 0:
 		limit = DefaultListLimit
 	}
@@ -56,7 +74,7 @@ func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
 	if opt.Cursor != "" {
 		var err error
 		if after, err = base64.RawURLEncoding.DecodeString(opt.Cursor); err != nil || len(after) == 0 {
-			return nil, "", fmt.Errorf("%w: cursor is not one List gave", ErrBadList)
+			return nil, nil, "", fmt.Errorf("%w: cursor is not one List gave", ErrBadList)
 		}
 	}
 	recs, next, err := r.store.CallerJobs(caller, after, limit, func(rec *persistence.JobRecord) bool {
@@ -65,21 +83,47 @@ func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
 	})
 	switch {
 	case errors.Is(err, persistence.ErrBadCursor):
-		return nil, "", fmt.Errorf("%w: cursor is not one List gave", ErrBadList)
+		return nil, nil, "", fmt.Errorf("%w: cursor is not one List gave", ErrBadList)
 	case err != nil:
-		return nil, "", fmt.Errorf("list jobs: %w", err)
+		return nil, nil, "", fmt.Errorf("list jobs: %w", err)
 	}
 	jobs := make([]Job, 0, len(recs))
+	var cursors []string
 	for i := range recs {
 		if j, ok := r.readable(&recs[i]); ok && match(j.Status) {
 			jobs = append(jobs, toJob(&j))
+			if withCursors {
+				c, err := persistence.CallerCursor(recs[i].Created, recs[i].ID)
+				if err != nil {
+					return nil, nil, "", fmt.Errorf("list jobs: %w", err)
+				}
+				cursors = append(cursors, base64.RawURLEncoding.EncodeToString(c))
+			}
 		}
 	}
 	cursor := ""
 	if next != nil {
 		cursor = base64.RawURLEncoding.EncodeToString(next)
 	}
-	return jobs, cursor, nil
+	return jobs, cursors, cursor, nil
+}
+
+// CompareCursors compares two cursors of [Runner.ListAt] by the jobs they
+// go on after: negative if a's job comes first in a List (is newer),
+// positive if b's does, 0 if they are the same. A cursor List did not give
+// sorts after every good one.
+func CompareCursors(a, b string) int {
+	ab, aerr := base64.RawURLEncoding.DecodeString(a)
+	bb, berr := base64.RawURLEncoding.DecodeString(b)
+	switch {
+	case aerr != nil && berr != nil:
+		return strings.Compare(a, b)
+	case aerr != nil:
+		return 1
+	case berr != nil:
+		return -1
+	}
+	return bytes.Compare(ab, bb)
 }
 
 // readable lays a job's snapshot over its stored row, as Job reads it;

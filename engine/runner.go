@@ -204,6 +204,7 @@ func (r *Runner) newSubmit(c *Caller, targets []Target) (*actors.Submit, error) 
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, fmt.Errorf("job id: %w", err)
 	}
+	copy(raw[:], r.cfg.NodeTag) // in a cluster, the id names its node
 	now := r.cfg.Now().UnixNano()
 	m := &actors.Submit{
 		Job: persistence.JobRecord{

@@ -77,6 +77,20 @@ func (s *Store) CallerJobs(caller string, after []byte, limit int, keep func(*Jo
 	return jobs, next, nil
 }
 
+// CallerCursor is the cursor of [Store.CallerJobs] that goes on after the
+// job id created at created (nanoseconds): the position of its entry in its
+// caller's index. Cursors of one caller's jobs sort, as bytes, in the order
+// CallerJobs lists them (newest first), in every store: so pages of several
+// stores merge. An id that is not 32 hex digits is an error wrapping
+// [ErrBadCursor].
+func CallerCursor(created int64, id string) ([]byte, error) {
+	raw, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("caller cursor: %w", ErrBadCursor)
+	}
+	return callerKey("", created, raw)[1+callerHashLen:], nil
+}
+
 // indexCallers writes the caller entry of every job (jobs stored before
 // the index have none; writing one again is harmless), then the key that
 // says it is done, so that it runs once per store: at the first Open after

@@ -7,6 +7,7 @@
 package batchtype
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 )
@@ -58,7 +59,16 @@ type Config struct {
 	// Now is the clock for leases, TTL, CreatedAt and RetryFor. Default
 	// time.Now.
 	Now func() time.Time
+	// NodeTag, in a cluster, is this node's tag: the first 4 bytes of every
+	// job id it creates, so that any node can tell which node holds a job
+	// (package github.com/sift/batch/engine/cluster computes it from the
+	// node's name). nil (the default, a single node): ids are 16 random
+	// bytes. Any other length than 0 or 4 makes engine.New fail.
+	NodeTag []byte
 }
+
+// NodeTagLen is the length of a [Config.NodeTag].
+const NodeTagLen = 4
 
 // WithDefaults validates c and returns it with every zero field defaulted;
 // the error names the field.
@@ -80,6 +90,10 @@ func (c Config) WithDefaults() (Config, error) {
 			return c, fmt.Errorf("config %s must not be negative", f.name)
 		}
 	}
+	if len(c.NodeTag) != 0 && len(c.NodeTag) != NodeTagLen {
+		return c, fmt.Errorf("config NodeTag must be %d bytes or none", NodeTagLen)
+	}
+	c.NodeTag = bytes.Clone(c.NodeTag)
 	if c.TargetsPerJob > MaxTargetsPerJob {
 		return c, fmt.Errorf("config TargetsPerJob must be at most %d", MaxTargetsPerJob)
 	}

@@ -87,6 +87,11 @@ type Options struct {
 	// targets/s with /healthz polled instead; 0.86× with the default).
 	// Default GOMAXPROCS/2, at least 1.
 	MaxInFlight int
+	// Cluster, if set, makes the handler one node's API in a cluster
+	// (package github.com/sift/batch/engine/cluster's *Node): a request
+	// about another node's job is forwarded to it, and a list merges every
+	// node's jobs. Default: a single node.
+	Cluster Cluster
 	// Wrap, if set, wraps each route's handler, given the route's fixed
 	// label ("GET /v1/batch/{id}"; never a request's path): the metrics'
 	// [github.com/sift/batch/engine/metrics.Metrics.Middleware], for instance. It sees every request,
@@ -95,6 +100,18 @@ type Options struct {
 	// Log receives a line per request at Debug, and the API's events
 	// (submits, cancels, handler panics). Default: nothing is logged.
 	Log *slog.Logger
+}
+
+// Cluster is what a [Handler] asks of the cluster its runner is a node
+// of; package github.com/sift/batch/engine/cluster's *Node is one.
+type Cluster interface {
+	// Forward answers r, a request about job id, if that job is another
+	// node's, and returns true; false, having written nothing, if it is
+	// this node's to answer.
+	Forward(w http.ResponseWriter, r *http.Request, id string) bool
+	// List is [engine.Runner.List] across the nodes, with the names of
+	// the nodes whose jobs the page may lack.
+	List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error)
 }
 
 // runner is what the handler asks of an [*engine.Runner]. Tests wrap it to

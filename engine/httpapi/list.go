@@ -13,6 +13,9 @@ import (
 type jobList struct {
 	Jobs       []jobHead `json:"jobs"`
 	NextCursor string    `json:"next_cursor,omitempty"`
+	// UnavailableNodes, in a cluster, names the nodes whose jobs the page
+	// may lack: they did not answer, or are not members now.
+	UnavailableNodes []string `json:"unavailable_nodes,omitempty"`
 }
 
 // list is GET /v1/batch?status=S&limit=N&cursor=C: the caller's own jobs,
@@ -37,7 +40,17 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		}
 		opt.Limit = n
 	}
-	jobs, next, err := h.r.List(c.Name, opt)
+	var (
+		jobs        []engine.Job
+		next        string
+		unavailable []string
+		err         error
+	)
+	if h.o.Cluster != nil {
+		waiting(r, func() { jobs, next, unavailable, err = h.o.Cluster.List(r.Context(), c.Name, opt) })
+	} else {
+		jobs, next, err = h.r.List(c.Name, opt)
+	}
 	switch {
 	case errors.Is(err, engine.ErrBadList):
 		hint := "give status as one of live, queued, running, done, partial, failed, cancelled, terminal"
@@ -51,7 +64,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		writeError(w, http.StatusServiceUnavailable, "jobs cannot be listed now", "try again in a moment")
 		return
 	}
-	out := jobList{Jobs: make([]jobHead, len(jobs)), NextCursor: next}
+	out := jobList{Jobs: make([]jobHead, len(jobs)), NextCursor: next, UnavailableNodes: unavailable}
 	for i, j := range jobs {
 		out.Jobs[i] = jobHead{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal,
 			TargetsDone: j.TargetsDone, TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt}

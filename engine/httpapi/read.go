@@ -41,12 +41,29 @@ type targetHead struct {
 // neither the answer nor its timing tells a caller whether someone else's
 // job exists.
 func (h *Handler) owned(w http.ResponseWriter, r *http.Request, c *engine.Caller) (engine.Job, bool) {
+	if h.forwarded(w, r) {
+		return engine.Job{}, false
+	}
 	j, ok := h.r.Job(r.PathValue("id"))
 	if ok && j.Caller == c.Name {
 		return j, true
 	}
 	writeJobNotFound(w)
 	return engine.Job{}, false
+}
+
+// forwarded answers r through the cluster if its job is another node's:
+// true if it did. The request gives its turn up meanwhile: the other node's
+// work is not this one's.
+func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request) bool {
+	if h.o.Cluster == nil {
+		return false
+	}
+	done := false
+	if !waiting(r, func() { done = h.o.Cluster.Forward(w, r, r.PathValue("id")) }) {
+		return true // the client has gone
+	}
+	return done
 }
 
 func writeJobNotFound(w http.ResponseWriter) {

@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// partSize is the most body bytes a Part carries: well under gRPC's 4 MiB
+// message limit, and the most of an answer each node holds at a time.
+const partSize = 256 << 10
+
+// idleTimeout ends an answer whose asking node has not pulled its next
+// part for that long (the asking node died, or its client left).
+const idleTimeout = 30 * time.Second
+
+// receive is the node's actor: it answers the other nodes. It never
+// blocks: answers are written by goroutines of their own, which send their
+// parts to whoever pulls them.
+func (n *Node) receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *clusterpb.Hello:
+		ctx.Respond(&clusterpb.NodeInfo{Node: n.cfg.Node, Tag: n.tag[:]})
+	case *clusterpb.Request:
+		n.answer(ctx.Sender(), m)
+	case *clusterpb.Pull:
+		if s, ok := n.sessions.Load(m.Session); ok {
+			s.(*session).pull(ctx.Sender())
+		} else {
+			ctx.Respond(&clusterpb.Part{Session: m.Session, Last: true, Aborted: true})
+		}
+	case *clusterpb.Release:
+		if s, ok := n.sessions.Load(m.Session); ok {
+			s.(*session).cancel()
+		}
+	case *clusterpb.ListRequest:
+		sender := ctx.Sender()
+		n.goWork(func() { n.system.Root.Send(sender, n.listHere(m)) })
+	}
+}
+
+// goWork runs fn on a goroutine Close waits for; false, without running
+// it, once the node is closing.
+func (n *Node) goWork(fn func()) bool {
+	n.workMu.Lock()
+	defer n.workMu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.work.Go(fn)
+	return true
+}
+
+// forwardedKey marks the context of a request another node forwarded.
+type forwardedKey struct{}
+
+// session is one answer this node gives another: the handler writes it on
+// a goroutine of its own, a part at a time, each sent to the asking
+// node's next Pull (the Request being the first).
+type session struct {
+	n      *Node
+	id     uint64
+	pulls  chan *actor.PID // the futures waiting for the next part
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Written by the handler's goroutine only.
+	header   http.Header
+	status   int
+	sentHead bool
+	buf      []byte
+	gone     bool
+}
+
+// answer starts answering req for the asking node's future to.
+func (n *Node) answer(to *actor.PID, req *clusterpb.Request) {
+	ctx, cancel := context.WithCancel(context.WithValue(n.ctx, forwardedKey{}, true))
+	s := &session{n: n, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
+	if _, dup := n.sessions.LoadOrStore(s.id, s); dup {
+		cancel()
+		n.system.Root.Send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
+		return
+	}
+	s.pulls <- to
+	if !n.goWork(func() { s.serve(req) }) {
+		n.sessions.Delete(s.id)
+		cancel()
+		n.system.Root.Send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
+	}
+}
+
+// pull hands the next part to the future to; a second pull before the
+// part is sent is a protocol error, answered as a cut.
+func (s *session) pull(to *actor.PID) {
+	select {
+	case s.pulls <- to:
+	default:
+		s.n.system.Root.Send(to, &clusterpb.Part{Session: s.id, Last: true, Aborted: true})
+	}
+}
+
+// serve runs the handler on req and sends its answer's last part.
+func (s *session) serve(req *clusterpb.Request) {
+	defer s.n.sessions.Delete(s.id)
+	defer s.cancel()
+	r, err := http.NewRequestWithContext(s.ctx, req.Method, "http://siftbatch"+req.Uri, nil)
+	if err != nil {
+		s.header = http.Header{}
+		s.status = http.StatusBadRequest
+		s.send(true, false)
+		return
+	}
+	r.RequestURI = req.Uri
+	r.RemoteAddr = "cluster"
+	if req.Authorization != "" {
+		r.Header.Set("Authorization", req.Authorization)
+	}
+	if aborted := s.run(r); aborted {
+		s.send(true, true)
+		return
+	}
+	s.send(true, false)
+}
+
+// run serves r with the node's handler: true if the handler cut its answer
+// short. A handler's panic is caught here as net/http catches it: this is
+// the boundary of a request served.
+func (s *session) run(r *http.Request) (aborted bool) {
+	defer func() {
+		v := recover()
+		switch {
+		case v == nil:
+		case v == http.ErrAbortHandler:
+			aborted = true
+		default:
+			s.n.log.Error("forwarded request: handler panicked")
+			aborted = true
+		}
+	}()
+	s.n.handler.ServeHTTP(s, r)
+	return false
+}
+
+// Header is the answer's header, as http.ResponseWriter's.
+func (s *session) Header() http.Header { return s.header }
+
+// WriteHeader sets the answer's status.
+func (s *session) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+}
+
+// Write adds p to the answer, sending each full part as the asking node
+// pulls it; an error once the asking node is gone.
+func (s *session) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	written := 0
+	for len(p) > 0 {
+		if s.gone {
+			return written, errGone
+		}
+		k := min(len(p), partSize-len(s.buf))
+		s.buf = append(s.buf, p[:k]...)
+		p, written = p[k:], written+k
+		if len(s.buf) == partSize && !s.send(false, false) {
+			return written, errGone
+		}
+	}
+	return written, nil
+}
+
+// Flush sends what is written so far.
+func (s *session) Flush() {
+	if len(s.buf) > 0 || !s.sentHead {
+		s.send(false, false)
+	}
+}
+
+var errGone = errors.New("the asking node is gone")
+
+// send waits for the asking node's pull and sends it a part: the head with
+// the first, the buffered body; false once the asking node is gone.
+func (s *session) send(last, aborted bool) bool {
+	if s.gone {
+		return false
+	}
+	var to *actor.PID
+	idle := time.NewTimer(idleTimeout)
+	defer idle.Stop()
+	select {
+	case to = <-s.pulls:
+	case <-s.ctx.Done():
+	case <-idle.C:
+	}
+	if to == nil {
+		s.gone = true
+		s.cancel()
+		return false
+	}
+	part := &clusterpb.Part{Session: s.id, Body: s.buf, Last: last, Aborted: aborted}
+	if !s.sentHead {
+		if s.status == 0 {
+			s.status = http.StatusOK
+		}
+		part.Status = int32(s.status)
+		for k, vs := range s.header {
+			part.Headers = append(part.Headers, &clusterpb.Header{Name: k, Values: vs})
+		}
+		s.sentHead = true
+	}
+	s.n.system.Root.Send(to, part)
+	s.buf = make([]byte, 0, min(partSize, 4<<10)) // the part sent owns the old one
+	return true
+}
+
+// listHere answers a page of a caller's jobs from this node's runner.
+func (n *Node) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
+	jobs, cursors, next, err := n.runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
+	switch {
+	case errors.Is(err, engine.ErrBadList):
+		return &clusterpb.ListReply{BadRequest: err.Error()}
+	case err != nil:
+		n.log.Warn("list for another node", slog.String(logKeyErr, "store failed"))
+		return &clusterpb.ListReply{Error: "store failed"}
+	}
+	out := &clusterpb.ListReply{Jobs: make([]*clusterpb.ListedJob, len(jobs)), More: next != ""}
+	for i, j := range jobs {
+		out.Jobs[i] = &clusterpb.ListedJob{Id: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: int32(j.TargetsTotal),
+			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i]}
+	}
+	return out
+}

@@ -1,0 +1,470 @@
+// Package cluster makes a runner one node of a siftbatch cluster, on
+// protoactor-go's cluster: membership through one of protoactor's providers
+// (automanaged: static peers; Kubernetes; or any other), messages over
+// protoactor's gRPC remote.
+//
+// Jobs run where they were submitted: a node's store, workers and caps
+// stay its own. A job id names its node (its first 4 bytes are the node's
+// [Tag], set through [engine.Config.NodeTag]), so any node can answer any
+// job: the HTTP API (package httpapi, given the [Node] as its
+// [github.com/sift/batch/engine/httpapi.Options].Cluster) forwards each
+// request about another node's job to that node, which answers it as it
+// answers its own, and streams the answer back in parts of at most 256 KiB,
+// one part in flight at a time. A job whose node is not a member answers 503
+// "node unavailable" with Retry-After. A caller's list merges the pages of
+// every member, and names the nodes that did not answer.
+//
+// docs/CLUSTER.md gives the design, the messages and what a caller sees.
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/k8s"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/sift/batch/actors"
+	"github.com/sift/batch/engine"
+)
+
+// The defaults a zero [Config] field takes.
+const (
+	// DefaultTimeout bounds how long a node waits on another before it
+	// answers 503 "node unavailable" (a long-poll's wait comes on top).
+	DefaultTimeout = 5 * time.Second
+	// DefaultRetryAfter is the Retry-After of a 503 "node unavailable".
+	DefaultRetryAfter = 5 * time.Second
+	// DefaultRefresh is how often the automanaged provider polls its peers.
+	DefaultRefresh = 2 * time.Second
+)
+
+// nodeActor is the name of each node's actor that answers the others.
+const nodeActor = "siftbatch-node"
+
+// Log keys. Lines carry node names, addresses, job ids and counts; never a
+// URL, a host of a fetched page or a key.
+const (
+	logKeyNode    = "node"
+	logKeyAddress = "address"
+	logKeyJobID   = "job_id"
+	logKeyCount   = "count"
+	logKeyErr     = "err"
+)
+
+// protoactor attributes kept in its log lines besides those package actors
+// keeps: addresses and member ids of the cluster's nodes.
+var safeClusterAttrs = []string{"address", "id", "memberId", "member", "cluster", "kind", "kinds", "topology", "topologyHash", "leader"}
+
+// Config configures a [Node]. Name, Node, Addr and Provider are required;
+// a zero duration takes its default; a negative one is an error.
+type Config struct {
+	// Name is the cluster's name: nodes of one cluster share it (serve's
+	// --cluster).
+	Name string
+	// Node is this node's name, stable across restarts (serve's --node;
+	// a StatefulSet pod's name). Its [Tag] begins the ids of the jobs it
+	// creates, so a node that comes back under its name answers for its
+	// jobs again.
+	Node string
+	// Addr is the HOST:PORT protoactor's gRPC remote listens on (serve's
+	// --cluster-addr); port 0 picks one.
+	Addr string
+	// AdvertiseAddr is the HOST:PORT the other nodes reach this one at
+	// (serve's --advertise-addr). Default Addr.
+	AdvertiseAddr string
+	// Provider is how the nodes find each other: [Automanaged],
+	// [Kubernetes] or [ProtoactorProvider].
+	Provider Provider
+	// Timeout bounds how long a node waits on another (a forwarded
+	// request's first part when it is no long-poll, each later part, a
+	// page of a list) before it answers 503. Default [DefaultTimeout] (5s).
+	Timeout time.Duration
+	// RetryAfter is the Retry-After of a 503 "node unavailable". Default
+	// [DefaultRetryAfter] (5s).
+	RetryAfter time.Duration
+	// Log receives the node's events and protoactor's own lines (its
+	// levels lowered a step, and only attributes known to be safe kept).
+	// Default: nothing is logged.
+	Log *slog.Logger
+}
+
+// Provider is how the nodes of a cluster find each other: one of
+// protoactor's cluster providers. Make one with [Automanaged],
+// [Kubernetes] or [ProtoactorProvider].
+type Provider struct {
+	name string
+	make func() (pacluster.ClusterProvider, error)
+	// check runs before the node starts: a manage port in use, say.
+	check func() error
+}
+
+// Automanaged is protoactor's automanaged provider: static peers, nothing
+// else to run. manageAddr is this node's HOST:PORT for it (serve's
+// --manage-addr) and peers the manage addresses of every node, this one
+// included (serve's --peers). Each node serves a health endpoint on the
+// port of manageAddr and polls every peer's every refresh (default
+// [DefaultRefresh], 2s, which is also each poll's timeout).
+//
+// Known behaviour of protoactor's automanaged provider, designed around:
+// it listens on 0.0.0.0 at manageAddr's port, whatever its host; a member
+// that misses one poll is dropped for good by the node that polled it (it
+// comes back after a restart, under a new member id); there is no
+// consensus between the nodes' views of the membership.
+func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provider {
+	return Provider{
+		name: "automanaged",
+		check: func() error {
+			if len(peers) == 0 {
+				return errors.New("automanaged: no peers")
+			}
+			for _, p := range peers {
+				if _, _, err := splitHostPort(p); err != nil {
+					return fmt.Errorf("automanaged: peer: %w", err)
+				}
+			}
+			_, port, err := splitHostPort(manageAddr)
+			if err != nil {
+				return fmt.Errorf("automanaged: manage address: %w", err)
+			}
+			if port == 0 {
+				return errors.New("automanaged: the manage address needs a port")
+			}
+			// The provider binds 0.0.0.0:port in a goroutine and only logs a
+			// failure: find out now, with an error that says so.
+			l, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+			if err != nil {
+				return fmt.Errorf("automanaged: manage port: %w", err)
+			}
+			return l.Close()
+		},
+		make: func() (pacluster.ClusterProvider, error) {
+			_, port, err := splitHostPort(manageAddr)
+			if err != nil {
+				return nil, err
+			}
+			if refresh <= 0 {
+				refresh = DefaultRefresh
+			}
+			return automanaged.NewWithConfig(refresh, port, peers...), nil
+		},
+	}
+}
+
+// Kubernetes is protoactor's Kubernetes provider: the pods of the cluster
+// find each other through the Kubernetes API (the pod's service account
+// needs to get, list, watch and patch pods: docs/k8s/).
+func Kubernetes() Provider {
+	return Provider{
+		name: "k8s",
+		make: func() (pacluster.ClusterProvider, error) {
+			p, err := k8s.New()
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes provider: %w", err)
+			}
+			return p, nil
+		},
+	}
+}
+
+// ProtoactorProvider is any protoactor cluster provider: the test
+// provider, Consul, etcd.
+func ProtoactorProvider(p pacluster.ClusterProvider) Provider {
+	return Provider{name: "protoactor", make: func() (pacluster.ClusterProvider, error) { return p, nil }}
+}
+
+// Tag returns node's tag: the first 4 bytes of SHA-256 of its name.
+func Tag(node string) []byte {
+	h := sha256.Sum256([]byte(node))
+	return h[:engine.NodeTagLen]
+}
+
+// Node is one node of a siftbatch cluster. Make it with [New], give its
+// [Node.Tag] to the runner's [engine.Config.NodeTag] and the node to the
+// HTTP API's Options.Cluster, then [Node.Start] it with the runner and the
+// API's handler. It is safe for concurrent use.
+type Node struct {
+	cfg Config
+	tag [engine.NodeTagLen]byte
+	log *slog.Logger
+
+	mu      sync.Mutex
+	started bool
+
+	workMu  sync.Mutex // guards closed and work.Add; apart from mu, which Start holds while protoactor publishes
+	closed  bool
+	runner  *engine.Runner
+	handler http.Handler
+	system  *actor.ActorSystem
+	c       *pacluster.Cluster
+	infos   map[string]nodeInfo                // by member id: who each member is
+	asked   map[string]time.Time               // by member id: when it may be asked who it is again
+	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
+
+	changed  chan struct{} // closed at the next change of the members (Changed)
+	sessions sync.Map      // uint64 → *session: answers this node is giving
+	work     sync.WaitGroup
+	ctx      context.Context // cancelled by Close: ends every answer given
+	cancel   context.CancelFunc
+}
+
+// nodeInfo is who a member is.
+type nodeInfo struct {
+	name string
+	tag  [engine.NodeTagLen]byte
+}
+
+// New checks cfg and returns a node not yet started.
+func New(cfg Config) (*Node, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, errors.New("new node: no cluster name")
+	case cfg.Node == "":
+		return nil, errors.New("new node: no node name")
+	case cfg.Provider.make == nil:
+		return nil, errors.New("new node: no provider")
+	case cfg.Timeout < 0 || cfg.RetryAfter < 0:
+		return nil, errors.New("new node: negative duration")
+	}
+	if _, _, err := splitHostPort(cfg.Addr); err != nil {
+		return nil, fmt.Errorf("new node: address: %w", err)
+	}
+	if cfg.AdvertiseAddr == "" {
+		cfg.AdvertiseAddr = cfg.Addr
+	}
+	if _, _, err := splitHostPort(cfg.AdvertiseAddr); err != nil {
+		return nil, fmt.Errorf("new node: advertised address: %w", err)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, asked: map[string]time.Time{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	copy(n.tag[:], Tag(cfg.Node))
+	n.seen[n.tag] = cfg.Node
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// Tag returns the node's tag, for [engine.Config.NodeTag].
+func (n *Node) Tag() []byte { return Tag(n.cfg.Node) }
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.cfg.Node }
+
+// Address returns the address the other nodes reach this one at: the
+// remote's, once started (with the port it picked if Addr's was 0).
+func (n *Node) Address() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.system == nil {
+		return n.cfg.AdvertiseAddr
+	}
+	return n.system.Address()
+}
+
+// Start joins the cluster: it starts protoactor's remote and cluster
+// member, and the node's actor, which answers the other nodes with r (a
+// list's pages) and h (requests about r's jobs, as h answers its own: the
+// HTTP API's handler). r must have been made with the node's Tag as its
+// NodeTag. Start returns once the node is a member (about a second: what
+// protoactor takes), or an error (an address in use, say), having started
+// nothing.
+func (n *Node) Start(r *engine.Runner, h http.Handler) error {
+	if r == nil || h == nil {
+		return errors.New("start node: nil runner or handler")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.workMu.Lock()
+	closed := n.closed
+	n.workMu.Unlock()
+	if n.started || closed {
+		return errors.New("start node: started already")
+	}
+	if n.cfg.Provider.check != nil {
+		if err := n.cfg.Provider.check(); err != nil {
+			return fmt.Errorf("start node: %w", err)
+		}
+	}
+	host, port, _ := splitHostPort(n.cfg.Addr)
+	l, err := net.Listen("tcp", n.cfg.Addr) // protoactor panics on an address in use
+	if err != nil {
+		return fmt.Errorf("start node: cluster address: %w", err)
+	}
+	if port == 0 {
+		port = l.Addr().(*net.TCPAddr).Port
+	}
+	_ = l.Close()
+	advertise := n.cfg.AdvertiseAddr
+	if _, aport, _ := splitHostPort(advertise); aport == 0 {
+		ahost, _, _ := splitHostPort(advertise)
+		advertise = net.JoinHostPort(ahost, strconv.Itoa(port))
+	}
+	provider, err := n.cfg.Provider.make()
+	if err != nil {
+		return fmt.Errorf("start node: %w", err)
+	}
+	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise))
+	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
+		pacluster.WithRequestTimeout(n.cfg.Timeout))
+	c := pacluster.New(system, ccfg)
+	n.runner, n.handler, n.system, n.c = r, h, system, c
+	// Each change of the members: learn who the new ones are, then tell
+	// whoever waits on Changed.
+	system.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*pacluster.ClusterTopology); ok {
+			members := t.Members
+			n.goWork(func() {
+				n.learn(members)
+				n.mu.Lock()
+				close(n.changed)
+				n.changed = make(chan struct{})
+				n.mu.Unlock()
+			})
+		}
+	})
+	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.receive), nodeActor); err != nil {
+		system.Shutdown()
+		return fmt.Errorf("start node: %w", err)
+	}
+	// protoactor panics where it could return an error (a port taken since
+	// the check above, a provider that fails): this is its boundary.
+	if err := startMember(c); err != nil {
+		system.Shutdown()
+		return fmt.Errorf("start node: %w", err)
+	}
+	n.started = true
+	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, system.Address()),
+		slog.String("provider", n.cfg.Provider.name))
+	return nil
+}
+
+// startMember is protoactor's StartMember, its panics turned into errors.
+func startMember(c *pacluster.Cluster) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("cluster member: %v", v)
+		}
+	}()
+	c.StartMember()
+	return nil
+}
+
+// Close leaves the cluster gracefully (protoactor takes about 2 seconds to
+// hand over) and ends every answer the node was giving another node. It
+// does not close the runner. It is idempotent.
+func (n *Node) Close() error {
+	n.workMu.Lock()
+	if n.closed {
+		n.workMu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.workMu.Unlock()
+	n.mu.Lock() // waits for a Start under way
+	started := n.started
+	n.mu.Unlock()
+	n.cancel()
+	n.work.Wait()
+	if started {
+		n.c.Shutdown(true)
+		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))
+	}
+	return nil
+}
+
+// Members returns the names of the nodes that are members now, as this
+// node knows them (a member not yet asked who it is reads as its address).
+func (n *Node) Members() []string {
+	ms := n.members()
+	out := make([]string, 0, len(ms))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, m := range ms {
+		if info, ok := n.infos[m.Id]; ok {
+			out = append(out, info.name)
+		} else {
+			out = append(out, m.Address())
+		}
+	}
+	return out
+}
+
+// Changed returns a channel closed at the next change of the cluster's
+// members, once this node has asked the new ones who they are: wait on it,
+// then read [Node.Members].
+func (n *Node) Changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.changed
+}
+
+// members returns the members now; none before Start or after Close.
+func (n *Node) members() []*pacluster.Member {
+	n.mu.Lock()
+	c, ok := n.c, n.started
+	n.mu.Unlock()
+	n.workMu.Lock()
+	closed := n.closed
+	n.workMu.Unlock()
+	if !ok || closed {
+		return nil
+	}
+	return c.MemberList.Members().Members()
+}
+
+// idTag returns the tag at the start of a job id; false if id is not 32
+// hex digits.
+func idTag(id string) ([engine.NodeTagLen]byte, bool) {
+	var tag [engine.NodeTagLen]byte
+	if len(id) != 32 {
+		return tag, false
+	}
+	if _, err := hex.Decode(tag[:], []byte(id[:2*engine.NodeTagLen])); err != nil {
+		return tag, false
+	}
+	for i := 2 * engine.NodeTagLen; i < len(id); i++ {
+		if !isHex(id[i]) {
+			return tag, false
+		}
+	}
+	return tag, true
+}
+
+func isHex(b byte) bool {
+	return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F'
+}
+
+// splitHostPort splits HOST:PORT, the port a number from 0 to 65535.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
+	}
+	return host, int(port), nil
+}

@@ -1,0 +1,174 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// maxWait bounds the long-poll wait a forwarded request may announce.
+const maxWait = 10 * time.Minute
+
+// Forward answers r, a request about job id, when that job is another
+// node's: it forwards r to that node, which answers it as it answers its
+// own requests (authenticating the caller again, with the same keys), and
+// writes that answer as it comes, a part at a time; or it answers 503
+// "node unavailable", with Retry-After, when that node is not a member or
+// does not answer within the Timeout. It returns false, having written
+// nothing, when the job is this node's to answer: its id has this node's
+// tag, or a tag no node has had since this node started, or r was itself
+// forwarded (a node never forwards twice). An answer the other node cut
+// short, or that stops coming, is cut short here too: the connection is
+// dropped (net/http's [http.ErrAbortHandler]) before the end of its body.
+func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
+	if r.Context().Value(forwardedKey{}) != nil {
+		return false
+	}
+	tag, ok := idTag(id)
+	if !ok || tag == n.tag {
+		return false
+	}
+	m, known := n.holder(tag)
+	if m == nil {
+		if !known {
+			return false
+		}
+		n.unavailable(w, "")
+		return true
+	}
+	name := n.nameOf(m)
+	to := actor.NewPID(m.Address(), nodeActor)
+	wait := announcedWait(r)
+	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),
+		WaitMs: wait.Milliseconds(), Session: newSession()}
+	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait)
+	if err != nil {
+		if r.Context().Err() == nil {
+			n.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
+			n.unavailable(w, name)
+		}
+		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+		return true
+	}
+	h := w.Header()
+	for _, kv := range part.Headers {
+		h[kv.Name] = kv.Values
+	}
+	w.WriteHeader(int(part.Status))
+	for {
+		if len(part.Body) > 0 {
+			if _, err := w.Write(part.Body); err != nil {
+				n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+				return true // the client has gone
+			}
+		}
+		if part.Aborted {
+			panic(http.ErrAbortHandler) // as the other node did: the client must not take it for whole
+		}
+		if part.Last {
+			return true
+		}
+		if part, err = n.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout); err != nil {
+			n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+			if r.Context().Err() == nil {
+				n.log.Info("answer cut short: the node stopped answering", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
+				panic(http.ErrAbortHandler)
+			}
+			return true
+		}
+	}
+}
+
+// ask sends msg to the node actor to and waits for its Part, at most d or
+// until ctx is done.
+func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration) (*clusterpb.Part, error) {
+	res, err := n.request(ctx, to, msg, d)
+	if err != nil {
+		return nil, err
+	}
+	part, ok := res.(*clusterpb.Part)
+	if !ok {
+		return nil, errors.New("unexpected answer")
+	}
+	return part, nil
+}
+
+// errTimeout is a node's answer that did not come in time.
+var errTimeout = errors.New("no answer in time")
+
+// request sends msg to the actor to and returns its answer, waiting at
+// most d, or until ctx is done. The answer comes to an actor of its own,
+// stopped on return: unlike a protoactor future, nothing is left waiting
+// once the caller has gone.
+func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration) (any, error) {
+	answers := make(chan any, 1)
+	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo:
+			select {
+			case answers <- m:
+			default: // one answer per request: a second is dropped
+			}
+		}
+	}))
+	defer n.system.Root.Stop(inbox)
+	n.system.Root.RequestWithCustomSender(to, msg, inbox)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case res := <-answers:
+		return res, nil
+	case <-timer.C:
+		return nil, errTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// unavailable answers 503 "node unavailable".
+func (n *Node) unavailable(w http.ResponseWriter, node string) {
+	hint := "the node that holds this job is not in the cluster now; try again in a while"
+	if node != "" {
+		hint = "node " + node + " holds this job and did not answer; try again in a while"
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int((n.cfg.RetryAfter+time.Second-1)/time.Second)))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": "node unavailable", "hint": hint})
+}
+
+// announcedWait is r's ?wait= (a duration, or whole seconds), at most
+// maxWait; 0 if none or not one (the other node refuses it).
+func announcedWait(r *http.Request) time.Duration {
+	s := r.URL.Query().Get("wait")
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		sec, err := strconv.ParseUint(s, 10, 16)
+		if err != nil {
+			return 0
+		}
+		d = time.Duration(sec) * time.Second
+	}
+	return min(max(d, 0), maxWait)
+}
+
+// newSession returns a random session id.
+func newSession() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return binary.LittleEndian.Uint64(b[:])
+}

@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// List returns a page of caller's jobs across the cluster, as
+// [engine.Runner.List] does on one node: newest first, filtered by
+// opt.Status, at most opt.Limit, and the cursor of the next page ("" on
+// the last). Each member lists its own page after the cursor; the pages
+// merge into one, whose cursor (the cursor of its last job) is good on
+// every node. unavailable names the nodes whose jobs the page may lack:
+// members that did not answer within the Timeout, and nodes met since this
+// one started that are not members now. A bad status, limit or cursor is
+// an error wrapping [engine.ErrBadList]. Safe for concurrent use.
+func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
+	type entry struct {
+		job    engine.Job
+		cursor string
+	}
+	local, cursors, localNext, err := n.runner.ListAt(caller, opt)
+	if err != nil {
+		return nil, "", nil, err // a bad request is refused here, before any member is asked
+	}
+	all := make([]entry, 0, len(local))
+	for i, j := range local {
+		all = append(all, entry{j, cursors[i]})
+	}
+	more := localNext != ""
+	members := n.members()
+	self := n.systemID()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	req := &clusterpb.ListRequest{Caller: caller, Status: opt.Status, Limit: int32(opt.Limit), Cursor: opt.Cursor}
+	for _, m := range members {
+		if m.Id == self {
+			continue
+		}
+		wg.Go(func() {
+			reply, err := n.listThere(ctx, m, req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				unavailable = append(unavailable, n.nameOf(m))
+				return
+			}
+			for _, j := range reply.Jobs {
+				all = append(all, entry{engine.Job{ID: j.Id, Caller: caller, Status: j.Status, Error: j.Error,
+					TargetsTotal: int(j.TargetsTotal), TargetsDone: int(j.TargetsDone), TargetsFailed: int(j.TargetsFailed),
+					CreatedAt: j.CreatedAt}, j.Cursor})
+			}
+			more = more || reply.More
+		})
+	}
+	wg.Wait()
+	unavailable = append(unavailable, n.absent(members)...)
+	slices.Sort(unavailable)
+	unavailable = slices.Compact(unavailable)
+	slices.SortFunc(all, func(a, b entry) int { return engine.CompareCursors(a.cursor, b.cursor) })
+	all = slices.CompactFunc(all, func(a, b entry) bool { return a.job.ID == b.job.ID })
+	limit := opt.Limit
+	if limit == 0 {
+		limit = engine.DefaultListLimit
+	}
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	jobs = make([]engine.Job, len(all))
+	for i := range all {
+		jobs[i] = all[i].job
+	}
+	if more && len(all) > 0 {
+		next = all[len(all)-1].cursor
+	}
+	return jobs, next, unavailable, nil
+}
+
+// listThere asks member m for its page.
+func (n *Node) listThere(ctx context.Context, m *pacluster.Member, req *clusterpb.ListRequest) (*clusterpb.ListReply, error) {
+	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), req, n.cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	reply, ok := res.(*clusterpb.ListReply)
+	switch {
+	case !ok:
+		return nil, errors.New("unexpected answer")
+	case reply.BadRequest != "":
+		return nil, fmt.Errorf("%w: %s", engine.ErrBadList, reply.BadRequest)
+	case reply.Error != "":
+		return nil, errors.New(reply.Error)
+	}
+	return reply, nil
+}

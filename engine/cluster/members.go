@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// helloTimeout bounds how long a node waits for a member to say who it is.
+const helloTimeout = 2 * time.Second
+
+// holder returns the member whose node has tag. A member not yet known is
+// asked who it is (all of them at once). If no member has the tag, known
+// tells whether a node with that tag was a member since this node started:
+// its jobs answer 503 "node unavailable"; an id no node ever had is this
+// node's to answer (a job stored before the cluster, or no job at all).
+func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known bool) {
+	members := n.members()
+	n.learn(members)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, m := range members {
+		if info, ok := n.infos[m.Id]; ok && info.tag == tag {
+			return m, true
+		}
+	}
+	_, known = n.seen[tag]
+	return nil, known
+}
+
+// learn asks each member this node does not know yet who it is, and
+// forgets the members that have left.
+func (n *Node) learn(members []*pacluster.Member) {
+	self := n.systemID()
+	var unknown []*pacluster.Member
+	now := time.Now()
+	n.mu.Lock()
+	for _, m := range members {
+		// A member that did not answer is asked again after a while, not
+		// by every request: a dead one would hold each up.
+		if _, ok := n.infos[m.Id]; !ok && m.Id != self && now.After(n.asked[m.Id]) {
+			unknown = append(unknown, m)
+			n.asked[m.Id] = now.Add(helloTimeout)
+		}
+	}
+	if len(n.infos) > 2*len(members)+8 { // forget the members that left
+		ids := make(map[string]bool, len(members))
+		for _, m := range members {
+			ids[m.Id] = true
+		}
+		for id := range n.infos {
+			if !ids[id] {
+				delete(n.infos, id)
+			}
+		}
+		for id := range n.asked {
+			if !ids[id] {
+				delete(n.asked, id)
+			}
+		}
+	}
+	n.mu.Unlock()
+	if len(unknown) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, m := range unknown {
+		wg.Go(func() {
+			res, err := n.system.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
+			info, ok := res.(*clusterpb.NodeInfo)
+			if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
+				n.log.Info("cluster member did not say who it is", slog.String(logKeyAddress, m.Address()))
+				return
+			}
+			var tag [engine.NodeTagLen]byte
+			copy(tag[:], info.Tag)
+			n.mu.Lock()
+			n.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
+			_, met := n.seen[tag]
+			n.seen[tag] = info.Node
+			n.mu.Unlock()
+			if !met {
+				n.log.Info("cluster node met", slog.String(logKeyNode, info.Node), slog.String(logKeyAddress, m.Address()))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// systemID is this node's member id.
+func (n *Node) systemID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.system == nil {
+		return ""
+	}
+	return n.system.ID
+}
+
+// nameOf returns a member's node name, or its address if it never said.
+func (n *Node) nameOf(m *pacluster.Member) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if info, ok := n.infos[m.Id]; ok {
+		return info.name
+	}
+	return m.Address()
+}
+
+// absent returns the names of the nodes met since the start that are not
+// members now (this one aside).
+func (n *Node) absent(members []*pacluster.Member) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	present := map[[engine.NodeTagLen]byte]bool{n.tag: true}
+	for _, m := range members {
+		if info, ok := n.infos[m.Id]; ok {
+			present[info.tag] = true
+		}
+	}
+	var out []string
+	for tag, name := range n.seen {
+		if !present[tag] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
