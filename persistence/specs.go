@@ -105,12 +105,9 @@ func (c *specsCache) put(id [idLen]byte, e *specsEntry) {
 // then it makes room. ts too big is not kept.
 func (c *specsCache) settle(id [idLen]byte, e *specsEntry, ts []TargetRecord) {
 	size := recordsSize(ts)
-	if e.size+size > specsCacheBytes/8 {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m[id] != e || e.settled.Load() != nil {
+	if c.m[id] != e || e.settled.Load() != nil || e.size+size > specsCacheBytes/8 {
 		return
 	}
 	e.settled.Store(&ts)
