@@ -84,16 +84,15 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 	}
 	if wait > 0 && engine.IsLive(j.Status) {
 		var err error
-		waited := waiting(r, func() { // not holding a turn while it waits
-			ctx, cancel := context.WithTimeout(r.Context(), wait)
-			stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
-			_, err = h.r.Wait(ctx, j.ID)
-			stop()
-			cancel()
-		})
-		if !waited {
-			return // the client has gone
-		}
+		// Not holding a turn while it waits, nor after: the answer to a
+		// long-poll comes once per job's end and tells a client to submit
+		// its next job; it does not queue behind the pollers.
+		giveTurn(r)
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
+		_, err = h.r.Wait(ctx, j.ID)
+		stop()
+		cancel()
 		if errors.Is(err, engine.ErrNotFound) {
 			writeJobNotFound(w)
 			return
