@@ -212,6 +212,7 @@ type Node struct {
 	system  *actor.ActorSystem
 	c       *pacluster.Cluster
 	infos   map[string]nodeInfo                // by member id: who each member is
+	asked   map[string]time.Time               // by member id: when it may be asked who it is again
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 
 	changed chan struct{} // closed at the next change of the members (Changed)
@@ -260,8 +261,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{}),
-		ending: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, asked: map[string]time.Time{}, seen: map[[engine.NodeTagLen]byte]string{},
+		changed: make(chan struct{}), ending: make(chan struct{})}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}

@@ -106,31 +106,10 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	}
 }
 
-// errEnding is ask's error when ending is closed first.
-var errEnding = errors.New("waits ended")
-
 // ask sends msg to the node actor to and waits for its Part, at most d,
 // until ctx is done, or until ending (if not nil) is closed.
 func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
-	f := n.system.Root.RequestFuture(to, msg, d)
-	done := make(chan struct{})
-	var (
-		res any
-		err error
-	)
-	go func() {
-		res, err = f.Result()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		n.system.Root.Stop(f.PID()) // completes the future: the goroutine ends now, not at its timeout
-		return nil, ctx.Err()
-	case <-ending:
-		n.system.Root.Stop(f.PID())
-		return nil, errEnding
-	}
+	res, err := n.request(ctx, to, msg, d, ending)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +118,43 @@ func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration,
 		return nil, errors.New("unexpected answer")
 	}
 	return part, nil
+}
+
+// errTimeout is a node's answer that did not come in time.
+var errTimeout = errors.New("no answer in time")
+
+// errEnding is request's error when its ending is closed first.
+var errEnding = errors.New("waits ended")
+
+// request sends msg to the actor to and returns its answer, waiting at
+// most d, until ctx is done, or until ending (if not nil) is closed. The answer comes to an actor of its own,
+// stopped on return: unlike a protoactor future, nothing is left waiting
+// once the caller has gone.
+func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
+	answers := make(chan any, 1)
+	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo:
+			select {
+			case answers <- m:
+			default: // one answer per request: a second is dropped
+			}
+		}
+	}))
+	defer n.system.Root.Stop(inbox)
+	n.system.Root.RequestWithCustomSender(to, msg, inbox)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case res := <-answers:
+		return res, nil
+	case <-timer.C:
+		return nil, errTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-ending:
+		return nil, errEnding
+	}
 }
 
 // unavailable answers 503 "node unavailable".

@@ -89,22 +89,7 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 
 // listThere asks member m for its page.
 func (n *Node) listThere(ctx context.Context, m *pacluster.Member, req *clusterpb.ListRequest) (*clusterpb.ListReply, error) {
-	f := n.system.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), req, n.cfg.Timeout)
-	done := make(chan struct{})
-	var (
-		res any
-		err error
-	)
-	go func() {
-		res, err = f.Result()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		n.system.Root.Stop(f.PID()) // completes the future: the goroutine ends now, not at its timeout
-		return nil, ctx.Err()
-	}
+	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), req, n.cfg.Timeout, nil)
 	if err != nil {
 		return nil, err
 	}

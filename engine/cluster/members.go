@@ -39,10 +39,14 @@ func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known b
 func (n *Node) learn(members []*pacluster.Member) {
 	self := n.systemID()
 	var unknown []*pacluster.Member
+	now := time.Now()
 	n.mu.Lock()
 	for _, m := range members {
-		if _, ok := n.infos[m.Id]; !ok && m.Id != self {
+		// A member that did not answer is asked again after a while, not
+		// by every request: a dead one would hold each up.
+		if _, ok := n.infos[m.Id]; !ok && m.Id != self && now.After(n.asked[m.Id]) {
 			unknown = append(unknown, m)
+			n.asked[m.Id] = now.Add(helloTimeout)
 		}
 	}
 	if len(n.infos) > 2*len(members)+8 { // forget the members that left
@@ -53,6 +57,11 @@ func (n *Node) learn(members []*pacluster.Member) {
 		for id := range n.infos {
 			if !ids[id] {
 				delete(n.infos, id)
+			}
+		}
+		for id := range n.asked {
+			if !ids[id] {
+				delete(n.asked, id)
 			}
 		}
 	}
