@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo install readme test test/race lint build examples proto bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -26,10 +26,14 @@ lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags k8s ./...
 	$(STATICCHECK) ./...
 
 build: ## build the command and every example
 	$(GO) build ./...
+
+build-k8s: ## build ./siftbatch with the Kubernetes provider (-tags k8s): what docs/k8s/ runs
+	$(GO) build -tags k8s -o siftbatch ./cmd/siftbatch
 
 examples: ## build every example
 	$(GO) build ./examples/...

@@ -150,7 +150,10 @@ func (c *clusterFlags) newNode(log *slog.Logger) (*cluster.Node, error) {
 	var p cluster.Provider
 	switch c.provider {
 	case providerK8s:
-		p = cluster.Kubernetes()
+		var err error
+		if p, err = kubernetesProvider(); err != nil {
+			return nil, err
+		}
 	default:
 		p = cluster.Automanaged(c.manage, c.peerList, 0)
 	}

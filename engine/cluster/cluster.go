@@ -3,6 +3,11 @@
 // (automanaged: static peers; Kubernetes; or any other), messages over
 // protoactor's gRPC remote.
 //
+// The Kubernetes provider is in package
+// github.com/sift/batch/engine/cluster/kubernetes, apart: it brings
+// Kubernetes' client library (40 MB of binary, 20 MB of memory at start)
+// to whoever imports it.
+//
 // Jobs run where they were submitted: a node's store, workers and caps
 // stay its own. A job id names its node (its first 4 bytes are the node's
 // [Tag], set through [engine.Config.NodeTag]), so any node can answer any
@@ -34,7 +39,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/k8s"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 
@@ -165,20 +169,12 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 	}
 }
 
-// Kubernetes is protoactor's Kubernetes provider: the pods of the cluster
-// find each other through the Kubernetes API (the pod's service account
-// needs to get, list, watch and patch pods: docs/k8s/).
-func Kubernetes() Provider {
-	return Provider{
-		name: "k8s",
-		make: func() (pacluster.ClusterProvider, error) {
-			p, err := k8s.New()
-			if err != nil {
-				return nil, fmt.Errorf("kubernetes provider: %w", err)
-			}
-			return p, nil
-		},
-	}
+// NewProvider is a provider made by make when the node starts: for a
+// provider whose making needs its environment (package
+// github.com/sift/batch/engine/cluster/kubernetes's, say). name is for the
+// logs.
+func NewProvider(name string, make func() (pacluster.ClusterProvider, error)) Provider {
+	return Provider{name: name, make: make}
 }
 
 // ProtoactorProvider is any protoactor cluster provider: the test
