@@ -214,7 +214,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	cfg.Hooks = m.Hooks()
 	var apiCluster httpapi.Cluster // a nil *cluster.Node in it would not be nil
 	if node != nil {
-		cfg.NodeTag = node.Tag()
+		cfg.NodeTag, cfg.Admission = node.Tag(), node.Admission()
 		apiCluster = node
 	}
 	runner, err := engine.New(store, fetch.Fetch, cfg, log)
@@ -327,14 +327,15 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	return serveErr
 }
 
-// close leaves the cluster, closes the runner (waiting for a fetch in
-// flight), then the store.
+// close closes the runner (waiting for a fetch in flight; its jobs' ends
+// reach their callers' grains while the node is still a member), leaves
+// the cluster, then closes the store.
 func (s *server) close() error {
 	s.ui.Close()
+	s.runner.Close()
 	if s.node != nil {
 		_ = s.node.Close() // it never fails
 	}
-	s.runner.Close()
 	s.fetcher.Close()
 	if err := s.store.Close(); err != nil {
 		return err

@@ -214,14 +214,17 @@ type Node struct {
 	changed chan struct{} // closed at the next change of the members (Changed)
 	ending  chan struct{} // closed by EndWaits
 	endOnce sync.Once
-	// current is the members of the last topology protoactor published:
-	// its MemberList.Members reads them without the lock its provider
-	// writes them under, a data race.
-	current  atomic.Pointer[[]*pacluster.Member]
-	sessions sync.Map // uint64 → *session: answers this node is giving
-	work     sync.WaitGroup
-	ctx      context.Context // cancelled by Close: ends every answer given
-	cancel   context.CancelFunc
+	// topo is the members of the last topology protoactor published: its
+	// MemberList.Members reads them without the lock its provider writes
+	// them under, a data race.
+	topo          atomic.Pointer[topology]
+	admitMu       sync.Mutex
+	pending       map[string]pending // by job id: admissions held for jobs being created
+	jobsPerCaller int                // the runner's, for the grains
+	sessions      sync.Map           // uint64 → *session: answers this node is giving
+	work          sync.WaitGroup
+	ctx           context.Context // cancelled by Close: ends every answer given
+	cancel        context.CancelFunc
 }
 
 // nodeInfo is who a member is.
@@ -257,8 +260,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, asked: map[string]time.Time{}, seen: map[[engine.NodeTagLen]byte]string{},
-		changed: make(chan struct{}), ending: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Log, pending: map[string]pending{}, infos: map[string]nodeInfo{}, asked: map[string]time.Time{},
+		seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{}), ending: make(chan struct{})}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -330,8 +333,10 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise))
+	n.jobsPerCaller = r.Config().JobsPerCaller
+	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
-		pacluster.WithRequestTimeout(n.cfg.Timeout))
+		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
 	c := pacluster.New(system, ccfg)
 	n.runner, n.handler, n.system, n.c = r, h, system, c
 	// Each change of the members: learn who the new ones are, then tell
@@ -339,7 +344,9 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	system.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*pacluster.ClusterTopology); ok {
 			members := t.Members
-			n.current.Store(&members)
+			// Our own copy: protoactor's MemberList.Members reads its
+			// member set without the lock its writer holds (a data race).
+			n.topo.Store(&topology{hash: t.TopologyHash, members: members})
 			n.goWork(func() {
 				n.learn(members)
 				n.mu.Lock()
@@ -445,10 +452,16 @@ func (n *Node) members() []*pacluster.Member {
 	if !ok || closed {
 		return nil
 	}
-	if ms := n.current.Load(); ms != nil {
-		return *ms
+	if t := n.topo.Load(); t != nil {
+		return t.members
 	}
 	return nil
+}
+
+// topology is the members as this node last heard of them.
+type topology struct {
+	hash    uint64
+	members []*pacluster.Member
 }
 
 // idTag returns the tag at the start of a job id; false if id is not 32

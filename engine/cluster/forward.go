@@ -134,7 +134,7 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 	answers := make(chan any, 1)
 	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo:
+		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply:
 			select {
 			case answers <- m:
 			default: // one answer per request: a second is dropped
