@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo install readme test test/race lint build examples bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -26,13 +26,31 @@ lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags k8s ./...
 	$(STATICCHECK) ./...
 
 build: ## build the command and every example
 	$(GO) build ./...
 
+build-k8s: ## build ./siftbatch with the Kubernetes provider (-tags k8s): what docs/k8s/ runs
+	$(GO) build -tags k8s -o siftbatch ./cmd/siftbatch
+
 examples: ## build every example
 	$(GO) build ./examples/...
+
+# make proto: the messages between cluster nodes, regenerated with Debian's
+# protoc (apt-get install protobuf-compiler) and protoc-gen-go at go.mod's
+# google.golang.org/protobuf version, installed into $(PROTOBIN) (ignored by
+# git). The committed file comes out unchanged (git diff --exit-code after);
+# a protoc other than Debian 12's 3.21.12 changes its header's version line.
+PROTOC   ?= protoc
+PROTOBIN ?= $(CURDIR)/bin
+PROTOS    = engine/cluster/clusterpb/cluster.proto
+
+proto: ## regenerate engine/cluster/clusterpb/cluster.pb.go (protoc: apt-get install protobuf-compiler)
+	@command -v $(PROTOC) > /dev/null || { echo "make proto needs protoc: apt-get install protobuf-compiler"; exit 1; }
+	GOBIN=$(PROTOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$$($(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+	$(PROTOC) --plugin=protoc-gen-go=$(PROTOBIN)/protoc-gen-go --go_out=. --go_opt=paths=source_relative $(PROTOS)
 
 # make bench: the figures of docs/PERFORMANCE.md (issues 4 and 9), each
 # benchmark -count=$(BENCHCOUNT) (the polling load $(POLLCOUNT)), medians by

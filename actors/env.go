@@ -42,6 +42,10 @@ type FetchFunc func(ctx context.Context, payload any, idx int) Outcome
 // Hooks are the runner's hooks, defined once in package batchtype.
 type Hooks = batchtype.Hooks
 
+// Admission admits jobs against caps wider than the runner; defined in
+// package batchtype.
+type Admission = batchtype.Admission
+
 // Config is what the actors need: the runner's own Config (every field set:
 // the engine applies the defaults), and what the engine wires in.
 type Config struct {

@@ -26,9 +26,10 @@ const (
 	hookJobSeconds
 	hookDepth
 	hookInflight
+	hookEnded // Config.Admission's Ended, not a hook: isolated all the same
 )
 
-var hookNames = [...]string{hookJob: "Job", hookTarget: "Target", hookJobSeconds: "JobSeconds", hookDepth: "Depth", hookInflight: "Inflight"}
+var hookNames = [...]string{hookJob: "Job", hookTarget: "Target", hookJobSeconds: "JobSeconds", hookDepth: "Depth", hookInflight: "Inflight", hookEnded: "Admission.Ended"}
 
 func (h hookName) String() string { return hookNames[h] }
 
@@ -36,13 +37,17 @@ func (h hookName) String() string { return hookNames[h] }
 type hookEvent struct {
 	hook    hookName
 	jobID   string // "" where the hook has no job
-	outcome string // Job
+	outcome string // Job; Ended's status
+	caller  string // Ended
 	err     error  // Target
 	d       time.Duration
 	n       int // Target's result bytes; Depth's and Inflight's count
 }
 
-type observer struct{ hooks *Hooks }
+type observer struct {
+	hooks     *Hooks
+	admission Admission
+}
 
 // Receive implements actor.Actor.
 func (o *observer) Receive(ctx actor.Context) {
@@ -62,6 +67,8 @@ func (o *observer) Receive(ctx actor.Context) {
 		h.Depth(e.n)
 	case hookInflight:
 		h.Inflight(e.n)
+	case hookEnded:
+		o.admission.Ended(e.caller, e.jobID, e.outcome)
 	}
 	// Back to the pool only after a call that returned: the event of a hook
 	// that panicked goes to the strategy, and then to the GC.
@@ -69,8 +76,11 @@ func (o *observer) Receive(ctx actor.Context) {
 }
 
 // hookSet reports whether hook n is set: an event is sent only then.
-func hookSet(h *Hooks, n hookName) bool {
+func hookSet(c *Config, n hookName) bool {
+	h := &c.Hooks
 	switch n {
+	case hookEnded:
+		return c.Admission != nil
 	case hookJob:
 		return h.Job != nil
 	case hookTarget:
@@ -87,7 +97,7 @@ func hookSet(h *Hooks, n hookName) bool {
 
 // hook sends e to the observer, if its hook is set.
 func (c *Config) hook(ctx actor.SenderContext, e hookEvent) {
-	if c.observer != nil && hookSet(&c.Hooks, e.hook) {
+	if c.observer != nil && hookSet(c, e.hook) {
 		p := events.Get().(*hookEvent)
 		*p = e
 		ctx.Send(c.observer, p)
@@ -105,6 +115,11 @@ func putEvent(e *hookEvent) {
 
 func (c *Config) hookJob(ctx actor.SenderContext, jobID, outcome string) {
 	c.hook(ctx, hookEvent{hook: hookJob, jobID: jobID, outcome: outcome})
+}
+
+// ended tells the Admission that a job is no longer live.
+func (c *Config) ended(ctx actor.SenderContext, jobID, caller, status string) {
+	c.hook(ctx, hookEvent{hook: hookEnded, jobID: jobID, caller: caller, outcome: status})
 }
 
 func (c *Config) hookDepth(ctx actor.SenderContext, n int) {

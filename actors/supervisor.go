@@ -118,6 +118,7 @@ func (s *supervisor) to(ctx actor.Context, j *liveJob, st jobState) bool {
 			delete(s.perCaller, j.caller)
 		}
 		s.cfg.hookDepth(ctx, s.live())
+		s.cfg.ended(ctx, j.id, j.caller, j.status)
 	}
 	return true
 }

@@ -88,7 +88,7 @@ func Start(cfg *Config) (*System, error) {
 		}
 	}
 	var err error
-	s.observer, err = sys.Root.SpawnNamed(props(func() actor.Actor { return &observer{hooks: &cfg.Hooks} }, hooks,
+	s.observer, err = sys.Root.SpawnNamed(props(func() actor.Actor { return &observer{hooks: &cfg.Hooks, admission: cfg.Admission} }, hooks,
 		actor.WithGuardian(&observerStrategy{cfg: cfg})), "observer")
 	if err != nil {
 		sys.Shutdown()
@@ -263,3 +263,8 @@ func (s *System) Failed() bool { return s.failed.Load() }
 
 // HookPanics returns how many hook calls have panicked.
 func (s *System) HookPanics() uint64 { return s.cfg.HookPanics.Load() }
+
+// HookJob calls Hooks.Job(outcome) for job id, in the observer, as the
+// actors do: for a job the engine reused without the supervisor (an
+// Admission's answer).
+func (s *System) HookJob(id, outcome string) { s.cfg.hookJob(s.sys.Root, id, outcome) }

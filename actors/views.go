@@ -25,6 +25,13 @@ type View struct {
 	touched atomic.Int64 // unix nanos: the latest Touch; written with the job's next write
 	ended   chan struct{}
 	endOnce sync.Once
+	derived atomic.Pointer[derived] // see Derived
+}
+
+// derived is what a reader derived from one snapshot.
+type derived struct {
+	snap *Snapshot
+	v    any
 }
 
 // Snapshot is a job as its actor holds it: immutable once published.
@@ -100,6 +107,26 @@ func (w *View) Touched() int64 { return max(w.touched.Load(), 0) }
 
 // closeTouches takes no more Touches and returns the latest one.
 func (w *View) closeTouches() int64 { return max(w.touched.Swap(touchClosed), 0) }
+
+// Derived returns what a reader derived from snapshot s and kept with
+// [View.SetDerived], or nil: a reader that loads the snapshot another has
+// read need not read again what the snapshot decides.
+func (w *View) Derived(s *Snapshot) any {
+	if d := w.derived.Load(); d != nil && d.snap == s {
+		return d.v
+	}
+	return nil
+}
+
+// SetDerived keeps v, which a reader derived from snapshot s, for the
+// readers that load s after it, if s is still the latest snapshot. The
+// next snapshot makes it stale; it goes with the view. v must not change
+// from now on.
+func (w *View) SetDerived(s *Snapshot, v any) {
+	if w.snap.Load() == s {
+		w.derived.Store(&derived{snap: s, v: v})
+	}
+}
 
 // Ended is closed once the job is terminal as its snapshot says.
 func (w *View) Ended() <-chan struct{} { return w.ended }

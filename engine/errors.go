@@ -32,4 +32,8 @@ var (
 	// ErrNotFound is returned by [Runner.Wait] for an id that is not stored,
 	// or whose job has expired.
 	ErrNotFound = batchtype.ErrNotFound
+	// ErrNoAdmission is wrapped by [Runner.Submit] when the Config's
+	// Admission could not decide (in a cluster, the caller's grain could
+	// not be reached in time): nothing was created; submit again later.
+	ErrNoAdmission = batchtype.ErrNoAdmission
 )

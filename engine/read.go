@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/sift/batch/actors"
@@ -85,7 +86,26 @@ func (r *Runner) readFailed(what, id string, err error) {
 // hint, from one consistent view; no result is read (Result is nil). False
 // as for [Runner.Job]. It never writes. Safe for concurrent use.
 func (r *Runner) Targets(id string) (Job, []TargetStatus, bool) {
+	if v := r.views.Get(id); v != nil {
+		if m, ok := v.Derived(v.Load()).(*targetsRead); ok {
+			return m.job, slices.Clone(m.targets), true
+		}
+	}
 	return r.read(id, r.store.TargetStatuses, false)
+}
+
+// targetsRead is what [Runner.Targets] read of a live job under one of
+// its snapshots, kept with the snapshot (actors.View.SetDerived) for the
+// next readers of the same snapshot: a job polled by many clients is read
+// from the store once per change, not once per poll. It is what they
+// would read: while a snapshot is the latest, the job's actor writes only
+// the outcome of the target it says is running (which reads running
+// whatever the store has) or of those it holds unsaved (which read as it
+// holds them); every other outcome row of the job stays as it is, and a
+// live job is never deleted. Immutable.
+type targetsRead struct {
+	job     Job
+	targets []TargetStatus
 }
 
 // Status returns a job and its targets, with each stored result decoded; a
@@ -122,7 +142,11 @@ func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []pers
 		return toJob(&rec), toTargets(ts, results), true
 	}
 	overlay(&rec, ts, snap)
-	return toJob(&rec), toTargets(ts, results), true
+	job, targets := toJob(&rec), toTargets(ts, results)
+	if !results && IsLive(snap.Job.Status) {
+		v.SetDerived(snap, &targetsRead{job: job, targets: slices.Clone(targets)})
+	}
+	return job, targets, true
 }
 
 // overlay lays a job actor's snapshot over what the store has: its status
@@ -236,14 +260,18 @@ func (r *Runner) Touch(id string) {
 	now := r.cfg.Now().UnixNano()
 	if v := r.views.Get(id); v != nil {
 		s := v.Load()
+		if IsLive(s.Job.Status) && v.Touch(now) {
+			// A live job is never swept nor evicted, so its row is there
+			// (no need to read it), and its actor writes the lease.
+			return
+		}
 		if rec, err := r.store.Row(id); err != nil || r.snapExpired(v, s, rec.Lease) {
 			return // gone: a Touch does not bring it back
 		}
-		if v.Touch(now) && IsLive(s.Job.Status) {
-			return // a live job is never swept: its actor writes the lease
-		}
-		// An ended job's row may already be settled, and the sweep reads
-		// only the store: the store gets the Touch too.
+		// An ended job's actor may still write its row (it has the Touch
+		// too), or have settled it already, and the sweep reads only the
+		// store: the store gets the Touch too.
+		v.Touch(now)
 	}
 	rec, err := r.store.Row(id)
 	if err != nil || r.expired(&rec) {

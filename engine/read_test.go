@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,6 +24,16 @@ func agree(t *testing.T, r *engine.Runner, id string) engine.Job {
 	sj, sts, ok := r.Status(id)
 	require.True(t, ok)
 	require.Equal(t, sj, tj, "Targets and Status: the same summary")
+	// Read again (of a live job, from what the first read kept): the same.
+	tj2, tts2, ok := r.Targets(id)
+	require.True(t, ok)
+	require.Equal(t, tj, tj2, "Targets read twice")
+	require.Equal(t, tts, tts2, "Targets read twice")
+	if len(tts2) > 0 {
+		tts2[0].Status = "mangled" // the caller's own copy
+		_, tts3, _ := r.Targets(id)
+		require.NotEqual(t, "mangled", tts3[0].Status)
+	}
 	require.Equal(t, len(sts), len(tts))
 	done, failed := 0, 0
 	for i := range sts {
@@ -124,6 +135,63 @@ func TestRunner_ReadsAgree(t *testing.T) {
 	}
 	_, ok = b.r.Result("nope", 0)
 	require.False(t, ok)
+}
+
+// TestRunner_TargetsNeverGoBack: readers polling a live job's Targets all
+// at once, under -race (many of them from what another read of the same
+// snapshot kept), see each target only move forward (pending, running,
+// then done or failed) and the progress only grow, each read counting
+// the targets it shows; at the end they agree with Status.
+func TestRunner_TargetsNeverGoBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.HasSuffix(tg.URL, "3") {
+			return engine.Result{}, &engine.TargetError{Msg: "nope"}
+		}
+		return engine.Result{Content: tg.URL}, nil
+	}, engine.Config{})
+	id := b.submit(t, "alice", targets("a", 32))
+	rank := map[string]int{"pending": 0, "running": 1, "done": 2, "failed": 2}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			last := make([]int, 32)
+			lastDone := 0
+			for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); {
+				j, ts, ok := b.r.Targets(id)
+				if !ok || len(ts) != 32 {
+					t.Errorf("read %v, %d targets", ok, len(ts))
+					return
+				}
+				done, failed := 0, 0
+				for i, tg := range ts {
+					r, known := rank[tg.Status]
+					if !known || r < last[i] {
+						t.Errorf("target %d: %s after rank %d", i, tg.Status, last[i])
+						return
+					}
+					last[i] = r
+					if r == 2 {
+						done++
+					}
+					if tg.Status == "failed" {
+						failed++
+					}
+				}
+				if j.TargetsDone != done || j.TargetsFailed != failed || done < lastDone {
+					t.Errorf("progress %d (%d failed), the targets show %d (%d), before %d", j.TargetsDone, j.TargetsFailed, done, failed, lastDone)
+					return
+				}
+				lastDone = done
+				if !engine.IsLive(j.Status) {
+					return
+				}
+			}
+			t.Error("the job did not end")
+		})
+	}
+	wg.Wait()
+	agree(t, b.r, id)
 }
 
 // TestRunner_Wait: Wait returns on each terminal status, for an unknown

@@ -164,7 +164,26 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 	if err != nil {
 		return "", false, err
 	}
+	adm := r.cfg.Admission
+	if adm != nil {
+		if len(targets) > r.cfg.TargetsPerJob {
+			return "", false, ErrTooManyTargets // before asking: a job that cannot be is no one's to admit
+		}
+		reuse, err := adm.Admit(ctx, c.Name, hex.EncodeToString(m.Job.Key[:]), m.Job.ID)
+		switch {
+		case errors.Is(err, ErrCallerBusy):
+			return "", false, ErrCallerBusy
+		case err != nil:
+			return "", false, fmt.Errorf("admit job: %w", err)
+		case reuse != "":
+			r.sys.HookJob(reuse, "reused")
+			return reuse, true, nil
+		}
+	}
 	reply, err := r.sys.Submit(m)
+	if adm != nil && (err != nil || reply.ID != m.Job.ID || reply.Refused != nil || reply.Err != nil) {
+		adm.Release(c.Name, m.Job.ID) // not created: its admission goes back
+	}
 	if errors.Is(err, actors.ErrFailed) {
 		return "", false, ErrClosed
 	}

@@ -83,7 +83,7 @@ func (s *Store) jobWithTargets(op, idHex string, withResults bool) (JobRecord, [
 		if j, err = getJob(txn, id); err != nil {
 			return err
 		}
-		if ts, err = readTargets(txn, id, withResults); err != nil {
+		if ts, err = s.readTargets(txn, id, withResults, j.Settled); err != nil {
 			return err
 		}
 		if !j.Settled {
@@ -122,7 +122,7 @@ func (s *Store) Targets(idHex string) ([]TargetRecord, error) {
 	var ts []TargetRecord
 	err := s.view("read targets", func(txn *badger.Txn) error {
 		var err error
-		ts, err = readTargets(txn, id, true)
+		ts, err = s.readTargets(txn, id, true, false)
 		if err == nil && len(ts) == 0 {
 			err = ErrNotFound
 		}
@@ -133,17 +133,36 @@ func (s *Store) Targets(idHex string) ([]TargetRecord, error) {
 
 // readTargets reads a job's targets: its specs row, then its outcome rows,
 // then, withResults, the chunks of the results that are not inline. A job
-// without a specs row has no targets.
-func readTargets(txn *badger.Txn, id [idLen]byte, withResults bool) ([]TargetRecord, error) {
-	ts, err := getSpecs(txn, id)
+// without a specs row has no targets. The specs row is decoded once, and
+// the statuses of a job that txn has settled are read once (specs.go).
+func (s *Store) readTargets(txn *badger.Txn, id [idLen]byte, withResults, settled bool) ([]TargetRecord, error) {
+	e, err := s.readSpecs(txn, id)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		ts, err = nil, nil
+		return readOutcomes(txn, id, nil, withResults)
 	}
 	if err != nil {
 		return nil, err
 	}
+	statuses := settled && !withResults
+	if st := e.settled.Load(); statuses && st != nil {
+		return copyRecords(*st), nil
+	}
+	ts, err := readOutcomes(txn, id, copyRecords(e.targets), withResults)
+	if err != nil {
+		return nil, err
+	}
+	if statuses {
+		s.specs.settle(id, e, copyRecords(ts))
+	}
+	return ts, nil
+}
+
+// readOutcomes fills ts, a job's targets as its specs row has them, from
+// its outcome rows, and, withResults, the chunks of the results that are
+// not inline.
+func readOutcomes(txn *badger.Txn, id [idLen]byte, ts []TargetRecord, withResults bool) ([]TargetRecord, error) {
 	var chunked []int // the targets whose result is in chunks
-	err = walkOutcomes(txn, id, func(idx int, v []byte) error {
+	err := walkOutcomes(txn, id, func(idx int, v []byte) error {
 		if idx >= len(ts) {
 			return fmt.Errorf("target outcome: %w", ErrCorrupt)
 		}
@@ -237,20 +256,6 @@ func readResult(txn *badger.Txn, id [idLen]byte, idx int, size int64) ([]byte, e
 		off += want
 	}
 	return res, nil
-}
-
-// getSpecs reads a job's specs row: its targets, pending.
-func getSpecs(txn *badger.Txn, id [idLen]byte) ([]TargetRecord, error) {
-	item, err := txn.Get(specsKey(id))
-	if err != nil {
-		return nil, err
-	}
-	var ts []TargetRecord
-	err = item.Value(func(v []byte) error {
-		ts, err = decodeSpecs(v)
-		return err
-	})
-	return ts, err
 }
 
 // walkOutcomes calls fn for each r row of a job, in idx order.

@@ -113,7 +113,8 @@ type Store struct {
 	// evictGap, when set (by tests), is called by Evict where it holds
 	// no lock: before each batch.
 	evictGap func()
-	readOnly bool // opened by OpenReadOnly: every write is refused
+	readOnly bool       // opened by OpenReadOnly: every write is refused
+	specs    specsCache // the specs rows read, decoded (specs.go)
 	closed   atomic.Bool
 	fault    atomic.Pointer[func() error] // see SetWriteFault
 	stop     chan struct{}

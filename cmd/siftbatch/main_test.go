@@ -21,6 +21,9 @@ import (
 const holdStoreEnv = "SIFTBATCH_TEST_HOLD_STORE"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) != "" {
+		main() // the command itself (TestServe_Cluster's nodes); it exits
+	}
 	if dir := os.Getenv(holdStoreEnv); dir != "" {
 		os.Exit(holdStore(dir))
 	}

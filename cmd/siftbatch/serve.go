@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
@@ -49,6 +50,7 @@ type serveFlags struct {
 	uiSession    time.Duration
 	tlsProxy     bool
 	cfg          engine.Config
+	cluster      clusterFlags
 
 	// fetcherHook, set by tests only, adjusts the fetcher's options (a
 	// resolver, test hooks) before the fetcher is made.
@@ -73,7 +75,7 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f serveFlags
 	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nLoopback, three nodes (then 2 and 3 alike, with their own ports):\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
@@ -84,6 +86,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	addConfigFlags(fs, &f.cfg)
+	addClusterFlags(fs, &f.cluster)
 	pos, err := parseFlags(fs, args, stdout)
 	if err != nil {
 		return err
@@ -92,6 +95,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := f.validate(); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.cluster.validate(set, f.addr); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, f.logLevel)
@@ -173,14 +181,20 @@ func listenError(addr string, err error) error {
 type server struct {
 	http    *http.Server
 	ui      *dashboard.Handler
+	node    *cluster.Node // nil without --cluster
 	runner  *engine.Runner
 	fetcher *fetcher.Fetcher
 	store   *persistence.Store
 	log     *slog.Logger
 }
 
-// startServer opens the store and starts the runner behind the API.
+// startServer opens the store and starts the runner behind the API; with
+// --cluster, the runner is a node of the cluster, joined before it returns.
 func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
+	node, err := f.cluster.newNode(log)
+	if err != nil {
+		return nil, err
+	}
 	store, err := openStore(f.data)
 	if err != nil {
 		return nil, err
@@ -198,6 +212,11 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	m, reg, scrape := newMetrics()
 	cfg := f.cfg
 	cfg.Hooks = m.Hooks()
+	var apiCluster httpapi.Cluster // a nil *cluster.Node in it would not be nil
+	if node != nil {
+		cfg.NodeTag, cfg.Admission = node.Tag(), node.Admission()
+		apiCluster = node
+	}
 	runner, err := engine.New(store, fetch.Fetch, cfg, log)
 	if err != nil {
 		fetch.Close()
@@ -210,6 +229,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		Honoured:      fetch.Honours(), // grep and jq; other options are refused at submit
 		Check:         fetch.Check,
 		Wrap:          m.Middleware,
+		Cluster:       apiCluster,
 		Log:           log,
 	})
 	if err != nil {
@@ -231,6 +251,15 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
+	if node != nil {
+		if err := node.Start(runner, api); err != nil {
+			ui.Close()
+			runner.Close()
+			fetch.Close()
+			_ = store.Close()
+			return nil, fmt.Errorf("cluster %s: %w", f.cluster.name, err)
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle(routeUI, m.Middleware(routeUI, ui))
@@ -247,7 +276,10 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
 	hs.RegisterOnShutdown(ui.Close)     // and so does a dashboard's event stream
-	return &server{http: hs, ui: ui, runner: runner, fetcher: fetch, store: store, log: log}, nil
+	if node != nil {
+		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
+	}
+	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
 // health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
@@ -295,10 +327,15 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	return serveErr
 }
 
-// close closes the runner (waiting for a fetch in flight), then the store.
+// close closes the runner (waiting for a fetch in flight; its jobs' ends
+// reach their callers' grains while the node is still a member), leaves
+// the cluster, then closes the store.
 func (s *server) close() error {
 	s.ui.Close()
 	s.runner.Close()
+	if s.node != nil {
+		_ = s.node.Close() // it never fails
+	}
 	s.fetcher.Close()
 	if err := s.store.Close(); err != nil {
 		return err

@@ -65,6 +65,9 @@ type Config struct {
 	// node's name). nil (the default, a single node): ids are 16 random
 	// bytes. Any other length than 0 or 4 makes engine.New fail.
 	NodeTag []byte
+	// Admission, if set, admits each new job against caps wider than this
+	// runner: see [Admission]. Default nil: the runner admits on its own.
+	Admission Admission
 }
 
 // NodeTagLen is the length of a [Config.NodeTag].

@@ -32,4 +32,8 @@ var (
 	// ErrNotFound is returned by engine.Runner.Wait for an id that is not stored,
 	// or whose job has expired.
 	ErrNotFound = errors.New("job not found")
+	// ErrNoAdmission is wrapped by engine.Runner.Submit when its Config's
+	// Admission could not decide (a cluster whose caller's grain could not
+	// be reached in time): nothing was created; submit again later.
+	ErrNoAdmission = errors.New("admission unavailable")
 )

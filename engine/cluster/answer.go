@@ -43,6 +43,14 @@ func (n *Node) receive(ctx actor.Context) {
 	case *clusterpb.ListRequest:
 		sender := ctx.Sender()
 		n.goWork(func() { n.system.Root.Send(sender, n.listHere(m)) })
+	case *clusterpb.CallerJobsRequest:
+		sender := ctx.Sender()
+		n.goWork(func() { n.system.Root.Send(sender, n.callerJobsHere(m.Caller)) })
+	case *clusterpb.ReusableRequest:
+		sender := ctx.Sender()
+		n.goWork(func() {
+			n.system.Root.Send(sender, &clusterpb.ReusableReply{Reusable: n.runner.Reusable(m.Caller, m.Key, m.Id)})
+		})
 	}
 }
 

@@ -3,6 +3,11 @@
 // (automanaged: static peers; Kubernetes; or any other), messages over
 // protoactor's gRPC remote.
 //
+// The Kubernetes provider is in package
+// github.com/sift/batch/engine/cluster/kubernetes, apart: it brings
+// Kubernetes' client library (40 MB of binary, 20 MB of memory at start)
+// to whoever imports it.
+//
 // Jobs run where they were submitted: a node's store, workers and caps
 // stay its own. A job id names its node (its first 4 bytes are the node's
 // [Tag], set through [engine.Config.NodeTag]), so any node can answer any
@@ -28,12 +33,12 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/k8s"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 
@@ -164,20 +169,12 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 	}
 }
 
-// Kubernetes is protoactor's Kubernetes provider: the pods of the cluster
-// find each other through the Kubernetes API (the pod's service account
-// needs to get, list, watch and patch pods: docs/k8s/).
-func Kubernetes() Provider {
-	return Provider{
-		name: "k8s",
-		make: func() (pacluster.ClusterProvider, error) {
-			p, err := k8s.New()
-			if err != nil {
-				return nil, fmt.Errorf("kubernetes provider: %w", err)
-			}
-			return p, nil
-		},
-	}
+// NewProvider is a provider made by make when the node starts: for a
+// provider whose making needs its environment (package
+// github.com/sift/batch/engine/cluster/kubernetes's, say). name is for the
+// logs.
+func NewProvider(name string, make func() (pacluster.ClusterProvider, error)) Provider {
+	return Provider{name: name, make: make}
 }
 
 // ProtoactorProvider is any protoactor cluster provider: the test
@@ -215,11 +212,20 @@ type Node struct {
 	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 
-	changed  chan struct{} // closed at the next change of the members (Changed)
-	sessions sync.Map      // uint64 → *session: answers this node is giving
-	work     sync.WaitGroup
-	ctx      context.Context // cancelled by Close: ends every answer given
-	cancel   context.CancelFunc
+	changed chan struct{} // closed at the next change of the members (Changed)
+	ending  chan struct{} // closed by EndWaits
+	endOnce sync.Once
+	// topo is the members of the last topology protoactor published: its
+	// MemberList.Members reads them without the lock its provider writes
+	// them under, a data race.
+	topo          atomic.Pointer[topology]
+	admitMu       sync.Mutex
+	pending       map[string]pending // by job id: admissions held for jobs being created
+	jobsPerCaller int                // the runner's, for the grains
+	sessions      sync.Map           // uint64 → *session: answers this node is giving
+	work          sync.WaitGroup
+	ctx           context.Context // cancelled by Close: ends every answer given
+	cancel        context.CancelFunc
 }
 
 // nodeInfo is who a member is.
@@ -255,7 +261,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, infos: map[string]nodeInfo{}, asked: map[string]time.Time{}, asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Log, pending: map[string]pending{}, infos: map[string]nodeInfo{}, asked: map[string]time.Time{},
+		asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{}), ending: make(chan struct{})}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -327,8 +334,10 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise))
+	n.jobsPerCaller = r.Config().JobsPerCaller
+	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
-		pacluster.WithRequestTimeout(n.cfg.Timeout))
+		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
 	c := pacluster.New(system, ccfg)
 	n.runner, n.handler, n.system, n.c = r, h, system, c
 	// Each change of the members: learn who the new ones are, then tell
@@ -336,6 +345,9 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	system.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*pacluster.ClusterTopology); ok {
 			members := t.Members
+			// Our own copy: protoactor's MemberList.Members reads its
+			// member set without the lock its writer holds (a data race).
+			n.topo.Store(&topology{hash: t.TopologyHash, members: members})
 			n.goWork(func() {
 				n.learn(members)
 				n.mu.Lock()
@@ -405,6 +417,14 @@ func (n *Node) Close() error {
 	return nil
 }
 
+// EndWaits has every long-poll this node forwards (GET
+// /v1/batch/{id}?wait=… about another node's job) that is still waiting
+// answer at once with the job as it stands, and later ones too, so that
+// none holds up a graceful stop: register it with the server's
+// [http.Server.RegisterOnShutdown], as the API's own EndWaits. It is
+// idempotent and safe for concurrent use.
+func (n *Node) EndWaits() { n.endOnce.Do(func() { close(n.ending) }) }
+
 // Members returns the names of the nodes that are members now, as this
 // node knows them (a member not yet asked who it is reads as its address).
 func (n *Node) Members() []string {
@@ -433,10 +453,11 @@ func (n *Node) Changed() <-chan struct{} {
 	return n.changed
 }
 
-// members returns the members now; none before Start or after Close.
+// members returns the members now, as protoactor last published them;
+// none before Start or after Close.
 func (n *Node) members() []*pacluster.Member {
 	n.mu.Lock()
-	c, ok := n.c, n.started
+	ok := n.started
 	n.mu.Unlock()
 	n.workMu.Lock()
 	closed := n.closed
@@ -444,7 +465,16 @@ func (n *Node) members() []*pacluster.Member {
 	if !ok || closed {
 		return nil
 	}
-	return c.MemberList.Members().Members()
+	if t := n.topo.Load(); t != nil {
+		return t.members
+	}
+	return nil
+}
+
+// topology is the members as this node last heard of them.
+type topology struct {
+	hash    uint64
+	members []*pacluster.Member
 }
 
 // idTag returns the tag at the start of a job id; false if id is not 32

@@ -68,6 +68,8 @@ type testCluster struct {
 	release chan struct{}
 	nodes   []*node
 	fetch   engine.FetchFunc
+	cfg     engine.Config // each node's runner's, but NodeTag and Admission
+	keys    string        // the keys file of every node; "" is testKeys
 }
 
 // fetchOf answers from the URL: ".../hold" waits for release, ".../big/N"
@@ -135,11 +137,24 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := engine.New(store, tc.fetch, engine.Config{NodeTag: cn.Tag(), JobsPerCaller: 4, TargetsPerJob: 64, Now: o.now}, log)
+	cfg := tc.cfg
+	cfg.NodeTag, cfg.Admission = cn.Tag(), cn.Admission()
+	if cfg.JobsPerCaller == 0 {
+		cfg.JobsPerCaller = 4
+	}
+	cfg.TargetsPerJob = 64
+	if o.now != nil {
+		cfg.Now = o.now
+	}
+	r, err := engine.New(store, tc.fetch, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	keyFile := tc.keys
+	if keyFile == "" {
+		keyFile = testKeys
+	}
+	keys, err := httpapi.ReadKeys(strings.NewReader(keyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +174,7 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	return n
 }
 
-// stop stops n: its server, its node (gracefully), its runner, its store.
+// stop stops n: its server, its runner, its node (gracefully), its store.
 func (tc *testCluster) stop(n *node) {
 	if n.closed {
 		return
@@ -167,8 +182,8 @@ func (tc *testCluster) stop(n *node) {
 	n.closed = true
 	n.api.EndWaits()
 	n.srv.Close()
+	n.runner.Close() // its jobs end while the node can still tell their callers' grains
 	_ = n.node.Close()
-	n.runner.Close()
 	_ = n.store.Close()
 }
 

@@ -9,6 +9,15 @@ import (
 	"github.com/sift/batch/engine/cluster/clusterpb"
 )
 
+// SetObserver sets the test-only observer that sees each admission a
+// caller's grain makes ("admit", with the cap) and each end of an admitted
+// job a node reports ("end"); nil removes it.
+func SetObserver(fn func(event, caller, id string, cap int)) {
+	observeFn.Lock()
+	observeFn.fn = fn
+	observeFn.Unlock()
+}
+
 // Ask has n send node to the request another node forwards (Forward's
 // protocol: a Request, then a Pull per part), as if n forwarded a
 // client's request (method, uri, the client's Authorization), and returns

@@ -8,14 +8,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sift/batch/engine/cluster/clusterpb"
-	"github.com/sift/batch/engine/httpapi"
 )
 
 // maxWait bounds the long-poll wait a forwarded request may announce.
@@ -27,14 +25,14 @@ const maxWait = 10 * time.Minute
 // writes that answer as it comes, a part at a time; or it answers 503
 // "node unavailable", with Retry-After, when that node is not a member or
 // does not answer within the Timeout (or when a member has not said who it
-// is: it may hold the job). It returns false, having written nothing, when
-// the job is this node's to answer: its id has this node's tag, or a tag
-// no node has had since this node started, or r was itself forwarded (a
-// node never forwards twice). An answer the other node cut
+// is: it may hold the job). A long-poll (GET ?wait=) still
+// waiting when [Node.EndWaits] is called is answered at once with the job
+// as it stands, as a node answers its own. It returns false, having written
+// nothing, when the job is this node's to answer: its id has this node's
+// tag, or a tag no node has had since this node started, or r was itself
+// forwarded (a node never forwards twice). An answer the other node cut
 // short, or that stops coming, is cut short here too: the connection is
 // dropped (net/http's [http.ErrAbortHandler]) before the end of its body.
-// A long-poll (?wait=) it forwards ends, with the job as it stands, once
-// the asking handler ends its own ([httpapi.WaitsEnded]).
 func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	if r.Context().Value(forwardedKey{}) != nil {
 		return false
@@ -54,24 +52,22 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	name := n.nameOf(m)
 	to := actor.NewPID(m.Address(), nodeActor)
 	wait := announcedWait(r)
-	var ending <-chan struct{} // the asking handler's long-polls end (a graceful stop)
-	if wait > 0 {
-		ending = httpapi.WaitsEnded(r.Context())
-	}
-	uri := r.URL.RequestURI()
-	select {
-	case <-ending: // ended already: a later long-poll answers at once
-		uri, wait, ending = noWait(r.URL), 0, nil
-	default:
-	}
-	req := &clusterpb.Request{Method: r.Method, Uri: uri, Authorization: r.Header.Get("Authorization"),
+	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),
 		WaitMs: wait.Milliseconds(), Session: newSession()}
+	var ending <-chan struct{} // only a long-poll ends early: anything else might be done twice
+	if wait > 0 && r.Method == http.MethodGet {
+		ending = n.ending
+	}
 	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait, ending)
-	if errors.Is(err, errWaitsEnded) {
-		// As the handler ends its own long-polls: the answer is the job as
-		// it stands. The other node is asked again, not to wait.
+	if errors.Is(err, errEnding) {
+		// The server is stopping: the job as it stands, asked again
+		// without the wait.
 		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
-		req = &clusterpb.Request{Method: r.Method, Uri: noWait(r.URL), Authorization: req.Authorization, Session: newSession()}
+		u := *r.URL
+		q := u.Query()
+		q.Del("wait")
+		u.RawQuery = q.Encode()
+		req = &clusterpb.Request{Method: r.Method, Uri: u.RequestURI(), Authorization: req.Authorization, Session: newSession()}
 		part, err = n.ask(r.Context(), to, req, n.cfg.Timeout, nil)
 	}
 	if err != nil {
@@ -112,9 +108,9 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 }
 
 // ask sends msg to the node actor to and waits for its Part, at most d,
-// until ctx is done, or until stop is closed (errWaitsEnded).
-func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, stop <-chan struct{}) (*clusterpb.Part, error) {
-	res, err := n.request(ctx, to, msg, d, stop)
+// until ctx is done, or until ending (if not nil) is closed.
+func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
+	res, err := n.request(ctx, to, msg, d, ending)
 	if err != nil {
 		return nil, err
 	}
@@ -125,24 +121,21 @@ func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration,
 	return part, nil
 }
 
-var (
-	// errTimeout is a node's answer that did not come in time.
-	errTimeout = errors.New("no answer in time")
-	// errWaitsEnded is a long-poll's answer not waited for: the asking
-	// handler ended its long-polls.
-	errWaitsEnded = errors.New("long-polls ended")
-)
+// errTimeout is a node's answer that did not come in time.
+var errTimeout = errors.New("no answer in time")
+
+// errEnding is request's error when its ending is closed first.
+var errEnding = errors.New("waits ended")
 
 // request sends msg to the actor to and returns its answer, waiting at
-// most d, until ctx is done, or until stop is closed (errWaitsEnded; nil:
-// never). The answer comes to an actor of its own, stopped on return:
-// unlike a protoactor future, nothing is left waiting once the caller has
-// gone.
-func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, stop <-chan struct{}) (any, error) {
+// most d, until ctx is done, or until ending (if not nil) is closed. The answer comes to an actor of its own,
+// stopped on return: unlike a protoactor future, nothing is left waiting
+// once the caller has gone.
+func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
 	answers := make(chan any, 1)
 	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo:
+		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply:
 			select {
 			case answers <- m:
 			default: // one answer per request: a second is dropped
@@ -160,8 +153,8 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 		return nil, errTimeout
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-stop:
-		return nil, errWaitsEnded
+	case <-ending:
+		return nil, errEnding
 	}
 }
 
@@ -194,16 +187,6 @@ func announcedWait(r *http.Request) time.Duration {
 		d = time.Duration(sec) * time.Second
 	}
 	return min(max(d, 0), maxWait)
-}
-
-// noWait returns u's path and query with ?wait=0: a long-poll that answers
-// at once.
-func noWait(u *url.URL) string {
-	q := u.Query()
-	q.Set("wait", "0")
-	out := *u
-	out.RawQuery = q.Encode()
-	return out.RequestURI()
 }
 
 // newSession returns a random session id.

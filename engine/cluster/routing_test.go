@@ -274,9 +274,9 @@ func TestCluster_CutShortAnswer(t *testing.T) {
 	tc.waitMembers(3)
 
 	const size = 300 << 10 // a result: more than a part
-	deleted := submit(t, a, "alice-key", bigURLs("example.com", 3, size)...)
+	deleted := submit(t, a, "alice-key", bigURLs("a.example.com", 3, size)...)
 	waitDone(t, a, deleted)
-	stalling := submit(t, c, "alice-key", bigURLs("example.com", 3, size)...)
+	stalling := submit(t, c, "alice-key", bigURLs("c.example.com", 3, size)...)
 	waitDone(t, c, stalling)
 
 	t.Run("JobDeletedWhileWritten", func(t *testing.T) {
@@ -451,7 +451,7 @@ func TestCluster_LogsHoldNoSecrets(t *testing.T) {
 	})
 
 	// A node leaves: its jobs are unavailable.
-	onC := submit(t, c, "alice-key", urls...)
+	onC := submit(t, c, "alice-key", append(urls, "https://"+host+"/on-c")...)
 	waitDone(t, c, onC)
 	do(t, a, "GET", "/v1/batch/"+onC+"?results=1", "alice-key", "")
 	tc.stop(c)

@@ -77,11 +77,12 @@ type Options struct {
 	// The server's WriteTimeout must leave room for it. Default
 	// [DefaultMaxWait] (60s).
 	MaxWait time.Duration
-	// MaxInFlight caps the authenticated requests whose work (the
-	// runner's reads and writes, encoding the answer) runs at once; the
-	// others wait their turn. A request gives its turn up while it reads
-	// a body, waits in a long-poll or streams results to the client, so a
-	// slow client holds up no one. The runner's own work shares the CPU
+	// MaxInFlight caps the authenticated reads and cancels whose work
+	// (the runner's reads and writes, encoding the answer) runs at once;
+	// the others wait their turn. A request gives its turn up while it
+	// waits in a long-poll (and answers it without one) or streams results
+	// to the client, so a slow client holds up no one. A submit takes no
+	// turn: once per job, it keeps the workers busy. The runner's own work shares the CPU
 	// with the handlers: without a cap, hundreds of clients polling as
 	// fast as they can starve it (issue 9's polling load: 0.17× of the
 	// targets/s with /healthz polled instead; 0.86× with the default).
@@ -107,8 +108,7 @@ type Options struct {
 type Cluster interface {
 	// Forward answers r, a request about job id, if that job is another
 	// node's, and returns true; false, having written nothing, if it is
-	// this node's to answer. A long-poll it forwards ends, with the job as
-	// it stands, once [WaitsEnded] of r's context is closed.
+	// this node's to answer.
 	Forward(w http.ResponseWriter, r *http.Request, id string) bool
 	// List is [engine.Runner.List] across the nodes, with the names of
 	// the nodes whose jobs the page may lack.
@@ -191,19 +191,22 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	handle := func(route string, fn func(http.ResponseWriter, *http.Request, *engine.Caller, string)) {
-		var hh http.Handler = h.guard(route, h.authenticate(fn))
+	handle := func(route string, fn func(http.ResponseWriter, *http.Request, *engine.Caller, string), turns bool) {
+		var hh http.Handler = h.guard(route, h.authenticate(fn, turns))
 		if o.Wrap != nil {
 			hh = o.Wrap(route, hh)
 		}
 		h.mux.Handle(route, hh)
 	}
-	handle(routeSubmit, h.submit)
-	handle(routeList, h.list)
-	handle(routeJob, h.job)
-	handle(routeTarget, h.target)
-	handle(routeCancel, h.cancel)
-	handle(routeOther, h.other)
+	// A submit takes no turn: it is what keeps the workers busy, once per
+	// job, and must not queue behind a crowd of polls (issue 9's polling
+	// load).
+	handle(routeSubmit, h.submit, false)
+	handle(routeList, h.list, true)
+	handle(routeJob, h.job, true)
+	handle(routeTarget, h.target, true)
+	handle(routeCancel, h.cancel, true)
+	handle(routeOther, h.other, true)
 	return h, nil
 }
 
@@ -257,8 +260,9 @@ func (h *Handler) guard(route string, next http.Handler) http.Handler {
 }
 
 // authenticate admits requests whose Bearer key the authenticator knows;
-// the others get 401 (503 if the authenticator failed).
-func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engine.Caller, string)) http.Handler {
+// the others get 401 (503 if the authenticator failed). With turns, an
+// admitted request waits its turn (Options.MaxInFlight).
+func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engine.Caller, string), turns bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		var (
@@ -272,6 +276,8 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			c, class, err = h.auth.Authenticate(r.Context(), key)
 		}
 		switch {
+		case err == nil && c != nil && c.Name != "" && !turns:
+			fn(w, r, c, class)
 		case err == nil && c != nil && c.Name != "":
 			// The caller's work waits its turn (Options.MaxInFlight); it
 			// gives it up while it waits on the network or a long-poll.
@@ -313,6 +319,13 @@ func (t *turn) give() {
 	if t.held {
 		<-t.slots
 		t.held = false
+	}
+}
+
+// giveTurn gives r's turn up for the rest of the request.
+func giveTurn(r *http.Request) {
+	if t, _ := r.Context().Value(turnKey{}).(*turn); t != nil {
+		t.give()
 	}
 }
 

@@ -1,13 +1,12 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,24 +60,10 @@ func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	done := false
-	r = r.WithContext(context.WithValue(r.Context(), waitsKey{}, h.ending.Done()))
 	if !waiting(r, func() { done = h.o.Cluster.Forward(w, r, r.PathValue("id")) }) {
 		return true // the client has gone
 	}
 	return done
-}
-
-// waitsKey marks a request's context with the channel its handler closes
-// when it ends its long-polls (WaitsEnded).
-type waitsKey struct{}
-
-// WaitsEnded returns the channel closed once the [Handler] that serves the
-// request whose context is ctx ends its long-polls ([Handler.EndWaits]),
-// for its [Cluster]'s Forward: a long-poll it forwards must then answer
-// with the job as it stands. nil (never closed) if no Handler serves it.
-func WaitsEnded(ctx context.Context) <-chan struct{} {
-	ch, _ := ctx.Value(waitsKey{}).(<-chan struct{})
-	return ch
 }
 
 func writeJobNotFound(w http.ResponseWriter) {
@@ -99,16 +84,15 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 	}
 	if wait > 0 && engine.IsLive(j.Status) {
 		var err error
-		waited := waiting(r, func() { // not holding a turn while it waits
-			ctx, cancel := context.WithTimeout(r.Context(), wait)
-			stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
-			_, err = h.r.Wait(ctx, j.ID)
-			stop()
-			cancel()
-		})
-		if !waited {
-			return // the client has gone
-		}
+		// Not holding a turn while it waits, nor after: the answer to a
+		// long-poll comes once per job's end and tells a client to submit
+		// its next job; it does not queue behind the pollers.
+		giveTurn(r)
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stop := context.AfterFunc(h.ending, cancel) // a shutdown ends the wait
+		_, err = h.r.Wait(ctx, j.ID)
+		stop()
+		cancel()
 		if errors.Is(err, engine.ErrNotFound) {
 			writeJobNotFound(w)
 			return
@@ -133,30 +117,23 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 // can no longer be read (the job was deleted meanwhile), the answer ends
 // there: the connection is dropped before the end of the body, so that a
 // client cannot take it for a whole one, and the JSON is left incomplete.
+// Without results the answer is appended whole, then written at once.
 func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Job, targets []engine.TargetStatus, withResults bool) {
 	setJSONHeaders(w)
 	w.WriteHeader(http.StatusOK)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(jobHead{
-		ID:            job.ID,
-		Status:        job.Status,
-		Error:         job.Error,
-		TargetsTotal:  job.TargetsTotal,
-		TargetsDone:   job.TargetsDone,
-		TargetsFailed: job.TargetsFailed,
-		CreatedAt:     job.CreatedAt,
-	})
-	buf.Truncate(buf.Len() - 2) // "}\n"
-	buf.WriteString(`,"targets":[`)
+	bp := getBuf()
+	buf := *bp
+	defer func() { *bp = buf; putBuf(bp) }()
+	buf = appendJobHead(buf, &job)
+	buf = append(buf, `,"targets":[`...)
 	for i := range targets {
 		if i > 0 {
-			buf.WriteByte(',')
+			buf = append(buf, ',')
 		}
 		t := &targets[i]
+		buf = appendTargetHead(buf, t)
 		if !withResults || t.Status != engine.TargetDone {
-			appendTarget(&buf, enc, t, nil)
+			buf = append(buf, '}')
 			continue
 		}
 		res, ok := h.r.ResultJSON(job.ID, t.Idx)
@@ -164,29 +141,15 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 			h.log.Info("answer cut short: the job was deleted while it was written", slog.String(logKeyJobID, job.ID))
 			panic(http.ErrAbortHandler) // net/http drops the connection, before the body's end
 		}
-		appendTarget(&buf, enc, t, res)
+		buf = appendResult(buf, res)
 		var err error
-		if !waiting(r, func() { _, err = w.Write(buf.Bytes()) }) || err != nil { // a slow reader holds no turn
+		if !waiting(r, func() { _, err = w.Write(buf) }) || err != nil { // a slow reader holds no turn
 			return // the client is gone
 		}
-		buf.Reset()
+		buf = buf[:0]
 	}
-	buf.WriteString("]}\n")
-	_, _ = w.Write(buf.Bytes())
-}
-
-// appendTarget appends t's JSON to buf, through enc (which writes to buf),
-// with result's bytes as its result if result is not nil. The result is
-// appended in place only to be written out at once.
-func appendTarget(buf *bytes.Buffer, enc *json.Encoder, t *engine.TargetStatus, result []byte) {
-	_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t)})
-	buf.Truncate(buf.Len() - 1) // "\n"
-	if result != nil {
-		buf.Truncate(buf.Len() - 1) // "}"
-		buf.WriteString(`,"result":`)
-		buf.Write(result)
-		buf.WriteByte('}')
-	}
+	buf = append(buf, "]}\n"...)
+	_, _ = w.Write(buf)
 }
 
 // target is GET /v1/batch/{id}/{idx}.
@@ -216,12 +179,25 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	h.r.Touch(j.ID)
 	setJSONHeaders(w)
 	w.WriteHeader(http.StatusOK)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	appendTarget(&buf, enc, t, res)
-	buf.WriteByte('\n')
-	_, _ = w.Write(buf.Bytes())
+	bp := getBuf()
+	buf := appendTargetHead(*bp, t)
+	defer func() { *bp = buf; putBuf(bp) }()
+	buf = append(appendResult(buf, res), '\n')
+	_, _ = w.Write(buf)
+}
+
+// appendResult closes an open target head with result as its result, if
+// result is not nil: the result is appended in place only to be written
+// out at once, in one Write with its target's JSON. The buffer grows once,
+// to fit it.
+func appendResult(b, result []byte) []byte {
+	if result == nil {
+		return append(b, '}')
+	}
+	b = slices.Grow(b, len(`,"result":}`)+len(result))
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	return append(b, '}')
 }
 
 // parseWait parses a ?wait= value: a duration ("30s", "1m") or whole

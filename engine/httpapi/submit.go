@@ -120,6 +120,10 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	case errors.Is(err, engine.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "shutting down", "retry against a running server")
 		return
+	case errors.Is(err, engine.ErrNoAdmission):
+		h.retryAfter(w)
+		writeError(w, http.StatusServiceUnavailable, "admission unavailable", "the cluster could not count your jobs just now (a node joined or left); retry after Retry-After seconds")
+		return
 	default:
 		h.log.Warn("submit failed", slog.String(logKeyCaller, c.Name), slog.String("err", err.Error()))
 		writeError(w, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")

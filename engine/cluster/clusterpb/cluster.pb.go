@@ -25,6 +25,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Verdict is a grain's answer to Admit.
+type Verdict int32
+
+const (
+	Verdict_VERDICT_UNSPECIFIED Verdict = 0
+	// VERDICT_ADMIT: create the job, if the topology is still epoch.
+	Verdict_VERDICT_ADMIT Verdict = 1
+	// VERDICT_BUSY: the caller has cap live jobs.
+	Verdict_VERDICT_BUSY Verdict = 2
+	// VERDICT_REUSE: return job reuse_id instead.
+	Verdict_VERDICT_REUSE Verdict = 3
+	// VERDICT_RETRY: the grain cannot decide now (the topology is changing,
+	// a member did not answer, the grain moved): ask again.
+	Verdict_VERDICT_RETRY Verdict = 4
+)
+
+// Enum value maps for Verdict.
+var (
+	Verdict_name = map[int32]string{
+		0: "VERDICT_UNSPECIFIED",
+		1: "VERDICT_ADMIT",
+		2: "VERDICT_BUSY",
+		3: "VERDICT_REUSE",
+		4: "VERDICT_RETRY",
+	}
+	Verdict_value = map[string]int32{
+		"VERDICT_UNSPECIFIED": 0,
+		"VERDICT_ADMIT":       1,
+		"VERDICT_BUSY":        2,
+		"VERDICT_REUSE":       3,
+		"VERDICT_RETRY":       4,
+	}
+)
+
+func (x Verdict) Enum() *Verdict {
+	p := new(Verdict)
+	*p = x
+	return p
+}
+
+func (x Verdict) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Verdict) Descriptor() protoreflect.EnumDescriptor {
+	return file_engine_cluster_clusterpb_cluster_proto_enumTypes[0].Descriptor()
+}
+
+func (Verdict) Type() protoreflect.EnumType {
+	return &file_engine_cluster_clusterpb_cluster_proto_enumTypes[0]
+}
+
+func (x Verdict) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Verdict.Descriptor instead.
+func (Verdict) EnumDescriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{0}
+}
+
 // Hello asks a node who it is.
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -680,6 +741,525 @@ func (x *ListReply) GetError() string {
 	return ""
 }
 
+// Admit asks a caller's grain to admit a job the asking node is about to
+// create.
+type Admit struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// key is the submission's idempotency key (hex).
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// id is the job's id, with the asking node's tag.
+	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// cap is the asking node's JobsPerCaller.
+	Cap           int32 `protobuf:"varint,4,opt,name=cap,proto3" json:"cap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Admit) Reset() {
+	*x = Admit{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Admit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Admit) ProtoMessage() {}
+
+func (x *Admit) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Admit.ProtoReflect.Descriptor instead.
+func (*Admit) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Admit) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *Admit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Admit) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Admit) GetCap() int32 {
+	if x != nil {
+		return x.Cap
+	}
+	return 0
+}
+
+// Admission answers Admit.
+type Admission struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Verdict Verdict                `protobuf:"varint,1,opt,name=verdict,proto3,enum=siftbatch.cluster.v1.Verdict" json:"verdict,omitempty"`
+	ReuseId string                 `protobuf:"bytes,2,opt,name=reuse_id,json=reuseId,proto3" json:"reuse_id,omitempty"`
+	// epoch is the topology hash the grain decided under.
+	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Admission) Reset() {
+	*x = Admission{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Admission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Admission) ProtoMessage() {}
+
+func (x *Admission) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Admission.ProtoReflect.Descriptor instead.
+func (*Admission) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Admission) GetVerdict() Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *Admission) GetReuseId() string {
+	if x != nil {
+		return x.ReuseId
+	}
+	return ""
+}
+
+func (x *Admission) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// Settle tells a caller's grain that an admitted job is no longer live
+// (status set), or was never created (status empty). Answered by Settled.
+type Settle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Settle) Reset() {
+	*x = Settle{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Settle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Settle) ProtoMessage() {}
+
+func (x *Settle) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Settle.ProtoReflect.Descriptor instead.
+func (*Settle) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Settle) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *Settle) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Settle) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+// Settled answers Settle.
+type Settled struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Settled) Reset() {
+	*x = Settled{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Settled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Settled) ProtoMessage() {}
+
+func (x *Settled) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Settled.ProtoReflect.Descriptor instead.
+func (*Settled) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+// CallerJobsRequest asks a node for a caller's live and reusable jobs, and
+// the admissions it holds for jobs not yet created.
+type CallerJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallerJobsRequest) Reset() {
+	*x = CallerJobsRequest{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallerJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallerJobsRequest) ProtoMessage() {}
+
+func (x *CallerJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallerJobsRequest.ProtoReflect.Descriptor instead.
+func (*CallerJobsRequest) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CallerJobsRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+// CallerJob is one job in a CallerJobsReply.
+type CallerJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Live          bool                   `protobuf:"varint,3,opt,name=live,proto3" json:"live,omitempty"`
+	Reusable      bool                   `protobuf:"varint,4,opt,name=reusable,proto3" json:"reusable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallerJob) Reset() {
+	*x = CallerJob{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallerJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallerJob) ProtoMessage() {}
+
+func (x *CallerJob) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallerJob.ProtoReflect.Descriptor instead.
+func (*CallerJob) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CallerJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CallerJob) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CallerJob) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *CallerJob) GetReusable() bool {
+	if x != nil {
+		return x.Reusable
+	}
+	return false
+}
+
+// CallerJobsReply answers CallerJobsRequest.
+type CallerJobsReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*CallerJob           `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// topology is the hash of the members as the node saw them when it
+	// answered: a rebuild stands only if every member answers the same.
+	Topology      uint64 `protobuf:"varint,3,opt,name=topology,proto3" json:"topology,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallerJobsReply) Reset() {
+	*x = CallerJobsReply{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallerJobsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallerJobsReply) ProtoMessage() {}
+
+func (x *CallerJobsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallerJobsReply.ProtoReflect.Descriptor instead.
+func (*CallerJobsReply) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CallerJobsReply) GetJobs() []*CallerJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *CallerJobsReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CallerJobsReply) GetTopology() uint64 {
+	if x != nil {
+		return x.Topology
+	}
+	return 0
+}
+
+// ReusableRequest asks the node that holds job id whether a resubmit may
+// reuse it.
+type ReusableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReusableRequest) Reset() {
+	*x = ReusableRequest{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReusableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReusableRequest) ProtoMessage() {}
+
+func (x *ReusableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReusableRequest.ProtoReflect.Descriptor instead.
+func (*ReusableRequest) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReusableRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *ReusableRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReusableRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ReusableReply answers ReusableRequest.
+type ReusableReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reusable      bool                   `protobuf:"varint,1,opt,name=reusable,proto3" json:"reusable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReusableReply) Reset() {
+	*x = ReusableReply{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReusableReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReusableReply) ProtoMessage() {}
+
+func (x *ReusableReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReusableReply.ProtoReflect.Descriptor instead.
+func (*ReusableReply) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReusableReply) GetReusable() bool {
+	if x != nil {
+		return x.Reusable
+	}
+	return false
+}
+
 var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
@@ -729,7 +1309,44 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1f\n" +
 	"\vbad_request\x18\x03 \x01(\tR\n" +
 	"badRequest\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05errorB0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
+	"\x05error\x18\x04 \x01(\tR\x05error\"S\n" +
+	"\x05Admit\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x10\n" +
+	"\x03cap\x18\x04 \x01(\x05R\x03cap\"u\n" +
+	"\tAdmission\x127\n" +
+	"\averdict\x18\x01 \x01(\x0e2\x1d.siftbatch.cluster.v1.VerdictR\averdict\x12\x19\n" +
+	"\breuse_id\x18\x02 \x01(\tR\areuseId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"H\n" +
+	"\x06Settle\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\"\t\n" +
+	"\aSettled\"+\n" +
+	"\x11CallerJobsRequest\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\"]\n" +
+	"\tCallerJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04live\x18\x03 \x01(\bR\x04live\x12\x1a\n" +
+	"\breusable\x18\x04 \x01(\bR\breusable\"x\n" +
+	"\x0fCallerJobsReply\x123\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.CallerJobR\x04jobs\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
+	"\btopology\x18\x03 \x01(\x04R\btopology\"K\n" +
+	"\x0fReusableRequest\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"+\n" +
+	"\rReusableReply\x12\x1a\n" +
+	"\breusable\x18\x01 \x01(\bR\breusable*m\n" +
+	"\aVerdict\x12\x17\n" +
+	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rVERDICT_ADMIT\x10\x01\x12\x10\n" +
+	"\fVERDICT_BUSY\x10\x02\x12\x11\n" +
+	"\rVERDICT_REUSE\x10\x03\x12\x11\n" +
+	"\rVERDICT_RETRY\x10\x04B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
 
 var (
 	file_engine_cluster_clusterpb_cluster_proto_rawDescOnce sync.Once
@@ -743,27 +1360,40 @@ func file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP() []byte {
 	return file_engine_cluster_clusterpb_cluster_proto_rawDescData
 }
 
-var file_engine_cluster_clusterpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_engine_cluster_clusterpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_engine_cluster_clusterpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
-	(*Hello)(nil),       // 0: siftbatch.cluster.v1.Hello
-	(*NodeInfo)(nil),    // 1: siftbatch.cluster.v1.NodeInfo
-	(*Request)(nil),     // 2: siftbatch.cluster.v1.Request
-	(*Header)(nil),      // 3: siftbatch.cluster.v1.Header
-	(*Part)(nil),        // 4: siftbatch.cluster.v1.Part
-	(*Pull)(nil),        // 5: siftbatch.cluster.v1.Pull
-	(*Release)(nil),     // 6: siftbatch.cluster.v1.Release
-	(*ListRequest)(nil), // 7: siftbatch.cluster.v1.ListRequest
-	(*ListedJob)(nil),   // 8: siftbatch.cluster.v1.ListedJob
-	(*ListReply)(nil),   // 9: siftbatch.cluster.v1.ListReply
+	(Verdict)(0),              // 0: siftbatch.cluster.v1.Verdict
+	(*Hello)(nil),             // 1: siftbatch.cluster.v1.Hello
+	(*NodeInfo)(nil),          // 2: siftbatch.cluster.v1.NodeInfo
+	(*Request)(nil),           // 3: siftbatch.cluster.v1.Request
+	(*Header)(nil),            // 4: siftbatch.cluster.v1.Header
+	(*Part)(nil),              // 5: siftbatch.cluster.v1.Part
+	(*Pull)(nil),              // 6: siftbatch.cluster.v1.Pull
+	(*Release)(nil),           // 7: siftbatch.cluster.v1.Release
+	(*ListRequest)(nil),       // 8: siftbatch.cluster.v1.ListRequest
+	(*ListedJob)(nil),         // 9: siftbatch.cluster.v1.ListedJob
+	(*ListReply)(nil),         // 10: siftbatch.cluster.v1.ListReply
+	(*Admit)(nil),             // 11: siftbatch.cluster.v1.Admit
+	(*Admission)(nil),         // 12: siftbatch.cluster.v1.Admission
+	(*Settle)(nil),            // 13: siftbatch.cluster.v1.Settle
+	(*Settled)(nil),           // 14: siftbatch.cluster.v1.Settled
+	(*CallerJobsRequest)(nil), // 15: siftbatch.cluster.v1.CallerJobsRequest
+	(*CallerJob)(nil),         // 16: siftbatch.cluster.v1.CallerJob
+	(*CallerJobsReply)(nil),   // 17: siftbatch.cluster.v1.CallerJobsReply
+	(*ReusableRequest)(nil),   // 18: siftbatch.cluster.v1.ReusableRequest
+	(*ReusableReply)(nil),     // 19: siftbatch.cluster.v1.ReusableReply
 }
 var file_engine_cluster_clusterpb_cluster_proto_depIdxs = []int32{
-	3, // 0: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
-	8, // 1: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4,  // 0: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
+	9,  // 1: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
+	0,  // 2: siftbatch.cluster.v1.Admission.verdict:type_name -> siftbatch.cluster.v1.Verdict
+	16, // 3: siftbatch.cluster.v1.CallerJobsReply.jobs:type_name -> siftbatch.cluster.v1.CallerJob
+	4,  // [4:4] is the sub-list for method output_type
+	4,  // [4:4] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_engine_cluster_clusterpb_cluster_proto_init() }
@@ -776,13 +1406,14 @@ func file_engine_cluster_clusterpb_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_cluster_clusterpb_cluster_proto_rawDesc), len(file_engine_cluster_clusterpb_cluster_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   10,
+			NumEnums:      1,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_engine_cluster_clusterpb_cluster_proto_goTypes,
 		DependencyIndexes: file_engine_cluster_clusterpb_cluster_proto_depIdxs,
+		EnumInfos:         file_engine_cluster_clusterpb_cluster_proto_enumTypes,
 		MessageInfos:      file_engine_cluster_clusterpb_cluster_proto_msgTypes,
 	}.Build()
 	File_engine_cluster_clusterpb_cluster_proto = out.File

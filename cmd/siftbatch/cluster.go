@@ -1,0 +1,165 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/sift/batch/engine/cluster"
+)
+
+// The cluster providers --cluster-provider names.
+const (
+	providerAutomanaged = "automanaged"
+	providerK8s         = "k8s"
+)
+
+// clusterFlags are serve's cluster flags. Without --cluster every other one
+// is refused, and serve is a single node: no port but --addr's, no
+// goroutine more.
+type clusterFlags struct {
+	name      string
+	node      string
+	addr      string
+	advertise string
+	manage    string
+	peers     string
+	provider  string
+
+	peerList []string // peers split, once validated
+}
+
+// clusterFlagNames are the flags that mean something only with --cluster.
+var clusterFlagNames = []string{"node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider"}
+
+// addClusterFlags adds the cluster flags to fs.
+func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
+	host, _ := os.Hostname() // "" if unknown: validate asks for --node
+	fs.StringVar(&c.name, "cluster", "", "join the cluster `NAME`: a node of several serve processes, any of which answers\nfor any job (each runs the jobs submitted to it); off without it. Every node needs\nthe same --keys file")
+	fs.StringVar(&c.node, "node", host, "this node's `NAME`, stable across restarts (a StatefulSet pod's name): job ids\nbegin with a hash of it; the hostname by default")
+	fs.StringVar(&c.addr, "cluster-addr", "", "`HOST:PORT` the node listens on for the other nodes (protoactor's gRPC remote),\nalso what it advertises to them; needed with --cluster")
+	fs.StringVar(&c.advertise, "advertise-addr", "", "`HOST:PORT` the other nodes reach this one at, if not --cluster-addr (say\n--cluster-addr 0.0.0.0:7000 --advertise-addr $POD_IP:7000)")
+	fs.StringVar(&c.manage, "manage-addr", "", "`HOST:PORT` of this node's automanaged membership endpoint (it listens on all\ninterfaces at that port); needed with --cluster-provider automanaged")
+	fs.StringVar(&c.peers, "peers", "", "the --manage-addr of every node, this one included, as `HOST:PORT,...`; each\nnode polls every peer every 2s and drops one that misses a poll; needed with\n--cluster-provider automanaged")
+	fs.StringVar(&c.provider, "cluster-provider", providerAutomanaged, "how the nodes find each other, `automanaged|k8s`: automanaged polls the static\n--peers; k8s asks the Kubernetes API for the cluster's pods")
+}
+
+// validate checks the cluster flags; set holds the names of the flags
+// given on the command line. It returns a usage error naming the flag.
+func (c *clusterFlags) validate(set map[string]bool, apiAddr string) error {
+	if !set["cluster"] {
+		for _, f := range clusterFlagNames {
+			if set[f] {
+				return cmdUsageErrorf("serve", "--%s needs --cluster NAME (cluster mode is off without it)", f)
+			}
+		}
+		return nil
+	}
+	if strings.TrimSpace(c.name) == "" {
+		return cmdUsageErrorf("serve", "--cluster must name the cluster (got %q)", c.name)
+	}
+	if strings.TrimSpace(c.node) == "" {
+		return cmdUsageErrorf("serve", "--node must name this node (got %q; the default, the hostname, is unknown here)", c.node)
+	}
+	if c.provider != providerAutomanaged && c.provider != providerK8s {
+		return cmdUsageErrorf("serve", "--cluster-provider must be %s or %s (got %q)", providerAutomanaged, providerK8s, c.provider)
+	}
+	if c.addr == "" {
+		return cmdUsageErrorf("serve", "--cluster needs --cluster-addr HOST:PORT (where this node listens for the others)")
+	}
+	host, port, err := hostPort(c.addr)
+	if err != nil {
+		return cmdUsageErrorf("serve", "--cluster-addr %q is not HOST:PORT with a port from 1 to 65535", c.addr)
+	}
+	if c.advertise != "" {
+		if host, _, err = hostPort(c.advertise); err != nil {
+			return cmdUsageErrorf("serve", "--advertise-addr %q is not HOST:PORT with a port from 1 to 65535", c.advertise)
+		}
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return cmdUsageErrorf("serve", "--cluster-addr %q cannot be advertised to the other nodes: give --advertise-addr HOST:PORT, an address they reach this node at", c.addr)
+	}
+	if _, apiPort, err := net.SplitHostPort(apiAddr); err == nil && apiPort == strconv.Itoa(port) {
+		return cmdUsageErrorf("serve", "--cluster-addr and --addr need different ports (both are %d)", port)
+	}
+	if c.provider == providerK8s {
+		for _, f := range []string{"manage-addr", "peers"} {
+			if set[f] {
+				return cmdUsageErrorf("serve", "--%s is for --cluster-provider %s; the %s provider finds the nodes itself", f, providerAutomanaged, providerK8s)
+			}
+		}
+		return nil
+	}
+	if c.manage == "" || c.peers == "" {
+		return cmdUsageErrorf("serve", "--cluster-provider %s needs --manage-addr HOST:PORT and --peers HOST:PORT,... (the --manage-addr of every node)", providerAutomanaged)
+	}
+	mhost, mport, err := hostPort(c.manage)
+	if err != nil {
+		return cmdUsageErrorf("serve", "--manage-addr %q is not HOST:PORT with a port from 1 to 65535", c.manage)
+	}
+	if mport == port {
+		return cmdUsageErrorf("serve", "--manage-addr and --cluster-addr need different ports (both are %d)", port)
+	}
+	if _, apiPort, err := net.SplitHostPort(apiAddr); err == nil && apiPort == strconv.Itoa(mport) {
+		return cmdUsageErrorf("serve", "--manage-addr and --addr need different ports (both are %d)", mport)
+	}
+	c.peerList = nil
+	self := false
+	for p := range strings.SplitSeq(c.peers, ",") {
+		p = strings.TrimSpace(p)
+		phost, pport, err := hostPort(p)
+		if err != nil || phost == "" {
+			return cmdUsageErrorf("serve", "--peers: %q is not HOST:PORT with a host and a port from 1 to 65535", p)
+		}
+		// The provider listens on every interface at --manage-addr's port,
+		// whatever its host: 0.0.0.0:7001 is the peer 10.0.0.5:7001.
+		if pport == mport && (phost == mhost || mhost == "" || net.ParseIP(mhost) != nil && net.ParseIP(mhost).IsUnspecified()) {
+			self = true
+		}
+		c.peerList = append(c.peerList, p)
+	}
+	if !self {
+		return cmdUsageErrorf("serve", "--peers must include this node's --manage-addr %s: each node polls every peer, itself included", c.manage)
+	}
+	return nil
+}
+
+// hostPort splits HOST:PORT, the port a number from 1 to 65535.
+func hostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || port == 0 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, int(port), nil
+}
+
+// newNode returns the cluster node the flags describe, not yet started;
+// nil without --cluster.
+func (c *clusterFlags) newNode(log *slog.Logger) (*cluster.Node, error) {
+	if c.name == "" {
+		return nil, nil
+	}
+	var p cluster.Provider
+	switch c.provider {
+	case providerK8s:
+		var err error
+		if p, err = kubernetesProvider(); err != nil {
+			return nil, err
+		}
+	default:
+		p = cluster.Automanaged(c.manage, c.peerList, 0)
+	}
+	node, err := cluster.New(cluster.Config{Name: c.name, Node: c.node, Addr: c.addr, AdvertiseAddr: c.advertise, Provider: p, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return node, nil
+}

@@ -1,0 +1,199 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// admitAttempts bounds how many times a node asks a caller's grain before
+// it gives up on a submission (503 to the client).
+const admitAttempts = 8
+
+// Admission returns the node's [engine.Admission], for the runner's
+// [engine.Config].Admission: each new job is admitted by its caller's
+// grain, against JobsPerCaller across the cluster, and an idempotent
+// resubmit on any node returns the same job while that job's node is a
+// member.
+func (n *Node) Admission() engine.Admission { return admission{n} }
+
+type admission struct{ n *Node }
+
+// pending is an admission a node holds for a job it is creating.
+type pending struct{ caller, key string }
+
+// Admit asks caller's grain; see [engine.Admission].
+func (a admission) Admit(ctx context.Context, caller, key, id string) (string, error) {
+	n := a.n
+	c := n.cluster()
+	if c == nil {
+		return "", engine.ErrNoAdmission
+	}
+	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(n.runnerCap())}
+	for attempt := range admitAttempts {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt*attempt) * 50 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return "", ctx.Err()
+			}
+		}
+		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(n.cfg.Timeout))
+		if err != nil {
+			continue
+		}
+		adm, ok := res.(*clusterpb.Admission)
+		if !ok {
+			continue
+		}
+		switch adm.Verdict {
+		case clusterpb.Verdict_VERDICT_BUSY:
+			return "", engine.ErrCallerBusy
+		case clusterpb.Verdict_VERDICT_REUSE:
+			return adm.ReuseId, nil
+		case clusterpb.Verdict_VERDICT_ADMIT:
+			// The fence: the grain decided under topology adm.Epoch; if this
+			// node has seen the topology change since, a newer activation may
+			// already count without this job. Give the admission back and
+			// ask again.
+			n.admitMu.Lock()
+			if n.topologyHash() == adm.Epoch {
+				n.pending[id] = pending{caller: caller, key: key}
+				n.admitMu.Unlock()
+				return "", nil
+			}
+			n.admitMu.Unlock()
+			n.settle(caller, id, "")
+		}
+	}
+	n.log.Warn("admission unavailable", slog.String(logKeyJobID, id))
+	return "", engine.ErrNoAdmission
+}
+
+// Release gives an admission back: its job was not created.
+func (a admission) Release(caller, id string) { a.n.end(caller, id, "") }
+
+// Ended tells the caller's grain that a job is no longer live.
+func (a admission) Ended(caller, id, status string) { a.n.end(caller, id, status) }
+
+// end forgets an admission held and tells the caller's grain, on a
+// goroutine of its own.
+func (n *Node) end(caller, id, status string) {
+	n.admitMu.Lock()
+	delete(n.pending, id)
+	n.admitMu.Unlock()
+	observe("end", caller, id, 0)
+	n.goWork(func() { n.settle(caller, id, status) })
+}
+
+// settle tells caller's grain that job id is no longer live (or was never
+// created, status ""). If it cannot be told, its next rebuild learns it
+// from the members.
+func (n *Node) settle(caller, id, status string) {
+	if c := n.cluster(); c != nil {
+		_, _ = c.Request(caller, callerKind, &clusterpb.Settle{Caller: caller, Id: id, Status: status}, pacluster.WithTimeout(n.cfg.Timeout))
+	}
+}
+
+// cluster returns protoactor's cluster once started; nil before, or once
+// closing.
+func (n *Node) cluster() *pacluster.Cluster {
+	n.mu.Lock()
+	c, ok := n.c, n.started
+	n.mu.Unlock()
+	n.workMu.Lock()
+	closed := n.closed
+	n.workMu.Unlock()
+	if !ok || closed {
+		return nil
+	}
+	return c
+}
+
+// topologyHash is the hash of the members as this node sees them now.
+func (n *Node) topologyHash() uint64 {
+	t := n.topo.Load()
+	if t == nil || n.cluster() == nil {
+		return 0
+	}
+	return t.hash
+}
+
+// runnerCap is the runner's JobsPerCaller.
+func (n *Node) runnerCap() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.jobsPerCaller
+}
+
+// callerJobsHere answers a CallerJobsRequest from this node's runner and
+// the admissions it holds.
+func (n *Node) callerJobsHere(caller string) *clusterpb.CallerJobsReply {
+	jobs, err := n.runner.Admitted(caller)
+	if err != nil {
+		return &clusterpb.CallerJobsReply{Error: "store failed"}
+	}
+	out := &clusterpb.CallerJobsReply{}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, &clusterpb.CallerJob{Id: j.ID, Key: j.Key, Live: j.Live, Reusable: j.Reusable})
+	}
+	n.admitMu.Lock()
+	// Under admitMu: an admission this node fences (Admit) either is in
+	// pending here, or sees a topology other than the one answered.
+	out.Topology = n.topologyHash()
+	for id, p := range n.pending {
+		if p.caller == caller {
+			out.Jobs = append(out.Jobs, &clusterpb.CallerJob{Id: id, Key: p.key, Live: true})
+		}
+	}
+	n.admitMu.Unlock()
+	return out
+}
+
+// callerJobs asks member m (this node, without a message) for caller's
+// jobs.
+func (n *Node) callerJobs(ctx context.Context, m *pacluster.Member, caller string) (*clusterpb.CallerJobsReply, error) {
+	if m.Id == n.systemID() {
+		return n.callerJobsHere(caller), nil
+	}
+	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), &clusterpb.CallerJobsRequest{Caller: caller}, n.cfg.Timeout, nil)
+	if err != nil {
+		return nil, err
+	}
+	reply, ok := res.(*clusterpb.CallerJobsReply)
+	if !ok || reply.Error != "" {
+		return nil, errors.New("caller jobs: no answer")
+	}
+	return reply, nil
+}
+
+// reusable asks the node that holds job id whether a resubmit may reuse
+// it: false if that node is not a member.
+func (n *Node) reusable(caller, key, id string) bool {
+	tag, ok := idTag(id)
+	if !ok {
+		return false
+	}
+	if tag == n.tag {
+		return n.runner.Reusable(caller, key, id)
+	}
+	m, _ := n.holder(tag)
+	if m == nil {
+		return false
+	}
+	res, err := n.request(context.Background(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, n.cfg.Timeout, nil)
+	if err != nil {
+		return false
+	}
+	reply, ok := res.(*clusterpb.ReusableReply)
+	return ok && reply.Reusable
+}

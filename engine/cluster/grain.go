@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// callerKind is the cluster kind of the callers' grains: one virtual actor
+// per caller (identity: the caller's name), placed by protoactor's disthash
+// on one member, which admits the caller's jobs across the cluster.
+const callerKind = "siftbatch-caller"
+
+// callerGrain admits one caller's jobs: it counts the caller's live jobs on
+// every node against JobsPerCaller, and knows its reusable jobs by
+// idempotency key. Its state is rebuilt, never trusted across a topology
+// change: it asks every member, once the members agree on the topology,
+// and records that topology's hash as its epoch. An admission carries the
+// epoch, and a node creates the job only if its topology is still that
+// epoch (Node.admit): an activation left from an older topology cannot
+// admit past the cap.
+type callerGrain struct {
+	n      *Node
+	caller string
+	ready  bool
+	epoch  uint64
+	live   map[string]bool   // ids of the caller's live jobs and admissions held, on every node
+	reuse  map[string]string // idempotency key → id of a reusable job
+}
+
+// Receive implements actor.Actor.
+func (g *callerGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *pacluster.ClusterInit:
+		g.caller = m.Identity.Identity
+	case *clusterpb.Admit:
+		ctx.Respond(g.admit(ctx, m))
+	case *clusterpb.Settle:
+		delete(g.live, m.Id)
+		if m.Status != "done" && m.Status != "partial" {
+			for k, id := range g.reuse {
+				if id == m.Id {
+					delete(g.reuse, k)
+				}
+			}
+		}
+		ctx.Respond(&clusterpb.Settled{})
+	}
+}
+
+// admit decides an Admit.
+func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Admission {
+	retry := &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_RETRY}
+	if m.Caller != g.caller {
+		return retry
+	}
+	if !g.ready || g.n.topologyHash() != g.epoch {
+		if !g.rebuild(ctx) {
+			return retry
+		}
+	}
+	if g.live[m.Id] { // asked again: protoactor's requests are retried
+		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
+	}
+	if id, ok := g.reuse[m.Key]; ok {
+		if g.n.reusable(m.Caller, m.Key, id) {
+			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
+		}
+		delete(g.reuse, m.Key)
+	}
+	if len(g.live) >= int(m.Cap) {
+		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_BUSY}
+	}
+	g.live[m.Id] = true
+	g.reuse[m.Key] = m.Id
+	observe("admit", m.Caller, m.Id, int(m.Cap))
+	return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
+}
+
+// rebuild checks that this activation owns the caller under the topology
+// as its node sees it (else it stops: the owner under that topology
+// answers), then asks every member for the caller's jobs and the topology
+// it sees: the state stands only if every member answers, and sees the same
+// topology (protoactor's own topology consensus is never reached at this
+// version: docs/CLUSTER.md, "protoactor bugs"). false if any of that fails:
+// the admission is asked again.
+func (g *callerGrain) rebuild(ctx actor.Context) bool {
+	t := g.n.topo.Load()
+	if t == nil {
+		return false
+	}
+	hash := t.hash
+	rdv := pacluster.NewRendezvous()
+	rdv.UpdateMembers(t.members)
+	if owner := rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: g.caller, Kind: callerKind}); owner != ctx.ActorSystem().Address() {
+		g.ready = false
+		ctx.Poison(ctx.Self()) // moved: the owner under this topology answers
+		return false
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), g.n.cfg.Timeout)
+	defer cancel()
+	live, reuse := map[string]bool{}, map[string]string{}
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		failed bool
+	)
+	for _, m := range t.members {
+		wg.Go(func() {
+			reply, err := g.n.callerJobs(cctx, m, g.caller)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || reply.Topology != hash {
+				failed = true
+				return
+			}
+			for _, j := range reply.Jobs {
+				if j.Live {
+					live[j.Id] = true
+				}
+				if j.Reusable {
+					reuse[j.Key] = j.Id
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed || g.n.topologyHash() != hash {
+		return false
+	}
+	g.live, g.reuse, g.epoch, g.ready = live, reuse, hash, true
+	return true
+}
+
+// observeFn, set by tests only, sees each admission a grain makes and each
+// end of an admitted job a node reports (with the cap, for admissions).
+var observeFn struct {
+	sync.RWMutex
+	fn func(event, caller, id string, cap int)
+}
+
+func observe(event, caller, id string, cap int) {
+	observeFn.RLock()
+	fn := observeFn.fn
+	observeFn.RUnlock()
+	if fn != nil {
+		fn(event, caller, id, cap)
+	}
+}
