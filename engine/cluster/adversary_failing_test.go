@@ -45,8 +45,8 @@ import (
 func TestAdvFail_HolderCloseDuringLongPoll(t *testing.T) {
 	tc := newTestCluster(t)
 	entered := make(chan struct{}, 64)
-	a := tc.addWith("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
-	b := tc.addWith("b", nodeOpts{timeout: time.Second})
+	a := tc.addOpts("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
+	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
 	tc.waitMembers(2)
 	waitNames(t, tc)
 	id := submit(t, a, "alice-key", "https://example.com/hold")
@@ -126,8 +126,8 @@ func TestAdvFail_HolderCloseMidResults(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	a := tc.addWith("a", nodeOpts{wrap: pause})
-	b := tc.addWith("b", nodeOpts{timeout: time.Second})
+	a := tc.addOpts("a", nodeOpts{wrap: pause})
+	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
 	tc.waitMembers(2)
 	waitNames(t, tc)
 	var urls []string
@@ -195,8 +195,8 @@ func TestAdvFail_RequestToClosingNode(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	a := tc.addWith("a", nodeOpts{wrap: slow})
-	b := tc.addWith("b", nodeOpts{timeout: time.Second})
+	a := tc.addOpts("a", nodeOpts{wrap: slow})
+	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
 	tc.waitMembers(2)
 	waitNames(t, tc)
 	id := submit(t, a, "alice-key", "https://example.com/1")
@@ -243,13 +243,6 @@ func TestAdvFail_ListBeforeStart(t *testing.T) {
 		_, _, _, _ = n.List(context.Background(), "alice", engine.ListOptions{})
 	}()
 }
-
-// failingProvider is a protoactor provider whose StartMember fails.
-type failingProvider struct{}
-
-func (failingProvider) StartMember(*pacluster.Cluster) error { return errors.New("provider down") }
-func (failingProvider) StartClient(*pacluster.Cluster) error { return errors.New("provider down") }
-func (failingProvider) Shutdown(bool) error                  { return nil }
 
 // TestAdvFail_FailedStartLeavesRemote: Start with a provider that fails.
 //
@@ -310,8 +303,8 @@ func TestAdvFail_LongPollLeavesAskingGoroutines(t *testing.T) {
 	tc := newTestCluster(t)
 	t.Cleanup(func() { untilNone("engine/cluster.(*Node).ask.func1", 15*time.Second) })
 	entered := make(chan struct{}, 64)
-	a := tc.addWith("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
-	b := tc.addWith("b", nodeOpts{timeout: time.Second})
+	a := tc.addOpts("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
+	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
 	tc.waitMembers(2)
 	waitNames(t, tc)
 	id := submit(t, a, "alice-key", "https://example.com/hold")
@@ -441,11 +434,11 @@ func TestAdvFail_CrowdOfResultReaders(t *testing.T) {
 	}
 }
 
-// startSlowMember joins tc's cluster with a member named name that is no
+// startSlowHelloMember joins tc's cluster with a member named name that is no
 // siftbatch node but speaks its messages: it answers a Hello only once
 // release is closed (signalling hello when one comes), a Request with a
 // 200 {"fake":true}, a ListRequest with no jobs.
-func startSlowMember(t *testing.T, tc *testCluster, name string, hello chan<- struct{}, release <-chan struct{}) {
+func startSlowHelloMember(t *testing.T, tc *testCluster, name string, hello chan<- struct{}, release <-chan struct{}) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -500,7 +493,7 @@ func TestAdvFail_MemberNotYetKnownAnswers404(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	defer free()
-	startSlowMember(t, tc, "x", hello, release)
+	startSlowHelloMember(t, tc, "x", hello, release)
 	waitChan(t, hello, 1, 20*time.Second, "b asking x who it is")
 
 	id := fmt.Sprintf("%x", cluster.Tag("x")) + "00112233445566778899aabb"

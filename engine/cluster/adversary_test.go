@@ -55,8 +55,8 @@ type nodeOpts struct {
 	log           *slog.Logger // default the cluster's log buffer at Debug
 }
 
-// addWith starts a node named name, as add does, with o.
-func (tc *testCluster) addWith(name string, o nodeOpts) *node {
+// addOpts starts a node named name, as add does, with o.
+func (tc *testCluster) addOpts(name string, o nodeOpts) *node {
 	t := tc.t
 	t.Helper()
 	log := o.log
@@ -439,8 +439,8 @@ func TestAdv_HostileAuthorization(t *testing.T) {
 func TestAdv_LongPollClientLeaves(t *testing.T) {
 	tc := newTestCluster(t)
 	entered := make(chan struct{}, 64)
-	a := tc.addWith("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
-	b := tc.addWith("b", nodeOpts{timeout: time.Second})
+	a := tc.addOpts("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
+	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
 	tc.waitMembers(2)
 	waitNames(t, tc)
 	id := submit(t, a, "alice-key", "https://example.com/hold")
@@ -761,7 +761,7 @@ func TestAdv_ListMerge(t *testing.T) {
 	tc := newTestCluster(t)
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	o := nodeOpts{now: clock.Now, jobsPerCaller: 8}
-	a, b, c := tc.addWith("a", o), tc.addWith("b", o), tc.addWith("c", o)
+	a, b, c := tc.addOpts("a", o), tc.addOpts("b", o), tc.addOpts("c", o)
 	tc.waitMembers(3)
 	waitNames(t, tc)
 	nodes := []*node{a, b, c}
@@ -1150,8 +1150,8 @@ func TestAdv_LogsRedacted(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	a := tc.addWith("a", nodeOpts{wrap: slow})
-	b := tc.addWith("b", nodeOpts{timeout: time.Second})
+	a := tc.addOpts("a", nodeOpts{wrap: slow})
+	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
 	c := tc.add("c")
 	tc.waitMembers(3)
 	waitNames(t, tc)
