@@ -41,6 +41,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/kubernetes"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
@@ -1088,7 +1089,7 @@ func TestAdv_NodeLifecycleMisuse(t *testing.T) {
 		"no peers":           cluster.Automanaged("127.0.0.1:1", nil, 0),
 		"bad peer":           cluster.Automanaged("127.0.0.1:1", []string{"nohost"}, 0),
 		"no manage port":     cluster.Automanaged("127.0.0.1:0", []string{"127.0.0.1:1"}, 0),
-		"kubernetes outside": cluster.Kubernetes(),
+		"kubernetes outside": kubernetes.Provider(),
 	} {
 		m, err := cluster.New(cluster.Config{Name: tc.name, Node: "w", Addr: "127.0.0.1:0", Provider: p})
 		if err != nil {
