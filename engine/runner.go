@@ -183,6 +183,9 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 	reply, err := r.sys.Submit(m)
 	if adm != nil && (err != nil || reply.ID != m.Job.ID || reply.Refused != nil || reply.Err != nil) {
 		adm.Release(c.Name, m.Job.ID) // not created: its admission goes back
+		if err == nil && reply.Reused {
+			adm.Reused(c.Name, hex.EncodeToString(m.Job.Key[:]), reply.ID)
+		}
 	}
 	if errors.Is(err, actors.ErrFailed) {
 		return "", false, ErrClosed

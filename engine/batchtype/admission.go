@@ -24,6 +24,10 @@ type Admission interface {
 	// Release tells that job id, admitted, was not created (the runner was
 	// full, or refused it, or reused a job of its own).
 	Release(caller, id string)
+	// Reused tells that the runner, by its own idempotency rule, returned
+	// its job id (submitted with key) instead of creating the one admitted
+	// (which it Releases): so that the Admission reuses it too.
+	Reused(caller, key, id string)
 	// Ended tells that job id, created after its admission, is no longer
 	// live, and its status (done, partial, failed, cancelled).
 	Ended(caller, id, status string)

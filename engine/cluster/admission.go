@@ -82,6 +82,17 @@ func (a admission) Admit(ctx context.Context, caller, key, id string) (string, e
 // Release gives an admission back: its job was not created.
 func (a admission) Release(caller, id string) { a.n.end(caller, id, "") }
 
+// Reused tells the caller's grain that this node reused its job id for key
+// on its own, on a goroutine of its own.
+func (a admission) Reused(caller, key, id string) {
+	n := a.n
+	n.goWork(func() {
+		if c := n.cluster(); c != nil {
+			_, _ = c.Request(caller, callerKind, &clusterpb.Remember{Caller: caller, Key: key, Id: id}, pacluster.WithTimeout(n.cfg.Timeout))
+		}
+	})
+}
+
 // Ended tells the caller's grain that a job is no longer live.
 func (a admission) Ended(caller, id, status string) { a.n.end(caller, id, status) }
 

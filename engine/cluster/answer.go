@@ -83,6 +83,7 @@ type session struct {
 	header   http.Header
 	status   int
 	sentHead bool
+	closing  bool // the node closed under the answer: a head not sent yet goes with status 0
 	buf      []byte
 	gone     bool
 }
@@ -130,11 +131,14 @@ func (s *session) serve(req *clusterpb.Request) {
 	if req.Authorization != "" {
 		r.Header.Set("Authorization", req.Authorization)
 	}
-	if aborted := s.run(r); aborted {
-		s.send(true, true)
-		return
+	aborted := s.run(r)
+	if s.n.ctx.Err() != nil {
+		// The node is closing: whatever the handler wrote (a long-poll
+		// ended with nothing, the rest of a job's results cut) is not
+		// the answer.
+		s.closing, aborted = true, true
 	}
-	s.send(true, false)
+	s.send(true, aborted)
 }
 
 // run serves r with the node's handler: true if the handler cut its answer
@@ -221,6 +225,9 @@ func (s *session) send(last, aborted bool) bool {
 			s.status = http.StatusOK
 		}
 		part.Status = int32(s.status)
+		if s.closing {
+			part.Status = 0 // the asking node answers 503 "node unavailable"
+		}
 		for k, vs := range s.header {
 			part.Headers = append(part.Headers, &clusterpb.Header{Name: k, Values: vs})
 		}

@@ -333,7 +333,11 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	}
 	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise))
+	// At most 8 messages to a gRPC message: protoactor's endpoint writer
+	// batches up to 1,000 queued messages into one, and 17 parts of an
+	// answer (256 KiB each) would pass gRPC's 4 MiB limit and break the
+	// stream for every answer on it (a crowd of readers of large results).
+	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8))
 	n.jobsPerCaller = r.Config().JobsPerCaller
 	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
@@ -349,11 +353,26 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			// member set without the lock its writer holds (a data race).
 			n.topo.Store(&topology{hash: t.TopologyHash, members: members})
 			n.goWork(func() {
-				n.learn(members)
-				n.mu.Lock()
-				close(n.changed)
-				n.changed = make(chan struct{})
-				n.mu.Unlock()
+				// A member that did not say who it is in time is asked
+				// again, a few times, until this node closes or the
+				// members change again.
+				for attempt := 0; ; attempt++ {
+					n.learn(members)
+					n.mu.Lock()
+					close(n.changed)
+					n.changed = make(chan struct{})
+					n.mu.Unlock()
+					if n.knowsAll(members) || attempt == 10 || n.topologyHash() != t.TopologyHash {
+						return
+					}
+					retry := time.NewTimer(helloTimeout)
+					select {
+					case <-retry.C:
+					case <-n.ctx.Done():
+						retry.Stop()
+						return
+					}
+				}
 			})
 		}
 	})
@@ -366,6 +385,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	if err := startMember(c); err != nil {
 		stopRemote(c) // else its server keeps the port, and goroutines, for good
 		system.Shutdown()
+		waitFreed(net.JoinHostPort(host, strconv.Itoa(port)))
 		return fmt.Errorf("start node: %w", err)
 	}
 	n.started = true
@@ -391,6 +411,19 @@ func stopRemote(c *pacluster.Cluster) {
 	defer func() { _ = recover() }() // a remote that failed to listen has no server to stop
 	if c.Remote != nil {
 		c.Remote.Shutdown(false)
+	}
+}
+
+// waitFreed waits, at most a second, until addr can be listened on again:
+// the gRPC server protoactor starts closes its listener on a goroutine of
+// its own once stopped.
+func waitFreed(addr string) {
+	for range 100 {
+		if l, err := net.Listen("tcp", addr); err == nil {
+			_ = l.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the listener is closed by gRPC's goroutine: nothing to wait on
 	}
 }
 
@@ -444,6 +477,19 @@ func (n *Node) Members() []string {
 	return out
 }
 
+// knowsAll reports whether every one of members has said who it is.
+func (n *Node) knowsAll(members []*pacluster.Member) bool {
+	self := n.systemID()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, m := range members {
+		if _, ok := n.infos[m.Id]; !ok && m.Id != self {
+			return false
+		}
+	}
+	return true
+}
+
 // Changed returns a channel closed at the next change of the cluster's
 // members, once this node has asked the new ones who they are: wait on it,
 // then read [Node.Members].
@@ -484,19 +530,19 @@ func idTag(id string) ([engine.NodeTagLen]byte, bool) {
 	if len(id) != 32 {
 		return tag, false
 	}
-	if _, err := hex.Decode(tag[:], []byte(id[:2*engine.NodeTagLen])); err != nil {
-		return tag, false
-	}
-	for i := 2 * engine.NodeTagLen; i < len(id); i++ {
+	for i := 0; i < len(id); i++ {
 		if !isHex(id[i]) {
 			return tag, false
 		}
 	}
+	_, _ = hex.Decode(tag[:], []byte(id[:2*engine.NodeTagLen]))
 	return tag, true
 }
 
+// isHex reports a lowercase hex digit: ids are written in lowercase, so
+// another spelling names no job and is answered as such, here.
 func isHex(b byte) bool {
-	return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F'
+	return '0' <= b && b <= '9' || 'a' <= b && b <= 'f'
 }
 
 // splitHostPort splits HOST:PORT, the port a number from 0 to 65535.

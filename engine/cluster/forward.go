@@ -78,6 +78,11 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
 		return true
 	}
+	if part.Status == 0 { // the holder stopped before its answer began
+		n.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
+		n.unavailable(w, name)
+		return true
+	}
 	h := w.Header()
 	for _, kv := range part.Headers {
 		h[kv.Name] = kv.Values

@@ -39,6 +39,11 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 		g.caller = m.Identity.Identity
 	case *clusterpb.Admit:
 		ctx.Respond(g.admit(ctx, m))
+	case *clusterpb.Remember:
+		if g.ready && m.Caller == g.caller {
+			g.reuse[m.Key] = m.Id
+		}
+		ctx.Respond(&clusterpb.Settled{})
 	case *clusterpb.Settle:
 		delete(g.live, m.Id)
 		if m.Status != "done" && m.Status != "partial" {

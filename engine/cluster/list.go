@@ -28,6 +28,12 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 		job    engine.Job
 		cursor string
 	}
+	n.mu.Lock()
+	started := n.runner != nil
+	n.mu.Unlock()
+	if !started {
+		return nil, "", nil, errors.New("list jobs: the node is not started")
+	}
 	local, cursors, localNext, err := n.runner.ListAt(caller, opt)
 	if err != nil {
 		return nil, "", nil, err // a bad request is refused here, before any member is asked

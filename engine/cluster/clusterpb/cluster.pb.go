@@ -1260,6 +1260,69 @@ func (x *ReusableReply) GetReusable() bool {
 	return false
 }
 
+// Remember tells a caller's grain that job id, submitted with idempotency
+// key key, was reused by its node on its own (the node's runner found it
+// first): the grain reuses it too. Answered by Settled.
+type Remember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Remember) Reset() {
+	*x = Remember{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Remember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Remember) ProtoMessage() {}
+
+func (x *Remember) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Remember.ProtoReflect.Descriptor instead.
+func (*Remember) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Remember) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *Remember) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Remember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
@@ -1340,7 +1403,11 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\"+\n" +
 	"\rReusableReply\x12\x1a\n" +
-	"\breusable\x18\x01 \x01(\bR\breusable*m\n" +
+	"\breusable\x18\x01 \x01(\bR\breusable\"D\n" +
+	"\bRemember\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id*m\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ADMIT\x10\x01\x12\x10\n" +
@@ -1361,7 +1428,7 @@ func file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_cluster_clusterpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_cluster_clusterpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_engine_cluster_clusterpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
 	(Verdict)(0),              // 0: siftbatch.cluster.v1.Verdict
 	(*Hello)(nil),             // 1: siftbatch.cluster.v1.Hello
@@ -1383,6 +1450,7 @@ var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
 	(*CallerJobsReply)(nil),   // 17: siftbatch.cluster.v1.CallerJobsReply
 	(*ReusableRequest)(nil),   // 18: siftbatch.cluster.v1.ReusableRequest
 	(*ReusableReply)(nil),     // 19: siftbatch.cluster.v1.ReusableReply
+	(*Remember)(nil),          // 20: siftbatch.cluster.v1.Remember
 }
 var file_engine_cluster_clusterpb_cluster_proto_depIdxs = []int32{
 	4,  // 0: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
@@ -1407,7 +1475,7 @@ func file_engine_cluster_clusterpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_cluster_clusterpb_cluster_proto_rawDesc), len(file_engine_cluster_clusterpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -88,7 +88,7 @@ func (tc *testCluster) addGated(name string, gated *gatedAdmission) *node {
 // of ja: a resubmit of the same targets on b then creates a third job,
 // while ja is live on a, a member. Two resubmits in a row, on two members,
 // answer two different live jobs.
-func TestAdv17Failing_ResubmitAfterRaceSplitsJobs(t *testing.T) {
+func TestAdv17Regress_ResubmitAfterRaceSplitsJobs(t *testing.T) {
 	w := watchCaps(t)
 	tc := newTestCluster(t)
 	tc.cfg.JobsPerCaller, tc.cfg.JobsTotal = 4, 64
