@@ -80,7 +80,16 @@ func (a admission) Admit(ctx context.Context, caller, key, id string) (string, e
 }
 
 // Release gives an admission back: its job was not created.
-func (a admission) Release(caller, id string) { a.n.end(caller, id, "") }
+// It tells the caller's grain before it returns: the caller may submit
+// again at once (on a full node's 429, say).
+func (a admission) Release(caller, id string) {
+	n := a.n
+	n.admitMu.Lock()
+	delete(n.pending, id)
+	n.admitMu.Unlock()
+	observe("end", caller, id, 0)
+	n.settle(caller, id, "")
+}
 
 // Reused tells the caller's grain that this node reused its job id for key
 // on its own, on a goroutine of its own.

@@ -438,6 +438,23 @@ func TestAdv17_FullNodeReleasesAtOnce(t *testing.T) {
 		if code != http.StatusAccepted || !b.runner.Cancel(id) {
 			t.Fatalf("alice stays busy: %d", code)
 		}
+		// And until it has heard of the probe's cancel too (its end, like
+		// every job's, reaches the grain on a goroutine of its own): an
+		// admission taken, then released (Release tells the grain before
+		// it returns), leaves alice's count at 0 for the next round.
+		adm, check := b.node.Admission(), fmt.Sprintf("%x%024d", cluster.Tag("b"), i)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			_, err := adm.Admit(context.Background(), "alice", "check", check)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, engine.ErrCallerBusy) || time.Now().After(deadline) {
+				t.Fatalf("alice's probe never ends at her grain: %v", err)
+			}
+			<-time.After(20 * time.Millisecond) // asking again, as a client would after a 429
+		}
+		adm.Release("alice", check)
 	}
 	w.check(t)
 }
