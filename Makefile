@@ -44,7 +44,7 @@ examples: ## build every example
 # git). The committed file comes out unchanged (git diff --exit-code after);
 # a protoc other than Debian 12's 3.21.12 changes its header's version line.
 PROTOC   ?= protoc
-PROTOBIN ?= $(CURDIR)/bin
+PROTOBIN ?= $(shell $(GO) env GOPATH)/bin
 PROTOS    = engine/cluster/clusterpb/cluster.proto
 
 proto: ## regenerate engine/cluster/clusterpb/cluster.pb.go (protoc: apt-get install protobuf-compiler)
