@@ -750,6 +750,13 @@ func (c *fakeClock) Set(t time.Time) {
 	c.now = t
 }
 
+// Advance moves the clock on by d.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // TestAdv_ListMerge: a caller's jobs spread on 3 nodes whose clocks tie
 // and interleave, listed in pages of 1 to 5, each page asked of another
 // node than the one before (a cursor from one node used on another), with

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,24 +56,6 @@ func newSolo(t *testing.T, tc *testCluster) *node {
 		_ = store.Close()
 	})
 	return n
-}
-
-// clock is a runner's Config.Now that a test moves.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // waitUntil waits, up to waitTimeout, until cond holds.
@@ -251,7 +232,7 @@ func TestCluster_CutShortAnswer(t *testing.T) {
 	tc := newTestCluster(t)
 	// a: the job expires (its clock moves past the TTL) once the first
 	// result of a forwarded answer is out.
-	clk := &clock{t: time.Now()}
+	clk := &fakeClock{now: time.Now()}
 	var expired atomic.Bool
 	a := tc.addWith("a", nodeOptions{now: clk.Now, wrap: func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
