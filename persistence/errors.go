@@ -42,6 +42,9 @@ var (
 	// ErrBadCursor is returned by [Store.CallerJobs] for a cursor it did
 	// not make.
 	ErrBadCursor = errors.New("bad cursor")
+	// ErrTooManyNodeTags is returned by [Store.PutNodeTag] for a new tag
+	// once the store holds [MaxNodeTags] of them.
+	ErrTooManyNodeTags = errors.New("too many node tags")
 )
 
 // errTruncateNeeded is Badger's refusal, read-only, of a memtable log with
@@ -54,7 +57,7 @@ func convert(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge),
-		errors.Is(err, ErrReadOnly):
+		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, badger.ErrReadOnlyTxn):
 		return fmt.Errorf("%s: %w", op, ErrReadOnly)

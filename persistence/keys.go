@@ -16,6 +16,7 @@ package persistence
 //	c <caller:8> <^created:8> <^id:16> → "" — a caller's jobs, newest first: caller is SHA-256(caller name)[:8]; created and id bit-inverted, so that key order is created, then id, both descending
 //	m bytes                      → uint64 big-endian: stored result bytes in all
 //	m callers                    → "" — every job has its c key (the index came after format 2: Open writes the missing ones once)
+//	n <tag:4>                    → 1 <node name> — a cluster node met, by its tag (the first 4 bytes of its jobs' ids): format byte 1, then the name; at most MaxNodeTags keys (nodetags.go)
 //
 // A result longer than 512 bytes is not in its r row but in b rows of
 // 512 KiB (records.go), so that reading a job's statuses reads no result.
@@ -56,6 +57,7 @@ const (
 	prefixAge     = 'a'
 	prefixMeta    = 'm'
 	prefixCaller  = 'c'
+	prefixNode    = 'n'
 	idLen         = 16
 	idemKeyLen    = 32
 	targetKeyLen  = 1 + idLen + 2
@@ -68,6 +70,8 @@ const (
 	// CallerJobs's cursor holds.
 	callerCursorLen = 8 + idLen
 	callerKeyLen    = 1 + callerHashLen + callerCursorLen
+	nodeTagLen      = 4
+	nodeKeyLen      = 1 + nodeTagLen
 )
 
 var (
@@ -150,6 +154,12 @@ func callerKeyID(k []byte) ([idLen]byte, bool) {
 		id[i] = ^b
 	}
 	return id, true
+}
+
+// nodeKey is a node tag's n key.
+func nodeKey(tag [nodeTagLen]byte) []byte {
+	k := make([]byte, 0, nodeKeyLen)
+	return append(append(k, prefixNode), tag[:]...)
 }
 
 func idemKey(key [idemKeyLen]byte) []byte {
