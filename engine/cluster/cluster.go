@@ -211,6 +211,8 @@ type Node struct {
 	asked   map[string]time.Time               // by member id: when it may be asked who it is again
 	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
+	stored  map[[engine.NodeTagLen]byte]string // every node met before, by tag: the runner's store's, and those stored since
+	refused int                                // tags not remembered: past persistence.MaxNodeTags
 
 	changed chan struct{} // closed at the next change of the members (Changed)
 	ending  chan struct{} // closed by EndWaits
@@ -344,6 +346,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
 	c := pacluster.New(system, ccfg)
 	n.runner, n.handler, n.system, n.c = r, h, system, c
+	n.stored = n.loadTags(r)
 	// Each change of the members: learn who the new ones are, then tell
 	// whoever waits on Changed.
 	system.EventStream.Subscribe(func(evt any) {

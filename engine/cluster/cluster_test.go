@@ -115,6 +115,7 @@ func newTestCluster(t testing.TB) *testCluster {
 type nodeOptions struct {
 	now  func() time.Time                // the runner's clock; default time.Now
 	wrap func(http.Handler) http.Handler // wraps the handler that answers the other nodes
+	dir  string                          // the store's directory; default in memory
 }
 
 // add starts a node named name.
@@ -133,7 +134,7 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := persistence.Open("")
+	store, err := persistence.Open(o.dir)
 	if err != nil {
 		t.Fatal(err)
 	}

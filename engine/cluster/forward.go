@@ -29,7 +29,8 @@ const maxWait = 10 * time.Minute
 // waiting when [Node.EndWaits] is called is answered at once with the job
 // as it stands, as a node answers its own. It returns false, having written
 // nothing, when the job is this node's to answer: its id has this node's
-// tag, or a tag no node has had since this node started, or r was itself
+// tag, or a tag of no node this node ever met (since it started, or before:
+// the tags its store remembers), or r was itself
 // forwarded (a node never forwards twice). An answer the other node cut
 // short, or that stops coming, is cut short here too: the connection is
 // dropped (net/http's [http.ErrAbortHandler]) before the end of its body.

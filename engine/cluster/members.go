@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster/clusterpb"
+	"github.com/sift/batch/persistence"
 )
 
 // helloTimeout bounds how long a node waits for a member to say who it is.
@@ -18,11 +20,11 @@ const helloTimeout = 2 * time.Second
 // holder returns the member whose node has tag. A member not yet known is
 // asked who it is (all of them at once), or, if it is being asked, waited
 // for. If no member has the tag, known tells whether it may be another
-// node's: a node with that tag was a member since this node started, or a
-// member has not said who it is (it did not answer in time); such a job
-// answers 503 "node unavailable". An id no node ever had, all members
-// known, is this node's to answer (a job stored before the cluster, or no
-// job at all).
+// node's: a node with that tag was ever met by this node (since it
+// started, or before: the tags its store remembers), or a member has not
+// said who it is (it did not answer in time); such a job answers 503 "node
+// unavailable". An id no node met ever had, all members known, is this
+// node's to answer (a job stored before the cluster, or no job at all).
 func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known bool) {
 	members := n.members()
 	n.learn(members)
@@ -38,7 +40,67 @@ func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known b
 		unknown = unknown || !ok && m.Id != self
 	}
 	_, known = n.seen[tag]
+	if !known {
+		_, known = n.stored[tag]
+	}
 	return nil, known || unknown
+}
+
+// loadTags returns the tags of the nodes r's store remembers (a node met
+// before this start), without this node's own; none if it cannot read
+// them (the node then knows only the nodes it meets, as before the store
+// remembered any).
+func (n *Node) loadTags(r *engine.Runner) map[[engine.NodeTagLen]byte]string {
+	tags, err := r.NodeTags()
+	if err != nil {
+		n.log.Warn("cluster node tags not read", slog.String(logKeyErr, err.Error()))
+		return map[[engine.NodeTagLen]byte]string{}
+	}
+	delete(tags, n.tag)
+	return tags
+}
+
+// remember stores, once, that the node named name has tag: in memory, and
+// in the runner's store for this node's restarts. Past
+// persistence.MaxNodeTags a new tag is refused (what a member says it is
+// comes from the network), and counted in the log. It returns whether
+// there is nothing to log about the node: it was met since the start, or
+// its tag was refused. n.mu is held; remember unlocks it.
+func (n *Node) remember(tag [engine.NodeTagLen]byte, name string) (met bool) {
+	_, met = n.seen[tag]
+	if !met && len(n.seen) >= persistence.MaxNodeTags {
+		n.refuseLocked()
+		return true
+	}
+	n.seen[tag] = name
+	if old, ok := n.stored[tag]; ok && old == name {
+		n.mu.Unlock()
+		return met
+	}
+	r := n.runner
+	n.mu.Unlock()
+	err := r.RememberNodeTag(tag, name)
+	switch {
+	case err == nil:
+		n.mu.Lock()
+		n.stored[tag] = name
+		n.mu.Unlock()
+	case errors.Is(err, persistence.ErrTooManyNodeTags):
+		n.mu.Lock()
+		n.refuseLocked()
+	default:
+		n.log.Warn("cluster node tag not stored", slog.String(logKeyErr, err.Error()))
+	}
+	return met
+}
+
+// refuseLocked counts a tag not remembered, and logs the count. n.mu is
+// held; refuseLocked unlocks it.
+func (n *Node) refuseLocked() {
+	n.refused++
+	refused := n.refused
+	n.mu.Unlock()
+	n.log.Warn("cluster node tag not remembered: too many", slog.Int(logKeyCount, refused))
 }
 
 // learn asks each member this node does not know yet who it is, or waits
@@ -100,10 +162,7 @@ func (n *Node) learn(members []*pacluster.Member) {
 			var tag [engine.NodeTagLen]byte
 			copy(tag[:], info.Tag)
 			n.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
-			_, met := n.seen[tag]
-			n.seen[tag] = info.Node
-			n.mu.Unlock()
-			if !met {
+			if !n.remember(tag, info.Node) {
 				n.log.Info("cluster node met", slog.String(logKeyNode, info.Node), slog.String(logKeyAddress, m.Address()))
 			}
 		})
