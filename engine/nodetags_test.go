@@ -12,7 +12,9 @@ import (
 // TestRunner_NodeTags: the node tags remembered are those of the runner's
 // store, past MaxNodeTags refused.
 func TestRunner_NodeTags(t *testing.T) {
-	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) { return engine.Result{}, nil }
+	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{}, nil
+	}
 	b := setup(t, fetch, engine.Config{})
 	tags, err := b.r.NodeTags()
 	require.NoError(t, err)
