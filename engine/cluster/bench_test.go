@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,8 +9,11 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sift/batch/engine"
 )
 
 // benchPair starts a cluster of two nodes for a benchmark, logging at
@@ -284,4 +288,87 @@ func BenchmarkCluster_Results16MiB(b *testing.B) {
 	}
 	b.ReportMetric(float64(ownHeld), "own-held-B")
 	b.ReportMetric(float64(otherHeld), "other-held-B")
+}
+
+// BenchmarkCluster_Throughput: no-op targets (the test cluster's fetch
+// answers at once) stored per second by a cluster of 1 node and of 3
+// nodes, in this process: each node its own directory store, runner
+// (default workers: 1) and caller grains, found through protoactor's test
+// provider. One op is a round of 96 jobs of 32 targets (3,072 targets),
+// from 8 callers, submitted round-robin to the nodes with Runner.Submit
+// (each one asks its caller's grain first, as POST does), one goroutine
+// per node, then waited for until every target is stored. The caps are
+// raised so that none refuses a job. It reports targets/s, timed from the
+// first Submit of a round to its last target stored; ns/op is one round,
+// making its 3,072 targets included. Run with -count: the two sub-benchmarks then take turns.
+func BenchmarkCluster_Throughput(b *testing.B) {
+	for _, nodes := range []int{1, 3} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			benchClusterThroughput(b, nodes)
+		})
+	}
+}
+
+func benchClusterThroughput(b *testing.B, nodes int) {
+	const (
+		perJob  = 32
+		jobs    = 96
+		callers = 8
+	)
+	dirs := make([]string, nodes)
+	for i := range dirs {
+		dirs[i] = b.TempDir() // before the cluster: removed after its nodes stop
+	}
+	tc := newTestCluster(b)
+	tc.level = slog.LevelInfo
+	var stored, want atomic.Int64
+	round := make(chan struct{}, 1)
+	tc.cfg = engine.Config{JobsPerCaller: 1 << 16, JobsTotal: 1 << 16, MaxBytes: 1 << 40,
+		Hooks: engine.Hooks{Target: func(error, time.Duration, int) {
+			if stored.Add(1) == want.Load() {
+				round <- struct{}{}
+			}
+		}}}
+	ns := make([]*node, nodes)
+	for i := range ns {
+		ns[i] = tc.addWith(fmt.Sprintf("n%d", i), nodeOptions{dir: dirs[i]})
+	}
+	tc.waitMembers(nodes)
+	batches := make([][]engine.Target, jobs)
+	var took time.Duration
+	rounds := 0
+	for b.Loop() {
+		for j := range batches { // new URLs each round: the same would reuse the jobs
+			batches[j] = make([]engine.Target, perJob)
+			for i := range batches[j] {
+				batches[j][i] = engine.Target{URL: fmt.Sprintf("https://example.com/%d/%d/%d", rounds, j, i)}
+			}
+		}
+		start := time.Now()
+		want.Add(jobs * perJob)
+		var wg sync.WaitGroup
+		for i, n := range ns {
+			wg.Go(func() {
+				for j := i; j < jobs; j += nodes {
+					c := &engine.Caller{Name: fmt.Sprintf("bench-%d", j%callers)}
+					if _, _, err := n.runner.Submit(context.Background(), c, "", batches[j]); err != nil {
+						b.Errorf("submit to %s: %v", n.name, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		select {
+		case <-round:
+		case <-time.After(time.Minute):
+			b.Fatalf("stored %d of %d targets", stored.Load(), want.Load())
+		}
+		took += time.Since(start)
+		rounds++
+	}
+	b.ReportMetric(float64(rounds*jobs*perJob)/took.Seconds(), "targets/s")
 }
