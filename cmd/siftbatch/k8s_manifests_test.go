@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -155,8 +156,13 @@ func loadK8sManifests(t *testing.T) k8sObjects {
 				meta = o.ObjectMeta
 				objs.networkPolicies = append(objs.networkPolicies, o)
 			}
-			if meta.Name == "" || meta.Namespace != "" {
-				t.Errorf("%s: %s %q: want a name and no namespace (kubectl apply -n chooses it)", name, tm.Kind, meta.Name)
+			if errs := validation.IsDNS1123Subdomain(meta.Name); len(errs) > 0 || meta.Namespace != "" {
+				t.Errorf("%s: %s %q: want a name (%v) and no namespace (kubectl apply -n chooses it)", name, tm.Kind, meta.Name, errs)
+			}
+			for k, v := range meta.Labels {
+				if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+					t.Errorf("%s: %s %s: label %s=%s: %v", name, tm.Kind, meta.Name, k, v, errs)
+				}
 			}
 			if key := tm.Kind + "/" + meta.Name; seen[key] {
 				t.Errorf("%s: %s twice", name, key)
@@ -357,6 +363,24 @@ func TestK8sManifests(t *testing.T) {
 		for _, k := range all {
 			if strings.HasPrefix(k, providerLabelPrefix) {
 				t.Errorf("label %s: the provider's own (%s*), set and removed by it", k, providerLabelPrefix)
+			}
+		}
+	})
+
+	t.Run("names", func(t *testing.T) {
+		// What the API server would refuse: a container or port name that
+		// is not a DNS label or an IANA service name, a bad label.
+		if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+			t.Errorf("container %q: %v", c.Name, errs)
+		}
+		for _, p := range c.Ports {
+			if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+				t.Errorf("port %q: %v", p.Name, errs)
+			}
+		}
+		for k, v := range pod.Labels {
+			if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+				t.Errorf("pod label %s=%s: %v", k, v, errs)
 			}
 		}
 	})
