@@ -85,8 +85,8 @@ func loadK8sManifests(t *testing.T) k8sObjects {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.UnmarshalStrict(b, &kust); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
+	if err := yaml.UnmarshalStrict(b, &kust); err != nil || kust.Kind != "Kustomization" {
+		t.Fatalf("kustomization.yaml: want a Kustomization of resources only (%v)", err)
 	}
 	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
 	if err != nil {
@@ -108,6 +108,7 @@ func loadK8sManifests(t *testing.T) k8sObjects {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = f.Close() })
 		r := utilyaml.NewYAMLReader(bufio.NewReader(f))
 		for i := 0; ; i++ {
 			doc, err := r.Read()
@@ -170,7 +171,6 @@ func loadK8sManifests(t *testing.T) k8sObjects {
 				seen[key] = true
 			}
 		}
-		_ = f.Close()
 	}
 	return objs
 }
