@@ -26,17 +26,20 @@ import (
 // which forwards it to the holder (forwarded-).
 //
 // One op is one fresh pair of processes: they start, the holder fetches
-// and stores the job, the forwarder answers it (the members know each
-// other), then, timed, one read of each kind, in an order that alternates
-// from one op to the next. Before each read both processes' peak RSS
+// and stores the job, then restarts on its directory (so that what the
+// fetch took stays out of the read's figures), the forwarder answers the
+// job (the members know each other), then, timed, one read of each kind,
+// in an order that alternates from one op to the next. Before each read both processes' peak RSS
 // (VmHWM) is reset to their RSS (/proc/PID/clear_refs); after it, the peak
 // is read again. The Go runtime gives memory back to the system slowly, so
 // the first read of a process weighs on the second: the peaks reported are
 // those of the read that came first in its op (half the ops each), over
-// the RSS the process had once the job had ended:
+// the RSS the process had before the reads:
 //
-//   - holder-rss-MiB, forwarder-rss-MiB: RSS once the job has ended, before
-//     any read (the mean over the ops).
+//   - holder-fetched-rss-MiB: the holder's RSS once it has fetched and
+//     stored the job, before its restart.
+//   - holder-rss-MiB, forwarder-rss-MiB: RSS before any read, the holder
+//     restarted (the mean over the ops).
 //   - direct-holder-peak-MiB: the holder's peak RSS over that, during a
 //     direct read.
 //   - forwarded-holder-peak-MiB, forwarded-forwarder-peak-MiB: each
@@ -51,12 +54,14 @@ func BenchmarkServe_ClusterResults16MiB(b *testing.B) {
 	var (
 		direct, forwarded                    time.Duration
 		holderRSS, forwarderRSS              float64
+		holderFetched                        float64
 		directHolder, fwdHolder, fwdForwardr float64
 		directFirst, fwdFirst, ops           int
 	)
 	for b.Loop() {
 		b.StopTimer()
-		holder, forwarder, id := clusterPairWithJob(b, c, site.URL, ops)
+		holder, forwarder, id, fetched := clusterPairWithJob(b, c, site.URL, ops)
+		holderFetched += float64(fetched)
 		hpid, fpid := holder.cmd.Process.Pid, forwarder.cmd.Process.Pid
 		holderRSS += float64(procStatusBytes(b, hpid, "VmRSS"))
 		forwarderRSS += float64(procStatusBytes(b, fpid, "VmRSS"))
@@ -109,6 +114,7 @@ func BenchmarkServe_ClusterResults16MiB(b *testing.B) {
 	b.ReportMetric(float64(direct.Nanoseconds())/float64(ops), "direct-ns/read")
 	b.ReportMetric(float64(forwarded.Nanoseconds())/float64(ops), "forwarded-ns/read")
 	b.ReportMetric(holderRSS/float64(ops)/mib, "holder-rss-MiB")
+	b.ReportMetric(holderFetched/float64(ops)/mib, "holder-fetched-rss-MiB")
 	b.ReportMetric(forwarderRSS/float64(ops)/mib, "forwarder-rss-MiB")
 	if directFirst > 0 {
 		b.ReportMetric(directHolder/float64(directFirst)/mib, "direct-holder-peak-MiB")
@@ -121,10 +127,12 @@ func BenchmarkServe_ClusterResults16MiB(b *testing.B) {
 
 // clusterPairWithJob starts two `serve --cluster` processes, holder and
 // forwarder, on directories and ports of their own, submits to the holder
-// a job of 16 pages of 1 MiB of site, waits for it to end, and waits until
-// the forwarder answers it; it returns the two and the job's id. Each
-// process is stopped at b's cleanup if not before.
-func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (holder, forwarder *clusterNode, id string) {
+// a job of 16 pages of 1 MiB of site, waits for it to end, then restarts
+// the holder on its directory (what fetching and storing the job took
+// stays out of its figures: fetched is its RSS before the restart), and
+// waits until the forwarder answers the job; it returns the two and the
+// job's id. Each process is stopped at b's cleanup if not before.
+func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (holder, forwarder *clusterNode, id string, fetched int64) {
 	b.Helper()
 	dir := b.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -133,21 +141,28 @@ func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (hold
 	}
 	ports := freePorts(b, 6)
 	peers := []string{fmt.Sprintf("127.0.0.1:%d", ports[4]), fmt.Sprintf("127.0.0.1:%d", ports[5])}
-	nodes := make([]*clusterNode, 2)
-	for i, name := range []string{"holder", "forwarder"} {
+	names := []string{"holder", "forwarder"}
+	start := func(i int) *clusterNode {
 		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		nodes[i] = startClusterNode(b, name, "http://"+api,
-			"--keys", keys, "--data", filepath.Join(dir, name), "--addr", api, "--allow-private", "--log-level", "warn",
+		n := startClusterNode(b, names[i], "http://"+api,
+			"--keys", keys, "--data", filepath.Join(dir, names[i]), "--addr", api, "--allow-private", "--log-level", "warn",
 			"--max-body", fmt.Sprint(4<<20),
-			"--cluster", "siftbatch-bench", "--node", name,
+			"--cluster", "siftbatch-bench", "--node", names[i],
 			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
 			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","))
+		waitAnswer(b, c, n.base+"/healthz")
+		return n
 	}
-	holder, forwarder = nodes[0], nodes[1]
-	waitAnswer(b, c, holder.base+"/healthz")
+	holder, forwarder = start(0), start(1)
 	id = benchJob(b, c, holder.base, "alice-key", site, 16, 1<<20, fmt.Sprintf("cluster%d", op))
+	fetched = procStatusBytes(b, holder.cmd.Process.Pid, "VmRSS")
+	c.Transport.(*http.Transport).CloseIdleConnections()
+	if !holder.stop(benchTimeout) {
+		b.Fatal("holder did not stop on SIGTERM")
+	}
+	holder = start(0)
 	waitAnswer(b, c, forwarder.base+"/v1/batch/"+id)
-	return holder, forwarder, id
+	return holder, forwarder, id, fetched
 }
 
 // waitAnswer polls url (as alice) until it answers 200, every 50 ms, for
