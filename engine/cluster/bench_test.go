@@ -299,8 +299,9 @@ func BenchmarkCluster_Results16MiB(b *testing.B) {
 // (each one asks its caller's grain first, as POST does), one goroutine
 // per node, then waited for until every target is stored. The caps are
 // raised so that none refuses a job. It reports targets/s, timed from the
-// first Submit of a round to its last target stored; ns/op is one round,
-// making its 3,072 targets included. Run with -count: the two sub-benchmarks then take turns.
+// first Submit of a round to its last target stored (ns/op is one round,
+// making its 3,072 targets included), and cpus-busy: the cores the process
+// kept busy meanwhile, as the Go runtime counts them (out of GOMAXPROCS). Run with -count: the two sub-benchmarks then take turns.
 func BenchmarkCluster_Throughput(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
@@ -336,6 +337,7 @@ func benchClusterThroughput(b *testing.B, nodes int) {
 	tc.waitMembers(nodes)
 	batches := make([][]engine.Target, jobs)
 	var took time.Duration
+	var busy float64
 	rounds := 0
 	for b.Loop() {
 		for j := range batches { // new URLs each round: the same would reuse the jobs
@@ -344,7 +346,7 @@ func benchClusterThroughput(b *testing.B, nodes int) {
 				batches[j][i] = engine.Target{URL: fmt.Sprintf("https://example.com/%d/%d/%d", rounds, j, i)}
 			}
 		}
-		start := time.Now()
+		start, idle := time.Now(), cpuSeconds()
 		want.Add(jobs * perJob)
 		var wg sync.WaitGroup
 		for i, n := range ns {
@@ -368,7 +370,17 @@ func benchClusterThroughput(b *testing.B, nodes int) {
 			b.Fatalf("stored %d of %d targets", stored.Load(), want.Load())
 		}
 		took += time.Since(start)
+		busy += cpuSeconds() - idle
 		rounds++
 	}
 	b.ReportMetric(float64(rounds*jobs*perJob)/took.Seconds(), "targets/s")
+	b.ReportMetric(busy/took.Seconds(), "cpus-busy")
+}
+
+// cpuSeconds is the CPU time this process's Go code and runtime have used
+// (the runtime's estimate: every P's time but its idle time).
+func cpuSeconds() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64() - s[1].Value.Float64()
 }
