@@ -297,7 +297,9 @@ func (n *Node) Address() string {
 // HTTP API's handler). r must have been made with the node's Tag as its
 // NodeTag. Start returns once the node is a member (about a second: what
 // protoactor takes), or an error (an address in use, say), having started
-// nothing.
+// nothing. The node remembers in r's store the tag of each node it meets,
+// and Start reads them back ([engine.Runner.NodeTags]): a job of a node met
+// before a restart still answers 503 while that node is away.
 func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	if r == nil || h == nil {
 		return errors.New("start node: nil runner or handler")
