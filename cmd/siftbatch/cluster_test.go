@@ -108,7 +108,7 @@ type clusterNode struct {
 }
 
 // freePorts returns n distinct free ports on 127.0.0.1.
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports := make([]int, n)
 	for i := range ports {
@@ -124,7 +124,7 @@ func freePorts(t *testing.T, n int) []int {
 
 // startClusterNode starts serve with args as a child process; the test's
 // cleanup stops it (SIGTERM, then SIGKILL) and waits for it.
-func startClusterNode(t *testing.T, name, base string, args ...string) *clusterNode {
+func startClusterNode(t testing.TB, name, base string, args ...string) *clusterNode {
 	t.Helper()
 	supp, err := filepath.Abs(raceSuppressions)
 	if err != nil {
