@@ -95,14 +95,14 @@ func (a admission) Release(caller, id string) {
 }
 
 // Reused tells the caller's grain that this node reused its job id for key
-// on its own, on a goroutine of its own.
+// on its own. It tells it before it returns (waiting at most the Timeout),
+// as Release does: the caller's next resubmit, on any node, returns the
+// same job.
 func (a admission) Reused(caller, key, id string) {
 	n := a.n
-	n.goWork(func() {
-		if c := n.cluster(); c != nil {
-			_, _ = n.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
-		}
-	})
+	if c := n.cluster(); c != nil {
+		_, _ = n.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
+	}
 }
 
 // Ended tells the caller's grain that a job is no longer live.
