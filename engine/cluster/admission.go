@@ -47,7 +47,10 @@ func (a admission) Admit(ctx context.Context, caller, key, id string) (string, e
 				return "", ctx.Err()
 			}
 		}
-		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(n.cfg.Timeout))
+		res, err := n.grainRequest(ctx, c, caller, msg)
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
 		if err != nil {
 			continue
 		}
@@ -92,14 +95,14 @@ func (a admission) Release(caller, id string) {
 }
 
 // Reused tells the caller's grain that this node reused its job id for key
-// on its own, on a goroutine of its own.
+// on its own. It tells it before it returns (waiting at most the Timeout),
+// as Release does: the caller's next resubmit, on any node, returns the
+// same job.
 func (a admission) Reused(caller, key, id string) {
 	n := a.n
-	n.goWork(func() {
-		if c := n.cluster(); c != nil {
-			_, _ = c.Request(caller, callerKind, &clusterpb.Remember{Caller: caller, Key: key, Id: id}, pacluster.WithTimeout(n.cfg.Timeout))
-		}
-	})
+	if c := n.cluster(); c != nil {
+		_, _ = n.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
+	}
 }
 
 // Ended tells the caller's grain that a job is no longer live.
@@ -120,7 +123,58 @@ func (n *Node) end(caller, id, status string) {
 // from the members.
 func (n *Node) settle(caller, id, status string) {
 	if c := n.cluster(); c != nil {
-		_, _ = c.Request(caller, callerKind, &clusterpb.Settle{Caller: caller, Id: id, Status: status}, pacluster.WithTimeout(n.cfg.Timeout))
+		_, _ = n.grainRequest(context.Background(), c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
+	}
+}
+
+// errClosing is grainRequest's error once the node is closing.
+var errClosing = errors.New("the node is closing")
+
+// grainRequest sends msg to caller's grain and returns its answer, waiting
+// at most the Timeout, until ctx is done, or until a member leaves the
+// membership (the grain may have been there: protoactor forgets where the
+// left member's grains were, and the next request finds the grain where
+// it is now). protoactor's own request may take longer: when the grain's
+// member has died and not yet left, finding the grain waits 5s on it
+// (disthash's placement request, whatever the timeout); it goes on, on a
+// goroutine of its own that Close waits for, and its answer, if any, is
+// dropped.
+func (n *Node) grainRequest(ctx context.Context, c *pacluster.Cluster, caller string, msg any) (any, error) {
+	topo := n.topo.Load()
+	var next <-chan struct{} // nil (never ready) before the first topology
+	if topo != nil {
+		next = topo.next
+	}
+	type answer struct {
+		res any
+		err error
+	}
+	answers := make(chan answer, 1)
+	if !n.goWork(func() {
+		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(n.cfg.Timeout))
+		answers <- answer{res, err}
+	}) {
+		return nil, errClosing
+	}
+	timer := time.NewTimer(n.cfg.Timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case a := <-answers:
+			return a.res, a.err
+		case <-timer.C:
+			return nil, errTimeout
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-next:
+			now := n.topo.Load()
+			for _, m := range topo.members {
+				if !now.hasAddress(m.Address()) {
+					return nil, errLeft
+				}
+			}
+			topo, next = now, now.next
+		}
 	}
 }
 

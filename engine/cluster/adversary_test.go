@@ -715,7 +715,7 @@ func TestAdv_HolderLeavesMidResults(t *testing.T) {
 	}
 	for _, m := range []struct{ method, path string }{{"GET", ""}, {"GET", "?results=1"}, {"GET", "?wait=2s"}, {"GET", "/0"}, {"GET", "/99"}, {"DELETE", ""}} {
 		got := send(context.Background(), b, m.method, "/v1/batch/"+id+m.path, bearer("alice-key"))
-		if got.code != http.StatusServiceUnavailable || got.hdr.Get("Retry-After") != "5" || !strings.Contains(string(got.body), `"error":"node unavailable"`) {
+		if got.code != http.StatusServiceUnavailable || got.hdr.Get("Retry-After") != fmt.Sprint(int(cluster.DefaultRetryAfter.Seconds())) || !strings.Contains(string(got.body), `"error":"node unavailable"`) {
 			t.Errorf("%s %s after a left: %d %q %s", m.method, m.path, got.code, got.hdr.Get("Retry-After"), got.body)
 		}
 	}

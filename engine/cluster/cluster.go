@@ -49,10 +49,17 @@ import (
 // The defaults a zero [Config] field takes.
 const (
 	// DefaultTimeout bounds how long a node waits on another before it
-	// answers 503 "node unavailable" (a long-poll's wait comes on top).
-	DefaultTimeout = 5 * time.Second
-	// DefaultRetryAfter is the Retry-After of a 503 "node unavailable".
-	DefaultRetryAfter = 5 * time.Second
+	// answers 503 "node unavailable" (a long-poll's wait comes on top),
+	// and each request to a caller's grain. A wait on a member ends
+	// sooner when it leaves the membership (the automanaged provider drops
+	// a dead one within one poll: DefaultRefresh, plus the poll's timeout,
+	// as long again). 2s: a live node answers in milliseconds, even loaded;
+	// a dead one holds no API call for more than a few seconds.
+	DefaultTimeout = 2 * time.Second
+	// DefaultRetryAfter is the Retry-After of a 503 "node unavailable": about
+	// the time a dead member takes to leave the membership, after which
+	// the answer comes at once.
+	DefaultRetryAfter = 2 * time.Second
 	// DefaultRefresh is how often the automanaged provider polls its peers.
 	DefaultRefresh = 2 * time.Second
 )
@@ -95,11 +102,14 @@ type Config struct {
 	// [Kubernetes] or [ProtoactorProvider].
 	Provider Provider
 	// Timeout bounds how long a node waits on another (a forwarded
-	// request's first part when it is no long-poll, each later part, a
-	// page of a list) before it answers 503. Default [DefaultTimeout] (5s).
+	// request's first part, plus its long-poll's wait, each later part, a
+	// page of a list, a caller's jobs for a grain's rebuild) before it
+	// answers 503, and each attempt of a request to a caller's grain. A
+	// wait on a member ends at once when it leaves the membership.
+	// Default [DefaultTimeout] (2s).
 	Timeout time.Duration
 	// RetryAfter is the Retry-After of a 503 "node unavailable". Default
-	// [DefaultRetryAfter] (5s).
+	// [DefaultRetryAfter] (2s).
 	RetryAfter time.Duration
 	// Log receives the node's events and protoactor's own lines (its
 	// levels lowered a step, and only attributes known to be safe kept).
@@ -356,7 +366,11 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			members := t.Members
 			// Our own copy: protoactor's MemberList.Members reads its
 			// member set without the lock its writer holds (a data race).
-			n.topo.Store(&topology{hash: t.TopologyHash, members: members})
+			// The one it replaces is closed: a wait on a member that
+			// has left ends (Node.request).
+			if old := n.topo.Swap(&topology{hash: t.TopologyHash, members: members, next: make(chan struct{})}); old != nil {
+				close(old.next)
+			}
 			n.goWork(func() {
 				// A member that did not say who it is in time is asked
 				// again, a few times, until this node closes or the
@@ -449,10 +463,28 @@ func (n *Node) Close() error {
 	n.cancel()
 	n.work.Wait()
 	if started {
-		n.c.Shutdown(true)
+		if !shutdown(n.c) {
+			n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
+		}
 		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))
 	}
 	return nil
+}
+
+// shutdown is protoactor's graceful Shutdown, which panics (send on a
+// closed channel, in its endpoint manager's stop) when a peer's stream
+// ends while it stops: two nodes stopping at once (docs/CLUSTER.md,
+// protoactor bug 8). The gRPC server of its remote is then stopped hard,
+// so that it frees the port. false if it panicked.
+func shutdown(c *pacluster.Cluster) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			stopRemote(c)
+		}
+	}()
+	c.Shutdown(true)
+	return true
 }
 
 // EndWaits has every long-poll this node forwards (GET
@@ -526,6 +558,17 @@ func (n *Node) members() []*pacluster.Member {
 type topology struct {
 	hash    uint64
 	members []*pacluster.Member
+	next    chan struct{} // closed once a newer topology replaces this one
+}
+
+// hasAddress reports whether a member of t has address addr.
+func (t *topology) hasAddress(addr string) bool {
+	for _, m := range t.members {
+		if m.Address() == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // idTag returns the tag at the start of a job id; false if id is not 32

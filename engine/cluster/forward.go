@@ -133,11 +133,22 @@ var errTimeout = errors.New("no answer in time")
 // errEnding is request's error when its ending is closed first.
 var errEnding = errors.New("waits ended")
 
+// errLeft is request's error when the node asked leaves the membership
+// before it answers.
+var errLeft = errors.New("the node left the cluster")
+
 // request sends msg to the actor to and returns its answer, waiting at
-// most d, until ctx is done, or until ending (if not nil) is closed. The answer comes to an actor of its own,
-// stopped on return: unlike a protoactor future, nothing is left waiting
-// once the caller has gone.
+// most d, until ctx is done, until ending (if not nil) is closed, or until
+// to's node, a member when asked, leaves the membership (a node killed is
+// found out by the provider before d, often). The answer comes to an actor
+// of its own, stopped on return: unlike a protoactor future, nothing is
+// left waiting once the caller has gone.
 func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
+	topo := n.topo.Load()
+	var next <-chan struct{} // nil (never ready) unless to's node is a member
+	if topo != nil && topo.hasAddress(to.Address) {
+		next = topo.next
+	}
 	answers := make(chan any, 1)
 	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
@@ -152,15 +163,22 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 	n.system.Root.RequestWithCustomSender(to, msg, inbox)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	select {
-	case res := <-answers:
-		return res, nil
-	case <-timer.C:
-		return nil, errTimeout
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-ending:
-		return nil, errEnding
+	for {
+		select {
+		case res := <-answers:
+			return res, nil
+		case <-timer.C:
+			return nil, errTimeout
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ending:
+			return nil, errEnding
+		case <-next:
+			if topo = n.topo.Load(); !topo.hasAddress(to.Address) {
+				return nil, errLeft
+			}
+			next = topo.next
+		}
 	}
 }
 
