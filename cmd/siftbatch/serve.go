@@ -73,33 +73,8 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 // (SIGINT or SIGTERM), then a graceful stop: no new connections, requests
 // in progress finished, the runner closed, the store closed.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f serveFlags
-	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nLoopback, three nodes (then 2 and 3 alike, with their own ports):\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203")
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
-	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
-	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
-	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
-	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
-	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
-	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
-	addConfigFlags(fs, &f.cfg)
-	addClusterFlags(fs, &f.cluster)
-	pos, err := parseFlags(fs, args, stdout)
+	f, err := parseServe(args, stdout)
 	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, pos); err != nil {
-		return err
-	}
-	if err := f.validate(); err != nil {
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if err := f.cluster.validate(set, f.addr); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, f.logLevel)
@@ -123,6 +98,42 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "siftbatch serve: listening on http://%s\n", ln.Addr())
 	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers))
 	return srv.serve(ctx, ln)
+}
+
+// parseServe parses and checks serve's flags (args after "serve"), starting
+// nothing: a usage error names the flag; --help prints the usage to stdout
+// and returns its error.
+func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
+	var f serveFlags
+	fs := newFlagSet("serve", "serve --keys FILE [flags]",
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nLoopback, three nodes (then 2 and 3 alike, with their own ports):\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
+	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
+	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
+	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
+	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
+	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
+	addConfigFlags(fs, &f.cfg)
+	addClusterFlags(fs, &f.cluster)
+	pos, err := parseFlags(fs, args, stdout)
+	if err != nil {
+		return serveFlags{}, err
+	}
+	if err := noArgs(fs, pos); err != nil {
+		return serveFlags{}, err
+	}
+	if err := f.validate(); err != nil {
+		return serveFlags{}, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.cluster.validate(set, f.addr); err != nil {
+		return serveFlags{}, err
+	}
+	return f, nil
 }
 
 // maxMaxBody is the largest --max-body.

@@ -1,7 +1,7 @@
 // Package kubernetes is the Kubernetes provider of a siftbatch cluster:
 // protoactor's, through which the pods of the cluster find each other
-// with the Kubernetes API. The pod's service account needs to get, list,
-// watch and patch pods in its namespace (docs/k8s/). It is a package of its
+// with the Kubernetes API. The pod's service account needs to get, watch
+// and patch pods in its namespace (docs/k8s/rbac.yaml). It is a package of its
 // own because it brings Kubernetes' client library: a program that runs
 // nodes elsewhere does not link it.
 package kubernetes
