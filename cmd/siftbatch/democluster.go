@@ -360,7 +360,7 @@ func (d *dcDemo) script(ctx context.Context) error {
 	if err := d.kill(victim); err != nil {
 		return err
 	}
-	d.event("killed %s with SIGKILL (pid %d): it held %s, of %s", victim.name, victim.proc.pid, labels(onVictim), strings.Join(callers, " and "))
+	d.event("killed %s with SIGKILL (pid %d): it held %s, of %s", victim.name, victim.proc.pid, jobLabels(onVictim), strings.Join(callers, " and "))
 
 	// n3's callers submit again on the survivors, while the survivors come
 	// to answer 503 for n3's jobs.
@@ -433,7 +433,7 @@ func (d *dcDemo) script(ctx context.Context) error {
 		return err
 	}
 	readable := time.Now()
-	d.event(`%s's jobs %s read failed "restart" on every node, %.1fs after the restart`, victim.name, labels(onVictim), readable.Sub(restarted).Seconds())
+	d.event(`%s's jobs %s read failed "restart" on every node, %.1fs after the restart`, victim.name, jobLabels(onVictim), readable.Sub(restarted).Seconds())
 
 	// Every job ends.
 	if err := d.waitUntil(ctx, dcEndLimit, "every job to end", func() bool {
@@ -943,8 +943,8 @@ func callersOf(js []*dcJob) []string {
 	return cs
 }
 
-// labels is "job3 and job5".
-func labels(js []*dcJob) string {
+// jobLabels is "job3 and job5".
+func jobLabels(js []*dcJob) string {
 	ls := make([]string, len(js))
 	for i, j := range js {
 		ls[i] = j.label
