@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -52,7 +53,7 @@ const (
 	dcFormLimit      = 30 * time.Second       // every node answers every node's job
 	dcDetectLimit    = 30 * time.Second       // the survivors answer 503, and admit the dead node's callers
 	dcEndLimit       = 90 * time.Second       // every job ends
-	dcStopLimit      = 10 * time.Second       // SIGTERM, then SIGKILL
+	dcStopLimit      = 30 * time.Second       // SIGTERM to every node, then SIGKILL (a node stopped just after a peer's death takes ~10s)
 	dcRequestTimeout = 15 * time.Second       // one HTTP request to a node
 	dcPause          = 1500 * time.Millisecond
 	dcSlow           = time.Second // a read slower than this shows as "wait"
@@ -89,7 +90,8 @@ func runDemoCluster(ctx context.Context, args []string, stdout, stderr io.Writer
 			"callers again; n3 is restarted on its store, and its jobs read failed \"restart\"\n"+
 			"from every node. A summary tells what the kill cost.\n\n"+
 			"Without --once, the three nodes keep serving after the summary until Ctrl-C.\n"+
-			"Ctrl-C at any time stops every process and removes the temporary directory;\n"+
+			"Ctrl-C at any time stops every process (SIGTERM; a second Ctrl-C kills them)\n"+
+			"and removes the temporary directory;\n"+
 			"if a step fails, the nodes' logs are kept there and the demo says where.")
 	once := fs.Bool("once", false, "end after the summary (exit 0 if every step succeeded, 1 if not),\ninstead of keeping the cluster up until Ctrl-C")
 	targets := fs.Int("targets", 8, "targets per job of the first round (2 to 32); each takes about a second")
@@ -568,44 +570,68 @@ func (d *dcDemo) kill(n *dcNode) error {
 	return nil
 }
 
-// stopAll stops every process still running: SIGTERM, then SIGKILL after
-// dcStopLimit. It says which stopped, by pid.
-func (d *dcDemo) stopAll() error {
+// stopAll stops every process still running, one after the other: SIGTERM,
+// then SIGKILL once dcStopLimit has passed, or at once on another
+// interrupt (a second Ctrl-C). It says which stopped, by pid. Its error is a node killed at the limit.
+func (d *dcDemo) stopAll() (err error) {
 	d.mu.Lock()
 	procs := slices.Clone(d.procs)
 	d.mu.Unlock()
 	if len(procs) == 0 {
 		return nil
 	}
+	var running []*dcProc
 	for _, p := range procs {
 		select {
 		case <-p.exited:
 		default:
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			running = append(running, p)
 		}
 	}
-	limit := time.NewTimer(dcStopLimit)
-	defer limit.Stop()
-	var forced []string
-	for _, p := range procs {
-		select {
-		case <-p.exited:
-		case <-limit.C:
-			limit.Reset(0)
-			forced = append(forced, p.node.name)
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+	if len(running) > 0 {
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		fmt.Fprintf(d.out, "\nStopping the nodes one by one (SIGTERM; SIGKILL after %s in all, or at once on Ctrl-C)…\n", dcStopLimit)
+		limit := time.NewTimer(dcStopLimit)
+		defer limit.Stop()
+		var forced []string
+		late := false // killed at the limit, not on the user's Ctrl-C
+		// One by one: nodes stopped together each see the others vanish,
+		// and protoactor's shutdown then retries them for up to ~10s.
+		for i, p := range running {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+				continue
+			case <-limit.C:
+				late = true
+			case <-again:
+			}
+			for _, q := range running[i:] {
+				select {
+				case <-q.exited:
+				default:
+					forced = append(forced, q.node.name)
+					_ = q.cmd.Process.Kill()
+					<-q.exited
+				}
+			}
+			break
+		}
+		if len(forced) > 0 {
+			fmt.Fprintf(d.out, "Killed (SIGKILL) %s: not stopped on SIGTERM.\n", strings.Join(forced, ", "))
+		}
+		if late {
+			err = fmt.Errorf("demo-cluster: %s did not stop within %s of SIGTERM", strings.Join(forced, ", "), dcStopLimit)
 		}
 	}
 	pids := make([]string, len(procs))
 	for i, p := range procs {
 		pids[i] = fmt.Sprintf("%s pid %d", p.node.name, p.pid)
 	}
-	fmt.Fprintf(d.out, "\nStopped every node process: %s.\n", strings.Join(pids, ", "))
-	if len(forced) > 0 {
-		return fmt.Errorf("demo-cluster: %s did not stop on SIGTERM within %s: killed", strings.Join(forced, ", "), dcStopLimit)
-	}
-	return nil
+	fmt.Fprintf(d.out, "Stopped every node process: %s.\n", strings.Join(pids, ", "))
+	return err
 }
 
 // check returns an error if a node's process has exited without being

@@ -121,9 +121,10 @@ func checkStopped(t *testing.T, text string, n int) {
 	}
 }
 
-// TestDemoCluster_Interrupt cancels demo-cluster (Ctrl-C) just after the
-// kill: it returns context.Canceled promptly, every process it started has
-// exited, and its temporary directory is gone.
+// TestDemoCluster_Interrupt cancels demo-cluster (Ctrl-C) once its cluster
+// has formed: it returns context.Canceled promptly, every node has stopped
+// on SIGTERM, and its temporary directory is gone. (Just after the kill, a
+// node takes ~10s to stop: protoactor's shutdown retries the dead peer.)
 func TestDemoCluster_Interrupt(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
@@ -136,19 +137,21 @@ func TestDemoCluster_Interrupt(t *testing.T) {
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for !strings.Contains(out.String(), "killed n3") {
+	for !strings.Contains(out.String(), "the cluster has formed") {
 		select {
 		case err := <-ended:
-			t.Fatalf("demo-cluster ended before the kill: %v\n%s", err, out.String())
+			t.Fatalf("demo-cluster ended before its cluster formed: %v\n%s", err, out.String())
 		case <-deadline.C:
 			cancel()
-			t.Fatalf("no kill after 60s:\n%s (ended: %v)", out.String(), <-ended)
+			t.Fatalf("no cluster after 60s:\n%s (ended: %v)", out.String(), <-ended)
 		case <-tick.C:
 		}
 	}
 	cancel()
+	cancelled := time.Now()
 	select {
 	case err := <-ended:
+		t.Logf("stopped %s after the cancel", time.Since(cancelled).Round(time.Millisecond))
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("got %v, want context.Canceled\n%s", err, out.String())
 		}
@@ -156,6 +159,9 @@ func TestDemoCluster_Interrupt(t *testing.T) {
 		t.Fatalf("demo-cluster did not stop within 30s of its cancel:\n%s", out.String())
 	}
 	checkStopped(t, out.String(), 3)
+	if strings.Contains(out.String(), "Killed (SIGKILL)") {
+		t.Errorf("a node did not stop on SIGTERM:\n%s", out.String())
+	}
 	if entries, err := os.ReadDir(tmp); err != nil || len(entries) != 0 {
 		t.Errorf("the demo left %v in its temporary directory (%v)", entries, err)
 	}
