@@ -47,16 +47,16 @@ const (
 const (
 	dcPoll           = 400 * time.Millisecond // how often each job is read through each node
 	dcCheck          = 100 * time.Millisecond
-	dcRetry          = 250 * time.Millisecond // pause before a refused submit is tried again
-	dcRefresh        = 200 * time.Millisecond // the live view's refresh
-	dcStartLimit     = 60 * time.Second       // a node answers /healthz
-	dcFormLimit      = 30 * time.Second       // every node answers every node's job
-	dcDetectLimit    = 30 * time.Second       // the survivors answer 503, and admit the dead node's callers
-	dcEndLimit       = 90 * time.Second       // every job ends
-	dcStopLimit      = 30 * time.Second       // SIGTERM to every node, then SIGKILL (a node stopped just after a peer's death takes ~10s)
-	dcRequestTimeout = 15 * time.Second       // one HTTP request to a node
-	dcPause          = 1500 * time.Millisecond
-	dcSlow           = time.Second // a read slower than this shows as "wait"
+	dcRetry          = 250 * time.Millisecond  // pause before a refused submit is tried again
+	dcRefresh        = 200 * time.Millisecond  // the live view's refresh
+	dcStartLimit     = 60 * time.Second        // a node answers /healthz
+	dcFormLimit      = 30 * time.Second        // every node answers every node's job
+	dcDetectLimit    = 30 * time.Second        // the survivors answer 503, and admit the dead node's callers
+	dcEndLimit       = 90 * time.Second        // every job ends
+	dcStopLimit      = 30 * time.Second        // SIGTERM to every node, then SIGKILL (a node stopped just after a peer's death takes ~10s)
+	dcRequestTimeout = 15 * time.Second        // one HTTP request to a node
+	dcPause          = 1500 * time.Millisecond // the viewer's moment before the kill and the restart
+	dcSlow           = time.Second             // a read slower than this shows as "wait"
 )
 
 // dcCallers are the demo-cluster's callers, each with a key of its own;
@@ -70,9 +70,9 @@ const dcProbe = "probe"
 type dcOptions struct {
 	once    bool
 	targets int
-	exe     string   // the siftbatch command run as serve; os.Executable() if ""
-	env     []string // added to the nodes' environment (tests: GORACE)
-	pause   time.Duration
+	exe     string        // the siftbatch command run as serve (runDemoCluster: os.Executable())
+	env     []string      // added to the nodes' environment (tests: GORACE)
+	pause   time.Duration // before the kill and the restart, for the viewer (tests: 0)
 	// inspect, if set (tests), is given the temporary directory (the
 	// nodes' logs) once every process has stopped, before it is removed.
 	inspect func(dir string)
@@ -673,9 +673,14 @@ func (d *dcDemo) exitedUnexpectedly(ctx context.Context) <-chan struct{} {
 // waitUntil checks cond every dcCheck until it holds; it fails after
 // limit, when ctx is done, or when a node exits by itself.
 func (d *dcDemo) waitUntil(ctx context.Context, limit time.Duration, what string, cond func() bool) error {
+	return d.waitEvery(ctx, dcCheck, limit, what, cond)
+}
+
+// waitEvery is waitUntil, cond checked every period.
+func (d *dcDemo) waitEvery(ctx context.Context, period, limit time.Duration, what string, cond func() bool) error {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
-	tick := time.NewTicker(dcCheck)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for !cond() {
 		if err := d.check(); err != nil {
@@ -809,7 +814,7 @@ func (d *dcDemo) submit(ctx context.Context, limit time.Duration, n *dcNode, cal
 	}
 	var id string
 	var last string
-	err = d.waitUntil(ctx, limit, caller+"'s job to be admitted by "+n.name, func() bool {
+	err = d.waitEvery(ctx, dcRetry, limit, caller+"'s job to be admitted by "+n.name, func() bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.base+"/v1/batch", strings.NewReader(string(body)))
 		if err != nil {
 			return false
