@@ -3,13 +3,16 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-cluster install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 demo: ## run the live demo: a fixture server, several jobs, progress bars, a summary
 	$(GO) run ./cmd/siftbatch demo
+
+demo-cluster: ## run the cluster demo: three serve processes on loopback, one killed and brought back; then Ctrl-C to stop
+	$(GO) run ./cmd/siftbatch demo-cluster
 
 install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH)/bin
 	$(GO) install ./cmd/siftbatch

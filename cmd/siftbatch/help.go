@@ -49,8 +49,12 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "  siftbatch COMMAND [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-6s  %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "siftbatch COMMAND --help" for a command's flags.`)

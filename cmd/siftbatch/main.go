@@ -50,6 +50,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"demo", "run a live demo on a temporary store, nothing to set up", runDemo},
+		{"demo-cluster", "run three serve --cluster processes on loopback, kill one, bring it back", runDemoCluster},
 		{"serve", "serve the batch HTTP API", runServe},
 		{"jobs", "list the jobs in a store directory", runJobs},
 		{"show", "print one stored job and its targets as JSON", runShow},
