@@ -211,6 +211,7 @@ type Node struct {
 	asked   map[string]time.Time               // by member id: when it may be asked who it is again
 	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
+	self    membership                         // whether this node is in its own member list
 
 	changed chan struct{} // closed at the next change of the members (Changed)
 	ending  chan struct{} // closed by EndWaits
@@ -352,6 +353,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			// Our own copy: protoactor's MemberList.Members reads its
 			// member set without the lock its writer holds (a data race).
 			n.topo.Store(&topology{hash: t.TopologyHash, members: members})
+			n.self.note(selfOf(system), members, time.Now())
 			n.goWork(func() {
 				// A member that did not say who it is in time is asked
 				// again, a few times, until this node closes or the
@@ -468,7 +470,7 @@ func (n *Node) Members() []string {
 	for _, m := range ms {
 		if info, ok := n.infos[m.Id]; ok {
 			out = append(out, info.name)
-		} else if n.system != nil && m.Id == n.system.ID {
+		} else if selfOf(n.system).is(m) {
 			out = append(out, n.cfg.Node)
 		} else {
 			out = append(out, m.Address())
@@ -479,11 +481,11 @@ func (n *Node) Members() []string {
 
 // knowsAll reports whether every one of members has said who it is.
 func (n *Node) knowsAll(members []*pacluster.Member) bool {
-	self := n.systemID()
+	self := n.me()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, m := range members {
-		if _, ok := n.infos[m.Id]; !ok && m.Id != self {
+		if _, ok := n.infos[m.Id]; !ok && !self.is(m) {
 			return false
 		}
 	}
