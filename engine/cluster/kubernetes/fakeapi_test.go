@@ -238,3 +238,15 @@ func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// update changes the pod (its status, say) as the kubelet would, and
+// tells the watches.
+func (f *fakeAPI) update(change func(*corev1.Pod)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f.pod)
+	v, _ := strconv.Atoi(f.pod.ResourceVersion)
+	f.pod.ResourceVersion = strconv.Itoa(v + 1)
+	close(f.changed)
+	f.changed = make(chan struct{})
+}

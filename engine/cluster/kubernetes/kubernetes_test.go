@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -69,7 +70,13 @@ func ownTestPod(t *testing.T, lbls map[string]string) *corev1.Pod {
 // runner on an in-memory store; all closed when the test ends.
 func startNode(t *testing.T, name string, p cluster.Provider) (*cluster.Node, error) {
 	t.Helper()
-	n, err := cluster.New(cluster.Config{Name: testCluster, Node: name, Addr: "127.0.0.1:0", Provider: p, Timeout: 3 * time.Second})
+	return startNodeLogging(t, name, p, nil)
+}
+
+// startNodeLogging is startNode, the node logging to log.
+func startNodeLogging(t *testing.T, name string, p cluster.Provider, log *slog.Logger) (*cluster.Node, error) {
+	t.Helper()
+	n, err := cluster.New(cluster.Config{Name: testCluster, Node: name, Addr: "127.0.0.1:0", Provider: p, Timeout: 3 * time.Second, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,5 +254,133 @@ func TestOwnPod(t *testing.T) {
 	}
 	if err != nil || name != host || ns == "" {
 		t.Fatalf("ownPod: %q %q %v; want %q in the mount's namespace", name, ns, err, host)
+	}
+}
+
+// waitMembership waits until n's membership satisfies ok.
+func waitMembership(t *testing.T, n *cluster.Node, what string, ok func(cluster.Membership) bool) cluster.Membership {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		changed := n.Changed()
+		if m := n.Membership(); ok(m) {
+			return m
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%s: membership %+v", what, n.Membership())
+		}
+	}
+}
+
+// TestProvider_UnreadyThenReady: a pod that goes unready, then ready
+// again, stays out of its own member list (protoactor blocks its member id
+// for good) and its Membership says since when, which serve's
+// /healthz?cluster=1 turns into a failed liveness probe; the next run, on
+// the same pod with the labels a killed run leaves, is a member again
+// under a new member id.
+func TestProvider_UnreadyThenReady(t *testing.T) {
+	api := newFakeAPI(t, ownTestPod(t, map[string]string{"app.kubernetes.io/name": "siftbatch"}))
+	lines := &lineCounter{changed: make(chan struct{})}
+	n, err := startNodeLogging(t, "siftbatch-0", testProvider(api), slog.New(lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := waitMembership(t, n, "join", func(m cluster.Membership) bool { return m.Member })
+	pod, _ := api.state()
+	first := pod.Labels[k8s.LabelMemberID]
+
+	setReady := func(ready bool) {
+		api.update(func(p *corev1.Pod) { p.Status.ContainerStatuses[0].Ready = ready })
+	}
+	setReady(false)
+	out := waitMembership(t, n, "unready", func(m cluster.Membership) bool { return !m.Member })
+	if !out.Joined || !out.Since.After(joined.Since) && !out.Since.Equal(joined.Since) {
+		t.Fatalf("out: %+v after %+v", out, joined)
+	}
+	// The watch's event for the ready pod reaches the node as a topology
+	// without it (its id blocked): it stays out, since the same time. The
+	// provider logs each event's topology before it hands it over, in turn:
+	// once a later event's is logged, the ready pod's has been handed over.
+	// (The fake API sends one event for changes that come together: one
+	// change at a time.)
+	seen := lines.count(topologyLine)
+	setReady(true)
+	lines.wait(t, topologyLine, seen+1)
+	api.update(func(p *corev1.Pod) { p.Annotations = map[string]string{"touched": "yes"} })
+	lines.wait(t, topologyLine, seen+2)
+	if got := n.Membership(); got != out {
+		t.Fatalf("ready again: %+v; want still out, as %+v", got, out)
+	}
+
+	// The kubelet restarts the container: the old run is killed (its labels
+	// stay), a new one starts on the same pod.
+	killed, _ := api.state()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	api.update(func(p *corev1.Pod) { p.Labels = killed.Labels })
+	n2, err := startNode(t, "siftbatch-0", testProvider(api))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMembership(t, n2, "rejoin", func(m cluster.Membership) bool { return m.Member })
+	pod, _ = api.state()
+	if id := pod.Labels[k8s.LabelMemberID]; id == "" || id == first {
+		t.Fatalf("member id after the restart %q; want a new one (was %q)", id, first)
+	}
+}
+
+// topologyLine is the line protoactor's Kubernetes provider logs for each
+// pod event, before it hands the topology to the member list.
+const topologyLine = "Topology received from Kubernetes"
+
+// lineCounter is a slog.Handler that counts the lines by message.
+type lineCounter struct {
+	mu      sync.Mutex
+	n       map[string]int
+	changed chan struct{} // closed at the next line
+}
+
+func (l *lineCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lineCounter) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *lineCounter) WithGroup(string) slog.Handler            { return l }
+
+func (l *lineCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	l.n[r.Message]++
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return nil
+}
+
+// count returns how many lines said msg.
+func (l *lineCounter) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[msg]
+}
+
+// wait waits until at least n lines said msg.
+func (l *lineCounter) wait(t *testing.T, msg string, n int) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		l.mu.Lock()
+		got, changed := l.n[msg], l.changed
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%d lines %q; want %d", got, msg, n)
+		}
 	}
 }
