@@ -301,6 +301,10 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
+// healthClusterParam is the query parameter of GET /healthz that asks
+// about the node's membership too (GET /healthz?cluster=1).
+const healthClusterParam = "cluster"
+
 // membershipOf is a cluster node as the health check sees it.
 type membershipOf interface {
 	Membership() cluster.Membership
@@ -326,7 +330,7 @@ func health(r *engine.Runner, node membershipOf, now func() time.Time, grace tim
 			fmt.Fprintln(w, `{"status":"unavailable"}`)
 			return
 		}
-		if node != nil && req.URL.Query().Get("cluster") != "" {
+		if node != nil && req.URL.Query().Get(healthClusterParam) != "" {
 			if m := node.Membership(); m.Joined && !m.Member && now().Sub(m.Since) > grace {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				fmt.Fprintln(w, `{"status":"not a member"}`)
