@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 )
 
 // Log keys. Log lines carry job ids, counts and statuses: never a URL, a
@@ -26,7 +27,10 @@ const (
 // Debug, its Error our Warn) and with only the attributes known to be safe
 // kept. protoactor logs the failing message and the panic reason of every
 // failure, and dead letters with their message; our messages carry URLs, so
-// those attributes are dropped.
+// those attributes are dropped. A few of its messages are an error's text
+// (its Kubernetes provider's "unable to watch pods: " and the API server's
+// URL): a message is cut at its first ": ", and one that still holds an
+// address or a printed value is withheld (see [safeMessage]).
 func ActorSystemLogger(l *slog.Logger) *slog.Logger {
 	return ActorSystemLoggerKeeping(l)
 }
@@ -63,7 +67,7 @@ func (a *actorSystemHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (a *actorSystemHandler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, lower(r.Level), r.Message, r.PC)
+	out := slog.NewRecord(r.Time, lower(r.Level), safeMessage(r.Message), r.PC)
 	r.Attrs(func(at slog.Attr) bool {
 		if slices.Contains(a.safe, at.Key) {
 			out.AddAttrs(slog.String(at.Key, at.Value.String()))
@@ -71,6 +75,24 @@ func (a *actorSystemHandler) Handle(ctx context.Context, r slog.Record) error {
 		return true
 	})
 	return a.h.Handle(ctx, out)
+}
+
+// withheldMessage replaces a protoactor message that would carry an
+// address or a printed value.
+const withheldMessage = "protoactor message withheld (it held an address or a value)"
+
+// safeMessage is msg without what a library appends to it: the text after
+// its first ": " (an error's, by Go's convention), and msg withheld whole
+// if what is left still holds a URL or a path ('/'), a printed Go value
+// ('{') or an address ('@').
+func safeMessage(msg string) string {
+	if i := strings.Index(msg, ": "); i >= 0 {
+		msg = msg[:i]
+	}
+	if strings.ContainsAny(msg, "{@/") {
+		return withheldMessage
+	}
+	return msg
 }
 
 func (a *actorSystemHandler) WithAttrs(as []slog.Attr) slog.Handler {
