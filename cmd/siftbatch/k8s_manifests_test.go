@@ -398,8 +398,23 @@ func TestK8sManifests(t *testing.T) {
 	})
 
 	t.Run("probes", func(t *testing.T) {
+		// Readiness (and startup) on /healthz alone: the provider counts a
+		// pod as a member only once it is ready, so a probe that asked
+		// about membership would keep every pod out. Liveness on
+		// /healthz?cluster=1, which also fails once the node has been out
+		// of its own member list for long (its member id blocked for good):
+		// the restart labels a new one.
 		http := containerPort(t, c, intstr.FromString("http"))
-		for name, p := range map[string]*corev1.Probe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe, "startupProbe": c.StartupProbe} {
+		livePath := "/healthz?" + healthClusterParam + "=1"
+		for name, want := range map[string]struct {
+			p    *corev1.Probe
+			path string
+		}{
+			"readinessProbe": {c.ReadinessProbe, "/healthz"},
+			"startupProbe":   {c.StartupProbe, "/healthz"},
+			"livenessProbe":  {c.LivenessProbe, livePath},
+		} {
+			p := want.p
 			if p == nil {
 				if name != "startupProbe" {
 					t.Errorf("no %s", name)
@@ -407,9 +422,16 @@ func TestK8sManifests(t *testing.T) {
 				continue
 			}
 			g := p.HTTPGet
-			if g == nil || g.Path != "/healthz" || containerPort(t, c, g.Port) != http || g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP {
-				t.Errorf("%s: want GET /healthz on the HTTP port %d over HTTP", name, http)
+			if g == nil || g.Path != want.path || containerPort(t, c, g.Port) != http || g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP {
+				t.Errorf("%s: want GET %s on the HTTP port %d over HTTP", name, want.path, http)
 			}
+		}
+		// The liveness probe restarts a node out of its member list for
+		// memberGrace, then failureThreshold periods: bounded; and it
+		// fails no sooner than readiness does on a slow answer.
+		if l, r := c.LivenessProbe, c.ReadinessProbe; l != nil && r != nil &&
+			(l.FailureThreshold*l.PeriodSeconds < r.FailureThreshold*r.PeriodSeconds || l.TimeoutSeconds < r.TimeoutSeconds) {
+			t.Errorf("livenessProbe fails sooner than readinessProbe: a slow node would be restarted before it is taken out")
 		}
 	})
 

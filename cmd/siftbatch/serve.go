@@ -38,6 +38,10 @@ const (
 	defaultDataDir    = "./siftbatch-data"
 )
 
+// memberGrace is how long a node that has joined its cluster may be out of
+// its own member list before GET /healthz?cluster=1 answers 503.
+const memberGrace = 30 * time.Second
+
 // serveFlags are serve's flags.
 type serveFlags struct {
 	addr         string
@@ -106,7 +110,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	var f serveFlags
 	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nLoopback, three nodes (then 2 and 3 alike, with their own ports):\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nLoopback, three nodes (then 2 and 3 alike, with their own ports):\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
@@ -275,7 +279,11 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	mux.Handle("/v1/", api)
 	mux.Handle(routeUI, m.Middleware(routeUI, ui))
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
-	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner)))
+	var self membershipOf // a nil *cluster.Node in it would not be nil
+	if node != nil {
+		self = node
+	}
+	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner, self, time.Now, memberGrace)))
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -293,16 +301,41 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
 }
 
+// healthClusterParam is the query parameter of GET /healthz that asks
+// about the node's membership too (GET /healthz?cluster=1).
+const healthClusterParam = "cluster"
+
+// membershipOf is a cluster node as the health check sees it.
+type membershipOf interface {
+	Membership() cluster.Membership
+}
+
 // health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
 // {"status":"unavailable"} once it has closed or failed ([engine.Runner.Err]).
-func health(r *engine.Runner) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+//
+// GET /healthz?cluster=1, for a liveness probe, answers as /healthz, and
+// also 503 {"status":"not a member"} once node, having joined its cluster,
+// has been out of its own member list for longer than grace (by now):
+// protoactor never lets a member back in under its member id, so only a
+// restart brings it back (docs/CLUSTER.md, Kubernetes). Before the node
+// first joins, and without a node (no --cluster), it answers as /healthz.
+// Readiness must not use it: the Kubernetes provider counts a pod as a
+// member only once it is ready.
+func health(r *engine.Runner, node membershipOf, now func() time.Time, grace time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Err() != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, `{"status":"unavailable"}`)
 			return
+		}
+		if node != nil && req.URL.Query().Get(healthClusterParam) != "" {
+			if m := node.Membership(); m.Joined && !m.Member && now().Sub(m.Since) > grace {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, `{"status":"not a member"}`)
+				return
+			}
 		}
 		fmt.Fprintln(w, `{"status":"ok"}`)
 	})

@@ -236,7 +236,7 @@ func (n *Node) callerJobsHere(caller string) *clusterpb.CallerJobsReply {
 // callerJobs asks member m (this node, without a message) for caller's
 // jobs.
 func (n *Node) callerJobs(ctx context.Context, m *pacluster.Member, caller string) (*clusterpb.CallerJobsReply, error) {
-	if m.Id == n.systemID() {
+	if n.me().is(m) {
 		return n.callerJobsHere(caller), nil
 	}
 	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), &clusterpb.CallerJobsRequest{Caller: caller}, n.cfg.Timeout, nil)

@@ -223,6 +223,7 @@ type Node struct {
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 	stored  map[[engine.NodeTagLen]byte]string // every node met before, by tag: the runner's store's, and those stored since
 	refused int                                // tags not remembered: past persistence.MaxNodeTags
+	self    membership                         // whether this node is in its own member list
 
 	changed chan struct{} // closed at the next change of the members (Changed)
 	ending  chan struct{} // closed by EndWaits
@@ -371,6 +372,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			if old := n.topo.Swap(&topology{hash: t.TopologyHash, members: members, next: make(chan struct{})}); old != nil {
 				close(old.next)
 			}
+			n.self.note(selfOf(system), members, time.Now())
 			n.goWork(func() {
 				// A member that did not say who it is in time is asked
 				// again, a few times, until this node closes or the
@@ -505,7 +507,7 @@ func (n *Node) Members() []string {
 	for _, m := range ms {
 		if info, ok := n.infos[m.Id]; ok {
 			out = append(out, info.name)
-		} else if n.system != nil && m.Id == n.system.ID {
+		} else if selfOf(n.system).is(m) {
 			out = append(out, n.cfg.Node)
 		} else {
 			out = append(out, m.Address())
@@ -516,11 +518,11 @@ func (n *Node) Members() []string {
 
 // knowsAll reports whether every one of members has said who it is.
 func (n *Node) knowsAll(members []*pacluster.Member) bool {
-	self := n.systemID()
+	self := n.me()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, m := range members {
-		if _, ok := n.infos[m.Id]; !ok && m.Id != self {
+		if _, ok := n.infos[m.Id]; !ok && !self.is(m) {
 			return false
 		}
 	}

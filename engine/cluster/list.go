@@ -44,14 +44,14 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 	}
 	more := localNext != ""
 	members := n.members()
-	self := n.systemID()
+	self := n.me()
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
 	req := &clusterpb.ListRequest{Caller: caller, Status: opt.Status, Limit: int32(opt.Limit), Cursor: opt.Cursor}
 	for _, m := range members {
-		if m.Id == self {
+		if self.is(m) {
 			continue
 		}
 		wg.Go(func() {

@@ -28,7 +28,7 @@ const helloTimeout = 2 * time.Second
 func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known bool) {
 	members := n.members()
 	n.learn(members)
-	self := n.systemID()
+	self := n.me()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	unknown := false
@@ -37,7 +37,7 @@ func (n *Node) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, known b
 		if ok && info.tag == tag {
 			return m, true
 		}
-		unknown = unknown || !ok && m.Id != self
+		unknown = unknown || !ok && !self.is(m)
 	}
 	_, known = n.seen[tag]
 	if !known {
@@ -107,7 +107,7 @@ func (n *Node) refuseLocked() {
 // for the answer if it is being asked, and forgets the members that have
 // left. A member that did not answer is asked again after helloTimeout.
 func (n *Node) learn(members []*pacluster.Member) {
-	self := n.systemID()
+	self := n.me()
 	var (
 		ask  []*pacluster.Member
 		wait []chan struct{}
@@ -115,7 +115,7 @@ func (n *Node) learn(members []*pacluster.Member) {
 	now := time.Now()
 	n.mu.Lock()
 	for _, m := range members {
-		if _, ok := n.infos[m.Id]; ok || m.Id == self {
+		if _, ok := n.infos[m.Id]; ok || self.is(m) {
 			continue
 		}
 		if asking, ok := n.asking[m.Id]; ok {
@@ -182,16 +182,6 @@ func (n *Node) hello(m *pacluster.Member) *clusterpb.NodeInfo {
 		return nil
 	}
 	return info
-}
-
-// systemID is this node's member id.
-func (n *Node) systemID() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.system == nil {
-		return ""
-	}
-	return n.system.ID
 }
 
 // nameOf returns a member's node name, or its address if it never said.
