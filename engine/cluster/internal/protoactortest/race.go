@@ -1,5 +1,5 @@
 //go:build race
 
-package cluster_test
+package protoactortest
 
 const raceEnabled = true

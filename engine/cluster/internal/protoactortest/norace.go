@@ -1,5 +1,5 @@
 //go:build !race
 
-package kubernetes
+package protoactortest
 
 const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build race
-
-package kubernetes
-
-const raceEnabled = true
