@@ -185,6 +185,8 @@ func TestRunner_Load(t *testing.T) {
 		refused atomic.Int64
 		reused  atomic.Int64
 		wg      sync.WaitGroup
+
+		reusedIDs []string // under mu
 	)
 	pick := func(rng *rand.Rand) (string, bool) {
 		mu.Lock()
@@ -223,10 +225,9 @@ func TestRunner_Load(t *testing.T) {
 					}
 					mu.Lock()
 					if re {
-						reused.Add(1)
-						if !created[id] {
-							t.Errorf("reused %s, which was never created", id)
-						}
+						// Checked once every submit has returned: the
+						// submit that created it may not have taken mu yet.
+						reusedIDs = append(reusedIDs, id)
 					} else {
 						if created[id] {
 							t.Errorf("job id %s handed out twice", id)
@@ -260,6 +261,12 @@ func TestRunner_Load(t *testing.T) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	reused.Store(int64(len(reusedIDs)))
+	for _, id := range reusedIDs {
+		if !created[id] {
+			t.Errorf("reused %s, which was never created", id)
+		}
+	}
 
 	// Every job ends by itself (busy targets fail after RetryFor).
 	terminal := map[string]int{}

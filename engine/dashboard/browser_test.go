@@ -155,6 +155,40 @@ func (s *browserSession) click(t *testing.T, what, sel string) {
 	}
 }
 
+// open clicks the link sel selects and waits until the JavaScript
+// expression, true on the page it leads to, is: a live page may replace
+// the link between the query and the click, and a click on the replaced
+// element goes nowhere; so the click is tried again every 2 s, for up to
+// 15 s in all.
+func (s *browserSession) open(t *testing.T, what, sel, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	landed := func() error {
+		for {
+			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+			err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond)))
+			cancel()
+			// A poll the navigation cut short is started again on the new page.
+			if err == nil || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "context with specified id")) {
+				return err
+			}
+		}
+	}
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		clickErr := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		// A click that found no link may follow one that went through.
+		err := landed()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v (click: %v)", what, err, clickErr)
+		}
+	}
+}
+
 // wait waits until the JavaScript expression is true, for up to 10 s,
 // across a navigation (a form's POST and its redirect): a poll that the
 // navigation cut short is started again on the new page.
@@ -268,8 +302,7 @@ func TestDashboard_Browser(t *testing.T) {
 	)
 	br.wait(t, "the admin's overview", fmt.Sprintf(`!!document.querySelector('.charts') && document.querySelectorAll('.chart polyline').length === 3 && document.querySelector('#live').textContent.includes(%q)`, d[:8]))
 	br.screenshot(t, "admin-dark")
-	br.click(t, "open bob's job", fmt.Sprintf(`a[href="/ui/jobs/%s"]`, d))
-	br.wait(t, "bob's job page", `!!document.querySelector('#cancel')`)
+	br.open(t, "bob's job page", fmt.Sprintf(`a[href="/ui/jobs/%s"]`, d), `!!document.querySelector('#cancel')`)
 	br.click(t, "admin cancel", "#cancel")
 	br.wait(t, "bob's job cancelled", `!!document.querySelector('#job-status') && document.querySelector('#job-status').textContent === 'cancelled'`)
 	br.click(t, "sign out", "#signout")
