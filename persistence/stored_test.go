@@ -48,9 +48,8 @@ func TestStore_BytesCountEveryRowUnderRandomWrites(t *testing.T) {
 			require.NoError(t, err)
 			rng := rand.New(rand.NewPCG(20260123, 1))
 			type liveJob struct {
-				rec    JobRecord
-				next   int // the next target to store
-				stored []int
+				rec  JobRecord
+				next int // the next target to store
 			}
 			var live []*liveJob
 			created, now := 0, int64(1000)
