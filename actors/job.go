@@ -169,6 +169,8 @@ func (j *job) Receive(ctx actor.Context) {
 			}
 			root.Send(self, &targetWritten{err: err})
 		}
+		// Its row and specs were just stored: older settled jobs make room.
+		j.evict()
 	case *actor.Stopping:
 		if j.flushes != nil {
 			j.flushes.Stop()
@@ -211,6 +213,9 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		ok := j.cancel(ctx)
 		j.publish() // before the answer: a read after Cancel sees it
 		reply(ctx, sender, ok)
+		if ok && j.rec.Settled {
+			j.evict() // after the answer: a flood of cancels is bounded too
+		}
 	case *shutdownJob:
 		j.shutdown(ctx)
 		j.publish()
@@ -224,6 +229,7 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 			}
 			j.to(phaseSettled)
 			j.report(ctx, nil, jobSettled)
+			j.evict()
 		}
 	}
 }
@@ -397,6 +403,9 @@ func (j *job) putBack(ctx actor.Context, worker *actor.PID, st jobState) {
 		j.to(phaseIdle)
 	}
 	j.report(ctx, worker, st)
+	if j.rec.Settled {
+		j.evict()
+	}
 }
 
 // fetched takes a target's outcome: fetching → storing (the common case),
@@ -527,6 +536,15 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 	if persistence.IsLive(p.prevStatus) && j.terminal() {
 		j.ended(ctx)
 	}
+	j.evict()
+}
+
+// evict deletes the oldest settled jobs while the store's bytes exceed
+// MaxBytes (at once when they do not): after each write that adds bytes
+// (the job's creation, a stored target) or settles a job (which may then
+// be evicted itself), so that jobs that store no result, failed or
+// cancelled, are bounded as well.
+func (j *job) evict() {
 	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
 		j.warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
 	} else if n > 0 {

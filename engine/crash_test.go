@@ -158,6 +158,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		// The store opens; New reaps; every reported target is there.
 		store, err := persistence.Open(dir)
 		require.NoError(t, err, "round %d: the store opens after SIGKILL", round)
+		requireBytesCounted(t, store, "round %d: after SIGKILL", round)
 		left, err := store.Unsettled()
 		require.NoError(t, err)
 		log := &logScanner{}
@@ -184,6 +185,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		left, err = store.Unsettled()
 		require.NoError(t, err)
 		require.Empty(t, left, "nothing is left unsettled after New")
+		requireBytesCounted(t, store, "round %d: after New reaped", round)
 		r.Close()
 		require.NoError(t, store.Close())
 		logLines += log.check(t)
@@ -193,6 +195,16 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		crashRounds, kills, notReady, len(reported), checks, lost, reaped, cleaned, logLines, seed, time.Since(start).Round(time.Millisecond), childTime.Round(time.Millisecond))
 	require.Zero(t, lost, "targets lost")
 	require.NotEmpty(t, reported)
+}
+
+// requireBytesCounted checks that the store's byte total (what MaxBytes
+// bounds) is what a count of every row gives: it is written in the
+// transactions that write the rows, so a kill leaves it exact.
+func requireBytesCounted(t *testing.T, store *persistence.Store, msg string, args ...any) {
+	t.Helper()
+	n, err := store.CountBytes()
+	require.NoError(t, err)
+	require.Equal(t, n, store.Bytes(), append([]any{"the byte total is the count of the rows: " + msg}, args...)...)
 }
 
 // runCrashChild starts the child, kills it delay after it started (early)

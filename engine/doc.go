@@ -35,6 +35,7 @@
 // Jobs run in the background and never resume: a job that was live when its
 // process stopped reads failed, with the error "restart" (after a crash) or
 // "shutdown" (after [Runner.Close]). Finished jobs stay readable for
-// [Config.TTL] after their lease, and the oldest are deleted once stored
-// results pass [Config.MaxBytes].
+// [Config.TTL] after their lease, and the oldest are deleted once the bytes
+// stored for all jobs (every row: specs, errors, results) pass
+// [Config.MaxBytes].
 package engine

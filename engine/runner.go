@@ -74,6 +74,14 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	} else if n > 0 {
 		r.log.Info("failed the jobs a previous run left live", slog.Int(keyCount, n))
 	}
+	// Reaping settled jobs (and MaxBytes may be lower than the last run's):
+	// make room now, not at the first stored target.
+	// A failure is left for the next eviction, after a stored target.
+	if n, err := store.Evict(cfg.MaxBytes); err != nil {
+		r.log.Warn("evict", slog.String(keyErr, storeErrText(err)))
+	} else if n > 0 {
+		r.log.Info("evicted jobs past max bytes", slog.Int(keyCount, n))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.sys, err = actors.Start(&actors.Config{

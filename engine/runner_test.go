@@ -650,7 +650,7 @@ func TestRunner_Eviction(t *testing.T) {
 			<-gate
 		}
 		return engine.Result{Content: content}, nil
-	}, engine.Config{MaxBytes: 3500, JobsPerCaller: 8, Workers: 2})
+	}, engine.Config{MaxBytes: 3800, JobsPerCaller: 8, Workers: 2})
 	defer close(gate)
 	// A live job that holds a worker; its targets are never evicted.
 	live := b.submit(t, "alice", targets("live", 2))
@@ -662,8 +662,10 @@ func TestRunner_Eviction(t *testing.T) {
 		b.clock.Advance(time.Second)
 	}
 	// old4 reads done once its row is written; its actor evicts after that.
-	waitFor(t, "old4's eviction", func() bool { return b.store.Bytes() <= 3500 })
-	// ~1016 bytes each: at most 3 fit in 3500 bytes; the oldest went first.
+	waitFor(t, "old4's eviction", func() bool { return b.store.Bytes() <= 3800 })
+	// ~1135 bytes each (a 1016-byte result, its outcome row, the job's row
+	// and specs), and the live job's ~110: at most 3 fit in 3800 bytes; the
+	// oldest went first.
 	for _, id := range ids[:2] {
 		_, _, ok := b.r.Status(id)
 		require.False(t, ok, "oldest evicted")
@@ -672,9 +674,89 @@ func TestRunner_Eviction(t *testing.T) {
 		_, _, ok := b.r.Status(id)
 		require.True(t, ok, "newest kept")
 	}
-	require.LessOrEqual(t, b.store.Bytes(), int64(3500))
+	require.LessOrEqual(t, b.store.Bytes(), int64(3800))
 	_, _, ok := b.r.Status(live)
 	require.True(t, ok, "live jobs are never evicted")
+}
+
+// TestRunner_FailedAndCancelledJobsAreEvicted is the regression test for
+// issue 23's flood: jobs that store no result (every target failed, or
+// cancelled before one ran) counted nothing toward MaxBytes, so one key
+// stored 3,000 of them in 38 s and nothing was ever evicted. Every row now
+// counts: a flood of cancelled jobs, then one of failing jobs, stays within
+// MaxBytes once each has settled (the bound: at most MaxBytes once the
+// jobs have settled and their evictions have run; while jobs are live,
+// their rows come on top, never evicted), oldest first, and the live job
+// that is the oldest of all stays.
+func TestRunner_FailedAndCancelledJobsAreEvicted(t *testing.T) {
+	t.Parallel()
+	const maxBytes = 8 << 10
+	gate := make(chan struct{})
+	b := setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch name, _ := jobOf(tg.URL); {
+		case name == "blocker":
+			<-gate
+			return engine.Result{Content: "ok"}, nil
+		case strings.HasPrefix(name, "fail"):
+			return engine.Result{}, &engine.TargetError{Msg: "connection refused", Hint: "check that the host is up"}
+		}
+		return engine.Result{Content: "unexpected"}, nil
+	}, engine.Config{MaxBytes: maxBytes, JobsPerCaller: 1000, JobsTotal: 1000, Workers: 1})
+	counted := func() int64 {
+		n, err := b.store.CountBytes()
+		require.NoError(t, err)
+		return n
+	}
+	within := func(what string) {
+		t.Helper()
+		waitFor(t, what, func() bool { return counted() <= maxBytes })
+	}
+	// The oldest job, live: it holds the only worker, so the others wait.
+	blocker := b.submit(t, "mallory", targets("blocker", 1))
+	b.clock.Advance(time.Millisecond)
+
+	const flood = 150
+	var cancelled []string
+	for i := range flood {
+		id := b.submit(t, "mallory", targets(fmt.Sprintf("cancel%d", i), 3))
+		require.True(t, b.r.Cancel(id))
+		cancelled = append(cancelled, id)
+		b.clock.Advance(time.Millisecond)
+		within(fmt.Sprintf("cancelled job %d's eviction", i))
+	}
+	require.Equal(t, counted(), b.store.Bytes())
+	_, _, ok := b.r.Status(blocker)
+	require.True(t, ok, "the live job is never evicted")
+	kept := 0
+	for i, id := range cancelled {
+		if _, _, ok := b.r.Status(id); ok {
+			kept++
+		} else {
+			require.Zero(t, kept, "job %d is gone after a newer one was kept: the oldest go first", i)
+		}
+	}
+	require.Positive(t, kept)
+	require.Less(t, kept, flood/2, "most of the cancelled jobs were evicted")
+
+	close(gate)
+	b.waitStatus(t, blocker, "done")
+	var failed []string
+	for i := range flood {
+		failed = append(failed, b.submit(t, "mallory", targets(fmt.Sprintf("fail%d", i), 2)))
+		b.clock.Advance(time.Millisecond)
+	}
+	waitFor(t, "every failing job to end", func() bool {
+		return b.hooks.job("failed") == flood
+	})
+	within("the failed jobs' eviction")
+	require.Equal(t, counted(), b.store.Bytes())
+	stored := 0
+	require.NoError(t, b.store.Jobs(func(persistence.JobRecord) bool { stored++; return true }))
+	require.Less(t, stored, flood/2, "most of the failed jobs were evicted")
+	_, _, ok = b.r.Status(failed[flood-1])
+	require.True(t, ok, "the newest stays")
+	_, _, ok = b.r.Status(failed[0])
+	require.False(t, ok, "the oldest went")
 }
 
 func TestRunner_Restart(t *testing.T) {

@@ -71,24 +71,25 @@ func TestStore_SweepAndEvictStartWhereTheyStopped(t *testing.T) {
 	for i := range 6 {
 		settledJob(t, s, 100+i, int64(1000+i), int64(1000+i), 100)
 	}
-	require.Equal(t, int64(600), s.Bytes())
-	n, err = s.Evict(400)
+	u := jobBytes(t, s, testID(100)) // every job's rows are as long
+	require.Equal(t, 6*u, requireCounted(t, s))
+	n, err = s.Evict(4 * u)
 	require.NoError(t, err)
-	require.Equal(t, 2, n, "600 → 400")
+	require.Equal(t, 2, n, "6 jobs' bytes → 4")
 	require.NotNil(t, s.evictFrom)
 	older := settledJob(t, s, 200, 10, 5000, 100) // created long ago, settled now
-	n, err = s.Evict(400)
+	n, err = s.Evict(4 * u)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.False(t, exists(t, s, older.ID), "the job created before the start is evicted first")
-	n, err = s.Evict(200)
+	n, err = s.Evict(2 * u)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for i := range 4 {
 		require.Equal(t, i >= 4, exists(t, s, testID(100+i)))
 	}
 	require.True(t, exists(t, s, testID(104)))
-	require.Equal(t, int64(200), s.Bytes())
+	require.Equal(t, 2*u, requireCounted(t, s))
 }
 
 // TestStore_EvictOldestFirstWhileJobsSettle is the regression test for a
@@ -103,7 +104,8 @@ func TestStore_EvictOldestFirstWhileJobsSettle(t *testing.T) {
 		settledJob(t, s, 1, 50, 50, 100)
 		a := settledJob(t, s, 2, 100, 100, 100)
 		b := settledJob(t, s, 3, 200, 200, 100)
-		n, err := s.Evict(200)
+		u := jobBytes(t, s, b.ID) // every job's rows are as long
+		n, err := s.Evict(2 * u)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the job created at 50: the next eviction starts at 100")
 
@@ -113,9 +115,9 @@ func TestStore_EvictOldestFirstWhileJobsSettle(t *testing.T) {
 				old = settledJob(t, s, 4, 60, 60, 100) // settles now, created before a
 			}
 		}
-		n, err = s.Evict(100)
+		n, err = s.Evict(u)
 		require.NoError(t, err)
-		require.Equal(t, 2, n, "300 bytes down to 100")
+		require.Equal(t, 2, n, "3 jobs' bytes down to 1")
 		require.False(t, exists(t, s, old.ID), "the oldest goes first")
 		require.False(t, exists(t, s, a.ID))
 		require.True(t, exists(t, s, b.ID), "the newest stays")
@@ -134,7 +136,7 @@ func TestStore_EvictOldestFirstWhileJobsSettle(t *testing.T) {
 			}
 		}
 		// Down to 10 jobs' bytes: with the one that settles, jobs-9 go.
-		n, err := s.Evict(10 * 10)
+		n, err := s.Evict(10 * jobBytes(t, s, testID(0)))
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, gaps, 2)
 		require.Equal(t, jobs+1-10, n)

@@ -14,7 +14,8 @@ package persistence
 //	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
 //	a <created:8> <id:16>        → "" — settled jobs by age, for eviction (oldest first)
 //	c <caller:8> <^created:8> <^id:16> → "" — a caller's jobs, newest first: caller is SHA-256(caller name)[:8]; created and id bit-inverted, so that key order is created, then id, both descending
-//	m bytes                      → uint64 big-endian: stored result bytes in all
+//	m stored                     → uint64 big-endian: stored bytes in all, what MaxBytes bounds: the value bytes of every job's rows (j, t, r, and the b rows its r rows name; stored.go); written with every write that moves it; absent: a store written before it, counted once by Open (a walk of every j, t and r row), which then writes it
+//	m bytes                      → uint64 big-endian: stored result bytes in all, before m stored (results only); Open deletes it when it writes m stored
 //	m callers                    → "" — every job has its c key (the index came after format 2: Open writes the missing ones once)
 //	n <tag:4>                    → 1 <node name> — a cluster node met, by its tag (the first 4 bytes of its jobs' ids): format byte 1, then the name; at most MaxNodeTags keys (nodetags.go)
 //
@@ -26,7 +27,7 @@ package persistence
 // long it is, and ignores chunks without one (a crash between the two, or
 // a failed write, can leave them: they are written again by the next try,
 // and deleted with the job, which deletes every b key under its id). The
-// byte total counts a result once its r row commits.
+// byte total (m stored) counts a result's chunks once its r row commits.
 //
 // A job is "settled" once it is terminal and no target of it is in flight:
 // only settled jobs are in x and a, so the sweep and eviction never touch a
@@ -75,8 +76,9 @@ const (
 )
 
 var (
-	keyBytes   = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'}
-	keyCallers = []byte{prefixMeta, 'c', 'a', 'l', 'l', 'e', 'r', 's'}
+	keyStored      = []byte{prefixMeta, 's', 't', 'o', 'r', 'e', 'd'}
+	keyResultBytes = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'} // before keyStored
+	keyCallers     = []byte{prefixMeta, 'c', 'a', 'l', 'l', 'e', 'r', 's'}
 )
 
 func jobKey(id [idLen]byte) []byte {

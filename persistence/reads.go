@@ -22,16 +22,24 @@ func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
 }
 
 func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
+	j, _, err := getJobSized(txn, id)
+	return j, err
+}
+
+// getJobSized is getJob, and the length of the job's row.
+func getJobSized(txn *badger.Txn, id [idLen]byte) (JobRecord, int64, error) {
 	item, err := txn.Get(jobKey(id))
 	if err != nil {
-		return JobRecord{}, err
+		return JobRecord{}, 0, err
 	}
 	var j JobRecord
+	var n int64
 	err = item.Value(func(v []byte) error {
+		n = int64(len(v))
 		j, err = decodeJob(id, v)
 		return err
 	})
-	return j, err
+	return j, n, err
 }
 
 // Job returns a stored job, or an error wrapping [ErrNotFound]. It is

@@ -31,7 +31,7 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 		start, s.sweepGen = s.sweepFrom, s.indexGen // a new run
 	}
 	s.sweepCursor = nil
-	var due []JobRecord
+	var due []doomed
 	var stale [][]byte
 	var last, stop []byte
 	err := s.view("sweep", func(txn *badger.Txn) error {
@@ -40,16 +40,16 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 				stop = bytes.Clone(k)
 				return false, nil
 			}
-			j, err := getJob(txn, id)
+			d, err := doom(txn, id)
 			switch {
-			case errors.Is(err, badger.ErrKeyNotFound) || (err == nil && j.Lease != nanos):
+			case errors.Is(err, badger.ErrKeyNotFound) || (err == nil && d.rec.Lease != nanos):
 				// An entry left behind by a row written again with a
 				// later lease, or by its job's deletion: not the job's.
 				stale = append(stale, bytes.Clone(k))
 			case err != nil:
 				return false, err
 			default:
-				due = append(due, j)
+				due = append(due, d)
 			}
 			last = append(last[:0], k...)
 			return true, nil
@@ -90,9 +90,10 @@ func (s *Store) Sweep(before int64, limit int) (int, bool, error) {
 // lock: other writes (targets being stored) wait for one batch at most.
 const evictBatch = 64
 
-// Evict deletes settled jobs, oldest first, while the stored result bytes
-// exceed max. It returns how many it deleted. Unsettled jobs are never
-// evicted, so the total may stay above max. It works in batches, letting
+// Evict deletes settled jobs, oldest first, while the stored bytes
+// ([Store.Bytes]: every row of every job) exceed max. It returns how many it
+// deleted. Unsettled jobs are never evicted, so the total may stay above
+// max: by the bytes of the unsettled jobs at most, when it returns. It works in batches, letting
 // other writes through between them; one Evict runs at a time (a call
 // waits for the one running, then finds less to do).
 //
@@ -140,7 +141,7 @@ func (s *Store) evictSome(max int64, from []byte, first bool) (int, []byte, erro
 	if s.bytes.Load() <= max {
 		return 0, nil, nil
 	}
-	var victims []JobRecord
+	var victims []doomed
 	var last, stop []byte
 	over := s.bytes.Load() - max
 	err := s.view("evict", func(txn *badger.Txn) error {
@@ -149,13 +150,13 @@ func (s *Store) evictSome(max int64, from []byte, first bool) (int, []byte, erro
 				stop = bytes.Clone(k)
 				return false, nil
 			}
-			j, err := getJob(txn, id)
+			d, err := doom(txn, id)
 			if err != nil {
 				return false, err
 			}
-			victims = append(victims, j)
+			victims = append(victims, d)
 			last = append(last[:0], k...)
-			over -= j.ResultBytes
+			over -= d.size
 			return true, nil
 		})
 	})
@@ -204,9 +205,10 @@ func walkIndex(txn *badger.Txn, prefix byte, start []byte, fn func(k []byte, nan
 	return nil
 }
 
-// deleteLocked deletes settled jobs and every row and index entry of theirs,
-// a job's keys always in one write. s.mu is held.
-func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
+// deleteLocked deletes settled jobs and every row and index entry of theirs
+// (read by doom, under the same hold of s.mu), a job's keys always in one
+// write, with the byte total less their bytes. s.mu is held.
+func (s *Store) deleteLocked(op string, jobs []doomed) (int, error) {
 	done := 0
 	for len(jobs) > 0 {
 		n, keys := 0, 0
@@ -215,22 +217,18 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 			n++
 		}
 		batch := jobs[:n]
-		rows, err := s.rowKeys(op, batch)
-		if err != nil {
-			return done, err
-		}
-		err = s.updateLocked(op, func(txn *badger.Txn) (int64, error) {
+		err := s.updateLocked(op, func(txn *badger.Txn) (int64, error) {
 			var freed int64
 			for i := range batch {
-				if err := deleteJob(txn, &batch[i]); err != nil {
+				if err := deleteJob(txn, &batch[i].rec); err != nil {
 					return 0, err
 				}
-				freed += batch[i].ResultBytes
-			}
-			for _, k := range rows {
-				if err := txn.Delete(k); err != nil {
-					return 0, err
+				for _, k := range batch[i].rows {
+					if err := txn.Delete(k); err != nil {
+						return 0, err
+					}
 				}
+				freed += batch[i].size
 			}
 			return -freed, nil
 		})
@@ -243,43 +241,11 @@ func (s *Store) deleteLocked(op string, jobs []JobRecord) (int, error) {
 	return done, nil
 }
 
-// deleteKeys is about how many keys deleting j writes: its outcomes (one
-// per target at most), its result chunks (one short chunk per target at
-// most, and maybe as many left by a failed write), the specs, job, live,
-// lease, age, caller and idempotency keys, plus one for the write's byte
-// total, counted with each job.
-func deleteKeys(j *JobRecord) int {
-	return j.TargetsTotal + int(j.ResultBytes/resultChunkSize) + 2*j.TargetsTotal + 8
-}
-
-// rowKeys returns the keys of jobs' outcome and result-chunk rows: those
-// that are there, found by a walk of each job's r and b prefixes (a walk
-// per prefix, so that it never steps over other jobs' tombstones), chunks
-// left by a crash or a failed write included. Deleting only these, not
-// every outcome key a job might have, writes no tombstone for a target
-// never stored (a cancelled job's, a failed one's, a reaped one's). They
-// are read apart from the write that deletes them (an iterator in a write
-// transaction copies and sorts every pending write); s.mu is held, and a
-// settled job's rows are written by nothing else, so none comes between.
-func (s *Store) rowKeys(op string, jobs []JobRecord) ([][]byte, error) {
-	var keys [][]byte
-	err := s.view(op, func(txn *badger.Txn) error {
-		for i := range jobs {
-			id, ok := parseID(jobs[i].ID)
-			if !ok {
-				return ErrCorrupt
-			}
-			for _, p := range [][]byte{outcomesPrefix(id), resultsPrefix(id)} {
-				it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
-				for it.Rewind(); it.Valid(); it.Next() {
-					keys = append(keys, it.Item().KeyCopy(nil))
-				}
-				it.Close()
-			}
-		}
-		return nil
-	})
-	return keys, err
+// deleteKeys is how many keys deleting d writes: its outcome and chunk rows,
+// the specs, job, live, lease, age, caller and idempotency keys, plus one
+// for the write's byte total, counted with each job.
+func deleteKeys(d *doomed) int {
+	return len(d.rows) + 8
 }
 
 // deleteJob deletes j's own keys (its row, specs, index entries and caller

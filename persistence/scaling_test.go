@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // scalingStores are the filled stores of BenchmarkStore_Scaling, filled
@@ -178,7 +180,20 @@ func cpuTime(b testing.TB) time.Duration {
 func (st *scalingStore) remove(b *testing.B, jobs []JobRecord) {
 	st.s.mu.Lock()
 	defer st.s.mu.Unlock()
-	if _, err := st.s.deleteLocked("bench", jobs); err != nil {
+	doomed := make([]doomed, len(jobs))
+	if err := st.s.view("bench", func(txn *badger.Txn) error {
+		for i := range jobs {
+			id, _ := parseID(jobs[i].ID)
+			var err error
+			if doomed[i], err = doom(txn, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.s.deleteLocked("bench", doomed); err != nil {
 		b.Fatal(err)
 	}
 }

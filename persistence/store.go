@@ -4,9 +4,10 @@
 //
 // The key layout and the value encodings are written down at the top of
 // keys.go and records.go. Every operation is O(1) or O(the rows it touches):
-// nothing scans all jobs except [Store.Jobs], which is for inspection, and
-// [Open] once, the first time it opens a store written before the caller
-// index ([Store.CallerJobs]).
+// nothing scans all jobs except [Store.Jobs] and [Store.CountBytes], which
+// are for inspection, and [Open] once, the first time it opens a store
+// written before the caller index ([Store.CallerJobs]) or before the byte
+// total counted every row (stored.go).
 //
 // A Store is safe for concurrent use. Writes are serialised by the store (the
 // byte total is read-modify-write), so they never conflict with each other.
@@ -89,7 +90,7 @@ type Store struct {
 	log   *badgerLogger
 	dir   string
 	mu    sync.Mutex   // serialises writes
-	bytes atomic.Int64 // stored result bytes in all, as in key m bytes; written under mu
+	bytes atomic.Int64 // stored bytes in all (stored.go), as in key m stored; written under mu
 	q     writeQueue   // the owner writes waiting for the writer goroutine (writer.go)
 	// valueThreshold is Badger's: values this long or longer go to the
 	// value log (in memory: there is none).

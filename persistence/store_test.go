@@ -88,11 +88,12 @@ func TestStore_Open(t *testing.T) {
 		j := putJobRecord(t, s, 1, 1, 1, false)
 		j.Status, j.TargetsDone, j.ResultBytes, j.Lease = StatusRunning, 1, 7, 5
 		require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte(`{"c":1}`)}))
+		want := requireCounted(t, s)
 		require.NoError(t, s.Close())
 		require.NoError(t, s.Close(), "Close is idempotent")
 
 		s = mustOpen(t, dir)
-		require.Equal(t, int64(7), s.Bytes())
+		require.Equal(t, want, s.Bytes())
 		got, ts, err := s.JobWithTargets(j.ID)
 		require.NoError(t, err)
 		require.Equal(t, j, got)
@@ -186,7 +187,7 @@ func TestStore_Targets(t *testing.T) {
 		ts[i] = TargetRecord{Idx: i, URL: fmt.Sprintf("https://example.com/%d", i), Options: []byte(fmt.Sprintf(`{"n":%d}`, i)), Status: TargetPending}
 	}
 	require.NoError(t, s.CreateJob(&j, ts))
-	require.Equal(t, map[byte]int{prefixJob: 1, prefixSpecs: 1, prefixIdem: 1, prefixLive: 1, prefixCaller: 1, prefixMeta: 1}, keysByPrefix(t, s),
+	require.Equal(t, map[byte]int{prefixJob: 1, prefixSpecs: 1, prefixIdem: 1, prefixLive: 1, prefixCaller: 1, prefixMeta: 2}, keysByPrefix(t, s),
 		"one specs row for all the targets")
 
 	j.Status, j.TargetsDone, j.TargetsFailed, j.ResultBytes = StatusRunning, 2, 1, 2
@@ -335,7 +336,7 @@ func TestStore_Indexes(t *testing.T) {
 	require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("0123456789")}))
 	left, _ = s.Unsettled()
 	require.Empty(t, left)
-	require.Equal(t, int64(10), s.Bytes())
+	require.Equal(t, jobBytes(t, s, j.ID), requireCounted(t, s))
 
 	// A settled job's lease moves its sweep entry; an older lease never wins.
 	ok, err = s.Touch(j.ID, 500)
@@ -361,7 +362,7 @@ func TestStore_Indexes(t *testing.T) {
 	_, found, err = s.JobByKey(j.Key)
 	require.NoError(t, err)
 	require.False(t, found, "the idempotency entry went with it")
-	require.Zero(t, s.Bytes())
+	require.Zero(t, requireCounted(t, s))
 
 	ok, err = s.Touch(j.ID, 900)
 	require.NoError(t, err)
@@ -403,10 +404,11 @@ func TestStore_Evict(t *testing.T) {
 		store(&j, 100)
 		jobs = append(jobs, j)
 	}
-	require.Equal(t, int64(550), s.Bytes())
-	n, err := s.Evict(300)
+	lv, u := jobBytes(t, s, live.ID), jobBytes(t, s, jobs[0].ID) // the settled jobs' rows are as long
+	require.Equal(t, lv+5*u, requireCounted(t, s))
+	n, err := s.Evict(lv + 2*u + u/2)
 	require.NoError(t, err)
-	require.Equal(t, 3, n, "550 → 250: the three oldest settled jobs")
+	require.Equal(t, 3, n, "the three oldest settled jobs")
 	for i, j := range jobs {
 		_, err := s.Job(j.ID)
 		if i < 3 {
@@ -420,7 +422,7 @@ func TestStore_Evict(t *testing.T) {
 	n, err = s.Evict(0)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	require.Equal(t, int64(50), s.Bytes(), "only the live job's bytes are left")
+	require.Equal(t, lv, requireCounted(t, s), "only the live job's bytes are left")
 }
 
 // A result over MaxResultSize is refused before anything is written; a
@@ -436,7 +438,7 @@ func TestStore_TooLarge(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 	require.False(t, errors.Is(err, ErrCorrupt))
 	require.Equal(t, before, keysByPrefix(t, s), "nothing written")
-	require.Zero(t, s.Bytes())
+	require.Equal(t, jobBytes(t, s, j.ID), requireCounted(t, s), "nothing counted")
 	done := make(chan error, 1)
 	s.SaveOutcomeAsync(j.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: big}, func(err error) { done <- err })
 	require.ErrorIs(t, <-done, ErrTooLarge)
@@ -470,10 +472,11 @@ func TestStore_EvictInBatches(t *testing.T) {
 		j.Status, j.Settled, j.ResultBytes = StatusDone, true, 10
 		require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("0123456789")}))
 	}
-	n, err := s.Evict(100)
+	u := jobBytes(t, s, testID(0)) // every job's rows are as long
+	n, err := s.Evict(10 * u)
 	require.NoError(t, err)
 	require.Equal(t, jobs-10, n, "several batches, down to MaxBytes")
-	require.Equal(t, int64(100), s.Bytes())
+	require.Equal(t, 10*u, requireCounted(t, s))
 	for i := range jobs {
 		_, err := s.Job(testID(i))
 		if i < jobs-10 {

@@ -54,7 +54,7 @@ type ownerWrite struct {
 	settled     bool   // the row settles the job: move it to the x and a indexes
 	lease       int64
 	created     int64
-	delta       int64 // result bytes the outcome adds
+	delta       int64 // bytes the outcome adds to the byte total: its row, and its chunks
 	done        func(error)
 }
 
@@ -87,9 +87,10 @@ func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done fun
 		outKeyEnd = len(b)
 		b = appendOutcome(b, t)
 		outEnd = len(b)
-		w.hasOutcome, w.delta, w.idx = true, int64(len(t.Result)), t.Idx
-		if chunkCount(w.delta) > 0 {
+		w.hasOutcome, w.delta, w.idx = true, int64(outEnd-outKeyEnd), t.Idx
+		if size := int64(len(t.Result)); chunkCount(size) > 0 {
 			w.result = bytes.Clone(t.Result) // t may change once newWrite returns
+			w.delta += size
 		}
 	}
 	if j != nil {
@@ -140,28 +141,37 @@ func (w *ownerWrite) size(valueThreshold int) int {
 
 // apply puts the write's entries in txn: the outcome, the row, and for a
 // row that settles the job its move from the l index to x and a (only the
-// owner writes an unsettled job's row, so nothing needs reading first).
-// s.mu is held.
-func (s *Store) apply(txn *badger.Txn, w *ownerWrite) error {
+// owner writes an unsettled job's row, so no index needs reading first).
+// It returns the change to the byte total: the outcome's bytes, and the
+// row's change in length, from a point read of the row it replaces (in
+// txn, so a row written earlier in the same group counts). s.mu is held.
+func (s *Store) apply(txn *badger.Txn, w *ownerWrite) (int64, error) {
+	delta := int64(0)
 	if w.hasOutcome {
 		if err := txn.Set(w.outKey, w.outcome); err != nil {
-			return err
+			return 0, err
 		}
+		delta = w.delta
 	}
 	if w.row == nil {
-		return nil
+		return delta, nil
 	}
+	before, err := rowLen(txn, w.rowKey)
+	if err != nil {
+		return 0, err
+	}
+	delta += int64(len(w.row)) - before
 	if err := txn.Set(w.rowKey, w.row); err != nil {
-		return err
+		return 0, err
 	}
 	if !w.settled {
-		return nil
+		return delta, nil
 	}
 	s.indexed(w.lease, w.created, w.id)
 	if err := txn.Delete(liveKey(w.id)); err != nil {
-		return err
+		return 0, err
 	}
-	return setSettledIndexes(txn, w.id, w.lease, w.created)
+	return delta, setSettledIndexes(txn, w.id, w.lease, w.created)
 }
 
 // queue hands w to the writer goroutine; w.done is called once, from that
@@ -330,10 +340,11 @@ func (s *Store) commitTxn(ws []*ownerWrite) error {
 	defer txn.Discard()
 	var delta int64
 	for _, w := range ws {
-		if err := s.apply(txn, w); err != nil {
+		d, err := s.apply(txn, w)
+		if err != nil {
 			return convert(w.op, err)
 		}
-		delta += w.delta
+		delta += d
 	}
 	return s.commit(op, txn, delta)
 }

@@ -1,7 +1,8 @@
 package persistence
 
 // The writes that go straight to Badger, serialised by the store's lock:
-// a job's creation, a Touch, and the byte total (m bytes) each write moves.
+// a job's creation, a Touch, and the byte total (m stored, stored.go) each
+// write moves.
 // The owner writes (a job's row and its targets' outcomes) go through the
 // group-commit writer (writer.go); SaveJob and SaveTarget are its waiting
 // forms.
@@ -17,7 +18,8 @@ import (
 )
 
 // update runs fn in one serialised write. fn returns the change to the byte
-// total, applied once the write has committed.
+// total (stored.go), written in the same transaction and applied in memory
+// once the write has committed.
 func (s *Store) update(op string, fn func(txn *badger.Txn) (int64, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -46,7 +48,7 @@ func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error))
 // commit commits txn with the byte total moved by delta. s.mu is held.
 func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 	if delta != 0 {
-		if err := txn.Set(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(s.bytes.Load()+delta))); err != nil {
+		if err := txn.Set(keyStored, binary.BigEndian.AppendUint64(nil, uint64(s.bytes.Load()+delta))); err != nil {
 			return convert(op, err)
 		}
 	}
@@ -55,30 +57,6 @@ func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 	}
 	s.bytes.Add(delta)
 	return nil
-}
-
-func (s *Store) loadBytes() error {
-	return s.view("load byte total", func(txn *badger.Txn) error {
-		item, err := txn.Get(keyBytes)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			if len(v) != 8 {
-				return ErrCorrupt
-			}
-			s.bytes.Store(int64(binary.BigEndian.Uint64(v)))
-			return nil
-		})
-	})
-}
-
-// Bytes returns the stored result bytes in all.
-func (s *Store) Bytes() int64 {
-	return s.bytes.Load()
 }
 
 // CreateJob stores a new job and its targets' specs (URL and options) in
@@ -95,13 +73,17 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 		return fmt.Errorf("store job: %w: %d targets", ErrTooLarge, len(targets))
 	}
 	return s.update("store job", func(txn *badger.Txn) (int64, error) {
-		if err := txn.Set(jobKey(id), encodeJob(j)); err != nil {
+		row := encodeJob(j)
+		if err := txn.Set(jobKey(id), row); err != nil {
 			return 0, err
 		}
+		size := int64(len(row))
 		if len(targets) > 0 {
-			if err := txn.Set(specsKey(id), encodeSpecs(targets)); err != nil {
+			specs := encodeSpecs(targets)
+			if err := txn.Set(specsKey(id), specs); err != nil {
 				return 0, err
 			}
+			size += int64(len(specs))
 		}
 		if err := txn.Set(idemKey(j.Key), id[:]); err != nil {
 			return 0, err
@@ -111,9 +93,9 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 		}
 		if j.Settled {
 			s.indexed(j.Lease, j.Created, id)
-			return j.ResultBytes, setSettledIndexes(txn, id, j.Lease, j.Created)
+			return size, setSettledIndexes(txn, id, j.Lease, j.Created)
 		}
-		return j.ResultBytes, txn.Set(liveKey(id), nil)
+		return size, txn.Set(liveKey(id), nil)
 	})
 }
 
@@ -180,7 +162,7 @@ func (s *Store) TouchUnexpired(idHex string, lease, minLease int64) (bool, error
 	}
 	found := true
 	err := s.update("touch job", func(txn *badger.Txn) (int64, error) {
-		j, err := getJob(txn, id)
+		j, before, err := getJobSized(txn, id)
 		if errors.Is(err, badger.ErrKeyNotFound) || (err == nil && j.Settled && j.Lease <= minLease) {
 			found = false
 			return 0, nil
@@ -198,7 +180,8 @@ func (s *Store) TouchUnexpired(idHex string, lease, minLease int64) (bool, error
 			}
 		}
 		j.Lease = lease
-		return 0, txn.Set(jobKey(id), encodeJob(&j))
+		row := encodeJob(&j)
+		return int64(len(row)) - before, txn.Set(jobKey(id), row)
 	})
 	return found && err == nil, err
 }

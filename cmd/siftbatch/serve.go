@@ -68,7 +68,7 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.IntVar(&cfg.JobsPerCaller, "jobs-per-caller", engine.DefaultJobsPerCaller, "most live (queued or running) jobs per caller")
 	fs.IntVar(&cfg.JobsTotal, "jobs-total", engine.DefaultJobsTotal, "most live jobs in all")
 	fs.IntVar(&cfg.Workers, "workers", engine.DefaultWorkers, "targets fetched at once: 1 or 2")
-	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored result bytes in all; past it the oldest finished jobs are deleted")
+	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored bytes in all, every row of every job (specs, errors, results); past it the oldest finished jobs are deleted")
 	fs.DurationVar(&cfg.RetryWait, "retry-wait", engine.DefaultRetryWait, "pause before a busy (429/503) target is tried again")
 	fs.DurationVar(&cfg.RetryFor, "retry-for", engine.DefaultRetryFor, "how long one target may keep coming back busy before it fails")
 }

@@ -44,8 +44,12 @@ type Config struct {
 	// Workers is how many targets are fetched at once: 1 or 2. Default 1;
 	// above 2 means 2.
 	Workers int
-	// MaxBytes caps the stored result bytes in all: past it the oldest
-	// finished jobs are deleted. Default 64 MiB.
+	// MaxBytes caps the stored bytes in all: every row of every job (its
+	// row, its targets' URLs and options, their outcomes with errors and
+	// hints, their results), so that failed and cancelled jobs count too.
+	// Past it the oldest finished jobs are deleted, after each write that
+	// adds bytes or settles a job; live jobs never are, so their rows may
+	// come on top. Default 64 MiB.
 	MaxBytes int64
 	// RetryWait is the pause before a busy target is tried again, and before
 	// a job that has ended writes again what a failed store write left
