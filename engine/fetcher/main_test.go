@@ -5,11 +5,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sift/batch/engine/fetcher"
 )
 
-// TestMain checks that no test leaves a goroutine behind: every fetcher is
-// closed, every test server and runner stopped. No allow-list is needed.
+// TestMain serves the filters when the test binary runs as a fetcher's
+// filter process, and otherwise checks that no test leaves a goroutine
+// behind: every fetcher is closed, every test server and runner stopped.
+// No allow-list is needed.
 func TestMain(m *testing.M) {
+	fetcher.RunFilterChild()
 	goleak.VerifyTestMain(m)
 }
 

@@ -1,0 +1,293 @@
+package fetcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/persistence"
+)
+
+// jsonPage returns a JSON page of about n bytes: {"items":[{"name":…,"n":…},…]}.
+func jsonPage(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; b.Len() < n-64; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"item %d","n":%d,"tags":["a","b"]}`, i, i)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// bigJSONSite serves a 4 MiB JSON page of many small objects.
+func bigJSONSite(t *testing.T) (*site, int) {
+	t.Helper()
+	page := jsonPage(4 << 20)
+	items := strings.Count(string(page), `"name"`)
+	return newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(page)
+	}), items
+}
+
+// sandboxes runs test once per kind of memory limit: the memory cgroup
+// the machine offers (skipped where it offers none) and RLIMIT_AS.
+func sandboxes(t *testing.T, test func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher)) {
+	t.Run("cgroup", func(t *testing.T) {
+		test(t, func(o fetcher.Options) *fetcher.Fetcher {
+			f := newTestFetcher(t, o)
+			if s := fetcher.FilterSandbox(f); !strings.HasPrefix(s, "cgroup") {
+				t.Skipf("no memory cgroup can be made here (sandbox %s)", s)
+			}
+			return f
+		})
+	})
+	t.Run("rlimit", func(t *testing.T) {
+		test(t, func(o fetcher.Options) *fetcher.Fetcher {
+			f := newTestFetcher(t, o)
+			fetcher.ForceRlimit(f)
+			return f
+		})
+	})
+}
+
+// TestFetcher_FilterLimits runs each hostile program of issue 23 against a
+// 4 MiB JSON page: the target fails with a hint that names the limit it
+// passed, and the same fetcher then filters the page well (a new process
+// replaced the one killed).
+func TestFetcher_FilterLimits(t *testing.T) {
+	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+		s, items := bigJSONSite(t)
+		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+		for _, c := range []struct {
+			o    engine.Options
+			want string
+		}{
+			{engine.Options{JQ: `"x" * 1100000000 | length`}, "jq used more than 256 MiB of memory"},
+			{engine.Options{JQ: `("x"*1000000000) as $a | $a+$a+$a | length`}, "jq used more than 256 MiB of memory"},
+			{engine.Options{JQ: `"x"*1e8 | explode | length`}, "jq used more than 256 MiB of memory"},
+			{engine.Options{JQ: `last(range(1e12))`}, "jq ran longer than 1s"},
+			{engine.Options{Grep: `[A-Z]{400}x`}, "grep ran longer than 1s"},
+			{engine.Options{JQ: `.items[].name`, Grep: `[A-Z]{400}x`}, "jq and grep ran longer than 1s"},
+		} {
+			if err := f.Check(engine.Target{URL: s.URL, Options: c.o}); err != nil {
+				t.Fatalf("%+v refused at submit: %v", c.o, err)
+			}
+			start := time.Now()
+			_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: c.o})
+			te := wantTargetError(t, err, http.StatusUnprocessableEntity, c.want, "")
+			t.Logf("%+v: %q after %s", c.o, te.Msg, time.Since(start).Round(time.Millisecond))
+			res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: ".items | length"}})
+			if err != nil || res.Content != strconv.Itoa(items) || res.Meta["jq_outputs"] != 1 {
+				t.Fatalf("after %+v, the next target: %q %v %v", c.o, res.Content, res.Meta, err)
+			}
+		}
+	})
+}
+
+// TestFetcher_FilterCPULimit: with the deadline out of the way, a program
+// that only computes passes its CPU time (RLIMIT_CPU, set before each
+// page) and fails naming it; the pool goes on.
+func TestFetcher_FilterCPULimit(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	fetcher.SetFilterBounds(f, time.Minute, 1)
+	run := func(o engine.Options) (engine.Result, error) {
+		return f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: o})
+	}
+	// Some pages first: the limit counts from each page's start.
+	for range 3 {
+		if res, err := run(engine.Options{JQ: "[limit(300000; range(1e9))] | length"}); err != nil || res.Content != "300000" {
+			t.Fatalf("a short program: %q %v", res.Content, err)
+		}
+	}
+	_, err := run(engine.Options{JQ: "last(range(1e12))"})
+	wantTargetError(t, err, http.StatusUnprocessableEntity, "jq used more than 1s of CPU time", "")
+	if res, err := run(engine.Options{JQ: ".a"}); err != nil || res.Content != "1" {
+		t.Fatalf("the next page: %q %v", res.Content, err)
+	}
+}
+
+// TestFetcher_FilterCheckGrepSize: a grep expression whose program has
+// more than 500 instructions is refused at submit, naming the limit;
+// a stored one (never checked) fails its target.
+func TestFetcher_FilterCheckGrepSize(t *testing.T) {
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	for _, re := range []string{`[A-Z]{1000}x`, `(abc|def){200}`, `\pL{600}`} {
+		err := f.Check(engine.Target{URL: "https://example.com", Options: engine.Options{Grep: re}})
+		if err == nil || !strings.Contains(err.Error(), "more than the 500 allowed") || !strings.HasPrefix(err.Error(), "grep: ") {
+			t.Errorf("grep %q: %v, want refused naming the limit", re, err)
+		}
+	}
+	for _, re := range []string{`[A-Z]{400}x`, `^(?i)error|warn(ing)?$`, `\d{4}-\d{2}-\d{2}`, `"name": ?"[^"]*"`} {
+		if err := f.Check(engine.Target{Options: engine.Options{Grep: re}}); err != nil {
+			t.Errorf("grep %q refused: %v", re, err)
+		}
+	}
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ABC\n")) })
+	_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: `[A-Z]{1000}x`}})
+	wantTargetError(t, err, http.StatusUnprocessableEntity, "bad grep expression", "")
+}
+
+// slowGrep is a grep expression that takes RE2 tens of seconds on a 4 MiB
+// page.
+const slowGrep = `[A-Z]{400}x`
+
+// upperPage serves 4 MiB of capital letters in lines of 4 KiB.
+func upperPage(t *testing.T) *site {
+	line := strings.Repeat("ABCDEFGHIJKLMNOP", 256) + "\n"
+	page := strings.Repeat(line, 1024)
+	return newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(page)) })
+}
+
+// procGone reports whether process pid has ended and been reaped.
+func procGone(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// TestFetcher_FilterCancelKillsProcess: a job cancelled while its grep
+// runs (with no deadline near) has its filter process killed at once;
+// the runner's only worker then does the next job.
+func TestFetcher_FilterCancelKillsProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc")
+	}
+	s := upperPage(t)
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	fetcher.SetFilterBounds(f, 10*time.Minute, 0)
+	store, err := persistence.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var mu sync.Mutex
+	var stored []error
+	r, err := engine.New(store, f.Fetch, engine.Config{Workers: 1, Hooks: engine.Hooks{
+		Target: func(err error, _ time.Duration, _ int) { mu.Lock(); stored = append(stored, err); mu.Unlock() },
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	slow, _, err := r.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: s.URL + "/a", Options: engine.Options{Grep: slowGrep}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	waitFor(t, 30*time.Second, "a filter process running the grep", func() bool {
+		if pids := fetcher.FilterPIDs(f); len(pids) == 1 && s.hits.Load() == 1 {
+			pid = pids[0]
+			return cpuTicks(pid) > 0
+		}
+		return false
+	})
+	if !r.Cancel(slow) {
+		t.Fatal("cancel refused")
+	}
+	waitFor(t, 30*time.Second, "the filter process killed and reaped", func() bool { return procGone(pid) })
+	next, _, err := r.Submit(context.Background(), &engine.Caller{Name: "bob"}, "", []engine.Target{{URL: s.URL + "/b", Options: engine.Options{Grep: "^ABC"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j, err := r.Wait(ctx, next)
+	if err != nil || j.Status != engine.StatusDone {
+		t.Fatalf("the next job: %+v %v", j, err)
+	}
+	if j, _ := r.Job(slow); j.Status != engine.StatusCancelled {
+		t.Fatalf("the cancelled job: %+v", j)
+	}
+	if pids := fetcher.FilterPIDs(f); len(pids) != 1 || pids[0] == pid {
+		t.Fatalf("filter processes %v after the cancel (killed: %d), want one new one", pids, pid)
+	}
+}
+
+// cpuTicks returns the user and system CPU time of process pid, in clock
+// ticks, or 0.
+func cpuTicks(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return u + s
+}
+
+// TestFetcher_FilterCloseReapsProcesses: Close kills every filter
+// process, idle or running a page (that fetch fails "fetch stopped"), and
+// returns once they are reaped: no zombie is left.
+func TestFetcher_FilterCloseReapsProcesses(t *testing.T) {
+	s := upperPage(t)
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetcher.SetFilterBounds(f, 10*time.Minute, 0)
+	if _, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^A"}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: slowGrep}})
+		done <- err
+	}()
+	var pids []int
+	waitFor(t, 30*time.Second, "two filter processes, one running", func() bool {
+		pids = fetcher.FilterPIDs(f)
+		return len(pids) == 2 && s.hits.Load() == 2
+	})
+	f.Close()
+	for _, pid := range pids {
+		if !procGone(pid) {
+			t.Errorf("filter process %d not reaped after Close", pid)
+		}
+	}
+	wantTargetError(t, <-done, http.StatusServiceUnavailable, "fetch stopped", "")
+	_, err = f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^A"}})
+	wantTargetError(t, err, http.StatusServiceUnavailable, "fetch stopped", "")
+	if res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL}); err != nil || len(res.Content) != 4<<20 {
+		t.Fatalf("unfiltered after Close: %d bytes, %v", len(res.Content), err)
+	}
+	f.Close()
+}
+
+// TestFetcher_FilterUnfilteredNoProcess: a target without jq and grep
+// starts no filter process.
+func TestFetcher_FilterUnfilteredNoProcess(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	for range 3 {
+		if res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL}); err != nil || res.Content != `{"a":1}` {
+			t.Fatalf("%q %v", res.Content, err)
+		}
+	}
+	if pids := fetcher.FilterPIDs(f); len(pids) != 0 {
+		t.Fatalf("filter processes %v for unfiltered targets", pids)
+	}
+	if _, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: ".a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if pids := fetcher.FilterPIDs(f); len(pids) != 1 {
+		t.Fatalf("filter processes %v after one filtered target, want 1 (kept warm)", pids)
+	}
+}
