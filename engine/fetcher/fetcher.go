@@ -408,14 +408,16 @@ func statusError(code int) error {
 }
 
 // classify turns a transport error into a [*engine.TargetError] that never
-// carries the URL or the host. A done parent ctx (the runner closing) is a
-// [stoppedError]: a TargetError that also wraps the context's cause.
+// carries the URL or the host. A done parent ctx (the runner closing, or
+// the job cancelled: cause [engine.ErrCancelled]) is a [stoppedError]: a
+// TargetError that also wraps the context's cause.
 func (f *Fetcher) classify(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return &stoppedError{
-			te:    &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was fetched; submit the job again"},
-			cause: context.Cause(ctx),
+		te := &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was fetched; submit the job again"}
+		if errors.Is(context.Cause(ctx), engine.ErrCancelled) {
+			te = &engine.TargetError{Status: http.StatusConflict, Msg: "cancelled", Hint: "the job was cancelled while this target was fetched"}
 		}
+		return &stoppedError{te: te, cause: context.Cause(ctx)}
 	}
 	te := &engine.TargetError{Status: http.StatusBadGateway}
 	var dnsErr *net.DNSError
