@@ -419,7 +419,7 @@ type serveProcess struct {
 
 // startServeProcess starts serve with args after the ones it sets; it is
 // stopped (SIGTERM) and waited for at t's cleanup.
-func startServeProcess(t *testing.T, args ...string) *serveProcess {
+func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	t.Helper()
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -464,7 +464,7 @@ func startServeProcess(t *testing.T, args ...string) *serveProcess {
 }
 
 // do sends a request as key with a JSON body (none if "").
-func (p *serveProcess) do(t *testing.T, method, path, key, body string) response {
+func (p *serveProcess) do(t testing.TB, method, path, key, body string) response {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -479,17 +479,19 @@ func (p *serveProcess) do(t *testing.T, method, path, key, body string) response
 }
 
 // submit submits targets as key and returns the job's id.
-func (p *serveProcess) submit(t *testing.T, key string, targets []engine.Target) string {
+func (p *serveProcess) submit(t testing.TB, key string, targets []engine.Target) string {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"targets": targets})
 	r := p.do(t, http.MethodPost, "/v1/batch", key, string(body))
-	wantCode(t, r, http.StatusAccepted)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.code, r.body)
+	}
 	return r.json(t)["id"].(string)
 }
 
 // wait long-polls job id until it has ended, and returns it with its
 // targets.
-func (p *serveProcess) wait(t *testing.T, key, id string) map[string]any {
+func (p *serveProcess) wait(t testing.TB, key, id string) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -504,7 +506,7 @@ func (p *serveProcess) wait(t *testing.T, key, id string) map[string]any {
 
 // filterSite serves /json: a 4 MiB JSON page of items, each with a code of
 // 600 capital letters.
-func filterSite(t *testing.T) *httptest.Server {
+func filterSite(t testing.TB) *httptest.Server {
 	t.Helper()
 	code := strings.Repeat("QWERTYUIOPASDFGHJKLZXCVBNM", 24)[:600]
 	var b strings.Builder

@@ -331,9 +331,24 @@ func (p *filterPool) sandbox() string {
 	return "rlimit"
 }
 
+// oomTexts are what a Go process's fatal error says when the memory it
+// asked for was refused (an mmap that failed under RLIMIT_AS; the last two
+// are the race detector's).
+var oomTexts = [][]byte{
+	[]byte("out of memory"),
+	[]byte("cannot allocate memory"),
+	[]byte("failed to create new OS thread"),
+	[]byte("too many address space collisions"),
+	[]byte("ThreadSanitizer failed to allocate"),
+}
+
 // oomText reports whether a filter process's standard error says that it
-// ran out of memory (a failed mmap under RLIMIT_AS).
+// ran out of memory.
 func oomText(stderr []byte) bool {
-	return bytes.Contains(stderr, []byte("out of memory")) || bytes.Contains(stderr, []byte("cannot allocate memory")) ||
-		bytes.Contains(stderr, []byte("failed to create new OS thread"))
+	for _, t := range oomTexts {
+		if bytes.Contains(stderr, t) {
+			return true
+		}
+	}
+	return false
 }
