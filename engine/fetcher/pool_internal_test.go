@@ -144,6 +144,20 @@ func BenchmarkFilter(b *testing.B) {
 	}
 }
 
+// BenchmarkFilterStart measures a filter process's start: one op starts a
+// pool, filters a 4 KiB page in a new process (start, confinement, the
+// ready frame, the page) and closes the pool (kill, reap).
+func BenchmarkFilterStart(b *testing.B) {
+	req := filterRequest{grep: `"n":[0-9]*0,`, maxOut: DefaultMaxBody, body: benchPage(4 << 10)}
+	for i := 0; i < b.N; i++ {
+		p := newFilterPool(1, DefaultFilterMemory)
+		if _, err := p.run(context.Background(), req, 1<<30); err != nil {
+			b.Fatal(err)
+		}
+		p.close()
+	}
+}
+
 // percentile returns the p-th percentile of ds (nearest rank).
 func percentile(ds []time.Duration, p int) time.Duration {
 	if len(ds) == 0 {
