@@ -20,3 +20,7 @@ func ForceRlimit(f *Fetcher) { f.filters.rlimitOnly = true }
 func SetFilterBounds(f *Fetcher, timeout time.Duration, cpuSeconds int) {
 	f.filters.timeout, f.filters.cpu = timeout, cpuSeconds
 }
+
+// SetFilterEnv adds env to the environment of f's new filter processes
+// (nil: none).
+func SetFilterEnv(f *Fetcher, env []string) { f.filters.env = env }

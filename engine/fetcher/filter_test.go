@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -355,5 +356,31 @@ func TestFetcher_FilterUnfilteredNoProcess(t *testing.T) {
 	}
 	if pids := fetcher.FilterPIDs(f); len(pids) != 1 {
 		t.Fatalf("filter processes %v after one filtered target, want 1 (kept warm)", pids)
+	}
+}
+
+// TestFetcher_FilterGarbageFromChild: a filter process that answers with a
+// frame that breaks the protocol (2 GiB of content claimed) is killed and
+// reaped; the target fails "filters failed" (not a limit it did not
+// pass); the next page gets a sound process.
+func TestFetcher_FilterGarbageFromChild(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("alpha\nbeta\n")) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	fetcher.SetFilterEnv(f, []string{garbageChildEnv + "=" + pidFile})
+	_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "a"}})
+	wantTargetError(t, err, http.StatusInternalServerError, "filters failed", "")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(data))
+	if pid == 0 || !procGone(pid) || len(fetcher.FilterPIDs(f)) != 0 {
+		t.Fatalf("the broken process %q is not reaped (filter processes %v)", data, fetcher.FilterPIDs(f))
+	}
+	fetcher.SetFilterEnv(f, nil)
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^b"}})
+	if err != nil || res.Content != "beta" {
+		t.Fatalf("the next page: %q %v", res.Content, err)
 	}
 }

@@ -89,6 +89,8 @@ func (f *Fetcher) filterError(ctx context.Context, o engine.Options, err error) 
 	case end.why == killDeadline:
 		return &engine.TargetError{Status: http.StatusUnprocessableEntity, Msg: fmt.Sprintf("%s ran longer than %s", who, timeout),
 			Hint: fmt.Sprintf("jq and grep together may run for %s on one page; make %s do less", timeout, who)}
+	case end.why == killBroken:
+		// garbage on its output: the generic error below
 	case end.code == childExitCPU || cpuSignal(end.signal):
 		return &engine.TargetError{Status: http.StatusUnprocessableEntity, Msg: fmt.Sprintf("%s used more than %s of CPU time", who, cpu),
 			Hint: fmt.Sprintf("jq and grep together may use %s of CPU time on one page; make %s do less", cpu, who)}

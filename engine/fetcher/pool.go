@@ -42,7 +42,7 @@ const (
 	killDeadline            // past FilterTimeout
 	killCancel              // the fetch's context was done
 	killClosed              // the fetcher closed
-	killBroken              // a failed read or write, or garbage
+	killBroken              // garbage, or it did not start
 )
 
 // errPoolClosed is a filter asked for after [Fetcher.Close].
@@ -57,6 +57,7 @@ type filterPool struct {
 	timeout    time.Duration // FilterTimeout; tests shorten or lengthen it
 	cpu        int           // FilterCPU in seconds; 0: no CPU limit
 	rlimitOnly bool          // never a cgroup (tests of the fallback)
+	env        []string      // tests: more environment for new processes
 	slots      chan struct{} // one held per process running a page
 
 	mu     sync.Mutex
@@ -132,10 +133,13 @@ func (p *filterPool) run(ctx context.Context, req filterRequest, maxContent int6
 		}
 		return resp, nil
 	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.kill(killDeadline)
-	} else {
+	case errors.Is(err, errBadFrame):
 		c.kill(killBroken)
+	default:
+		c.kill(killNone) // it ended by itself (its pipe closed): its end says how
 	}
 	end := p.discard(c)
 	return filterResponse{}, &end
@@ -256,6 +260,7 @@ func (p *filterPool) start(ctx context.Context) (*filterProc, error) {
 		filterCPUEnv + "=" + strconv.Itoa(p.cpu),
 		"GOTRACEBACK=none", // a fatal error's first line tells why; no stacks
 	}
+	cmd.Env = append(cmd.Env, p.env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = fds[0], fds[3], fds[5]
 	cmd.SysProcAttr = childProcAttr()
 	err = cmd.Start()
