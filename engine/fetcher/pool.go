@@ -145,6 +145,8 @@ func (p *filterPool) run(ctx context.Context, req filterRequest, maxContent int6
 	return filterResponse{}, &end
 }
 
+// Error says how the process ended, in numbers: never shown to a caller
+// ([Fetcher.filterError] turns it into the target's error).
 func (e *filterEnd) Error() string {
 	return fmt.Sprintf("filter process ended: reason %d, exit code %d, signal %d", e.why, e.code, e.signal)
 }
