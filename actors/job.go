@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
 
@@ -49,6 +51,10 @@ type job struct {
 	// Touches wait for the job's next write.
 	view      *View
 	published Snapshot
+	// stopFetch cancels the context of the target in flight (fetching):
+	// with ErrCancelled when the job is cancelled, with nil once its
+	// outcome is back.
+	stopFetch context.CancelCauseFunc
 }
 
 // jobPhase is what a job actor is doing.
@@ -385,7 +391,14 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 		j.rec.Status = persistence.StatusRunning
 	}
 	j.publish() // readers see the target running before it starts
-	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.cur, payload: j.payload})
+	parent := j.cfg.FetchContext
+	if parent == nil {
+		parent = context.Background()
+	}
+	fctx, stop := context.WithCancelCause(parent)
+	j.endFetch()
+	j.stopFetch = stop
+	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.cur, payload: j.payload, ctx: fctx})
 	if queued {
 		// While the first target is fetched: its outcome is written after
 		// this (the store keeps the order), never before.
@@ -411,6 +424,7 @@ func (j *job) putBack(ctx actor.Context, worker *actor.PID, st jobState) {
 // fetched takes a target's outcome: fetching → storing (the common case),
 // or idle, or the end.
 func (j *job) fetched(ctx actor.Context, m *fetched) {
+	j.endFetch()
 	if m.idx != j.cur || m.abandoned {
 		// Not the target in flight (cannot happen): never store it twice,
 		// but give the worker back. Or the runner gave up on the fetch at
@@ -586,14 +600,26 @@ func (j *job) ended(ctx actor.Context) {
 	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(j.now() - j.rec.Created)})
 }
 
-// cancel cancels a live job: idle → the end; fetching stays fetching, the
-// target's outcome then settles it.
+// endFetch releases the context of the fetch in flight, if any.
+func (j *job) endFetch() {
+	if j.stopFetch != nil {
+		j.stopFetch(nil)
+		j.stopFetch = nil
+	}
+}
+
+// cancel cancels a live job: idle → the end; fetching stays fetching, its
+// context cancelled (cause ErrCancelled), and the target's outcome then
+// settles it.
 func (j *job) cancel(ctx actor.Context) bool {
 	if j.terminal() {
 		return false
 	}
 	j.rec.Status = persistence.StatusCancelled
 	j.rec.Settled = j.phase == phaseIdle
+	if j.stopFetch != nil { // the fetch in flight stops; its outcome settles the job
+		j.stopFetch(batchtype.ErrCancelled)
+	}
 	j.save("cancelled")
 	if j.phase == phaseIdle {
 		j.settle(ctx, true)

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -72,6 +73,7 @@ type fetch struct {
 	jobID   string
 	idx     int
 	payload any
+	ctx     context.Context // the fetch's: FetchContext's, also cancelled with the job; nil: FetchContext
 }
 
 // fetched is one target's outcome, sent to its job; abandoned: the runner

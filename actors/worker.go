@@ -129,6 +129,10 @@ func fetchOnce(cfg *Config, m *fetch, start time.Time) (r fetchReturn) {
 			r = fetchReturn{took: time.Since(start), failed: errFetchPanicked}
 		}
 	}()
-	out := cfg.Fetch(cfg.FetchContext, m.payload, m.idx)
+	fctx := m.ctx
+	if fctx == nil {
+		fctx = cfg.FetchContext
+	}
+	out := cfg.Fetch(fctx, m.payload, m.idx)
 	return fetchReturn{out: out, took: time.Since(start)}
 }

@@ -37,7 +37,10 @@ func (s *stepper) fetch(ctx context.Context, _ *engine.Caller, tg engine.Target)
 	select {
 	case <-s.step:
 	case <-ctx.Done():
-		return engine.Result{}, ctx.Err()
+		if !errors.Is(context.Cause(ctx), engine.ErrCancelled) {
+			return engine.Result{}, ctx.Err()
+		}
+		<-s.step // its job was cancelled: this fetch finishes all the same, when stepped
 	}
 	if s.result != nil {
 		return s.result(tg), nil

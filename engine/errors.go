@@ -36,4 +36,8 @@ var (
 	// Admission could not decide (in a cluster, the caller's grain could
 	// not be reached in time): nothing was created; submit again later.
 	ErrNoAdmission = batchtype.ErrNoAdmission
+	// ErrCancelled is the cause ([context.Cause]) of a [FetchFunc]'s
+	// context once its job was cancelled ([Runner.Cancel]) while it ran:
+	// the fetch should stop and return.
+	ErrCancelled = batchtype.ErrCancelled
 )

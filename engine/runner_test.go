@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,6 +462,42 @@ func TestRunner_Cancel(t *testing.T) {
 	b.waitStatus(t, done, "done")
 	require.False(t, b.r.Cancel(done))
 	require.Equal(t, 1, b.hooks.job("cancelled"))
+}
+
+// TestRunner_CancelStopsFetch: Cancel cancels the context of the job's
+// fetch in flight, with cause ErrCancelled, and only that one: another
+// job's fetch goes on; what the stopped fetch returns is stored.
+func TestRunner_CancelStopsFetch(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	b := setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		started <- tg.URL
+		select {
+		case <-ctx.Done():
+			return engine.Result{}, &engine.TargetError{Status: 409, Msg: "stopped: " + context.Cause(ctx).Error(), Hint: "h"}
+		case <-release:
+			return engine.Result{Content: "ok"}, nil
+		}
+	}, engine.Config{Workers: 2})
+	a := b.submit(t, "alice", targets("a", 2))
+	o := b.submit(t, "bob", targets("b", 1))
+	got := []string{recv(t, started), recv(t, started)}
+	slices.Sort(got)
+	require.Equal(t, []string{"http://h/a/0", "http://h/b/0"}, got)
+	require.True(t, b.r.Cancel(a))
+	waitFor(t, "the cancelled job's target stored", func() bool {
+		_, ts, _ := b.r.Status(a)
+		return ts[0].Status == "failed"
+	})
+	j, ts, _ := b.r.Status(a)
+	require.Equal(t, "cancelled", j.Status)
+	require.Equal(t, "stopped: "+engine.ErrCancelled.Error(), ts[0].Error)
+	require.Equal(t, "pending", ts[1].Status)
+	_, ts, _ = b.r.Status(o)
+	require.Equal(t, "running", ts[0].Status, "another job's fetch goes on")
+	close(release)
+	b.waitStatus(t, o, "done")
 }
 
 func TestRunner_CancelQueued(t *testing.T) {

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sift/batch/engine"
 )
 
 // benchTimeout bounds every wait of a benchmark; only a bug reaches it.
@@ -347,4 +349,63 @@ func procStatusBytes(b testing.TB, pid int, name string) int64 {
 	}
 	b.Fatalf("no %s in /proc/%d/status", name, pid)
 	return 0
+}
+
+// hostileFilters are issue 23's hostile options, by name.
+var hostileFilters = []struct {
+	name string
+	o    engine.Options
+}{
+	{"jq-repeat-1.1e9", engine.Options{JQ: `"x" * 1100000000 | length`}},
+	{"jq-concat-3e9", engine.Options{JQ: `("x"*1000000000) as $a | $a+$a+$a | length`}},
+	{"jq-explode-1e8", engine.Options{JQ: `"x"*1e8 | explode | length`}},
+	{"grep-400", engine.Options{Grep: `[A-Z]{400}x`}},
+}
+
+// BenchmarkServe_HostileFilters runs each of issue 23's hostile options,
+// one target of one caller's job, against a 4 MiB JSON page on a real
+// serve process (the built binary, one worker): one op is one serve
+// process, warmed up by a jq on the page (its filter process started),
+// its peak RSS then reset to its RSS (/proc/PID/clear_refs). It reports
+// serve's RSS before (base-MiB), its peak during the job (peak-MiB), the
+// difference (growth-MiB), and the target's time from submit to the job's
+// end (target-ms; a long-poll answers at the end). Use -benchtime 1x.
+func BenchmarkServe_HostileFilters(b *testing.B) {
+	site := filterSite(b)
+	for _, h := range hostileFilters {
+		b.Run(h.name, func(b *testing.B) {
+			var base, peak, took float64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				p := startServeProcess(b, "--workers", "1")
+				warm := p.submit(b, "carol-key", []engine.Target{{URL: site.URL + "/json?warm", Options: engine.Options{JQ: ".items | length"}}})
+				if j := p.wait(b, "carol-key", warm); j["status"] != "done" {
+					b.Fatalf("warm-up job: %v", j)
+				}
+				rss := procStatusBytes(b, p.pid, "VmRSS")
+				if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+					b.Skipf("cannot reset serve's peak RSS: %v", err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				id := p.submit(b, "alice-key", []engine.Target{{URL: site.URL + "/json", Options: h.o}})
+				j := p.wait(b, "alice-key", id)
+				d := time.Since(start)
+				b.StopTimer()
+				tg := j["targets"].([]any)[0].(map[string]any)
+				if j["status"] != "failed" {
+					b.Fatalf("job %v", j)
+				}
+				b.Logf("%s: %q after %s", h.name, tg["error"], d.Round(time.Millisecond))
+				base += float64(rss)
+				peak += float64(procStatusBytes(b, p.pid, "VmHWM"))
+				took += float64(d)
+			}
+			n := float64(b.N)
+			b.ReportMetric(base/n/(1<<20), "base-MiB")
+			b.ReportMetric(peak/n/(1<<20), "peak-MiB")
+			b.ReportMetric((peak-base)/n/(1<<20), "growth-MiB")
+			b.ReportMetric(took/n/float64(time.Millisecond), "target-ms")
+		})
+	}
 }

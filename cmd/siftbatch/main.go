@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sift/batch/engine/fetcher"
 )
 
 // Exit codes.
@@ -29,6 +31,7 @@ const (
 )
 
 func main() {
+	fetcher.RunFilterChild() // a filter process of serve's fetcher runs here, and exits
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
 
@@ -21,6 +22,7 @@ import (
 const holdStoreEnv = "SIFTBATCH_TEST_HOLD_STORE"
 
 func TestMain(m *testing.M) {
+	fetcher.RunFilterChild() // the filter processes of the fetchers the tests make
 	if os.Getenv(runMainEnv) != "" {
 		main() // the command itself (TestServe_Cluster's nodes); it exits
 	}

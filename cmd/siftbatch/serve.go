@@ -51,6 +51,7 @@ type serveFlags struct {
 	logLevel     string
 	fetchTimeout time.Duration
 	maxBody      int64
+	filterMemory int64
 	uiSession    time.Duration
 	tlsProxy     bool
 	cfg          engine.Config
@@ -118,6 +119,7 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
 	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
+	fs.Int64Var(&f.filterMemory, "filter-memory", fetcher.DefaultFilterMemory, "memory limit in bytes of each process that runs a page's jq and grep, at least 32 MiB")
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	addConfigFlags(fs, &f.cfg)
@@ -162,6 +164,7 @@ func (f *serveFlags) validate() error {
 		{"jobs-total", c.JobsTotal >= 1, "at least 1", c.JobsTotal},
 		{"max-bytes", c.MaxBytes >= 1, "at least 1 (bytes)", c.MaxBytes},
 		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
+		{"filter-memory", f.filterMemory >= fetcher.MinFilterMemory, fmt.Sprintf("at least %d (32 MiB)", fetcher.MinFilterMemory), f.filterMemory},
 		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
 		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
 		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
@@ -215,7 +218,8 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, err
 	}
 	store.SetLogger(log)
-	fo := fetcher.Options{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody}
+	fo := fetcher.Options{AllowPrivate: f.allowPrivate, Timeout: f.fetchTimeout, MaxBody: f.maxBody,
+		FilterMemory: f.filterMemory, FilterProcs: f.cfg.Workers}
 	if f.fetcherHook != nil {
 		f.fetcherHook(&fo)
 	}

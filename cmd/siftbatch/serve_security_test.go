@@ -15,8 +15,12 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -401,5 +405,196 @@ func TestServe_LongPollEndsOnStop(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the long-poll did not answer")
+	}
+}
+
+// serveProcess is `siftbatch serve` run from the built binary, on a
+// loopback port, its store in memory, keys testKeys (alice-key, bob-key,
+// carol-key), private addresses allowed.
+type serveProcess struct {
+	base string
+	pid  int
+	c    *http.Client
+}
+
+// startServeProcess starts serve with args after the ones it sets; it is
+// stopped (SIGTERM) and waited for at t's cleanup.
+func startServeProcess(t testing.TB, args ...string) *serveProcess {
+	t.Helper()
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", "", "--keys", keys, "--allow-private", "--log-level", "warn"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	transport := &http.Transport{}
+	t.Cleanup(func() {
+		transport.CloseIdleConnections()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	p := &serveProcess{pid: cmd.Process.Pid, c: &http.Client{Transport: transport, Timeout: 2 * time.Minute}}
+	select {
+	case l := <-line:
+		var ok bool
+		if _, p.base, ok = strings.Cut(strings.TrimSpace(l), "listening on "); !ok {
+			t.Fatalf("serve said %q", l)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not start")
+	}
+	return p
+}
+
+// do sends a request as key with a JSON body (none if "").
+func (p *serveProcess) do(t testing.TB, method, path, key, body string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, p.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	return send(t, p.c, req)
+}
+
+// submit submits targets as key and returns the job's id.
+func (p *serveProcess) submit(t testing.TB, key string, targets []engine.Target) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"targets": targets})
+	r := p.do(t, http.MethodPost, "/v1/batch", key, string(body))
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.code, r.body)
+	}
+	return r.json(t)["id"].(string)
+}
+
+// wait long-polls job id until it has ended, and returns it with its
+// targets.
+func (p *serveProcess) wait(t testing.TB, key, id string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		j := p.do(t, http.MethodGet, "/v1/batch/"+id+"?wait=30s", key, "").json(t)
+		if st := j["status"]; st != "queued" && st != "running" {
+			return j
+		}
+	}
+	t.Fatalf("job %s did not end", id)
+	return nil
+}
+
+// filterSite serves /json: a 4 MiB JSON page of items, each with a code of
+// 600 capital letters.
+func filterSite(t testing.TB) *httptest.Server {
+	t.Helper()
+	code := strings.Repeat("QWERTYUIOPASDFGHJKLZXCVBNM", 24)[:600]
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; b.Len() < 4<<20-1024; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"item %d","code":"%s"}`, i, code)
+	}
+	b.WriteString(`]}`)
+	page := b.String()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, page)
+	}))
+	t.Cleanup(site.Close)
+	return site
+}
+
+// TestServe_HostileFiltersBounded runs issue 23's hostile jq programs and
+// grep expression, as one caller's job, against a 4 MiB JSON page on a
+// real serve process with one worker: each target fails with a hint that
+// names the limit it passed; serve's own peak RSS stays within 300 MiB of
+// its RSS before; another caller's job, submitted while the first runs,
+// is done before the first has run half its targets (the worker takes
+// the callers in turn, and no target holds it past its limit); a grep
+// over 500 instructions is refused at submit with 422.
+func TestServe_HostileFiltersBounded(t *testing.T) {
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
+	}
+	site := filterSite(t)
+	p := startServeProcess(t, "--workers", "1")
+
+	r := p.do(t, http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"`+site.URL+`/json","options":{"grep":"[A-Z]{1000}x"}}]}`)
+	wantCode(t, r, http.StatusUnprocessableEntity)
+	if !strings.Contains(string(r.body), "500 allowed") {
+		t.Fatalf("a grep of 1003 instructions: %s, want the limit named", r.body)
+	}
+
+	// Warm up: the filter process starts; serve's RSS with a page in.
+	warm := p.submit(t, "carol-key", []engine.Target{{URL: site.URL + "/json?warm", Options: engine.Options{JQ: ".items | length"}}})
+	if j := p.wait(t, "carol-key", warm); j["status"] != "done" {
+		t.Fatalf("warm-up job: %v", j)
+	}
+	base := procStatusBytes(t, p.pid, "VmRSS")
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset serve's peak RSS: %v", err)
+	}
+
+	hostile := []engine.Options{
+		{JQ: `"x" * 1100000000 | length`},
+		{JQ: `("x"*1000000000) as $a | $a+$a+$a | length`},
+		{JQ: `"x"*1e8 | explode | length`},
+		{Grep: `[A-Z]{400}x`},
+	}
+	var targets []engine.Target
+	for round := range 2 {
+		for i, o := range hostile {
+			targets = append(targets, engine.Target{URL: fmt.Sprintf("%s/json?r=%d&i=%d", site.URL, round, i), Options: o})
+		}
+	}
+	alice := p.submit(t, "alice-key", targets)
+	waitFor(t, time.Minute, "alice's job running", func() bool {
+		return p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-key", "").json(t)["status"] == "running"
+	})
+	bob := p.submit(t, "bob-key", []engine.Target{{URL: site.URL + "/json?bob", Options: engine.Options{JQ: "[.items[].name] | length"}}})
+	if j := p.wait(t, "bob-key", bob); j["status"] != "done" {
+		t.Fatalf("bob's job: %v", j)
+	}
+	if done := p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-key", "").json(t)["targets_done"].(float64); done > 4 {
+		t.Errorf("bob's job ended after %v of alice's 8 hostile targets, want at most 4", done)
+	}
+	j := p.wait(t, "alice-key", alice)
+	if j["status"] != "failed" || j["targets_failed"] != float64(len(targets)) {
+		t.Fatalf("alice's job: %v", j)
+	}
+	for _, tg := range j["targets"].([]any) {
+		tg := tg.(map[string]any)
+		msg, _ := tg["error"].(string)
+		if !strings.HasSuffix(msg, "used more than 256 MiB of memory") && !strings.HasSuffix(msg, "ran longer than 1s") || tg["hint"] == "" {
+			t.Errorf("target %v: %q %q, want a limit named, with a hint", tg["idx"], msg, tg["hint"])
+		}
+	}
+	peak := procStatusBytes(t, p.pid, "VmHWM")
+	t.Logf("serve's RSS %d MiB before the hostile job, peak %d MiB", base>>20, peak>>20)
+	if peak > base+300<<20 {
+		t.Errorf("serve's peak RSS %d MiB, more than 300 MiB over its %d MiB before", peak>>20, base>>20)
 	}
 }

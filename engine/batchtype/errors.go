@@ -36,4 +36,7 @@ var (
 	// Admission could not decide (a cluster whose caller's grain could not
 	// be reached in time): nothing was created; submit again later.
 	ErrNoAdmission = errors.New("admission unavailable")
+	// ErrCancelled is the cause (context.Cause) of a fetch's context once
+	// its job was cancelled (engine.Runner.Cancel) while the fetch ran.
+	ErrCancelled = errors.New("job cancelled")
 )

@@ -21,6 +21,49 @@
 // Target options: the fetcher honours grep (keep the lines an RE2 regular
 // expression matches) and jq (run a jq program, with
 // github.com/itchyny/gojq, on a JSON page); see [Fetcher.Fetch].
-// [Fetcher.Honours] names them and [Fetcher.Check] checks their values, so
-// that an HTTP handler can refuse the others, and bad values, at submit.
+// [Fetcher.Honours] names them and [Fetcher.Check] checks their values
+// (grep at most [MaxGrepInstructions] compiled instructions), so that an
+// HTTP handler can refuse the others, and bad values, at submit.
+//
+// # Filters run in a child process
+//
+// jq and grep run what callers send: a program can ask for gigabytes in
+// one builtin call, an expression can take minutes on a page. So they
+// never run in the embedding process: each page's filters run in a filter
+// process, the program's own binary executed again (/proc/self/exe) with a
+// marker in its environment, as Docker's reexec does. Its limits:
+//
+//   - memory: [Options.FilterMemory] (default 256 MiB), set by a memory
+//     cgroup of its own, made under the process's own cgroup where it can
+//     (cgroup v2 memory.max, with the memory controller enabled for the
+//     cgroup's children, or cgroup v1 memory.limit_in_bytes; usually as
+//     root), else by RLIMIT_AS: the child's address space once started
+//     (a Go binary reserves about 1.2 GB, more under the race detector)
+//     plus the limit. The child also sets its Go memory limit a little
+//     under it (GOMEMLIMIT), so that its collector works harder first;
+//   - time: [FilterTimeout] (1 s) for jq and grep together, after which
+//     the child is killed (SIGKILL);
+//   - CPU time: [FilterCPU] (2 s) per page, RLIMIT_CPU, a backstop;
+//   - one thread of Go code (GOMAXPROCS 1), an empty environment, no
+//     access to the fetch's network or the store.
+//
+// A target whose filters pass a limit fails with an [*engine.TargetError]
+// that names it ("jq used more than 256 MiB of memory", "grep ran longer
+// than 1s"); the fetch's context being cancelled ([engine.Runner.Cancel],
+// [engine.Runner.Close]) kills the child at once. A few children
+// ([Options.FilterProcs]) stay warm between pages; one that broke a limit,
+// or died, is reaped and a new one started when a page needs it.
+// [Fetcher.Close] kills them and waits for them. A target without jq and
+// grep involves no child.
+//
+// The embedder's one call: [RunFilterChild], first thing in main, and in
+// the TestMain of every package whose tests filter pages with a Fetcher:
+//
+//	func main() {
+//		fetcher.RunFilterChild() // in a filter process: serves, then exits
+//		…
+//	}
+//
+// Outside Linux there is no hard memory or CPU limit (no cgroup, no
+// prlimit): only the deadline and the Go memory limit.
 package fetcher

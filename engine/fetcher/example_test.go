@@ -42,3 +42,36 @@ func ExampleNew() {
 	// <h1>hello</h1> 200 <nil>
 	// 403 address not allowed
 }
+
+// ExampleRunFilterChild is the start of a program that embeds the fetcher
+// and filters pages with jq or grep: RunFilterChild comes first in main
+// (here the Example's own test binary, whose TestMain calls it). In a
+// filter process it serves the fetcher and exits; in the program itself
+// it returns at once, and filtered fetches run in filter processes.
+func ExampleRunFilterChild() {
+	fetcher.RunFilterChild() // first thing in main
+
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"items":[{"name":"a"},{"name":"b"}]}`)
+	}))
+	defer site.Close()
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true})
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close() // stops the filter processes
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "agent"},
+		engine.Target{URL: site.URL, Options: engine.Options{JQ: ".items[].name"}})
+	fmt.Println(res.Content, res.Meta["jq_outputs"], err)
+
+	_, err = f.Fetch(context.Background(), &engine.Caller{Name: "agent"},
+		engine.Target{URL: site.URL, Options: engine.Options{JQ: `last(range(1e12))`}})
+	var te *engine.TargetError
+	if errors.As(err, &te) {
+		fmt.Println(te.Status, te.Msg)
+	}
+	// Output:
+	// "a"
+	// "b" 2 <nil>
+	// 422 jq ran longer than 1s
+}

@@ -29,6 +29,14 @@ const (
 	DefaultMaxRedirects = 5
 	// DefaultUserAgent is the User-Agent header of every request.
 	DefaultUserAgent = "siftbatch/1 (+https://github.com/sift/batch)"
+	// DefaultFilterMemory is the memory limit of one filter process.
+	DefaultFilterMemory = 256 << 20
+	// MinFilterMemory is the least [Options.FilterMemory]: a Go process
+	// needs some to start.
+	MinFilterMemory = 32 << 20
+	// DefaultFilterProcs is how many filter processes may run at once:
+	// the runner's most workers.
+	DefaultFilterProcs = 2
 )
 
 // dialTimeout caps one connection attempt.
@@ -87,6 +95,16 @@ type Options struct {
 	// guard, even with AllowPrivate; an error refuses the dial. Tests use
 	// it to make sure that nothing leaves the machine.
 	Control func(netip.AddrPort) error
+	// FilterMemory is the memory limit, in bytes, of each process that
+	// runs jq and grep: a memory cgroup's where the fetcher can make one,
+	// else RLIMIT_AS above the process's address space at start. Default
+	// [DefaultFilterMemory] (256 MiB); at least [MinFilterMemory].
+	FilterMemory int64
+	// FilterProcs is how many filter processes may run pages at once (a
+	// fetch that needs one waits for its turn); idle ones stay warm for
+	// the next page. Default [DefaultFilterProcs] (2): set it to the
+	// runner's workers.
+	FilterProcs int
 }
 
 // Fetcher fetches targets over HTTP: its method value f.Fetch is an
@@ -97,6 +115,7 @@ type Fetcher struct {
 	local     localAddrs
 	transport *http.Transport
 	client    *http.Client
+	filters   *filterPool
 }
 
 // New returns a fetcher with o's options, defaulted. A negative number is
@@ -109,6 +128,16 @@ func New(o Options) (*Fetcher, error) {
 		return nil, errors.New("new fetcher: MaxBody must not be negative")
 	case o.MaxRedirects < 0:
 		return nil, errors.New("new fetcher: MaxRedirects must not be negative")
+	case o.FilterMemory < 0 || o.FilterMemory > 0 && o.FilterMemory < MinFilterMemory:
+		return nil, fmt.Errorf("new fetcher: FilterMemory must be at least %d (32 MiB)", MinFilterMemory)
+	case o.FilterProcs < 0:
+		return nil, errors.New("new fetcher: FilterProcs must not be negative")
+	}
+	if o.FilterMemory == 0 {
+		o.FilterMemory = DefaultFilterMemory
+	}
+	if o.FilterProcs == 0 {
+		o.FilterProcs = DefaultFilterProcs
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
@@ -125,7 +154,7 @@ func New(o Options) (*Fetcher, error) {
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
 	}
-	f := &Fetcher{o: o}
+	f := &Fetcher{o: o, filters: newFilterPool(o.FilterProcs, o.FilterMemory)}
 	f.transport = &http.Transport{
 		Proxy:                 nil, // never an environment proxy: it would dial for us, past the guard
 		DialContext:           f.dial,
@@ -153,19 +182,27 @@ func New(o Options) (*Fetcher, error) {
 	return f, nil
 }
 
-// Close closes the fetcher's idle connections. Fetches in progress go on.
-func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
+// Close closes the fetcher's idle connections and stops its filter
+// processes, waiting until they have ended: a fetch whose filters are
+// running fails ("fetch stopped"); other fetches in progress go on, and
+// any filters they ask for fail. Safe to call more than once.
+func (f *Fetcher) Close() {
+	f.transport.CloseIdleConnections()
+	f.filters.close()
+}
 
 // Fetch GETs t.URL. A 2xx answer is a result with the body (at most
 // MaxBody bytes) as content and the status, content type, byte count,
 // truncation and final URL in meta. Its options, the ones [Fetcher.Honours]
-// names, are applied in this order: jq runs its program on the JSON page
-// (for at most a second, at most MaxBody bytes of output, each output value
-// a line of compact JSON; meta jq_outputs counts them), then grep keeps the
-// lines its RE2 expression matches (case-sensitive unless it says (?i);
-// meta grep_lines counts them). A page that is not JSON, or a jq program
-// that fails or runs out of bounds, fails the target with a hint. Other
-// options are ignored. A 429 or 503 answer is an error
+// names, are applied in this order, in a filter process (see the package
+// doc): jq runs its program on the JSON page (at most MaxBody bytes of
+// output, each output value a line of compact JSON; meta jq_outputs counts
+// them), then grep keeps the lines its RE2 expression matches
+// (case-sensitive unless it says (?i); meta grep_lines counts them); both
+// together for at most [FilterTimeout], [FilterCPU] of CPU time and
+// FilterMemory bytes. A page that is not JSON, or a program that fails or
+// passes a limit, fails the target with a hint that names it. Other
+// options are ignored; a target without jq and grep involves no process. A 429 or 503 answer is an error
 // wrapping [engine.ErrRetryLater]; any other failure is an
 // [*engine.TargetError] with a status and a hint for the agent, and never
 // carries the URL. ctx being cancelled ends the fetch with an error
@@ -371,14 +408,16 @@ func statusError(code int) error {
 }
 
 // classify turns a transport error into a [*engine.TargetError] that never
-// carries the URL or the host. A done parent ctx (the runner closing) is a
-// [stoppedError]: a TargetError that also wraps the context's cause.
+// carries the URL or the host. A done parent ctx (the runner closing, or
+// the job cancelled: cause [engine.ErrCancelled]) is a [stoppedError]: a
+// TargetError that also wraps the context's cause.
 func (f *Fetcher) classify(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return &stoppedError{
-			te:    &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was fetched; submit the job again"},
-			cause: context.Cause(ctx),
+		te := &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was fetched; submit the job again"}
+		if errors.Is(context.Cause(ctx), engine.ErrCancelled) {
+			te = &engine.TargetError{Status: http.StatusConflict, Msg: "cancelled", Hint: "the job was cancelled while this target was fetched"}
 		}
+		return &stoppedError{te: te, cause: context.Cause(ctx)}
 	}
 	te := &engine.TargetError{Status: http.StatusBadGateway}
 	var dnsErr *net.DNSError

@@ -555,7 +555,7 @@ func TestFetcher_Options(t *testing.T) {
 		{"/text", engine.Options{JQ: "."}, "page is not JSON"},
 		{"/json", engine.Options{JQ: ".items | .name"}, "jq: "},
 		{"/json", engine.Options{JQ: `error("boom")`}, "jq: "},
-		{"/json", engine.Options{JQ: "[range(1e9)] | length"}, "jq ran out of time"},
+		{"/json", engine.Options{JQ: "[range(1e9)] | length"}, "jq ran longer than 1s"},
 		{"/json", engine.Options{JQ: "range(1000)"}, "jq output too large"},
 		{"/big-json", engine.Options{JQ: "length"}, "page too large for jq"},
 		{"/json", engine.Options{JQ: "input"}, "bad jq program"},

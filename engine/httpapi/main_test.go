@@ -18,15 +18,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
 )
 
-// TestMain checks that no test leaves a goroutine behind: every runner,
+// TestMain serves the fetcher's filters when the test binary runs as a
+// filter process (the tests that filter pages use a real fetcher), and
+// otherwise checks that no test leaves a goroutine behind: every runner,
 // store, server and client a test starts is stopped by its end. No
 // allow-list is needed.
 func TestMain(m *testing.M) {
+	fetcher.RunFilterChild()
 	goleak.VerifyTestMain(m)
 }
 

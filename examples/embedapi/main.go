@@ -26,6 +26,7 @@ import (
 )
 
 func main() {
+	fetcher.RunFilterChild() // first: the fetcher runs jq and grep in a copy of this program
 	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "embedapi:", err)
 		os.Exit(1)

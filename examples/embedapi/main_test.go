@@ -7,9 +7,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/sift/batch/engine/fetcher"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	fetcher.RunFilterChild()
+	goleak.VerifyTestMain(m)
+}
 
 // TestRun runs the example as "go run ./examples/embedapi" does: it must
 // end by itself, with the job done through the mounted API, and leave

@@ -1,0 +1,386 @@
+package fetcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/fetcher"
+	"github.com/sift/batch/persistence"
+)
+
+// jsonPage returns a JSON page of about n bytes:
+// {"items":[{"name":…,"n":…,"code":…},…]}, each code 600 capital letters.
+func jsonPage(n int) []byte {
+	code := strings.Repeat("QWERTYUIOPASDFGHJKLZXCVBNM", 24)[:600]
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; b.Len() < n-64; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"item %d","n":%d,"code":"%s"}`, i, i, code)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// bigJSONSite serves a 4 MiB JSON page of many small objects, and at
+// /small one of 3 items.
+func bigJSONSite(t *testing.T) (*site, int) {
+	t.Helper()
+	page := jsonPage(4 << 20)
+	items := strings.Count(string(page), `"name"`)
+	return newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/small" {
+			w.Write([]byte(`{"items":[1,2,3]}`))
+			return
+		}
+		w.Write(page)
+	}), items
+}
+
+// sandboxes runs test once per kind of memory limit: the memory cgroup
+// the machine offers (skipped where it offers none) and RLIMIT_AS.
+func sandboxes(t *testing.T, test func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher)) {
+	t.Run("cgroup", func(t *testing.T) {
+		test(t, func(o fetcher.Options) *fetcher.Fetcher {
+			f := newTestFetcher(t, o)
+			if s := fetcher.FilterSandbox(f); !strings.HasPrefix(s, "cgroup") {
+				t.Skipf("no memory cgroup can be made here (sandbox %s)", s)
+			}
+			return f
+		})
+	})
+	t.Run("rlimit", func(t *testing.T) {
+		test(t, func(o fetcher.Options) *fetcher.Fetcher {
+			f := newTestFetcher(t, o)
+			fetcher.ForceRlimit(f)
+			return f
+		})
+	})
+}
+
+// hostileJQ are issue 23's jq programs that take a node's memory when
+// run in process: gigabytes in one native call, or one that keeps growing.
+var hostileJQ = []string{
+	`"x" * 1100000000 | length`,
+	`("x"*1000000000) as $a | $a+$a+$a | length`,
+	`"x"*1e8 | explode | length`,
+}
+
+// The messages of the filter limits, as the tests expect them.
+const (
+	jqMemory = "jq used more than 256 MiB of memory"
+	jqTime   = "jq ran longer than 1s"
+)
+
+// TestFetcher_FilterLimits runs each hostile program of issue 23 against a
+// 4 MiB JSON page: the target fails with a hint that names the limit it
+// passed (a memory-hungry program may reach the deadline first on a busy
+// machine), and the same fetcher then filters the next page well: a new
+// process replaced the one killed. (That page is small: under the race
+// detector, jq takes more than the deadline to read 4 MiB;
+// TestFetcher_FilterMemoryLimit reads it without the deadline.)
+func TestFetcher_FilterLimits(t *testing.T) {
+	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+		s, _ := bigJSONSite(t)
+		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+		type hostile struct {
+			o    engine.Options
+			want []string
+		}
+		var cases []hostile
+		for _, p := range hostileJQ {
+			cases = append(cases, hostile{engine.Options{JQ: p}, []string{jqMemory, jqTime}})
+		}
+		cases = append(cases,
+			hostile{engine.Options{JQ: `last(range(1e12))`}, []string{jqTime}},
+			hostile{engine.Options{Grep: slowGrep}, []string{"grep ran longer than 1s"}},
+			hostile{engine.Options{JQ: `[.items[].code] | join("")`, Grep: slowGrep}, []string{"jq and grep ran longer than 1s"}},
+		)
+		for _, c := range cases {
+			if err := f.Check(engine.Target{URL: s.URL, Options: c.o}); err != nil {
+				t.Fatalf("%+v refused at submit: %v", c.o, err)
+			}
+			_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: c.o})
+			wantFilterLimit(t, err, c.want)
+			res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL + "/small", Options: engine.Options{JQ: ".items | length"}})
+			if err != nil || res.Content != "3" || res.Meta["jq_outputs"] != 1 {
+				t.Fatalf("after %+v, the next target: %q %v %v", c.o, res.Content, res.Meta, err)
+			}
+		}
+	})
+}
+
+// wantFilterLimit checks that err is a failed target (422, with a hint)
+// whose message is one of want.
+func wantFilterLimit(t *testing.T, err error, want []string) {
+	t.Helper()
+	var te *engine.TargetError
+	if !errors.As(err, &te) || te.Status != http.StatusUnprocessableEntity || !slices.Contains(want, te.Msg) || te.Hint == "" {
+		t.Fatalf("error %v (%+v), want a 422 with a hint, one of %q", err, te, want)
+	}
+}
+
+// TestFetcher_FilterMemoryLimit: with the deadline out of the way, each
+// memory-hungry program fails on its memory limit, in a cgroup and under
+// RLIMIT_AS, and the fetcher's own memory does not grow with it; then a
+// jq that reads the whole 4 MiB page fits in the limit.
+func TestFetcher_FilterMemoryLimit(t *testing.T) {
+	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+		s, items := bigJSONSite(t)
+		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+		fetcher.SetFilterBounds(f, 5*time.Minute, 0)
+		for _, p := range hostileJQ {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: p}})
+			runtime.ReadMemStats(&after)
+			wantFilterLimit(t, err, []string{jqMemory})
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+				t.Errorf("jq %s: the fetcher allocated %d MiB itself", p, grew>>20)
+			}
+		}
+		res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: ".items | length"}})
+		if err != nil || res.Content != strconv.Itoa(items) {
+			t.Fatalf("the next target: %q %v", res.Content, err)
+		}
+	})
+}
+
+// TestFetcher_FilterCPULimit: with the deadline out of the way, a program
+// that only computes passes its CPU time (RLIMIT_CPU, set before each
+// page) and fails naming it; the pool goes on.
+func TestFetcher_FilterCPULimit(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	fetcher.SetFilterBounds(f, time.Minute, 1)
+	run := func(o engine.Options) (engine.Result, error) {
+		return f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: o})
+	}
+	// Some pages first: the limit counts from each page's start.
+	for range 3 {
+		if res, err := run(engine.Options{JQ: "[limit(300000; range(1e9))] | length"}); err != nil || res.Content != "300000" {
+			t.Fatalf("a short program: %q %v", res.Content, err)
+		}
+	}
+	_, err := run(engine.Options{JQ: "last(range(1e12))"})
+	wantTargetError(t, err, http.StatusUnprocessableEntity, "jq used more than 1s of CPU time", "")
+	if res, err := run(engine.Options{JQ: ".a"}); err != nil || res.Content != "1" {
+		t.Fatalf("the next page: %q %v", res.Content, err)
+	}
+}
+
+// TestFetcher_FilterCheckGrepSize: a grep expression whose program has
+// more than 500 instructions is refused at submit, naming the limit;
+// a stored one (never checked) fails its target.
+func TestFetcher_FilterCheckGrepSize(t *testing.T) {
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	for _, re := range []string{`[A-Z]{1000}x`, `(abc|def){200}`, `\pL{600}`} {
+		err := f.Check(engine.Target{URL: "https://example.com", Options: engine.Options{Grep: re}})
+		if err == nil || !strings.Contains(err.Error(), "more than the 500 allowed") || !strings.HasPrefix(err.Error(), "grep: ") {
+			t.Errorf("grep %q: %v, want refused naming the limit", re, err)
+		}
+	}
+	for _, re := range []string{`[A-Z]{400}x`, `^(?i)error|warn(ing)?$`, `\d{4}-\d{2}-\d{2}`, `"name": ?"[^"]*"`} {
+		if err := f.Check(engine.Target{Options: engine.Options{Grep: re}}); err != nil {
+			t.Errorf("grep %q refused: %v", re, err)
+		}
+	}
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ABC\n")) })
+	_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: `[A-Z]{1000}x`}})
+	wantTargetError(t, err, http.StatusUnprocessableEntity, "bad grep expression", "")
+}
+
+// slowGrep is a grep expression that takes RE2 tens of seconds on a 4 MiB
+// page.
+const slowGrep = `[A-Z]{400}x`
+
+// upperPage serves 4 MiB of capital letters in lines of 4 KiB.
+func upperPage(t *testing.T) *site {
+	line := strings.Repeat("ABCDEFGHIJKLMNOP", 256) + "\n"
+	page := strings.Repeat(line, 1024)
+	return newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(page)) })
+}
+
+// procGone reports whether process pid has ended and been reaped.
+func procGone(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// TestFetcher_FilterCancelKillsProcess: a job cancelled while its grep
+// runs (with no deadline near) has its filter process killed at once;
+// the runner's only worker then does the next job.
+func TestFetcher_FilterCancelKillsProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc")
+	}
+	s := upperPage(t)
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	fetcher.SetFilterBounds(f, 10*time.Minute, 0)
+	store, err := persistence.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var mu sync.Mutex
+	var stored []error
+	r, err := engine.New(store, f.Fetch, engine.Config{Workers: 1, Hooks: engine.Hooks{
+		Target: func(err error, _ time.Duration, _ int) { mu.Lock(); stored = append(stored, err); mu.Unlock() },
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	slow, _, err := r.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: s.URL + "/a", Options: engine.Options{Grep: slowGrep}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	waitFor(t, 30*time.Second, "a filter process running the grep", func() bool {
+		if pids := fetcher.FilterPIDs(f); len(pids) == 1 && s.hits.Load() == 1 {
+			pid = pids[0]
+			return cpuTicks(pid) > 0
+		}
+		return false
+	})
+	if !r.Cancel(slow) {
+		t.Fatal("cancel refused")
+	}
+	waitFor(t, 30*time.Second, "the filter process killed and reaped", func() bool { return procGone(pid) })
+	next, _, err := r.Submit(context.Background(), &engine.Caller{Name: "bob"}, "", []engine.Target{{URL: s.URL + "/b", Options: engine.Options{Grep: "^ABC"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j, err := r.Wait(ctx, next)
+	if err != nil || j.Status != engine.StatusDone {
+		t.Fatalf("the next job: %+v %v", j, err)
+	}
+	if j, _ := r.Job(slow); j.Status != engine.StatusCancelled {
+		t.Fatalf("the cancelled job: %+v", j)
+	}
+	if pids := fetcher.FilterPIDs(f); len(pids) != 1 || pids[0] == pid {
+		t.Fatalf("filter processes %v after the cancel (killed: %d), want one new one", pids, pid)
+	}
+}
+
+// cpuTicks returns the user and system CPU time of process pid, in clock
+// ticks, or 0.
+func cpuTicks(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return u + s
+}
+
+// TestFetcher_FilterCloseReapsProcesses: Close kills every filter
+// process, idle or running a page (that fetch fails "fetch stopped"), and
+// returns once they are reaped: no zombie is left.
+func TestFetcher_FilterCloseReapsProcesses(t *testing.T) {
+	s := upperPage(t)
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetcher.SetFilterBounds(f, 10*time.Minute, 0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: slowGrep}})
+		done <- err
+	}()
+	waitFor(t, 30*time.Second, "a filter process running", func() bool {
+		return len(fetcher.FilterPIDs(f)) == 1 && s.hits.Load() == 1
+	})
+	// One process is busy: this page gets another, left idle after it.
+	if _, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^A"}}); err != nil {
+		t.Fatal(err)
+	}
+	pids := fetcher.FilterPIDs(f)
+	if len(pids) != 2 {
+		t.Fatalf("filter processes %v, want 2", pids)
+	}
+	f.Close()
+	for _, pid := range pids {
+		if !procGone(pid) {
+			t.Errorf("filter process %d not reaped after Close", pid)
+		}
+	}
+	wantTargetError(t, <-done, http.StatusServiceUnavailable, "fetch stopped", "")
+	_, err = f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^A"}})
+	wantTargetError(t, err, http.StatusServiceUnavailable, "fetch stopped", "")
+	if res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL}); err != nil || len(res.Content) != 4<<20 {
+		t.Fatalf("unfiltered after Close: %d bytes, %v", len(res.Content), err)
+	}
+	f.Close()
+}
+
+// TestFetcher_FilterUnfilteredNoProcess: a target without jq and grep
+// starts no filter process.
+func TestFetcher_FilterUnfilteredNoProcess(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	for range 3 {
+		if res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL}); err != nil || res.Content != `{"a":1}` {
+			t.Fatalf("%q %v", res.Content, err)
+		}
+	}
+	if pids := fetcher.FilterPIDs(f); len(pids) != 0 {
+		t.Fatalf("filter processes %v for unfiltered targets", pids)
+	}
+	if _, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: ".a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if pids := fetcher.FilterPIDs(f); len(pids) != 1 {
+		t.Fatalf("filter processes %v after one filtered target, want 1 (kept warm)", pids)
+	}
+}
+
+// TestFetcher_FilterGarbageFromChild: a filter process that answers with a
+// frame that breaks the protocol (2 GiB of content claimed) is killed and
+// reaped; the target fails "filters failed" (not a limit it did not
+// pass); the next page gets a sound process.
+func TestFetcher_FilterGarbageFromChild(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("alpha\nbeta\n")) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	fetcher.SetFilterEnv(f, []string{garbageChildEnv + "=" + pidFile})
+	_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "a"}})
+	wantTargetError(t, err, http.StatusInternalServerError, "filters failed", "")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(data))
+	if pid == 0 || !procGone(pid) || len(fetcher.FilterPIDs(f)) != 0 {
+		t.Fatalf("the broken process %q is not reaped (filter processes %v)", data, fetcher.FilterPIDs(f))
+	}
+	fetcher.SetFilterEnv(f, nil)
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^b"}})
+	if err != nil || res.Content != "beta" {
+		t.Fatalf("the next page: %q %v", res.Content, err)
+	}
+}

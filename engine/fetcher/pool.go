@@ -1,0 +1,361 @@
+package fetcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The bounds of one page's filters, besides the memory limit
+// ([Options.FilterMemory]).
+const (
+	// FilterTimeout is how long jq and grep together may run on one page;
+	// past it their process is killed.
+	FilterTimeout = time.Second
+	// FilterCPU is the CPU time one page's filters may take, a backstop
+	// to FilterTimeout (RLIMIT_CPU, set before each page): their process
+	// runs Go code on one thread, so the deadline comes first.
+	FilterCPU = 2 * time.Second
+	// readyTimeout is how long a new filter process may take to say it is
+	// ready.
+	readyTimeout = 10 * time.Second
+	// maxStderr caps the bytes of a dead filter process's standard error
+	// read to tell why it died.
+	maxStderr = 4 << 10
+)
+
+// killReason is why the fetcher killed a filter process; the first reason
+// given is kept.
+type killReason int32
+
+const (
+	killNone     killReason = iota
+	killDeadline            // past FilterTimeout
+	killCancel              // the fetch's context was done
+	killClosed              // the fetcher closed
+	killBroken              // garbage, or it did not start
+)
+
+// errPoolClosed is a filter asked for after [Fetcher.Close].
+var errPoolClosed = errors.New("fetcher closed")
+
+// filterPool keeps warm filter processes: at most size of them run pages
+// at once; one that ran a page well waits, idle, for the next; one that
+// broke a limit (or anything else) is killed, reaped and, when a page
+// needs it, replaced by a new one. Safe for concurrent use.
+type filterPool struct {
+	memory     int64         // each process's memory limit, bytes
+	timeout    time.Duration // FilterTimeout; tests shorten or lengthen it
+	cpu        int           // FilterCPU in seconds; 0: no CPU limit
+	rlimitOnly bool          // never a cgroup (tests of the fallback)
+	env        []string      // tests: more environment for new processes
+	slots      chan struct{} // one held per process running a page
+
+	mu     sync.Mutex
+	idle   []*filterProc
+	live   map[*filterProc]struct{}
+	closed bool
+	reaped sync.WaitGroup // one per process started and not yet reaped
+}
+
+// filterProc is one filter process and our ends of its pipes.
+type filterProc struct {
+	cmd    *exec.Cmd
+	in     *os.File   // its standard input
+	out    *os.File   // its standard output
+	errs   *os.File   // its standard error
+	cgroup *memCgroup // nil under RLIMIT_AS
+	cgdir  string
+	why    atomic.Int32 // killReason
+}
+
+// kill kills p (SIGKILL), giving why as the reason unless one was given.
+func (p *filterProc) kill(why killReason) {
+	p.why.CompareAndSwap(int32(killNone), int32(why))
+	_ = p.cmd.Process.Kill() // a process that ended already is not hurt
+}
+
+// filterEnd is how a filter process ended.
+type filterEnd struct {
+	why    killReason
+	code   int            // exit code; -1 when a signal ended it
+	signal syscall.Signal // the signal that ended it, if one did
+	oom    bool           // its cgroup counted a kill for memory
+	stderr []byte         // the start of its standard error
+}
+
+// newFilterPool returns a pool of at most size processes, each limited to
+// memory bytes; none is started before a page needs one.
+func newFilterPool(size int, memory int64) *filterPool {
+	return &filterPool{
+		memory:  memory,
+		timeout: FilterTimeout,
+		cpu:     int(FilterCPU / time.Second),
+		slots:   make(chan struct{}, size),
+		live:    map[*filterProc]struct{}{},
+	}
+}
+
+// run filters req's page in a filter process, for at most p.timeout. A
+// response with more than maxContent bytes of content is garbage. The
+// error is *filterEnd when the process died or was killed (ctx done, the
+// deadline, a limit), or ctx's or the pool's error when no process could
+// be had.
+func (p *filterPool) run(ctx context.Context, req filterRequest, maxContent int64) (filterResponse, error) {
+	c, err := p.get(ctx)
+	if err != nil {
+		return filterResponse{}, err
+	}
+	deadline := time.Now().Add(p.timeout)
+	stop := context.AfterFunc(ctx, func() { c.kill(killCancel) })
+	_ = c.in.SetWriteDeadline(deadline)
+	_ = c.out.SetReadDeadline(deadline)
+	err = writeRequest(c.in, req)
+	var resp filterResponse
+	if err == nil {
+		resp, err = readResponse(c.out, req, maxContent)
+	}
+	cancelled := !stop()
+	if err == nil {
+		if cancelled {
+			p.discard(c)
+		} else {
+			p.put(c)
+		}
+		return resp, nil
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.kill(killDeadline)
+	case errors.Is(err, errBadFrame):
+		c.kill(killBroken)
+	default:
+		c.kill(killNone) // it ended by itself (its pipe closed): its end says how
+	}
+	end := p.discard(c)
+	return filterResponse{}, &end
+}
+
+// Error says how the process ended, in numbers: never shown to a caller
+// ([Fetcher.filterError] turns it into the target's error).
+func (e *filterEnd) Error() string {
+	return fmt.Sprintf("filter process ended: reason %d, exit code %d, signal %d", e.why, e.code, e.signal)
+}
+
+// get returns an idle process, or starts one, once fewer than size run
+// pages.
+func (p *filterPool) get(ctx context.Context) (*filterProc, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.slots
+		return nil, errPoolClosed
+	}
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.reaped.Add(1)
+	p.mu.Unlock()
+	c, err := p.start(ctx)
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	p.mu.Lock()
+	p.live[c] = struct{}{}
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		c.kill(killClosed)
+		p.discard(c)
+		return nil, errPoolClosed
+	}
+	return c, nil
+}
+
+// put makes c idle, for the next page.
+func (p *filterPool) put(c *filterProc) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(c)
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+	<-p.slots
+}
+
+// discard kills and reaps c, which held a slot, and frees the slot.
+func (p *filterPool) discard(c *filterProc) filterEnd {
+	end := p.reap(c)
+	<-p.slots
+	return end
+}
+
+// reap kills c (if it has not ended), waits for it, removes its cgroup,
+// and says how it ended.
+func (p *filterPool) reap(c *filterProc) filterEnd {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+	_ = c.errs.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	tail, _ := io.ReadAll(io.LimitReader(c.errs, maxStderr))
+	_ = c.in.Close()
+	_ = c.out.Close()
+	_ = c.errs.Close()
+	end := filterEnd{why: killReason(c.why.Load()), code: c.cmd.ProcessState.ExitCode(), stderr: tail}
+	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		end.signal = ws.Signal()
+	}
+	if c.cgroup != nil {
+		end.oom = c.cgroup.ooms(c.cgdir) > 0
+		c.cgroup.remove(c.cgdir)
+	}
+	p.mu.Lock()
+	delete(p.live, c)
+	p.mu.Unlock()
+	p.reaped.Done()
+	return end
+}
+
+// start starts a filter process, confines it (a memory cgroup, or
+// RLIMIT_AS once it is ready) and waits for it to say it is ready. The
+// caller has counted it in p.reaped; start counts it out if it fails.
+func (p *filterPool) start(ctx context.Context) (*filterProc, error) {
+	exe, err := selfExecutable()
+	if err != nil {
+		p.reaped.Done()
+		return nil, fmt.Errorf("filter process: %w", err)
+	}
+	var fds [6]*os.File // inR, inW, outR, outW, errR, errW
+	for i := 0; i < len(fds); i += 2 {
+		if fds[i], fds[i+1], err = os.Pipe(); err != nil {
+			for _, f := range fds[:i] {
+				_ = f.Close()
+			}
+			p.reaped.Done()
+			return nil, fmt.Errorf("filter process: %w", err)
+		}
+	}
+	cmd := exec.Command(exe)
+	cmd.Args = []string{"siftbatch-filter"}
+	cmd.Env = []string{
+		filterChildEnv + "=1",
+		filterMemoryEnv + "=" + strconv.FormatInt(p.memory, 10),
+		filterCPUEnv + "=" + strconv.Itoa(p.cpu),
+		"GOTRACEBACK=none", // a fatal error's first line tells why; no stacks
+	}
+	cmd.Env = append(cmd.Env, p.env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = fds[0], fds[3], fds[5]
+	cmd.SysProcAttr = childProcAttr()
+	err = cmd.Start()
+	_, _, _ = fds[0].Close(), fds[3].Close(), fds[5].Close()
+	if err != nil {
+		_, _, _ = fds[1].Close(), fds[2].Close(), fds[4].Close()
+		p.reaped.Done()
+		return nil, fmt.Errorf("filter process: %w", err)
+	}
+	c := &filterProc{cmd: cmd, in: fds[1], out: fds[2], errs: fds[4]}
+	if cg := findCgroup(); cg != nil && !p.rlimitOnly {
+		if dir, err := cg.place(cmd.Process.Pid, p.memory); err == nil {
+			c.cgroup, c.cgdir = cg, dir
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { c.kill(killCancel) })
+	_ = c.out.SetReadDeadline(time.Now().Add(readyTimeout))
+	var ready [len(magicReady)]byte
+	_, err = io.ReadFull(c.out, ready[:])
+	if !stop() {
+		err = context.Cause(ctx)
+	} else if err == nil && string(ready[:]) != magicReady {
+		err = errBadFrame
+	}
+	if err == nil && c.cgroup == nil {
+		err = limitAddressSpace(cmd.Process.Pid, p.memory)
+	}
+	if err != nil {
+		c.kill(killBroken)
+		end := p.reap(c)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, fmt.Errorf("filter process did not start (exit code %d): %w", end.code, err)
+	}
+	return c, nil
+}
+
+// close kills every process, idle or running a page (its fetch fails),
+// and waits until all are reaped.
+func (p *filterPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	for c := range p.live {
+		c.kill(killClosed)
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.reap(c)
+	}
+	p.reaped.Wait()
+}
+
+// pids returns the process ids of the live filter processes.
+func (p *filterPool) pids() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for c := range p.live {
+		out = append(out, c.cmd.Process.Pid)
+	}
+	return out
+}
+
+// sandbox names the memory limit a new filter process gets: "cgroup v2",
+// "cgroup v1", or "rlimit" (RLIMIT_AS).
+func (p *filterPool) sandbox() string {
+	if cg := findCgroup(); cg != nil && !p.rlimitOnly {
+		return cg.sandboxName()
+	}
+	return "rlimit"
+}
+
+// oomTexts are what a Go process's fatal error says when the memory it
+// asked for was refused (an mmap that failed under RLIMIT_AS; the last two
+// are the race detector's).
+var oomTexts = [][]byte{
+	[]byte("out of memory"),
+	[]byte("cannot allocate memory"),
+	[]byte("failed to create new OS thread"),
+	[]byte("too many address space collisions"),
+	[]byte("ThreadSanitizer failed to allocate"),
+}
+
+// oomText reports whether a filter process's standard error says that it
+// ran out of memory.
+func oomText(stderr []byte) bool {
+	for _, t := range oomTexts {
+		if bytes.Contains(stderr, t) {
+			return true
+		}
+	}
+	return false
+}
