@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -382,5 +383,249 @@ func TestFetcher_FilterGarbageFromChild(t *testing.T) {
 	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^b"}})
 	if err != nil || res.Content != "beta" {
 		t.Fatalf("the next page: %q %v", res.Content, err)
+	}
+}
+
+// advFindings reports whether the adversarial tests that fail today (the
+// findings of the issue 23 review) should run: SIFTBATCH_ADV_FINDINGS=1.
+func advFindings(t *testing.T, finding string) {
+	t.Helper()
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
+		t.Skip(finding + ": set SIFTBATCH_ADV_FINDINGS=1 to run it")
+	}
+}
+
+// TestFetcher_FilterCheckBoundedInProcess checks issue 23's rule "every
+// option a caller sends runs in a sandbox" against Check, which runs at
+// submit in the serving process: jq programs that fit in a 256 KiB POST
+// body but are costly to parse and compile (deep nesting; thousands of
+// variables in scope, which the compiler looks up one by one) must not
+// make the serving process allocate without bound. The bound here, 64 MiB
+// per Check, is 1/4 of what a filter process may use for a whole page.
+func TestFetcher_FilterCheckBoundedInProcess(t *testing.T) {
+	advFindings(t, "finding 2 (jq parses and compiles in the serving process at submit, unbounded)")
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	const size = 250 << 10 // a 256 KiB body, less the JSON around it
+	programs := map[string]string{
+		"nested arrays": strings.Repeat("[", size/2) + "." + strings.Repeat("]", size/2),
+		"nested parens": strings.Repeat("(", size/2) + "." + strings.Repeat(")", size/2),
+		"pipes":         strings.Repeat(".|", size/2) + ".",
+		"variables":     strings.Repeat(". as $a|", size/9) + "$a",
+		"reduce":        strings.Repeat("reduce . as $x (.;", size/19) + "." + strings.Repeat(")", size/19),
+	}
+	for name, p := range programs {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		err := f.Check(engine.Target{URL: "https://example.com", Options: engine.Options{JQ: p}})
+		took := time.Since(start)
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s (%d KiB): Check %v in %s, %d MiB allocated in process", name, len(p)>>10, err != nil, took.Round(time.Millisecond), alloc>>20)
+		if err == nil && alloc > 64<<20 {
+			t.Errorf("jq %s (%d KiB) accepted at submit after %d MiB allocated in the serving process (%s)", name, len(p)>>10, alloc>>20, took.Round(time.Millisecond))
+		}
+	}
+}
+
+// TestFetcher_FilterChildKilledFromOutside checks "a child that broke a
+// limit, or died, is reaped and a new one started" and "the target fails
+// with a hint that names the limit" (never a limit it did not pass): a
+// warm idle filter process killed by someone else (kill -9) does not fail
+// the next page, and one killed while it runs a page (whose deadline is
+// minutes away and whose memory is small) fails that target without
+// claiming a time or memory limit; the page after it is filtered well.
+func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
+	advFindings(t, "finding 3 (a filter process killed from outside is reported as over its memory limit, and an idle one fails the next page)")
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc")
+	}
+	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+		s := upperPage(t)
+		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+		fetcher.SetFilterBounds(f, 10*time.Minute, 0)
+		run := func(ctx context.Context, o engine.Options) (engine.Result, error) {
+			return f.Fetch(ctx, &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: o})
+		}
+		if res, err := run(context.Background(), engine.Options{Grep: "^ABC"}); err != nil || res.Meta["grep_lines"] != 1024 {
+			t.Fatalf("first page: %v %v", res.Meta, err)
+		}
+		pids := fetcher.FilterPIDs(f)
+		if len(pids) != 1 {
+			t.Fatalf("filter processes %v, want one warm", pids)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		res, err := run(context.Background(), engine.Options{Grep: "^ABC"})
+		if err != nil || res.Meta["grep_lines"] != 1024 {
+			t.Errorf("the page after the idle process was killed: %v %v, want filtered by a new one", res.Meta, err)
+		}
+
+		done := make(chan error, 1)
+		hits := s.hits.Load()
+		go func() {
+			_, err := run(context.Background(), engine.Options{Grep: slowGrep})
+			done <- err
+		}()
+		var pid int
+		waitFor(t, 30*time.Second, "a filter process running the slow grep", func() bool {
+			if pids := fetcher.FilterPIDs(f); len(pids) == 1 && s.hits.Load() == hits+1 {
+				pid = pids[0]
+				return cpuTicks(pid) > 0
+			}
+			return false
+		})
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		var te *engine.TargetError
+		if err := <-done; !errors.As(err, &te) || te.Hint == "" {
+			t.Errorf("killed mid-page: %v, want a failed target with a hint", err)
+		} else if strings.Contains(te.Msg, "longer than") || strings.Contains(te.Msg, "memory") || strings.Contains(te.Msg, "CPU") {
+			t.Errorf("killed from outside mid-page: %q, a limit it did not pass", te.Msg)
+		}
+		waitFor(t, 30*time.Second, "the killed process reaped", func() bool { return procGone(pid) })
+		res, err = run(context.Background(), engine.Options{Grep: "^ABC"})
+		if err != nil || res.Meta["grep_lines"] != 1024 {
+			t.Errorf("the page after: %v %v", res.Meta, err)
+		}
+	})
+}
+
+// TestFetcher_FilterWaitForATurn checks "a fetch that needs one waits for
+// its turn" with "jq and grep together get 1 s per target" and "Cancel
+// ends a running filter": with one filter process, pages queued behind
+// slow greps (each killed at its own 1 s) are each filtered with their
+// own second, not failed for the time they waited; and a fetch cancelled
+// while it waits for its turn ends at once, not when the running filter
+// (given minutes here) does.
+func TestFetcher_FilterWaitForATurn(t *testing.T) {
+	s := upperPage(t)
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	const slow = 3
+	errs := make(chan error, slow+1)
+	for range slow {
+		go func() {
+			_, err := f.Fetch(context.Background(), &engine.Caller{Name: "mallory"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: slowGrep}})
+			errs <- err
+		}()
+	}
+	waitFor(t, 30*time.Second, "the slow pages fetched", func() bool { return s.hits.Load() == slow })
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "alice"}, engine.Target{URL: s.URL + "/alice", Options: engine.Options{Grep: "^ABC"}})
+	if err != nil || res.Meta["grep_lines"] != 1024 {
+		t.Errorf("alice's page, queued behind %d slow greps: %v %v, want filtered", slow, res.Meta, err)
+	}
+	for range slow {
+		wantFilterLimit(t, <-errs, []string{"grep ran longer than 1s"})
+	}
+
+	fetcher.SetFilterBounds(f, 10*time.Minute, 0)
+	hits := s.hits.Load()
+	go func() {
+		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "mallory"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: slowGrep}})
+		errs <- err
+	}()
+	waitFor(t, 30*time.Second, "the slow grep running", func() bool {
+		pids := fetcher.FilterPIDs(f)
+		return s.hits.Load() == hits+1 && len(pids) == 1 && cpuTicks(pids[0]) > 0
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := f.Fetch(ctx, &engine.Caller{Name: "alice"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^ABC"}})
+		waiting <- err
+	}()
+	waitFor(t, 30*time.Second, "alice's page fetched", func() bool { return s.hits.Load() == hits+2 })
+	cause := errors.New("alice cancelled")
+	cancel(cause)
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, cause) {
+			t.Errorf("cancelled while waiting for a turn: %v, want its cause", err)
+		}
+	case <-time.After(time.Minute): // not a bound: the running filter has 10 minutes
+		t.Errorf("a fetch cancelled while it waits for a filter process does not end")
+	}
+	f.Close()
+	wantTargetError(t, <-errs, http.StatusServiceUnavailable, "fetch stopped", "")
+}
+
+// TestFetcher_FilterOddBytes checks "Filters stay what they are today in
+// every other way" across the process boundary: pages with NUL bytes,
+// invalid UTF-8, CR, and a line longer than bufio's default token are
+// grepped as in process (regexp over the same lines); jq on JSON with
+// NUL escapes keeps them.
+func TestFetcher_FilterOddBytes(t *testing.T) {
+	long := strings.Repeat("z", 1<<20)
+	page := "a\x00b\nc\xff\xfed\n\x00\nplain\r\n" + long + "Q\n\xc3\n"
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/json" {
+			w.Write([]byte(`{"s":"x\u0000y","t":"\ud800"}`))
+			return
+		}
+		w.Write([]byte(page))
+	})
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 8 << 20})
+	for _, c := range []struct{ re, want string }{
+		{"\x00", "a\x00b\n\x00"},
+		{`\xff`, ""},
+		{"[^\\x00-\\x7f]", "c\xff\xfed\n\xc3"},
+		{"Q$", long + "Q"},
+		{`^plain$`, "plain"}, // a line ends at \n or \r\n
+		{"^$", ""},
+	} {
+		res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: c.re}})
+		if err != nil || res.Content != c.want {
+			got := res.Content
+			if len(got) > 80 {
+				got = got[:80] + "…"
+			}
+			t.Errorf("grep %q: %q %v, want %d bytes", c.re, got, err, len(c.want))
+		}
+	}
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL + "/json", Options: engine.Options{JQ: ".s, .t"}})
+	if err != nil || res.Content != "\"x\\u0000y\"\n\"\ufffd\"" {
+		t.Errorf("jq on NUL escapes: %q %v", res.Content, err)
+	}
+}
+
+// TestFetcher_FilterHostileJQMore checks "every option a caller sends runs
+// in a sandbox with hard limits; the target fails with a hint that names
+// the limit; the job and every other caller go on" with hostile programs
+// beyond issue 23's: each one fails its target with a hint (a limit, or
+// the program's own error), and the next page is filtered well.
+func TestFetcher_FilterHostileJQMore(t *testing.T) {
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":"QUJD"}`)) })
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1, MaxBody: 1 << 20})
+	for _, p := range []string{
+		`"QUJD" * 50000000 | @base64d | length`,
+		`"a" * 1000000 | test("[a-z]{1,1000}[a-z]{1,1000}b")`,
+		`{("k" * 200000000): 1} | keys | length`,
+		`def f(x): f(x | x); f(.)`,
+		`"x" * 1e8 | [scan(".")] | length`,
+		// getpath, setpath and delpaths are refused at submit; these reach them.
+		`("\u0000" * 4000000 | explode) as $p | fromstream([$p, 1], [$p[:1]]) | 1`,
+		`[limit(4000000; repeat(0))] as $p | {} | del(.[$p[]]) | 1`,
+	} {
+		if err := f.Check(engine.Target{Options: engine.Options{JQ: p}}); err != nil {
+			continue // refused at submit: fine
+		}
+		res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: p}})
+		t.Logf("jq %s: %.60q %v", p, res.Content, err)
+		var te *engine.TargetError
+		if err != nil && (!errors.As(err, &te) || te.Hint == "" || te.Status == http.StatusInternalServerError) {
+			t.Errorf("jq %s: %v (%+v), want a failed target (422) with a hint", p, err, te)
+		}
+		if err == nil && len(res.Content) > 1<<20 {
+			t.Errorf("jq %s: %d bytes of output past MaxBody", p, len(res.Content))
+		}
+		if res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: ".a"}}); err != nil || res.Content != `"QUJD"` {
+			t.Fatalf("after jq %s, the next page: %q %v", p, res.Content, err)
+		}
+		if pids := fetcher.FilterPIDs(f); len(pids) > 1 {
+			t.Fatalf("after jq %s: filter processes %v, at most 1", p, pids)
+		}
 	}
 }
