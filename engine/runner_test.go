@@ -995,3 +995,77 @@ func TestRunner_IdempotencyUnsavedJob(t *testing.T) {
 	require.Equal(t, id, again)
 	b.store.SetWriteFault(nil)
 }
+
+// TestRunner_MaxBytesAfterRestart checks "every stored byte of a job counts
+// toward MaxBytes; failed and cancelled jobs are evicted, oldest settled
+// first; live jobs never" across a restart: jobs with large specs (long
+// URLs and jq programs) that were live when the runner closed are stored
+// failed ("shutdown") on top of MaxBytes; after the next open, once one
+// more job has run, the store is back within MaxBytes, and a read-only
+// open of it counts the same bytes as its rows.
+func TestRunner_MaxBytesAfterRestart(t *testing.T) {
+	t.Parallel()
+	const maxBytes = 8 << 10
+	dir := t.TempDir()
+	cfg := engine.Config{MaxBytes: maxBytes, Workers: 1, JobsPerCaller: 50, JobsTotal: 50}
+	blocked := make(chan struct{}, 1)
+	store, err := persistence.Open(dir)
+	require.NoError(t, err)
+	r, err := engine.New(store, func(ctx context.Context, _ *engine.Caller, _ engine.Target) (engine.Result, error) {
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return engine.Result{}, context.Cause(ctx)
+	}, cfg, nil)
+	require.NoError(t, err)
+	long := strings.Repeat("p", 1000)
+	var ids []string
+	for i := range 20 {
+		ts := make([]engine.Target, 8)
+		for j := range ts {
+			ts[j] = engine.Target{URL: fmt.Sprintf("http://h/big%d/%d/%s", i, j, long), Options: engine.Options{JQ: `"` + long + `"`}}
+		}
+		id, _, err := r.Submit(context.Background(), caller("mallory"), "", ts)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	recv(t, blocked)
+	require.Greater(t, store.Bytes(), int64(10*maxBytes), "live jobs' specs are counted, on top of MaxBytes")
+	r.Close()
+	j, err := store.Job(ids[0])
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusFailed, j.Status, "a job live at Close is failed")
+	require.NoError(t, store.Close())
+
+	b := setupOn(t, reopen(t, dir), okFetch, cfg)
+	n, err := b.store.CountBytes()
+	require.NoError(t, err)
+	require.Equal(t, n, b.store.Bytes(), "the byte total after a restart is the count of the rows")
+	id := b.submit(t, "alice", targets("small", 1))
+	b.waitStatus(t, id, "done")
+	waitFor(t, "the store back within MaxBytes", func() bool {
+		n, err := b.store.CountBytes()
+		return err == nil && n <= maxBytes
+	})
+	_, _, ok := b.r.Status(id)
+	require.True(t, ok, "the newest job stays")
+	_, _, ok = b.r.Status(ids[0])
+	require.False(t, ok, "the oldest failed job went")
+}
+
+// reopen opens the store in dir again, after checking that a read-only
+// open of it counts the bytes its rows hold.
+func reopen(t *testing.T, dir string) *persistence.Store {
+	t.Helper()
+	ro, err := persistence.OpenReadOnly(dir)
+	require.NoError(t, err)
+	n, err := ro.CountBytes()
+	require.NoError(t, err)
+	require.Equal(t, n, ro.Bytes(), "a read-only open counts the bytes of the rows")
+	require.NoError(t, ro.Close())
+	store, err := persistence.Open(dir)
+	require.NoError(t, err)
+	return store
+}

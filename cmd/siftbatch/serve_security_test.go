@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -597,4 +598,77 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 	if peak > base+300<<20 {
 		t.Errorf("serve's peak RSS %d MiB, more than 300 MiB over its %d MiB before", peak>>20, base>>20)
 	}
+}
+
+// TestServe_JQCheckAtSubmitBounded checks issue 23's "every option a caller
+// sends runs in a sandbox" and its figure "serve's peak RSS ≤ baseline +
+// 300 MiB" at submit, where serve checks each jq program in its own
+// process before the job exists: one key posts, 8 at a time, jq programs
+// that fill the 256 KiB body with nesting (costly to parse and compile, and
+// accepted); serve's own peak RSS must stay within 300 MiB of its RSS
+// before, and serve must keep answering.
+func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
+		t.Skip("finding 2 (jq parses and compiles in serve's process at submit, unbounded): set SIFTBATCH_ADV_FINDINGS=1")
+	}
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
+	}
+	p := startServeProcess(t, "--workers", "1", "--jobs-per-caller", "100", "--jobs-total", "100")
+	const depth = 125 << 10
+	program := strings.Repeat("[", depth) + "." + strings.Repeat("]", depth)
+	body := `{"targets":[{"url":"http://127.0.0.1:1/x","options":{"jq":"` + program + `"}}]}`
+	if r := p.do(t, http.MethodPost, "/v1/batch", "alice-key", body); r.code != http.StatusAccepted && r.code != http.StatusUnprocessableEntity {
+		t.Fatalf("the first submit: %d %.200s", r.code, r.body)
+	}
+	base := procStatusBytes(t, p.pid, "VmRSS")
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset serve's peak RSS: %v", err)
+	}
+	cpu0 := cpuTicksOf(p.pid)
+	var wg sync.WaitGroup
+	codes := make(chan int, 16)
+	turns := make(chan struct{}, 8)
+	for range 16 {
+		wg.Add(1)
+		turns <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-turns }()
+			codes <- p.do(t, http.MethodPost, "/v1/batch", "alice-key", body).code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	accepted := 0
+	for c := range codes {
+		if c == http.StatusAccepted {
+			accepted++
+		}
+	}
+	peak := procStatusBytes(t, p.pid, "VmHWM")
+	t.Logf("16 submits of a %d KiB jq program (%d accepted): serve's RSS %d MiB before, peak %d MiB, %d CPU ticks in serve", len(program)>>10, accepted, base>>20, peak>>20, cpuTicksOf(p.pid)-cpu0)
+	if peak > base+300<<20 {
+		t.Errorf("serve's peak RSS %d MiB while checking jq programs at submit, more than 300 MiB over its %d MiB before", peak>>20, base>>20)
+	}
+	if r := p.do(t, http.MethodGet, "/healthz", "", ""); r.code != http.StatusOK {
+		t.Errorf("healthz after: %d", r.code)
+	}
+}
+
+// cpuTicksOf returns the user and system CPU time of process pid, in
+// clock ticks.
+func cpuTicksOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return u + s
 }
