@@ -717,3 +717,34 @@ func TestCluster_SlowReaderHoldsNoTurn(t *testing.T) {
 		t.Fatal("b's answer to the slow reader did not end with its connection")
 	}
 }
+
+// TestCluster_ForwardedPostRefused: a POST that reaches a node as a
+// forwarded request (the cluster's Request carries no body; no node
+// forwards a submit, but a peer may send one) is answered 405 with a hint
+// to submit to any node, never 500, and the node's handler does not panic.
+func TestCluster_ForwardedPostRefused(t *testing.T) {
+	tc := newTestCluster(t)
+	a, b := tc.add("a"), tc.add("b")
+	tc.waitMembers(2)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for _, uri := range []string{"/v1/batch", "/v1/batch/" + fmt.Sprintf("%x", cluster.Tag("b")) + "00112233445566778899aabb"} {
+		code, body, err := cluster.Ask(ctx, a.node, b.node, "POST", uri, "Bearer alice-key")
+		if err != nil || code != http.StatusMethodNotAllowed {
+			t.Fatalf("POST %s forwarded to b: %d %s %v; want 405", uri, code, body, err)
+		}
+		var e struct{ Error, Hint string }
+		if json.Unmarshal(body, &e) != nil || e.Hint == "" {
+			t.Fatalf("POST %s forwarded to b: %s", uri, body)
+		}
+	}
+	code, body, _ := cluster.Ask(ctx, a.node, b.node, "POST", "/v1/batch", "Bearer alice-key")
+	if !strings.Contains(string(body), "submit to any node: POST is not forwarded") {
+		t.Fatalf("forwarded submit: %d %s", code, body)
+	}
+	if strings.Contains(tc.logs.String(), "panicked") {
+		t.Fatalf("a handler panicked:\n%s", tc.logs.String())
+	}
+	// b still takes a submit of its own.
+	waitDone(t, b, submit(t, b, "alice-key", "https://example.com/1"))
+}

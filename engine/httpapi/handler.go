@@ -108,7 +108,10 @@ type Options struct {
 }
 
 // Cluster is what a [Handler] asks of the cluster its runner is a node
-// of; package github.com/sift/batch/engine/cluster's *Node is one.
+// of; package github.com/sift/batch/engine/cluster's *Node is one. The
+// node that holds a job answers the requests forwarded to it with its own
+// Handler, each built without a body (Body nil): a POST so built is
+// answered 405, "submit to any node: POST is not forwarded".
 type Cluster interface {
 	// Forward answers r, a request about job id, if that job is another
 	// node's, and returns true; false, having written nothing, if it is
