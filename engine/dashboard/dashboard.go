@@ -121,6 +121,7 @@ type Handler struct {
 	tpl  *template.Template
 
 	sessions sessions
+	streams  callerStreams
 	throttle throttle
 	recent   recent
 	stats    stats

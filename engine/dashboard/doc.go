@@ -40,5 +40,8 @@
 // JavaScript off they refresh every 5 s. An event stream ends when the
 // client leaves, when its session ends, and on [Handler.Close]: register
 // Close with the server's shutdown. A stream is exempt from the server's
-// WriteTimeout (each write has a deadline of its own).
+// WriteTimeout (each write has a deadline of its own). A session holds at
+// most 16 streams open at once, and a caller (a key's name) at most 32
+// across all its sessions: past either, the next is answered 429 with
+// Retry-After.
 package dashboard
