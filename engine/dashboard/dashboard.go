@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -233,6 +235,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// same-origin, not no-referrer: with no-referrer a browser sends
 	// "Origin: null" on a form POST, which sameOrigin refuses.
 	hd.Set("Referrer-Policy", "same-origin")
+	if r.Body == nil {
+		// Not a request net/http read off a connection (it always sets
+		// one): a form's reads must not panic on it.
+		r.Body = http.NoBody
+	}
 	if r.Method == http.MethodPost && !sameOrigin(r) {
 		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form was sent from another site."})
 		return
@@ -390,10 +397,20 @@ func (h *Handler) notFound(w http.ResponseWriter, _ *http.Request) {
 }
 
 // staticFiles serves the embedded assets, cacheable for a few minutes.
+// Only files: a directory (the root, /ui/static/, among them) is 404, not
+// a listing of what it holds.
 func staticFiles(fsys fs.FS) http.Handler {
 	files := http.FileServerFS(fsys)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !utf8.ValidString(r.URL.Path) { // no file has such a name (net/http would answer 500)
+			http.NotFound(w, r)
+			return
+		}
+		name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+		if name == "" {
+			name = "."
+		}
+		if fi, err := fs.Stat(fsys, name); err != nil || !fi.Mode().IsRegular() {
 			http.NotFound(w, r)
 			return
 		}

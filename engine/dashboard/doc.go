@@ -34,6 +34,8 @@
 //	GET  /ui/jobs/{id}/{idx}       the first 4 KiB of one stored result
 //	POST /ui/jobs/{id}/cancel      form field csrf
 //	GET  /ui/events[?job=ID]       Server-Sent Events: the page's live part, when it changes
+//	GET  /ui/static/{file}         the embedded styles, script and icon; a directory is 404,
+//	                               never a listing
 //
 // Pages update themselves over Server-Sent Events (a few lines of plain
 // JavaScript, embedded with the styles: no build step, no CDN); with
