@@ -21,6 +21,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/internal/httpx"
 )
 
 // Prefix is the path the dashboard serves under; its session cookie's
@@ -226,8 +227,30 @@ func withDefaults(cfg engine.Config) engine.Config {
 	return cfg
 }
 
-// ServeHTTP answers one dashboard request.
+// ServeHTTP answers one dashboard request. A panic in answering it (a
+// bug) is answered 500, or, once part of the answer is out, ends the
+// connection; it is logged without its value (which may hold a URL).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := httpx.NewStatusRecorder(w)
+	defer func() {
+		v := recover()
+		switch {
+		case v == nil:
+			return
+		case v == http.ErrAbortHandler:
+		case !rec.WroteHeader:
+			h.log.Error("dashboard handler panicked: a possible bug in siftbatch")
+			http.Error(rec, "internal error: try again; if it persists, report it", http.StatusInternalServerError)
+			return
+		default:
+			h.log.Error("dashboard handler panicked: a possible bug in siftbatch")
+		}
+		panic(http.ErrAbortHandler) // net/http drops the connection, and logs nothing
+	}()
+	h.serve(rec, r)
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
