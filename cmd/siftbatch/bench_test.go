@@ -14,11 +14,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -408,4 +410,71 @@ func BenchmarkServe_HostileFilters(b *testing.B) {
 			b.ReportMetric(took/n/float64(time.Millisecond), "target-ms")
 		})
 	}
+}
+
+// BenchmarkServe_SlowReader measures another caller's poll, GET
+// /v1/batch/{id} of a done 32-target job, while one client that never
+// reads its socket is stuck in the middle of a 16 MiB result's answer
+// (GET /v1/batch/{id}/{idx}, larger than the kernel's socket buffers), and
+// without it, on one serve in this process (default config, so
+// MaxInFlight is GOMAXPROCS/2: 1 on 2 cores; --max-body 16 MiB; a
+// directory store). Issue 23 wants the poll's p99 with the slow client at
+// most 50 ms.
+//
+// One op is one round: 200 polls without the slow client and 200 with it
+// (a new one each round, closed at its end), the order alternating from
+// round to round; each poll on a keep-alive connection, its answer read
+// whole. It reports the p50, p99 and max of each mode's polls over all
+// rounds (ms), and the ratio of the p99s. Use -benchtime 5x or so.
+func BenchmarkServe_SlowReader(b *testing.B) {
+	site := benchSite(b)
+	base, _ := benchServe(b, "--max-body", strconv.Itoa(16<<20))
+	c := benchClient(b)
+	big := benchJob(b, c, base, "alice-key", site.URL, 1, 16<<20, "big")
+	small := benchJob(b, c, base, "bob-key", site.URL, 32, 256, "small")
+	const polls = 200
+	lat := map[string][]time.Duration{}
+	slowReader := func() (close func()) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", big)
+		// Its answer has begun; the rest is not read.
+		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("slow reader: %v", err)
+		}
+		return func() { _ = conn.Close() }
+	}
+	for i := 0; b.Loop(); i++ {
+		modes := []string{"without", "with"}
+		if i%2 == 1 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+		for _, mode := range modes {
+			done := func() {}
+			if mode == "with" {
+				done = slowReader()
+			}
+			for range polls {
+				start := time.Now()
+				code, n, err := benchGet(c, base+"/v1/batch/"+small, "bob-key")
+				lat[mode] = append(lat[mode], time.Since(start))
+				if err != nil || code != http.StatusOK || n == 0 {
+					b.Fatalf("poll: %d, %d bytes, %v", code, n, err)
+				}
+			}
+			done()
+		}
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	p99 := map[string]time.Duration{}
+	for mode, l := range lat {
+		slices.Sort(l)
+		p99[mode] = l[len(l)*99/100]
+		b.ReportMetric(ms(l[len(l)/2]), "p50-ms/"+mode)
+		b.ReportMetric(ms(p99[mode]), "p99-ms/"+mode)
+		b.ReportMetric(ms(l[len(l)-1]), "max-ms/"+mode)
+	}
+	b.ReportMetric(float64(p99["with"])/float64(p99["without"]), "x-p99-with/without")
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -671,4 +672,53 @@ func cpuTicksOf(pid int) int {
 	u, _ := strconv.Atoi(f[11])
 	s, _ := strconv.Atoi(f[12])
 	return u + s
+}
+
+// TestServe_SlowReadersHoldNoTurn: over serve (Run, as main runs it),
+// more clients than serve has turns (httpapi's MaxInFlight, GOMAXPROCS/2)
+// ask for a 16 MiB result and stop reading once its answer has begun: the
+// answer, larger than the kernel's buffers, is stuck in the middle.
+// Meanwhile another caller's reads of a job, a target and a list, and
+// the slow caller's own read of its job, answer; then each slow reader,
+// once it reads again, gets its whole answer: serve had not given up on it
+// (its WriteTimeout, 90 s, would have cut it had the other reads waited).
+func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
+	site := benchSite(t)
+	base, _ := benchServe(t, "--max-body", strconv.Itoa(16<<20))
+	c := benchClient(t)
+	big := benchJob(t, c, base, "alice-key", site.URL, 1, 16<<20, "big")
+	small := benchJob(t, c, base, "bob-key", site.URL, 2, 256, "small")
+
+	var answers []*http.Response
+	for range max(runtime.GOMAXPROCS(0)/2, 1) + 1 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", big)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil) // the head only: its body is not read
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("slow reader: %v %v", resp, err)
+		}
+		defer resp.Body.Close()
+		answers = append(answers, resp)
+	}
+
+	for _, rq := range []struct{ key, path string }{
+		{"bob-key", "/v1/batch/" + small},
+		{"bob-key", "/v1/batch/" + small + "/1"},
+		{"bob-key", "/v1/batch"},
+		{"alice-key", "/v1/batch/" + big},
+	} {
+		if code, n, err := benchGet(c, base+rq.path, rq.key); err != nil || code != http.StatusOK || n == 0 {
+			t.Fatalf("GET %s: %d, %d bytes, %v", rq.path, code, n, err)
+		}
+	}
+	for i, resp := range answers {
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || !json.Valid(body) || len(body) < 16<<20 {
+			t.Fatalf("slow reader %d: %d bytes, valid JSON %v, %v", i, len(body), json.Valid(body), err)
+		}
+	}
 }

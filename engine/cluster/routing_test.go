@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -596,4 +597,154 @@ func TestNode_StartErrors(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Errorf("Close again: %v", err)
 	}
+}
+
+// firstWrite watches the answers to one caller's GET /v1/batch/{id}/{idx}
+// on a node (the forwarded ones included): started is closed when the
+// first Write of such an answer begins, returned when it returns.
+type firstWrite struct {
+	auth              string
+	started, returned chan struct{}
+	once              sync.Once
+}
+
+func (f *firstWrite) wrap(route string, h http.Handler) http.Handler {
+	if route != "GET /v1/batch/{id}/{idx}" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != f.auth {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(&firstWriteWriter{ResponseWriter: w, f: f}, r)
+	})
+}
+
+type firstWriteWriter struct {
+	http.ResponseWriter
+	f *firstWrite
+}
+
+func (w *firstWriteWriter) Write(p []byte) (int, error) {
+	first := false
+	w.f.once.Do(func() { first = true; close(w.f.started) })
+	n, err := w.ResponseWriter.Write(p)
+	if first {
+		close(w.f.returned)
+	}
+	return n, err
+}
+
+// smallSendBuffers is a listener whose connections have a small kernel
+// send buffer, so that an answer to a client that does not read soon
+// blocks its Write (with the defaults, megabytes sit in the kernel).
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+// TestCluster_SlowReaderHoldsNoTurn: a client of node a that never reads
+// its socket, reading a 1 MiB result of a job node b holds, stalls that
+// answer on b (b sends a part each time a pulls one, and a pulls the next
+// once its client took the last), but takes no turn from b's own callers
+// (MaxInFlight 1 on both): while it is stuck, b answers its reads of a
+// job, a list and a cancel, and a answers its own and b's jobs. Its
+// connection's end ends the answer on b.
+func TestCluster_SlowReaderHoldsNoTurn(t *testing.T) {
+	tc := newTestCluster(t)
+	watch := &firstWrite{auth: "Bearer alice-key", started: make(chan struct{}), returned: make(chan struct{})}
+	a := tc.addOpts("a", nodeOpts{maxInFlight: 1})
+	b := tc.addOpts("b", nodeOpts{maxInFlight: 1, wrap: watch.wrap})
+	tc.waitMembers(2)
+	big := submit(t, b, "alice-key", "https://example.com/big/1048576")
+	waitDone(t, b, big)
+	theirs := submit(t, b, "bob-key", "https://example.com/1", "https://example.com/2")
+	waitDone(t, b, theirs)
+	onA := submit(t, a, "bob-key", "https://example.com/3")
+	waitDone(t, a, onA)
+	live := submit(t, b, "bob-key", "https://example.com/hold")
+
+	srv := httptest.NewUnstartedServer(a.api)
+	srv.Listener = smallSendBuffers{srv.Listener}
+	srv.Start()
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(1 << 10)
+	fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", big)
+	select {
+	case <-watch.started:
+	case <-time.After(waitTimeout):
+		t.Fatal("b never began the slow reader's answer")
+	}
+
+	for _, rq := range []struct {
+		n            *node
+		method, path string
+	}{
+		{b, http.MethodGet, "/v1/batch/" + theirs},
+		{b, http.MethodGet, "/v1/batch/" + theirs + "?results=1"},
+		{b, http.MethodGet, "/v1/batch"},
+		{a, http.MethodGet, "/v1/batch/" + onA},
+		{a, http.MethodGet, "/v1/batch/" + theirs},
+		{a, http.MethodGet, "/v1/batch"},
+		{b, http.MethodDelete, "/v1/batch/" + live},
+	} {
+		code, _, body := do(t, rq.n, rq.method, rq.path, "bob-key", "")
+		if code != http.StatusOK {
+			t.Fatalf("%s %s on %s: %d %s", rq.method, rq.path, rq.n.name, code, body)
+		}
+		select {
+		case <-watch.returned:
+			t.Fatalf("%s %s on %s answered only once b's write to the slow reader had returned", rq.method, rq.path, rq.n.name)
+		default:
+		}
+	}
+
+	conn.Close()
+	select {
+	case <-watch.returned:
+	case <-time.After(waitTimeout):
+		t.Fatal("b's answer to the slow reader did not end with its connection")
+	}
+}
+
+// TestCluster_ForwardedPostRefused: a POST that reaches a node as a
+// forwarded request (the cluster's Request carries no body; no node
+// forwards a submit, but a peer may send one) is answered 405 with a hint
+// to submit to any node, never 500, and the node's handler does not panic.
+func TestCluster_ForwardedPostRefused(t *testing.T) {
+	tc := newTestCluster(t)
+	a, b := tc.add("a"), tc.add("b")
+	tc.waitMembers(2)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for _, uri := range []string{"/v1/batch", "/v1/batch/" + fmt.Sprintf("%x", cluster.Tag("b")) + "00112233445566778899aabb"} {
+		code, body, err := cluster.Ask(ctx, a.node, b.node, "POST", uri, "Bearer alice-key")
+		if err != nil || code != http.StatusMethodNotAllowed {
+			t.Fatalf("POST %s forwarded to b: %d %s %v; want 405", uri, code, body, err)
+		}
+		var e struct{ Error, Hint string }
+		if json.Unmarshal(body, &e) != nil || e.Hint == "" {
+			t.Fatalf("POST %s forwarded to b: %s", uri, body)
+		}
+	}
+	code, body, _ := cluster.Ask(ctx, a.node, b.node, "POST", "/v1/batch", "Bearer alice-key")
+	if !strings.Contains(string(body), "submit to any node: POST is not forwarded") {
+		t.Fatalf("forwarded submit: %d %s", code, body)
+	}
+	if strings.Contains(tc.logs.String(), "panicked") {
+		t.Fatalf("a handler panicked:\n%s", tc.logs.String())
+	}
+	// b still takes a submit of its own.
+	waitDone(t, b, submit(t, b, "alice-key", "https://example.com/1"))
 }

@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/internal/httpx"
 )
 
 // Prefix is the path the dashboard serves under; its session cookie's
@@ -121,6 +124,7 @@ type Handler struct {
 	tpl  *template.Template
 
 	sessions sessions
+	streams  callerStreams
 	throttle throttle
 	recent   recent
 	stats    stats
@@ -223,8 +227,30 @@ func withDefaults(cfg engine.Config) engine.Config {
 	return cfg
 }
 
-// ServeHTTP answers one dashboard request.
+// ServeHTTP answers one dashboard request. A panic in answering it (a
+// bug) is answered 500, or, once part of the answer is out, ends the
+// connection; it is logged without its value (which may hold a URL).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := httpx.NewStatusRecorder(w)
+	defer func() {
+		v := recover()
+		switch {
+		case v == nil:
+			return
+		case v == http.ErrAbortHandler:
+		case !rec.WroteHeader:
+			h.log.Error("dashboard handler panicked: a possible bug in siftbatch")
+			http.Error(rec, "internal error: try again; if it persists, report it", http.StatusInternalServerError)
+			return
+		default:
+			h.log.Error("dashboard handler panicked: a possible bug in siftbatch")
+		}
+		panic(http.ErrAbortHandler) // net/http drops the connection, and logs nothing
+	}()
+	h.serve(rec, r)
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
@@ -232,6 +258,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// same-origin, not no-referrer: with no-referrer a browser sends
 	// "Origin: null" on a form POST, which sameOrigin refuses.
 	hd.Set("Referrer-Policy", "same-origin")
+	if r.Body == nil {
+		// Not a request net/http read off a connection (it always sets
+		// one): a form's reads must not panic on it.
+		r.Body = http.NoBody
+	}
 	if r.Method == http.MethodPost && !sameOrigin(r) {
 		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form was sent from another site."})
 		return
@@ -389,10 +420,20 @@ func (h *Handler) notFound(w http.ResponseWriter, _ *http.Request) {
 }
 
 // staticFiles serves the embedded assets, cacheable for a few minutes.
+// Only files: a directory (the root, /ui/static/, among them) is 404, not
+// a listing of what it holds.
 func staticFiles(fsys fs.FS) http.Handler {
 	files := http.FileServerFS(fsys)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !utf8.ValidString(r.URL.Path) { // no file has such a name (net/http would answer 500)
+			http.NotFound(w, r)
+			return
+		}
+		name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+		if name == "" {
+			name = "."
+		}
+		if fi, err := fs.Stat(fsys, name); err != nil || !fi.Mode().IsRegular() {
 			http.NotFound(w, r)
 			return
 		}

@@ -34,11 +34,16 @@
 //	GET  /ui/jobs/{id}/{idx}       the first 4 KiB of one stored result
 //	POST /ui/jobs/{id}/cancel      form field csrf
 //	GET  /ui/events[?job=ID]       Server-Sent Events: the page's live part, when it changes
+//	GET  /ui/static/{file}         the embedded styles, script and icon; a directory is 404,
+//	                               never a listing
 //
 // Pages update themselves over Server-Sent Events (a few lines of plain
 // JavaScript, embedded with the styles: no build step, no CDN); with
 // JavaScript off they refresh every 5 s. An event stream ends when the
 // client leaves, when its session ends, and on [Handler.Close]: register
 // Close with the server's shutdown. A stream is exempt from the server's
-// WriteTimeout (each write has a deadline of its own).
+// WriteTimeout (each write has a deadline of its own). A session holds at
+// most 16 streams open at once, and a caller (a key's name) at most 32
+// across all its sessions: past either, the next is answered 429 with
+// Retry-After.
 package dashboard

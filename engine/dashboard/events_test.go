@@ -191,3 +191,52 @@ func TestDashboard_Charts(t *testing.T) {
 		}
 	}
 }
+
+// streamCode opens path's event stream as br and returns its status,
+// closing it at once.
+func (b *bundle) streamCode(t testing.TB, br *browser, path string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.AddCookie(br.cookie)
+	resp, err := (&http.Transport{}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestDashboard_StreamsPerKeyBounded: one key holds at most 32 event
+// streams at once, across all its sessions (16 a session): the 33rd, from
+// a session that holds none, is 429; another key's streams are not
+// counted with them; a stream closed frees its place.
+func TestDashboard_StreamsPerKeyBounded(t *testing.T) {
+	b := setup(t)
+	sessions := []*browser{b.signIn(t, "alice-key"), b.signIn(t, "alice-key"), b.signIn(t, "alice-key")}
+	bob := b.signIn(t, "bob-key")
+	var open []*stream
+	for i := range 32 {
+		open = append(open, b.openStream(t, sessions[i/16], "/ui/events"))
+	}
+	if code := b.streamCode(t, sessions[2], "/ui/events"); code != http.StatusTooManyRequests {
+		t.Fatalf("alice's 33rd stream, from a third session: %d, want 429", code)
+	}
+	if code := b.streamCode(t, sessions[2], "/ui/events?job="+missingID); code != http.StatusTooManyRequests {
+		t.Fatalf("alice's 33rd stream, a job page's: %d, want 429", code)
+	}
+	b.openStream(t, bob, "/ui/events").until(t, "bob's first update", func(ev event) bool { return ev.name == "update" })
+
+	// One of alice's closes: its place is free again.
+	served := b.active.Load()
+	open[0].close()
+	waitFor(t, 10*time.Second, "the closed stream to end", func() bool { return b.active.Load() < served })
+	b.openStream(t, sessions[2], "/ui/events").until(t, "the new stream's first update", func(ev event) bool { return ev.name == "update" })
+	if code := b.streamCode(t, sessions[2], "/ui/events"); code != http.StatusTooManyRequests {
+		t.Fatalf("alice's 33rd stream, once one was replaced: %d, want 429", code)
+	}
+}

@@ -160,7 +160,9 @@ func (rc *recent) finished(keep func(engine.Job) bool, n int) []engine.Job {
 // Refresh and sent when it has changed. The stream ends when the client
 // leaves, when the session ends (a "signedout" event), when the job is
 // gone (a "gone" event), and on Close. It is exempt from the server's
-// WriteTimeout: each write has a deadline of its own instead.
+// WriteTimeout: each write has a deadline of its own instead. A session
+// holds at most maxStreams (16) at once, a caller at most
+// maxCallerStreams (32) across its sessions: past either, 429.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 	if ss.streams.Add(1) > maxStreams {
 		ss.streams.Add(-1)
@@ -169,6 +171,12 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 		return
 	}
 	defer ss.streams.Add(-1)
+	if !h.streams.take(ss.name) {
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many live views open for this key: close a tab or sign out elsewhere", http.StatusTooManyRequests)
+		return
+	}
+	defer h.streams.give(ss.name)
 	jobID := r.URL.Query().Get("job")
 	render := func(ss *session) ([]byte, bool) {
 		var buf bytes.Buffer

@@ -37,6 +37,44 @@ type session struct {
 // few tabs; each holds a connection and a goroutine.
 const maxStreams = 16
 
+// maxCallerStreams bounds the event streams one caller (one API key's
+// name) holds open at once, across all its sessions: a key may sign in as
+// often as the sign-in throttle lets it, and every stream costs a render
+// every Refresh (320 streams of one key took 20% of a core).
+const maxCallerStreams = 32
+
+// callerStreams counts the event streams each caller holds open, by
+// caller name (never a key). A caller with none has no entry, so the map
+// holds at most the callers streaming now. Safe for concurrent use.
+type callerStreams struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// take counts one more stream for name: false, counting nothing, if name
+// holds maxCallerStreams already.
+func (c *callerStreams) take(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m[name] >= maxCallerStreams {
+		return false
+	}
+	if c.m == nil {
+		c.m = make(map[string]int)
+	}
+	c.m[name]++
+	return true
+}
+
+// give counts one stream of name fewer.
+func (c *callerStreams) give(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m[name]--; c.m[name] <= 0 {
+		delete(c.m, name)
+	}
+}
+
 // sessions are the signed-in browsers, keyed by the SHA-256 of their
 // token: a lookup compares hashes, so its timing tells nothing of a
 // token's bytes. Safe for concurrent use.

@@ -18,7 +18,10 @@
 // many, a URL that is not absolute http(s) or whose port is not 1 to
 // 65535, a target option the FetchFunc does not honour
 // ([Options.Honoured]) or whose value it refuses ([Options.Check]) 422; a
-// caller or the server at its cap of live jobs 429 with Retry-After.
+// caller or the server at its cap of live jobs 429 with Retry-After. A
+// request without a body (Body nil, as a cluster forwards requests) is
+// never a submit: POST /v1/batch is 405, "submit to any node: POST is not
+// forwarded".
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
 // "targets_failed", "created_at", "targets"}: targets_done counts the

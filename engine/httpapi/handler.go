@@ -79,13 +79,17 @@ type Options struct {
 	MaxWait time.Duration
 	// MaxInFlight caps the authenticated reads and cancels whose work
 	// (the runner's reads and writes, encoding the answer) runs at once;
-	// the others wait their turn. A request gives its turn up while it
-	// waits in a long-poll (and answers it without one) or streams results
-	// to the client, so a slow client holds up no one. A submit takes no
-	// turn: once per job, it keeps the workers busy. The runner's own work shares the CPU
-	// with the handlers: without a cap, hundreds of clients polling as
-	// fast as they can starve it (issue 9's polling load: 0.17× of the
-	// targets/s with /healthz polled instead; 0.86× with the default).
+	// the others wait their turn. A request holds its turn only while it
+	// works: it gives it up while it waits in a long-poll (and answers it
+	// without one), while another node answers it, and while its answer
+	// goes to the client (a ?results=1 answer takes it again for each
+	// next result), so a client that reads slowly or not at all holds up
+	// no one: only its own connection, until the server's WriteTimeout
+	// ends it. A submit takes no turn: once per job, it keeps the workers
+	// busy. The runner's own work shares the CPU with the handlers:
+	// without a cap, hundreds of clients polling as fast as they can
+	// starve it (issue 9's polling load: 0.17× of the targets/s with
+	// /healthz polled instead; 0.86× with the default).
 	// Default GOMAXPROCS/2, at least 1.
 	MaxInFlight int
 	// Cluster, if set, makes the handler one node's API in a cluster
@@ -104,7 +108,10 @@ type Options struct {
 }
 
 // Cluster is what a [Handler] asks of the cluster its runner is a node
-// of; package github.com/sift/batch/engine/cluster's *Node is one.
+// of; package github.com/sift/batch/engine/cluster's *Node is one. The
+// node that holds a job answers the requests forwarded to it with its own
+// Handler, each built without a body (Body nil): a POST so built is
+// answered 405, "submit to any node: POST is not forwarded".
 type Cluster interface {
 	// Forward answers r, a request about job id, if that job is another
 	// node's, and returns true; false, having written nothing, if it is
@@ -280,13 +287,16 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			fn(w, r, c, class)
 		case err == nil && c != nil && c.Name != "":
 			// The caller's work waits its turn (Options.MaxInFlight); it
-			// gives it up while it waits on the network or a long-poll.
-			turn := &turn{slots: h.slots}
-			if !turn.take(r.Context()) {
+			// gives it up while it waits on the network or a long-poll,
+			// and what it writes meanwhile is kept until then (turnWriter).
+			t := &turn{slots: h.slots}
+			if !t.take(r.Context()) {
 				return // the client has gone
 			}
-			defer turn.give()
-			fn(w, r.WithContext(context.WithValue(r.Context(), turnKey{}, turn)), c, class)
+			t.w = &turnWriter{ResponseWriter: w, t: t}
+			defer t.release() // after a panic: the place is freed, what was kept is dropped
+			fn(t.w, r.WithContext(context.WithValue(r.Context(), turnKey{}, t)), c, class)
+			t.give() // the answer, or its end, goes out without the turn
 		case err != nil && !errors.Is(err, ErrUnknownKey):
 			h.log.Warn("authenticate failed")
 			writeError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")
@@ -298,13 +308,35 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 }
 
 // turn is a request's place among the MaxInFlight served at once.
+//
+// A request holds its place only while it works (the runner's reads, the
+// cluster's list, encoding its answer), never while it waits on the
+// network: on a client that sends its body slowly, on a long-poll, on
+// another node, or on a client that does not read its socket. The last is
+// what turnWriter is for: while the place is held, nothing the handler
+// writes reaches the client (it is kept); it goes out once the place is
+// given up. So a client that never reads holds only its own connection
+// (and the server's WriteTimeout ends that), never a place: one such
+// client once held every other caller's reads for the length of its
+// connection (issue 23).
+//
+// What is kept is bounded by what a handler writes while it holds its
+// place: a small answer whole (an error, a cancel, a list page of at most
+// engine.MaxListLimit jobs, a job's targets without their results, all
+// bounded by the job's targets); a large one is written after giving the
+// place up, from the handler's own buffer, without a copy: one target's
+// result, or a ?results=1 answer one target at a time (writeJob takes
+// its place again for each next result). So at most one result of an
+// answer is in memory at once, as before.
 type turn struct {
 	slots chan struct{}
 	held  bool
+	w     *turnWriter // nil outside authenticate (a handler called directly in tests)
 }
 
 type turnKey struct{}
 
+// take waits for a place; false if ctx ends first.
 func (t *turn) take(ctx context.Context) bool {
 	select {
 	case t.slots <- struct{}{}:
@@ -315,16 +347,66 @@ func (t *turn) take(ctx context.Context) bool {
 	}
 }
 
-func (t *turn) give() {
+// release frees the place, if held, and nothing else.
+func (t *turn) release() {
 	if t.held {
 		<-t.slots
 		t.held = false
 	}
 }
 
-// giveTurn gives r's turn up for the rest of the request.
+// give frees the place, if held, then sends what the request wrote while
+// it held it.
+func (t *turn) give() {
+	t.release()
+	if t.w != nil {
+		_ = t.w.send()
+	}
+}
+
+// turnWriter is the ResponseWriter of a request that takes turns. While
+// its turn is held, Write keeps the bytes; without it, Write sends what
+// was kept, then p. The header and status go through at once: net/http
+// sends them with the first bytes of the body. Not for concurrent use
+// (a handler writes from its own goroutine).
+type turnWriter struct {
+	http.ResponseWriter
+	t    *turn
+	kept []byte
+	err  error // the first error of a send: the client has gone
+}
+
+// Write implements http.ResponseWriter.
+func (w *turnWriter) Write(p []byte) (int, error) {
+	if w.t.held {
+		w.kept = append(w.kept, p...)
+		return len(p), nil
+	}
+	if err := w.send(); err != nil {
+		return 0, err
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// send writes what was kept, once; the first error again after one.
+func (w *turnWriter) send() error {
+	if w.err == nil && len(w.kept) > 0 {
+		_, w.err = w.ResponseWriter.Write(w.kept)
+		w.kept = nil
+	}
+	return w.err
+}
+
+// turnOf is r's turn; nil if r takes none (a submit).
+func turnOf(r *http.Request) *turn {
+	t, _ := r.Context().Value(turnKey{}).(*turn)
+	return t
+}
+
+// giveTurn gives r's turn up for the rest of the request, and sends what
+// r wrote while it held it.
 func giveTurn(r *http.Request) {
-	if t, _ := r.Context().Value(turnKey{}).(*turn); t != nil {
+	if t := turnOf(r); t != nil {
 		t.give()
 	}
 }
@@ -332,7 +414,7 @@ func giveTurn(r *http.Request) {
 // waiting gives r's turn up while wait runs, and takes it again; false if
 // the client went away meanwhile.
 func waiting(r *http.Request, wait func()) bool {
-	t, _ := r.Context().Value(turnKey{}).(*turn)
+	t := turnOf(r)
 	if t == nil {
 		wait()
 		return true

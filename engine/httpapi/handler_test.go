@@ -605,3 +605,52 @@ func TestAPI_Options(t *testing.T) {
 		wantCode(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Grep: "(?i)x", JQ: ".a"})), http.StatusAccepted)
 	})
 }
+
+// TestAPI_NilBody: a request without a Body (nil: not read off a
+// connection; a cluster's forwarded requests carry none) panics nowhere,
+// on any route: a submit is answered 405 with a hint to submit to a node
+// directly, the others as they are with a body.
+func TestAPI_NilBody(t *testing.T) {
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodPost, "/v1/batch", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/v1/batch/" + id, http.StatusMethodNotAllowed},
+		{http.MethodPut, "/v1/batch", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/v1/batch", http.StatusOK},
+		{http.MethodGet, "/v1/batch/" + id, http.StatusOK},
+		{http.MethodGet, "/v1/batch/" + id + "/0", http.StatusOK},
+		{http.MethodDelete, "/v1/batch/" + id, http.StatusConflict},
+	} {
+		req, err := http.NewRequest(tc.method, "http://siftbatch"+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.Body != nil {
+			t.Fatal("http.NewRequest set a Body")
+		}
+		req.Header.Set("Authorization", "Bearer alice-key")
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, req)
+		r := response{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+		if tc.code == http.StatusOK {
+			wantCode(t, r, tc.code)
+		} else {
+			wantError(t, r, tc.code, "")
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://siftbatch/v1/batch", nil)
+	req.Header.Set("Authorization", "Bearer alice-key")
+	rec := httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, req)
+	if h := (response{body: rec.Body.Bytes()}).json(t)["hint"]; h != "submit to any node: POST is not forwarded" || rec.Header().Get("Allow") == "" {
+		t.Fatalf("a submit without a body: %d %s, Allow %q", rec.Code, rec.Body, rec.Header().Get("Allow"))
+	}
+	if l := b.logs.String(); strings.Contains(l, "panicked") {
+		t.Fatalf("a handler panicked:\n%s", l)
+	}
+}

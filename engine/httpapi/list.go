@@ -47,7 +47,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		err         error
 	)
 	if h.o.Cluster != nil {
-		waiting(r, func() { jobs, next, unavailable, err = h.o.Cluster.List(r.Context(), c.Name, opt) })
+		if !waiting(r, func() { jobs, next, unavailable, err = h.o.Cluster.List(r.Context(), c.Name, opt) }) {
+			return // the client has gone
+		}
 	} else {
 		jobs, next, err = h.r.List(c.Name, opt)
 	}

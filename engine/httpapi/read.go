@@ -54,16 +54,20 @@ func (h *Handler) owned(w http.ResponseWriter, r *http.Request, c *engine.Caller
 
 // forwarded answers r through the cluster if its job is another node's:
 // true if it did. The request gives its turn up meanwhile: the other node's
-// work is not this one's.
+// work is not this one's, and the answer goes to the client as it comes.
+// It takes its turn again only if it is this node's to answer.
 func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request) bool {
 	if h.o.Cluster == nil {
 		return false
 	}
-	done := false
-	if !waiting(r, func() { done = h.o.Cluster.Forward(w, r, r.PathValue("id")) }) {
-		return true // the client has gone
+	t := turnOf(r)
+	if t != nil {
+		t.give()
 	}
-	return done
+	if h.o.Cluster.Forward(w, r, r.PathValue("id")) {
+		return true
+	}
+	return t != nil && !t.take(r.Context()) // true: the client has gone
 }
 
 func writeJobNotFound(w http.ResponseWriter) {
@@ -118,6 +122,12 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 // there: the connection is dropped before the end of the body, so that a
 // client cannot take it for a whole one, and the JSON is left incomplete.
 // Without results the answer is appended whole, then written at once.
+//
+// Turns: each chunk (the targets up to a result and that result) is read
+// and appended while r holds its turn, then written with the turn given
+// up, from the buffer as it is (no copy), and the turn is taken again for
+// the next: the turn is held for the work of a chunk, never while the
+// client's socket takes it in, and at most one chunk is in memory.
 func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Job, targets []engine.TargetStatus, withResults bool) {
 	setJSONHeaders(w)
 	w.WriteHeader(http.StatusOK)
@@ -149,6 +159,7 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 		buf = buf[:0]
 	}
 	buf = append(buf, "]}\n"...)
+	giveTurn(r)
 	_, _ = w.Write(buf)
 }
 
@@ -183,6 +194,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	buf := appendTargetHead(*bp, t)
 	defer func() { *bp = buf; putBuf(bp) }()
 	buf = append(appendResult(buf, res), '\n')
+	giveTurn(r) // the result is written from buf, without the turn
 	_, _ = w.Write(buf)
 }
 

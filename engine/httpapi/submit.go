@@ -32,8 +32,16 @@ type submitResponse struct {
 	Status string `json:"status"`
 }
 
-// submit is POST /v1/batch.
+// submit is POST /v1/batch. A request without a Body (nil: not one
+// net/http read off a connection, which always has one, but one a cluster
+// forwarded, whose message carries no body) is answered 405: a submit is
+// never forwarded, any node takes it.
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
+	if r.Body == nil {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed", "submit to any node: POST is not forwarded")
+		return
+	}
 	var body []byte
 	var err error
 	turned := waiting(r, func() { body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody)) })

@@ -1,13 +1,18 @@
 package httpapi_test
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/httpapi"
 )
 
@@ -65,5 +70,229 @@ func TestAPI_TurnsHoldUpNoOne(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the long-poll did not answer")
+	}
+}
+
+// slowSignals tells a test where the answers of requests marked
+// "X-Test-Slow: 1" stand: started is closed when the first Write of the
+// answer's body begins, returned when that Write returns.
+type slowSignals struct {
+	started, returned chan struct{}
+	once              sync.Once
+}
+
+// wrap is an Options.Wrap that watches the marked requests' first Write.
+func (s *slowSignals) wrap(_ string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test-Slow") == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(&watchedWriter{ResponseWriter: w, s: s}, r)
+	})
+}
+
+type watchedWriter struct {
+	http.ResponseWriter
+	s *slowSignals
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	first := false
+	w.s.once.Do(func() { first = true; close(w.s.started) })
+	n, err := w.ResponseWriter.Write(p)
+	if first {
+		close(w.s.returned)
+	}
+	return n, err
+}
+
+// smallSendBuffers is a listener whose connections have a small kernel
+// send buffer: with the defaults (up to 4 MiB here, tcp_wmem) a whole
+// answer could sit in the kernel and no Write would ever block on a
+// client that does not read.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+// TestAPI_SlowReaderHoldsNoTurn: with one request worked on at a time
+// (MaxInFlight 1), a client that never reads its socket, asking for a
+// large answer (one 256 KiB result; a job's results), holds no turn while
+// its answer waits on its socket: while it is stuck in the middle of its
+// answer, another caller's and its own caller's reads of a job, of a
+// target, of a job's results, a list and a cancel all answer. Closing its
+// connection ends its answer.
+func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
+	for _, slow := range []struct {
+		name, path string // {id} is alice's job
+	}{
+		{name: "target", path: "/v1/batch/{id}/0"},
+		{name: "results", path: "/v1/batch/{id}?results=1"},
+	} {
+		t.Run(slow.name, func(t *testing.T) {
+			// holdURL is held until the runner closes; anything else is
+			// a 256 KiB page.
+			fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+				if tg.URL == holdURL {
+					<-ctx.Done()
+					return engine.Result{}, ctx.Err()
+				}
+				return bigFetch(ctx, c, tg)
+			}
+			s := &slowSignals{started: make(chan struct{}), returned: make(chan struct{})}
+			b := setupWith(t, fetch, httpapi.Options{MaxInFlight: 1, Wrap: s.wrap})
+			srv := httptest.NewUnstartedServer(b.handler)
+			srv.Listener = smallSendBuffers{srv.Listener}
+			srv.Start()
+			defer srv.Close()
+			mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
+			b.waitTerminal(t, mine)
+			theirs := b.submit(t, "bob-key", "https://example.com/1", "https://example.com/2")
+			b.waitTerminal(t, theirs)
+			live := b.submit(t, "bob-key", holdURL)
+			b.waitRunning(t, live)
+
+			// The slow reader: a tiny receive buffer, and it never reads.
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.(*net.TCPConn).SetReadBuffer(1 << 10)
+			fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\nX-Test-Slow: 1\r\n\r\n", strings.ReplaceAll(slow.path, "{id}", mine))
+			select {
+			case <-s.started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the slow reader's answer never began")
+			}
+
+			// Every other read answers while the slow reader is stuck.
+			client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+			defer client.CloseIdleConnections()
+			get := func(key, path string, method string) response {
+				req, _ := http.NewRequest(method, srv.URL+path, nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				return send(t, client, req)
+			}
+			for _, rq := range []struct{ key, method, path string }{
+				{"bob-key", http.MethodGet, "/v1/batch/" + theirs},
+				{"bob-key", http.MethodGet, "/v1/batch/" + theirs + "/1"},
+				{"bob-key", http.MethodGet, "/v1/batch/" + theirs + "?results=1"},
+				{"bob-key", http.MethodGet, "/v1/batch"},
+				{"alice-key", http.MethodGet, "/v1/batch/" + mine},
+				{"alice-key", http.MethodGet, "/v1/batch?limit=5"},
+				{"bob-key", http.MethodDelete, "/v1/batch/" + live},
+			} {
+				r := get(rq.key, rq.path, rq.method)
+				wantCode(t, r, http.StatusOK)
+				select {
+				case <-s.returned:
+					t.Fatalf("%s %s answered only once the slow reader's write had returned", rq.method, rq.path)
+				default:
+				}
+			}
+			if _, ok := b.runner.Job(live); !ok {
+				t.Fatal("the cancelled job is gone")
+			}
+
+			// Its answer began (200), and its connection's end frees its
+			// handler: the server's WriteTimeout ends a reader that never
+			// reads.
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200 ") {
+				t.Fatalf("the slow reader's answer begins %q, %v", line, err)
+			}
+			conn.Close()
+			select {
+			case <-s.returned:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the slow reader's write did not end with its connection")
+			}
+		})
+	}
+}
+
+// blockingWriter is a ResponseWriter whose Writes block until release is
+// closed: a client's socket that takes nothing in. entered is closed at
+// the first Write.
+type blockingWriter struct {
+	header           http.Header
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (w *blockingWriter) Header() http.Header { return w.header }
+func (w *blockingWriter) WriteHeader(int)     {}
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.release
+	return len(p), nil
+}
+
+// TestAPI_BlockedWriteHoldsNoTurn: whatever a request answers (a job, its
+// results, a target, a list, a cancel, a long-poll, an error), it gives
+// its turn up before its answer reaches the client: with MaxInFlight 1, a
+// request whose writes block for good holds up no other caller's read.
+func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
+	b := setupWith(t, nil, httpapi.Options{MaxInFlight: 1})
+	mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
+	b.waitTerminal(t, mine)
+	theirs := b.submit(t, "bob-key", "https://example.com/3")
+	b.waitTerminal(t, theirs)
+	live := b.submit(t, "alice-key", holdURL)
+	b.waitRunning(t, live)
+	for _, tc := range []struct{ name, method, path string }{
+		{"job", http.MethodGet, "/v1/batch/" + mine},
+		{"results", http.MethodGet, "/v1/batch/" + mine + "?results=1"},
+		{"target", http.MethodGet, "/v1/batch/" + mine + "/1"},
+		{"long-poll", http.MethodGet, "/v1/batch/" + mine + "?wait=30s"},
+		{"list", http.MethodGet, "/v1/batch?limit=100"},
+		{"not found", http.MethodGet, "/v1/batch/" + missingID},
+		{"bad request", http.MethodGet, "/v1/batch?limit=0"},
+		{"cancel ended", http.MethodDelete, "/v1/batch/" + mine},
+		{"cancel", http.MethodDelete, "/v1/batch/" + live}, // last: it ends the live job
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &blockingWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+			req := httptest.NewRequest(tc.method, tc.path, nil)
+			req.Header.Set("Authorization", "Bearer alice-key")
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				b.handler.ServeHTTP(w, req)
+			}()
+			unblock := sync.OnceFunc(func() { close(w.release) })
+			defer func() { unblock(); <-served }()
+			select {
+			case <-w.entered:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the answer was never written")
+			}
+			// Its write blocks: another caller's read still answers.
+			answered := make(chan int, 1)
+			go func() {
+				rec := httptest.NewRecorder()
+				probe := httptest.NewRequest(http.MethodGet, "/v1/batch/"+theirs, nil)
+				probe.Header.Set("Authorization", "Bearer bob-key")
+				b.handler.ServeHTTP(rec, probe)
+				answered <- rec.Code
+			}()
+			select {
+			case code := <-answered:
+				if code != http.StatusOK {
+					t.Fatalf("bob's read: %d", code)
+				}
+			case <-time.After(20 * time.Second):
+				unblock() // let it go, so that the test ends
+				<-answered
+				t.Fatal("bob's read waited for a write that blocked")
+			}
+		})
 	}
 }
