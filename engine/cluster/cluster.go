@@ -44,6 +44,7 @@ import (
 
 	"github.com/sift/batch/actors"
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
 // The defaults a zero [Config] field takes.
@@ -115,6 +116,17 @@ type Config struct {
 	// levels lowered a step, and only attributes known to be safe kept).
 	// Default: nothing is logged.
 	Log *slog.Logger
+	// TLS is this node's side of the cluster's mutual TLS (serve's
+	// --cluster-ca, --cluster-cert, --cluster-key): the node presents its
+	// certificate to every peer, and accepts only peers whose certificate
+	// chains to the cluster's CA and names a node (TLS 1.3). Its
+	// certificate must name this node (Node). Exactly one of TLS and
+	// Insecure is required.
+	TLS *clustertls.Config
+	// Insecure has the node speak to its peers in plaintext, and accept
+	// any peer that reaches its address (serve's --cluster-insecure): for
+	// experiments on a loopback address only.
+	Insecure bool
 }
 
 // Provider is how the nodes of a cluster find each other: one of
@@ -237,6 +249,7 @@ type Node struct {
 	jobsPerCaller int                // the runner's, for the grains
 	sessions      sync.Map           // uint64 → *session: answers this node is giving
 	work          sync.WaitGroup
+	peerPanics    atomic.Int64    // calls of peers that panicked (PeerPanics)
 	ctx           context.Context // cancelled by Close: ends every answer given
 	cancel        context.CancelFunc
 }
@@ -258,6 +271,12 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.New("new node: no provider")
 	case cfg.Timeout < 0 || cfg.RetryAfter < 0:
 		return nil, errors.New("new node: negative duration")
+	case cfg.TLS == nil && !cfg.Insecure:
+		return nil, errors.New("new node: cluster needs TLS (Config.TLS) or Config.Insecure")
+	case cfg.TLS != nil && cfg.Insecure:
+		return nil, errors.New("new node: cluster given both TLS (Config.TLS) and Config.Insecure")
+	case cfg.TLS != nil && cfg.TLS.Node() != cfg.Node:
+		return nil, fmt.Errorf("new node: the TLS certificate names node %q, not this node %q", cfg.TLS.Node(), cfg.Node)
 	}
 	if _, _, err := splitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("new node: address: %w", err)
@@ -352,7 +371,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// batches up to 1,000 queued messages into one, and 17 parts of an
 	// answer (256 KiB each) would pass gRPC's 4 MiB limit and break the
 	// stream for every answer on it (a crowd of readers of large results).
-	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8))
+	remoteCfg := remote.Configure(host, port, append(n.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8))...)
 	n.jobsPerCaller = r.Config().JobsPerCaller
 	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,

@@ -3,10 +3,18 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,9 +24,13 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/clustertls"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
@@ -116,6 +128,9 @@ type nodeOptions struct {
 	now  func() time.Time                // the runner's clock; default time.Now
 	wrap func(http.Handler) http.Handler // wraps the handler that answers the other nodes
 	dir  string                          // the store's directory; default in memory
+	// insecure starts the node in plaintext (Config.Insecure) instead of
+	// with the tests' cluster TLS.
+	insecure bool
 }
 
 // add starts a node named name.
@@ -129,8 +144,12 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	t := tc.t
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: tc.level}))
-	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0",
-		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log})
+	ccfg := cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
+		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log}
+	if o.insecure {
+		ccfg.TLS, ccfg.Insecure = nil, true
+	}
+	cn, err := cluster.New(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,4 +486,97 @@ func createdOf(jobs []engine.Job, id string) int64 {
 		}
 	}
 	return -1
+}
+
+// testCA is the cluster CA of this package's tests, made once, and the TLS
+// configurations it has issued, by node name.
+var testCA struct {
+	once  sync.Once
+	cert  *x509.Certificate
+	key   *ecdsa.PrivateKey
+	pem   []byte
+	err   error
+	mu    sync.Mutex
+	nodes map[string]*clustertls.Config
+}
+
+// nodeTLS returns the TLS configuration of a node named name, its
+// certificate issued by the tests' cluster CA (the same for every test):
+// as `siftbatch cluster-certs` issues it (clustertls.Generate's template).
+func nodeTLS(t testing.TB, name string) *clustertls.Config {
+	t.Helper()
+	testCA.once.Do(func() {
+		set, err := clustertls.Generate([]string{"unused"}, nil, time.Now())
+		if err != nil {
+			testCA.err = err
+			return
+		}
+		testCA.pem = set.CA.Cert
+		block, _ := pem.Decode(set.CA.Cert)
+		if testCA.cert, testCA.err = x509.ParseCertificate(block.Bytes); testCA.err != nil {
+			return
+		}
+		kblock, _ := pem.Decode(set.CA.Key)
+		key, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
+		if err != nil {
+			testCA.err = err
+			return
+		}
+		testCA.key = key.(*ecdsa.PrivateKey)
+		testCA.nodes = map[string]*clustertls.Config{}
+	})
+	if testCA.err != nil {
+		t.Fatal(testCA.err)
+	}
+	testCA.mu.Lock()
+	defer testCA.mu.Unlock()
+	if c, ok := testCA.nodes[name]; ok {
+		return c
+	}
+	c, err := issueTLS(testCA.cert, testCA.key, testCA.pem, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testCA.nodes[name] = c
+	return c
+}
+
+// issueTLS signs a certificate for node name with the CA (cert, key;
+// caPEM its certificate) and returns its TLS configuration.
+func issueTLS(ca *x509.Certificate, caKey *ecdsa.PrivateKey, caPEM []byte, name string) (*clustertls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{name, "localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return clustertls.New(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}))
+}
+
+// remoteTLS returns the options of protoactor's remote that give a bare
+// protoactor member (a test's fake node) the cluster's mutual TLS as node
+// name.
+func remoteTLS(t testing.TB, name string) []remote.ConfigOption {
+	c := nodeTLS(t, name)
+	return []remote.ConfigOption{
+		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(c.Server()))),
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(c.Client()))),
+	}
 }

@@ -39,7 +39,7 @@ func startSlowMember(t *testing.T, tc *testCluster, name string, hello <-chan st
 	if _, err := system.Root.SpawnNamed(props, cluster.NodeActor); err != nil {
 		t.Fatal(err)
 	}
-	c := pacluster.New(system, pacluster.Configure(tc.name, test.NewTestProvider(tc.agent), disthash.New(), remote.Configure("127.0.0.1", 0)))
+	c := pacluster.New(system, pacluster.Configure(tc.name, test.NewTestProvider(tc.agent), disthash.New(), remote.Configure("127.0.0.1", 0, remoteTLS(t, name)...)))
 	c.StartMember()
 	t.Cleanup(func() { c.Shutdown(true) })
 }
