@@ -8,12 +8,14 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine/cluster/clustertls"
 )
@@ -231,4 +233,94 @@ func TestClusterCerts_Refuses(t *testing.T) {
 			}
 		}
 	})
+}
+
+// handshake runs a TLS handshake between a node dialling with client and
+// one answering with server, over an in-memory connection; it returns the
+// client's error, else the server's.
+func handshake(client, server *clustertls.Config) error {
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	serr := make(chan error, 1)
+	go func() {
+		ts := tls.Server(s, server.Server())
+		err := ts.Handshake()
+		_ = ts.Close()
+		serr <- err
+	}()
+	tc := tls.Client(c, client.Client())
+	cerr := tc.Handshake()
+	if cerr == nil {
+		// TLS 1.3: the server checks the client's certificate after the
+		// client's handshake has returned; a read sees its refusal.
+		_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, cerr = tc.Read(make([]byte, 1))
+		if errors.Is(cerr, io.EOF) {
+			cerr = nil
+		}
+	}
+	_ = c.Close()
+	if err := <-serr; cerr == nil {
+		return err
+	}
+	return cerr
+}
+
+// TestClusterCerts_RotationWithCABundle follows the change of CA that
+// docs/CLUSTER.md gives, with two runs of cluster-certs: a --cluster-ca
+// file holding the old and the new CA is accepted, and with it a node on
+// a certificate of either CA accepts and is accepted by the others, so the
+// nodes move one by one; a node that trusts only the old CA refuses a
+// certificate of the new one (the bundle must be everywhere first).
+func TestClusterCerts_RotationWithCABundle(t *testing.T) {
+	old, next := filepath.Join(t.TempDir(), "old"), filepath.Join(t.TempDir(), "new")
+	for _, d := range []string{old, next} {
+		if _, _, err := run(t, "cluster-certs", "--dir", d, "--nodes", "n1,n2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var bundle []byte
+	for _, d := range []string{old, next} {
+		b, err := os.ReadFile(filepath.Join(d, "ca.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, b...)
+	}
+	bundleFile := filepath.Join(t.TempDir(), "ca-bundle.crt")
+	if err := os.WriteFile(bundleFile, bundle, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func(ca, certs, node string) *clustertls.Config {
+		t.Helper()
+		c := clusterFlags{node: node, ca: ca, cert: filepath.Join(certs, node+".crt"), key: filepath.Join(certs, node+".key")}
+		conf, err := c.loadTLS()
+		if err != nil {
+			t.Fatalf("%s on %s with CA %s: %v", node, certs, ca, err)
+		}
+		return conf
+	}
+	// Midway: n1 is on the new certificate, n2 still on the old; both
+	// trust the bundle.
+	n1 := load(bundleFile, next, "n1")
+	n2 := load(bundleFile, old, "n2")
+	for _, pair := range [][2]*clustertls.Config{{n1, n2}, {n2, n1}} {
+		if err := handshake(pair[0], pair[1]); err != nil {
+			t.Errorf("%s dialling %s, both trusting the bundle: %v", pair[0].Node(), pair[1].Node(), err)
+		}
+	}
+	// A node that still trusts the old CA only refuses n1's new
+	// certificate, both ways.
+	oldOnly := load(filepath.Join(old, "ca.crt"), old, "n2")
+	if err := handshake(n1, oldOnly); err == nil {
+		t.Error("a node trusting the old CA only accepted a client certificate of the new one")
+	}
+	if err := handshake(oldOnly, n1); err == nil {
+		t.Error("a node trusting the old CA only accepted a server certificate of the new one")
+	}
+	// The end: the new CA alone, every node on its new certificate.
+	if err := handshake(load(filepath.Join(next, "ca.crt"), next, "n1"), load(filepath.Join(next, "ca.crt"), next, "n2")); err != nil {
+		t.Errorf("after the change: %v", err)
+	}
 }

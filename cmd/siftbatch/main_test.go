@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	// goroutine is allowed to outlive the tests.
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		removeBinary()
+		removeTestCerts()
 		os.Exit(code)
 	}))
 }
