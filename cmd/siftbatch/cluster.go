@@ -52,7 +52,7 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.StringVar(&c.node, "node", host, "this node's `NAME`, stable across restarts (a StatefulSet pod's name): job ids\nbegin with a hash of it; the hostname by default")
 	fs.StringVar(&c.addr, "cluster-addr", "", "`HOST:PORT` the node listens on for the other nodes (protoactor's gRPC remote),\nalso what it advertises to them; needed with --cluster")
 	fs.StringVar(&c.advertise, "advertise-addr", "", "`HOST:PORT` the other nodes reach this one at, if not --cluster-addr (say\n--cluster-addr 0.0.0.0:7000 --advertise-addr $POD_IP:7000)")
-	fs.StringVar(&c.manage, "manage-addr", "", "`HOST:PORT` of this node's automanaged membership endpoint (it listens on all\ninterfaces at that port); needed with --cluster-provider automanaged")
+	fs.StringVar(&c.manage, "manage-addr", "", "`HOST:PORT` of this node's automanaged membership endpoint (plain HTTP, membership\nhealth only, on that host: 0.0.0.0 for every interface); needed with\n--cluster-provider automanaged")
 	fs.StringVar(&c.peers, "peers", "", "the --manage-addr of every node, this one included, as `HOST:PORT,...`; each\nnode polls every peer every 2s and drops one that misses a poll; needed with\n--cluster-provider automanaged")
 	fs.StringVar(&c.provider, "cluster-provider", providerAutomanaged, "how the nodes find each other, `automanaged|k8s`: automanaged polls the static\n--peers; k8s asks the Kubernetes API for the cluster's pods")
 	fs.StringVar(&c.ca, "cluster-ca", "", "the cluster's CA certificate(s), PEM `FILE` (several during a change of CA): a\npeer is accepted if its certificate chains to one; needed with --cluster, with\n--cluster-cert and --cluster-key (siftbatch cluster-certs makes them all)")
@@ -128,8 +128,8 @@ func (c *clusterFlags) validate(set map[string]bool, apiAddr string) error {
 		if err != nil || phost == "" {
 			return cmdUsageErrorf("serve", "--peers: %q is not HOST:PORT with a host and a port from 1 to 65535", p)
 		}
-		// The provider listens on every interface at --manage-addr's port,
-		// whatever its host: 0.0.0.0:7001 is the peer 10.0.0.5:7001.
+		// A --manage-addr of 0.0.0.0:7001 listens on every interface: it is
+		// the peer 10.0.0.5:7001.
 		if pport == mport && (phost == mhost || mhost == "" || net.ParseIP(mhost) != nil && net.ParseIP(mhost).IsUnspecified()) {
 			self = true
 		}
