@@ -249,9 +249,18 @@ type Node struct {
 	jobsPerCaller int                // the runner's, for the grains
 	sessions      sync.Map           // uint64 → *session: answers this node is giving
 	work          sync.WaitGroup
-	peerPanics    atomic.Int64    // calls of peers that panicked (PeerPanics)
-	ctx           context.Context // cancelled by Close: ends every answer given
-	cancel        context.CancelFunc
+	peerPanics    atomic.Int64 // calls of peers that panicked (PeerPanics)
+	peerRefusals  atomic.Int64 // messages of peers refused (PeerRefusals)
+	panicLogged   atomic.Int64 // when a peer's panic was last logged (UnixNano)
+	refusalLogged atomic.Int64 // when a refusal was last logged (UnixNano)
+	// actorSystem is system, for the gRPC server's guards, which must not
+	// take mu (Start holds it while protoactor starts).
+	actorSystem atomic.Pointer[actor.ActorSystem]
+	// names is infos' names, by member id (string → string), for the
+	// guards as actorSystem.
+	names  sync.Map
+	ctx    context.Context // cancelled by Close: ends every answer given
+	cancel context.CancelFunc
 }
 
 // nodeInfo is who a member is.
@@ -378,6 +387,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
 	c := pacluster.New(system, ccfg)
 	n.runner, n.handler, n.system, n.c = r, h, system, c
+	n.actorSystem.Store(system)
 	n.stored = n.loadTags(r)
 	// Each change of the members: learn who the new ones are, then tell
 	// whoever waits on Changed.
