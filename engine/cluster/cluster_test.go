@@ -84,6 +84,8 @@ type testCluster struct {
 	fetch   engine.FetchFunc
 	cfg     engine.Config // each node's runner's, but NodeTag and Admission
 	keys    string        // the keys file of every node; "" is testKeys
+	// insecure starts every node in plaintext (nodeOptions.insecure).
+	insecure bool
 }
 
 // fetchOf answers from the URL: ".../hold" waits for release, ".../big/N"
@@ -148,7 +150,7 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: tc.level}))
 	ccfg := cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log}
-	if o.insecure {
+	if o.insecure || tc.insecure {
 		ccfg.TLS, ccfg.Insecure = nil, true
 	}
 	cn, err := cluster.New(ccfg)
