@@ -478,8 +478,9 @@ func TestServe_Cluster(t *testing.T) {
 	if r := do(n1, http.MethodGet, "/metrics", "", ""); r.code != http.StatusOK || !strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_panics_total 1\n") {
 		t.Errorf("n1's /metrics after a peer's panic: %d, want siftbatch_cluster_peer_panics_total 1:\n%s", r.code, r.body)
 	}
-	if r := do(n2, http.MethodGet, "/metrics", "", ""); !strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_panics_total 0\n") {
-		t.Errorf("n2's /metrics: want siftbatch_cluster_peer_panics_total 0:\n%s", r.body)
+	if r := do(n2, http.MethodGet, "/metrics", "", ""); !strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_panics_total 0\n") ||
+		!strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_refusals_total ") {
+		t.Errorf("n2's /metrics: want siftbatch_cluster_peer_panics_total 0 and the refusals:\n%s", r.body)
 	}
 	wantCode(t, do(n1, http.MethodGet, "/v1/batch/"+ready[0], clusterAlice, ""), http.StatusOK)
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
 )
 
@@ -226,7 +227,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	m, reg, scrape := newMetrics()
 	if node != nil {
-		reg.MustRegister(peerPanicsMetric(node))
+		reg.MustRegister(metrics.Cluster(node)) // its peers' panics and refusals
 	}
 	cfg := f.cfg
 	cfg.Hooks = m.Hooks()

@@ -17,7 +17,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +84,8 @@ type testCluster struct {
 	fetch   engine.FetchFunc
 	cfg     engine.Config // each node's runner's, but NodeTag and Admission
 	keys    string        // the keys file of every node; "" is testKeys
+	// insecure starts every node in plaintext (nodeOptions.insecure).
+	insecure bool
 }
 
 // fetchOf answers from the URL: ".../hold" waits for release, ".../big/N"
@@ -146,7 +150,7 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: tc.level}))
 	ccfg := cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log}
-	if o.insecure {
+	if o.insecure || tc.insecure {
 		ccfg.TLS, ccfg.Insecure = nil, true
 	}
 	cn, err := cluster.New(ccfg)
@@ -578,5 +582,95 @@ func remoteTLS(t testing.TB, name string) []remote.ConfigOption {
 	return []remote.ConfigOption{
 		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(c.Server()))),
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(c.Client()))),
+	}
+}
+
+// listening returns the TCP sockets this process listens on, by port:
+// each one's local address as /proc/net/tcp and tcp6 write it (hex; IPv4
+// 127.0.0.1 is 0100007F, IPv6 every address is 32 zeros).
+func listening(t *testing.T) map[int][]string {
+	t.Helper()
+	mine := map[string]bool{} // the inodes of this process's sockets
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(link, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	out := map[int][]string{}
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue // no IPv6
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !mine[f[9]] { // 0A: LISTEN
+				continue
+			}
+			host, port, ok := strings.Cut(f[1], ":")
+			p, err := strconv.ParseInt(port, 16, 32)
+			if !ok || err != nil {
+				t.Fatalf("%s: bad line %q", file, line)
+			}
+			out[int(p)] = append(out[int(p)], host)
+		}
+	}
+	return out
+}
+
+// TestNode_ListensOnlyOnGivenHost: a node given 127.0.0.1 addresses
+// listens on 127.0.0.1 only: its remote's port and the automanaged
+// provider's manage port (protoactor's own would listen on every
+// interface), which answers the peers' polls.
+func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manage := l.Addr().String()
+	managePort := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	one := single(t)
+	n, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "n"),
+		Provider: cluster.Automanaged(manage, []string{manage}, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(one.runner, one.api); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	waitUntil(t, "the node is a member", func() bool { return n.Membership().Member })
+	_, p, _ := net.SplitHostPort(n.Address())
+	remotePort, _ := strconv.Atoi(p)
+
+	socks := listening(t)
+	for name, port := range map[string]int{"remote": remotePort, "manage": managePort} {
+		if len(socks[port]) == 0 {
+			t.Errorf("%s port %d: not listening: the test tests nothing", name, port)
+		}
+		for _, host := range socks[port] {
+			if host != "0100007F" {
+				t.Errorf("%s port %d: listens on %s, want 127.0.0.1 (0100007F) only", name, port, host)
+			}
+		}
+	}
+	res, err := http.Get("http://" + manage + "/_health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var who struct {
+		ID          string `json:"id"`
+		ClusterName string `json:"cluster_name"`
+		Port        int    `json:"port"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&who); err != nil || res.StatusCode != http.StatusOK ||
+		who.ClusterName != "listen" || who.Port != remotePort || who.ID == "" {
+		t.Errorf("the manage port's health: %d %+v %v", res.StatusCode, who, err)
 	}
 }
