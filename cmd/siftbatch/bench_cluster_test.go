@@ -142,6 +142,7 @@ func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (hold
 	ports := freePorts(b, 6)
 	peers := []string{fmt.Sprintf("127.0.0.1:%d", ports[4]), fmt.Sprintf("127.0.0.1:%d", ports[5])}
 	names := []string{"holder", "forwarder"}
+	certs := testClusterCerts(b)
 	start := func(i int) *clusterNode {
 		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
 		n := startClusterNode(b, names[i], "http://"+api,
@@ -149,7 +150,8 @@ func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (hold
 			"--max-body", fmt.Sprint(4<<20),
 			"--cluster", "siftbatch-bench", "--node", names[i],
 			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
-			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","))
+			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","),
+			"--cluster-ca", filepath.Join(certs, "ca.crt"), "--cluster-cert", filepath.Join(certs, names[i]+".crt"), "--cluster-key", filepath.Join(certs, names[i]+".key"))
 		waitAnswer(b, c, n.base+"/healthz")
 		return n
 	}

@@ -325,9 +325,11 @@ func TestHelp(t *testing.T) {
 	flags := map[string][]string{
 		"demo": {"jobs", "targets", "workers", "data"},
 		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "filter-memory", "ui-session", "tls-proxy", "log-level",
-			"cluster", "node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider"},
-		"jobs": {"data"},
-		"show": {"data", "results"},
+			"cluster", "node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider",
+			"cluster-ca", "cluster-cert", "cluster-key", "cluster-insecure"},
+		"cluster-certs": {"dir", "nodes", "hosts"},
+		"jobs":          {"data"},
+		"show":          {"data", "results"},
 	}
 	for name, want := range flags {
 		for _, args := range [][]string{{name, "--help"}, {"help", name}} {

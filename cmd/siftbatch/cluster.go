@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
 // The cluster providers --cluster-provider names.
@@ -29,12 +30,20 @@ type clusterFlags struct {
 	manage    string
 	peers     string
 	provider  string
+	ca        string
+	cert      string
+	key       string
+	insecure  bool
 
 	peerList []string // peers split, once validated
 }
 
 // clusterFlagNames are the flags that mean something only with --cluster.
-var clusterFlagNames = []string{"node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider"}
+var clusterFlagNames = []string{"node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider",
+	"cluster-ca", "cluster-cert", "cluster-key", "cluster-insecure"}
+
+// clusterTLSFlags are the flags of a node's mutual TLS, all three needed.
+var clusterTLSFlags = []string{"cluster-ca", "cluster-cert", "cluster-key"}
 
 // addClusterFlags adds the cluster flags to fs.
 func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
@@ -43,9 +52,13 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.StringVar(&c.node, "node", host, "this node's `NAME`, stable across restarts (a StatefulSet pod's name): job ids\nbegin with a hash of it; the hostname by default")
 	fs.StringVar(&c.addr, "cluster-addr", "", "`HOST:PORT` the node listens on for the other nodes (protoactor's gRPC remote),\nalso what it advertises to them; needed with --cluster")
 	fs.StringVar(&c.advertise, "advertise-addr", "", "`HOST:PORT` the other nodes reach this one at, if not --cluster-addr (say\n--cluster-addr 0.0.0.0:7000 --advertise-addr $POD_IP:7000)")
-	fs.StringVar(&c.manage, "manage-addr", "", "`HOST:PORT` of this node's automanaged membership endpoint (it listens on all\ninterfaces at that port); needed with --cluster-provider automanaged")
+	fs.StringVar(&c.manage, "manage-addr", "", "`HOST:PORT` of this node's automanaged membership endpoint (plain HTTP, membership\nhealth only, on that host: 0.0.0.0 for every interface); needed with\n--cluster-provider automanaged")
 	fs.StringVar(&c.peers, "peers", "", "the --manage-addr of every node, this one included, as `HOST:PORT,...`; each\nnode polls every peer every 2s and drops one that misses a poll; needed with\n--cluster-provider automanaged")
 	fs.StringVar(&c.provider, "cluster-provider", providerAutomanaged, "how the nodes find each other, `automanaged|k8s`: automanaged polls the static\n--peers; k8s asks the Kubernetes API for the cluster's pods")
+	fs.StringVar(&c.ca, "cluster-ca", "", "the cluster's CA certificate(s), PEM `FILE` (several during a change of CA): a\npeer is accepted if its certificate chains to one; needed with --cluster, with\n--cluster-cert and --cluster-key (siftbatch cluster-certs makes them all)")
+	fs.StringVar(&c.cert, "cluster-cert", "", "this node's certificate, PEM `FILE`: signed by the CA, naming --node; presented\nto every peer, as a server and as a client")
+	fs.StringVar(&c.key, "cluster-key", "", "this node's private key, PEM `FILE` (--cluster-cert's)")
+	fs.BoolVar(&c.insecure, "cluster-insecure", false, "cluster traffic in plaintext, unauthenticated, instead of mutual TLS: anyone who\nreaches --cluster-addr can read and send the cluster's messages (loopback\nexperiments only; a warning is logged)")
 }
 
 // validate checks the cluster flags; set holds the names of the flags
@@ -92,7 +105,7 @@ func (c *clusterFlags) validate(set map[string]bool, apiAddr string) error {
 				return cmdUsageErrorf("serve", "--%s is for --cluster-provider %s; the %s provider finds the nodes itself", f, providerAutomanaged, providerK8s)
 			}
 		}
-		return nil
+		return c.validateTLS()
 	}
 	if c.manage == "" || c.peers == "" {
 		return cmdUsageErrorf("serve", "--cluster-provider %s needs --manage-addr HOST:PORT and --peers HOST:PORT,... (the --manage-addr of every node)", providerAutomanaged)
@@ -115,8 +128,8 @@ func (c *clusterFlags) validate(set map[string]bool, apiAddr string) error {
 		if err != nil || phost == "" {
 			return cmdUsageErrorf("serve", "--peers: %q is not HOST:PORT with a host and a port from 1 to 65535", p)
 		}
-		// The provider listens on every interface at --manage-addr's port,
-		// whatever its host: 0.0.0.0:7001 is the peer 10.0.0.5:7001.
+		// A --manage-addr of 0.0.0.0:7001 listens on every interface: it is
+		// the peer 10.0.0.5:7001.
 		if pport == mport && (phost == mhost || mhost == "" || net.ParseIP(mhost) != nil && net.ParseIP(mhost).IsUnspecified()) {
 			self = true
 		}
@@ -124,6 +137,29 @@ func (c *clusterFlags) validate(set map[string]bool, apiAddr string) error {
 	}
 	if !self {
 		return cmdUsageErrorf("serve", "--peers must include this node's --manage-addr %s: each node polls every peer, itself included", c.manage)
+	}
+	return c.validateTLS()
+}
+
+// validateTLS checks the TLS flags: all three files, or --cluster-insecure
+// alone. The files are read when the node is made ([clusterFlags.newNode]).
+func (c *clusterFlags) validateTLS() error {
+	given := map[string]bool{"cluster-ca": c.ca != "", "cluster-cert": c.cert != "", "cluster-key": c.key != ""}
+	if c.insecure {
+		for _, f := range clusterTLSFlags {
+			if given[f] {
+				return cmdUsageErrorf("serve", "--cluster-insecure and --%s exclude each other: give --cluster-ca, --cluster-cert and --cluster-key (mutual TLS), or --cluster-insecure alone", f)
+			}
+		}
+		return nil
+	}
+	if !given["cluster-ca"] && !given["cluster-cert"] && !given["cluster-key"] {
+		return cmdUsageErrorf("serve", "--cluster needs --cluster-ca FILE, --cluster-cert FILE and --cluster-key FILE: cluster traffic is mutually authenticated and encrypted (make the files with \"siftbatch cluster-certs --dir DIR --nodes %s,...\"); --cluster-insecure runs without them, in plaintext (loopback experiments only)", c.node)
+	}
+	for _, f := range clusterTLSFlags {
+		if !given[f] {
+			return cmdUsageErrorf("serve", "--%s FILE is missing: mutual TLS needs --cluster-ca, --cluster-cert and --cluster-key (\"siftbatch cluster-certs\" makes them)", f)
+		}
 	}
 	return nil
 }
@@ -147,6 +183,10 @@ func (c *clusterFlags) newNode(log *slog.Logger) (*cluster.Node, error) {
 	if c.name == "" {
 		return nil, nil
 	}
+	tlsConf, err := c.loadTLS()
+	if err != nil {
+		return nil, err
+	}
 	var p cluster.Provider
 	switch c.provider {
 	case providerK8s:
@@ -157,9 +197,34 @@ func (c *clusterFlags) newNode(log *slog.Logger) (*cluster.Node, error) {
 	default:
 		p = cluster.Automanaged(c.manage, c.peerList, 0)
 	}
-	node, err := cluster.New(cluster.Config{Name: c.name, Node: c.node, Addr: c.addr, AdvertiseAddr: c.advertise, Provider: p, Log: log})
+	if c.insecure {
+		log.Warn("cluster traffic is plaintext and unauthenticated (--cluster-insecure): whoever reaches the cluster port can read and send the cluster's messages",
+			slog.String(logKeyNode, c.node))
+	} else {
+		log.Info("cluster traffic is mutually authenticated and encrypted (TLS 1.3)",
+			slog.String(logKeyNode, c.node), slog.Time(logKeyCertExpiry, tlsConf.NotAfter()))
+	}
+	node, err := cluster.New(cluster.Config{Name: c.name, Node: c.node, Addr: c.addr, AdvertiseAddr: c.advertise, Provider: p,
+		TLS: tlsConf, Insecure: c.insecure, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	return node, nil
+}
+
+// loadTLS reads the node's TLS files (nil with --cluster-insecure) and
+// checks that its certificate names --node.
+func (c *clusterFlags) loadTLS() (*clustertls.Config, error) {
+	if c.insecure {
+		return nil, nil
+	}
+	conf, err := clustertls.Load(c.ca, c.cert, c.key)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w (--cluster-ca, --cluster-cert, --cluster-key)", err)
+	}
+	if conf.Node() != c.node {
+		return nil, fmt.Errorf("cluster: --cluster-cert %s names node %q, not --node %q: each node needs its own certificate, naming it (siftbatch cluster-certs --nodes %s,...)",
+			c.cert, conf.Node(), c.node, c.node)
+	}
+	return conf, nil
 }

@@ -317,6 +317,7 @@ func killRestart(tb testing.TB, jitter bool) killFigures {
 	for i := range 3 {
 		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[6+i]))
 	}
+	certs := testClusterCerts(tb)
 	args := func(i int) (name, base string, args []string) {
 		name = fmt.Sprintf("n%d", i+1)
 		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
@@ -324,7 +325,8 @@ func killRestart(tb testing.TB, jitter bool) killFigures {
 			"--allow-private", "--log-level", "debug", "--jobs-per-caller", "1",
 			"--cluster", "siftbatch-death", "--node", name,
 			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
-			"--manage-addr", peers[i], "--peers", strings.Join(peers, ",")}
+			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","),
+			"--cluster-ca", filepath.Join(certs, "ca.crt"), "--cluster-cert", filepath.Join(certs, name+".crt"), "--cluster-key", filepath.Join(certs, name+".key")}
 	}
 	nodes := make([]*clusterNode, 3)
 	for i := range nodes {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,16 +12,27 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
 // runMainEnv, set in a child process of the test binary, makes it the
@@ -77,6 +91,18 @@ func TestServe_ClusterFlags(t *testing.T) {
 		{"self not a peer", append(slices.Clip(auto), "--peers", "127.0.0.1:7202,127.0.0.1:7203"), "--peers must include this node's --manage-addr 127.0.0.1:7201"},
 		{"k8s with peers", []string{"--cluster", "c", "--cluster-provider", "k8s", "--cluster-addr", "127.0.0.1:7101", "--peers", "127.0.0.1:7201"}, "--peers is for --cluster-provider automanaged"},
 		{"k8s with manage-addr", []string{"--cluster", "c", "--cluster-provider", "k8s", "--cluster-addr", "127.0.0.1:7101", "--manage-addr", "127.0.0.1:7201"}, "--manage-addr is for --cluster-provider automanaged"},
+		{"ca alone", []string{"--cluster-ca", "ca.crt"}, "--cluster-ca needs --cluster NAME"},
+		{"cert alone", []string{"--cluster-cert", "n1.crt"}, "--cluster-cert needs --cluster NAME"},
+		{"key alone", []string{"--cluster-key", "n1.key"}, "--cluster-key needs --cluster NAME"},
+		{"insecure alone", []string{"--cluster-insecure"}, "--cluster-insecure needs --cluster NAME"},
+		{"no TLS", append(slices.Clip(auto), "--peers", "127.0.0.1:7201"), `--cluster needs --cluster-ca FILE, --cluster-cert FILE and --cluster-key FILE: cluster traffic is mutually authenticated and encrypted (make the files with "siftbatch cluster-certs --dir DIR --nodes n1,...")`},
+		{"no TLS, k8s", []string{"--cluster", "c", "--cluster-provider", "k8s", "--cluster-addr", "127.0.0.1:7101"}, "--cluster needs --cluster-ca FILE, --cluster-cert FILE and --cluster-key FILE"},
+		{"no TLS says insecure", append(slices.Clip(auto), "--peers", "127.0.0.1:7201"), "--cluster-insecure runs without them, in plaintext"},
+		{"TLS and insecure", append(slices.Clip(auto), "--peers", "127.0.0.1:7201", "--cluster-insecure", "--cluster-ca", "ca.crt", "--cluster-cert", "n1.crt", "--cluster-key", "n1.key"), "--cluster-insecure and --cluster-ca exclude each other"},
+		{"key and insecure", append(slices.Clip(auto), "--peers", "127.0.0.1:7201", "--cluster-key", "n1.key", "--cluster-insecure"), "--cluster-insecure and --cluster-key exclude each other"},
+		{"no key", append(slices.Clip(auto), "--peers", "127.0.0.1:7201", "--cluster-ca", "ca.crt", "--cluster-cert", "n1.crt"), "--cluster-key FILE is missing"},
+		{"no cert", append(slices.Clip(auto), "--peers", "127.0.0.1:7201", "--cluster-ca", "ca.crt", "--cluster-key", "n1.key"), "--cluster-cert FILE is missing"},
+		{"no ca", append(slices.Clip(auto), "--peers", "127.0.0.1:7201", "--cluster-cert", "n1.crt", "--cluster-key", "n1.key"), "--cluster-ca FILE is missing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:18080"}, tc.args...)
@@ -91,6 +117,106 @@ func TestServe_ClusterFlags(t *testing.T) {
 			}
 			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 				t.Fatal("serve created --data before refusing its flags")
+			}
+		})
+	}
+}
+
+// testCertNodes are the nodes testClusterCerts has certificates for:
+// every --node of the tests that start cluster processes.
+var testCertNodes = []string{"n1", "n2", "n3", "holder", "forwarder"}
+
+// testCerts is the directory of the test binary's cluster certificates,
+// made once (removeTestCerts removes it at the end of TestMain).
+var testCerts struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// testClusterCerts returns a directory of cluster certificates for
+// testCertNodes, made by `siftbatch cluster-certs` once per test binary.
+func testClusterCerts(t testing.TB) string {
+	t.Helper()
+	testCerts.once.Do(func() {
+		dir, err := os.MkdirTemp("", "siftbatch-test-certs-")
+		if err != nil {
+			testCerts.err = err
+			return
+		}
+		testCerts.dir = dir
+		certs := filepath.Join(dir, "certs")
+		testCerts.err = Run(context.Background(), []string{"cluster-certs", "--dir", certs, "--nodes", strings.Join(testCertNodes, ",")}, io.Discard, io.Discard)
+	})
+	if testCerts.err != nil {
+		t.Fatalf("cluster-certs: %v", testCerts.err)
+	}
+	return filepath.Join(testCerts.dir, "certs")
+}
+
+// removeTestCerts removes testClusterCerts' directory, if it was made.
+func removeTestCerts() {
+	if testCerts.dir != "" {
+		_ = os.RemoveAll(testCerts.dir)
+	}
+}
+
+// clusterTLSArgs are serve's TLS flags for node, with testClusterCerts'
+// files.
+func clusterTLSArgs(t testing.TB, node string) []string {
+	t.Helper()
+	dir := testClusterCerts(t)
+	return []string{"--cluster-ca", filepath.Join(dir, "ca.crt"),
+		"--cluster-cert", filepath.Join(dir, node+".crt"), "--cluster-key", filepath.Join(dir, node+".key")}
+}
+
+// TestServe_ClusterTLSFiles: serve reads the TLS files before anything
+// starts, and refuses a certificate that does not name --node, one of
+// another CA, a key of another certificate and a missing file, with an
+// error that names the flag; no store is created.
+func TestServe_ClusterTLSFiles(t *testing.T) {
+	certs := testClusterCerts(t)
+	other := filepath.Join(t.TempDir(), "other")
+	if _, _, err := run(t, "cluster-certs", "--dir", other, "--nodes", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	file := func(d, name string) string { return filepath.Join(d, name) }
+	for _, tc := range []struct {
+		name          string
+		ca, cert, key string
+		want1, want2  string
+	}{
+		{"another node's certificate", file(certs, "ca.crt"), file(certs, "n2.crt"), file(certs, "n2.key"),
+			`names node "n2", not --node "n1"`, "siftbatch cluster-certs --nodes n1,..."},
+		{"another CA", file(certs, "ca.crt"), file(other, "n1.crt"), file(other, "n1.key"),
+			"this node's certificate: verify certificate", "--cluster-ca, --cluster-cert, --cluster-key"},
+		{"another certificate's key", file(certs, "ca.crt"), file(certs, "n1.crt"), file(certs, "n2.key"),
+			"private key does not match public key", "--cluster-ca, --cluster-cert, --cluster-key"},
+		{"no CA file", file(certs, "nope.crt"), file(certs, "n1.crt"), file(certs, "n1.key"),
+			"CA: open", "no such file"},
+		{"a key for a CA", file(certs, "n1.key"), file(certs, "n1.crt"), file(certs, "n1.key"),
+			"no CA certificate in the CA file", "--cluster-ca"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := freePorts(t, 4)
+			args := []string{"serve", "--keys", keys, "--data", data, "--addr", fmt.Sprintf("127.0.0.1:%d", port[0]),
+				"--cluster", "c", "--node", "n1",
+				"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", port[1]), "--manage-addr", fmt.Sprintf("127.0.0.1:%d", port[2]),
+				"--peers", fmt.Sprintf("127.0.0.1:%d", port[2]),
+				"--cluster-ca", tc.ca, "--cluster-cert", tc.cert, "--cluster-key", tc.key}
+			_, _, err := run(t, args...)
+			var msg bytes.Buffer
+			if code := report(err, &msg); code != exitError || !strings.Contains(msg.String(), tc.want1) || !strings.Contains(msg.String(), tc.want2) {
+				t.Fatalf("exit %d, %q: want 1, %q and %q", code, msg.String(), tc.want1, tc.want2)
+			}
+			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("serve created --data before refusing its certificate")
 			}
 		})
 	}
@@ -174,13 +300,17 @@ func (n *clusterNode) stop(limit time.Duration) bool {
 }
 
 // TestServe_Cluster runs three `siftbatch serve --cluster` processes on
-// loopback, found through the automanaged provider: a job submitted to one
+// loopback, found through the automanaged provider, speaking mutual TLS with
+// the certificates of `siftbatch cluster-certs`: a job submitted to one
 // is read, waited for and cancelled through the others, with owner
 // isolation on every node; the list on any node holds the caller's jobs of
 // every node; a node that stops answers 503 "node unavailable" for its
 // jobs, and the list names it. No log line holds a key, or a host or path
 // of a fetched page.
 func TestServe_Cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three serve processes, about a minute: not with -short")
+	}
 	start := time.Now()
 	release := make(chan struct{})
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -213,12 +343,12 @@ func TestServe_Cluster(t *testing.T) {
 	for i := range nodes {
 		name := fmt.Sprintf("n%d", i+1)
 		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		nodes[i] = startClusterNode(t, name, "http://"+api,
-			"--keys", keys, "--data", filepath.Join(dir, name), "--addr", api, "--allow-private", "--log-level", "debug",
+		args := []string{"--keys", keys, "--data", filepath.Join(dir, name), "--addr", api, "--allow-private", "--log-level", "debug",
 			"--jobs-per-caller", "4",
 			"--cluster", "siftbatch-test", "--node", name,
 			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
-			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","))
+			"--manage-addr", peers[i], "--peers", strings.Join(peers, ",")}
+		nodes[i] = startClusterNode(t, name, "http://"+api, append(args, clusterTLSArgs(t, name)...)...)
 	}
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 
@@ -305,6 +435,54 @@ func TestServe_Cluster(t *testing.T) {
 		return true
 	})
 	t.Logf("cluster formed after %s", time.Since(start).Round(time.Millisecond))
+
+	// The cluster port takes only a client certificate of the cluster's
+	// CA: a client with none, or with one of another CA, is refused at the
+	// handshake.
+	other := filepath.Join(dir, "other-ca")
+	if _, _, err := run(t, "cluster-certs", "--dir", other, "--nodes", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	otherPair, err := tls.LoadX509KeyPair(filepath.Join(other, "n1.crt"), filepath.Join(other, "n1.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA's": {otherPair}} {
+		conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: certs, InsecureSkipVerify: true} // the server is not the point
+		err := refusedTLS(fmt.Sprintf("127.0.0.1:%d", ports[3]), conf)
+		if err == nil {
+			t.Errorf("n1's cluster port accepted a client with %s", what)
+		}
+		t.Logf("a client with %s: %v", what, err)
+	}
+
+	// A peer's call that panics in protoactor's remote (ListProcesses is
+	// panic("implement me")), from a client with n2's certificate: the
+	// call fails, n1 counts it in its metrics and goes on serving.
+	certs := testClusterCerts(t)
+	n2TLS, err := clustertls.Load(filepath.Join(certs, "ca.crt"), filepath.Join(certs, "n2.crt"), filepath.Join(certs, "n2.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.Dial(fmt.Sprintf("127.0.0.1:%d", ports[3]), grpc.WithTransportCredentials(credentials.NewTLS(n2TLS.Client())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_, err = remote.NewRemotingClient(conn).ListProcesses(ctx, &remote.ListProcessesRequest{})
+	cancel()
+	_ = conn.Close()
+	if status.Code(err) != codes.Internal {
+		t.Errorf("ListProcesses on n1: %v, want codes.Internal (the panic caught)", err)
+	}
+	if r := do(n1, http.MethodGet, "/metrics", "", ""); r.code != http.StatusOK || !strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_panics_total 1\n") {
+		t.Errorf("n1's /metrics after a peer's panic: %d, want siftbatch_cluster_peer_panics_total 1:\n%s", r.code, r.body)
+	}
+	if r := do(n2, http.MethodGet, "/metrics", "", ""); !strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_panics_total 0\n") ||
+		!strings.Contains(string(r.body), "\nsiftbatch_cluster_peer_refusals_total ") {
+		t.Errorf("n2's /metrics: want siftbatch_cluster_peer_panics_total 0 and the refusals:\n%s", r.body)
+	}
+	wantCode(t, do(n1, http.MethodGet, "/v1/batch/"+ready[0], clusterAlice, ""), http.StatusOK)
 
 	// A job of n1, read through n2 and n3: byte for byte n1's answers.
 	a := submit(n1, clusterAlice, page("a"), page("b"))
@@ -455,7 +633,7 @@ func TestServe_Cluster(t *testing.T) {
 				t.Errorf("%s's log holds %q:\n%s", n.name, secret, l)
 			}
 		}
-		for _, want := range []string{"cluster node started", "cluster node stopped", "node=" + n.name} {
+		for _, want := range []string{"cluster node started", "cluster node stopped", "node=" + n.name, "cluster traffic is mutually authenticated and encrypted"} {
 			if !strings.Contains(l, want) {
 				t.Errorf("%s's log lacks %q:\n%s", n.name, want, l)
 			}
@@ -467,7 +645,161 @@ func TestServe_Cluster(t *testing.T) {
 	t.Logf("the whole test: %s", time.Since(start).Round(time.Millisecond))
 }
 
+// refusedTLS dials addr with conf and reads: the error that ends it, the
+// handshake's or the server's refusal (in TLS 1.3 the server checks the
+// client's certificate after the client's handshake has returned); nil if
+// the server accepted the client (it then waits for the client's first
+// message, and the read times out).
+func refusedTLS(addr string, conf *tls.Config) error {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, conf)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a refusal comes at once; only an acceptance waits this long
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
+}
+
 // tagHex is node's tag in hex, as job ids begin.
 func tagHex(node string) string {
 	return fmt.Sprintf("%x", cluster.Tag(node))
+}
+
+// listeners returns the TCP sockets process pid listens on: those of
+// /proc/PID/net/tcp and tcp6 in state LISTEN whose inodes are among the
+// process's open files. Linux only.
+func listeners(t *testing.T, pid int) []netip.AddrPort {
+	t.Helper()
+	inodes := map[string]bool{}
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+		if err != nil {
+			continue // closed since the listing
+		}
+		if inode, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var out []netip.AddrPort
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			const stateListen = "0A"
+			if len(f) < 10 || f[3] != stateListen || !inodes[f[9]] {
+				continue
+			}
+			ap, err := parseProcNetAddr(f[1])
+			if err != nil {
+				t.Fatalf("/proc/%d/net/%s: %q: %v", pid, table, f[1], err)
+			}
+			out = append(out, ap)
+		}
+	}
+	return out
+}
+
+// parseProcNetAddr parses a local address of /proc/net/tcp or tcp6: the IP
+// in hex, as 32-bit words each in the host's byte order (little-endian
+// here), a colon, the port in hex.
+func parseProcNetAddr(s string) (netip.AddrPort, error) {
+	h, p, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, errors.New("no port")
+	}
+	raw, err := hex.DecodeString(h)
+	if err != nil || len(raw) != 4 && len(raw) != 16 {
+		return netip.AddrPort{}, fmt.Errorf("bad address %q", h)
+	}
+	for i := 0; i < len(raw); i += 4 { // each word little-endian
+		raw[i], raw[i+1], raw[i+2], raw[i+3] = raw[i+3], raw[i+2], raw[i+1], raw[i]
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad port %q", p)
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), nil
+}
+
+// TestServe_ClusterListensOnlyWhereAsked runs one `serve --cluster`
+// process given 127.0.0.1 for --addr, --cluster-addr and --manage-addr,
+// and reads from /proc what it listens on: every listening socket is on
+// 127.0.0.1 (none on 0.0.0.0 or ::). It runs with --cluster-insecure, which
+// logs its warning at start.
+func TestServe_ClusterListensOnlyWhereAsked(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/PID/net/tcp: Linux only")
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 3)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	n := startClusterNode(t, "n1", "http://"+addr(0),
+		"--keys", keys, "--data", filepath.Join(dir, "n1"), "--addr", addr(0),
+		"--cluster", "siftbatch-listen", "--node", "n1", "--cluster-addr", addr(1),
+		"--manage-addr", addr(2), "--peers", addr(2), "--cluster-insecure")
+	client := &http.Client{Timeout: 5 * time.Second}
+	// The node serves once it has joined; the provider binds its manage
+	// port in a goroutine of its own: wait until all three ports listen.
+	var got []netip.AddrPort
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-n.exited:
+			t.Fatalf("serve exited (%v):\n%s", n.err, n.stderr.String())
+		default:
+		}
+		got = listeners(t, n.cmd.Process.Pid)
+		seen := map[uint16]bool{}
+		for _, ap := range got {
+			seen[ap.Port()] = true
+		}
+		ok := seen[uint16(ports[0])] && seen[uint16(ports[1])] && seen[uint16(ports[2])]
+		if ok {
+			if resp, err := client.Get(n.base + "/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve does not listen on all of %v after 60s: %v", ports, got)
+		}
+		time.Sleep(50 * time.Millisecond) // another process's sockets: nothing to wait on
+	}
+	loopback := netip.MustParseAddr("127.0.0.1")
+	for _, ap := range got {
+		if ap.Addr() != loopback {
+			t.Errorf("serve listens on %s: wider than the 127.0.0.1 it was given", ap)
+		}
+	}
+	t.Logf("listening: %v", got)
+	if !n.stop(20 * time.Second) {
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+	l := n.stderr.String()
+	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, l)
+	}
+	if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "cluster traffic is plaintext and unauthenticated (--cluster-insecure)") {
+		t.Errorf("no warning that cluster traffic is plaintext:\n%s", l)
+	}
 }

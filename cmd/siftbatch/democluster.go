@@ -29,6 +29,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
 // The demo-cluster's script: three nodes, the last of which is killed and
@@ -281,8 +282,8 @@ func (d *dcDemo) script(ctx context.Context) error {
 	if err := d.setUp(); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "siftbatch demo-cluster: %d serve --cluster processes on 127.0.0.1, callers %s (cap %d live jobs each), a fixture server; logs in %s\n",
-		dcNodes, strings.Join(dcCallers, ", "), dcJobsPerCaller, d.dir)
+	fmt.Fprintf(d.out, "siftbatch demo-cluster: %d serve --cluster processes on 127.0.0.1 (mutual TLS: certificates in %s), callers %s (cap %d live jobs each), a fixture server; logs in %s\n",
+		dcNodes, filepath.Join(d.dir, "certs"), strings.Join(dcCallers, ", "), dcJobsPerCaller, d.dir)
 	tags := make([]string, len(d.nodes))
 	for i, n := range d.nodes {
 		tags[i] = n.name + "=" + n.tag
@@ -479,7 +480,8 @@ func (d *dcDemo) script(ctx context.Context) error {
 	}
 }
 
-// setUp writes the keys file, picks the ports, and describes the nodes.
+// setUp writes the keys file and the cluster's certificates, picks the
+// ports, and describes the nodes.
 func (d *dcDemo) setUp() error {
 	var keys strings.Builder
 	for _, c := range append(slices.Clone(dcCallers), dcProbe) {
@@ -492,6 +494,16 @@ func (d *dcDemo) setUp() error {
 	if err := os.WriteFile(keysPath, []byte(keys.String()), 0o600); err != nil {
 		return fmt.Errorf("write keys: %w", err)
 	}
+	// The cluster's mutual TLS: a CA and each node's key pair, made fresh
+	// in the temporary directory, gone with it.
+	certs := filepath.Join(d.dir, "certs")
+	names := make([]string, dcNodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d", i+1)
+	}
+	if err := clustertls.Write(certs, names, nil); err != nil {
+		return fmt.Errorf("make the cluster's certificates: %w", err)
+	}
 	ports, err := freeLoopbackPorts(3 * dcNodes)
 	if err != nil {
 		return err
@@ -500,8 +512,7 @@ func (d *dcDemo) setUp() error {
 	for i := range peers {
 		peers[i] = fmt.Sprintf("127.0.0.1:%d", ports[2*dcNodes+i])
 	}
-	for i := range dcNodes {
-		name := fmt.Sprintf("n%d", i+1)
+	for i, name := range names {
 		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
 		d.nodes = append(d.nodes, &dcNode{
 			name:    name,
@@ -513,7 +524,9 @@ func (d *dcDemo) setUp() error {
 				"--jobs-per-caller", strconv.Itoa(dcJobsPerCaller), "--workers", strconv.Itoa(dcWorkers),
 				"--cluster", dcClusterName, "--node", name,
 				"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[dcNodes+i]),
-				"--manage-addr", peers[i], "--peers", strings.Join(peers, ",")},
+				"--manage-addr", peers[i], "--peers", strings.Join(peers, ","),
+				"--cluster-ca", filepath.Join(certs, "ca.crt"),
+				"--cluster-cert", filepath.Join(certs, name+".crt"), "--cluster-key", filepath.Join(certs, name+".key")},
 		})
 	}
 	return nil

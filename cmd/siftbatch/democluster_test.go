@@ -17,7 +17,7 @@ import (
 // TestDemoCluster runs demo-cluster --once, its nodes this test binary run
 // as the command: it ends by itself, with success, within its bound; its
 // output shows the kill, the survivors' 503s, the restart and the jobs
-// failed "restart"; every process it started has exited, its temporary
+// failed "restart"; its nodes speak mutual TLS; every process it started has exited, its temporary
 // directory is gone, and neither its output nor its nodes' logs hold a key
 // or a fetched page's address.
 func TestDemoCluster(t *testing.T) {
@@ -80,6 +80,10 @@ func TestDemoCluster(t *testing.T) {
 	for _, n := range []string{"n1", "n2", "n3"} {
 		if !strings.Contains(logs[n], "cluster node started") {
 			t.Errorf("%s's log lacks its start:\n%s", n, logs[n])
+		}
+		// The nodes speak mutual TLS, with the demo's own certificates.
+		if !strings.Contains(logs[n], "cluster traffic is mutually authenticated and encrypted") || strings.Contains(logs[n], "plaintext") {
+			t.Errorf("%s's log does not say it runs mutual TLS:\n%s", n, logs[n])
 		}
 	}
 }

@@ -236,8 +236,9 @@ func addrPort(t *testing.T, flag, addr string) int {
 // TestK8sManifests checks docs/k8s/ against serve: the manifests decode
 // into their kinds strictly; the container's args, the pod's name and IP
 // filled in, are accepted by serve's own flag parsing and checks; ports,
-// probes, volumes, keys and RBAC agree with those flags and with what the
-// Kubernetes provider does. Nothing is applied to a cluster.
+// probes, volumes, keys, the cluster's certificates and RBAC agree with
+// those flags and with what the Kubernetes provider does. Nothing is
+// applied to a cluster.
 func TestK8sManifests(t *testing.T) {
 	objs := loadK8sManifests(t)
 	if len(objs.statefulSets) != 1 {
@@ -478,6 +479,92 @@ func TestK8sManifests(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("--keys %q is not a file of a mounted Secret", f.keys)
+		}
+	})
+
+	t.Run("cluster TLS", func(t *testing.T) {
+		// Mutual TLS, never --cluster-insecure: the CA and the pod's own
+		// certificate and key, each pod's picked by its name from one
+		// mounted Secret.
+		if f.cluster.insecure || f.cluster.ca == "" || f.cluster.cert == "" || f.cluster.key == "" {
+			t.Fatalf("--cluster-insecure %v, --cluster-ca %q, --cluster-cert %q, --cluster-key %q: want mutual TLS",
+				f.cluster.insecure, f.cluster.ca, f.cluster.cert, f.cluster.key)
+		}
+		podName := k8sSampleFields["metadata.name"]
+		if filepath.Base(f.cluster.cert) != podName+".crt" || filepath.Base(f.cluster.key) != podName+".key" {
+			t.Errorf("--cluster-cert %q, --cluster-key %q: want the pod's own, $(POD_NAME).crt and $(POD_NAME).key", f.cluster.cert, f.cluster.key)
+		}
+		volumes := map[string]corev1.Volume{}
+		for _, v := range pod.Spec.Volumes {
+			volumes[v.Name] = v
+		}
+		var mount *corev1.VolumeMount
+		for i, m := range c.VolumeMounts {
+			if m.MountPath == filepath.Dir(f.cluster.ca) {
+				mount = &c.VolumeMounts[i]
+			}
+			for _, o := range c.VolumeMounts {
+				if o.MountPath != m.MountPath && strings.HasPrefix(o.MountPath+"/", m.MountPath+"/") {
+					t.Errorf("mount %s is inside mount %s", o.MountPath, m.MountPath)
+				}
+			}
+		}
+		if mount == nil {
+			t.Fatalf("--cluster-ca %q is not in a mounted volume", f.cluster.ca)
+		}
+		for flag, file := range map[string]string{"--cluster-cert": f.cluster.cert, "--cluster-key": f.cluster.key} {
+			if filepath.Dir(file) != mount.MountPath {
+				t.Errorf("%s %q: want it beside --cluster-ca, in %s", flag, file, mount.MountPath)
+			}
+		}
+		v := volumes[mount.Name].Secret
+		if v == nil || v.SecretName == "" {
+			t.Fatalf("the volume at %s is not a Secret's", mount.MountPath)
+		}
+		// Every key of the Secret, so that each pod finds its own pair;
+		// required (a pod without its pair must not start), read-only,
+		// readable by the pod's group only.
+		if len(v.Items) != 0 || v.Optional != nil && *v.Optional {
+			t.Errorf("Secret %s: want every key mounted (no items), not optional", v.SecretName)
+		}
+		if !mount.ReadOnly || v.DefaultMode == nil || *v.DefaultMode != 0o440 {
+			t.Errorf("the cluster TLS mount: want read-only, mode 0440 (readable by the pod's fsGroup only)")
+		}
+		if kv := volumes["keys"].Secret; kv != nil && kv.SecretName == v.SecretName {
+			t.Errorf("the certificates share the keys' Secret %s: want their own", v.SecretName)
+		}
+		// The files cluster-certs makes for the pods' names are what
+		// serve loads with these flags, the Secret mounted as a directory.
+		certs := filepath.Join(t.TempDir(), "certs")
+		pods := []string{sts.Name + "-0", sts.Name + "-1", sts.Name + "-2"}
+		if !slices.Contains(pods, podName) {
+			t.Fatalf("the sample pod name %s is not one of the StatefulSet's %v", podName, pods)
+		}
+		if _, _, err := run(t, "cluster-certs", "--dir", certs, "--nodes", strings.Join(pods, ",")); err != nil {
+			t.Fatal(err)
+		}
+		cl := f.cluster
+		for _, p := range []*string{&cl.ca, &cl.cert, &cl.key} {
+			*p = filepath.Join(certs, filepath.Base(*p))
+		}
+		conf, err := cl.loadTLS()
+		if err != nil || conf.Node() != podName {
+			t.Errorf("serve's load of the mounted files: %v", err)
+		}
+		// The statefulset's own instructions make that Secret.
+		b, err := os.ReadFile(filepath.Join(k8sDir, "statefulset.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"siftbatch cluster-certs --dir certs --nodes " + strings.Join(pods, ","),
+			"kubectl create secret generic " + v.SecretName + " --from-file=certs/ca.crt",
+			"--from-file=certs/" + podName + ".crt --from-file=certs/" + podName + ".key"} {
+			if !bytes.Contains(b, []byte(want)) {
+				t.Errorf("statefulset.yaml's instructions lack %q", want)
+			}
+		}
+		if bytes.Contains(b, []byte("--from-file=certs/ca.key")) {
+			t.Errorf("statefulset.yaml puts the CA's key in the Secret")
 		}
 	})
 

@@ -13,6 +13,10 @@ const (
 	logKeyAddr    = "addr"
 	logKeyErr     = "err"
 	logKeyWorkers = "workers"
+	// logKeyNode is a cluster node's name (--node).
+	logKeyNode = "node"
+	// logKeyCertExpiry is when this node's cluster certificate expires.
+	logKeyCertExpiry = "cert_not_after"
 )
 
 // newLogger returns a text logger on w at the named level.

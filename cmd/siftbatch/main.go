@@ -55,6 +55,7 @@ func init() {
 		{"demo", "run a live demo on a temporary store, nothing to set up", runDemo},
 		{"demo-cluster", "run three serve --cluster processes on loopback, kill one, bring it back", runDemoCluster},
 		{"serve", "serve the batch HTTP API", runServe},
+		{"cluster-certs", "write a cluster's CA and each node's certificate and key (serve --cluster's TLS)", runClusterCerts},
 		{"jobs", "list the jobs in a store directory", runJobs},
 		{"show", "print one stored job and its targets as JSON", runShow},
 		{"help", "list the commands, or show one command's flags", runHelp},

@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 	// goroutine is allowed to outlive the tests.
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		removeBinary()
+		removeTestCerts()
 		os.Exit(code)
 	}))
 }

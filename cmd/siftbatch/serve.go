@@ -17,6 +17,7 @@ import (
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
 )
 
@@ -111,7 +112,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	var f serveFlags
 	fs := newFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nLoopback, three nodes (then 2 and 3 alike, with their own ports):\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nThe nodes speak mutual TLS 1.3: each presents its certificate (--cluster-cert,\nnaming --node) and accepts only peers whose certificates chain to the cluster's\nCA (--cluster-ca); siftbatch cluster-certs makes them. Loopback, three nodes\n(then 2 and 3 alike, with their own ports and files):\n  siftbatch cluster-certs --dir certs --nodes n1,n2,n3\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203 \\\n    --cluster-ca certs/ca.crt --cluster-cert certs/n1.crt --cluster-key certs/n1.key")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
@@ -229,6 +230,9 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, err
 	}
 	m, reg, scrape := newMetrics()
+	if node != nil {
+		reg.MustRegister(metrics.Cluster(node)) // its peers' panics and refusals
+	}
 	cfg := f.cfg
 	cfg.Hooks = m.Hooks()
 	var apiCluster httpapi.Cluster // a nil *cluster.Node in it would not be nil

@@ -45,7 +45,7 @@ func (tc *testCluster) addGated(name string, gated *gatedAdmission) *node {
 	t := tc.t
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0",
+	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log})
 	if err != nil {
 		t.Fatal(err)

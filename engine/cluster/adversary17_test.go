@@ -393,7 +393,7 @@ func TestAdv17_AdmissionGarbageAndClosed(t *testing.T) {
 	_, _ = adm.Admit(cctx, "ctx-caller", "k", "x")
 	adm.Release("ctx-caller", "x")
 	// Before start and after close: ErrNoAdmission.
-	fresh, err := cluster.New(cluster.Config{Name: "x", Node: "fresh", Addr: "127.0.0.1:0", Provider: cluster.ProtoactorProvider(nil)})
+	fresh, err := cluster.New(cluster.Config{Name: "x", Node: "fresh", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "fresh"), Provider: cluster.ProtoactorProvider(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,7 +227,7 @@ func TestAdvRegress_RequestToClosingNode(t *testing.T) {
 // Observed: a nil pointer dereference panic (List calls n.runner.ListAt,
 // n.runner nil until Start).
 func TestAdvRegress_ListBeforeStart(t *testing.T) {
-	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: "127.0.0.1:0",
+	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "a"),
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(test.NewInMemAgent()))})
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +260,7 @@ func TestAdvRegress_FailedStartLeavesRemote(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: addr, Provider: cluster.ProtoactorProvider(failingProvider{})})
+	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: addr, TLS: nodeTLS(t, "a"), Provider: cluster.ProtoactorProvider(failingProvider{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func startSlowHelloMember(t *testing.T, tc *testCluster, name string, hello chan
 	_ = l.Close()
 	quiet := slog.New(slog.DiscardHandler)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	c := pacluster.New(system, pacluster.Configure(tc.name, test.NewTestProvider(tc.agent), disthash.New(), remote.Configure("127.0.0.1", port)))
+	c := pacluster.New(system, pacluster.Configure(tc.name, test.NewTestProvider(tc.agent), disthash.New(), remote.Configure("127.0.0.1", port, remoteTLS(t, name)...)))
 	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case *clusterpb.Hello:

@@ -70,7 +70,7 @@ func (tc *testCluster) addOpts(name string, o nodeOpts) *node {
 	if o.jobsPerCaller == 0 {
 		o.jobsPerCaller = 4
 	}
-	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0",
+	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: o.timeout, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -998,7 +998,7 @@ func TestAdv_ListMerge(t *testing.T) {
 func TestAdv_NodeLifecycleMisuse(t *testing.T) {
 	agent := test.NewInMemAgent()
 	prov := cluster.ProtoactorProvider(test.NewTestProvider(agent))
-	good := cluster.Config{Name: "c", Node: "x", Addr: "127.0.0.1:0", Provider: prov}
+	good := cluster.Config{Name: "c", Node: "x", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "x"), Provider: prov}
 	bad := map[string]func(*cluster.Config){
 		"no name":            func(c *cluster.Config) { c.Name = "" },
 		"no node":            func(c *cluster.Config) { c.Node = "" },
@@ -1051,7 +1051,7 @@ func TestAdv_NodeLifecycleMisuse(t *testing.T) {
 	}
 
 	// A node never started: Close, Forward, Members; then Start is refused.
-	n, err := cluster.New(cluster.Config{Name: tc.name, Node: "y", Addr: "127.0.0.1:0", Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent))})
+	n, err := cluster.New(cluster.Config{Name: tc.name, Node: "y", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "y"), Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1082,7 +1082,7 @@ func TestAdv_NodeLifecycleMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	taken, err := cluster.New(cluster.Config{Name: tc.name, Node: "z", Addr: l.Addr().String(), Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent))})
+	taken, err := cluster.New(cluster.Config{Name: tc.name, Node: "z", Addr: l.Addr().String(), TLS: nodeTLS(t, "z"), Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1098,7 +1098,7 @@ func TestAdv_NodeLifecycleMisuse(t *testing.T) {
 		"no manage port":     cluster.Automanaged("127.0.0.1:0", []string{"127.0.0.1:1"}, 0),
 		"kubernetes outside": kubernetes.Provider(),
 	} {
-		m, err := cluster.New(cluster.Config{Name: tc.name, Node: "w", Addr: "127.0.0.1:0", Provider: p})
+		m, err := cluster.New(cluster.Config{Name: tc.name, Node: "w", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "w"), Provider: p})
 		if err != nil {
 			continue // refused already
 		}

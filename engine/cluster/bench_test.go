@@ -305,12 +305,50 @@ func BenchmarkCluster_Results16MiB(b *testing.B) {
 func BenchmarkCluster_Throughput(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			benchClusterThroughput(b, nodes)
+			benchClusterThroughput(b, nodes, false)
 		})
 	}
 }
 
-func benchClusterThroughput(b *testing.B, nodes int) {
+// BenchmarkCluster_Transport: what the cluster's mutual TLS costs against
+// plaintext (Config.Insecure), each sub-benchmark a fresh cluster of its
+// own. poll: GET /v1/batch/{id} of a settled 8-target job answered by
+// another node, which forwards it (BenchmarkCluster_Poll's other-ns; the
+// nodes' connections are made before the timed loop, as in a running
+// cluster); ns/op is one forwarded poll. throughput: BenchmarkCluster_Throughput
+// on 3 nodes (ns/op is one round of 3,072 targets). Run each one on its
+// own, alternating (docs/CLUSTER.md, Figures).
+func BenchmarkCluster_Transport(b *testing.B) {
+	for _, mode := range []string{"mtls", "insecure"} {
+		b.Run("poll/"+mode, func(b *testing.B) {
+			tc := newTestCluster(b)
+			tc.level, tc.insecure = slog.LevelInfo, mode == "insecure"
+			holder, other := tc.add("holder"), tc.add("other")
+			tc.waitMembers(2)
+			var urls []string
+			for i := range 8 {
+				urls = append(urls, fmt.Sprintf("https://example.com/poll/%d", i))
+			}
+			id := submit(b, holder, "alice-key", urls...)
+			waitDone(b, holder, id)
+			path := "/v1/batch/" + id
+			_, want := timedGet(b, holder, path)
+			if _, size := timedGet(b, other, path); size != want { // warm: connections, who is who
+				b.Fatalf("%d bytes from the other node, %d from the job's", size, want)
+			}
+			for b.Loop() {
+				if _, size := timedGet(b, other, path); size != want {
+					b.Fatalf("%d bytes from the other node, %d from the job's", size, want)
+				}
+			}
+		})
+		b.Run("throughput/"+mode, func(b *testing.B) {
+			benchClusterThroughput(b, 3, mode == "insecure")
+		})
+	}
+}
+
+func benchClusterThroughput(b *testing.B, nodes int, insecure bool) {
 	const (
 		perJob  = 32
 		jobs    = 96
@@ -321,7 +359,7 @@ func benchClusterThroughput(b *testing.B, nodes int) {
 		dirs[i] = b.TempDir() // before the cluster: removed after its nodes stop
 	}
 	tc := newTestCluster(b)
-	tc.level = slog.LevelInfo
+	tc.level, tc.insecure = slog.LevelInfo, insecure
 	var stored, want atomic.Int64
 	round := make(chan struct{}, 1)
 	tc.cfg = engine.Config{JobsPerCaller: 1 << 16, JobsTotal: 1 << 16, MaxBytes: 1 << 40,

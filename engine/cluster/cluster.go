@@ -28,6 +28,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,9 +43,11 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/labstack/echo"
 
 	"github.com/sift/batch/actors"
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
 // The defaults a zero [Config] field takes.
@@ -115,6 +119,17 @@ type Config struct {
 	// levels lowered a step, and only attributes known to be safe kept).
 	// Default: nothing is logged.
 	Log *slog.Logger
+	// TLS is this node's side of the cluster's mutual TLS (serve's
+	// --cluster-ca, --cluster-cert, --cluster-key): the node presents its
+	// certificate to every peer, and accepts only peers whose certificate
+	// chains to the cluster's CA and names a node (TLS 1.3). Its
+	// certificate must name this node (Node). Exactly one of TLS and
+	// Insecure is required.
+	TLS *clustertls.Config
+	// Insecure has the node speak to its peers in plaintext, and accept
+	// any peer that reaches its address (serve's --cluster-insecure): for
+	// experiments on a loopback address only.
+	Insecure bool
 }
 
 // Provider is how the nodes of a cluster find each other: one of
@@ -130,14 +145,18 @@ type Provider struct {
 // Automanaged is protoactor's automanaged provider: static peers, nothing
 // else to run. manageAddr is this node's HOST:PORT for it (serve's
 // --manage-addr) and peers the manage addresses of every node, this one
-// included (serve's --peers). Each node serves a health endpoint on the
-// port of manageAddr and polls every peer's every refresh (default
-// [DefaultRefresh], 2s, which is also each poll's timeout).
+// included (serve's --peers). Each node serves a health endpoint on
+// manageAddr (its host too: protoactor's own would listen on every
+// interface, so the node serves it itself, through protoactor's
+// NewWithTesting) and polls every peer's every refresh (default
+// [DefaultRefresh], 2s, which is also each poll's timeout). The endpoint
+// says who the node is (its member id, address and port: what protoactor's
+// says), in plain HTTP: it carries membership health only; every message
+// between the nodes goes over the remote, under the cluster's TLS.
 //
-// Known behaviour of protoactor's automanaged provider, designed around:
-// it listens on 0.0.0.0 at manageAddr's port, whatever its host; a member
-// that misses one poll is dropped for good by the node that polled it (it
-// comes back after a restart, under a new member id); there is no
+// Known behaviour of protoactor's automanaged provider, designed around: a
+// member that misses one poll is dropped for good by the node that polled
+// it (it comes back after a restart, under a new member id); there is no
 // consensus between the nodes' views of the membership.
 func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provider {
 	return Provider{
@@ -158,13 +177,7 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 			if port == 0 {
 				return errors.New("automanaged: the manage address needs a port")
 			}
-			// The provider binds 0.0.0.0:port in a goroutine and only logs a
-			// failure: find out now, with an error that says so.
-			l, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
-			if err != nil {
-				return fmt.Errorf("automanaged: manage port: %w", err)
-			}
-			return l.Close()
+			return nil
 		},
 		make: func() (pacluster.ClusterProvider, error) {
 			_, port, err := splitHostPort(manageAddr)
@@ -174,9 +187,62 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 			if refresh <= 0 {
 				refresh = DefaultRefresh
 			}
-			return automanaged.NewWithConfig(refresh, port, peers...), nil
+			l, err := net.Listen("tcp", manageAddr)
+			if err != nil {
+				return nil, fmt.Errorf("automanaged: manage port: %w", err)
+			}
+			p := &automanagedProvider{port: port}
+			p.echo = healthServer(l, p.health)
+			p.AutoManagedProvider = automanaged.NewWithTesting(refresh, port, p.echo, peers...)
+			return p, nil
 		},
 	}
+}
+
+// automanagedProvider is protoactor's automanaged provider, its health
+// endpoint served by the node on a listener of its own: bound to the
+// manage address's host.
+type automanagedProvider struct {
+	*automanaged.AutoManagedProvider
+	port    int
+	echo    *echo.Echo
+	cluster atomic.Pointer[pacluster.Cluster]
+}
+
+// StartMember starts protoactor's provider, which serves p.echo.
+func (p *automanagedProvider) StartMember(c *pacluster.Cluster) error {
+	p.cluster.Store(c)
+	return p.AutoManagedProvider.StartMember(c)
+}
+
+// health answers a peer's poll as protoactor's own endpoint does: who this
+// node is; 503 before it starts.
+func (p *automanagedProvider) health(ctx echo.Context) error {
+	c := p.cluster.Load()
+	if c == nil {
+		return ctx.NoContent(http.StatusServiceUnavailable)
+	}
+	host, port, err := c.ActorSystem.GetHostPort()
+	if err != nil {
+		return ctx.NoContent(http.StatusServiceUnavailable)
+	}
+	return ctx.JSON(http.StatusOK, automanaged.NewNode(c.Config.Name, c.ActorSystem.ID, host, port, p.port, c.GetClusterKinds()))
+}
+
+// release closes the health endpoint's listener, when the node did not
+// start (protoactor's provider closes it when the node stops).
+func (p *automanagedProvider) release() { _ = p.echo.Close() }
+
+// healthServer is an echo server of the health endpoint on l, silent (no
+// banner, no address printed, no log).
+func healthServer(l net.Listener, health echo.HandlerFunc) *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Logger.SetOutput(io.Discard)
+	e.StdLogger = stdlog.New(io.Discard, "", 0)
+	e.Listener = l
+	e.GET("/_health", health)
+	return e
 }
 
 // NewProvider is a provider made by make when the node starts: for a
@@ -237,8 +303,18 @@ type Node struct {
 	jobsPerCaller int                // the runner's, for the grains
 	sessions      sync.Map           // uint64 → *session: answers this node is giving
 	work          sync.WaitGroup
-	ctx           context.Context // cancelled by Close: ends every answer given
-	cancel        context.CancelFunc
+	peerPanics    atomic.Int64 // calls of peers that panicked (PeerPanics)
+	peerRefusals  atomic.Int64 // messages of peers refused (PeerRefusals)
+	panicLogged   atomic.Int64 // when a peer's panic was last logged (UnixNano)
+	refusalLogged atomic.Int64 // when a refusal was last logged (UnixNano)
+	// actorSystem is system, for the gRPC server's guards, which must not
+	// take mu (Start holds it while protoactor starts).
+	actorSystem atomic.Pointer[actor.ActorSystem]
+	// names is infos' names, by member id (string → string), for the
+	// guards as actorSystem.
+	names  sync.Map
+	ctx    context.Context // cancelled by Close: ends every answer given
+	cancel context.CancelFunc
 }
 
 // nodeInfo is who a member is.
@@ -258,6 +334,12 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.New("new node: no provider")
 	case cfg.Timeout < 0 || cfg.RetryAfter < 0:
 		return nil, errors.New("new node: negative duration")
+	case cfg.TLS == nil && !cfg.Insecure:
+		return nil, errors.New("new node: cluster needs TLS (Config.TLS) or Config.Insecure")
+	case cfg.TLS != nil && cfg.Insecure:
+		return nil, errors.New("new node: cluster given both TLS (Config.TLS) and Config.Insecure")
+	case cfg.TLS != nil && cfg.TLS.Node() != cfg.Node:
+		return nil, fmt.Errorf("new node: the TLS certificate names node %q, not this node %q", cfg.TLS.Node(), cfg.Node)
 	}
 	if _, _, err := splitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("new node: address: %w", err)
@@ -346,19 +428,26 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
+	started := false
+	defer func() {
+		if p, ok := provider.(*automanagedProvider); ok && !started {
+			p.release()
+		}
+	}()
 	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	// At most 8 messages to a gRPC message: protoactor's endpoint writer
 	// batches up to 1,000 queued messages into one, and 17 parts of an
 	// answer (256 KiB each) would pass gRPC's 4 MiB limit and break the
 	// stream for every answer on it (a crowd of readers of large results).
-	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8))
+	remoteCfg := remote.Configure(host, port, append(n.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8))...)
 	n.jobsPerCaller = r.Config().JobsPerCaller
 	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
 		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
 	c := pacluster.New(system, ccfg)
 	n.runner, n.handler, n.system, n.c = r, h, system, c
+	n.actorSystem.Store(system)
 	n.stored = n.loadTags(r)
 	// Each change of the members: learn who the new ones are, then tell
 	// whoever waits on Changed.
@@ -409,7 +498,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		waitFreed(net.JoinHostPort(host, strconv.Itoa(port)))
 		return fmt.Errorf("start node: %w", err)
 	}
-	n.started = true
+	n.started, started = true, true
 	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, system.Address()),
 		slog.String("provider", n.cfg.Provider.name))
 	return nil

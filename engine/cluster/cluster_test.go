@@ -3,22 +3,36 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/clustertls"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
@@ -70,6 +84,8 @@ type testCluster struct {
 	fetch   engine.FetchFunc
 	cfg     engine.Config // each node's runner's, but NodeTag and Admission
 	keys    string        // the keys file of every node; "" is testKeys
+	// insecure starts every node in plaintext (nodeOptions.insecure).
+	insecure bool
 }
 
 // fetchOf answers from the URL: ".../hold" waits for release, ".../big/N"
@@ -116,6 +132,9 @@ type nodeOptions struct {
 	now  func() time.Time                // the runner's clock; default time.Now
 	wrap func(http.Handler) http.Handler // wraps the handler that answers the other nodes
 	dir  string                          // the store's directory; default in memory
+	// insecure starts the node in plaintext (Config.Insecure) instead of
+	// with the tests' cluster TLS.
+	insecure bool
 }
 
 // add starts a node named name.
@@ -129,8 +148,12 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 	t := tc.t
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: tc.level}))
-	cn, err := cluster.New(cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0",
-		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log})
+	ccfg := cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
+		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log}
+	if o.insecure || tc.insecure {
+		ccfg.TLS, ccfg.Insecure = nil, true
+	}
+	cn, err := cluster.New(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,4 +490,187 @@ func createdOf(jobs []engine.Job, id string) int64 {
 		}
 	}
 	return -1
+}
+
+// testCA is the cluster CA of this package's tests, made once, and the TLS
+// configurations it has issued, by node name.
+var testCA struct {
+	once  sync.Once
+	cert  *x509.Certificate
+	key   *ecdsa.PrivateKey
+	pem   []byte
+	err   error
+	mu    sync.Mutex
+	nodes map[string]*clustertls.Config
+}
+
+// nodeTLS returns the TLS configuration of a node named name, its
+// certificate issued by the tests' cluster CA (the same for every test):
+// as `siftbatch cluster-certs` issues it (clustertls.Generate's template).
+func nodeTLS(t testing.TB, name string) *clustertls.Config {
+	t.Helper()
+	testCA.once.Do(func() {
+		set, err := clustertls.Generate([]string{"unused"}, nil, time.Now())
+		if err != nil {
+			testCA.err = err
+			return
+		}
+		testCA.pem = set.CA.Cert
+		block, _ := pem.Decode(set.CA.Cert)
+		if testCA.cert, testCA.err = x509.ParseCertificate(block.Bytes); testCA.err != nil {
+			return
+		}
+		kblock, _ := pem.Decode(set.CA.Key)
+		key, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
+		if err != nil {
+			testCA.err = err
+			return
+		}
+		testCA.key = key.(*ecdsa.PrivateKey)
+		testCA.nodes = map[string]*clustertls.Config{}
+	})
+	if testCA.err != nil {
+		t.Fatal(testCA.err)
+	}
+	testCA.mu.Lock()
+	defer testCA.mu.Unlock()
+	if c, ok := testCA.nodes[name]; ok {
+		return c
+	}
+	c, err := issueTLS(testCA.cert, testCA.key, testCA.pem, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testCA.nodes[name] = c
+	return c
+}
+
+// issueTLS signs a certificate for node name with the CA (cert, key;
+// caPEM its certificate) and returns its TLS configuration.
+func issueTLS(ca *x509.Certificate, caKey *ecdsa.PrivateKey, caPEM []byte, name string) (*clustertls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{name, "localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return clustertls.New(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}))
+}
+
+// remoteTLS returns the options of protoactor's remote that give a bare
+// protoactor member (a test's fake node) the cluster's mutual TLS as node
+// name.
+func remoteTLS(t testing.TB, name string) []remote.ConfigOption {
+	c := nodeTLS(t, name)
+	return []remote.ConfigOption{
+		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(c.Server()))),
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(c.Client()))),
+	}
+}
+
+// listening returns the TCP sockets this process listens on, by port:
+// each one's local address as /proc/net/tcp and tcp6 write it (hex; IPv4
+// 127.0.0.1 is 0100007F, IPv6 every address is 32 zeros).
+func listening(t *testing.T) map[int][]string {
+	t.Helper()
+	mine := map[string]bool{} // the inodes of this process's sockets
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(link, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	out := map[int][]string{}
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue // no IPv6
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !mine[f[9]] { // 0A: LISTEN
+				continue
+			}
+			host, port, ok := strings.Cut(f[1], ":")
+			p, err := strconv.ParseInt(port, 16, 32)
+			if !ok || err != nil {
+				t.Fatalf("%s: bad line %q", file, line)
+			}
+			out[int(p)] = append(out[int(p)], host)
+		}
+	}
+	return out
+}
+
+// TestNode_ListensOnlyOnGivenHost: a node given 127.0.0.1 addresses
+// listens on 127.0.0.1 only: its remote's port and the automanaged
+// provider's manage port (protoactor's own would listen on every
+// interface), which answers the peers' polls.
+func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manage := l.Addr().String()
+	managePort := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	one := single(t)
+	n, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "n"),
+		Provider: cluster.Automanaged(manage, []string{manage}, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(one.runner, one.api); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	waitUntil(t, "the node is a member", func() bool { return n.Membership().Member })
+	_, p, _ := net.SplitHostPort(n.Address())
+	remotePort, _ := strconv.Atoi(p)
+
+	socks := listening(t)
+	for name, port := range map[string]int{"remote": remotePort, "manage": managePort} {
+		if len(socks[port]) == 0 {
+			t.Errorf("%s port %d: not listening: the test tests nothing", name, port)
+		}
+		for _, host := range socks[port] {
+			if host != "0100007F" {
+				t.Errorf("%s port %d: listens on %s, want 127.0.0.1 (0100007F) only", name, port, host)
+			}
+		}
+	}
+	res, err := http.Get("http://" + manage + "/_health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var who struct {
+		ID          string `json:"id"`
+		ClusterName string `json:"cluster_name"`
+		Port        int    `json:"port"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&who); err != nil || res.StatusCode != http.StatusOK ||
+		who.ClusterName != "listen" || who.Port != remotePort || who.ID == "" {
+		t.Errorf("the manage port's health: %d %+v %v", res.StatusCode, who, err)
+	}
 }

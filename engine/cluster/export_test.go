@@ -47,3 +47,23 @@ func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (i
 
 // NodeActor is the name of each node's actor that answers the others.
 const NodeActor = nodeActor
+
+// GrainPID returns the PID of caller's grain, activating it if it is not:
+// for tests that play a stranger who has learnt it. The PID is a copy: a
+// PID caches the process it was resolved to (here, n's), and a stranger's
+// message must go its own way.
+func GrainPID(n *Node, caller string) *actor.PID {
+	pid := n.cluster().Get(caller, callerKind)
+	if pid == nil {
+		return nil
+	}
+	return actor.NewPID(pid.Address, pid.Id)
+}
+
+// SystemOf returns n's actor system: for tests that play a member sending
+// what a siftbatch node never sends.
+func SystemOf(n *Node) *actor.ActorSystem {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.system
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/sift/batch/engine/cluster/clusterpb"
 )
@@ -130,6 +131,10 @@ func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration,
 // errTimeout is a node's answer that did not come in time.
 var errTimeout = errors.New("no answer in time")
 
+// errRefused is request's error when the node asked refuses the request:
+// it does not count this node among the members yet (screen).
+var errRefused = errors.New("refused: not a member as the node asked sees it")
+
 // errEnding is request's error when its ending is closed first.
 var errEnding = errors.New("waits ended")
 
@@ -152,7 +157,8 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 	answers := make(chan any, 1)
 	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply:
+		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply,
+			*pacluster.GrainErrorResponse:
 			select {
 			case answers <- m:
 			default: // one answer per request: a second is dropped
@@ -166,6 +172,9 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 	for {
 		select {
 		case res := <-answers:
+			if _, refused := res.(*pacluster.GrainErrorResponse); refused {
+				return nil, errRefused
+			}
 			return res, nil
 		case <-timer.C:
 			return nil, errTimeout

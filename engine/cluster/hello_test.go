@@ -20,8 +20,8 @@ import (
 
 // startSlowMember joins tc's cluster as a member that says who it is (node
 // name, with its tag) only once hello is closed, and answers every
-// request 200 "answered by NAME".
-func startSlowMember(t *testing.T, tc *testCluster, name string, hello <-chan struct{}) {
+// request 200 "answered by NAME". It returns the member's actor system.
+func startSlowMember(t *testing.T, tc *testCluster, name string, hello <-chan struct{}) *actor.ActorSystem {
 	t.Helper()
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	props := actor.PropsFromFunc(func(c actor.Context) {
@@ -39,9 +39,10 @@ func startSlowMember(t *testing.T, tc *testCluster, name string, hello <-chan st
 	if _, err := system.Root.SpawnNamed(props, cluster.NodeActor); err != nil {
 		t.Fatal(err)
 	}
-	c := pacluster.New(system, pacluster.Configure(tc.name, test.NewTestProvider(tc.agent), disthash.New(), remote.Configure("127.0.0.1", 0)))
+	c := pacluster.New(system, pacluster.Configure(tc.name, test.NewTestProvider(tc.agent), disthash.New(), remote.Configure("127.0.0.1", 0, remoteTLS(t, name)...)))
 	c.StartMember()
 	t.Cleanup(func() { c.Shutdown(true) })
+	return system
 }
 
 // TestCluster_MemberNotYetKnown: a request about a job of a member this

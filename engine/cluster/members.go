@@ -138,6 +138,7 @@ func (n *Node) learn(members []*pacluster.Member) {
 		for id := range n.infos {
 			if !ids[id] {
 				delete(n.infos, id)
+				n.names.Delete(id)
 			}
 		}
 		for id := range n.asked {
@@ -162,6 +163,7 @@ func (n *Node) learn(members []*pacluster.Member) {
 			var tag [engine.NodeTagLen]byte
 			copy(tag[:], info.Tag)
 			n.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
+			n.names.Store(m.Id, info.Node)
 			if !n.remember(tag, info.Node) {
 				n.log.Info("cluster node met", slog.String(logKeyNode, info.Node), slog.String(logKeyAddress, m.Address()))
 			}

@@ -463,25 +463,28 @@ func TestCluster_LogsHoldNoSecrets(t *testing.T) {
 // TestNew_BadConfig: New refuses each bad config with an error.
 func TestNew_BadConfig(t *testing.T) {
 	provider := cluster.Automanaged("127.0.0.1:6000", []string{"127.0.0.1:6000"}, 0)
-	good := cluster.Config{Name: "c", Node: "n", Addr: "127.0.0.1:0", Provider: provider}
+	good := cluster.Config{Name: "c", Node: "n", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "n"), Provider: provider}
 	if _, err := cluster.New(good); err != nil {
 		t.Fatalf("a good config: %v", err)
 	}
 	for name, change := range map[string]func(*cluster.Config){
-		"no name":             func(c *cluster.Config) { c.Name = "" },
-		"no node":             func(c *cluster.Config) { c.Node = "" },
-		"no provider":         func(c *cluster.Config) { c.Provider = cluster.Provider{} },
-		"no address":          func(c *cluster.Config) { c.Addr = "" },
-		"no port":             func(c *cluster.Config) { c.Addr = "127.0.0.1" },
-		"port too big":        func(c *cluster.Config) { c.Addr = "127.0.0.1:65536" },
-		"port not a number":   func(c *cluster.Config) { c.Addr = "127.0.0.1:http" },
-		"negative port":       func(c *cluster.Config) { c.Addr = "127.0.0.1:-1" },
-		"bad advertised":      func(c *cluster.Config) { c.AdvertiseAddr = "somewhere" },
-		"negative timeout":    func(c *cluster.Config) { c.Timeout = -time.Second },
-		"negative retry":      func(c *cluster.Config) { c.RetryAfter = -1 },
-		"negative both":       func(c *cluster.Config) { c.Timeout, c.RetryAfter = -1, -1 },
-		"advertised no port":  func(c *cluster.Config) { c.AdvertiseAddr = "10.0.0.1" },
-		"address with a path": func(c *cluster.Config) { c.Addr = "127.0.0.1:80/x" },
+		"no name":                    func(c *cluster.Config) { c.Name = "" },
+		"no node":                    func(c *cluster.Config) { c.Node = "" },
+		"no provider":                func(c *cluster.Config) { c.Provider = cluster.Provider{} },
+		"no address":                 func(c *cluster.Config) { c.Addr = "" },
+		"no port":                    func(c *cluster.Config) { c.Addr = "127.0.0.1" },
+		"port too big":               func(c *cluster.Config) { c.Addr = "127.0.0.1:65536" },
+		"port not a number":          func(c *cluster.Config) { c.Addr = "127.0.0.1:http" },
+		"negative port":              func(c *cluster.Config) { c.Addr = "127.0.0.1:-1" },
+		"bad advertised":             func(c *cluster.Config) { c.AdvertiseAddr = "somewhere" },
+		"negative timeout":           func(c *cluster.Config) { c.Timeout = -time.Second },
+		"negative retry":             func(c *cluster.Config) { c.RetryAfter = -1 },
+		"negative both":              func(c *cluster.Config) { c.Timeout, c.RetryAfter = -1, -1 },
+		"advertised no port":         func(c *cluster.Config) { c.AdvertiseAddr = "10.0.0.1" },
+		"address with a path":        func(c *cluster.Config) { c.Addr = "127.0.0.1:80/x" },
+		"neither TLS nor insecure":   func(c *cluster.Config) { c.TLS = nil },
+		"both TLS and insecure":      func(c *cluster.Config) { c.Insecure = true },
+		"another node's certificate": func(c *cluster.Config) { c.TLS = nodeTLS(t, "another") },
 	} {
 		cfg := good
 		change(&cfg)
@@ -530,7 +533,7 @@ func TestNode_StartErrors(t *testing.T) {
 		return l.Addr().String()
 	}
 	newNode := func(t *testing.T, addr string, p cluster.Provider) *cluster.Node {
-		n, err := cluster.New(cluster.Config{Name: "start-errors", Node: "n", Addr: addr, Provider: p})
+		n, err := cluster.New(cluster.Config{Name: "start-errors", Node: "n", Addr: addr, TLS: nodeTLS(t, "n"), Provider: p})
 		if err != nil {
 			t.Fatal(err)
 		}

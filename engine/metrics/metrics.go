@@ -16,6 +16,8 @@
 //	siftbatch_hook_panics_total            hook calls that panicked (see [Metrics.Attach])
 //	siftbatch_http_requests_total{route,code}  HTTP requests by route and status code
 //	siftbatch_http_request_seconds{route}  histogram: HTTP request latency by route
+//
+// A cluster node's peer counters are a collector apart, [Cluster].
 package metrics
 
 import (

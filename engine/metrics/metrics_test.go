@@ -250,3 +250,37 @@ func TestMetrics_Middleware(t *testing.T) {
 		t.Errorf("a path became a label:\n%s", s)
 	}
 }
+
+// peerCounts is a cluster node's peer counters, for TestCluster.
+type peerCounts struct{ panics, refusals int64 }
+
+func (p *peerCounts) PeerPanics() int64   { return p.panics }
+func (p *peerCounts) PeerRefusals() int64 { return p.refusals }
+
+// TestCluster: the cluster collector reads a node's peer counters at each
+// scrape; a Metrics alone has none of its series.
+func TestCluster(t *testing.T) {
+	_, scrape := setup(t)
+	if got := value(t, scrape(), "siftbatch_cluster_peer_panics_total"); got != -1 {
+		t.Errorf("a single node's scrape has siftbatch_cluster_peer_panics_total %v", got)
+	}
+	counts := &peerCounts{}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(metrics.Cluster(counts)); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	read := func() string {
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	wantValues(t, read(), map[string]float64{"siftbatch_cluster_peer_panics_total": 0, "siftbatch_cluster_peer_refusals_total": 0})
+	counts.panics, counts.refusals = 2, 7
+	wantValues(t, read(), map[string]float64{"siftbatch_cluster_peer_panics_total": 2, "siftbatch_cluster_peer_refusals_total": 7})
+}

@@ -1,0 +1,326 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/sift/batch/engine/cluster/clusterpb"
+)
+
+// transport returns the options of protoactor's remote that make its gRPC
+// server and its dials this node's: the cluster's mutual TLS, unless
+// Insecure (protoactor's default dial option is plaintext, replaced here,
+// not added to), and the guards of the server, whatever the mode.
+func (n *Node) transport() []remote.ConfigOption {
+	server := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(n.unaryGuard),
+		grpc.ChainStreamInterceptor(n.streamGuard),
+	}
+	if n.cfg.TLS == nil {
+		return []remote.ConfigOption{remote.WithServerOptions(server...)}
+	}
+	server = append(server, grpc.Creds(credentials.NewTLS(n.cfg.TLS.Server())))
+	return []remote.ConfigOption{
+		remote.WithServerOptions(server...),
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(n.cfg.TLS.Client()))),
+	}
+}
+
+// PeerPanics returns how many calls of peers to this node's gRPC server
+// have panicked (in protoactor's remote, on what a peer sent) since it
+// started: each ended that call or stream, and the node went on. It is
+// safe for concurrent use.
+func (n *Node) PeerPanics() int64 { return n.peerPanics.Load() }
+
+// unaryGuard is the gRPC server's unary interceptor: a panic ends the call
+// with codes.Internal.
+func (n *Node) unaryGuard(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer n.recoverPeer(&err)
+	return handler(ctx, req)
+}
+
+// PeerRefusals returns how many messages of peers this node's gRPC server
+// has refused since it started (see [Node.streamGuard]). It is safe for
+// concurrent use.
+func (n *Node) PeerRefusals() int64 { return n.peerRefusals.Load() }
+
+// streamGuard is the gRPC server's stream interceptor: a panic ends the
+// stream with codes.Internal, and each batch of messages a peer sends on
+// protoactor's stream is screened before protoactor reads it
+// ([Node.screen]). With TLS, the peer is the node its client certificate
+// names, whatever the messages claim.
+func (n *Node) streamGuard(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer n.recoverPeer(&err)
+	g := &guardedStream{ServerStream: ss, n: n}
+	if n.cfg.TLS != nil {
+		p, ok := peer.FromContext(ss.Context())
+		if !ok {
+			return status.Error(codes.Unauthenticated, "no peer")
+		}
+		tlsInfo, ok := p.AuthInfo.(credentials.TLSInfo)
+		if !ok {
+			return status.Error(codes.Unauthenticated, "no TLS")
+		}
+		if g.peer, ok = n.cfg.TLS.PeerNode(tlsInfo.State); !ok {
+			return status.Error(codes.Unauthenticated, "no node certificate")
+		}
+	}
+	return handler(srv, g)
+}
+
+// recoverPeer, deferred, turns a panic of a peer's call into err
+// (codes.Internal), counted and logged without its value (it may carry
+// what the peer sent).
+func (n *Node) recoverPeer(err *error) {
+	if v := recover(); v != nil {
+		count := n.peerPanics.Add(1)
+		if n.logNow(&n.panicLogged) {
+			n.log.Warn("cluster peer call panicked: ended", slog.String(logKeyNode, n.cfg.Node), slog.Int64(logKeyCount, count))
+		}
+		*err = status.Error(codes.Internal, "internal error")
+	}
+}
+
+// logNow reports whether a line of a kind last logged at *last may be
+// logged now: at most one a second, so that a peer cannot flood the log.
+func (n *Node) logNow(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
+}
+
+// The log keys of a refusal's line: why (one of the reasons below), and
+// the peer's node, as its verified certificate names it.
+const (
+	logKeyReason = "reason"
+	logKeyPeer   = "peer"
+)
+
+// Why a peer's message is refused.
+const (
+	reasonMalformed   = "malformed batch"
+	reasonSystem      = "system message from a peer"
+	reasonNotMember   = "not a member"
+	reasonSenderNotMe = "sender not the peer"
+	reasonOtherNode   = "names another node"
+	reasonOwnAddress  = "sender at this node's address"
+)
+
+const (
+	// retryableRefusal is the message of the retryable error a refused
+	// member is answered.
+	retryableRefusal = "the sending node is not a member of the cluster as this node sees it now; try again in a while"
+	// grainActorPrefix begins the ids of the callers' grains: children of
+	// disthash's activator.
+	grainActorPrefix = disthash.PartitionActivatorActorName + "/"
+	// serializers is how many serializers protoactor's remote registers:
+	// protobuf (0) and JSON (1).
+	serializers = 2
+)
+
+// Type names of the messages the screen knows, as protoactor's remote
+// names them on the wire.
+var (
+	typeHello    = typeName(&clusterpb.Hello{})
+	typeNodeInfo = typeName(&clusterpb.NodeInfo{})
+	// The messages that stop or watch an actor: no peer may send one to
+	// any of this node's actors (this node's actors are never watched
+	// from another node, nor stopped by one).
+	systemTypes = map[string]bool{
+		typeName(&actor.Stop{}):       true,
+		typeName(&actor.PoisonPill{}): true,
+		typeName(&actor.Watch{}):      true,
+		typeName(&actor.Unwatch{}):    true,
+		typeName(&actor.Terminated{}): true,
+	}
+)
+
+func typeName(m proto.Message) string { return string(m.ProtoReflect().Descriptor().FullName()) }
+
+// knownType reports whether protobuf knows the message type name:
+// protoactor's deserializer panics on one it does not (docs/CLUSTER.md).
+func knownType(name string) bool {
+	_, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+	return err == nil
+}
+
+// guardedStream is a peer's stream of protoactor's remote, each batch it
+// receives screened.
+type guardedStream struct {
+	grpc.ServerStream
+	n    *Node
+	peer string // the node the peer's certificate names; "" without TLS
+}
+
+// RecvMsg receives the peer's next message, its batch screened: an error
+// (the stream ends) for a malformed one; envelopes refused are taken out.
+func (s *guardedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if rm, ok := m.(*remote.RemoteMessage); ok {
+		if batch := rm.GetMessageBatch(); batch != nil {
+			return s.n.screen(s.peer, batch)
+		}
+	}
+	return nil
+}
+
+// errMalformed ends the stream of a peer that sent a malformed batch.
+var errMalformed = status.Error(codes.InvalidArgument, "malformed message batch")
+
+// screen checks a batch a peer sent before protoactor delivers it, and
+// takes out the envelopes refused:
+//
+//   - a malformed batch (an envelope's target, sender, type or serializer
+//     out of range: protoactor would index past its arrays; a type
+//     protobuf does not know: its deserializer would panic) is refused
+//     whole, and its stream ended;
+//   - a message that stops or watches an actor (Stop, PoisonPill, Watch,
+//     Unwatch, Terminated) is refused, whoever sends it, to any actor;
+//   - a message whose sender is at this node's address is refused: a
+//     peer's messages come from its own actors;
+//   - with TLS, peer is the node the stream's certificate names: a message
+//     to the node's actor or to the callers' grains (and their activator)
+//     is accepted only from a current member (a member that said who it is
+//     with that name, as this node sees the members now) and only with a
+//     sender at that member's address, except a Hello (a joining node asks
+//     who its peers are before they know it); one refused whose sender is
+//     at a member's address is answered a retryable error (views of the
+//     membership differ for a moment: the member has not said who it is
+//     yet); one from elsewhere is not answered. A NodeInfo (who a node says
+//     it is) must name peer.
+//
+// Each refusal is counted ([Node.PeerRefusals]) and logged, at most once a
+// second, without what the message carries.
+func (n *Node) screen(peer string, b *remote.MessageBatch) error {
+	for _, e := range b.Envelopes {
+		if e.Target < 0 || int(e.Target) >= len(b.Targets) || e.Sender < 0 || int(e.Sender) > len(b.Senders) ||
+			e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames) || e.SerializerId < 0 || e.SerializerId >= serializers ||
+			b.Targets[e.Target] == nil || e.Sender > 0 && b.Senders[e.Sender-1] == nil || !knownType(b.TypeNames[e.TypeId]) {
+			n.refuse(reasonMalformed, peer)
+			return errMalformed
+		}
+	}
+	sys := n.actorSystem.Load()
+	kept := b.Envelopes[:0]
+	for _, e := range b.Envelopes {
+		if reason := n.screenOne(sys, peer, b, e); reason != "" {
+			n.refuse(reason, peer)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(b.Envelopes[len(kept):])
+	b.Envelopes = kept
+	return nil
+}
+
+// screenOne returns why envelope e of batch b is refused; "" if it is
+// not.
+func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageBatch, e *remote.MessageEnvelope) string {
+	typ := b.TypeNames[e.TypeId]
+	if systemTypes[typ] {
+		return reasonSystem
+	}
+	var sender *actor.PID
+	if e.Sender > 0 {
+		sender = b.Senders[e.Sender-1]
+		if sys != nil && sender.Address == sys.Address() {
+			return reasonOwnAddress
+		}
+	}
+	if peer == "" {
+		return ""
+	}
+	if typ == typeNodeInfo {
+		info := &clusterpb.NodeInfo{}
+		if e.SerializerId != 0 || proto.Unmarshal(e.MessageData, info) != nil || info.Node != peer {
+			return reasonOtherNode
+		}
+	}
+	target := b.Targets[e.Target].Id
+	guarded := target == nodeActor || target == disthash.PartitionActivatorActorName || strings.HasPrefix(target, grainActorPrefix)
+	if !guarded || target == nodeActor && typ == typeHello {
+		return ""
+	}
+	addrs := n.memberAddresses(peer)
+	reason := ""
+	switch {
+	case len(addrs) == 0:
+		reason = reasonNotMember
+	case sender != nil && !contains(addrs, sender.Address):
+		reason = reasonSenderNotMe
+	default:
+		return ""
+	}
+	// Answered only at a member's address: protoactor's remote opens a
+	// connection, and a queue of 1,000,000 entries, to each address it
+	// sends to, and keeps dialling it for good (docs/CLUSTER.md, protoactor
+	// bugs, 7); a sender elsewhere is not answered, and its request times
+	// out.
+	if t := n.topo.Load(); sender != nil && sys != nil && t != nil && t.hasAddress(sender.Address) {
+		to := sender
+		if e.SenderRequestId > 0 {
+			to = proto.Clone(sender).(*actor.PID)
+			to.RequestId = e.SenderRequestId
+		}
+		sys.Root.Send(to, &pacluster.GrainErrorResponse{Reason: pacluster.ErrorReason_UNAVAILABLE, Message: retryableRefusal})
+	}
+	return reason
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// memberAddresses returns the addresses of the members that said they are
+// node name, as this node sees the members now; none if name is not a
+// member (or this node). It takes no lock that Start holds: it runs on
+// the gRPC server's goroutines, while Start waits on protoactor.
+func (n *Node) memberAddresses(name string) []string {
+	t := n.topo.Load()
+	if t == nil || name == n.cfg.Node {
+		return nil
+	}
+	var out []string
+	for _, m := range t.members {
+		if v, ok := n.names.Load(m.Id); ok && v.(string) == name {
+			out = append(out, m.Address())
+		}
+	}
+	return out
+}
+
+// refuse counts a message refused, and logs it at most once a second.
+func (n *Node) refuse(reason, peer string) {
+	count := n.peerRefusals.Add(1)
+	if n.logNow(&n.refusalLogged) {
+		attrs := []any{slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyReason, reason), slog.Int64(logKeyCount, count)}
+		if peer != "" {
+			attrs = append(attrs, slog.String(logKeyPeer, peer))
+		}
+		n.log.Warn("cluster peer message refused", attrs...)
+	}
+}
