@@ -236,7 +236,7 @@ func New(caPEM, certPEM, keyPEM []byte) (*Config, error) {
 		return nil, fmt.Errorf("cluster TLS: %w", err)
 	}
 	c := &Config{roots: roots, cert: cert}
-	node, err := c.verify(cert.Certificate)
+	node, err := c.verify(cert.Certificate, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, fmt.Errorf("cluster TLS: this node's certificate: %w", err)
 	}
@@ -262,9 +262,9 @@ func (c *Config) Server() *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{c.cert},
-		ClientAuth:   tls.RequireAnyClientCert, // verified below, the same way as the server's
+		ClientAuth:   tls.RequireAnyClientCert, // verified below: chains to the CA, for client use, names a node
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := c.verify(raw)
+			_, err := c.verify(raw, x509.ExtKeyUsageClientAuth)
 			return err
 		},
 	}
@@ -278,16 +278,17 @@ func (c *Config) Client() *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		Certificates:       []tls.Certificate{c.cert},
-		InsecureSkipVerify: true, // the chain and the node's name are verified below; the address is not
+		InsecureSkipVerify: true, // the chain, server use and the node's name are verified below; the address is not
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := c.verify(raw)
+			_, err := c.verify(raw, x509.ExtKeyUsageServerAuth)
 			return err
 		},
 	}
 }
 
-// PeerNode returns the node a verified TLS connection's peer certificate
-// names; false if the connection has none that chains to the cluster's CA.
+// PeerNode returns the node a server's TLS connection's client
+// certificate names; false if the connection has none that chains to the
+// cluster's CA for client use.
 func (c *Config) PeerNode(state tls.ConnectionState) (string, bool) {
 	if len(state.PeerCertificates) == 0 {
 		return "", false
@@ -296,13 +297,14 @@ func (c *Config) PeerNode(state tls.ConnectionState) (string, bool) {
 	for i, pc := range state.PeerCertificates {
 		raw[i] = pc.Raw
 	}
-	node, err := c.verify(raw)
+	node, err := c.verify(raw, x509.ExtKeyUsageClientAuth)
 	return node, err == nil
 }
 
 // verify checks that the chain raw (leaf first) chains to the cluster's
-// CA for client and server use, and returns the node its leaf names.
-func (c *Config) verify(raw [][]byte) (string, error) {
+// CA for each of usages (a node's own certificate is checked for both),
+// and returns the node its leaf names.
+func (c *Config) verify(raw [][]byte, usages ...x509.ExtKeyUsage) (string, error) {
 	if len(raw) == 0 {
 		return "", errors.New("no certificate")
 	}
@@ -319,12 +321,11 @@ func (c *Config) verify(raw [][]byte) (string, error) {
 		inter.AddCert(ic)
 	}
 	leaf := certs[0]
-	if _, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         c.roots,
-		Intermediates: inter,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}); err != nil {
-		return "", fmt.Errorf("verify certificate: %w", err)
+	// x509 accepts a chain valid for any one of KeyUsages: ask for each.
+	for _, u := range usages {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			return "", fmt.Errorf("verify certificate: %w", err)
+		}
 	}
 	node := leaf.Subject.CommonName
 	if node == "" || !slices.Contains(leaf.DNSNames, node) {

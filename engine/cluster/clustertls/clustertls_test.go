@@ -1,11 +1,16 @@
 package clustertls_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -206,5 +211,68 @@ func TestNew_RefusesCertOfAnotherCA(t *testing.T) {
 	}
 	if _, err := clustertls.New(a.CA.Cert, a.Nodes["n1"].Cert, b.Nodes["n1"].Key); err == nil {
 		t.Fatal("New accepted a key that does not match")
+	}
+}
+
+// signLeaf signs a certificate for node with set's CA, for usages only.
+func signLeaf(t *testing.T, set *clustertls.Set, node string, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
+	ca := leaf(t, set.CA.Cert)
+	kb, _ := pem.Decode(set.CA.Key)
+	caKey, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: node},
+		DNSNames:     []string{node},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  usages,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+}
+
+// TestConfig_KeyUsages: a client must present a certificate for client
+// use, a server one for server use; a node's own must be good for both.
+func TestConfig_KeyUsages(t *testing.T) {
+	set := mustGenerate(t, []string{"n1"}, nil)
+	n1 := mustConfig(t, set, "n1")
+	serverOnly, serverOnlyKey := signLeaf(t, set, "n2", x509.ExtKeyUsageServerAuth)
+	clientOnly, clientOnlyKey := signLeaf(t, set, "n3", x509.ExtKeyUsageClientAuth)
+	if _, err := clustertls.New(set.CA.Cert, serverOnly, serverOnlyKey); err == nil {
+		t.Fatal("New accepted a node certificate for server use only")
+	}
+	// Presented as a client by a hand-made TLS config.
+	as := func(certPEM, keyPEM []byte) *tls.Config {
+		c, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: []tls.Certificate{c}}
+	}
+	if serr, _ := handshake(t, n1.Server(), as(serverOnly, serverOnlyKey)); serr == nil {
+		t.Fatal("server accepted a client certificate for server use only")
+	}
+	if serr, cerr := handshake(t, n1.Server(), as(clientOnly, clientOnlyKey)); serr != nil || cerr != nil {
+		t.Fatalf("client certificate for client use: server %v, client %v", serr, cerr)
+	}
+	srv := as(clientOnly, clientOnlyKey)
+	if _, cerr := handshake(t, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: srv.Certificates}, n1.Client()); cerr == nil {
+		t.Fatal("client accepted a server certificate for client use only")
 	}
 }
