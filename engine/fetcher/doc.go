@@ -21,9 +21,14 @@
 // Target options: the fetcher honours grep (keep the lines an RE2 regular
 // expression matches) and jq (run a jq program, with
 // github.com/itchyny/gojq, on a JSON page); see [Fetcher.Fetch].
-// [Fetcher.Honours] names them and [Fetcher.Check] checks their values
-// (grep at most [MaxGrepInstructions] compiled instructions), so that an
-// HTTP handler can refuse the others, and bad values, at submit.
+// [Fetcher.Honours] names them and [Fetcher.Check] checks their values,
+// so that an HTTP handler can refuse the others, and bad values, at
+// submit. Check parses and compiles them in the calling process, so their
+// size is bounded first, for a check to cost a few MiB and a few ms at
+// most: grep at most [MaxGrepLen] bytes (512) and [MaxGrepInstructions]
+// compiled instructions (500), jq at most [MaxJQLen] bytes (4096) and
+// [MaxJQDepth] levels of nesting (512); a jq program that names getpath,
+// setpath, delpaths, pick or fromstream, even in a string, is refused.
 //
 // # Filters run in a child process
 //

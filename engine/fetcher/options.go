@@ -18,10 +18,14 @@ import (
 func (f *Fetcher) Honours() []string { return []string{"grep", "jq"} }
 
 // Check reports whether Fetch can run t's options: grep must be an RE2
-// regular expression whose compiled program has at most
-// [MaxGrepInstructions] instructions, jq a jq program that parses and
-// compiles. Its error is the parser's message, or names the limit, for a
-// 422 at submit. Other options are not looked at. Safe for concurrent use.
+// regular expression of at most [MaxGrepLen] bytes whose compiled program
+// has at most [MaxGrepInstructions] instructions, jq a jq program of at
+// most [MaxJQLen] bytes and [MaxJQDepth] levels of nesting that parses and
+// compiles. The lengths are checked before anything is parsed, the depth
+// before the program is compiled, so that a check costs a few MiB and a
+// few ms at most. Its error is the parser's message, or names the limit,
+// for a 422 at submit. Other options are not looked at. Safe for
+// concurrent use.
 func (f *Fetcher) Check(t engine.Target) error {
 	if t.Options.Grep != "" {
 		if _, err := compileGrep(t.Options.Grep); err != nil {
