@@ -80,6 +80,9 @@ func filterChild(in io.Reader, out io.Writer) int {
 		if cap(b) <= 4<<20 {
 			buf = b // a larger page's buffer is not kept
 		}
+		if w.WriteByte(ackRequest) != nil || w.Flush() != nil {
+			return childExitProtocol
+		}
 		limitCPU(cpu)
 		resp := filterPage(req)
 		if writeResponse(w, resp) != nil || w.Flush() != nil {

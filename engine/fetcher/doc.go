@@ -54,10 +54,16 @@
 //
 // A target whose filters pass a limit fails with an [*engine.TargetError]
 // that names it ("jq used more than 256 MiB of memory", "grep ran longer
-// than 1s"); the fetch's context being cancelled ([engine.Runner.Cancel],
-// [engine.Runner.Close]) kills the child at once. A few children
-// ([Options.FilterProcs]) stay warm between pages; one that broke a limit,
-// or died, is reaped and a new one started when a page needs it.
+// than 1s"): memory only when the child's cgroup counted a kill for
+// memory, or (under RLIMIT_AS) the child's own last words say it ran out.
+// A child that dies otherwise while it filters a page (killed from
+// outside, a crash) fails that target "filters failed", with a hint to
+// submit it again. The fetch's context being cancelled
+// ([engine.Runner.Cancel], [engine.Runner.Close]) kills the child at once.
+// A few children ([Options.FilterProcs]) stay warm between pages; one that
+// broke a limit, or died, is reaped and a new one started when a page
+// needs it. A warm child found dead, or that dies before it acknowledges
+// a page, never fails that page: the page is given, once, to another.
 // [Fetcher.Close] kills them and waits for them. A target without jq and
 // grep involves no child.
 //

@@ -318,13 +318,17 @@ func cutText(s string, n int) string {
 //
 //	ready:    magic "SFC1"                            (once, when the child starts)
 //	request:  magic "SFQ1", len(jq) u32, len(grep) u32, len(body) u32, maxOut u64, jq, grep, body
+//	ack:      "A"                                     (the request read, before its filters run)
 //	response: magic "SFR1", kind u32, a i64, b i64, len1 u32, len2 u32, text1, text2
 //
+// A child that ends before its ack never saw the page: the fetcher gives
+// the page to another; one that ends after it died running the filters.
 // A response's kind is respOK (a jq's outputs, b grep's lines, text1 the
 // content) or respError (a the status, text1 the message, text2 the hint).
 // Anything else from a child is garbage: the child is killed.
 const (
 	magicReady    = "SFC1"
+	ackRequest    = 'A'
 	magicRequest  = "SFQ1"
 	magicResponse = "SFR1"
 	requestHeader = 4 + 4 + 4 + 4 + 8
