@@ -68,12 +68,21 @@
 // grep involves no child.
 //
 // The embedder's one call: [RunFilterChild], first thing in main, and in
-// the TestMain of every package whose tests filter pages with a Fetcher:
+// the TestMain of every package whose tests make a Fetcher:
 //
 //	func main() {
 //		fetcher.RunFilterChild() // in a filter process: serves, then exits
 //		…
 //	}
+//
+// A filter process is the program itself: what main does before the call,
+// each filter process does too. [New] refuses to make a Fetcher
+// ([ErrNoFilterHook]) in a program that has not made the call; one that
+// makes it late, after main has started its work, runs that work again in
+// each filter process, until the fetcher kills a process that has not
+// said it is ready within 2s (one starts in about 5 ms) and fails its
+// target "filters unavailable: the program does not call
+// fetcher.RunFilterChild at the top of main".
 //
 // Outside Linux there is no hard memory or CPU limit (no cgroup, no
 // prlimit): only the deadline and the Go memory limit.
