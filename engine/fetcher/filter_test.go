@@ -164,7 +164,8 @@ func TestFetcher_FilterMemoryLimit(t *testing.T) {
 
 // TestFetcher_FilterCPULimit: with the deadline out of the way, a program
 // that only computes passes its CPU time (RLIMIT_CPU, set before each
-// page) and fails naming it; the pool goes on.
+// page) and fails naming it, after short pages that together used more;
+// the pool goes on.
 func TestFetcher_FilterCPULimit(t *testing.T) {
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
 	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
@@ -172,10 +173,22 @@ func TestFetcher_FilterCPULimit(t *testing.T) {
 	run := func(o engine.Options) (engine.Result, error) {
 		return f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: o})
 	}
-	// Some pages first: the limit counts from each page's start.
-	for range 3 {
-		if res, err := run(engine.Options{JQ: "[limit(300000; range(1e9))] | length"}); err != nil || res.Content != "300000" {
-			t.Fatalf("a short program: %q %v", res.Content, err)
+	// Short pages first, until the process has used more CPU time than one
+	// page may (each a small part of it, even under the race detector on a
+	// busy machine): the limit counts from each page's start.
+	for i := 0; ; i++ {
+		if res, err := run(engine.Options{JQ: "[limit(30000; range(1e9))] | length"}); err != nil || res.Content != "30000" {
+			t.Fatalf("short program %d: %q %v", i, res.Content, err)
+		}
+		pids := fetcher.FilterPIDs(f)
+		if len(pids) != 1 {
+			t.Fatalf("filter processes %v, want one warm", pids)
+		}
+		if cpuTicks(pids[0]) > 150 { // 1.5 s in clock ticks of 10 ms
+			break
+		}
+		if i == 10000 {
+			t.Fatalf("the filter process used %d ticks of CPU time after %d short programs", cpuTicks(pids[0]), i)
 		}
 	}
 	_, err := run(engine.Options{JQ: "last(range(1e12))"})
