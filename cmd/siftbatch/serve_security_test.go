@@ -605,13 +605,10 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 // sends runs in a sandbox" and its figure "serve's peak RSS ≤ baseline +
 // 300 MiB" at submit, where serve checks each jq program in its own
 // process before the job exists: one key posts, 8 at a time, jq programs
-// that fill the 256 KiB body with nesting (costly to parse and compile, and
-// accepted); serve's own peak RSS must stay within 300 MiB of its RSS
-// before, and serve must keep answering.
+// that fill the 256 KiB body with nesting (refused by their length,
+// fetcher.MaxJQLen, before they are parsed); serve's own peak RSS must stay
+// within 300 MiB of its RSS before, and serve must keep answering.
 func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
-		t.Skip("finding 2 (jq parses and compiles in serve's process at submit, unbounded): set SIFTBATCH_ADV_FINDINGS=1")
-	}
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -619,8 +616,8 @@ func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
 	const depth = 125 << 10
 	program := strings.Repeat("[", depth) + "." + strings.Repeat("]", depth)
 	body := `{"targets":[{"url":"http://127.0.0.1:1/x","options":{"jq":"` + program + `"}}]}`
-	if r := p.do(t, http.MethodPost, "/v1/batch", "alice-key", body); r.code != http.StatusAccepted && r.code != http.StatusUnprocessableEntity {
-		t.Fatalf("the first submit: %d %.200s", r.code, r.body)
+	if r := p.do(t, http.MethodPost, "/v1/batch", "alice-key", body); r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), fmt.Sprintf("more than the %d allowed", fetcher.MaxJQLen)) {
+		t.Fatalf("the first submit: %d %.200s, want 422 naming the length limit", r.code, r.body)
 	}
 	base := procStatusBytes(t, p.pid, "VmRSS")
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {

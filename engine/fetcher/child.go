@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 )
 
 // The environment of a filter process: the marker that makes
@@ -28,8 +29,8 @@ const (
 // RunFilterChild serves the fetcher's filters when this process is one of
 // its filter processes, and returns at once otherwise. Call it first thing
 // in main, before anything else runs (flags, logging, servers), in every
-// program that filters pages with a [Fetcher], and in the TestMain of every
-// package whose tests do:
+// program that makes a [Fetcher], and in the TestMain of every package
+// whose tests do:
 //
 //	func main() {
 //		fetcher.RunFilterChild()
@@ -40,16 +41,26 @@ const (
 // program's own binary (/proc/self/exe) with a marker in their
 // environment; in such a process RunFilterChild reads pages from standard
 // input, filters them, writes the results to standard output, and exits
-// when its input closes: it never returns. A program that does not call it
-// gets no filter process: its filtered targets fail with "filters
-// unavailable" after 10s. It is not safe to call concurrently; main calls
-// it once.
+// when its input closes: it never returns. Whatever main does before it,
+// each filter process does too. [New] refuses to make a Fetcher
+// ([ErrNoFilterHook]) in a program that has not called it. A program that
+// calls it late, after main has started other work, runs that work again
+// in each filter process it starts, until the fetcher kills it: a filter
+// process that has not said it is ready within 2s is killed, and its
+// target fails "filters unavailable: the program does not call
+// fetcher.RunFilterChild at the top of main". It is not safe to call
+// concurrently; main calls it once.
 func RunFilterChild() {
 	if os.Getenv(filterChildEnv) == "" {
+		hookCalled.Store(true)
 		return
 	}
 	os.Exit(filterChild(os.Stdin, os.Stdout))
 }
+
+// hookCalled records that this process called [RunFilterChild] (and is
+// not a filter process), for [New] to check.
+var hookCalled atomic.Bool
 
 // filterChild is a filter process's life: it says it is ready, then
 // answers each request on in with a response on out, until in closes.
@@ -79,6 +90,9 @@ func filterChild(in io.Reader, out io.Writer) int {
 		}
 		if cap(b) <= 4<<20 {
 			buf = b // a larger page's buffer is not kept
+		}
+		if w.WriteByte(ackRequest) != nil || w.Flush() != nil {
+			return childExitProtocol
 		}
 		limitCPU(cpu)
 		resp := filterPage(req)

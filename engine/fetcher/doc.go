@@ -21,9 +21,14 @@
 // Target options: the fetcher honours grep (keep the lines an RE2 regular
 // expression matches) and jq (run a jq program, with
 // github.com/itchyny/gojq, on a JSON page); see [Fetcher.Fetch].
-// [Fetcher.Honours] names them and [Fetcher.Check] checks their values
-// (grep at most [MaxGrepInstructions] compiled instructions), so that an
-// HTTP handler can refuse the others, and bad values, at submit.
+// [Fetcher.Honours] names them and [Fetcher.Check] checks their values,
+// so that an HTTP handler can refuse the others, and bad values, at
+// submit. Check parses and compiles them in the calling process, so their
+// size is bounded first, for a check to cost a few MiB and a few ms at
+// most: grep at most [MaxGrepLen] bytes (512) and [MaxGrepInstructions]
+// compiled instructions (500), jq at most [MaxJQLen] bytes (4096) and
+// [MaxJQDepth] levels of nesting (512); a jq program that names getpath,
+// setpath, delpaths, pick or fromstream, even in a string, is refused.
 //
 // # Filters run in a child process
 //
@@ -49,20 +54,35 @@
 //
 // A target whose filters pass a limit fails with an [*engine.TargetError]
 // that names it ("jq used more than 256 MiB of memory", "grep ran longer
-// than 1s"); the fetch's context being cancelled ([engine.Runner.Cancel],
-// [engine.Runner.Close]) kills the child at once. A few children
-// ([Options.FilterProcs]) stay warm between pages; one that broke a limit,
-// or died, is reaped and a new one started when a page needs it.
+// than 1s"): memory only when the child's cgroup counted a kill for
+// memory, or (under RLIMIT_AS) the child's own last words say it ran out.
+// A child that dies otherwise while it filters a page (killed from
+// outside, a crash) fails that target "filters failed", with a hint to
+// submit it again. The fetch's context being cancelled
+// ([engine.Runner.Cancel], [engine.Runner.Close]) kills the child at once.
+// A few children ([Options.FilterProcs]) stay warm between pages; one that
+// broke a limit, or died, is reaped and a new one started when a page
+// needs it. A warm child found dead, or that dies before it acknowledges
+// a page, never fails that page: the page is given, once, to another.
 // [Fetcher.Close] kills them and waits for them. A target without jq and
 // grep involves no child.
 //
 // The embedder's one call: [RunFilterChild], first thing in main, and in
-// the TestMain of every package whose tests filter pages with a Fetcher:
+// the TestMain of every package whose tests make a Fetcher:
 //
 //	func main() {
 //		fetcher.RunFilterChild() // in a filter process: serves, then exits
 //		…
 //	}
+//
+// A filter process is the program itself: what main does before the call,
+// each filter process does too. [New] refuses to make a Fetcher
+// ([ErrNoFilterHook]) in a program that has not made the call; one that
+// makes it late, after main has started its work, runs that work again in
+// each filter process, until the fetcher kills a process that has not
+// said it is ready within 2s (one starts in about 5 ms) and fails its
+// target "filters unavailable: the program does not call
+// fetcher.RunFilterChild at the top of main".
 //
 // Outside Linux there is no hard memory or CPU limit (no cgroup, no
 // prlimit): only the deadline and the Go memory limit.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"regexp"
 	"regexp/syntax"
 	"strings"
@@ -21,19 +22,50 @@ import (
 // maxJQError caps the bytes of a jq error kept in a target's error.
 const maxJQError = 300
 
-// MaxGrepInstructions caps the size of a grep expression: the instructions
-// of its compiled program (regexp/syntax's, after Simplify). Typical
-// expressions compile to 11 to 23; "[A-Z]{1000}x" to 1003. RE2's time is
-// linear in the page times this number.
-const MaxGrepInstructions = 500
+// The bounds of the programs a caller sends, checked at submit
+// ([Fetcher.Check]) in the serving process, and again in the filter
+// process. Parsing and compiling run in the serving process, so each
+// bound keeps the cost of one check to a few MiB and a few ms, whatever
+// the program (BenchmarkCheckWorst).
+const (
+	// MaxGrepInstructions caps the size of a grep expression: the
+	// instructions of its compiled program (regexp/syntax's, after
+	// Simplify). Typical expressions compile to 11 to 23; "[A-Z]{1000}x"
+	// to 1003. RE2's time is linear in the page times this number.
+	MaxGrepInstructions = 500
+	// MaxGrepLen caps a grep expression's length in bytes, checked before
+	// it is parsed: parsing Unicode classes such as (?i)[\pL\pN] costs
+	// about 5 KiB of memory per byte.
+	MaxGrepLen = 512
+	// MaxJQLen caps a jq program's length in bytes, checked before it is
+	// parsed: parsing costs up to about 400 bytes of memory per byte.
+	MaxJQLen = 4 << 10
+	// MaxJQDepth caps how deep a parsed jq program nests, checked before it
+	// is printed and compiled, which recurse once per level: each bracket,
+	// parenthesis or interpolation adds two or three levels; each pipe,
+	// comma, operator, "as" binding and suffix (.a, [], ?) one.
+	MaxJQDepth = 512
+)
+
+// grepSizeGuess is how large a grep expression's program may look, from
+// its parse tree, before it is simplified and compiled to be counted
+// exactly: repeats are expanded by Simplify, so "a{1000}" written 500
+// times would cost 140 MiB to count.
+const grepSizeGuess = 4 * MaxGrepInstructions
 
 // compileGrep compiles a grep expression as [regexp.Compile] does, and
-// refuses one whose program has more than [MaxGrepInstructions]
-// instructions.
+// refuses one longer than [MaxGrepLen] bytes or whose program has more
+// than [MaxGrepInstructions] instructions.
 func compileGrep(expr string) (*regexp.Regexp, error) {
+	if len(expr) > MaxGrepLen {
+		return nil, fmt.Errorf("the expression is %d bytes, more than the %d allowed; make it shorter", len(expr), MaxGrepLen)
+	}
 	re, err := syntax.Parse(expr, syntax.Perl) // as regexp.Compile parses it
 	if err != nil {
 		return nil, err
+	}
+	if n := grepSize(re, grepSizeGuess); n > grepSizeGuess {
+		return nil, fmt.Errorf("the expression compiles to over %d instructions, more than the %d allowed; make it shorter or its repeats smaller", grepSizeGuess, MaxGrepInstructions)
 	}
 	prog, err := syntax.Compile(re.Simplify())
 	if err != nil {
@@ -45,17 +77,107 @@ func compileGrep(expr string) (*regexp.Regexp, error) {
 	return regexp.Compile(expr)
 }
 
+// grepSize guesses, without expanding it, the instructions re compiles to:
+// about one per rune, class, anchor and operator, a repeat's body as many
+// times as its most. Past limit it returns limit+1. The parser bounds the
+// tree's height (1000), and so this recursion.
+func grepSize(re *syntax.Regexp, limit int) int {
+	n := 0
+	switch re.Op {
+	case syntax.OpEmptyMatch:
+	case syntax.OpLiteral:
+		n = len(re.Rune)
+	case syntax.OpCapture:
+		n = 2 + grepSize(re.Sub[0], limit)
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		n = 1 + grepSize(re.Sub[0], limit)
+	case syntax.OpRepeat:
+		most := re.Max
+		if most < 0 {
+			most = re.Min + 1 // x{n,}: n copies and a star
+		}
+		n = most * grepSize(re.Sub[0], limit) // each factor is at most 1000, or limit+1
+	case syntax.OpConcat, syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			if n += grepSize(sub, limit); n > limit {
+				break
+			}
+		}
+	default: // a class, an anchor, any character
+		n = 1
+	}
+	return min(n, limit+1)
+}
+
 // compileJQ parses and compiles a jq program, with the library's defaults:
-// no environment ($ENV is empty), no modules, no input.
+// no environment ($ENV is empty), no modules, no input. A program longer
+// than [MaxJQLen] bytes is refused before it is parsed (gojq's parser
+// keeps its own stack: it costs memory in proportion to the program, and
+// no recursion), one deeper than [MaxJQDepth] before it is printed or
+// compiled.
 func compileJQ(src string) (*gojq.Code, error) {
+	if len(src) > MaxJQLen {
+		return nil, fmt.Errorf("the program is %d bytes, more than the %d allowed; make it shorter", len(src), MaxJQLen)
+	}
 	q, err := gojq.Parse(src)
 	if err != nil {
 		return nil, err
+	}
+	if jqDepth(q, MaxJQDepth) > MaxJQDepth {
+		return nil, fmt.Errorf("the program nests more than %d levels deep (each bracket adds two or three; each pipe, comma, operator and suffix one); make it flatter", MaxJQDepth)
 	}
 	if m := jqRefused.FindString(q.String()); m != "" {
 		return nil, fmt.Errorf("%s is not available here: it recurses in Go once per path element, and a path built by the program can exhaust the stack", m)
 	}
 	return gojq.Compile(q)
+}
+
+// jqDepth returns how deep the parsed program q nests, or limit+1 once it
+// is deeper than limit: every pointer to a node of gojq's syntax tree is a
+// level, and the i-th suffix of a term (.a.b.c), or the i-th part of an
+// interpolated string, i more, as gojq's compiler recurses along them. It
+// walks the tree by reflection, so that a node of any type counts; it
+// stops at limit, so that its own recursion is bounded.
+func jqDepth(q *gojq.Query, limit int) int {
+	deepest := 0
+	var walk func(v reflect.Value, depth int)
+	walk = func(v reflect.Value, depth int) {
+		if deepest > limit {
+			return
+		}
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() {
+				return
+			}
+			if v.Elem().Kind() == reflect.Struct {
+				depth++
+				deepest = max(deepest, depth)
+			}
+			walk(v.Elem(), depth)
+		case reflect.Struct:
+			for i := range v.NumField() {
+				field, fv := v.Type().Field(i), v.Field(i)
+				if !field.IsExported() {
+					continue
+				}
+				if fv.Kind() != reflect.Slice {
+					walk(fv, depth)
+					continue
+				}
+				chain := field.Name == "SuffixList" || field.Name == "Queries"
+				for j := range fv.Len() {
+					if chain {
+						walk(fv.Index(j), depth+j)
+					} else {
+						walk(fv.Index(j), depth)
+					}
+				}
+			}
+		}
+	}
+	walk(reflect.ValueOf(q), 0)
+	return min(deepest, limit+1)
 }
 
 // jqRefused are the builtins that take a path as a value (and pick and
@@ -196,13 +318,17 @@ func cutText(s string, n int) string {
 //
 //	ready:    magic "SFC1"                            (once, when the child starts)
 //	request:  magic "SFQ1", len(jq) u32, len(grep) u32, len(body) u32, maxOut u64, jq, grep, body
+//	ack:      "A"                                     (the request read, before its filters run)
 //	response: magic "SFR1", kind u32, a i64, b i64, len1 u32, len2 u32, text1, text2
 //
+// A child that ends before its ack never saw the page: the fetcher gives
+// the page to another; one that ends after it died running the filters.
 // A response's kind is respOK (a jq's outputs, b grep's lines, text1 the
 // content) or respError (a the status, text1 the message, text2 the hint).
 // Anything else from a child is garbage: the child is killed.
 const (
 	magicReady    = "SFC1"
+	ackRequest    = 'A'
 	magicRequest  = "SFQ1"
 	magicResponse = "SFR1"
 	requestHeader = 4 + 4 + 4 + 4 + 8

@@ -164,7 +164,8 @@ func TestFetcher_FilterMemoryLimit(t *testing.T) {
 
 // TestFetcher_FilterCPULimit: with the deadline out of the way, a program
 // that only computes passes its CPU time (RLIMIT_CPU, set before each
-// page) and fails naming it; the pool goes on.
+// page) and fails naming it, after short pages that together used more;
+// the pool goes on.
 func TestFetcher_FilterCPULimit(t *testing.T) {
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
 	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
@@ -172,10 +173,22 @@ func TestFetcher_FilterCPULimit(t *testing.T) {
 	run := func(o engine.Options) (engine.Result, error) {
 		return f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: o})
 	}
-	// Some pages first: the limit counts from each page's start.
-	for range 3 {
-		if res, err := run(engine.Options{JQ: "[limit(300000; range(1e9))] | length"}); err != nil || res.Content != "300000" {
-			t.Fatalf("a short program: %q %v", res.Content, err)
+	// Short pages first, until the process has used more CPU time than one
+	// page may (each a small part of it, even under the race detector on a
+	// busy machine): the limit counts from each page's start.
+	for i := 0; ; i++ {
+		if res, err := run(engine.Options{JQ: "[limit(30000; range(1e9))] | length"}); err != nil || res.Content != "30000" {
+			t.Fatalf("short program %d: %q %v", i, res.Content, err)
+		}
+		pids := fetcher.FilterPIDs(f)
+		if len(pids) != 1 {
+			t.Fatalf("filter processes %v, want one warm", pids)
+		}
+		if cpuTicks(pids[0]) > 150 { // 1.5 s in clock ticks of 10 ms
+			break
+		}
+		if i == 10000 {
+			t.Fatalf("the filter process used %d ticks of CPU time after %d short programs", cpuTicks(pids[0]), i)
 		}
 	}
 	_, err := run(engine.Options{JQ: "last(range(1e12))"})
@@ -186,8 +199,9 @@ func TestFetcher_FilterCPULimit(t *testing.T) {
 }
 
 // TestFetcher_FilterCheckGrepSize: a grep expression whose program has
-// more than 500 instructions is refused at submit, naming the limit;
-// a stored one (never checked) fails its target.
+// more than 500 instructions, or longer than MaxGrepLen, is refused at
+// submit, naming the limit; a stored one (never checked) fails its
+// target.
 func TestFetcher_FilterCheckGrepSize(t *testing.T) {
 	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
 	for _, re := range []string{`[A-Z]{1000}x`, `(abc|def){200}`, `\pL{600}`} {
@@ -196,7 +210,16 @@ func TestFetcher_FilterCheckGrepSize(t *testing.T) {
 			t.Errorf("grep %q: %v, want refused naming the limit", re, err)
 		}
 	}
-	for _, re := range []string{`[A-Z]{400}x`, `^(?i)error|warn(ing)?$`, `\d{4}-\d{2}-\d{2}`, `"name": ?"[^"]*"`} {
+	for re, want := range map[string]string{
+		strings.Repeat("a", fetcher.MaxGrepLen+1): fmt.Sprintf("is %d bytes, more than the %d allowed", fetcher.MaxGrepLen+1, fetcher.MaxGrepLen),
+		strings.Repeat("a{1000}", 50):             "compiles to over 2000 instructions, more than the 500 allowed",
+	} {
+		err := f.Check(engine.Target{Options: engine.Options{Grep: re}})
+		if err == nil || !strings.HasPrefix(err.Error(), "grep: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("grep %.20q… (%d bytes): %v, want refused: %q", re, len(re), err, want)
+		}
+	}
+	for _, re := range []string{`[A-Z]{400}x`, `^(?i)error|warn(ing)?$`, "[" + strings.Repeat("a", fetcher.MaxGrepLen-2) + "]", `\d{4}-\d{2}-\d{2}`, `"name": ?"[^"]*"`} {
 		if err := f.Check(engine.Target{Options: engine.Options{Grep: re}}); err != nil {
 			t.Errorf("grep %q refused: %v", re, err)
 		}
@@ -386,47 +409,134 @@ func TestFetcher_FilterGarbageFromChild(t *testing.T) {
 	}
 }
 
-// advFindings reports whether the adversarial tests that fail today (the
-// findings of the issue 23 review) should run: SIFTBATCH_ADV_FINDINGS=1.
-func advFindings(t *testing.T, finding string) {
-	t.Helper()
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
-		t.Skip(finding + ": set SIFTBATCH_ADV_FINDINGS=1 to run it")
-	}
-}
-
-// TestFetcher_FilterCheckBoundedInProcess checks issue 23's rule "every
-// option a caller sends runs in a sandbox" against Check, which runs at
-// submit in the serving process: jq programs that fit in a 256 KiB POST
-// body but are costly to parse and compile (deep nesting; thousands of
-// variables in scope, which the compiler looks up one by one) must not
-// make the serving process allocate without bound. The bound here, 64 MiB
-// per Check, is 1/4 of what a filter process may use for a whole page.
-func TestFetcher_FilterCheckBoundedInProcess(t *testing.T) {
-	advFindings(t, "finding 2 (jq parses and compiles in the serving process at submit, unbounded)")
+// TestFetcher_FilterCheckCostBounded: Check parses and compiles jq and
+// grep in the serving process, at submit, so their cost must not grow
+// with what a caller sends. Programs that fill a 256 KiB body (deep
+// nesting; thousands of variables in scope, which gojq's compiler looks
+// up one by one) are refused by their length before they are parsed;
+// the costliest programs within MaxJQLen and MaxJQDepth, and grep
+// expressions within MaxGrepLen, are checked with a few MiB allocated.
+func TestFetcher_FilterCheckCostBounded(t *testing.T) {
 	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
 	const size = 250 << 10 // a 256 KiB body, less the JSON around it
-	programs := map[string]string{
-		"nested arrays": strings.Repeat("[", size/2) + "." + strings.Repeat("]", size/2),
-		"nested parens": strings.Repeat("(", size/2) + "." + strings.Repeat(")", size/2),
-		"pipes":         strings.Repeat(".|", size/2) + ".",
-		"variables":     strings.Repeat(". as $a|", size/9) + "$a",
-		"reduce":        strings.Repeat("reduce . as $x (.;", size/19) + "." + strings.Repeat(")", size/19),
+	type program struct {
+		jq, grep string
+		limit    uint64 // the most bytes Check may allocate
+	}
+	programs := map[string]program{
+		"nested arrays": {jq: strings.Repeat("[", size/2) + "." + strings.Repeat("]", size/2), limit: 1 << 20},
+		"nested parens": {jq: strings.Repeat("(", size/2) + "." + strings.Repeat(")", size/2), limit: 1 << 20},
+		"pipes":         {jq: strings.Repeat(".|", size/2) + ".", limit: 1 << 20},
+		"variables":     {jq: strings.Repeat(". as $a|", size/9) + "$a", limit: 1 << 20},
+		"reduce":        {jq: strings.Repeat("reduce . as $x (.;", size/19) + "." + strings.Repeat(")", size/19), limit: 1 << 20},
+		"grep repeats":  {grep: strings.Repeat("a{1000}", size/7), limit: 1 << 20},
+		// Within the bounds: as deep as MaxJQDepth allows, as wide as MaxJQLen.
+		"wide sums":           {jq: wideObject("(" + strings.Repeat("1+", 250) + "1)"), limit: 16 << 20},
+		"wide interpolations": {jq: wideObject(`"` + strings.Repeat(`\(.)`, 250) + `"`), limit: 16 << 20},
+		"wide optionals":      {jq: wideObject("(." + strings.Repeat("?", 500) + ")"), limit: 16 << 20},
+		"many variables":      {jq: strings.Repeat(". as $a|", fetcher.MaxJQLen/9) + "$a", limit: 16 << 20},
+		"grep repeats in cap": {grep: strings.Repeat("a{1000}", fetcher.MaxGrepLen/7), limit: 16 << 20},
+		"grep classes":        {grep: "(?i)" + strings.Repeat(`[\pL\pN]`, (fetcher.MaxGrepLen-4)/8), limit: 16 << 20},
 	}
 	for name, p := range programs {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		start := time.Now()
-		err := f.Check(engine.Target{URL: "https://example.com", Options: engine.Options{JQ: p}})
-		took := time.Since(start)
+		err := f.Check(engine.Target{URL: "https://example.com", Options: engine.Options{JQ: p.jq, Grep: p.grep}})
 		runtime.ReadMemStats(&after)
 		alloc := after.TotalAlloc - before.TotalAlloc
-		t.Logf("%s (%d KiB): Check %v in %s, %d MiB allocated in process", name, len(p)>>10, err != nil, took.Round(time.Millisecond), alloc>>20)
-		if err == nil && alloc > 64<<20 {
-			t.Errorf("jq %s (%d KiB) accepted at submit after %d MiB allocated in the serving process (%s)", name, len(p)>>10, alloc>>20, took.Round(time.Millisecond))
+		t.Logf("%s (%d bytes): %v, %d KiB allocated", name, len(p.jq)+len(p.grep), err, alloc>>10)
+		if alloc > p.limit {
+			t.Errorf("%s (%d bytes): Check allocated %d KiB in the serving process, more than %d", name, len(p.jq)+len(p.grep), alloc>>10, p.limit>>10)
 		}
 	}
+}
+
+// BenchmarkFetcher_FilterCheckWorst measures Check, in the serving
+// process, on the costliest programs within the bounds (MaxJQLen,
+// MaxJQDepth, MaxGrepLen) and on a refused 250 KiB one; -benchmem gives
+// its memory.
+func BenchmarkFetcher_FilterCheckWorst(b *testing.B) {
+	f, err := fetcher.New(fetcher.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for _, c := range []struct{ name, jq, grep string }{
+		{name: "jq wide sums", jq: wideObject("(" + strings.Repeat("1+", 250) + "1)")},
+		{name: "jq wide interpolations", jq: wideObject(`"` + strings.Repeat(`\(.)`, 250) + `"`)},
+		{name: "jq deep sums", jq: strings.Repeat("1+", 500) + "1"},
+		{name: "jq many variables", jq: strings.Repeat(". as $a|", fetcher.MaxJQLen/9) + "$a"},
+		{name: "jq 250 KiB nested, refused", jq: strings.Repeat("[", 125<<10) + "." + strings.Repeat("]", 125<<10)},
+		{name: "grep folded classes", grep: "(?i)" + strings.Repeat(`[\pL\pN]`, (fetcher.MaxGrepLen-4)/8)},
+		{name: "grep repeats, refused", grep: strings.Repeat("a{1000}", fetcher.MaxGrepLen/7)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			t := engine.Target{Options: engine.Options{JQ: c.jq, Grep: c.grep}}
+			for b.Loop() {
+				_ = f.Check(t)
+			}
+		})
+	}
+}
+
+// wideObject returns an object of as many keys as fit in MaxJQLen, each
+// with unit as its value.
+func wideObject(unit string) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := 0; b.Len()+len(unit)+8 < fetcher.MaxJQLen; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "k%d:%s", i, unit)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// TestFetcher_FilterCheckJQSize: a jq program longer than MaxJQLen, or
+// nesting deeper than MaxJQDepth, is refused at submit naming the limit;
+// programs within them pass, however they are made; a stored one (never
+// checked) fails its target.
+func TestFetcher_FilterCheckJQSize(t *testing.T) {
+	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	refused := map[string]string{
+		strings.Repeat(" ", fetcher.MaxJQLen-1) + ".a":                                 fmt.Sprintf("is %d bytes, more than the %d allowed", fetcher.MaxJQLen+1, fetcher.MaxJQLen),
+		strings.Repeat("[", 200) + "." + strings.Repeat("]", 200):                      "nests more than 512 levels deep",
+		strings.Repeat(".a|", 600) + ".":                                               "nests more than 512 levels deep",
+		"." + strings.Repeat("?", 600):                                                 "nests more than 512 levels deep",
+		".a" + strings.Repeat(".b", 600):                                               "nests more than 512 levels deep",
+		`"` + strings.Repeat(`\(.)`, 600) + `"`:                                        "nests more than 512 levels deep",
+		". as " + strings.Repeat("[", 600) + "$a" + strings.Repeat("]", 600) + " | $a": "nests more than 512 levels deep",
+	}
+	for p, want := range refused {
+		err := f.Check(engine.Target{Options: engine.Options{JQ: p}})
+		if err == nil || !strings.HasPrefix(err.Error(), "jq: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("jq %.40q… (%d bytes): %v, want refused: %q", p, len(p), err, want)
+		}
+	}
+	var ids []string
+	for i := range 250 {
+		ids = append(ids, strconv.Quote(fmt.Sprint("id-", i)))
+	}
+	for _, p := range []string{
+		`[.items[] | select(.price > 10 and .stock > 0) | {name, price, url: .links.self}] | sort_by(.price) | .[:10]`,
+		strings.Repeat(" ", fetcher.MaxJQLen-2) + ".a",
+		strings.Repeat("[", 120) + "." + strings.Repeat("]", 120),
+		strings.Repeat(".a|", 400) + ".",
+		`.items[] | select(.id | IN(` + strings.Join(ids, ", ") + `)) | .name`,
+	} {
+		if len(p) > fetcher.MaxJQLen {
+			t.Fatalf("test program of %d bytes", len(p))
+		}
+		if err := f.Check(engine.Target{Options: engine.Options{JQ: p}}); err != nil {
+			t.Errorf("jq %.40q… (%d bytes) refused: %v", p, len(p), err)
+		}
+	}
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
+	_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{JQ: strings.Repeat("(", 300) + "." + strings.Repeat(")", 300)}})
+	wantTargetError(t, err, http.StatusUnprocessableEntity, "bad jq program", "")
 }
 
 // TestFetcher_FilterChildKilledFromOutside checks "a child that broke a
@@ -437,7 +547,6 @@ func TestFetcher_FilterCheckBoundedInProcess(t *testing.T) {
 // minutes away and whose memory is small) fails that target without
 // claiming a time or memory limit; the page after it is filtered well.
 func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
-	advFindings(t, "finding 3 (a filter process killed from outside is reported as over its memory limit, and an idle one fails the next page)")
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc")
 	}
@@ -463,19 +572,22 @@ func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
 			t.Errorf("the page after the idle process was killed: %v %v, want filtered by a new one", res.Meta, err)
 		}
 
+		// The warm process runs the slow grep: killed once it has spent
+		// 100 ms of CPU time on it, so it has read the page (it spent CPU
+		// time on the pages before: count from there).
+		pids = fetcher.FilterPIDs(f)
+		if len(pids) != 1 {
+			t.Fatalf("filter processes %v, want one warm", pids)
+		}
+		pid := pids[0]
+		ticks := cpuTicks(pid)
 		done := make(chan error, 1)
-		hits := s.hits.Load()
 		go func() {
 			_, err := run(context.Background(), engine.Options{Grep: slowGrep})
 			done <- err
 		}()
-		var pid int
-		waitFor(t, 30*time.Second, "a filter process running the slow grep", func() bool {
-			if pids := fetcher.FilterPIDs(f); len(pids) == 1 && s.hits.Load() == hits+1 {
-				pid = pids[0]
-				return cpuTicks(pid) > 0
-			}
-			return false
+		waitFor(t, 30*time.Second, "the warm filter process running the slow grep", func() bool {
+			return cpuTicks(pid) > ticks+10
 		})
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -483,8 +595,8 @@ func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
 		var te *engine.TargetError
 		if err := <-done; !errors.As(err, &te) || te.Hint == "" {
 			t.Errorf("killed mid-page: %v, want a failed target with a hint", err)
-		} else if strings.Contains(te.Msg, "longer than") || strings.Contains(te.Msg, "memory") || strings.Contains(te.Msg, "CPU") {
-			t.Errorf("killed from outside mid-page: %q, a limit it did not pass", te.Msg)
+		} else if te.Msg != "filters failed" || !strings.Contains(te.Hint, "submit the target again") {
+			t.Errorf("killed from outside mid-page: %q %q, want \"filters failed\" (not a limit it did not pass), with a hint to submit again", te.Msg, te.Hint)
 		}
 		waitFor(t, 30*time.Second, "the killed process reaped", func() bool { return procGone(pid) })
 		res, err = run(context.Background(), engine.Options{Grep: "^ABC"})

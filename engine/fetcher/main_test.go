@@ -43,8 +43,8 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 
 // garbageChildEnv, in a filter process's environment (SetFilterEnv), makes
 // it a broken one: it writes its pid to the file the variable names, says
-// it is ready, then answers a request with a frame that claims 2 GiB of
-// content, then waits for its input to close.
+// it is ready, then acknowledges a request and answers it with a frame
+// that claims 2 GiB of content, then waits for its input to close.
 const garbageChildEnv = "SIFTBATCH_TEST_GARBAGE_CHILD"
 
 func garbageChild(path string) {
@@ -52,7 +52,7 @@ func garbageChild(path string) {
 	os.Stdout.WriteString("SFC1")
 	r := bufio.NewReader(os.Stdin)
 	_, _ = r.Peek(1) // a request came
-	os.Stdout.Write([]byte("SFR1\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x01\x80\x00\x00\x00\x00\x00\x00\x00"))
+	os.Stdout.Write([]byte("ASFR1\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x01\x80\x00\x00\x00\x00\x00\x00\x00"))
 	_, _ = r.ReadString(0) // until the fetcher kills it
 	os.Exit(0)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"syscall"
 	"time"
 
 	"github.com/sift/batch/engine"
@@ -18,10 +17,14 @@ import (
 func (f *Fetcher) Honours() []string { return []string{"grep", "jq"} }
 
 // Check reports whether Fetch can run t's options: grep must be an RE2
-// regular expression whose compiled program has at most
-// [MaxGrepInstructions] instructions, jq a jq program that parses and
-// compiles. Its error is the parser's message, or names the limit, for a
-// 422 at submit. Other options are not looked at. Safe for concurrent use.
+// regular expression of at most [MaxGrepLen] bytes whose compiled program
+// has at most [MaxGrepInstructions] instructions, jq a jq program of at
+// most [MaxJQLen] bytes and [MaxJQDepth] levels of nesting that parses and
+// compiles. The lengths are checked before anything is parsed, the depth
+// before the program is compiled, so that a check costs a few MiB and a
+// few ms at most. Its error is the parser's message, or names the limit,
+// for a 422 at submit. Other options are not looked at. Safe for
+// concurrent use.
 func (f *Fetcher) Check(t engine.Target) error {
 	if t.Options.Grep != "" {
 		if _, err := compileGrep(t.Options.Grep); err != nil {
@@ -66,7 +69,9 @@ func (f *Fetcher) applyOptions(ctx context.Context, o engine.Options, body []byt
 
 // filterError turns the error of a page's filters that did not answer into
 // the target's: a done ctx is a stopped fetch; a process that was killed,
-// or died, for a limit names it.
+// or died, for a limit names it: memory only when its cgroup counted a kill
+// for memory, or (under RLIMIT_AS) its own last words say it ran out; any
+// other death is "filters failed".
 func (f *Fetcher) filterError(ctx context.Context, o engine.Options, err error) error {
 	if ctx.Err() != nil {
 		return f.classify(ctx, ctx.Err())
@@ -83,6 +88,9 @@ func (f *Fetcher) filterError(ctx context.Context, o engine.Options, err error) 
 	switch {
 	case errors.Is(err, errPoolClosed), errors.As(err, &end) && end.why == killClosed:
 		return &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was filtered; submit the job again"}
+	case errors.Is(err, errNotReady):
+		return &engine.TargetError{Status: http.StatusInternalServerError, Msg: "filters unavailable: the program does not call fetcher.RunFilterChild at the top of main",
+			Hint: "this server cannot run jq and grep: fetch without them, and tell its operator"}
 	case end == nil:
 		return &engine.TargetError{Status: http.StatusInternalServerError, Msg: "filters unavailable",
 			Hint: "the server could not start its filter process; fetch without jq and grep, or try again later"}
@@ -94,12 +102,17 @@ func (f *Fetcher) filterError(ctx context.Context, o engine.Options, err error) 
 	case end.code == childExitCPU || cpuSignal(end.signal):
 		return &engine.TargetError{Status: http.StatusUnprocessableEntity, Msg: fmt.Sprintf("%s used more than %s of CPU time", who, cpu),
 			Hint: fmt.Sprintf("jq and grep together may use %s of CPU time on one page; make %s do less", cpu, who)}
-	case end.oom || end.signal == syscall.SIGKILL || oomText(end.stderr):
+	case end.oom || oomText(end.stderr):
 		return &engine.TargetError{Status: http.StatusUnprocessableEntity, Msg: fmt.Sprintf("%s used more than %s of memory", who, sizeText(f.o.FilterMemory)),
 			Hint: fmt.Sprintf("jq and grep together may use %s of memory on one page; make %s build smaller values", sizeText(f.o.FilterMemory), who)}
+	default:
+		// Killed by a signal we did not send (kill -9 from outside, a
+		// system out of memory), or a crash: no limit of ours was passed.
+		return &engine.TargetError{Status: http.StatusInternalServerError, Msg: "filters failed",
+			Hint: "the filter process died while it filtered this page, not for a limit of this target's; submit the target again, or fetch without jq and grep"}
 	}
 	return &engine.TargetError{Status: http.StatusInternalServerError, Msg: "filters failed",
-		Hint: "the filter process ended unexpectedly; try again, or fetch without jq and grep"}
+		Hint: "the filter process answered with garbage; try again, or fetch without jq and grep"}
 }
 
 // sizeText spells n bytes in MiB when it is a whole number of them.

@@ -26,8 +26,10 @@ const (
 	// runs Go code on one thread, so the deadline comes first.
 	FilterCPU = 2 * time.Second
 	// readyTimeout is how long a new filter process may take to say it is
-	// ready.
-	readyTimeout = 10 * time.Second
+	// ready: one starts in about 5 ms (23 ms under the race detector,
+	// BenchmarkFilterStart). Past it the process is killed: it is running
+	// the program's main, which did not call RunFilterChild first.
+	readyTimeout = 2 * time.Second
 	// maxStderr caps the bytes of a dead filter process's standard error
 	// read to tell why it died.
 	maxStderr = 4 << 10
@@ -45,8 +47,13 @@ const (
 	killBroken              // garbage, or it did not start
 )
 
-// errPoolClosed is a filter asked for after [Fetcher.Close].
-var errPoolClosed = errors.New("fetcher closed")
+var (
+	// errPoolClosed is a filter asked for after [Fetcher.Close].
+	errPoolClosed = errors.New("fetcher closed")
+	// errNotReady is a new filter process that did not say it was ready
+	// within readyTimeout, or ended first, or said something else.
+	errNotReady = errors.New("filter process not ready")
+)
 
 // filterPool keeps warm filter processes: at most size of them run pages
 // at once; one that ran a page well waits, idle, for the next; one that
@@ -109,18 +116,37 @@ func newFilterPool(size int, memory int64) *filterPool {
 // response with more than maxContent bytes of content is garbage. The
 // error is *filterEnd when the process died or was killed (ctx done, the
 // deadline, a limit), or ctx's or the pool's error when no process could
-// be had.
+// be had. A process that ended by itself before it acknowledged the
+// request (killed from outside while idle, say) did not run the filters:
+// it is reaped and the page given, once, to another.
 func (p *filterPool) run(ctx context.Context, req filterRequest, maxContent int64) (filterResponse, error) {
+	resp, unseen, err := p.runOnce(ctx, req, maxContent)
+	if unseen {
+		resp, _, err = p.runOnce(ctx, req, maxContent)
+	}
+	return resp, err
+}
+
+// runOnce is one try of run; unseen reports that its process ended by
+// itself before it acknowledged the request, and that ctx is not done.
+func (p *filterPool) runOnce(ctx context.Context, req filterRequest, maxContent int64) (resp filterResponse, unseen bool, err error) {
 	c, err := p.get(ctx)
 	if err != nil {
-		return filterResponse{}, err
+		return filterResponse{}, false, err
 	}
 	deadline := time.Now().Add(p.timeout)
 	stop := context.AfterFunc(ctx, func() { c.kill(killCancel) })
 	_ = c.in.SetWriteDeadline(deadline)
 	_ = c.out.SetReadDeadline(deadline)
 	err = writeRequest(c.in, req)
-	var resp filterResponse
+	acked := false
+	if err == nil {
+		var ack [1]byte
+		if _, err = io.ReadFull(c.out, ack[:]); err == nil && ack[0] != ackRequest {
+			err = errBadFrame
+		}
+		acked = err == nil
+	}
 	if err == nil {
 		resp, err = readResponse(c.out, req, maxContent)
 	}
@@ -131,7 +157,7 @@ func (p *filterPool) run(ctx context.Context, req filterRequest, maxContent int6
 		} else {
 			p.put(c)
 		}
-		return resp, nil
+		return resp, false, nil
 	}
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -142,7 +168,8 @@ func (p *filterPool) run(ctx context.Context, req filterRequest, maxContent int6
 		c.kill(killNone) // it ended by itself (its pipe closed): its end says how
 	}
 	end := p.discard(c)
-	return filterResponse{}, &end
+	unseen = !acked && end.why == killNone && ctx.Err() == nil
+	return filterResponse{}, unseen, &end
 }
 
 // Error says how the process ended, in numbers: never shown to a caller
@@ -152,7 +179,7 @@ func (e *filterEnd) Error() string {
 }
 
 // get returns an idle process, or starts one, once fewer than size run
-// pages.
+// pages. An idle process found ended is reaped, and not returned.
 func (p *filterPool) get(ctx context.Context) (*filterProc, error) {
 	select {
 	case p.slots <- struct{}{}:
@@ -165,11 +192,22 @@ func (p *filterPool) get(ctx context.Context) (*filterProc, error) {
 		<-p.slots
 		return nil, errPoolClosed
 	}
-	if n := len(p.idle); n > 0 {
-		c := p.idle[n-1]
-		p.idle = p.idle[:n-1]
+	for len(p.idle) > 0 {
+		c := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if !pipeHungUp(c.out) {
+			p.mu.Unlock()
+			return c, nil
+		}
+		// It ended while idle (killed from outside): reap it, try the next.
 		p.mu.Unlock()
-		return c, nil
+		p.reap(c)
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			<-p.slots
+			return nil, errPoolClosed
+		}
 	}
 	p.reaped.Add(1)
 	p.mu.Unlock()
@@ -284,8 +322,10 @@ func (p *filterPool) start(ctx context.Context) (*filterProc, error) {
 	_, err = io.ReadFull(c.out, ready[:])
 	if !stop() {
 		err = context.Cause(ctx)
-	} else if err == nil && string(ready[:]) != magicReady {
-		err = errBadFrame
+	} else if err != nil || string(ready[:]) != magicReady {
+		// It ended, wrote something else, or said nothing in time: the
+		// program's main runs in it.
+		err = errNotReady
 	}
 	if err == nil && c.cgroup == nil {
 		err = limitAddressSpace(cmd.Process.Pid, p.memory)

@@ -6,8 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +81,87 @@ func TestFilterProtocol_RefusesGarbage(t *testing.T) {
 	if _, err := readResponse(bytes.NewReader(ok(respOK, 1, -1, 10, 0)[:respHeader+3]), req, 1<<10); err == nil {
 		t.Error("a cut response read")
 	}
+}
+
+// TestFilterPool_KilledIdleProcessReplaced: a warm process killed from
+// outside (kill -9) while idle never fails the next page: killed just
+// before the page (it may not have ended yet), it does not acknowledge
+// the request and the page goes to a new process; every idle process
+// killed and ended, each is found dead, reaped, and the page goes to a
+// new one.
+func TestFilterPool_KilledIdleProcessReplaced(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	req := filterRequest{grep: "^b", maxOut: 1 << 20, body: []byte("a\nb\n")}
+	ctx := context.Background()
+	page := func(p *filterPool, what string) {
+		t.Helper()
+		if resp, err := p.run(ctx, req, 1<<20); err != nil || resp.content != "b" {
+			t.Fatalf("%s: %q %v", what, resp.content, err)
+		}
+	}
+	one := newFilterPool(1, DefaultFilterMemory)
+	defer one.close()
+	page(one, "the first page")
+	for i := range 3 {
+		pids := one.pids()
+		if len(pids) != 1 {
+			t.Fatalf("filter processes %v, want one warm", pids)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		page(one, fmt.Sprintf("page %d, right after the idle process was killed", i))
+		if procState(pids[0]) != "" {
+			t.Errorf("killed idle process %d not reaped (state %q)", pids[0], procState(pids[0]))
+		}
+	}
+
+	two := newFilterPool(2, DefaultFilterMemory)
+	defer two.close()
+	a, err := two.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := two.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two.put(a)
+	two.put(b)
+	for _, c := range []*filterProc{a, b} {
+		if err := syscall.Kill(c.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, c := range []*filterProc{a, b} {
+		for !pipeHungUp(c.out) { // its last thread gone, its pipes closed
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d killed: state %q, its output still open", c.cmd.Process.Pid, procState(c.cmd.Process.Pid))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	page(two, "the page after every idle process was killed")
+	for _, c := range []*filterProc{a, b} {
+		if pid := c.cmd.Process.Pid; slices.Contains(two.pids(), pid) || procState(pid) != "" {
+			t.Errorf("killed idle process %d not reaped (state %q; live %v)", pid, procState(pid), two.pids())
+		}
+	}
+}
+
+// procState returns the state letter of process pid ("Z" a zombie), or ""
+// when there is no such process.
+func procState(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	_, rest, _ := strings.Cut(string(data), ") ")
+	state, _, _ := strings.Cut(rest, " ")
+	return state
 }
 
 // benchPage returns n bytes of JSON lines, {"n":I,"name":"item I"}.

@@ -305,3 +305,20 @@ func (m *memCgroup) sandboxName() string {
 
 // cpuSignal reports whether s is the signal of a passed RLIMIT_CPU.
 func cpuSignal(s syscall.Signal) bool { return s == syscall.SIGXCPU }
+
+// pipeHungUp reports whether every writer of the pipe whose read end is
+// r has closed it: for a filter process's standard output, that the
+// process has ended. It does not read and does not wait.
+func pipeHungUp(r *os.File) bool {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return false
+	}
+	hup := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		hup = err == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+	})
+	return hup
+}

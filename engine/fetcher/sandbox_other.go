@@ -38,3 +38,7 @@ func (*memCgroup) sandboxName() string              { return "none" }
 
 // cpuSignal: no CPU limit outside Linux.
 func cpuSignal(syscall.Signal) bool { return false }
+
+// pipeHungUp: not told outside Linux; a dead idle process is found when
+// it does not acknowledge its request.
+func pipeHungUp(*os.File) bool { return false }

@@ -3,9 +3,11 @@ package nohooktest
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,39 +20,74 @@ import (
 	"github.com/sift/batch/engine/fetcher"
 )
 
+// lateHookEnv makes this test binary the program that calls the hook late
+// (TestFetcher_FilterHookCalledLate runs it so).
+const lateHookEnv = "SIFTBATCH_NOHOOKTEST_LATE"
+
 // markerDir is where a copy of this test binary started as a filter
-// process (which, without the hook, runs the tests again) leaves a mark
-// named after its parent: its environment is emptied by the fetcher, so a
-// fixed directory is the only way to tell the parent.
+// process leaves a mark named after its parent and itself: the fetcher
+// empties its environment, so a fixed directory is the only way to tell
+// the parent.
 var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest")
 
-// TestMain deliberately does NOT call fetcher.RunFilterChild: this is the
-// embedder who forgot the hook. If this binary was started by the fetcher
-// as a filter process (its parent is the same executable), it leaves a
-// mark and exits before any test runs, so that a missing guard in the
-// fetcher can never turn into a fork bomb here.
+// TestMain deliberately does NOT call fetcher.RunFilterChild first: this
+// is the embedder who forgot the hook, or calls it late. Started by the
+// fetcher as a filter process (its parent is the same executable, and its
+// environment has no lateHookEnv), it runs "main" as such a program
+// would: it leaves a mark and then works on (here: waits for its input to
+// close), without ever saying it is ready; it never runs the tests, so
+// that a missing guard in the fetcher cannot turn into a fork bomb.
 func TestMain(m *testing.M) {
-	if sameExeAncestors() > 0 {
+	if os.Getenv(lateHookEnv) == "" && sameExeAncestors() > 0 {
 		_ = os.MkdirAll(markerDir, 0o700)
 		_ = os.WriteFile(filepath.Join(markerDir, strconv.Itoa(os.Getppid())+"-"+strconv.Itoa(os.Getpid())), []byte(strings.Join(os.Args, " ")), 0o600)
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the fetcher kills it, or its parent ends
 		os.Exit(3)
 	}
 	goleak.VerifyTestMain(m)
 }
 
-// TestFetcher_FilterWithoutHook checks the rule "A program that does not
-// call [RunFilterChild] gets no filter process: its filtered targets fail
-// with "filters unavailable"" (fetcher's doc): a clear failed target with
-// a hint, never a hang; its unfiltered targets are fetched as usual; and
-// the filter processes it tries to start never run the program's own main
-// (here: the tests) again.
-func TestFetcher_FilterWithoutHook(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
-		t.Skip("finding 1 (a filter process of a program without the hook runs its main again): set SIFTBATCH_ADV_FINDINGS=1")
+// TestFetcher_NewWithoutHook: New refuses to make a fetcher in a program
+// that has not called fetcher.RunFilterChild, with ErrNoFilterHook, whose
+// message names the call; so no filter process can run the program's
+// main.
+func TestFetcher_NewWithoutHook(t *testing.T) {
+	if os.Getenv(lateHookEnv) != "" {
+		t.Skip("the late-hook copy of this program")
 	}
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true})
+	if err == nil {
+		f.Close()
+		t.Fatal("New made a fetcher in a program without the hook")
+	}
+	if !errors.Is(err, fetcher.ErrNoFilterHook) || !strings.Contains(err.Error(), "fetcher.RunFilterChild at the top of main") {
+		t.Fatalf("New without the hook: %v, want ErrNoFilterHook naming the call", err)
+	}
+}
+
+// TestFetcher_FilterHookCalledLate checks the damage of a hook called
+// late (after main's work began) is bounded: in a copy of this program
+// that calls fetcher.RunFilterChild only once its tests run, a filtered
+// target's filter process runs "main" (leaves its mark), never says it
+// is ready, and is killed and reaped by the fetcher; the target fails
+// "filters unavailable: the program does not call fetcher.RunFilterChild
+// at the top of main" with a hint; unfiltered targets are fetched as
+// usual.
+func TestFetcher_FilterHookCalledLate(t *testing.T) {
 	if _, err := os.Stat("/proc/self/exe"); err != nil {
 		t.Skip("no /proc")
 	}
+	if os.Getenv(lateHookEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFetcher_FilterHookCalledLate$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), lateHookEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("the late-hook copy of this program:\n%s", out)
+		if err != nil {
+			t.Fatalf("the late-hook copy of this program: %v", err)
+		}
+		return
+	}
+	fetcher.RunFilterChild() // late: this program's "main" (TestMain) ran before it
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{"a":1}`))
 	}))
@@ -72,16 +109,21 @@ func TestFetcher_FilterWithoutHook(t *testing.T) {
 	select {
 	case err = <-done:
 	case <-time.After(2 * time.Minute): // a hang, not a bound on how long it takes
-		t.Fatal("a filtered fetch without the hook hangs")
+		t.Fatal("a filtered fetch with the hook called late hangs")
 	}
 	var te *engine.TargetError
-	if !errors.As(err, &te) || !strings.Contains(te.Msg, "filters unavailable") || te.Hint == "" {
-		t.Errorf("filtered fetch without the hook: %v (%+v), want a failed target \"filters unavailable\" with a hint", err, te)
+	if !errors.As(err, &te) || te.Msg != "filters unavailable: the program does not call fetcher.RunFilterChild at the top of main" || te.Hint == "" {
+		t.Errorf("filtered fetch with the hook called late: %v (%+v), want a failed target naming the hook, with a hint", err, te)
 	}
 	marks, _ := filepath.Glob(filepath.Join(markerDir, strconv.Itoa(os.Getpid())+"-*"))
+	if len(marks) == 0 {
+		t.Errorf("no filter process ran this program's main: the test does not test what it says")
+	}
 	for _, m := range marks {
-		args, _ := os.ReadFile(m)
-		t.Errorf("a filter process ran this program's main (its tests) again: %s, args %q", filepath.Base(m), args)
+		_, pid, _ := strings.Cut(filepath.Base(m), "-")
+		if _, err := os.Stat("/proc/" + pid); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("filter process %s, which ran this program's main, is not reaped", pid)
+		}
 		os.Remove(m)
 	}
 }
