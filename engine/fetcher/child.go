@@ -42,8 +42,10 @@ const (
 // environment; in such a process RunFilterChild reads pages from standard
 // input, filters them, writes the results to standard output, and exits
 // when its input closes: it never returns. Whatever main does before it,
-// each filter process does too. [New] refuses to make a Fetcher
-// ([ErrNoFilterHook]) in a program that has not called it. A program that
+// each filter process does too. In a program that has not called it, a
+// Fetcher starts no filter process, and a target with jq or grep fails
+// "filters unavailable: the program does not call fetcher.RunFilterChild
+// at the top of main". A program that
 // calls it late, after main has started other work, runs that work again
 // in each filter process it starts, until the fetcher kills it: a filter
 // process that has not said it is ready within 2s is killed, and its
@@ -59,7 +61,7 @@ func RunFilterChild() {
 }
 
 // hookCalled records that this process called [RunFilterChild] (and is
-// not a filter process), for [New] to check.
+// not a filter process): filter processes are started only then.
 var hookCalled atomic.Bool
 
 // filterChild is a filter process's life: it says it is ready, then

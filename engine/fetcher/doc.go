@@ -76,9 +76,11 @@
 //	}
 //
 // A filter process is the program itself: what main does before the call,
-// each filter process does too. [New] refuses to make a Fetcher
-// ([ErrNoFilterHook]) in a program that has not made the call; one that
-// makes it late, after main has started its work, runs that work again in
+// each filter process does too. In a program that has not made the call a
+// Fetcher starts no filter process: its targets with jq or grep fail
+// "filters unavailable: the program does not call fetcher.RunFilterChild
+// at the top of main" (the others are fetched as usual); one that makes
+// it late, after main has started its work, runs that work again in
 // each filter process, until the fetcher kills a process that has not
 // said it is ready within 2s (one starts in about 5 ms) and fails its
 // target "filters unavailable: the program does not call

@@ -55,11 +55,6 @@ var (
 	errBadPort = errors.New("port not 1 to 65535")
 )
 
-// ErrNoFilterHook is returned, wrapped, by [New] in a program that has not
-// called [RunFilterChild] (first thing in main, or in TestMain): its
-// filter processes would run the program's main instead of the filters.
-var ErrNoFilterHook = errors.New("the program does not call fetcher.RunFilterChild at the top of main")
-
 // Resolver looks up the addresses of a host. [*net.Resolver] implements it.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
@@ -124,12 +119,12 @@ type Fetcher struct {
 }
 
 // New returns a fetcher with o's options, defaulted. A negative number is
-// an error, and so is a program that has not called [RunFilterChild]
-// ([ErrNoFilterHook]).
+// an error. In a program that has not called [RunFilterChild] the fetcher
+// works, but starts no filter process: a target with jq or grep fails
+// "filters unavailable: the program does not call fetcher.RunFilterChild
+// at the top of main".
 func New(o Options) (*Fetcher, error) {
 	switch {
-	case !hookCalled.Load():
-		return nil, fmt.Errorf("new fetcher: %w", ErrNoFilterHook)
 	case o.Timeout < 0:
 		return nil, errors.New("new fetcher: Timeout must not be negative")
 	case o.MaxBody < 0:

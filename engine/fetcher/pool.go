@@ -53,6 +53,10 @@ var (
 	// errNotReady is a new filter process that did not say it was ready
 	// within readyTimeout, or ended first, or said something else.
 	errNotReady = errors.New("filter process not ready")
+	// errNoHook is a filter asked for in a program that has not called
+	// [RunFilterChild]: no filter process is started, since it would run
+	// the program's main.
+	errNoHook = errors.New("the program does not call fetcher.RunFilterChild at the top of main")
 )
 
 // filterPool keeps warm filter processes: at most size of them run pages
@@ -277,6 +281,10 @@ func (p *filterPool) reap(c *filterProc) filterEnd {
 // RLIMIT_AS once it is ready) and waits for it to say it is ready. The
 // caller has counted it in p.reaped; start counts it out if it fails.
 func (p *filterPool) start(ctx context.Context) (*filterProc, error) {
+	if !hookCalled.Load() {
+		p.reaped.Done()
+		return nil, errNoHook
+	}
 	exe, err := selfExecutable()
 	if err != nil {
 		p.reaped.Done()

@@ -47,21 +47,38 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// TestFetcher_NewWithoutHook: New refuses to make a fetcher in a program
-// that has not called fetcher.RunFilterChild, with ErrNoFilterHook, whose
-// message names the call; so no filter process can run the program's
-// main.
-func TestFetcher_NewWithoutHook(t *testing.T) {
+// TestFetcher_FilterWithoutHook: in a program that has not called
+// fetcher.RunFilterChild, New makes a fetcher that fetches as usual, but a
+// target with jq or grep fails at once "filters unavailable: the program
+// does not call fetcher.RunFilterChild at the top of main", with a hint,
+// and no filter process is started (none could run anything but this
+// program's main).
+func TestFetcher_FilterWithoutHook(t *testing.T) {
 	if os.Getenv(lateHookEnv) != "" {
 		t.Skip("the late-hook copy of this program")
 	}
-	f, err := fetcher.New(fetcher.Options{AllowPrivate: true})
-	if err == nil {
-		f.Close()
-		t.Fatal("New made a fetcher in a program without the hook")
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"a":1}`))
+	}))
+	defer site.Close()
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !errors.Is(err, fetcher.ErrNoFilterHook) || !strings.Contains(err.Error(), "fetcher.RunFilterChild at the top of main") {
-		t.Fatalf("New without the hook: %v, want ErrNoFilterHook naming the call", err)
+	defer f.Close()
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL})
+	if err != nil || res.Content != `{"a":1}` {
+		t.Fatalf("unfiltered: %q %v", res.Content, err)
+	}
+	for _, o := range []engine.Options{{JQ: ".a"}, {Grep: "a"}} {
+		_, err = f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL, Options: o})
+		var te *engine.TargetError
+		if !errors.As(err, &te) || te.Msg != "filters unavailable: the program does not call fetcher.RunFilterChild at the top of main" || te.Hint == "" {
+			t.Errorf("filtered fetch %+v without the hook: %v (%+v), want a failed target naming the hook, with a hint", o, err, te)
+		}
+	}
+	if marks, _ := filepath.Glob(filepath.Join(markerDir, strconv.Itoa(os.Getpid())+"-*")); len(marks) > 0 {
+		t.Errorf("a filter process ran this program's main: %v", marks)
 	}
 }
 
