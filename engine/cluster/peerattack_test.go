@@ -2,7 +2,14 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +21,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -208,4 +218,109 @@ func TestCluster_GossipCannotEvictMember(t *testing.T) {
 	code, _, body := do(t, a, "GET", "/v1/batch/"+id, "alice-key", "")
 	t.Errorf("a's members are now %v (b's own view: %v, b a member of its own list: %v); b's job through a: %d %s",
 		a.node.Members(), b.node.Members(), b.node.Membership().Member, code, body)
+}
+
+// rawCert signs a certificate with tmpl's fields by parent (key
+// parentKey) and returns it as a TLS certificate carrying chain after it.
+func rawCert(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, chain ...[]byte) (tls.Certificate, *x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: append([][]byte{der}, chain...), PrivateKey: key}, cert, key
+}
+
+// nodeTemplate is a node certificate's template as cluster-certs makes
+// it, for name, valid from notBefore to notAfter.
+func nodeTemplate(name string, notBefore, notAfter time.Time) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{name},
+	}
+}
+
+// TestNode_HandshakeRefusesBadCertificates: with TLS, a client whose
+// certificate was signed by the cluster's CA but is expired or not yet
+// valid, names no node (its common name not among its DNS names), or was
+// signed by a node's key rather than the CA's (a node's key is no CA: a
+// leaked node key cannot make other nodes) is refused at the handshake;
+// its call never reaches protoactor (CLUSTER.md, Security: a peer is
+// accepted "only if the peer's certificate chains to a CA of its
+// --cluster-ca file and names a node").
+func TestNode_HandshakeRefusesBadCertificates(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.add("a")
+	tc.waitMembers(1)
+	nodeTLS(t, "a") // the tests' CA is made
+	ca, caKey := testCA.cert, testCA.key
+	now := time.Now()
+	valid := func(name string) *x509.Certificate {
+		return nodeTemplate(name, now.Add(-time.Hour), now.Add(time.Hour))
+	}
+	noNode := valid("b")
+	noNode.DNSNames = []string{"localhost"}
+	// mallory's own certificate, valid, and the key that goes with it.
+	_, mallory, malloryKey := rawCert(t, valid("mallory"), ca, caKey)
+	certs := map[string]tls.Certificate{}
+	certs["expired"], _, _ = rawCert(t, nodeTemplate("b", now.Add(-48*time.Hour), now.Add(-24*time.Hour)), ca, caKey)
+	certs["not yet valid"], _, _ = rawCert(t, nodeTemplate("b", now.Add(24*time.Hour), now.Add(48*time.Hour)), ca, caKey)
+	certs["common name not a DNS name"], _, _ = rawCert(t, noNode, ca, caKey)
+	certs["signed by a node's key"], _, _ = rawCert(t, valid("b"), mallory, malloryKey, mallory.Raw)
+	certs["self-signed, naming a node"], _, _ = rawCert(t, valid("b"), nil, nil)
+	refusedAtHandshake(t, a, certs)
+}
+
+// refusedAtHandshake checks that each of certs, presented by a client of
+// n's cluster port, is refused at the handshake: its call never reaches
+// protoactor.
+func refusedAtHandshake(t *testing.T, a *node, certs map[string]tls.Certificate) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for name, cert := range certs {
+		conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
+			InsecureSkipVerify: true} // trusts any server: only the server refuses
+		_, err := dialNode(t, a, credentials.NewTLS(conf)).ListProcesses(ctx, &remote.ListProcessesRequest{})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: %v, want codes.Unavailable (refused at the handshake)", name, err)
+		}
+	}
+	if got := a.node.PeerPanics(); got != 0 {
+		t.Errorf("PeerPanics = %d: a refused client reached protoactor", got)
+	}
+}
+
+// TestNode_HandshakeRefusesServerOnlyCertificate: a certificate of the
+// cluster's CA that allows server authentication only (what a CA shared
+// with other services, cert-manager's say, issues a web server) is no
+// client's: the node refuses it as a peer's at the handshake (clustertls's
+// verify: "chains to the cluster's CA for client and server use").
+func TestNode_HandshakeRefusesServerOnlyCertificate(t *testing.T) {
+	findings(t)
+	tc := newTestCluster(t)
+	a := tc.add("a")
+	tc.waitMembers(1)
+	nodeTLS(t, "a") // the tests' CA is made
+	now := time.Now()
+	serverOnly := nodeTemplate("web", now.Add(-time.Hour), now.Add(time.Hour))
+	serverOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	cert, _, _ := rawCert(t, serverOnly, testCA.cert, testCA.key)
+	refusedAtHandshake(t, a, map[string]tls.Certificate{"server authentication only": cert})
 }
