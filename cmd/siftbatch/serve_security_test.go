@@ -719,3 +719,53 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestServe_SlowReadersOfOneKeyBounded: one caller's clients that ask for
+// a 4 MiB result and never read it (each holds only its own connection,
+// README) cannot take serve's memory past the bound issue 23 sets for one
+// hostile caller (its RSS before + 300 MiB): 200 of them, one key, on a
+// real serve process. Each such answer holds its result in memory until
+// serve's write timeout (90 s), and nothing bounds how many one key opens.
+func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
+		t.Skip("an open finding: set SIFTBATCH_ADV_FINDINGS=1 to run it")
+	}
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
+	}
+	const readers = 200
+	site := benchSite(t)
+	p := startServeProcess(t)
+	id := benchJob(t, p.c, p.base, "alice-key", site.URL, 1, 4<<20, "slow")
+	p.wait(t, "alice-key", id)
+	base := procStatusBytes(t, p.pid, "VmRSS")
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset serve's peak RSS: %v", err)
+	}
+	codes := map[int]int{}
+	for range readers {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(p.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", id)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil) // the head only: its body is not read
+		if err != nil {
+			t.Fatalf("slow reader: %v", err)
+		}
+		defer resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	// Another caller is answered meanwhile (the turns hold).
+	if r := p.do(t, http.MethodGet, "/v1/batch", "bob-key", ""); r.code != http.StatusOK {
+		t.Errorf("bob's list among alice's slow readers: %d %s", r.code, r.body)
+	}
+	peak := procStatusBytes(t, p.pid, "VmHWM")
+	t.Logf("%d slow readers of one key (answers %v): serve's RSS %d MiB before, peak %d MiB", readers, codes, base>>20, peak>>20)
+	if peak > base+300<<20 {
+		t.Errorf("serve's peak RSS %d MiB, more than 300 MiB over its %d MiB before: one key's slow readers hold %d MiB",
+			peak>>20, base>>20, (peak-base)>>20)
+	}
+}

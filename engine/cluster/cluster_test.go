@@ -135,6 +135,9 @@ type nodeOptions struct {
 	// insecure starts the node in plaintext (Config.Insecure) instead of
 	// with the tests' cluster TLS.
 	insecure bool
+	// provider, if set, replaces the test provider (the cluster's
+	// in-memory agent): Automanaged, say.
+	provider *cluster.Provider
 }
 
 // add starts a node named name.
@@ -152,6 +155,9 @@ func (tc *testCluster) addWith(name string, o nodeOptions) *node {
 		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log}
 	if o.insecure || tc.insecure {
 		ccfg.TLS, ccfg.Insecure = nil, true
+	}
+	if o.provider != nil {
+		ccfg.Provider = *o.provider
 	}
 	cn, err := cluster.New(ccfg)
 	if err != nil {
