@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo demo-cluster install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-cluster install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -75,8 +75,9 @@ bench: ## run every benchmark (-count=5) and print the medians (benchstat)
 	@$(MAKE) --no-print-directory bench/rss
 	@$(MAKE) --no-print-directory bench/reads
 	@$(MAKE) --no-print-directory bench/poll
+	@$(MAKE) --no-print-directory bench/boundaries
 	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a $(BENCHDIR)/machine.txt
-	@cat $(BENCHDIR)/engine.txt $(BENCHDIR)/actors.txt $(BENCHDIR)/actors-memory.txt $(BENCHDIR)/persistence.txt $(BENCHDIR)/rss.txt $(BENCHDIR)/reads.txt $(BENCHDIR)/poll.txt > $(BENCHDIR)/all.txt
+	@cat $(BENCHDIR)/engine.txt $(BENCHDIR)/actors.txt $(BENCHDIR)/actors-memory.txt $(BENCHDIR)/persistence.txt $(BENCHDIR)/rss.txt $(BENCHDIR)/reads.txt $(BENCHDIR)/poll.txt $(BENCHDIR)/boundaries.txt > $(BENCHDIR)/all.txt
 	@echo; echo "== medians of $(BENCHCOUNT) runs"; $(BENCHSTAT) $(BENCHDIR)/all.txt
 	@echo "== Submit and Status, 100k stored vs 1k (target: within 1.5x, i.e. at most +50%)"; $(BENCHSTAT) -filter '.name:Runner_Scaling' -col /stored $(BENCHDIR)/all.txt
 	@echo "== dispatch, 10,000 live jobs vs 10 (target: within 2x, i.e. at most +100%)"; $(BENCHSTAT) -filter '.name:Supervisor_Dispatch' -col /live $(BENCHDIR)/all.txt
@@ -95,6 +96,14 @@ bench/reads: ## issue 9's reads: Runner.Job/Targets by result size, the HTTP pol
 	$(BENCHTEST) -bench '^BenchmarkServe_ReadersRSS$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/reads-rss.txt; grep -q '^ok' $(BENCHDIR)/reads-rss.txt
 	$(BENCHTEST) -bench '^BenchmarkServe_SlowReader$$' -benchtime 10x ./cmd/siftbatch | tee $(BENCHDIR)/reads-slow.txt; grep -q '^ok' $(BENCHDIR)/reads-slow.txt
 	@cat $(BENCHDIR)/reads-engine.txt $(BENCHDIR)/reads-http.txt $(BENCHDIR)/reads-rss.txt $(BENCHDIR)/reads-slow.txt > $(BENCHDIR)/reads.txt
+
+bench/boundaries: ## issue 23's boundaries: a filter in its child process vs in process, the submit check's worst programs, serve's RSS under hostile filters, the cluster's mTLS vs plaintext
+	@mkdir -p $(BENCHDIR)
+	$(BENCHTEST) -bench '^(BenchmarkFilter|BenchmarkFilterStart|BenchmarkFetcher_FilterCheckWorst)$$' -benchmem -benchtime 300x ./engine/fetcher | tee $(BENCHDIR)/filters.txt; grep -q '^ok' $(BENCHDIR)/filters.txt
+	$(GO) test -run '^$$' -count 3 -bench '^BenchmarkServe_HostileFilters$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/filters-rss.txt; grep -q '^ok' $(BENCHDIR)/filters-rss.txt
+	$(BENCHTEST) -bench '^BenchmarkCluster_Transport$$/^poll' -benchtime 2000x ./engine/cluster | tee $(BENCHDIR)/cluster-tls.txt; grep -q '^ok' $(BENCHDIR)/cluster-tls.txt
+	$(BENCHTEST) -bench '^BenchmarkCluster_Transport$$/^throughput' -benchtime 20x ./engine/cluster | tee -a $(BENCHDIR)/cluster-tls.txt; grep -q '^ok' $(BENCHDIR)/cluster-tls.txt
+	@cat $(BENCHDIR)/filters.txt $(BENCHDIR)/filters-rss.txt $(BENCHDIR)/cluster-tls.txt > $(BENCHDIR)/boundaries.txt
 
 bench/poll: ## issue 9's polling load: targets/s with 200 clients polling live jobs vs /healthz (load from a process of its own)
 	@mkdir -p $(BENCHDIR)
