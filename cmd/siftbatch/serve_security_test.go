@@ -417,10 +417,13 @@ type serveProcess struct {
 	base string
 	pid  int
 	c    *http.Client
+	// stop stops serve (SIGTERM) and waits for it; t's cleanup calls it
+	// too. It is idempotent.
+	stop func()
 }
 
 // startServeProcess starts serve with args after the ones it sets; it is
-// stopped (SIGTERM) and waited for at t's cleanup.
+// stopped (SIGTERM) and waited for at t's cleanup, or by p.stop.
 func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	t.Helper()
 	bin := buildBinary(t)
@@ -445,14 +448,15 @@ func startServeProcess(t testing.TB, args ...string) *serveProcess {
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	transport := &http.Transport{}
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		transport.CloseIdleConnections()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	p := &serveProcess{pid: cmd.Process.Pid, c: &http.Client{Transport: transport, Timeout: 2 * time.Minute}}
+	t.Cleanup(stop)
+	p := &serveProcess{pid: cmd.Process.Pid, c: &http.Client{Transport: transport, Timeout: 2 * time.Minute}, stop: stop}
 	select {
 	case l := <-line:
 		var ok bool

@@ -58,13 +58,12 @@ func (b *answerBudget) take(caller string, n int64, always bool) bool {
 	return true
 }
 
-// full reports whether caller holds its whole budget or more: then no
-// answer of it can be taken.
-func (b *answerBudget) full(caller string) bool {
+// fits reports whether take would take n for caller now.
+func (b *answerBudget) fits(caller string, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.held[caller]
-	return e != nil && e.n >= b.max
+	return e == nil || e.n+n <= b.max
 }
 
 // give takes n back from caller's bytes held, and wakes its waits.
@@ -170,8 +169,8 @@ func (a *answerHold) free() {
 	}
 }
 
-// full reports whether the caller's budget has no room for any answer.
-func (a *answerHold) full() bool { return a != nil && a.b.full(a.caller) }
+// fits reports whether reserve would take n more bytes now.
+func (a *answerHold) fits(n int) bool { return a == nil || a.b.fits(a.caller, int64(n)) }
 
 // holdOf is r's answerHold; nil if r takes no turn.
 func holdOf(r *http.Request) *answerHold {
@@ -200,12 +199,50 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, n int) bool {
 }
 
 // roomFor answers 429, and returns false, if r's caller's budget has no
-// room for any answer: checked before the runner reads a result, so that
-// a caller whose clients do not read costs no read either.
-func (h *Handler) roomFor(w http.ResponseWriter, r *http.Request) bool {
-	if !holdOf(r).full() {
+// room for an answer of n bytes: checked before the runner reads a result
+// (n its size if known, else 1), so that a caller whose clients do not
+// read costs no read either.
+func (h *Handler) roomFor(w http.ResponseWriter, r *http.Request, n int) bool {
+	if holdOf(r).fits(n) {
 		return true
 	}
 	h.refuseAnswer(w)
 	return false
+}
+
+// maxResultSizes bounds resultSizes; past it, it starts again empty.
+const maxResultSizes = 4096
+
+// resultSizes remembers the size of the results read for answers: a
+// stored result never changes, so an answer whose result is known not to
+// fit in its caller's budget is refused (or waits) before the result is
+// read again. Without it, each refused request read its result for
+// nothing, and the garbage grew serve's heap (200 refused reads of a 4 MiB
+// result: +210 MiB of peak RSS instead of +70). Safe for concurrent use.
+type resultSizes struct {
+	mu sync.Mutex
+	m  map[resultKey]int
+}
+
+type resultKey struct {
+	id  string
+	idx int
+}
+
+// get is the size of target idx's result of job id; false if unknown.
+func (s *resultSizes) get(id string, idx int) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.m[resultKey{id, idx}]
+	return n, ok
+}
+
+// put records the size of target idx's result of job id.
+func (s *resultSizes) put(id string, idx int, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m) >= maxResultSizes {
+		s.m = make(map[resultKey]int)
+	}
+	s.m[resultKey{id, idx}] = n
 }

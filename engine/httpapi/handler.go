@@ -168,6 +168,7 @@ type runner interface {
 type Handler struct {
 	slots   chan struct{} // one per request served (Options.MaxInFlight)
 	answers *answerBudget // each caller's answer bytes held (Options.MaxAnswerBytes)
+	sizes   resultSizes   // the sizes of results read, to refuse an answer before its read
 	r       runner
 	auth    Authenticator
 	o       Options

@@ -115,7 +115,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 		}
 	}
 	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
-	if withResults && !h.roomFor(w, r) {
+	if withResults && !h.roomFor(w, r, 1) {
 		return
 	}
 	job, targets, ok := h.r.Targets(j.ID)
@@ -163,6 +163,19 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 		begun = true
 		return true
 	}
+	// reserve reserves a chunk of n bytes: the first is refused (429) past
+	// the budget; a later one, its status out, waits for room without the
+	// turn, and its result is read (again) after.
+	reserve := func(n int) bool {
+		switch {
+		case !begun:
+			return begin(n)
+		case a.reserve(n):
+			return true
+		}
+		var room bool
+		return waiting(r, func() { room = a.wait(r.Context(), n) }) && room
+	}
 	buf = appendJobHead(buf, &job)
 	buf = append(buf, `,"targets":[`...)
 	for i := range targets {
@@ -175,23 +188,29 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 			buf = append(buf, '}')
 			continue
 		}
-		res, ok := h.r.ResultJSON(job.ID, t.Idx)
-		n := resultSize(len(buf), res)
-		switch {
-		case !ok:
-		case !begun:
-			if !begin(n) {
-				return
-			}
-		case !a.reserve(n):
-			// The caller's other answers leave no room, and this one's
-			// status is out: it waits for room, holding nothing.
-			res = nil
-			var room bool
-			if !waiting(r, func() { room = a.wait(r.Context(), n) }) || !room {
-				return // the client has gone
+		// The chunk's bytes are reserved before the result is read if
+		// its size is known, else once it is read.
+		var res []byte
+		ok, n := true, 0
+		if size, known := h.sizes.get(job.ID, t.Idx); known {
+			if n = len(buf) + len(`,"result":}`) + size + 1; !reserve(n) {
+				return // refused, or the client has gone
 			}
 			res, ok = h.r.ResultJSON(job.ID, t.Idx)
+		} else if res, ok = h.r.ResultJSON(job.ID, t.Idx); ok {
+			h.sizes.put(job.ID, t.Idx, len(res))
+			n = resultSize(len(buf), res)
+			if begun && !a.fits(n) {
+				res = nil // it waits holding nothing
+			}
+			if !reserve(n) {
+				return
+			}
+			if res == nil {
+				res, ok = h.r.ResultJSON(job.ID, t.Idx)
+			}
+		}
+		if ok {
 			a.add(resultSize(len(buf), res) - n) // 0: a stored result does not change
 		}
 		if !ok {
@@ -247,13 +266,15 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	t := &targets[idx]
 	var res []byte
 	if t.Status == engine.TargetDone {
-		if !h.roomFor(w, r) {
+		size, _ := h.sizes.get(j.ID, idx)
+		if !h.roomFor(w, r, max(size, 1)) {
 			return
 		}
 		if res, ok = h.r.ResultJSON(j.ID, idx); !ok {
 			writeJobNotFound(w)
 			return
 		}
+		h.sizes.put(j.ID, idx, len(res))
 	}
 	bp := getBuf()
 	buf := appendTargetHead(*bp, t)
