@@ -2,16 +2,61 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 )
 
-// forwardHold is what a forwarded request reserves of its caller's
-// [Options.MaxAnswerBytes] on the node that forwards it, for as long as
-// [Cluster.Forward] runs: the most of the other node's answer that Forward
-// holds at a time (package cluster's parts are at most 256 KiB). The node
-// that answers holds the answer itself, and reserves it there.
+// forwardHold is what a forwarded read's answer reserves of its caller's
+// [Options.MaxAnswerBytes] on the node that forwards it, from its status
+// until [Cluster.Forward] returns: the most of the other node's answer
+// that Forward holds at a time (package cluster's parts are at most 256
+// KiB). The node that answers holds the answer itself, and reserves it
+// there.
 const forwardHold = 256 << 10
+
+// forwardWriter is what a forwarded request's answer goes through on the
+// node that forwards it: the part of the other node's answer that Forward
+// holds at a time is this node's memory, so a GET's 200 reserves
+// forwardHold of its caller's budget when its status comes, before any of
+// its body; one that does not fit is answered 429 instead, and the rest of
+// the other node's answer is refused (a Write fails: Forward releases it).
+// Other answers (an error, a cancel's) are small. Not for concurrent use.
+type forwardWriter struct {
+	http.ResponseWriter
+	h           *Handler
+	r           *http.Request
+	wroteHeader bool
+	refused     bool
+}
+
+var errAnswerRefused = errors.New("answer refused: the caller's answer budget is full")
+
+// WriteHeader implements http.ResponseWriter.
+func (w *forwardWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	if code == http.StatusOK && w.r.Method == http.MethodGet && !holdOf(w.r).reserve(forwardHold) {
+		w.refused = true
+		clear(w.ResponseWriter.Header()) // the other node's
+		w.h.refuseAnswer(w.ResponseWriter)
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (w *forwardWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.refused {
+		return 0, errAnswerRefused
+	}
+	return w.ResponseWriter.Write(p)
+}
 
 // answerBudget counts, for each caller, the bytes of its answers held in
 // memory while they are written to its clients ([Options.MaxAnswerBytes]).

@@ -304,3 +304,73 @@ func TestAPI_AnswerBudgetResultsWaitOnceBegun(t *testing.T) {
 		t.Fatalf("the results answer: %d, %d bytes, valid JSON %v: %.200s", r.code, len(r.body), json.Valid(r.body), r.body)
 	}
 }
+
+// forwardingCluster is a Cluster whose other node holds job remoteID: its
+// answer to a read is 200 with a body of 64 KiB, in one part, after which
+// Forward returns. parts counts the parts a Write took.
+type forwardingCluster struct {
+	parts chan int
+}
+
+const remoteID = "ffeeddccbbaa99887766554433221100"
+
+func (c forwardingCluster) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
+	if id != remoteID {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write([]byte(`{"id":"` + remoteID + `","pad":"` + strings.Repeat("x", 64<<10) + `"}`)); err == nil {
+		c.parts <- 1
+	}
+	return true
+}
+
+func (forwardingCluster) List(context.Context, string, engine.ListOptions) ([]engine.Job, string, []string, error) {
+	return nil, "", nil, nil
+}
+
+// TestAPI_AnswerBudgetCountsForwardedAnswers: on a cluster node, a read
+// of another node's job reserves, once its answer begins, the part of it
+// this node holds at a time (256 KiB) of the caller's budget: beside a
+// stuck answer of the caller (MaxAnswerBytes 300 KiB; a 256 KiB result)
+// it is answered 429 and takes none of the other node's answer, while a
+// read of this node's own small job is not refused; once the stuck
+// answer's connection closes, the forwarded read is answered, and gives
+// its reservation back.
+func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
+	cl := forwardingCluster{parts: make(chan int, 8)}
+	b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: 300 << 10, Cluster: cl})
+	srv, _ := budgetServer(t, b)
+	mine := b.submit(t, "alice-key", "https://example.com/1")
+	b.waitTerminal(t, mine)
+	conn, code := stuckReader(t, srv, "alice-key", "/v1/batch/"+mine+"/0")
+	if code != http.StatusOK {
+		t.Fatalf("the stuck reader's answer: %d", code)
+	}
+	r := getFrom(t, srv, "alice-key", "/v1/batch/"+remoteID)
+	wantAnswersUnread(t, r)
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("the 429's Content-Type %q", ct)
+	}
+	select {
+	case <-cl.parts:
+		t.Fatal("a refused forwarded read took the other node's answer")
+	default:
+	}
+	wantCode(t, getFrom(t, srv, "alice-key", "/v1/batch/"+mine), http.StatusOK)
+
+	conn.Close()
+	var last response
+	waitFor(t, 20*time.Second, "the forwarded read to be answered once the stuck answer has ended", func() bool {
+		last = getFrom(t, srv, "alice-key", "/v1/batch/"+remoteID)
+		return last.code != http.StatusTooManyRequests
+	})
+	if last.code != http.StatusOK || !strings.Contains(string(last.body), remoteID) {
+		t.Fatalf("the forwarded read: %d %.200s", last.code, last.body)
+	}
+	waitFor(t, 20*time.Second, "alice's budget to be empty", func() bool {
+		_, callers := httpapi.AnswerBytesHeld(b.api, "alice")
+		return callers == 0
+	})
+}

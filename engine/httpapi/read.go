@@ -64,18 +64,9 @@ func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request) bool {
 	if t != nil {
 		t.give()
 	}
-	// What Forward holds of the other node's answer at a time is this
-	// node's memory: reserved as any answer here, given back if the job
-	// is this node's after all.
-	a := holdOf(r)
-	if !a.reserve(forwardHold) {
-		h.refuseAnswer(w)
+	if h.o.Cluster.Forward(&forwardWriter{ResponseWriter: w, h: h, r: r}, r, r.PathValue("id")) {
 		return true
 	}
-	if h.o.Cluster.Forward(w, r, r.PathValue("id")) {
-		return true
-	}
-	a.free()
 	return t != nil && !t.take(r.Context()) // true: the client has gone
 }
 
