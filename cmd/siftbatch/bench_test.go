@@ -333,6 +333,78 @@ func BenchmarkServe_ReadersRSS(b *testing.B) {
 	b.ReportMetric(growth/float64(b.N)/(1<<20), "growth-MiB")
 }
 
+// BenchmarkServe_SlowReadersOfOneKey is the adversary's scenario of issue
+// 23's follow-up: one key opens 200 raw connections, each asking for the
+// same 4 MiB result (GET /v1/batch/{id}/0) and reading the answer's head
+// and nothing more, on a release serve process (the siftbatch binary;
+// default config, store in memory). Each mode is a serve process of its
+// own: "budget" with the default --max-answer-bytes (64 MiB), "off" with
+// --max-answer-bytes 1 TiB (no bound: as before the budget).
+//
+// One op runs both modes, the order alternating from op to op: the job is
+// fetched and stored, serve's peak RSS is reset to its current RSS
+// (/proc/PID/clear_refs), the 200 connections are opened one after the
+// other, then serve's peak is read, and the connections closed. It reports
+// for each mode rss-before-MiB (VmRSS before the connections), hwm-MiB
+// (VmHWM after them), growth-MiB, and served (answers 200; the others are
+// 429). Use -benchtime 1x.
+func BenchmarkServe_SlowReadersOfOneKey(b *testing.B) {
+	const readers = 200
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		b.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
+	}
+	site := benchSite(b)
+	args := map[string][]string{"budget": nil, "off": {"--max-answer-bytes", strconv.Itoa(1 << 40)}}
+	sum := map[string]map[string]float64{"budget": {}, "off": {}}
+	for i := 0; b.Loop(); i++ {
+		modes := []string{"budget", "off"}
+		if i%2 == 1 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+		for _, mode := range modes {
+			p := startServeProcess(b, args[mode]...)
+			id := benchJob(b, p.c, p.base, "alice-key", site.URL, 1, 4<<20, "slow")
+			before := procStatusBytes(b, p.pid, "VmRSS")
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+				b.Skipf("cannot reset serve's peak RSS: %v", err)
+			}
+			var conns []net.Conn
+			served := 0
+			for range readers {
+				conn, err := net.Dial("tcp", strings.TrimPrefix(p.base, "http://"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns = append(conns, conn)
+				_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+				fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", id)
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil) // the head only
+				if err != nil {
+					b.Fatalf("slow reader: %v", err)
+				}
+				if resp.StatusCode == http.StatusOK {
+					served++
+				}
+			}
+			peak := procStatusBytes(b, p.pid, "VmHWM")
+			for _, c := range conns {
+				c.Close() // not the bodies: closing one reads it whole
+			}
+			p.stop()
+			m := sum[mode]
+			m["rss-before-MiB"] += float64(before) / (1 << 20)
+			m["hwm-MiB"] += float64(peak) / (1 << 20)
+			m["growth-MiB"] += float64(peak-before) / (1 << 20)
+			m["served"] += float64(served)
+		}
+	}
+	for mode, m := range sum {
+		for unit, v := range m {
+			b.ReportMetric(v/float64(b.N), mode+"-"+unit)
+		}
+	}
+}
+
 // procStatusBytes reads a "NAME: N kB" line of /proc/PID/status, in bytes.
 func procStatusBytes(b testing.TB, pid int, name string) int64 {
 	b.Helper()

@@ -324,7 +324,7 @@ func TestHelp(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"demo": {"jobs", "targets", "workers", "data"},
-		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "filter-memory", "ui-session", "tls-proxy", "log-level",
+		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "filter-memory", "max-answer-bytes", "ui-session", "tls-proxy", "log-level",
 			"cluster", "node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider",
 			"cluster-ca", "cluster-cert", "cluster-key", "cluster-insecure"},
 		"cluster-certs": {"dir", "nodes", "hosts"},
@@ -662,6 +662,7 @@ func TestServe_FlagBounds(t *testing.T) {
 		{"max-body", "0", "--max-body must be 1 to 16777216 (16 MiB) (got 0)"},
 		{"max-body", "16777217", "--max-body must be 1 to 16777216 (16 MiB) (got 16777217)"},
 		{"filter-memory", "1000000", "--filter-memory must be at least 33554432 (32 MiB) (got 1000000)"},
+		{"max-answer-bytes", "0", "--max-answer-bytes must be at least 1 (bytes) (got 0)"},
 		{"ttl", "0s", "--ttl must be a positive duration such as 24h (got 0s)"},
 		{"retry-wait", "-1s", "--retry-wait must be a positive duration such as 2s (got -1s)"},
 		{"retry-for", "0s", "--retry-for must be a positive duration such as 10m (got 0s)"},
@@ -692,7 +693,7 @@ func TestServe_FlagBounds(t *testing.T) {
 	cancel()
 	var out, errOut bytes.Buffer
 	if err := Run(ctx, []string{"serve", "--keys", keys, "--data", "", "--addr", "127.0.0.1:0", "--workers", "2", "--max-body", "16777216",
-		"--targets-per-job", "1", "--ttl", "1ns"}, &out, &errOut); err != nil {
+		"--targets-per-job", "1", "--ttl", "1ns", "--max-answer-bytes", "1"}, &out, &errOut); err != nil {
 		t.Fatalf("bounds: %v\n%s", err, errOut.String())
 	}
 }

@@ -53,6 +53,7 @@ type serveFlags struct {
 	fetchTimeout time.Duration
 	maxBody      int64
 	filterMemory int64
+	maxAnswer    int64
 	uiSession    time.Duration
 	tlsProxy     bool
 	cfg          engine.Config
@@ -121,6 +122,7 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
 	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
 	fs.Int64Var(&f.filterMemory, "filter-memory", fetcher.DefaultFilterMemory, "memory limit in bytes of each process that runs a page's jq and grep, at least 32 MiB")
+	fs.Int64Var(&f.maxAnswer, "max-answer-bytes", httpapi.DefaultMaxAnswerBytes, "bytes of one caller's answers held while they are written to its clients; past it its reads answer 429 until it reads them (an answer larger than this is served alone)")
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	addConfigFlags(fs, &f.cfg)
@@ -166,6 +168,7 @@ func (f *serveFlags) validate() error {
 		{"max-bytes", c.MaxBytes >= 1, "at least 1 (bytes)", c.MaxBytes},
 		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
 		{"filter-memory", f.filterMemory >= fetcher.MinFilterMemory, fmt.Sprintf("at least %d (32 MiB)", fetcher.MinFilterMemory), f.filterMemory},
+		{"max-answer-bytes", f.maxAnswer >= 1, "at least 1 (bytes)", f.maxAnswer},
 		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
 		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
 		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
@@ -248,12 +251,13 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	m.Attach(runner)
 	api, err := httpapi.New(runner, keys, httpapi.Options{
-		TargetsPerJob: cfg.TargetsPerJob,
-		Honoured:      fetch.Honours(), // grep and jq; other options are refused at submit
-		Check:         fetch.Check,
-		Wrap:          m.Middleware,
-		Cluster:       apiCluster,
-		Log:           log,
+		TargetsPerJob:  cfg.TargetsPerJob,
+		MaxAnswerBytes: f.maxAnswer,
+		Honoured:       fetch.Honours(), // grep and jq; other options are refused at submit
+		Check:          fetch.Check,
+		Wrap:           m.Middleware,
+		Cluster:        apiCluster,
+		Log:            log,
 	})
 	if err != nil {
 		runner.Close()

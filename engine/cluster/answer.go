@@ -15,6 +15,8 @@ import (
 
 // partSize is the most body bytes a Part carries: well under gRPC's 4 MiB
 // message limit, and the most of an answer each node holds at a time.
+// The asking node's httpapi.Handler reserves as much (its forwardHold) of
+// the caller's answer budget while it forwards a read: keep them equal.
 const partSize = 256 << 10
 
 // idleTimeout ends an answer whose asking node has not pulled its next

@@ -42,6 +42,12 @@
 // outstanding read data remaining"), and the JSON it has is incomplete. A
 // whole answer is valid JSON that ends in "]}" and a newline.
 //
+// Each caller's answers held in memory while they are written to its
+// clients are bounded by [Options.MaxAnswerBytes] (64 MiB): a read whose
+// answer does not fit beside the caller's answers still being sent (to
+// clients that read slowly, or not at all) is 429 "answers unread" with
+// Retry-After, at once; a caller that holds nothing is always served.
+//
 // Long-poll: ?wait=D (a duration, or whole seconds; at most
 // [Options.MaxWait], else 400) answers once the job has ended, or D has
 // passed, or [Handler.EndWaits] is called, with the job as it then

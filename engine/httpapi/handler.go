@@ -22,6 +22,9 @@ const (
 	DefaultRetryAfter = 5 * time.Second
 	// DefaultMaxWait caps the ?wait= of a long-poll.
 	DefaultMaxWait = 60 * time.Second
+	// DefaultMaxAnswerBytes is each caller's budget of answer bytes held
+	// while they are written (Options.MaxAnswerBytes).
+	DefaultMaxAnswerBytes = 64 << 20
 )
 
 // The routes, each also the fixed label [Options.Wrap] is given.
@@ -92,6 +95,30 @@ type Options struct {
 	// /healthz polled instead; 0.86× with the default).
 	// Default GOMAXPROCS/2, at least 1.
 	MaxInFlight int
+	// MaxAnswerBytes caps, for each caller (API key), the bytes of its
+	// answers held in memory while they are written to its clients: a
+	// target's result, the current result of a ?results=1 answer, a job
+	// or a list page, and on a cluster node a forwarded answer's part
+	// (256 KiB). An answer to a client that does not read stays in memory
+	// until its connection fails or the server's WriteTimeout ends it, so
+	// without a bound one key's connections that never read could hold
+	// any number of results. An answer reserves its size before its
+	// status is sent (a result once read, before it is copied into the
+	// answer; a caller whose budget is full is refused before the read)
+	// and gives it back once written or once its connection has failed;
+	// one that does not fit is answered 429 with Retry-After and the hint
+	// to read the answers already asked for; it never waits. A
+	// caller that holds nothing is always served, so an answer larger
+	// than the budget is served, alone. Once a ?results=1 answer has
+	// begun (its status sent), a next result that does not fit waits for
+	// room instead, without a turn: only that caller's answer waits.
+	// Errors and cancels, small, are counted but never refused. So one
+	// caller's answers being written hold at most MaxAnswerBytes plus one
+	// answer, and its errors and cancels. Each caller's
+	// count is shared by all its requests, safe for concurrent use, and
+	// dropped once it holds nothing. Default [DefaultMaxAnswerBytes]
+	// (64 MiB).
+	MaxAnswerBytes int64
 	// Cluster, if set, makes the handler one node's API in a cluster
 	// (package github.com/sift/batch/engine/cluster's *Node): a request
 	// about another node's job is forwarded to it, and a list merges every
@@ -139,12 +166,14 @@ type runner interface {
 // [http.Handler] for the paths under /v1/ (see the package doc). Create one
 // with [New]. It is safe for concurrent use.
 type Handler struct {
-	slots chan struct{} // one per request served (Options.MaxInFlight)
-	r     runner
-	auth  Authenticator
-	o     Options
-	log   *slog.Logger
-	mux   *http.ServeMux
+	slots   chan struct{} // one per request served (Options.MaxInFlight)
+	answers *answerBudget // each caller's answer bytes held (Options.MaxAnswerBytes)
+	sizes   resultSizes   // the sizes of results read, to refuse an answer before its read
+	r       runner
+	auth    Authenticator
+	o       Options
+	log     *slog.Logger
+	mux     *http.ServeMux
 
 	// ending is cancelled by EndWaits.
 	ending   context.Context
@@ -176,6 +205,8 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 		return nil, errors.New("new handler: MaxWait must not be negative")
 	case o.MaxInFlight < 0:
 		return nil, errors.New("new handler: MaxInFlight must not be negative")
+	case o.MaxAnswerBytes < 0:
+		return nil, errors.New("new handler: MaxAnswerBytes must not be negative")
 	}
 	if o.MaxBody == 0 {
 		o.MaxBody = DefaultMaxBody
@@ -192,8 +223,12 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = max(runtime.GOMAXPROCS(0)/2, 1)
 	}
+	if o.MaxAnswerBytes == 0 {
+		o.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
 	o.Honoured = slices.Clone(o.Honoured)
-	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux(), slots: make(chan struct{}, o.MaxInFlight)}
+	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux(), slots: make(chan struct{}, o.MaxInFlight),
+		answers: newAnswerBudget(o.MaxAnswerBytes)}
 	h.ending, h.endWaits = context.WithCancel(context.Background())
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -289,12 +324,13 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			// The caller's work waits its turn (Options.MaxInFlight); it
 			// gives it up while it waits on the network or a long-poll,
 			// and what it writes meanwhile is kept until then (turnWriter).
-			t := &turn{slots: h.slots}
+			t := &turn{slots: h.slots, ans: answerHold{b: h.answers, caller: c.Name}}
 			if !t.take(r.Context()) {
 				return // the client has gone
 			}
 			t.w = &turnWriter{ResponseWriter: w, t: t}
-			defer t.release() // after a panic: the place is freed, what was kept is dropped
+			defer t.ans.free() // the answer is out, or its connection failed: its bytes are given back
+			defer t.release()  // after a panic: the place is freed, what was kept is dropped
 			fn(t.w, r.WithContext(context.WithValue(r.Context(), turnKey{}, t)), c, class)
 			t.give() // the answer, or its end, goes out without the turn
 		case err != nil && !errors.Is(err, ErrUnknownKey):
@@ -328,10 +364,15 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 // result, or a ?results=1 answer one target at a time (writeJob takes
 // its place again for each next result). So at most one result of an
 // answer is in memory at once, as before.
+//
+// Memory: what an answer holds while it is written is reserved from its
+// caller's budget (answerHold, Options.MaxAnswerBytes) before it is built;
+// what is kept is counted when the turn is given up.
 type turn struct {
 	slots chan struct{}
 	held  bool
 	w     *turnWriter // nil outside authenticate (a handler called directly in tests)
+	ans   answerHold  // the bytes the answer holds of its caller's budget
 }
 
 type turnKey struct{}
@@ -360,6 +401,7 @@ func (t *turn) release() {
 func (t *turn) give() {
 	t.release()
 	if t.w != nil {
+		t.ans.add(len(t.w.kept)) // held until the request ends
 		_ = t.w.send()
 	}
 }

@@ -393,3 +393,73 @@ func TestAPI_LongPoll(t *testing.T) {
 		<-waiting
 	})
 }
+
+// stuckWriter is a ResponseWriter whose Writes block until release is
+// closed: a client that does not read. entered is closed at the first.
+type stuckWriter struct {
+	header           http.Header
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (w *stuckWriter) Header() http.Header { return w.header }
+func (w *stuckWriter) WriteHeader(int)     {}
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.release
+	return len(p), nil
+}
+
+// TestAPI_RefusedAnswerReadsNoResult: once a result's size is known (it
+// was read for an answer), a read of it that does not fit in its caller's
+// budget (MaxAnswerBytes 12 KiB; an 8 KiB result stuck on a client) is
+// refused before the runner reads the result again: a target's and a
+// job's results alike.
+func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
+	r := newRunnerWith(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{Content: strings.Repeat("x", 8<<10)}, nil
+	})
+	ctx := context.Background()
+	id, _, err := r.Submit(ctx, &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: "https://example.com/a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := r.Wait(wctx, id); err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	h, err := newHandler(countingRunner{runner: r, calls: &calls}, testAuth, Options{MaxAnswerBytes: 12 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(path string) *http.Request {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Set("Authorization", "Bearer alice-key")
+		return req
+	}
+	stuck := &stuckWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		h.ServeHTTP(stuck, request("/v1/batch/"+id+"/0"))
+	}()
+	defer func() { close(stuck.release); <-served }()
+	select {
+	case <-stuck.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stuck answer was never written")
+	}
+	for _, path := range []string{"/v1/batch/" + id + "/0", "/v1/batch/" + id + "?results=1"} {
+		calls = nil
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request(path))
+		if rec.Code != http.StatusTooManyRequests {
+			t.Fatalf("GET %s: %d, want 429", path, rec.Code)
+		}
+		if slices.Contains(calls, "ResultJSON") {
+			t.Errorf("GET %s, refused, read the result: %v", path, calls)
+		}
+	}
+}

@@ -71,5 +71,5 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		out.Jobs[i] = jobHead{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal,
 			TargetsDone: j.TargetsDone, TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt}
 	}
-	writeJSON(w, http.StatusOK, out)
+	h.writeHeld(w, r, out)
 }

@@ -54,6 +54,7 @@ type bundle struct {
 	// handler serves the API and /metrics, for calls without a network
 	// hop.
 	handler http.Handler
+	api     *httpapi.Handler
 	runner  *engine.Runner
 	store   *persistence.Store
 	clock   *fakeClock
@@ -176,7 +177,7 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	b.handler = mux
+	b.handler, b.api = mux, api
 	srv := httptest.NewServer(mux)
 	b.url = srv.URL
 	transport := &http.Transport{}

@@ -64,7 +64,7 @@ func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request) bool {
 	if t != nil {
 		t.give()
 	}
-	if h.o.Cluster.Forward(w, r, r.PathValue("id")) {
+	if h.o.Cluster.Forward(&forwardWriter{ResponseWriter: w, h: h, r: r}, r, r.PathValue("id")) {
 		return true
 	}
 	return t != nil && !t.take(r.Context()) // true: the client has gone
@@ -105,35 +105,68 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 			return // the client has gone
 		}
 	}
+	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
+	if withResults && !h.roomFor(w, r, 1) {
+		return
+	}
 	job, targets, ok := h.r.Targets(j.ID)
 	if !ok { // expired, or swept since the owner check
 		writeJobNotFound(w)
 		return
 	}
 	h.r.Touch(job.ID)
-	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
 	h.writeJob(w, r, job, targets, withResults)
 }
 
 // writeJob streams a job as JSON: its head, then each target, with its
 // result's stored bytes as they are, read one at a time, so that the
 // answer holds at most one result in memory; then the tail. If a result
-// can no longer be read (the job was deleted meanwhile), the answer ends
-// there: the connection is dropped before the end of the body, so that a
-// client cannot take it for a whole one, and the JSON is left incomplete.
-// Without results the answer is appended whole, then written at once.
+// can no longer be read (the job was deleted meanwhile), the answer is 404
+// if it has not begun; else it ends there: the connection is dropped
+// before the end of the body, so that a client cannot take it for a whole
+// one, and the JSON is left incomplete. Without results the answer is
+// appended whole, then written at once.
 //
 // Turns: each chunk (the targets up to a result and that result) is read
 // and appended while r holds its turn, then written with the turn given
 // up, from the buffer as it is (no copy), and the turn is taken again for
 // the next: the turn is held for the work of a chunk, never while the
 // client's socket takes it in, and at most one chunk is in memory.
+//
+// Memory: each chunk is reserved from the caller's budget before it is
+// appended, and given back once written. The first is refused with 429 if
+// it does not fit; a later one, once the status is out, waits for room
+// without the turn and without its result, then reads it again.
 func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Job, targets []engine.TargetStatus, withResults bool) {
-	setJSONHeaders(w)
-	w.WriteHeader(http.StatusOK)
+	a := holdOf(r)
 	bp := getBuf()
 	buf := *bp
 	defer func() { *bp = buf; putBuf(bp) }()
+	begun := false
+	// begin reserves the first chunk, n bytes, and sends the status;
+	// false if the answer was refused.
+	begin := func(n int) bool {
+		if !h.hold(w, r, n) {
+			return false
+		}
+		setJSONHeaders(w)
+		w.WriteHeader(http.StatusOK)
+		begun = true
+		return true
+	}
+	// reserve reserves a chunk of n bytes: the first is refused (429) past
+	// the budget; a later one, its status out, waits for room without the
+	// turn, and its result is read (again) after.
+	reserve := func(n int) bool {
+		switch {
+		case !begun:
+			return begin(n)
+		case a.reserve(n):
+			return true
+		}
+		var room bool
+		return waiting(r, func() { room = a.wait(r.Context(), n) }) && room
+	}
 	buf = appendJobHead(buf, &job)
 	buf = append(buf, `,"targets":[`...)
 	for i := range targets {
@@ -146,8 +179,36 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 			buf = append(buf, '}')
 			continue
 		}
-		res, ok := h.r.ResultJSON(job.ID, t.Idx)
+		// The chunk's bytes are reserved before the result is read if
+		// its size is known, else once it is read.
+		var res []byte
+		ok, n := true, 0
+		if size, known := h.sizes.get(job.ID, t.Idx); known {
+			if n = len(buf) + len(`,"result":}`) + size + 1; !reserve(n) {
+				return // refused, or the client has gone
+			}
+			res, ok = h.r.ResultJSON(job.ID, t.Idx)
+		} else if res, ok = h.r.ResultJSON(job.ID, t.Idx); ok {
+			h.sizes.put(job.ID, t.Idx, len(res))
+			n = resultSize(len(buf), res)
+			if begun && !a.fits(n) {
+				res = nil // it waits holding nothing
+			}
+			if !reserve(n) {
+				return
+			}
+			if res == nil {
+				res, ok = h.r.ResultJSON(job.ID, t.Idx)
+			}
+		}
+		if ok {
+			a.add(resultSize(len(buf), res) - n) // 0: a stored result does not change
+		}
 		if !ok {
+			if !begun {
+				writeJobNotFound(w)
+				return
+			}
 			h.log.Info("answer cut short: the job was deleted while it was written", slog.String(logKeyJobID, job.ID))
 			panic(http.ErrAbortHandler) // net/http drops the connection, before the body's end
 		}
@@ -157,10 +218,24 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 			return // the client is gone
 		}
 		buf = buf[:0]
+		a.free() // the chunk is out
 	}
 	buf = append(buf, "]}\n"...)
+	if !begun {
+		if !begin(len(buf)) {
+			return
+		}
+	} else {
+		a.add(len(buf)) // the targets after the last result: the status is out
+	}
 	giveTurn(r)
 	_, _ = w.Write(buf)
+}
+
+// resultSize is the bytes of an answer's buffer of head bytes once result
+// is appended to it (appendResult), and a newline.
+func resultSize(head int, result []byte) int {
+	return head + len(`,"result":}`) + len(result) + 1
 }
 
 // target is GET /v1/batch/{id}/{idx}.
@@ -182,18 +257,26 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	t := &targets[idx]
 	var res []byte
 	if t.Status == engine.TargetDone {
+		size, _ := h.sizes.get(j.ID, idx)
+		if !h.roomFor(w, r, max(size, 1)) {
+			return
+		}
 		if res, ok = h.r.ResultJSON(j.ID, idx); !ok {
 			writeJobNotFound(w)
 			return
 		}
+		h.sizes.put(j.ID, idx, len(res))
 	}
-	h.r.Touch(j.ID)
-	setJSONHeaders(w)
-	w.WriteHeader(http.StatusOK)
 	bp := getBuf()
 	buf := appendTargetHead(*bp, t)
 	defer func() { *bp = buf; putBuf(bp) }()
+	if !h.hold(w, r, resultSize(len(buf), res)) { // given back once written (authenticate)
+		return
+	}
+	h.r.Touch(j.ID)
 	buf = append(appendResult(buf, res), '\n')
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
 	giveTurn(r) // the result is written from buf, without the turn
 	_, _ = w.Write(buf)
 }

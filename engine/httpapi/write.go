@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 )
@@ -31,4 +32,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg, hint string) {
 	writeJSON(w, code, errorJSON{Error: msg, Hint: hint})
+}
+
+// writeHeld writes v as a 200 JSON answer, as writeJSON does, holding r's
+// turn only to encode it: the answer is encoded first, reserved from the
+// caller's budget (429 if it does not fit), then written without the turn.
+func (h *Handler) writeHeld(w http.ResponseWriter, r *http.Request, v any) {
+	bp := getBuf()
+	b := bytes.NewBuffer((*bp)[:0])
+	defer func() { *bp = b.Bytes(); putBuf(bp) }()
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // v is the handler's own: it encodes
+	if !h.hold(w, r, b.Len()) {
+		return
+	}
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	giveTurn(r)
+	_, _ = w.Write(b.Bytes())
 }
