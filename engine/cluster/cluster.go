@@ -95,7 +95,8 @@ const (
 )
 
 // protoactor attributes kept in its log lines besides those package actors
-// keeps: addresses and member ids of the cluster's nodes.
+// keeps: addresses and member ids of the cluster's nodes (an address only
+// if it is this node's or a current member's: peerLogHandler).
 var safeClusterAttrs = []string{"address", "id", "memberId", "member", "cluster", "kind", "kinds", "topology", "topologyHash", "leader"}
 
 // Config configures a [Node]. Name, Node, Addr and Provider are required;
@@ -451,7 +452,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			p.release()
 		}
 	}()
-	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
+	log := n.peerLogger(actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...))
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	// At most 8 messages to a gRPC message: protoactor's endpoint writer
 	// batches up to 1,000 queued messages into one, and 17 parts of an

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -752,4 +753,39 @@ func TestNode_HandshakeRefusesServerOnlyCertificate(t *testing.T) {
 	serverOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	cert, _, _ := rawCert(t, serverOnly, testCA.cert, testCA.key)
 	refusedAtHandshake(t, a, map[string]tls.Certificate{"server authentication only": cert})
+}
+
+// TestNode_ProtoactorLogsOnlyMembersAddresses: in protoactor's log lines,
+// an address (an "address" attribute, a PID's) is kept only if it is the
+// node's own or a current member's: another may be one a peer named as
+// its message's sender. protoactor's line for each failed attempt to
+// connect is logged at most once a second, with how many were left out.
+func TestNode_ProtoactorLogsOnlyMembersAddresses(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.add("a")
+	b := tc.add("b")
+	tc.waitMembers(2)
+	var buf syncBuffer
+	l := cluster.PeerLogger(a.node, slog.New(slog.NewTextHandler(&buf, nil)))
+	const stranger = "127.0.9.9:9"
+	l.Info("own", "address", a.node.Address())
+	l.Info("member", "address", b.node.Address(), "pid", actor.NewPID(b.node.Address(), "x"))
+	l.Info("named", "address", stranger, "pid", actor.NewPID(stranger, "x"), "count", 3)
+	l.With("address", stranger).Info("with")
+	for range 5 {
+		l.Error("EndpointWriter failed to connect", "address", b.node.Address())
+	}
+	out := buf.String()
+	if strings.Contains(out, stranger) {
+		t.Errorf("an address of no member logged:\n%s", out)
+	}
+	for _, want := range []string{"msg=own address=" + a.node.Address(), "msg=member address=" + b.node.Address() + " pid=",
+		"msg=named count=3", "msg=with\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if got := strings.Count(out, "failed to connect"); got != 1 {
+		t.Errorf("%d lines of failed connects in a second, want 1:\n%s", got, out)
+	}
 }
