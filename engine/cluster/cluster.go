@@ -71,8 +71,21 @@ const (
 // nodeActor is the name of each node's actor that answers the others.
 const nodeActor = "siftbatch-node"
 
-// Log keys. Lines carry node names, addresses, job ids and counts; never a
-// URL, a host of a fetched page or a key.
+const (
+	// endpointQueue is the initial size of the queue of protoactor's
+	// remote for each address it sends to (it grows on demand; the
+	// endpoint manager's, set alike, is unused at this version of
+	// protoactor).
+	endpointQueue = 1024
+	// gossipFanOut is how many members each member gossips to at each
+	// tick (protoactor's default is 3): more than any cluster has, so all
+	// of them.
+	gossipFanOut = 1 << 10
+)
+
+// Log keys. Lines carry node names, the addresses of members, job ids and
+// counts; never a URL, a host of a fetched page, an address a peer named
+// or a key.
 const (
 	logKeyNode    = "node"
 	logKeyAddress = "address"
@@ -82,7 +95,8 @@ const (
 )
 
 // protoactor attributes kept in its log lines besides those package actors
-// keeps: addresses and member ids of the cluster's nodes.
+// keeps: addresses and member ids of the cluster's nodes (an address only
+// if it is this node's or a current member's: peerLogHandler).
 var safeClusterAttrs = []string{"address", "id", "memberId", "member", "cluster", "kind", "kinds", "topology", "topologyHash", "leader"}
 
 // Config configures a [Node]. Name, Node, Addr and Provider are required;
@@ -312,9 +326,13 @@ type Node struct {
 	actorSystem atomic.Pointer[actor.ActorSystem]
 	// names is infos' names, by member id (string → string), for the
 	// guards as actorSystem.
-	names  sync.Map
-	ctx    context.Context // cancelled by Close: ends every answer given
-	cancel context.CancelFunc
+	names sync.Map
+	// dialled is, by address dialled (HOST:PORT), the node whose
+	// certificate answered there at the last TLS handshake (string →
+	// string), for the guards: who may answer a Hello sent there.
+	dialled sync.Map
+	ctx     context.Context // cancelled by Close: ends every answer given
+	cancel  context.CancelFunc
 }
 
 // nodeInfo is who a member is.
@@ -434,17 +452,27 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			p.release()
 		}
 	}()
-	log := actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...)
+	log := n.peerLogger(actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...))
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	// At most 8 messages to a gRPC message: protoactor's endpoint writer
 	// batches up to 1,000 queued messages into one, and 17 parts of an
 	// answer (256 KiB each) would pass gRPC's 4 MiB limit and break the
 	// stream for every answer on it (a crowd of readers of large results).
-	remoteCfg := remote.Configure(host, port, append(n.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8))...)
+	//
+	// Each peer's endpoint writer starts with a queue of endpointQueue
+	// entries, not protoactor's 1,000,000 (16 MiB of slots, for each
+	// address it ever sends to): its ring buffer doubles when full, so a
+	// member with much to send loses nothing.
+	remoteCfg := remote.Configure(host, port, append(n.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8),
+		remote.WithEndpointWriterQueueSize(endpointQueue), remote.WithEndpointManagerQueueSize(endpointQueue))...)
 	n.jobsPerCaller = r.Config().JobsPerCaller
 	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
 		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
+	// Each member's gossip goes to every other member at each tick: the
+	// screen keeps a member's heartbeat only from that member
+	// (screenGossip), so it is not relayed.
+	ccfg.GossipFanOut = gossipFanOut
 	c := pacluster.New(system, ccfg)
 	n.runner, n.handler, n.system, n.c = r, h, system, c
 	n.actorSystem.Store(system)

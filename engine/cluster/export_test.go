@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -67,3 +68,7 @@ func SystemOf(n *Node) *actor.ActorSystem {
 	defer n.mu.Unlock()
 	return n.system
 }
+
+// PeerLogger returns l behind the filter n puts before protoactor's
+// logger.
+func PeerLogger(n *Node, l *slog.Logger) *slog.Logger { return n.peerLogger(l) }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,48 @@ func (n *Node) transport() []remote.ConfigOption {
 	server = append(server, grpc.Creds(credentials.NewTLS(n.cfg.TLS.Server())))
 	return []remote.ConfigOption{
 		remote.WithServerOptions(server...),
-		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(n.cfg.TLS.Client()))),
+		remote.WithDialOptions(grpc.WithTransportCredentials(&dialCreds{TransportCredentials: credentials.NewTLS(n.cfg.TLS.Client()), n: n})),
 	}
+}
+
+// dialCreds are the TLS credentials of the node's dials: each handshake's
+// server certificate, verified, tells which node answers at the address
+// dialled (Node.dialled).
+type dialCreds struct {
+	credentials.TransportCredentials
+	n *Node
+}
+
+// ClientHandshake is the TLS handshake, that records which node the
+// server at authority (the address dialled, HOST:PORT) is.
+func (c *dialCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, conn)
+	if err == nil {
+		if tlsInfo, ok := info.(credentials.TLSInfo); ok {
+			if name, ok := c.n.cfg.TLS.PeerNode(tlsInfo.State); ok {
+				c.n.dialled.Store(authority, name)
+			}
+		}
+	}
+	return out, info, err
+}
+
+func (c *dialCreds) Clone() credentials.TransportCredentials {
+	return &dialCreds{TransportCredentials: c.TransportCredentials.Clone(), n: c.n}
+}
+
+// dialledAs reports whether this node has dialled a current member of t
+// and found node name answering there.
+func (n *Node) dialledAs(t *topology, name string) bool {
+	if t == nil {
+		return false
+	}
+	for _, m := range t.members {
+		if v, ok := n.dialled.Load(m.Address()); ok && v.(string) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // PeerPanics returns how many calls of peers to this node's gRPC server
@@ -120,6 +161,11 @@ const (
 	reasonSenderNotMe = "sender not the peer"
 	reasonOtherNode   = "names another node"
 	reasonOwnAddress  = "sender at this node's address"
+	// reasonSenderElsewhere: the sender is at no current member's address.
+	reasonSenderElsewhere = "sender not at a member's address"
+	// reasonNotAnswer: a NodeInfo (a Hello's answer) to another actor
+	// than a reply inbox.
+	reasonNotAnswer = "not an answer"
 )
 
 const (
@@ -129,6 +175,9 @@ const (
 	// grainActorPrefix begins the ids of the callers' grains: children of
 	// disthash's activator.
 	grainActorPrefix = disthash.PartitionActivatorActorName + "/"
+	// futurePrefix begins the ids of protoactor's reply inboxes (its
+	// futures': "future$" and a number).
+	futurePrefix = "future$"
 	// serializers is how many serializers protoactor's remote registers:
 	// protobuf (0) and JSON (1).
 	serializers = 2
@@ -139,6 +188,9 @@ const (
 var (
 	typeHello    = typeName(&clusterpb.Hello{})
 	typeNodeInfo = typeName(&clusterpb.NodeInfo{})
+	// protoactor's gossip: a member's state, and the answer.
+	typeGossipRequest  = typeName(&pacluster.GossipRequest{})
+	typeGossipResponse = typeName(&pacluster.GossipResponse{})
 	// The messages that stop or watch an actor: no peer may send one to
 	// any of this node's actors (this node's actors are never watched
 	// from another node, nor stopped by one).
@@ -196,16 +248,30 @@ var errMalformed = status.Error(codes.InvalidArgument, "malformed message batch"
 //     Unwatch, Terminated) is refused, whoever sends it, to any actor;
 //   - a message whose sender is at this node's address is refused: a
 //     peer's messages come from its own actors;
-//   - with TLS, peer is the node the stream's certificate names: a message
-//     to the node's actor or to the callers' grains (and their activator)
-//     is accepted only from a current member (a member that said who it is
-//     with that name, as this node sees the members now) and only with a
-//     sender at that member's address, except a Hello (a joining node asks
-//     who its peers are before they know it); one refused whose sender is
-//     at a member's address is answered a retryable error (views of the
-//     membership differ for a moment: the member has not said who it is
-//     yet); one from elsewhere is not answered. A NodeInfo (who a node says
-//     it is) must name peer.
+//   - a message whose sender is not at a current member's address is
+//     refused, whatever its target, and not answered: protoactor answers
+//     a message's sender (a Hello's NodeInfo, a gossip request's response,
+//     a dead letter's response to a message for no actor), and its remote
+//     opens a connection and a queue to each address it sends to, and
+//     dials it for good (docs/CLUSTER.md, protoactor bugs, 7). A message
+//     without a sender is answered to nobody;
+//   - with TLS, peer is the node the stream's certificate names, and the
+//     sender's address must be that node's (the address of a current
+//     member that said it is peer), or the address of a member that has
+//     not said who it is yet (a joining node's Hello; views of the
+//     membership differ for a moment). A peer that is not a current member
+//     (a member that said who it is with that name, as this node sees the
+//     members now) may send only a Hello to the node's actor (a joining
+//     node asks who its peers are before they know it) and a NodeInfo (a
+//     Hello's answer, from a node this node dialled at a member's address
+//     and found peer's certificate at) to a reply inbox; every other message is refused, to
+//     any actor: the node's, the grains', protoactor's gossip and
+//     activator, reply inboxes. One to the node's actor or the grains
+//     whose sender is at the address of a member that has not said who it
+//     is (or has, as peer) is answered a retryable error; one from
+//     elsewhere is not answered. A NodeInfo must name peer. A member's
+//     gossip speaks for itself only about leaving and its heartbeat
+//     ([Node.screenGossip]).
 //
 // Each refusal is counted ([Node.PeerRefusals]) and logged, at most once a
 // second, without what the message carries.
@@ -246,18 +312,32 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 			return reasonOwnAddress
 		}
 	}
+	t := n.topo.Load()
 	if peer == "" {
+		if sender != nil && (t == nil || !t.hasAddress(sender.Address)) {
+			return reasonSenderElsewhere
+		}
 		return ""
 	}
-	if typ == typeNodeInfo {
+	target := b.Targets[e.Target].Id
+	switch {
+	case typ == typeNodeInfo:
 		info := &clusterpb.NodeInfo{}
 		if e.SerializerId != 0 || proto.Unmarshal(e.MessageData, info) != nil || info.Node != peer {
 			return reasonOtherNode
 		}
-	}
-	target := b.Targets[e.Target].Id
-	guarded := target == nodeActor || target == disthash.PartitionActivatorActorName || strings.HasPrefix(target, grainActorPrefix)
-	if !guarded || target == nodeActor && typ == typeHello {
+		// An answer to this node's Hello comes from the node it asked: a
+		// member whose address this node dialled (the Hello went there)
+		// and found peer's certificate at. Not from a certificate holder
+		// elsewhere, who would answer a joining node's Hello in its place.
+		if !strings.HasPrefix(target, futurePrefix) || !n.dialledAs(t, peer) {
+			return reasonNotAnswer
+		}
+		return ""
+	case target == nodeActor && typ == typeHello:
+		if sender != nil && !n.answerable(t, peer, sender.Address) {
+			return reasonSenderNotMe
+		}
 		return ""
 	}
 	addrs := n.memberAddresses(peer)
@@ -267,15 +347,17 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 		reason = reasonNotMember
 	case sender != nil && !contains(addrs, sender.Address):
 		reason = reasonSenderNotMe
+	case typ == typeGossipRequest || typ == typeGossipResponse:
+		return n.screenGossip(peer, t, typ, e)
 	default:
 		return ""
 	}
-	// Answered only at a member's address: protoactor's remote opens a
-	// connection, and a queue of 1,000,000 entries, to each address it
-	// sends to, and keeps dialling it for good (docs/CLUSTER.md, protoactor
-	// bugs, 7); a sender elsewhere is not answered, and its request times
-	// out.
-	if t := n.topo.Load(); sender != nil && sys != nil && t != nil && t.hasAddress(sender.Address) {
+	// Answered only at the address of a member that may be peer (not one
+	// that said it is another node: its pending requests are not peer's
+	// to answer), and only by the node's actor and the grains, whose
+	// callers read it as "try again".
+	guarded := target == nodeActor || target == disthash.PartitionActivatorActorName || strings.HasPrefix(target, grainActorPrefix)
+	if guarded && sender != nil && sys != nil && n.answerable(t, peer, sender.Address) {
 		to := sender
 		if e.SenderRequestId > 0 {
 			to = proto.Clone(sender).(*actor.PID)
@@ -284,6 +366,90 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 		sys.Root.Send(to, &pacluster.GrainErrorResponse{Reason: pacluster.ErrorReason_UNAVAILABLE, Message: retryableRefusal})
 	}
 	return reason
+}
+
+// answerable reports whether a message of peer (the node its certificate
+// names) may be answered at addr: the address of a current member that
+// has said it is peer, or has not said who it is yet (a joining node).
+// Not at another address: protoactor's remote would dial it (an address of
+// the peer's choosing), nor at that of a member that said it is another
+// node (its pending requests would read the answer).
+func (n *Node) answerable(t *topology, peer, addr string) bool {
+	if t == nil {
+		return false
+	}
+	for _, m := range t.members {
+		if m.Address() != addr {
+			continue
+		}
+		if v, ok := n.names.Load(m.Id); !ok || v.(string) == peer {
+			return true
+		}
+	}
+	return false
+}
+
+// screenGossip checks a gossip request or response of member peer (the
+// sender checked): each member speaks only for itself about leaving and
+// its heartbeat. protoactor's gossip blocks for good each member whose
+// "left" key any gossip carries, and each whose heartbeat has not grown
+// for a while (a heartbeat's sequence number set far ahead by another
+// stops its real ones counting). Those two keys of any other member are
+// taken out of the state (the message is kept: its sender's offsets move
+// on); the other keys (topology, ...) are relayed as protoactor relays
+// them. Each member gossips its own state to every other member at each
+// tick (Start sets the gossip's fan-out past any cluster's size), so its
+// heartbeat needs no relay. A gossip message in JSON is refused.
+func (n *Node) screenGossip(peer string, t *topology, typ string, e *remote.MessageEnvelope) string {
+	if e.SerializerId != 0 {
+		return reasonMalformed
+	}
+	own := map[string]bool{}
+	for _, m := range t.members {
+		if v, ok := n.names.Load(m.Id); ok && v.(string) == peer {
+			own[m.Id] = true
+		}
+	}
+	var (
+		msg   proto.Message
+		state *pacluster.GossipState
+	)
+	if typ == typeGossipRequest {
+		req := &pacluster.GossipRequest{}
+		msg = req
+		if proto.Unmarshal(e.MessageData, req) != nil {
+			return reasonMalformed
+		}
+		state = req.State
+	} else {
+		res := &pacluster.GossipResponse{}
+		msg = res
+		if proto.Unmarshal(e.MessageData, res) != nil {
+			return reasonMalformed
+		}
+		state = res.State
+	}
+	changed := false
+	for id, ms := range state.GetMembers() {
+		if own[id] || ms == nil {
+			continue
+		}
+		for _, key := range []string{pacluster.GracefullyLeftKey, pacluster.HeartbeatKey} {
+			if _, ok := ms.Values[key]; ok {
+				delete(ms.Values, key)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return ""
+	}
+	data, err := proto.Marshal(msg)
+	if err != nil {
+		return reasonMalformed
+	}
+	e.MessageData = data
+	return ""
 }
 
 func contains(list []string, s string) bool {
