@@ -374,3 +374,54 @@ func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
 		return callers == 0
 	})
 }
+
+// TestAPI_AnswerBudgetServesParallelReadsThatFit: the budget refuses only
+// what does not fit. An agent that reads its results in parallel, 32
+// reads of 256 KiB results and 8 of a job's results (1 MiB each) at once
+// under the default MaxAnswerBytes (64 MiB), gets every answer whole, and
+// holds nothing once they are read.
+func TestAPI_AnswerBudgetServesParallelReadsThatFit(t *testing.T) {
+	b := setupWith(t, bigFetch, httpapi.Options{})
+	srv, _ := budgetServer(t, b)
+	id := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
+	b.waitTerminal(t, id)
+	var paths []string
+	for i := range 32 {
+		paths = append(paths, fmt.Sprintf("/v1/batch/%s/%d", id, i%4))
+	}
+	for range 8 {
+		paths = append(paths, "/v1/batch/"+id+"?results=1")
+	}
+	answers := make([]response, len(paths))
+	start := make(chan struct{})
+	done := make(chan int)
+	for i, p := range paths {
+		go func() {
+			<-start
+			client := &http.Client{Transport: &http.Transport{}, Timeout: 60 * time.Second}
+			defer client.CloseIdleConnections()
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+p, nil)
+			req.Header.Set("Authorization", "Bearer alice-key")
+			resp, err := client.Do(req)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				answers[i] = response{code: resp.StatusCode, header: resp.Header, body: body}
+			}
+			done <- i
+		}()
+	}
+	close(start)
+	for range paths {
+		<-done
+	}
+	for i, r := range answers {
+		if r.code != http.StatusOK || len(r.body) < 256<<10 {
+			t.Errorf("%s: %d, %d bytes: %.200s", paths[i], r.code, len(r.body), r.body)
+		}
+	}
+	waitFor(t, 20*time.Second, "alice's answers to be given back", func() bool {
+		_, callers := httpapi.AnswerBytesHeld(b.api, "alice")
+		return callers == 0
+	})
+}
