@@ -27,7 +27,9 @@
 // size is bounded first, for a check to cost a few MiB and a few ms at
 // most: grep at most [MaxGrepLen] bytes (512) and [MaxGrepInstructions]
 // compiled instructions (500), jq at most [MaxJQLen] bytes (4096) and
-// [MaxJQDepth] levels of nesting (512); a jq program that names getpath,
+// [MaxJQDepth] levels of nesting (512), with at most [MaxJQAltBindings]
+// (4096) alternatives times variables in a destructuring with ?//; a jq
+// program that names getpath,
 // setpath, delpaths, pick or fromstream, even in a string, is refused.
 //
 // # Filters run in a child process

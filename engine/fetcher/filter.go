@@ -45,6 +45,13 @@ const (
 	// parenthesis or interpolation adds two or three levels; each pipe,
 	// comma, operator, "as" binding and suffix (.a, [], ?) one.
 	MaxJQDepth = 512
+	// MaxJQAltBindings caps, for each destructuring with ?// alternatives
+	// in a jq program, its alternatives times its variables, checked
+	// before it is compiled: gojq's compiler emits two instructions for
+	// every variable of the destructuring in every alternative, so 400
+	// variables and 500 alternatives (4 KiB, 4 levels deep) cost 30 MiB and
+	// 70 ms to compile. Typical programs stay under 100.
+	MaxJQAltBindings = 4096
 )
 
 // grepSizeGuess is how large a grep expression's program may look, from
@@ -123,8 +130,12 @@ func compileJQ(src string) (*gojq.Code, error) {
 	if err != nil {
 		return nil, err
 	}
-	if jqDepth(q, MaxJQDepth) > MaxJQDepth {
+	depth, bindings := jqShape(q, MaxJQDepth)
+	if depth > MaxJQDepth {
 		return nil, fmt.Errorf("the program nests more than %d levels deep (each bracket adds two or three; each pipe, comma, operator and suffix one); make it flatter", MaxJQDepth)
+	}
+	if bindings > MaxJQAltBindings {
+		return nil, fmt.Errorf("a destructuring's ?// alternatives times its variables pass %d; use fewer of either", MaxJQAltBindings)
 	}
 	if m := jqRefused.FindString(q.String()); m != "" {
 		return nil, fmt.Errorf("%s is not available here: it recurses in Go once per path element, and a path built by the program can exhaust the stack", m)
@@ -132,13 +143,15 @@ func compileJQ(src string) (*gojq.Code, error) {
 	return gojq.Compile(q)
 }
 
-// jqDepth returns how deep the parsed program q nests, or limit+1 once it
+// jqShape returns how deep the parsed program q nests, or limit+1 once it
 // is deeper than limit: every pointer to a node of gojq's syntax tree is a
 // level, and the i-th suffix of a term (.a.b.c), or the i-th part of an
-// interpolated string, i more, as gojq's compiler recurses along them. It
-// walks the tree by reflection, so that a node of any type counts; it
-// stops at limit, so that its own recursion is bounded.
-func jqDepth(q *gojq.Query, limit int) int {
+// interpolated string, i more, as gojq's compiler recurses along them.
+// And the largest alternatives-times-variables of its destructurings with
+// ?// (see [MaxJQAltBindings]). It walks the tree by reflection, so that a
+// node of any type counts; it stops at limit, so that its own recursion is
+// bounded.
+func jqShape(q *gojq.Query, limit int) (depth, bindings int) {
 	deepest := 0
 	var walk func(v reflect.Value, depth int)
 	walk = func(v reflect.Value, depth int) {
@@ -165,6 +178,9 @@ func jqDepth(q *gojq.Query, limit int) int {
 					walk(fv, depth)
 					continue
 				}
+				if ps, ok := fv.Interface().([]*gojq.Pattern); ok && len(ps) > 1 {
+					bindings = max(bindings, len(ps)*patternNames(ps))
+				}
 				chain := field.Name == "SuffixList" || field.Name == "Queries"
 				for j := range fv.Len() {
 					if chain {
@@ -177,7 +193,36 @@ func jqDepth(q *gojq.Query, limit int) int {
 		}
 	}
 	walk(reflect.ValueOf(q), 0)
-	return min(deepest, limit+1)
+	return min(deepest, limit+1), bindings
+}
+
+// patternNames counts the variables that patterns bind (an upper bound of
+// the distinct ones gojq's compiler pushes for each alternative). Its
+// recursion is bounded by the depth walk that calls it, which has not
+// passed its limit.
+func patternNames(ps []*gojq.Pattern) int {
+	n := 0
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		if p.Name != "" {
+			n++
+		}
+		n += patternNames(p.Array)
+		for _, o := range p.Object {
+			if o == nil {
+				continue
+			}
+			if strings.HasPrefix(o.Key, "$") {
+				n++ // {$name}: binds $name
+			}
+			if o.Val != nil {
+				n += patternNames([]*gojq.Pattern{o.Val})
+			}
+		}
+	}
+	return n
 }
 
 // jqRefused are the builtins that take a path as a value (and pick and

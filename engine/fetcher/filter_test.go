@@ -751,11 +751,9 @@ func TestFetcher_FilterHostileJQMore(t *testing.T) {
 // V=400 one-or-two-letter variables and P≈500 "?//$a" (4092 bytes), one
 // Check allocated about 30 MiB in 600,000 allocations and took about 70 ms
 // of CPU; a 256 KiB submit carries about 60 such targets, each checked
-// anew. A finding: run with SIFTBATCH_ADV_FINDINGS=1.
+// anew. MaxJQAltBindings refuses it before it is compiled; a smaller one
+// (10 variables, 20 alternatives) still passes.
 func TestFetcher_CheckBoundsDestructuringAlternatives(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") != "1" {
-		t.Skip("finding (fails today): set SIFTBATCH_ADV_FINDINGS=1")
-	}
 	const letters = "abcdefghijklmnopqrstuvwxyz"
 	name := func(i int) string {
 		if i < 26 {
@@ -793,5 +791,12 @@ func TestFetcher_CheckBoundsDestructuringAlternatives(t *testing.T) {
 	t.Logf("%d-byte program: Check %v, %.1f MiB allocated in %d allocations", len(program), err, float64(alloc)/(1<<20), after.Mallocs-before.Mallocs)
 	if err == nil && alloc > 8<<20 {
 		t.Fatalf("Check accepted a %d-byte program after allocating %.1f MiB (a few MiB at most, by the package's word)", len(program), float64(alloc)/(1<<20))
+	}
+	if err == nil || !strings.Contains(err.Error(), strconv.Itoa(fetcher.MaxJQAltBindings)) {
+		t.Errorf("Check of 400 variables × %d alternatives: %v, want a refusal naming %d", strings.Count(program, "?//")+1, err, fetcher.MaxJQAltBindings)
+	}
+	small := ". as [$a,$b,$c,$d,$e,$f,$g,$h,$i,$j]" + strings.Repeat(" ?// [$a,$b]", 19) + " | $a"
+	if err := f.Check(engine.Target{URL: "https://example.com/", Options: engine.Options{JQ: small}}); err != nil {
+		t.Errorf("Check of 10 variables × 20 alternatives: %v, want it accepted", err)
 	}
 }
