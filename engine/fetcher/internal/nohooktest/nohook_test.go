@@ -57,21 +57,9 @@ func TestFetcher_FilterWithoutHook(t *testing.T) {
 	if os.Getenv(lateHookEnv) != "" {
 		t.Skip("the late-hook copy of this program")
 	}
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"a":1}`))
-	}))
-	defer site.Close()
-	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL})
-	if err != nil || res.Content != `{"a":1}` {
-		t.Fatalf("unfiltered: %q %v", res.Content, err)
-	}
+	f, site := fetchesUnfiltered(t)
 	for _, o := range []engine.Options{{JQ: ".a"}, {Grep: "a"}} {
-		_, err = f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL, Options: o})
+		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site, Options: o})
 		var te *engine.TargetError
 		if !errors.As(err, &te) || te.Msg != "filters unavailable: the program does not call fetcher.RunFilterChild at the top of main" || te.Hint == "" {
 			t.Errorf("filtered fetch %+v without the hook: %v (%+v), want a failed target naming the hook, with a hint", o, err, te)
@@ -105,22 +93,11 @@ func TestFetcher_FilterHookCalledLate(t *testing.T) {
 		return
 	}
 	fetcher.RunFilterChild() // late: this program's "main" (TestMain) ran before it
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"a":1}`))
-	}))
-	defer site.Close()
-	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL})
-	if err != nil || res.Content != `{"a":1}` {
-		t.Fatalf("unfiltered: %q %v", res.Content, err)
-	}
+	f, site := fetchesUnfiltered(t)
+	var err error
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL, Options: engine.Options{JQ: ".a"}})
+		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site, Options: engine.Options{JQ: ".a"}})
 		done <- err
 	}()
 	select {
@@ -171,4 +148,25 @@ func sameExeAncestors() int {
 		pid, _ = strconv.Atoi(f[1])
 	}
 	return n
+}
+
+// fetchesUnfiltered starts a site serving {"a":1} and a fetcher with one
+// filter process, both closed when t ends, and checks the fetcher fetches
+// the site without filters; it returns the fetcher and the site's URL.
+func fetchesUnfiltered(t *testing.T) (*fetcher.Fetcher, string) {
+	t.Helper()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"a":1}`))
+	}))
+	t.Cleanup(site.Close)
+	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site.URL})
+	if err != nil || res.Content != `{"a":1}` {
+		t.Fatalf("unfiltered: %q %v", res.Content, err)
+	}
+	return f, site.URL
 }
