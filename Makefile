@@ -1,9 +1,14 @@
 # siftbatch: `make demo` shows it working; `make test` is what CI runs.
+# The test tiers: test/short (no race, -short: the long multi-process tests
+# skip; < 90 s), test (lint and every test under -race; CI; < 6 min on 2
+# cores), and tiers of their own for what needs more than Go (test/browser:
+# Chromium), each run once by CI. A test joins a tier with
+# testkit.RequireTier(t, "NAME"), or skips under -short with testkit.Long(t).
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo demo-cluster install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-cluster install readme test test/short test/race test/browser test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -20,26 +25,43 @@ install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH
 readme: ## run the README's session (the test that extracts it): curl and python3 needed
 	$(GO) test -run '^TestREADME_Session$$' -count=1 -v ./cmd/siftbatch
 
-test: lint test/race ## lint, then every test under the race detector
+test: lint test/race ## lint, then every test under the race detector: what CI runs (< 6 min on 2 cores)
 
-test/race: ## go test -race ./...
-	$(GO) test -race -count=1 ./...
+test/race: ## go test -race ./... (-timeout 10m)
+	$(GO) test -race -count=1 -timeout 10m ./...
 
-lint: ## gofmt, go vet, staticcheck
+test/short: ## the quick tier: go test -short ./..., no race; long multi-process tests skip (< 90 s)
+	$(GO) test -short -count=1 -timeout 3m ./...
+
+test/browser: ## the dashboard's browser tests (Chromium), under -race: CI runs them once
+	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/...
+
+# make test/stress: STRESS_RUNS runs of make STRESS_TARGET in a row on a clean
+# clone (of HEAD: commit first) in a temporary directory, while a CPU hog keeps
+# every core busy; it stops at the first failure and prints each run's wall
+# time. Logs stay in $(STRESSDIR)/.
+STRESS_RUNS   ?= 5
+STRESS_TARGET ?= test
+STRESSDIR     ?= stress.out
+
+test/stress: ## make test 5 times in a row on a clean clone under a CPU hog (STRESS_RUNS, STRESS_TARGET)
+	STRESS_RUNS=$(STRESS_RUNS) STRESS_TARGET='$(STRESS_TARGET)' STRESSDIR='$(STRESSDIR)' MAKE='$(MAKE)' .ci/stress
+
+lint: doclinks ## gofmt, go vet, staticcheck, the doc-link check
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags k8s ./...
 	$(STATICCHECK) ./...
 
-build: ## build the command and every example
+doclinks: ## every link, #section, file path and test name in README.md and docs/*.md resolves
+	$(GO) test -count=1 -run '^TestDocLinks_Resolve$$' ./docs
+
+build: ## build the command and every example (go build ./...)
 	$(GO) build ./...
 
 build-k8s: ## build ./siftbatch with the Kubernetes provider (-tags k8s): what docs/k8s/ runs
 	$(GO) build -tags k8s -o siftbatch ./cmd/siftbatch
-
-examples: ## build every example
-	$(GO) build ./examples/...
 
 # make proto: the messages between cluster nodes, regenerated with Debian's
 # protoc (apt-get install protobuf-compiler) and protoc-gen-go at go.mod's
