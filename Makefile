@@ -77,7 +77,7 @@ proto: ## regenerate engine/cluster/clusterpb/cluster.pb.go (protoc: apt-get ins
 	GOBIN=$(PROTOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$$($(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
 	$(PROTOC) --plugin=protoc-gen-go=$(PROTOBIN)/protoc-gen-go --go_out=. --go_opt=paths=source_relative $(PROTOS)
 
-# make bench: the figures of docs/PERFORMANCE.md (issues 4 and 9), each
+# make bench: the figures of docs/PERFORMANCE.md, each
 # benchmark -count=$(BENCHCOUNT) (the polling load $(POLLCOUNT)), medians by
 # benchstat; about 8 minutes on 2 cores.
 # Raw results stay in $(BENCHDIR)/. The heavy ones (a whole store swept, 10,000
@@ -106,12 +106,12 @@ bench: ## run every benchmark (-count=5) and print the medians (benchstat)
 	@$(MAKE) --no-print-directory bench/reads-summary
 	@cat $(BENCHDIR)/machine.txt
 
-# Issue 9's reads. READTIME is the -benchtime of the read benchmarks: their
+# The reads. READTIME is the -benchtime of the read benchmarks: their
 # ops take 1 to 100 µs, so 200ms is tens of thousands of them.
 READTIME  ?= 200ms
 POLLCOUNT ?= 3
 
-bench/reads: ## issue 9's reads: Runner.Job/Targets by result size, the HTTP poll vs /healthz, peak RSS of 16 readers; a poll beside a client that never reads, and 200 of one key (issue 23)
+bench/reads: ## the reads: Runner.Job/Targets by result size, the HTTP poll vs /healthz, peak RSS of 16 readers; a poll beside a client that never reads, and 200 of one key
 	@mkdir -p $(BENCHDIR)
 	$(BENCHTEST) -bench '^BenchmarkRunner_Read$$' -benchmem -benchtime $(READTIME) ./engine | tee $(BENCHDIR)/reads-engine.txt; grep -q '^ok' $(BENCHDIR)/reads-engine.txt
 	$(BENCHTEST) -bench '^BenchmarkServe_Poll$$' -benchmem -benchtime $(READTIME) ./cmd/siftbatch | tee $(BENCHDIR)/reads-http.txt; grep -q '^ok' $(BENCHDIR)/reads-http.txt
@@ -120,7 +120,7 @@ bench/reads: ## issue 9's reads: Runner.Job/Targets by result size, the HTTP pol
 	$(BENCHTEST) -bench '^BenchmarkServe_SlowReadersOfOneKey$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/reads-slow-key.txt; grep -q '^ok' $(BENCHDIR)/reads-slow-key.txt
 	@cat $(BENCHDIR)/reads-engine.txt $(BENCHDIR)/reads-http.txt $(BENCHDIR)/reads-rss.txt $(BENCHDIR)/reads-slow.txt $(BENCHDIR)/reads-slow-key.txt > $(BENCHDIR)/reads.txt
 
-bench/boundaries: ## issue 23's boundaries: a filter in its child process vs in process, the submit check's worst programs, serve's RSS under hostile filters, the cluster's mTLS vs plaintext
+bench/boundaries: ## the boundaries: a filter in its child process vs in process, the submit check's worst programs, serve's RSS under hostile filters, the cluster's mTLS vs plaintext
 	@mkdir -p $(BENCHDIR)
 	$(BENCHTEST) -bench '^(BenchmarkFilter|BenchmarkFilterStart|BenchmarkFetcher_FilterCheckWorst)$$' -benchmem -benchtime 300x ./engine/fetcher | tee $(BENCHDIR)/filters.txt; grep -q '^ok' $(BENCHDIR)/filters.txt
 	$(GO) test -run '^$$' -count 3 -bench '^BenchmarkServe_HostileFilters$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/filters-rss.txt; grep -q '^ok' $(BENCHDIR)/filters-rss.txt
@@ -128,7 +128,7 @@ bench/boundaries: ## issue 23's boundaries: a filter in its child process vs in 
 	$(BENCHTEST) -bench '^BenchmarkCluster_Transport$$/^throughput' -benchtime 20x ./engine/cluster | tee -a $(BENCHDIR)/cluster-tls.txt; grep -q '^ok' $(BENCHDIR)/cluster-tls.txt
 	@cat $(BENCHDIR)/filters.txt $(BENCHDIR)/filters-rss.txt $(BENCHDIR)/cluster-tls.txt > $(BENCHDIR)/boundaries.txt
 
-bench/poll: ## issue 9's polling load: targets/s with 200 clients polling live jobs vs /healthz (load from a process of its own)
+bench/poll: ## the polling load: targets/s with 200 clients polling live jobs vs /healthz (load from a process of its own)
 	@mkdir -p $(BENCHDIR)
 	$(GO) test -run '^$$' -count $(POLLCOUNT) -bench '^BenchmarkServe_PollLoad$$' -benchtime 1x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/poll.txt; grep -q '^ok' $(BENCHDIR)/poll.txt
 
