@@ -20,10 +20,11 @@ import (
 
 // TestDocLinks_Resolve checks README.md, every docs/**/*.md of the
 // repository and the Makefile: relative links and their #sections,
-// file:line references, repository paths, file names in code spans, and the
-// names of tests and benchmarks (a make target that runs a renamed test
-// would run nothing). It fails naming each broken reference with its file
-// and line.
+// file:line references, repository paths, file names in code spans,
+// sections named in words (CLUSTER.md, "Figures"), and the names of tests
+// and benchmarks (a make target that runs a renamed test would run
+// nothing); and in every .go file, the docs/ paths and sections its comments
+// name. It fails naming each broken reference with its file and line.
 func TestDocLinks_Resolve(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -56,16 +57,16 @@ func TestDocLinks_Resolve(t *testing.T) {
 	if len(docs) < 6 {
 		t.Fatalf("found %d markdown files (%v): the walk is wrong", len(docs), docs)
 	}
-	broken, checked := repo.check(docs)
+	broken, checked := repo.check(append(docs, repo.goFiles...))
 	for _, b := range broken {
 		t.Errorf("%s", b)
 	}
 	// A check that finds nothing to check cannot fail: make sure it read the
 	// docs.
 	if checked < 200 {
-		t.Errorf("checked only %d references in %d files", checked, len(docs))
+		t.Errorf("checked only %d references in %d docs", checked, len(docs))
 	}
-	t.Logf("%d references in %d files, %d broken", checked, len(docs), len(broken))
+	t.Logf("%d references in %d docs and %d Go files, %d broken", checked, len(docs), len(repo.goFiles), len(broken))
 }
 
 // TestDocLinks_FindsBroken runs the checker on testdata/repo, a small tree
@@ -76,7 +77,7 @@ func TestDocLinks_FindsBroken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken, checked := repo.check([]string{"README.md", "docs/GUIDE.md"})
+	broken, checked := repo.check(append([]string{"README.md", "docs/GUIDE.md"}, repo.goFiles...))
 	var got []string
 	for _, b := range broken {
 		got = append(got, b.String())
@@ -95,7 +96,10 @@ func TestDocLinks_FindsBroken(t *testing.T) {
 		"README.md:20: test TestGone*: no such func in any _test.go file",
 		"README.md:24: link ../outside.md: outside the repository",
 		"README.md:26: link docs/GUIDE.md#the-guide-1: no heading with that anchor in docs/GUIDE.md",
+		`README.md:31: section docs/GUIDE.md "Nothing here": no heading or bold label so named in docs/GUIDE.md`,
 		"docs/GUIDE.md:5: link ../engine/none.go: no such file",
+		"engine/b.go:3: path docs/GONE.md: no such file or directory",
+		`engine/b.go:4: section docs/GUIDE.md "No such part": no heading or bold label so named in docs/GUIDE.md`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("broken references:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -126,10 +130,11 @@ var synthetic = map[string]bool{"BenchmarkProcess_PeakRSS": true}
 
 // repoIndex is what the references resolve against.
 type repoIndex struct {
-	root  string
-	files map[string]bool // every file and directory, slash-separated, relative to root
-	bases map[string]bool // every file's base name
-	tests []string        // every Test, Benchmark and Fuzz func of a _test.go file, sorted
+	root    string
+	files   map[string]bool // every file and directory, slash-separated, relative to root
+	bases   map[string]bool // every file's base name
+	tests   []string        // every Test, Benchmark and Fuzz func of a _test.go file, sorted
+	goFiles []string        // every .go file, in walk order
 }
 
 var testFunc = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)\w*)\(`)
@@ -157,6 +162,10 @@ func scanRepo(root string) (*repoIndex, error) {
 			return nil
 		}
 		r.bases[d.Name()] = true
+		// The checker's own file quotes broken references on purpose.
+		if strings.HasSuffix(rel, ".go") && rel != "docs/doclinks_test.go" {
+			r.goFiles = append(r.goFiles, rel)
+		}
 		if strings.HasSuffix(rel, "_test.go") {
 			b, err := os.ReadFile(p)
 			if err != nil {
@@ -206,11 +215,23 @@ var (
 	heading     = regexp.MustCompile(`^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$`)
 	htmlAnchor  = regexp.MustCompile(`<a\s+(?:name|id)="([^"]+)"`)
 	placeholder = regexp.MustCompile(`^[A-Z][A-Z_]+$`)
+	sectionRef  = regexp.MustCompile(`((?:[\w.-]+/)*[A-Z][\w-]*\.md),? \(?"([^"]+)"`)
+	boldLabel   = regexp.MustCompile(`^\s*(?:[-*]\s+|\d+\.\s+)?\*\*([^*]+)\*\*`)
 )
 
 // check reads each doc (a path relative to the root) and returns its broken
-// references, in order, and how many references it checked.
+// references, in order, and how many references it checked. Of a .go file
+// it checks only the docs/ paths and the sections named in words.
 func (r *repoIndex) check(docs []string) (broken []brokenRef, checked int) {
+	labels := map[string][]string{}
+	labelsOf := func(doc string) []string {
+		if l, ok := labels[doc]; ok {
+			return l
+		}
+		l, _ := readLabels(filepath.Join(r.root, filepath.FromSlash(doc)))
+		labels[doc] = l
+		return l
+	}
 	anchors := map[string]map[string]bool{}
 	lineCounts := map[string]int{}
 	anchorsOf := func(doc string) map[string]bool {
@@ -248,9 +269,29 @@ func (r *repoIndex) check(docs []string) (broken []brokenRef, checked int) {
 				broken = append(broken, brokenRef{doc, line, kind, ref, why})
 			}
 		}
+		isGo := strings.HasSuffix(doc, ".go")
 		inFence := false
 		for i, text := range strings.Split(string(b), "\n") {
 			line := i + 1
+			if isGo {
+				if !strings.Contains(text, ".md") && !strings.Contains(text, "docs/") {
+					continue
+				}
+				for _, m := range repoPath.FindAllStringSubmatch(text, -1) {
+					if p := m[1]; strings.HasPrefix(p, "docs/") && !isPlaceholder(p) {
+						why := ""
+						if !r.files[strings.TrimSuffix(p, "/")] {
+							why = "no such file or directory"
+						}
+						add(line, "path", p, why)
+					}
+				}
+				for _, m := range sectionRef.FindAllStringSubmatch(text, -1) {
+					ref, why := r.checkSection(dir, m[1], m[2], labelsOf)
+					add(line, "section", ref, why)
+				}
+				continue
+			}
 			if fence.MatchString(text) {
 				inFence = !inFence
 				continue
@@ -299,6 +340,12 @@ func (r *repoIndex) check(docs []string) (broken []brokenRef, checked int) {
 					why = "no such file or directory"
 				}
 				add(line, "path", p, why)
+			}
+			if !inFence {
+				for _, m := range sectionRef.FindAllStringSubmatch(scan, -1) {
+					ref, why := r.checkSection(dir, m[1], m[2], labelsOf)
+					add(line, "section", ref, why)
+				}
 			}
 			for _, m := range testName.FindAllStringSubmatch(text, -1) {
 				// TestX_* and a pattern's TestX_(A|B) name every test
@@ -374,6 +421,76 @@ func (r *repoIndex) checkLink(doc, dir, target string, anchorsOf func(string) ma
 		}
 	}
 	return ""
+}
+
+// checkSection resolves a section named in words (file, "Name"): the file
+// relative to the doc's dir or the root, or a doc of that base name; one of
+// its headings or bold labels (**Name.** text) must begin with the name. It
+// returns the reference as resolved and why it is broken, or "".
+func (r *repoIndex) checkSection(dir, file, name string, labelsOf func(string) []string) (ref, why string) {
+	var found string
+	for _, p := range []string{path.Clean(path.Join(dir, file)), path.Clean(file)} {
+		if r.files[p] {
+			found = p
+			break
+		}
+	}
+	if found == "" && !strings.Contains(file, "/") {
+		var docs []string
+		for p := range r.files {
+			if path.Base(p) == file {
+				docs = append(docs, p)
+			}
+		}
+		sort.Strings(docs)
+		if len(docs) > 0 {
+			found = docs[0]
+		}
+	}
+	if found == "" {
+		return fmt.Sprintf("%s %q", file, name), "no such file"
+	}
+	ref = fmt.Sprintf("%s %q", found, name)
+	want := label(name)
+	for _, l := range labelsOf(found) {
+		if strings.HasPrefix(l, want) {
+			return ref, ""
+		}
+	}
+	return ref, "no heading or bold label so named in " + found
+}
+
+// readLabels returns the headings and the bold labels of a markdown file,
+// outside code, each as label gives it.
+func readLabels(file string) ([]string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var labels []string
+	inFence := false
+	for _, text := range strings.Split(string(b), "\n") {
+		if fence.MatchString(text) {
+			inFence = !inFence
+			continue
+		}
+		if inFence {
+			continue
+		}
+		if m := heading.FindStringSubmatch(text); m != nil {
+			labels = append(labels, label(m[2]))
+		} else if m := boldLabel.FindStringSubmatch(text); m != nil {
+			labels = append(labels, label(m[1]))
+		}
+	}
+	return labels, nil
+}
+
+// label is a heading or a name compared loosely: lower case, without
+// backticks, stars or the punctuation that ends a label.
+func label(s string) string {
+	s = strings.NewReplacer("`", "", "*", "").Replace(strings.ToLower(s))
+	return strings.TrimRight(strings.TrimSpace(s), ".:,;")
 }
 
 // checkFileLine resolves a file:line reference: the file relative to the
