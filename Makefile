@@ -54,7 +54,7 @@ lint: doclinks ## gofmt, go vet, staticcheck, the doc-link check
 	$(GO) vet -tags k8s ./...
 	$(STATICCHECK) ./...
 
-doclinks: ## every link, #section, file path and test name in README.md, docs/*.md and this Makefile resolves
+doclinks: ## every link, #section, path and test name in README.md, docs/*.md and this Makefile resolves, and every docs/ reference in Go comments
 	$(GO) test -count=1 -run '^TestDocLinks_Resolve$$' ./docs
 
 build: ## build the command and every example (go build ./...)
