@@ -227,7 +227,15 @@ func TestAPI_AuthRefusesAKeyPresentedOtherwise(t *testing.T) {
 	}
 }
 
-func TestAdversary_TwoAuthorizationHeaders(t *testing.T) {
+// TestAPI_AuthRefusesTwoAuthorizationHeaders: the API takes a key from
+// "Authorization: Bearer KEY" only, and a key otherwise presented is 401.
+// Authorization is a singleton field (RFC 9110 §11.6.2): a request with
+// two is ambiguous, and a proxy in front of the API that checks or logs
+// the last one while the handler used the first would act for another
+// caller than the one the handler serves. Such a request is refused, on a
+// read and on a submit.
+func TestAPI_AuthRefusesTwoAuthorizationHeaders(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/two-headers")
 	b.waitTerminal(t, id)
@@ -246,7 +254,7 @@ func TestAdversary_TwoAuthorizationHeaders(t *testing.T) {
 			t.Errorf("Authorization %q and %q: got %d, want 401 (or 400): %.80s", pair[0], pair[1], r.code, r.body)
 		}
 	}
-	// The same through a POST: a job is stored for the first key's owner.
+	// The same through a POST: no job is stored for either key's owner.
 	req, _ := http.NewRequest(http.MethodPost, b.url+"/v1/batch", strings.NewReader(targetsBody("https://example.com/second")))
 	req.Header["Authorization"] = []string{"Bearer bob-key", "Bearer alice-key"}
 	if r := send(t, b.client, req); r.code == http.StatusAccepted {
