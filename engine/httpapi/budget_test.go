@@ -19,9 +19,11 @@ import (
 )
 
 // keptConns is a listener whose connections have a small kernel send
-// buffer (as smallSendBuffers), and which hands each accepted connection,
-// the server's side, to accepted: a test can time one out as the server's
-// WriteTimeout would, by setting its write deadline.
+// buffer, and which hands each accepted connection, the server's side, to
+// accepted (if it has room): a test can time one out as the server's
+// WriteTimeout would, by setting its write deadline. With the default
+// buffers (up to 4 MiB here, tcp_wmem) a whole answer could sit in the
+// kernel and no Write would ever block on a client that does not read.
 type keptConns struct {
 	net.Listener
 	accepted chan net.Conn
@@ -39,11 +41,11 @@ func (l keptConns) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// budgetServer serves b's API on keptConns.
-func budgetServer(t *testing.T, b *bundle) (*httptest.Server, keptConns) {
+// keptServer serves h on keptConns.
+func keptServer(t *testing.T, h http.Handler) (*httptest.Server, keptConns) {
 	t.Helper()
 	var l keptConns
-	srv := newServer(t, b.handler, func(s *httptest.Server) {
+	srv := newServer(t, h, func(s *httptest.Server) {
 		l = keptConns{Listener: s.Listener, accepted: make(chan net.Conn, 64)}
 		s.Listener = l
 	})
@@ -110,7 +112,7 @@ func TestAPI_AnswerBudgetRefusesStuckReaders(t *testing.T) {
 	t.Parallel()
 	const budget = 1 << 20
 	b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: budget})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
 	b.waitTerminal(t, mine)
 	theirs := b.submit(t, "bob-key", "https://example.com/3")
@@ -183,7 +185,7 @@ func TestAPI_AnswerBudgetGivenBackOnTimeout(t *testing.T) {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
 			b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: 64 << 10})
-			srv, l := budgetServer(t, b)
+			srv, l := keptServer(t, b.handler)
 			mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
 			b.waitTerminal(t, mine)
 
@@ -265,7 +267,7 @@ func TestAPI_AnswerBudgetResultsWaitOnceBegun(t *testing.T) {
 		return bigFetch(ctx, c, tg)
 	}
 	b := setupWith(t, fetch, httpapi.Options{MaxAnswerBytes: 300 << 10})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	mine := b.submit(t, "alice-key", "https://example.com/big", "https://example.com/small", "https://example.com/big2")
 	b.waitTerminal(t, mine)
 	conn, code := stuckReader(t, srv, "alice-key", "/v1/batch/"+mine+"/0")
@@ -348,7 +350,7 @@ func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
 	t.Parallel()
 	cl := forwardingCluster{parts: make(chan int, 8)}
 	b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: 300 << 10, Cluster: cl})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	mine := b.submit(t, "alice-key", "https://example.com/1")
 	b.waitTerminal(t, mine)
 	conn, code := stuckReader(t, srv, "alice-key", "/v1/batch/"+mine+"/0")
@@ -390,7 +392,7 @@ func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
 func TestAPI_AnswerBudgetServesParallelReadsThatFit(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, bigFetch, httpapi.Options{})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	id := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
 	b.waitTerminal(t, id)
 	var paths []string

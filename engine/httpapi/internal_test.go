@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sift/batch/engine"
@@ -405,22 +404,6 @@ func TestAPI_LongPoll(t *testing.T) {
 	})
 }
 
-// stuckWriter is a ResponseWriter whose Writes block until release is
-// closed: a client that does not read. entered is closed at the first.
-type stuckWriter struct {
-	header           http.Header
-	entered, release chan struct{}
-	once             sync.Once
-}
-
-func (w *stuckWriter) Header() http.Header { return w.header }
-func (w *stuckWriter) WriteHeader(int)     {}
-func (w *stuckWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.entered) })
-	<-w.release
-	return len(p), nil
-}
-
 // TestAPI_RefusedAnswerReadsNoResult: once a result's size is known (it
 // was read for an answer), a read of it that does not fit in its caller's
 // budget (MaxAnswerBytes 12 KiB; an 8 KiB result stuck on a client) is
@@ -447,14 +430,14 @@ func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer alice-key")
 		return req
 	}
-	stuck := &stuckWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+	stuck := NewBlockingWriter()
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		h.ServeHTTP(stuck, request("/v1/batch/"+id+"/0"))
 	}()
-	defer func() { close(stuck.release); <-served }()
-	testkit.RequireClosed(t, stuck.entered)
+	defer func() { stuck.Release(); <-served }()
+	testkit.RequireClosed(t, stuck.Entered())
 	for _, path := range []string{"/v1/batch/" + id + "/0", "/v1/batch/" + id + "?results=1"} {
 		calls = nil
 		rec := httptest.NewRecorder()

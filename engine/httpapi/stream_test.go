@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,42 +126,6 @@ func (e *expiringWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// blockingFirstWriter is a ResponseWriter whose first Write blocks until
-// released, so that a test can act in the middle of a streamed answer.
-type blockingFirstWriter struct {
-	mu      sync.Mutex
-	header  http.Header
-	code    int
-	body    bytes.Buffer
-	writes  int
-	first   chan struct{} // closed at the first Write
-	proceed chan struct{} // the first Write returns once closed
-}
-
-func (w *blockingFirstWriter) Header() http.Header { return w.header }
-func (w *blockingFirstWriter) WriteHeader(code int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.code == 0 {
-		w.code = code
-	}
-}
-func (w *blockingFirstWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	if w.code == 0 {
-		w.code = 200
-	}
-	w.writes++
-	n := w.writes
-	w.body.Write(p)
-	w.mu.Unlock()
-	if n == 1 {
-		close(w.first)
-		<-w.proceed
-	}
-	return len(p), nil
-}
-
 // TestAPI_ResultsJobExpiredMidStream: a job that expires while its
 // ?results=1 answer is being written ends the answer with
 // http.ErrAbortHandler after what was written (a 200 that does not pass
@@ -173,7 +136,8 @@ func TestAPI_ResultsJobExpiredMidStream(t *testing.T) {
 	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/r0", "https://example.com/r1", "https://example.com/r2")
 	b.waitTerminal(t, id)
-	w := &blockingFirstWriter{header: http.Header{}, first: make(chan struct{}), proceed: make(chan struct{})}
+	w := httpapi.NewBlockingWriter()
+	defer w.Release()
 	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?results=1", nil)
 	req.Header.Set("Authorization", "Bearer alice-key")
 	panicked := make(chan any, 1)
@@ -181,20 +145,17 @@ func TestAPI_ResultsJobExpiredMidStream(t *testing.T) {
 		defer func() { panicked <- recover() }()
 		b.handler.ServeHTTP(w, req)
 	}()
-	testkit.RequireClosed(t, w.first)
+	testkit.RequireClosed(t, w.Entered())
 	// The job expires while its answer is being written.
 	b.Clock.Advance(engine.DefaultTTL + time.Hour)
 	if _, ok := b.Runner.Job(id); ok {
 		t.Fatal("job still readable past its TTL")
 	}
-	close(w.proceed)
+	w.Release()
 	if v := testkit.Recv(t, panicked); v != http.ErrAbortHandler {
 		t.Fatalf("answer cut short ended with %v, want http.ErrAbortHandler", v)
 	}
-	w.mu.Lock()
-	body := w.body.String()
-	code := w.code
-	w.mu.Unlock()
+	code, body := w.Written()
 	if code != http.StatusOK || !strings.HasPrefix(body, `{"id":"`+id) {
 		t.Fatalf("cut answer: %d %q", code, body)
 	}

@@ -98,20 +98,6 @@ func (w *watchedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// smallSendBuffers is a listener whose connections have a small kernel
-// send buffer: with the defaults (up to 4 MiB here, tcp_wmem) a whole
-// answer could sit in the kernel and no Write would ever block on a
-// client that does not read.
-type smallSendBuffers struct{ net.Listener }
-
-func (l smallSendBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(4 << 10)
-	}
-	return c, err
-}
-
 // TestAPI_SlowReaderHoldsNoTurn: with one request worked on at a time
 // (MaxInFlight 1), a client that never reads its socket, asking for a
 // large answer (one 256 KiB result; a job's results), holds no turn while
@@ -140,7 +126,7 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 			}
 			s := &slowSignals{started: make(chan struct{}), returned: make(chan struct{})}
 			b := setupWith(t, fetch, httpapi.Options{MaxInFlight: 1, Wrap: s.wrap})
-			srv := newServer(t, b.handler, func(s *httptest.Server) { s.Listener = smallSendBuffers{s.Listener} })
+			srv, _ := keptServer(t, b.handler)
 			mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
 			b.waitTerminal(t, mine)
 			theirs := b.submit(t, "bob-key", "https://example.com/1", "https://example.com/2")
@@ -200,23 +186,6 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 	}
 }
 
-// blockingWriter is a ResponseWriter whose Writes block until release is
-// closed: a client's socket that takes nothing in. entered is closed at
-// the first Write.
-type blockingWriter struct {
-	header           http.Header
-	entered, release chan struct{}
-	once             sync.Once
-}
-
-func (w *blockingWriter) Header() http.Header { return w.header }
-func (w *blockingWriter) WriteHeader(int)     {}
-func (w *blockingWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.entered) })
-	<-w.release
-	return len(p), nil
-}
-
 // TestAPI_BlockedWriteHoldsNoTurn: whatever a request answers (a job, its
 // results, a target, a list, a cancel, a long-poll, an error), it gives
 // its turn up before its answer reaches the client: with MaxInFlight 1, a
@@ -242,7 +211,7 @@ func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
 		{"cancel", http.MethodDelete, "/v1/batch/" + live}, // last: it ends the live job
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &blockingWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+			w := httpapi.NewBlockingWriter()
 			req := httptest.NewRequest(tc.method, tc.path, nil)
 			req.Header.Set("Authorization", "Bearer alice-key")
 			served := make(chan struct{})
@@ -250,9 +219,8 @@ func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
 				defer close(served)
 				b.handler.ServeHTTP(w, req)
 			}()
-			unblock := sync.OnceFunc(func() { close(w.release) })
-			defer func() { unblock(); <-served }()
-			testkit.RequireClosed(t, w.entered)
+			defer func() { w.Release(); <-served }()
+			testkit.RequireClosed(t, w.Entered())
 			// Its write blocks: another caller's read still answers.
 			answered := make(chan int, 1)
 			go func() {
