@@ -265,7 +265,8 @@ func (b *bundle) streamCode(t testing.TB, br *browser, path string) int {
 // closed frees its place.
 func TestDashboard_StreamsPerKeyBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// Only first updates are read: no refresh renders 34 pages a tick.
+	b := setupWith(t, dashboard.Options{Refresh: time.Hour})
 	sessions := []*browser{b.signIn(t, "alice-key"), b.signIn(t, "alice-key"), b.signIn(t, "alice-key")}
 	bob := b.signIn(t, "bob-key")
 	var open []*stream
@@ -302,7 +303,8 @@ func TestDashboard_StreamsPerKeyBounded(t *testing.T) {
 // after Close a new stream ends at once, and Close again is harmless.
 func TestDashboard_StreamCrowdEndsOnClose(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// Only the first update is read: no refresh renders 48 pages a tick.
+	b := setupWith(t, dashboard.Options{Refresh: time.Hour})
 	sessions := []*browser{b.signIn(t, "alice-key"), b.signIn(t, "bob-key"), b.signIn(t, "root-key")}
 	id := b.submit(t, "alice", "https://example.com/hold")
 	const n = 48
