@@ -19,8 +19,8 @@ import (
 // TestAPI_WaitValues: a ?wait= that is not a duration (or whole seconds)
 // from 0 to MaxWait is 400 with a hint and leaks nothing; the values that
 // are, with the job live, answer with the job as it stands once their
-// wait is over (TestAPI_LongPoll checks that a bad wait waits for
-// nothing).
+// wait is over (TestAPI_NotYoursSameWork checks, counting the runner's
+// calls, that a bad wait waits for nothing).
 func TestAPI_WaitValues(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
