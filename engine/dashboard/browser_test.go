@@ -114,14 +114,27 @@ func eval[T any](t *testing.T, s *browserSession, expr string) T {
 }
 
 // screenshot saves the whole page as name.png under the test's temp dir
-// (and under $SIFTBATCH_SCREENSHOTS, if set).
+// (and under $SIFTBATCH_SCREENSHOTS, if set). A page caught between two
+// layouts (a navigation, or an update over the event stream) has no size
+// for a moment ("Cannot take screenshot with 0 width"): the screenshot is
+// then taken again once the page is loaded and laid out, until the kit's
+// deadline.
 func (s *browserSession) screenshot(t *testing.T, name string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, testkit.Deadline)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
+	deadline := time.Now().Add(testkit.Deadline)
+	var png []byte
+	for {
+		s.wait(t, "the page to be laid out for "+name, `document.readyState === 'complete' && document.documentElement.clientWidth > 0`)
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		var err error
+		png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "0 width") {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
 	}
 	for _, dir := range []string{s.shot, os.Getenv("SIFTBATCH_SCREENSHOTS")} {
 		if dir == "" {
