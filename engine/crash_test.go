@@ -22,6 +22,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -107,9 +108,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		crashChild(dir)
 		return
 	}
-	if testing.Short() {
-		t.Skip("-short: no crash rounds")
-	}
+	testkit.Long(t)
 	t.Parallel()
 	seed := uint64(crashDefaultSeed)
 	if s := os.Getenv("CRASH_SEED"); s != "" {

@@ -151,10 +151,7 @@ func TestRunner_LogsCarryNoURL(t *testing.T) {
 	// Its rows are past MaxBytes: it may be evicted as soon as it ends (the
 	// eviction's lines are logged too), so wait for the hook.
 	testkit.WaitFor(t, "the mixed job to end partial", func() bool { return b.Hooks.Job("partial") == 1 })
-	testkit.WaitFor(t, "slow in flight", func() bool {
-		_, ts, _ := b.Runner.Status(slow)
-		return ts[0].Status == "running"
-	})
+	waitRunning(t, b.Runner, slow, 0)
 	require.True(t, b.Runner.Cancel(slow))
 	close(release)
 	_, _, _ = b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{url("ok", 0), url("panic", 1), url("fail", 2), url("notfound", 3), url("busy", 4)})

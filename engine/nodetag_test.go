@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -105,10 +104,8 @@ func TestRunner_NodeTag(t *testing.T) {
 // TestRunner_NodeTags: the node tags remembered are those of the runner's
 // store, past MaxNodeTags refused.
 func TestRunner_NodeTags(t *testing.T) {
-	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
-		return engine.Result{}, nil
-	}
-	b := enginetest.Setup(t, fetch, engine.Config{})
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
 	tags, err := b.Runner.NodeTags()
 	require.NoError(t, err)
 	require.Empty(t, tags)
