@@ -285,8 +285,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 		}
 		return engine.Result{Content: "<p>" + tg.URL + "</p>"}, nil
 	}
-	store, err := persistence.Open("")
-	require.NoError(t, err)
+	store := enginetest.OpenStore(t, "")
 	store.SetWriteFault(f.fault)
 	rig := enginetest.SetupOn(t, store, fetch, engine.Config{Workers: 1, JobsPerCaller: 2, RetryWait: time.Millisecond, TTL: 10 * time.Second})
 	r := rig.Runner
@@ -320,9 +319,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 	}
 	if b, ok := submit("bob", tgt("block", 0), tgt("ok", 1)); ok {
 		waitRunning(t, r, b, 0)
-		var c bool
-		c = r.Cancel(b)
-		require.True(t, c)
+		require.True(t, r.Cancel(b))
 		close(release)
 		require.Equal(t, engine.StatusCancelled, wait(b).Status)
 		requireReadsAgree(t, r, b)
@@ -383,7 +380,7 @@ func TestRunner_DiskFull(t *testing.T) {
 	lines, ended := runFillChild(t, dir, mnt, logFile)
 	logs, err := os.ReadFile(logFile)
 	require.NoError(t, err)
-	scanLogText(t, "child log", string(logs))
+	scanLogText(t, string(logs))
 	warns := 0 // Warn lines about store writes (the others are the fetches' panics)
 	for _, l := range strings.Split(string(logs), "\n") {
 		if strings.Contains(l, "level=WARN") && strings.Contains(l, `msg="store`) {

@@ -239,8 +239,7 @@ func TestRunner_LargeResultStored(t *testing.T) {
 			if mode == "dir" {
 				dir = t.TempDir()
 			}
-			store, err := persistence.Open(dir)
-			require.NoError(t, err)
+			store := enginetest.OpenStore(t, dir)
 			sizes := []int{2 << 20, 15 << 20}
 			fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 				_, idx := jobOf(tg.URL)

@@ -217,9 +217,7 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 
 	d := submit("dave", tgt("block", 0), tgt("ok", 1))
 	waitRunning(t, r, d, 0)
-	var cancelled bool
-	cancelled = r.Cancel(d)
-	require.True(t, cancelled)
+	require.True(t, r.Cancel(d))
 	require.False(t, r.Cancel(d), "a second Cancel")
 	jd, ok := r.Job(d)
 	require.True(t, ok)

@@ -79,14 +79,12 @@ func TestRunner_NodeTag(t *testing.T) {
 
 	t.Run("BadLength", func(t *testing.T) {
 		t.Parallel()
+		store := enginetest.OpenStore(t, "")
 		for _, size := range []int{1, 3, 5, 16} {
-			store, err := persistence.Open("")
-			require.NoError(t, err)
 			r, err := engine.New(store, enginetest.OKFetch, cfg(make([]byte, size)), nil)
 			require.Error(t, err, "a %d-byte tag", size)
 			require.Nil(t, r)
 			require.Contains(t, err.Error(), "NodeTag")
-			require.NoError(t, store.Close())
 		}
 	})
 

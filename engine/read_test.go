@@ -163,8 +163,7 @@ func TestRunner_ReadsAgreeWhileWriteHeldOrFailing(t *testing.T) {
 		}
 		return engine.Result{Content: "<" + tg.URL + ">"}, nil
 	}
-	store, err := persistence.Open("")
-	require.NoError(t, err)
+	store := enginetest.OpenStore(t, "")
 	var hold atomic.Bool
 	held := make(chan struct{}, 1)
 	unhold := make(chan struct{})
