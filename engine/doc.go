@@ -39,3 +39,6 @@
 // stored for all jobs (every row: specs, errors, results) pass
 // [Config.MaxBytes].
 package engine
+
+// reexport.go re-exports package batchtype's names with their docs.
+//go:generate env SIFTBATCH_UPDATE_REEXPORTS=1 go test -count=1 -run TestReexport_MatchesBatchtype ./internal/reexport
