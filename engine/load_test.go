@@ -16,18 +16,17 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
 // loadDuration is how long TestRunner_Load runs: LOAD_SECONDS, or 2.5s (it
-// runs under -race in make test; make load runs it for 20s).
+// runs under -race in make test, not under -short; make load runs it for
+// 20s).
 func loadDuration(t *testing.T) time.Duration {
 	s := os.Getenv("LOAD_SECONDS")
 	if s == "" {
-		if testing.Short() {
-			return time.Second
-		}
 		return 2500 * time.Millisecond
 	}
 	v, err := strconv.ParseFloat(s, 64)
@@ -109,6 +108,7 @@ func loadFetch(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.
 //
 // Not parallel: the goroutine count is measured around it.
 func TestRunner_Load(t *testing.T) {
+	testkit.Long(t)
 	dur := loadDuration(t)
 	clients := 200
 	if s := os.Getenv("LOAD_CLIENTS"); s != "" {
@@ -271,7 +271,7 @@ func TestRunner_Load(t *testing.T) {
 	// Every job ends by itself (busy targets fail after RetryFor).
 	terminal := map[string]int{}
 	targetsDone := 0
-	waitFor(t, "every job terminal", func() bool {
+	testkit.WaitFor(t, "every job terminal", func() bool {
 		clear(terminal)
 		targetsDone = 0
 		for _, id := range ids {
@@ -313,7 +313,7 @@ func TestRunner_Load(t *testing.T) {
 	require.LessOrEqual(t, counts.maxDepth.Load(), int64(jobsTotal))
 	require.LessOrEqual(t, counts.maxInflight.Load(), int64(workers))
 	require.NoError(t, store.Close())
-	waitFor(t, "goroutines back to the start", func() bool { return runtime.NumGoroutine() <= goroutines0 })
+	testkit.WaitFor(t, "goroutines back to the start", func() bool { return runtime.NumGoroutine() <= goroutines0 })
 	heapClosed := heapInUse()
 	lines := log.check(t)
 

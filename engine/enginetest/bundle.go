@@ -40,10 +40,10 @@ func Setup(t testing.TB, fetch engine.FetchFunc, cfg engine.Config) *Bundle {
 	return SetupOn(t, OpenStore(t, ""), fetch, cfg)
 }
 
-// SetupOn is [Setup] on a store the test opened (for a store on disk, or
-// one that outlives the runner). The runner is closed when the test ends,
-// before the store if the store was opened by [OpenStore] earlier in the
-// test; a store the test opened otherwise is the test's to close.
+// SetupOn is [Setup] on a store the test opened (on disk, with a write
+// fault, or reopened after a first runner). When the test ends the runner
+// is closed, then the store (a store already closed, or closed again by
+// [OpenStore]'s cleanup, is fine: Close is idempotent).
 func SetupOn(t testing.TB, store *persistence.Store, fetch engine.FetchFunc, cfg engine.Config) *Bundle {
 	t.Helper()
 	b := &Bundle{Store: store, Clock: testkit.NewClock(), Logs: &testkit.SyncBuffer{}, Hooks: NewHookRecorder()}
@@ -57,7 +57,12 @@ func SetupOn(t testing.TB, store *persistence.Store, fetch engine.FetchFunc, cfg
 		t.Fatalf("engine.New: %v", err)
 	}
 	b.Runner = r
-	t.Cleanup(r.Close)
+	t.Cleanup(func() {
+		r.Close()
+		if err := store.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
 	return b
 }
 

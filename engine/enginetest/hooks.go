@@ -1,6 +1,7 @@
 package enginetest
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -101,6 +102,14 @@ func (h *HookRecorder) Job(outcome string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.jobs[outcome]
+}
+
+// Jobs returns a copy of the Job hook's counts, by outcome; outcomes never
+// reported are absent.
+func (h *HookRecorder) Jobs() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.jobs)
 }
 
 // Targets returns how many times the Target hook was called.
