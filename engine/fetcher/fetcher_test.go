@@ -24,39 +24,6 @@ import (
 	"github.com/sift/batch/engine/fetcher"
 )
 
-// fakeResolver answers host lookups from a table, never from DNS. A host
-// with several answers gets the next one on each lookup; a host in all
-// gets all its addresses at once.
-type fakeResolver struct {
-	mu      sync.Mutex
-	answers map[string][]string
-	all     map[string][]string
-	lookups map[string]int
-}
-
-func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lookups == nil {
-		r.lookups = map[string]int{}
-	}
-	if as, ok := r.all[host]; ok {
-		r.lookups[host]++
-		var out []netip.Addr
-		for _, a := range as {
-			out = append(out, netip.MustParseAddr(a))
-		}
-		return out, nil
-	}
-	as, ok := r.answers[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	a := as[min(r.lookups[host], len(as)-1)]
-	r.lookups[host]++
-	return []netip.Addr{netip.MustParseAddr(a)}, nil
-}
-
 // site is a loopback test server that counts its requests.
 type site struct {
 	*httptest.Server
@@ -149,8 +116,9 @@ func wantTargetError(t *testing.T, err error, status int, msg, host string) *eng
 	return te
 }
 
-// funcResolver answers from a function of the host and the lookup's
-// number (0 for a host's first lookup).
+// funcResolver answers host lookups from a function of the host and the
+// lookup's number (0 for the host's first), never from DNS, and counts
+// each host's lookups.
 type funcResolver struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -166,6 +134,30 @@ func (r *funcResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.A
 	r.n[host]++
 	r.mu.Unlock()
 	return r.fn(host, n)
+}
+
+// lookups returns how many times host was looked up.
+func (r *funcResolver) lookups(host string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[host]
+}
+
+// tableResolver answers from tables: a host in answers gets its next
+// address on each lookup (the last one again once they run out), a host
+// in all gets all its addresses at once, and any other host does not
+// exist.
+func tableResolver(answers, all map[string][]string) *funcResolver {
+	return &funcResolver{fn: func(host string, n int) ([]netip.Addr, error) {
+		if as, ok := all[host]; ok {
+			return addrs(as...), nil
+		}
+		as, ok := answers[host]
+		if !ok {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		return addrs(as[min(n, len(as)-1)]), nil
+	}}
 }
 
 // addrs parses addresses.
@@ -316,7 +308,7 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inside")) })
 
 	t.Run("a name that resolves to loopback", func(t *testing.T) {
-		res := &fakeResolver{answers: map[string][]string{"intranet.example": {"127.0.0.1"}}}
+		res := tableResolver(map[string][]string{"intranet.example": {"127.0.0.1"}}, nil)
 		f, _ := setup(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://intranet.example:"+s.port+"/")
@@ -336,7 +328,7 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 	t.Run("refused at dial time", func(t *testing.T) {
 		// The name looks public when the URL is checked, then resolves to
 		// loopback when dialled (DNS rebinding): Control refuses the dial.
-		res := &fakeResolver{answers: map[string][]string{"rebind.example": {"93.184.216.34", "127.0.0.1"}}}
+		res := tableResolver(map[string][]string{"rebind.example": {"93.184.216.34", "127.0.0.1"}}, nil)
 		f, _ := setup(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://rebind.example:"+s.port+"/")
@@ -344,13 +336,13 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		if s.hits.Load() != before {
 			t.Fatal("the request reached the loopback server")
 		}
-		if res.lookups["rebind.example"] != 2 {
-			t.Fatalf("%d lookups, want 2 (check, then dial)", res.lookups["rebind.example"])
+		if res.lookups("rebind.example") != 2 {
+			t.Fatalf("%d lookups, want 2 (check, then dial)", res.lookups("rebind.example"))
 		}
 	})
 
 	t.Run("addresses in the URL", func(t *testing.T) {
-		f, _ := setup(t, fetcher.Options{Resolver: &fakeResolver{}})
+		f, _ := setup(t, fetcher.Options{Resolver: tableResolver(nil, nil)})
 		for _, host := range []string{
 			"127.0.0.1", "127.1.2.3", "[::1]", "0.0.0.0", "[::]", "10.1.2.3", "172.16.0.1", "192.168.1.1",
 			"169.254.169.254", "[fe80::1]", "[fc00::1]", "[::ffff:127.0.0.1]", "[::ffff:10.0.0.1]",
@@ -466,15 +458,15 @@ func TestFetcher_Redirects(t *testing.T) {
 		}
 	})
 	entryAddr := netip.MustParseAddrPort(strings.TrimPrefix(entry.URL, "http://"))
-	res := &fakeResolver{
-		answers: map[string][]string{
+	res := tableResolver(
+		map[string][]string{
 			"internal.example": {"10.1.2.3"},
 			"loop.example":     {"127.0.0.1"},
 			"mapped.example":   {"::ffff:127.0.0.1"},
 			"rebind.example":   {"93.184.216.34", "127.0.0.1"}, // public when checked, loopback when dialled
 		},
-		all: map[string][]string{"mixed.example": {"93.184.216.34", "192.168.1.1"}},
-	}
+		map[string][]string{"mixed.example": {"93.184.216.34", "192.168.1.1"}},
+	)
 	f, _ := setup(t, fetcher.Options{Resolver: res, Exempt: func(ap netip.AddrPort) bool { return ap == entryAddr }})
 
 	// The exemption lets the first hop through, and only it.
@@ -506,7 +498,7 @@ func TestFetcher_Redirects(t *testing.T) {
 			t.Fatalf("redirect to %s reached the loopback server", to)
 		}
 	}
-	if n := res.lookups["rebind.example"]; n != 2 {
+	if n := res.lookups("rebind.example"); n != 2 {
 		t.Fatalf("rebind.example looked up %d times, want 2 (the redirect's check, then the dial)", n)
 	}
 	_, err = fetch(t, f, entry.URL+"/to?u="+url.QueryEscape("file:///etc/passwd"))
@@ -540,7 +532,7 @@ func TestFetcher_NamesThatResolvePrivate(t *testing.T) {
 		"fc00::1", "fd00::1", "169.254.169.254", "fe80::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
 		"::ffff:169.254.169.254", "0.0.0.0", "::", "100.64.0.1", "::7f00:1", "64:ff9b::a00:1",
 	} {
-		res := &fakeResolver{all: map[string][]string{"name.example": {"93.184.216.34", a}}}
+		res := tableResolver(nil, map[string][]string{"name.example": {"93.184.216.34", a}})
 		f, _ := setup(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://name.example:"+s.port+"/")
