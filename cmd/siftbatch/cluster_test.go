@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clustertls"
 )
@@ -107,7 +108,7 @@ func TestServe_ClusterFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:18080"}, tc.args...)
 			_, _, err := run(t, args...)
-			var ue *usageError
+			var ue *cli.UsageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
 			}

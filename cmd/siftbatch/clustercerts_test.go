@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
 	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
@@ -189,7 +191,7 @@ func TestClusterCerts_Refuses(t *testing.T) {
 				args = append(args, a)
 			}
 			_, _, err := run(t, args...)
-			var ue *usageError
+			var ue *cli.UsageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
 			}
@@ -294,8 +296,8 @@ func TestClusterCerts_RotationWithCABundle(t *testing.T) {
 	}
 	load := func(ca, certs, node string) *clustertls.Config {
 		t.Helper()
-		c := clusterFlags{node: node, ca: ca, cert: filepath.Join(certs, node+".crt"), key: filepath.Join(certs, node+".key")}
-		conf, err := c.loadTLS()
+		c := clusterflags.Flags{Node: node, CA: ca, Cert: filepath.Join(certs, node+".crt"), Key: filepath.Join(certs, node+".key")}
+		conf, err := c.LoadTLS()
 		if err != nil {
 			t.Fatalf("%s on %s with CA %s: %v", node, certs, ca, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/health"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/httpapi"
 )
@@ -78,7 +79,7 @@ func TestServe_HealthCluster(t *testing.T) {
 		clockMu.Unlock()
 	}
 	node := &fakeMembership{}
-	h := health(srv.runner, node, now, grace)
+	h := health.Handler(srv.runner, node, now, grace)
 	for _, step := range []struct {
 		name   string
 		m      cluster.Membership

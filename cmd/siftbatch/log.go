@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 )
 
 // Log keys. Every attribute the command logs uses one of these; none of them
@@ -13,17 +15,13 @@ const (
 	logKeyAddr    = "addr"
 	logKeyErr     = "err"
 	logKeyWorkers = "workers"
-	// logKeyNode is a cluster node's name (--node).
-	logKeyNode = "node"
-	// logKeyCertExpiry is when this node's cluster certificate expires.
-	logKeyCertExpiry = "cert_not_after"
 )
 
 // newLogger returns a text logger on w at the named level.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, cmdUsageErrorf("serve", "--log-level must be debug, info, warn or error (got %q)", level)
+		return nil, cli.CmdUsagef("serve", "--log-level must be debug, info, warn or error (got %q)", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
