@@ -9,26 +9,49 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
-	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
+	"github.com/sift/batch/cmd/siftbatch/internal/fixture"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
-// TestDemoCluster runs demo-cluster --once, its nodes this test binary run
-// as the command: it ends by itself, with success, within its bound; its
-// output shows the kill, the survivors' 503s, the restart and the jobs
-// failed "restart"; its nodes speak mutual TLS; every process it started has exited, its temporary
-// directory is gone, and neither its output nor its nodes' logs hold a key
-// or a fetched page's address.
-func TestDemoCluster(t *testing.T) {
+func TestMain(m *testing.M) {
+	// Every node process, poller and server a test starts is stopped by
+	// its end.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		clitest.Cleanup()
+		os.Exit(code)
+	}))
+}
+
+// testOptions are demo-cluster's options in a test: --once, no pause, the
+// nodes the siftbatch command built for the tests, with protoactor-go's
+// race suppressions.
+func testOptions(t *testing.T, targets int) Options {
+	t.Helper()
+	return Options{Once: true, Targets: targets, Exe: clitest.Binary(t), Env: clitest.Env()}
+}
+
+// TestDemoCluster_Once runs demo-cluster --once with the fewest targets its
+// flag allows (their jobs on n3 once ended before the kill): it ends by
+// itself, with success; its output shows the kill, the survivors' 503s,
+// the restart and the jobs failed "restart"; its nodes speak mutual TLS;
+// every process it started has exited, its temporary directory is gone,
+// and neither its output nor its nodes' logs hold a key or a fetched
+// page's address.
+func TestDemoCluster_Once(t *testing.T) {
+	testkit.Long(t)
+	o := testOptions(t, MinTargets)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testkit.SyncBuffer
 	var logs map[string]string
-	o := dcTestOptions(t)
-	o.inspect = func(dir string) {
+	o.Inspect = func(dir string) {
 		logs = map[string]string{}
 		for _, n := range []string{"n1", "n2", "n3"} {
 			data, err := os.ReadFile(filepath.Join(dir, n+".log"))
@@ -38,15 +61,12 @@ func TestDemoCluster(t *testing.T) {
 			logs[n] = string(data)
 		}
 	}
-	start := time.Now()
-	err := demoCluster(ctx, o, &out, &errOut)
-	took := time.Since(start)
+	err := Run(context.Background(), o, &out, &errOut)
 	text := out.String()
 	if err != nil {
-		t.Fatalf("demo-cluster --once: %v (after %s)\nstdout:\n%s\nstderr:\n%s\nlogs:\n%v", err, took, text, errOut.String(), logs)
+		t.Fatalf("demo-cluster --once: %v\nstdout:\n%s\nstderr:\n%s\nlogs:\n%v", err, text, errOut.String(), logs)
 	}
-	t.Logf("demo-cluster --once took %s", took.Round(time.Millisecond))
-
+	t.Logf("output:\n%s", text)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`killed n3 with SIGKILL \(pid \d+\)`),
 		regexp.MustCompile(`job\d+ +\w+ +@n3 .* n1:503 +n2:503 `),
@@ -70,12 +90,8 @@ func TestDemoCluster(t *testing.T) {
 	}
 	// No key, and no fetched page's address, in its output or its nodes'
 	// logs; no data race in a node.
-	for name, l := range map[string]string{"stdout": text, "stderr": errOut.String(), "n1.log": logs["n1"], "n2.log": logs["n2"], "n3.log": logs["n3"]} {
-		for _, leak := range []string{"sbdemo-", "/" + pageSlow + "/", "/" + pageFast + "/", "DATA RACE"} {
-			if strings.Contains(l, leak) {
-				t.Errorf("%s holds %q:\n%s", name, leak, l)
-			}
-		}
+	for _, l := range []string{text, errOut.String(), logs["n1"], logs["n2"], logs["n3"]} {
+		testkit.RequireNoneOf(t, l, "sbdemo-", "/"+fixture.Slow+"/", "/"+fixture.Fast+"/", "/"+fixture.Hold+"/", "DATA RACE")
 	}
 	for _, n := range []string{"n1", "n2", "n3"} {
 		if !strings.Contains(logs[n], "cluster node started") {
@@ -85,23 +101,6 @@ func TestDemoCluster(t *testing.T) {
 		if !strings.Contains(logs[n], "cluster traffic is mutually authenticated and encrypted") || strings.Contains(logs[n], "plaintext") {
 			t.Errorf("%s's log does not say it runs mutual TLS:\n%s", n, logs[n])
 		}
-	}
-}
-
-// dcTestOptions are demo-cluster's options in a test: --once, its nodes
-// this test binary run as the command, with the race suppressions of
-// protoactor-go.
-func dcTestOptions(t *testing.T) dcOptions {
-	t.Helper()
-	supp, err := filepath.Abs(raceSuppressions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dcOptions{
-		once:    true,
-		targets: 8,
-		exe:     os.Args[0],
-		env:     []string{runMainEnv + "=1", "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" suppressions="+supp)},
 	}
 }
 
@@ -125,42 +124,44 @@ func checkStopped(t *testing.T, text string, n int) {
 	}
 }
 
+// signalWriter is a SyncBuffer that closes seen the first time what has
+// been written to it.
+type signalWriter struct {
+	testkit.SyncBuffer
+	what string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	n, err := w.SyncBuffer.Write(p)
+	if strings.Contains(w.String(), w.what) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
 // TestDemoCluster_Interrupt cancels demo-cluster (Ctrl-C) once its cluster
-// has formed: it returns context.Canceled promptly, every node has stopped
-// on SIGTERM, and its temporary directory is gone. (Just after the kill, a
-// node takes ~10s to stop: protoactor's shutdown retries the dead peer.)
+// has formed: it returns context.Canceled (the command's clean stop), every
+// node has stopped on SIGTERM, and its temporary directory is gone.
 func TestDemoCluster_Interrupt(t *testing.T) {
+	testkit.Long(t)
+	o := testOptions(t, 8)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	out := &signalWriter{what: "the cluster has formed", seen: make(chan struct{})}
 	ended := make(chan error, 1)
-	go func() { ended <- demoCluster(ctx, dcTestOptions(t), &out, io.Discard) }()
-	deadline := time.NewTimer(60 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !strings.Contains(out.String(), "the cluster has formed") {
-		select {
-		case err := <-ended:
-			t.Fatalf("demo-cluster ended before its cluster formed: %v\n%s", err, out.String())
-		case <-deadline.C:
-			cancel()
-			t.Fatalf("no cluster after 60s:\n%s (ended: %v)", out.String(), <-ended)
-		case <-tick.C:
-		}
+	go func() { ended <- Run(ctx, o, out, io.Discard) }()
+	select {
+	case <-out.seen:
+	case err := <-ended:
+		t.Fatalf("demo-cluster ended before its cluster formed: %v\n%s", err, out.String())
 	}
 	cancel()
-	cancelled := time.Now()
-	select {
-	case err := <-ended:
-		t.Logf("stopped %s after the cancel", time.Since(cancelled).Round(time.Millisecond))
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("got %v, want context.Canceled\n%s", err, out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("demo-cluster did not stop within 30s of its cancel:\n%s", out.String())
+	if err := testkit.Recv(t, ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled\n%s", err, out.String())
 	}
 	checkStopped(t, out.String(), 3)
 	if strings.Contains(out.String(), "Killed (SIGKILL)") {
@@ -171,23 +172,20 @@ func TestDemoCluster_Interrupt(t *testing.T) {
 	}
 }
 
-// TestDemoCluster_Flags: its --help lists its flags; a bad --targets is a
-// usage error naming it, before anything starts.
-func TestDemoCluster_Flags(t *testing.T) {
-	out, _, err := run(t, "demo-cluster", "--help")
-	if !errors.Is(err, errHelpShown) {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"Usage: siftbatch demo-cluster", "  -once\n", "  -targets int\n", "Ctrl-C"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("--help lacks %q:\n%s", want, out)
+// TestPages: for every --targets the command allows, a job of the victim's
+// first page is one that answers (its progress shows before the kill) and
+// its last is held, so that it is still running when the victim is killed;
+// the others' pages all answer.
+func TestPages(t *testing.T) {
+	for n := MinTargets; n <= MaxTargets; n++ {
+		held := pages(n, true)
+		if len(held) != n || held[0] == fixture.Hold || held[n-1] != fixture.Hold {
+			t.Errorf("--targets %d: the victim's pages %v: want %d, the first answering, the last held", n, held, n)
 		}
-	}
-	for _, args := range [][]string{{"--targets", "1"}, {"--targets", "33"}, {"extra"}} {
-		_, _, err := run(t, append([]string{"demo-cluster"}, args...)...)
-		var ue *usageError
-		if !errors.As(err, &ue) || !strings.Contains(ue.hint(), "siftbatch demo-cluster --help") {
-			t.Errorf("%v: %v, want a usage error", args, err)
+		for _, kind := range pages(n, false) {
+			if kind != fixture.Slow && kind != fixture.Fast {
+				t.Errorf("--targets %d: a survivor's page %s: want slow or fast", n, kind)
+			}
 		}
 	}
 }
