@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,12 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
-	"github.com/sift/batch/cmd/siftbatch/internal/fixture"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
@@ -387,131 +384,6 @@ func TestHelp(t *testing.T) {
 		if err != nil || !strings.Contains(out, "Commands:") {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
-	}
-}
-
-// TestDemo runs the demo binary as a user would: it ends by itself, exit 0,
-// with the summary table, and leaves no temporary directory behind.
-func TestDemo(t *testing.T) {
-	bin := buildBinary(t)
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "demo", "--jobs", "3", "--targets", "5")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	if d := time.Since(start); d > time.Minute {
-		t.Errorf("demo took %s", d)
-	}
-	out := stdout.String()
-	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE/TOTAL  FAILED  SECONDS") {
-		t.Fatalf("no summary table:\n%s", out)
-	}
-	for _, row := range []string{"job1  alice", "job2  bob", "job3  carol"} {
-		if !strings.Contains(out, row) {
-			t.Errorf("no row %q:\n%s", row, out)
-		}
-	}
-	for _, want := range []string{"First bytes of a few results:", "internal error", "HTTP 404 Not Found", "HTTP 500 Internal Server Error",
-		"siftbatch demo: 3 jobs × 5 targets from 3 callers, 2 workers", "each on purpose"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q:\n%s", want, out)
-		}
-	}
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 0 {
-		t.Fatalf("the demo left %v in its temporary directory", entries)
-	}
-	// Its logs carry no URL, host or panic value, and its own panics are
-	// not logged as errors.
-	for _, leak := range []string{"127.0.0.1", "http://", fixture.ErrPanic.Error(), "level=ERROR"} {
-		if strings.Contains(stderr.String(), leak) {
-			t.Errorf("stderr carries %q:\n%s", leak, stderr.String())
-		}
-	}
-}
-
-// TestDemo_Interrupt stops the demo with SIGINT mid-run: it exits 130
-// promptly and removes its temporary store.
-func TestDemo_Interrupt(t *testing.T) {
-	bin := buildBinary(t)
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "demo", "--jobs", "6", "--targets", "30")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	running := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		signalled := false
-		for sc.Scan() {
-			if !signalled && strings.Contains(sc.Text(), "fetching") {
-				close(running)
-				signalled = true
-			}
-		}
-	}()
-	select {
-	case <-running:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the demo never showed a fetch")
-	}
-	sent := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit: %v, want 0 after a clean stop; stderr:\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "interrupted; stopped cleanly") {
-		t.Errorf("stderr does not say it stopped cleanly:\n%s", stderr.String())
-	}
-	if d := time.Since(sent); d > 15*time.Second {
-		t.Errorf("took %s to stop", d)
-	}
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 0 {
-		t.Fatalf("the interrupted demo left %v", entries)
-	}
-}
-
-// TestDemo_KeepsStore runs the demo in-process with --data: the store is
-// kept, and jobs and show read it.
-func TestDemo_KeepsStore(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "store")
-	out, _, err := run(t, "demo", "--jobs", "2", "--targets", "3", "--workers", "1", "--data", dir)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if !strings.Contains(out, "The store is kept in "+dir) {
-		t.Fatalf("output:\n%s", out)
-	}
-	out, _, err = run(t, "jobs", "--data", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 {
-		t.Fatalf("jobs:\n%s", out)
 	}
 }
 

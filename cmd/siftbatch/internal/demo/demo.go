@@ -259,5 +259,5 @@ func firstBytes(s string, n int) string {
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
-// label is a job's short label, "job3".
+// short is a job's short label, "job3".
 func (d *job) short() string { return strings.Fields(d.label)[0] }

@@ -3,13 +3,11 @@ package democluster
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -121,54 +119,6 @@ func checkStopped(t *testing.T, text string, n int) {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("process %d is still there (%v)", pid, err)
 		}
-	}
-}
-
-// signalWriter is a SyncBuffer that closes seen the first time what has
-// been written to it.
-type signalWriter struct {
-	testkit.SyncBuffer
-	what string
-	seen chan struct{}
-	once sync.Once
-}
-
-func (w *signalWriter) Write(p []byte) (int, error) {
-	n, err := w.SyncBuffer.Write(p)
-	if strings.Contains(w.String(), w.what) {
-		w.once.Do(func() { close(w.seen) })
-	}
-	return n, err
-}
-
-// TestDemoCluster_Interrupt cancels demo-cluster (Ctrl-C) once its cluster
-// has formed: it returns context.Canceled (the command's clean stop), every
-// node has stopped on SIGTERM, and its temporary directory is gone.
-func TestDemoCluster_Interrupt(t *testing.T) {
-	testkit.Long(t)
-	o := testOptions(t, 8)
-	tmp := t.TempDir()
-	t.Setenv("TMPDIR", tmp)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &signalWriter{what: "the cluster has formed", seen: make(chan struct{})}
-	ended := make(chan error, 1)
-	go func() { ended <- Run(ctx, o, out, io.Discard) }()
-	select {
-	case <-out.seen:
-	case err := <-ended:
-		t.Fatalf("demo-cluster ended before its cluster formed: %v\n%s", err, out.String())
-	}
-	cancel()
-	if err := testkit.Recv(t, ended); !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want context.Canceled\n%s", err, out.String())
-	}
-	checkStopped(t, out.String(), 3)
-	if strings.Contains(out.String(), "Killed (SIGKILL)") {
-		t.Errorf("a node did not stop on SIGTERM:\n%s", out.String())
-	}
-	if entries, err := os.ReadDir(tmp); err != nil || len(entries) != 0 {
-		t.Errorf("the demo left %v in its temporary directory (%v)", entries, err)
 	}
 }
 
