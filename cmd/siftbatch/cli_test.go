@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
@@ -68,7 +70,7 @@ func fillStore(t *testing.T, dir string) []string {
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
-		waitFor(t, 10*time.Second, "job "+id, func() bool {
+		testkit.WaitFor(t, "job "+id, func() bool {
 			j, _, ok := r.Status(id)
 			return ok && !engine.IsLive(j.Status)
 		})
@@ -77,6 +79,7 @@ func fillStore(t *testing.T, dir string) []string {
 }
 
 func TestJobs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ids := fillStore(t, dir)
 	out, _, err := run(t, "jobs", "--data", dir)
@@ -135,6 +138,7 @@ func TestJobs(t *testing.T) {
 }
 
 func TestShow(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ids := fillStore(t, dir)
 
@@ -186,6 +190,7 @@ func TestShow(t *testing.T) {
 // in unix seconds, results as objects, HTML not escaped); show adds the
 // store's own: caller, lease, result_bytes.
 func TestShow_SameFieldsAsAPI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ids := fillStore(t, dir)
 
@@ -273,6 +278,7 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 func TestJobs_StoreInUse(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fillStore(t, dir)
 	holdStoreInChild(t, dir)
@@ -292,7 +298,7 @@ func TestJobs_StoreInUse(t *testing.T) {
 	}
 
 	// The real binary: exit 1, one line, promptly.
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "jobs", "--data", dir)
@@ -312,6 +318,7 @@ func TestJobs_StoreInUse(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	out, _, err := run(t, "help")
 	if err != nil {
 		t.Fatal(err)
@@ -411,6 +418,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // TestServe runs the serve command: it listens, serves a job through the
 // real fetcher, and on cancel (SIGINT) stops cleanly with the store closed.
 func TestServe(t *testing.T) {
+	t.Parallel()
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("served"))
 	}))
@@ -425,7 +433,7 @@ func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := &lineWriter{lines: make(chan string, 16)}
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--keys", keys, "--allow-private", "--log-level", "debug"}, out, &logs)
@@ -440,7 +448,7 @@ func TestServe(t *testing.T) {
 		base = addr
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testkit.Deadline):
 		t.Fatal("serve did not start")
 	}
 
@@ -466,7 +474,7 @@ func TestServe(t *testing.T) {
 		t.Fatalf("submit %d %s", r.code, r.body)
 	}
 	id := r.json(t)["id"].(string)
-	waitFor(t, 10*time.Second, "the job", func() bool {
+	testkit.WaitFor(t, "the job", func() bool {
 		return do(http.MethodGet, "/v1/batch/"+id, "").json(t)["status"] == "done"
 	})
 	if r := do(http.MethodGet, "/v1/batch/"+id+"/0", ""); !strings.Contains(string(r.body), `"content":"served"`) {
@@ -490,13 +498,8 @@ func TestServe(t *testing.T) {
 	transport.CloseIdleConnections()
 
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil || report(err, io.Discard) != exitOK {
-			t.Fatalf("serve stopped with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
+	if err := testkit.Recv(t, done); err != nil || report(err, io.Discard) != exitOK {
+		t.Fatalf("serve stopped with %v", err)
 	}
 	// The store was closed: it opens again, with the job in it.
 	s, err := persistence.Open(data)
@@ -517,6 +520,7 @@ func TestServe(t *testing.T) {
 // before anything starts: out of bounds is a usage error (exit 2) that
 // names the flag and its allowed range, and creates nothing.
 func TestServe_FlagBounds(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
@@ -576,6 +580,7 @@ func TestServe_FlagBounds(t *testing.T) {
 // TestServe_PortInUse: a port in use is one line with a hint, exit 1, and
 // nothing created: no store, no runner (no log line).
 func TestServe_PortInUse(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -605,6 +610,7 @@ func TestServe_PortInUse(t *testing.T) {
 }
 
 func TestServe_StoreInUse(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {

@@ -18,6 +18,7 @@ import (
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // Keys of the kill test's callers; long and unique, so that a search of the
@@ -56,6 +57,8 @@ type killFigures struct {
 // returns it, and its caller may submit again. No log line holds a key, or
 // the host or path of a fetched page.
 func TestServe_ClusterKillRestart(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	f := killRestart(t, false)
 	t.Logf("kill → first 503 %s, → its caller admitted again %s, → every check passed %s; the longest API call meanwhile %s; restart → its jobs readable through every node %s",
 		f.first503.Round(time.Millisecond), f.readmit.Round(time.Millisecond), f.window.Round(time.Millisecond),

@@ -34,6 +34,7 @@ import (
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clustertls"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // runMainEnv, set in a child process of the test binary, makes it the
@@ -57,6 +58,7 @@ const (
 // starts: a mistake is a usage error (exit 2) that names the flag, and
 // creates nothing.
 func TestServe_ClusterFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
@@ -176,6 +178,7 @@ func clusterTLSArgs(t testing.TB, node string) []string {
 // another CA, a key of another certificate and a missing file, with an
 // error that names the flag; no store is created.
 func TestServe_ClusterTLSFiles(t *testing.T) {
+	t.Parallel()
 	certs := testClusterCerts(t)
 	other := filepath.Join(t.TempDir(), "other")
 	if _, _, err := run(t, "cluster-certs", "--dir", other, "--nodes", "n1"); err != nil {
@@ -229,7 +232,7 @@ type clusterNode struct {
 	name   string
 	base   string // http://127.0.0.1:PORT
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan struct{} // closed once the process has exited and err is set
 	err    error
 }
@@ -257,7 +260,7 @@ func startClusterNode(t testing.TB, name, base string, args ...string) *clusterN
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &clusterNode{name: name, base: base, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	n := &clusterNode{name: name, base: base, stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	n.cmd = exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
 	n.cmd.Env = append(os.Environ(), runMainEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" suppressions="+supp))
 	n.cmd.Stdout = io.Discard // the listening line, and the automanaged provider's echo banner
@@ -271,7 +274,7 @@ func startClusterNode(t testing.TB, name, base string, args ...string) *clusterN
 		close(n.exited)
 	}()
 	t.Cleanup(func() {
-		if !n.stop(20 * time.Second) {
+		if !n.stop(testkit.Deadline) {
 			t.Errorf("%s did not stop on SIGTERM; killed", name)
 		}
 		if t.Failed() {
@@ -309,9 +312,8 @@ func (n *clusterNode) stop(limit time.Duration) bool {
 // jobs, and the list names it. No log line holds a key, or a host or path
 // of a fetched page.
 func TestServe_Cluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three serve processes, about a minute: not with -short")
-	}
+	t.Parallel()
+	testkit.Long(t)
 	start := time.Now()
 	release := make(chan struct{})
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -540,13 +542,8 @@ func TestServe_Cluster(t *testing.T) {
 	if r := do(n3, http.MethodDelete, "/v1/batch/"+b, clusterAlice, ""); r.code != http.StatusOK || !strings.Contains(string(r.body), `"cancelled":true`) {
 		t.Fatalf("cancel through n3: %d %s", r.code, r.body)
 	}
-	select {
-	case r := <-waited:
-		if r.code != http.StatusOK || !strings.Contains(string(r.body), `"status":"cancelled"`) {
-			t.Fatalf("the wait through n2: %d %s", r.code, r.body)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the wait through n2 did not end with the cancel")
+	if r := testkit.Recv(t, waited); r.code != http.StatusOK || !strings.Contains(string(r.body), `"status":"cancelled"`) {
+		t.Fatalf("the wait through n2: %d %s", r.code, r.body)
 	}
 	if r := do(n2, http.MethodDelete, "/v1/batch/"+b, clusterAlice, ""); r.code != http.StatusConflict {
 		t.Fatalf("cancel again through n2: %d %s, want 409", r.code, r.body)
@@ -620,7 +617,7 @@ func TestServe_Cluster(t *testing.T) {
 
 	// Stop the others, then read every log whole.
 	for _, n := range []*clusterNode{n1, n2} {
-		if !n.stop(20 * time.Second) {
+		if !n.stop(testkit.Deadline) {
 			t.Fatalf("%s did not stop on SIGTERM", n.name)
 		}
 		if code := n.cmd.ProcessState.ExitCode(); code != 0 {
@@ -742,6 +739,8 @@ func parseProcNetAddr(s string) (netip.AddrPort, error) {
 // 127.0.0.1 (none on 0.0.0.0 or ::). It runs with --cluster-insecure, which
 // logs its warning at start.
 func TestServe_ClusterListensOnlyWhereAsked(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/PID/net/tcp: Linux only")
 	}
@@ -760,8 +759,7 @@ func TestServe_ClusterListensOnlyWhereAsked(t *testing.T) {
 	// The node serves once it has joined; the provider binds its manage
 	// port in a goroutine of its own: wait until all three ports listen.
 	var got []netip.AddrPort
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.WaitFor(t, fmt.Sprintf("serve to listen on all of %v and answer /healthz", ports), func() bool {
 		select {
 		case <-n.exited:
 			t.Fatalf("serve exited (%v):\n%s", n.err, n.stderr.String())
@@ -772,20 +770,16 @@ func TestServe_ClusterListensOnlyWhereAsked(t *testing.T) {
 		for _, ap := range got {
 			seen[ap.Port()] = true
 		}
-		ok := seen[uint16(ports[0])] && seen[uint16(ports[1])] && seen[uint16(ports[2])]
-		if ok {
-			if resp, err := client.Get(n.base + "/healthz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
+		if !seen[uint16(ports[0])] || !seen[uint16(ports[1])] || !seen[uint16(ports[2])] {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve does not listen on all of %v after 60s: %v", ports, got)
+		resp, err := client.Get(n.base + "/healthz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond) // another process's sockets: nothing to wait on
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	loopback := netip.MustParseAddr("127.0.0.1")
 	for _, ap := range got {
 		if ap.Addr() != loopback {

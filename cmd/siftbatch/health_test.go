@@ -39,6 +39,7 @@ func (f *fakeMembership) set(m cluster.Membership) {
 // without --cluster, ?cluster=1 answers as /healthz. A runner that has
 // stopped answers 503 "unavailable" on both.
 func TestServe_HealthCluster(t *testing.T) {
+	t.Parallel()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
 	if err != nil {
 		t.Fatal(err)

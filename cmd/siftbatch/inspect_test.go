@@ -37,6 +37,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 // byte of its directory (listing, sizes, modes and mtimes before and after),
 // and refuse a directory that is not a store, creating nothing in it.
 func TestInspect_NeverWrites(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ids := fillStore(t, dir)
 	before := snapshot(t, dir)

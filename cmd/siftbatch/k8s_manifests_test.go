@@ -242,6 +242,7 @@ func addrPort(t *testing.T, flag, addr string) int {
 // those flags and with what the Kubernetes provider does. Nothing is
 // applied to a cluster.
 func TestK8sManifests(t *testing.T) {
+	t.Parallel()
 	objs := loadK8sManifests(t)
 	if len(objs.statefulSets) != 1 {
 		t.Fatalf("%d StatefulSets; want 1", len(objs.statefulSets))

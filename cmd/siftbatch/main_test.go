@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
@@ -36,7 +35,7 @@ func TestMain(m *testing.M) {
 	// process a test starts is stopped by the end of the test. No
 	// goroutine is allowed to outlive the tests.
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		removeBinary()
+		clitest.Cleanup()
 		removeTestCerts()
 		os.Exit(code)
 	}))
@@ -85,62 +84,7 @@ func holdStoreInChild(t *testing.T, dir string) {
 		l, _ := bufio.NewReader(stdout).ReadString('\n')
 		line <- l
 	}()
-	select {
-	case l := <-line:
-		if l != "held\n" {
-			t.Fatalf("store holder said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("store holder did not start")
-	}
-}
-
-var (
-	binaryOnce sync.Once
-	binaryDir  string
-	binaryPath string
-	binaryErr  error
-)
-
-// buildBinary builds the siftbatch binary once per test run.
-func buildBinary(t testing.TB) string {
-	t.Helper()
-	binaryOnce.Do(func() {
-		binaryDir, binaryErr = os.MkdirTemp("", "siftbatch-test-bin-")
-		if binaryErr != nil {
-			return
-		}
-		binaryPath = filepath.Join(binaryDir, "siftbatch")
-		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
-		if err != nil {
-			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binaryErr != nil {
-		t.Fatal(binaryErr)
-	}
-	return binaryPath
-}
-
-func removeBinary() {
-	if binaryDir != "" {
-		_ = os.RemoveAll(binaryDir)
-	}
-}
-
-// waitFor checks cond every few milliseconds until it holds, failing the
-// test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		case <-tick.C:
-		}
+	if l := testkit.Recv(t, line); l != "held\n" {
+		t.Fatalf("store holder said %q", l)
 	}
 }

@@ -26,7 +26,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
 )
@@ -48,7 +50,7 @@ const (
 type serveSession struct {
 	url      string
 	client   *http.Client
-	logs     *syncBuffer
+	logs     *testkit.SyncBuffer
 	site     *httptest.Server
 	siteHost string // 127.0.0.1:PORT
 	release  chan struct{}
@@ -62,7 +64,7 @@ type serveSession struct {
 
 func startSession(t *testing.T) *serveSession {
 	t.Helper()
-	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{}), active: make(chan struct{}, 1)}
+	s := &serveSession{logs: &testkit.SyncBuffer{}, release: make(chan struct{}), active: make(chan struct{}, 1)}
 	s.site = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/ok", "/panic":
@@ -197,6 +199,7 @@ func (s *serveSession) jobStatus(t *testing.T, key, id string) string {
 // engine logs a panicking fetch's stack, by design: frames and pointers,
 // not the value.)
 func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
+	t.Parallel()
 	s := startSession(t)
 	siteURL := func(path string) string { return "http://site.example:" + portOf(s.siteHost) + path }
 
@@ -227,7 +230,7 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 	wantCode(t, s.do(t, http.MethodPost, "/v1/batch", sessionAlice, targetsBody("ftp://site.example/x")), http.StatusUnprocessableEntity)
 	wantCode(t, s.do(t, http.MethodGet, "/v1/"+siteURL("/x"), sessionAlice, ""), http.StatusNotFound)
 
-	waitFor(t, 20*time.Second, "alice's job to finish", func() bool {
+	testkit.WaitFor(t, "alice's job to finish", func() bool {
 		st := s.jobStatus(t, sessionAlice, mixed)
 		return st != "queued" && st != "running"
 	})
@@ -328,6 +331,7 @@ func portOf(hostport string) string {
 // TestServe_Health: /healthz answers 200 while the runner serves and 503
 // once it has stopped, as a load balancer must see.
 func TestServe_Health(t *testing.T) {
+	t.Parallel()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
 	if err != nil {
 		t.Fatal(err)
@@ -359,6 +363,7 @@ func TestServe_Health(t *testing.T) {
 // answered at once with the job as it stands, so that it does not hold up
 // the graceful stop (which would otherwise wait out its shutdown timeout).
 func TestServe_LongPollEndsOnStop(t *testing.T) {
+	t.Parallel()
 	s := startSession(t)
 	id := s.submit(t, sessionBob, "http://site.example:"+portOf(s.siteHost)+"/hold")
 	select {
@@ -390,23 +395,15 @@ func TestServe_LongPollEndsOnStop(t *testing.T) {
 		answer <- response{code: resp.StatusCode, body: b}
 	}()
 	<-s.active
-	select {
-	case <-wrote:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the long-poll was not sent")
-	}
-	start := time.Now()
+	testkit.RequireClosed(t, wrote)
 	s.stop()
-	if d := time.Since(start); d > shutdownTimeout/2 {
-		t.Errorf("serve took %s to stop with a long-poll pending", d)
+	// Answered by the stop, not cut at the shutdown timeout (which would
+	// log that requests were still in progress, and answer nothing).
+	if r := testkit.Recv(t, answer); r.code != http.StatusOK || !strings.Contains(string(r.body), `"id":"`+id+`"`) {
+		t.Fatalf("the long-poll got %d %s", r.code, r.body)
 	}
-	select {
-	case r := <-answer:
-		if r.code != http.StatusOK || !strings.Contains(string(r.body), `"id":"`+id+`"`) {
-			t.Fatalf("the long-poll got %d %s", r.code, r.body)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the long-poll did not answer")
+	if strings.Contains(s.logs.String(), "requests still in progress at shutdown") {
+		t.Errorf("the pending long-poll held up the stop until its timeout:\n%s", s.logs.String())
 	}
 }
 
@@ -426,7 +423,7 @@ type serveProcess struct {
 // stopped (SIGTERM) and waited for at t's cleanup, or by p.stop.
 func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	t.Helper()
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
@@ -457,14 +454,9 @@ func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	})
 	t.Cleanup(stop)
 	p := &serveProcess{pid: cmd.Process.Pid, c: &http.Client{Transport: transport, Timeout: 2 * time.Minute}, stop: stop}
-	select {
-	case l := <-line:
-		var ok bool
-		if _, p.base, ok = strings.Cut(strings.TrimSpace(l), "listening on "); !ok {
-			t.Fatalf("serve said %q", l)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not start")
+	var ok bool
+	if _, p.base, ok = strings.Cut(strings.TrimSpace(testkit.Recv(t, line)), "listening on "); !ok {
+		t.Fatal("serve did not say where it listens")
 	}
 	return p
 }
@@ -542,6 +534,8 @@ func filterSite(t testing.TB) *httptest.Server {
 // the callers in turn, and no target holds it past its limit); a grep
 // over 500 instructions is refused at submit with 422.
 func TestServe_HostileFiltersBounded(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -577,7 +571,7 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 		}
 	}
 	alice := p.submit(t, "alice-key", targets)
-	waitFor(t, time.Minute, "alice's job running", func() bool {
+	testkit.WaitFor(t, "alice's job running", func() bool {
 		return p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-key", "").json(t)["status"] == "running"
 	})
 	bob := p.submit(t, "bob-key", []engine.Target{{URL: site.URL + "/json?bob", Options: engine.Options{JQ: "[.items[].name] | length"}}})
@@ -613,6 +607,8 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 // fetcher.MaxJQLen, before they are parsed); serve's own peak RSS must stay
 // within 300 MiB of its RSS before, and serve must keep answering.
 func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -684,6 +680,8 @@ func cpuTicksOf(pid int) int {
 // once it reads again, gets its whole answer: serve had not given up on it
 // (its WriteTimeout, 90 s, would have cut it had the other reads waited).
 func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	site := benchSite(t)
 	base, _ := benchServe(t, "--max-body", strconv.Itoa(16<<20))
 	c := benchClient(t)
@@ -735,6 +733,8 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 // the key reads again. Without the budget (--max-answer-bytes 1 TiB)
 // serve held all 32: 253 MiB before, 909 MiB at the peak; with it, 321.
 func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -785,7 +785,7 @@ func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	waitFor(t, time.Minute, "alice's read once her slow readers are gone", func() bool {
+	testkit.WaitFor(t, "alice's read once her slow readers are gone", func() bool {
 		code, _, err := benchGet(p.c, p.base+"/v1/batch/"+id+"/0", "alice-key")
 		return err == nil && code == http.StatusOK
 	})
