@@ -717,7 +717,8 @@ func filterSite(t testing.TB) *httptest.Server {
 // over 500 instructions is refused at submit with 422.
 func TestServe_HostileFiltersBounded(t *testing.T) {
 	testkit.Long(t)
-	t.Parallel()
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -790,7 +791,8 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 // within 300 MiB of its RSS before, and serve must keep answering.
 func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
 	testkit.Long(t)
-	t.Parallel()
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -863,7 +865,8 @@ func cpuTicksOf(pid int) int {
 // (its WriteTimeout, 90 s, would have cut it had the other reads waited).
 func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 	testkit.Long(t)
-	t.Parallel()
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	site := benchSite(t)
 	base, _ := benchServe(t, "--max-body", strconv.Itoa(16<<20))
 	c := benchClient(t)
@@ -916,7 +919,8 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 // serve held all 32: 253 MiB before, 909 MiB at the peak; with it, 321.
 func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 	testkit.Long(t)
-	t.Parallel()
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
