@@ -13,12 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
-	"go.uber.org/goleak"
 )
 
 // holdStoreEnv, set in a child process of the test binary, makes it hold

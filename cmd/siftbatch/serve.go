@@ -9,8 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
@@ -356,4 +361,35 @@ func (s *server) close() error {
 		return err
 	}
 	return nil
+}
+
+// Log keys. Every attribute the command logs uses one of these; none of them
+// ever holds a URL, a host, an API key or a panic value.
+const (
+	logKeyAddr    = "addr"
+	logKeyErr     = "err"
+	logKeyWorkers = "workers"
+)
+
+// newLogger returns a text logger on w at the named level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, cli.CmdUsagef("serve", "--log-level must be debug, info, warn or error (got %q)", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// errAttr logs an error's text. Only errors that cannot carry a URL are
+// logged this way (the fetcher's never are).
+func errAttr(err error) slog.Attr { return slog.String(logKeyErr, fmt.Sprint(err)) }
+
+// newMetrics returns serve's metrics, on a registry of their own with the
+// Go and process collectors (which the dashboard's charts read too), and
+// the handler of GET /metrics.
+func newMetrics() (*metrics.Metrics, *prometheus.Registry, http.Handler) {
+	m := metrics.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m, reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }

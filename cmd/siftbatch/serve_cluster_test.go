@@ -28,14 +28,15 @@ import (
 
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/remote"
-	"github.com/sift/batch/cmd/siftbatch/internal/cli"
-	"github.com/sift/batch/engine/cluster"
-	"github.com/sift/batch/engine/cluster/clustertls"
-	"github.com/sift/batch/engine/enginetest/testkit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/cluster/clustertls"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // runMainEnv, set in a child process of the test binary, makes it the
