@@ -143,10 +143,18 @@ func TestJobs_StoreInUse(t *testing.T) {
 			t.Fatalf("printed %q, want %q", msg.String(), want)
 		}
 	}
+}
 
-	// The real binary: exit 1, one line, promptly.
+// TestJobs_StoreInUseBinary: the built command, given a store another
+// process holds, exits 1 with one line on stderr and nothing on stdout.
+func TestJobs_StoreInUseBinary(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	dir := t.TempDir()
+	fillStore(t, dir)
+	holdStoreInChild(t, dir)
 	bin := clitest.Binary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "jobs", "--data", dir)
 	var stdout, stderr bytes.Buffer
