@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clustertls"
 	"github.com/sift/batch/engine/enginetest/testkit"
@@ -42,12 +43,6 @@ import (
 // runMainEnv, set in a child process of the test binary, makes it the
 // siftbatch command itself: main with the child's arguments.
 const runMainEnv = "SIFTBATCH_TEST_MAIN"
-
-// raceSuppressions are the GORACE suppressions of the data races inside
-// protoactor-go itself (engine/cluster's tests use the same file): a child
-// serve built with -race would report them, and exit 66. Races in any other
-// code are reported as always.
-const raceSuppressions = "../../engine/cluster/testdata/race.supp"
 
 // Keys of the cluster test; long and unique, so that a search of the logs
 // for them cannot miss or hit by chance.
@@ -258,14 +253,10 @@ func freePorts(t testing.TB, n int) []int {
 // cleanup stops it (SIGTERM, then SIGKILL) and waits for it.
 func startClusterNode(t testing.TB, name, base string, args ...string) *clusterNode {
 	t.Helper()
-	supp, err := filepath.Abs(raceSuppressions)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := &clusterNode{name: name, base: base, stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	n.cmd = exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
-	n.cmd.Env = append(os.Environ(), runMainEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" suppressions="+supp))
-	n.cmd.Stdout = io.Discard // the listening line, and the automanaged provider's echo banner
+	n.cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), clitest.Env()...) // protoactor-go's race suppressions
+	n.cmd.Stdout = io.Discard                                                   // the listening line, and the automanaged provider's echo banner
 	n.cmd.Stderr = n.stderr
 	dieWithParent(n.cmd) // a test binary killed (its -timeout) leaves no serve behind
 	if err := n.cmd.Start(); err != nil {
