@@ -153,7 +153,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) (err error) {
 		if serr := d.stopAll(); serr != nil && (err == nil || errors.Is(err, context.Canceled)) {
 			err = serr
 		}
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			keep = true
 		}
 		if o.Inspect != nil {
