@@ -1,6 +1,7 @@
 // Package clitest is the siftbatch command's test support: the command
-// built once per test binary (with the race detector when the tests have
-// it), and the environment its processes run in under test.
+// built once per test binary (as people run it, and with the race detector
+// when the tests have it), and the environment its processes run in under
+// test.
 //
 // Its functions are safe for concurrent use.
 package clitest
@@ -16,41 +17,63 @@ import (
 	"testing"
 )
 
+// build is one build of the command, made once per test binary.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 var (
-	once    sync.Once
+	dirOnce sync.Once
 	binDir  string
-	binPath string
-	binErr  error
+	dirErr  error
+	plain   build
+	raced   build
 )
 
-// Binary builds the siftbatch command once per test binary, with -race if
-// the test binary has it, and returns its path. Cleanup removes it: call it
-// from TestMain after the tests.
+// Binary builds the siftbatch command as a person runs it (no race
+// detector: figures of memory and of the filters' time budget stay
+// true), once per test binary, and returns its path. Cleanup removes it:
+// call it from TestMain after the tests.
 func Binary(t testing.TB) string {
 	t.Helper()
-	once.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "siftbatch-test-bin-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "siftbatch")
-		args := []string{"build", "-o", binPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
+	return plain.get(t, "siftbatch")
+}
+
+// RaceBinary is Binary built with -race when the test binary has the race
+// detector (then a data race in the command's processes shows in their
+// output), and Binary's build otherwise.
+func RaceBinary(t testing.TB) string {
+	t.Helper()
+	if !raceEnabled {
+		return Binary(t)
+	}
+	return raced.get(t, "siftbatch-race", "-race")
+}
+
+func (b *build) get(t testing.TB, name string, flags ...string) string {
+	t.Helper()
+	dirOnce.Do(func() { binDir, dirErr = os.MkdirTemp("", "siftbatch-test-bin-") })
+	if dirErr != nil {
+		t.Fatal(dirErr)
+	}
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		args := append([]string{"build", "-o", b.path}, flags...)
 		cmd := exec.Command("go", append(args, "github.com/sift/batch/cmd/siftbatch")...)
 		cmd.Dir = Root()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %v: %v\n%s", flags, err, out)
 		}
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
-// Cleanup removes the binary Binary built, if any.
+// Cleanup removes the binaries Binary and RaceBinary built, if any.
 func Cleanup() {
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)

@@ -3,5 +3,5 @@
 package clitest
 
 // raceEnabled: the test binary has no race detector, and neither has
-// Binary's.
+// RaceBinary's build.
 const raceEnabled = false

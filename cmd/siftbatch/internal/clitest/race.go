@@ -2,5 +2,6 @@
 
 package clitest
 
-// raceEnabled: the test binary has the race detector, and so does Binary's.
+// raceEnabled: the test binary has the race detector, and so has
+// RaceBinary's build.
 const raceEnabled = true

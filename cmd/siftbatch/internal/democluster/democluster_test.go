@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // race suppressions.
 func testOptions(t *testing.T, targets int) Options {
 	t.Helper()
-	return Options{Once: true, Targets: targets, Exe: clitest.Binary(t), Env: clitest.Env()}
+	return Options{Once: true, Targets: targets, Exe: clitest.RaceBinary(t), Env: clitest.Env()}
 }
 
 // TestDemoCluster_Once runs demo-cluster --once with the fewest targets its
