@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine"
 )
 
@@ -249,7 +250,7 @@ func BenchmarkServe_Poll(b *testing.B) {
 // -benchtime 1x.
 func BenchmarkServe_ReadersRSS(b *testing.B) {
 	const readers = 16
-	bin := buildBinary(b)
+	bin := clitest.Binary(b)
 	site := benchSite(b)
 	var before, hwm, growth float64
 	for i := 0; i < b.N; i++ {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
@@ -17,36 +18,32 @@ import (
 // flags that use them. It never overwrites a file.
 func runClusterCerts(_ context.Context, args []string, stdout, _ io.Writer) error {
 	var dir, nodes, hosts string
-	fs := newFlagSet("cluster-certs", "cluster-certs --dir DIR --nodes NODE,... [--hosts HOST,...]",
+	fs := cli.NewFlagSet("cluster-certs", "cluster-certs --dir DIR --nodes NODE,... [--hosts HOST,...]",
 		"Write a cluster's certificates: a fresh certificate authority (DIR/ca.crt,\nDIR/ca.key) and, for each node, a key pair signed by it (DIR/NODE.crt,\nDIR/NODE.key), ECDSA P-256; keys are written 0600, and no file is overwritten.\nEach node's certificate names the node (its common name and a DNS name: serve\n--node must be that name) and, without --hosts, localhost, 127.0.0.1 and ::1.\nA node accepts a peer whose certificate chains to the CA and names a node; the\naddress it dialled is not checked. Give every node ca.crt and its own NODE.crt\nand NODE.key (serve --cluster-ca, --cluster-cert, --cluster-key); keep ca.key\noff the nodes. A CA is valid 10 years, a node's certificate 5.")
 	fs.StringVar(&dir, "dir", "", "`DIR` to write the files into, created if missing (required)")
 	fs.StringVar(&nodes, "nodes", "", "the nodes' names as `NODE,...`, each serve's --node (a StatefulSet pod's name):\nletters, digits, '-', '_' and '.' (required)")
 	fs.StringVar(&hosts, "hosts", "", "names and IP addresses as `HOST,...`, put in every node's certificate instead\nof the default localhost,127.0.0.1,::1 (nodes never check them: they are for\nother tools that check the address they dial)")
-	pos, err := parseFlags(fs, args, stdout)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, pos); err != nil {
+	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
 		return err
 	}
 	if strings.TrimSpace(dir) == "" {
-		return cmdUsageErrorf("cluster-certs", "--dir is required (the directory to write the certificates into)")
+		return cli.CmdUsagef("cluster-certs", "--dir is required (the directory to write the certificates into)")
 	}
 	if strings.TrimSpace(nodes) == "" {
-		return cmdUsageErrorf("cluster-certs", "--nodes is required: the names of the nodes, each serve's --node, as NODE,...")
+		return cli.CmdUsagef("cluster-certs", "--nodes is required: the names of the nodes, each serve's --node, as NODE,...")
 	}
 	nodeList := splitList(nodes)
 	hostList := splitList(hosts)
 	if hosts != "" {
 		for _, h := range hostList {
 			if !validHost(h) {
-				return cmdUsageErrorf("cluster-certs", "--hosts: %q is neither a DNS name nor an IP address", h)
+				return cli.CmdUsagef("cluster-certs", "--hosts: %q is neither a DNS name nor an IP address", h)
 			}
 		}
 	}
 	if err := clustertls.Write(dir, nodeList, hostList); err != nil {
 		if errors.Is(err, clustertls.ErrBadNodeName) {
-			return cmdUsageErrorf("cluster-certs", "--nodes: %v", err)
+			return cli.CmdUsagef("cluster-certs", "--nodes: %v", err)
 		}
 		return fmt.Errorf("cluster-certs: %w (it never overwrites a file: remove the old ones, or give another --dir)", err)
 	}

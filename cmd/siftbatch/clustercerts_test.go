@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
 	"github.com/sift/batch/engine/cluster/clustertls"
 )
 
@@ -50,6 +52,7 @@ func isP256(c *x509.Certificate) bool {
 // without --hosts, localhost, 127.0.0.1 and ::1; what serve loads is what
 // it wrote; it prints the files and the serve flags.
 func TestClusterCerts_WritesCAAndNodeKeyPairs(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "certs") // created by the command
 	nodes := []string{"n1", "n2", "siftbatch-0"}
 	out, _, err := run(t, "cluster-certs", "--dir", dir, "--nodes", strings.Join(nodes, ","))
@@ -138,6 +141,7 @@ func TestClusterCerts_WritesCAAndNodeKeyPairs(t *testing.T) {
 // TestClusterCerts_Hosts: --hosts puts its names and addresses in every
 // node's certificate instead of the loopback defaults.
 func TestClusterCerts_Hosts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out, _, err := run(t, "cluster-certs", "--dir", dir, "--nodes", "a,b", "--hosts", "siftbatch-cluster.ns.svc, 10.0.0.7,fd00::7,*.siftbatch-cluster")
 	if err != nil {
@@ -161,6 +165,7 @@ func TestClusterCerts_Hosts(t *testing.T) {
 // that names the flag, and writes nothing; files that exist are never
 // overwritten, and the error says so.
 func TestClusterCerts_Refuses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -189,7 +194,7 @@ func TestClusterCerts_Refuses(t *testing.T) {
 				args = append(args, a)
 			}
 			_, _, err := run(t, args...)
-			var ue *usageError
+			var ue *cli.UsageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
 			}
@@ -274,6 +279,7 @@ func handshake(client, server *clustertls.Config) error {
 // nodes move one by one; a node that trusts only the old CA refuses a
 // certificate of the new one (the bundle must be everywhere first).
 func TestClusterCerts_RotationWithCABundle(t *testing.T) {
+	t.Parallel()
 	old, next := filepath.Join(t.TempDir(), "old"), filepath.Join(t.TempDir(), "new")
 	for _, d := range []string{old, next} {
 		if _, _, err := run(t, "cluster-certs", "--dir", d, "--nodes", "n1,n2"); err != nil {
@@ -294,8 +300,8 @@ func TestClusterCerts_RotationWithCABundle(t *testing.T) {
 	}
 	load := func(ca, certs, node string) *clustertls.Config {
 		t.Helper()
-		c := clusterFlags{node: node, ca: ca, cert: filepath.Join(certs, node+".crt"), key: filepath.Join(certs, node+".key")}
-		conf, err := c.loadTLS()
+		c := clusterflags.Flags{Node: node, CA: ca, Cert: filepath.Join(certs, node+".crt"), Key: filepath.Join(certs, node+".key")}
+		conf, err := c.LoadTLS()
 		if err != nil {
 			t.Fatalf("%s on %s with CA %s: %v", node, certs, ca, err)
 		}

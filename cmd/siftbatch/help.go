@@ -2,44 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"strings"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 )
-
-// errHelpShown is returned by a command whose --help was asked for: the
-// usage has been printed and the process exits 0.
-var errHelpShown = errors.New("help shown")
-
-// usageError is a mistake in the command line. It exits 2 with a hint:
-// the --help of cmd, the command it is about, or the list of commands.
-type usageError struct {
-	cmd string
-	msg string
-}
-
-func (e *usageError) Error() string { return e.msg }
-
-// hint is the line that follows a usage error.
-func (e *usageError) hint() string {
-	if e.cmd == "" {
-		return `run "siftbatch help" for the commands`
-	}
-	return fmt.Sprintf(`run "siftbatch %s --help" for its flags`, e.cmd)
-}
-
-// usageErrorf is a usage error of the command line as a whole.
-func usageErrorf(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
-
-// cmdUsageErrorf is a usage error of the command cmd; its message starts
-// with "cmd: ".
-func cmdUsageErrorf(cmd, format string, args ...any) error {
-	return &usageError{cmd: cmd, msg: cmd + ": " + fmt.Sprintf(format, args...)}
-}
 
 // printUsage prints the list of commands.
 func printUsage(w io.Writer) {
@@ -68,7 +35,7 @@ func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	if len(args) > 1 {
-		return usageErrorf("help takes at most one command name")
+		return cli.Usagef("help takes at most one command name")
 	}
 	for _, c := range commands {
 		if c.name == args[0] && c.name != "help" {
@@ -79,56 +46,5 @@ func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		printUsage(stdout)
 		return nil
 	}
-	return usageErrorf("unknown command %q", args[0])
-}
-
-// newFlagSet returns a flag set for one command. Its usage text, printed on
-// --help, is synopsis and description followed by the flags.
-func newFlagSet(name, synopsis, description string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: siftbatch %s\n\n%s\n", synopsis, description)
-		var b strings.Builder
-		fs.SetOutput(&b)
-		fs.PrintDefaults()
-		fs.SetOutput(w)
-		if b.Len() > 0 {
-			fmt.Fprintf(w, "\nFlags:\n%s", b.String())
-		}
-	}
-	return fs
-}
-
-// parseFlags parses args with fs, allowing flags after positional
-// arguments ("show ID --results"), and returns the positional ones. On
-// --help it prints the usage to stdout and returns errHelpShown; a bad flag
-// is a usage error.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(stdout)
-				fs.Usage()
-				return nil, errHelpShown
-			}
-			return nil, cmdUsageErrorf(fs.Name(), "%v", err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
-}
-
-// noArgs is for commands that take flags only.
-func noArgs(fs *flag.FlagSet, positional []string) error {
-	if len(positional) > 0 {
-		return cmdUsageErrorf(fs.Name(), "unexpected argument %q", positional[0])
-	}
-	return nil
+	return cli.Usagef("unknown command %q", args[0])
 }

@@ -9,22 +9,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/persistence"
 )
 
 // runJobs is the jobs command: a table of the jobs stored in a directory.
 func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("jobs", "jobs [--data DIR]",
+	fs := cli.NewFlagSet("jobs", "jobs [--data DIR]",
 		"List the jobs stored in a store directory, oldest first. DONE/TOTAL counts the\ntargets with a stored outcome, done or failed; FAILED the failed ones. LAST\nACTIVE is a job's last stored target or read: it stays readable for the --ttl\nof the serve that stored it (24h by default) after that. The store must not be\nin use by a running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
-	pos, err := parseFlags(fs, args, stdout)
-	if err != nil {
+	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := noArgs(fs, pos); err != nil {
-		return err
-	}
-	store, err := openForInspection(*data)
+	store, err := cli.OpenForInspection(*data)
 	if err != nil {
 		return err
 	}

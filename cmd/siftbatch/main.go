@@ -19,15 +19,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine/fetcher"
 )
 
-// Exit codes.
+// Exit codes. An interrupt (SIGINT, SIGTERM) after which the command has
+// stopped cleanly exits exitOK: make demo, stopped with Ctrl-C, is no error.
 const (
-	exitOK          = 0
-	exitError       = 1
-	exitUsage       = 2
-	exitInterrupted = 130
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
 )
 
 func main() {
@@ -68,7 +69,7 @@ func init() {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		printUsage(stderr)
-		return usageErrorf("no command given")
+		return cli.Usagef("no command given")
 	}
 	name := args[0]
 	switch name {
@@ -81,22 +82,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	return usageErrorf("unknown command %q", name)
+	return cli.Usagef("unknown command %q", name)
 }
 
 // report prints err to stderr in one line (with a hint for usage errors) and
-// returns the process exit code for it.
+// returns the process exit code for it. A command returns ctx's error only
+// once it has stopped cleanly (a failed stop is an error of its own): an
+// interrupt is then no failure.
 func report(err error, stderr io.Writer) int {
-	var ue *usageError
+	var ue *cli.UsageError
 	switch {
-	case err == nil, errors.Is(err, errHelpShown):
+	case err == nil, errors.Is(err, cli.ErrHelpShown):
 		return exitOK
 	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "siftbatch: interrupted")
-		return exitInterrupted
+		fmt.Fprintln(stderr, "siftbatch: interrupted; stopped cleanly")
+		return exitOK
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "siftbatch: %v\n", err)
-		fmt.Fprintln(stderr, ue.hint())
+		fmt.Fprintln(stderr, ue.Hint())
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "siftbatch: %v\n", err)

@@ -2,16 +2,22 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
+	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/persistence"
 )
@@ -36,7 +42,7 @@ func TestMain(m *testing.M) {
 	// process a test starts is stopped by the end of the test. No
 	// goroutine is allowed to outlive the tests.
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		removeBinary()
+		clitest.Cleanup()
 		removeTestCerts()
 		os.Exit(code)
 	}))
@@ -85,62 +91,116 @@ func holdStoreInChild(t *testing.T, dir string) {
 		l, _ := bufio.NewReader(stdout).ReadString('\n')
 		line <- l
 	}()
-	select {
-	case l := <-line:
-		if l != "held\n" {
-			t.Fatalf("store holder said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("store holder did not start")
+	if l := testkit.Recv(t, line); l != "held\n" {
+		t.Fatalf("store holder said %q", l)
 	}
 }
 
-var (
-	binaryOnce sync.Once
-	binaryDir  string
-	binaryPath string
-	binaryErr  error
-)
+// Test keys: alice and bob are standard callers, carol is restricted.
+const testKeys = `# name key [restricted]
+alice alice-key
+bob   bob-key
+carol carol-key restricted
+`
 
-// buildBinary builds the siftbatch binary once per test run.
-func buildBinary(t testing.TB) string {
+// missingID is a well-formed job id that no test job has.
+const missingID = "00112233445566778899aabbccddeeff"
+
+// fakeFetch answers from the URL: ".../hold" waits for release (or the
+// runner's close), ".../fail" fails with a hint, anything else succeeds.
+func fakeFetch(release <-chan struct{}) engine.FetchFunc {
+	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
+		switch {
+		case strings.HasSuffix(t.URL, "/hold"):
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return engine.Result{}, ctx.Err()
+			}
+		case strings.HasSuffix(t.URL, "/fail"):
+			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
+		}
+		return engine.Result{Content: "<p>page " + t.URL, Meta: map[string]any{"status": 200}}, nil
+	}
+}
+
+// response is an answer, its body read.
+type response struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t testing.TB) map[string]any {
 	t.Helper()
-	binaryOnce.Do(func() {
-		binaryDir, binaryErr = os.MkdirTemp("", "siftbatch-test-bin-")
-		if binaryErr != nil {
-			return
-		}
-		binaryPath = filepath.Join(binaryDir, "siftbatch")
-		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
-		if err != nil {
-			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binaryErr != nil {
-		t.Fatal(binaryErr)
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %v: %s", r.code, err, r.body)
 	}
-	return binaryPath
+	return m
 }
 
-func removeBinary() {
-	if binaryDir != "" {
-		_ = os.RemoveAll(binaryDir)
-	}
-}
-
-// waitFor checks cond every few milliseconds until it holds, failing the
-// test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+// send does req with c and reads the whole answer.
+func send(t testing.TB, c *http.Client, req *http.Request) response {
 	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, header: resp.Header, body: data}
+}
+
+func targetsBody(urls ...string) string {
+	ts := make([]engine.Target, len(urls))
+	for i, u := range urls {
+		ts[i] = engine.Target{URL: u}
+	}
+	data, _ := json.Marshal(map[string]any{"targets": ts})
+	return string(data)
+}
+
+func wantCode(t *testing.T, r response, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("got %d, want %d: %s", r.code, code, r.body)
+	}
+}
+
+// roundTripFunc is a function that is an [http.RoundTripper].
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// run runs the command line in-process and returns what it printed.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = Run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// lineWriter hands each written line to a channel.
+type lineWriter struct {
+	buf   []byte
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
 		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		case <-tick.C:
+		case w.lines <- string(w.buf[:i]):
+		default:
 		}
+		w.buf = w.buf[i+1:]
 	}
 }

@@ -10,13 +10,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
-// TestREADME_Session extracts the session of README.md (the bash block
-// after the "session" marker) and runs it as a person pasting it would,
-// from the repository's root, so that the README cannot rot. It needs
-// bash, curl and python3: .ci/run installs them, and CI fails without them.
-func TestREADME_Session(t *testing.T) {
+// readmeBlock returns the bash block of README.md after the marker
+// "<!-- NAME:", and the repository's root. The tools a block needs (bash,
+// curl, python3, go) must be installed: .ci/run installs them, and CI fails
+// without them; elsewhere the test skips.
+func readmeBlock(t *testing.T, name string) (block, root string) {
+	t.Helper()
 	for _, tool := range []string{"bash", "curl", "python3", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {
@@ -33,34 +36,62 @@ func TestREADME_Session(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "<!-- session:")
+	_, rest, ok := strings.Cut(string(readme), "<!-- "+name+":")
 	if ok {
 		_, rest, ok = strings.Cut(rest, "```bash\n")
 	}
 	block, _, ok2 := strings.Cut(rest, "\n```")
 	if !ok || !ok2 {
-		t.Fatal("README.md has no session block")
+		t.Fatalf("README.md has no %s block", name)
 	}
+	return block, root
+}
 
+// runBlock runs block with bash from the repository's root, as a person
+// pasting it would, TMPDIR a directory of the test's, and returns its
+// output. It checks that the block removed its temporary directory and
+// left nothing in the repository.
+func runBlock(t *testing.T, block, root string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", block)
 	cmd.Dir = root
 	tmp := t.TempDir()
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	// The session starts servers in the background: on a timeout, or
-	// should its last line not stop them, the whole group goes.
+	// The block starts servers in the background: on a timeout, or should
+	// its last line not stop them, the whole group goes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing, if the session stopped all it started
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing, if the block stopped all it started
 	}
 	if err != nil {
-		t.Fatalf("the session failed: %v\n%s", err, out)
+		t.Fatalf("the block failed: %v\n%s", err, out)
 	}
-	text := string(out)
+	if entries, err := os.ReadDir(tmp); err != nil || len(entries) != 0 {
+		t.Errorf("the block left %v in its temporary directory (%v)", entries, err)
+	}
+	for _, name := range []string{"keys.txt", "site", "siftbatch", "data", "data1", "certs"} {
+		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+			t.Errorf("the block left %s in the repository", name)
+		}
+	}
+	t.Logf("output:\n%s", out)
+	return string(out)
+}
+
+// TestREADME_Session runs the session of README.md (the bash block after
+// the "session" marker), so that the README cannot rot: a job of two
+// targets, read back every way, cancelled too late, counted in /metrics;
+// its directory is removed at the end.
+func TestREADME_Session(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	block, root := readmeBlock(t, "session")
+	text := runBlock(t, block, root)
 	for _, want := range []string{
 		`"status":"partial"`, `"targets_done":2`, `"targets_failed":1`,
 		`"content":"<h1>hello</h1>`, `"error":"job already finished"`,
@@ -73,11 +104,25 @@ func TestREADME_Session(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^job [0-9a-f]{32}$`).MatchString(text) {
 		t.Errorf("the session did not capture the job's id:\n%s", text)
 	}
-	// Nothing landed in the repository.
-	for _, name := range []string{"keys.txt", "site", "siftbatch", "data"} {
-		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
-			t.Errorf("the session left %s in the repository", name)
-		}
+}
+
+// TestREADME_Cluster runs the cluster block of README.md as pasted on a
+// clean clone: it builds the command, writes its keys and certificates,
+// starts three nodes speaking mutual TLS, reads n1's job through n3, stops
+// every node and removes its directory.
+func TestREADME_Cluster(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	block, root := readmeBlock(t, "cluster")
+	text := runBlock(t, block, root)
+	m := regexp.MustCompile(`(?m)^job ([0-9a-f]{32}), on n1$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("the block did not capture the job's id:\n%s", text)
 	}
-	t.Logf("session output:\n%s", text)
+	if !strings.HasPrefix(m[1], tagHex("n1")) {
+		t.Errorf("job %s is not of n1's tag %s", m[1], tagHex("n1"))
+	}
+	if !strings.Contains(text, `{"id":"`+m[1]+`","status":"done","targets_total":1,"targets_done":1`) {
+		t.Errorf("n3 did not answer n1's job, done:\n%s", text)
+	}
 }

@@ -9,9 +9,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
+	"github.com/sift/batch/cmd/siftbatch/internal/health"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/dashboard"
@@ -57,7 +65,7 @@ type serveFlags struct {
 	uiSession    time.Duration
 	tlsProxy     bool
 	cfg          engine.Config
-	cluster      clusterFlags
+	cluster      clusterflags.Flags
 
 	// fetcherHook, set by tests only, adjusts the fetcher's options (a
 	// resolver, test hooks) before the fetcher is made.
@@ -112,7 +120,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // and returns its error.
 func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	var f serveFlags
-	fs := newFlagSet("serve", "serve --keys FILE [flags]",
+	fs := cli.NewFlagSet("serve", "serve --keys FILE [flags]",
 		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nThe nodes speak mutual TLS 1.3: each presents its certificate (--cluster-cert,\nnaming --node) and accepts only peers whose certificates chain to the cluster's\nCA (--cluster-ca); siftbatch cluster-certs makes them. Loopback, three nodes\n(then 2 and 3 alike, with their own ports and files):\n  siftbatch cluster-certs --dir certs --nodes n1,n2,n3\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203 \\\n    --cluster-ca certs/ca.crt --cluster-cert certs/n1.crt --cluster-key certs/n1.key")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
@@ -126,12 +134,8 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	addConfigFlags(fs, &f.cfg)
-	addClusterFlags(fs, &f.cluster)
-	pos, err := parseFlags(fs, args, stdout)
-	if err != nil {
-		return serveFlags{}, err
-	}
-	if err := noArgs(fs, pos); err != nil {
+	f.cluster.Add(fs)
+	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
 		return serveFlags{}, err
 	}
 	if err := f.validate(); err != nil {
@@ -139,7 +143,7 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if err := f.cluster.validate(set, f.addr); err != nil {
+	if err := f.cluster.Validate(set, f.addr); err != nil {
 		return serveFlags{}, err
 	}
 	return f, nil
@@ -152,7 +156,7 @@ const maxMaxBody = 16 << 20
 // its allowed range in the message: a usage error, before anything starts.
 func (f *serveFlags) validate() error {
 	if f.keys == "" {
-		return cmdUsageErrorf("serve", "--keys is required (a file of lines NAME KEY [restricted|admin])")
+		return cli.CmdUsagef("serve", "--keys is required (a file of lines NAME KEY [restricted|admin])")
 	}
 	c := &f.cfg
 	for _, check := range []struct {
@@ -176,7 +180,7 @@ func (f *serveFlags) validate() error {
 		{"ui-session", f.uiSession > 0, "a positive duration such as 12h", f.uiSession},
 	} {
 		if !check.ok {
-			return cmdUsageErrorf("serve", "--%s must be %s (got %v)", check.flag, check.want, check.got)
+			return cli.CmdUsagef("serve", "--%s must be %s (got %v)", check.flag, check.want, check.got)
 		}
 	}
 	return nil
@@ -194,7 +198,7 @@ func listenError(addr string, err error) error {
 	var ae *net.AddrError
 	var de *net.DNSError
 	if errors.As(err, &ae) || errors.As(err, &de) {
-		return cmdUsageErrorf("serve", "--addr %q is not an address to listen on; give HOST:PORT such as 127.0.0.1:8080", addr)
+		return cli.CmdUsagef("serve", "--addr %q is not an address to listen on; give HOST:PORT such as 127.0.0.1:8080", addr)
 	}
 	return fmt.Errorf("cannot listen on %s: %v", addr, err)
 }
@@ -213,11 +217,11 @@ type server struct {
 // startServer opens the store and starts the runner behind the API; with
 // --cluster, the runner is a node of the cluster, joined before it returns.
 func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
-	node, err := f.cluster.newNode(log)
+	node, err := f.cluster.NewNode(log)
 	if err != nil {
 		return nil, err
 	}
-	store, err := openStore(f.data)
+	store, err := cli.OpenStore(f.data)
 	if err != nil {
 		return nil, err
 	}
@@ -284,18 +288,18 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 			runner.Close()
 			fetch.Close()
 			_ = store.Close()
-			return nil, fmt.Errorf("cluster %s: %w", f.cluster.name, err)
+			return nil, fmt.Errorf("cluster %s: %w", f.cluster.Name, err)
 		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle(routeUI, m.Middleware(routeUI, ui))
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
-	var self membershipOf // a nil *cluster.Node in it would not be nil
+	var self health.Member // a nil *cluster.Node in it would not be nil
 	if node != nil {
 		self = node
 	}
-	mux.Handle(routeHealth, m.Middleware(routeHealth, health(runner, self, time.Now, memberGrace)))
+	mux.Handle(routeHealth, m.Middleware(routeHealth, health.Handler(runner, self, time.Now, memberGrace)))
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -311,46 +315,6 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}
 	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
-}
-
-// healthClusterParam is the query parameter of GET /healthz that asks
-// about the node's membership too (GET /healthz?cluster=1).
-const healthClusterParam = "cluster"
-
-// membershipOf is a cluster node as the health check sees it.
-type membershipOf interface {
-	Membership() cluster.Membership
-}
-
-// health answers GET /healthz: 200 {"status":"ok"} while r serves, 503
-// {"status":"unavailable"} once it has closed or failed ([engine.Runner.Err]).
-//
-// GET /healthz?cluster=1, for a liveness probe, answers as /healthz, and
-// also 503 {"status":"not a member"} once node, having joined its cluster,
-// has been out of its own member list for longer than grace (by now):
-// protoactor never lets a member back in under its member id, so only a
-// restart brings it back (docs/CLUSTER.md, Kubernetes). Before the node
-// first joins, and without a node (no --cluster), it answers as /healthz.
-// Readiness must not use it: the Kubernetes provider counts a pod as a
-// member only once it is ready.
-func health(r *engine.Runner, node membershipOf, now func() time.Time, grace time.Duration) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if r.Err() != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, `{"status":"unavailable"}`)
-			return
-		}
-		if node != nil && req.URL.Query().Get(healthClusterParam) != "" {
-			if m := node.Membership(); m.Joined && !m.Member && now().Sub(m.Since) > grace {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintln(w, `{"status":"not a member"}`)
-				return
-			}
-		}
-		fmt.Fprintln(w, `{"status":"ok"}`)
-	})
 }
 
 // serve serves on ln until ctx is cancelled or the listener fails, then
@@ -397,4 +361,35 @@ func (s *server) close() error {
 		return err
 	}
 	return nil
+}
+
+// Log keys. Every attribute the command logs uses one of these; none of them
+// ever holds a URL, a host, an API key or a panic value.
+const (
+	logKeyAddr    = "addr"
+	logKeyErr     = "err"
+	logKeyWorkers = "workers"
+)
+
+// newLogger returns a text logger on w at the named level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, cli.CmdUsagef("serve", "--log-level must be debug, info, warn or error (got %q)", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// errAttr logs an error's text. Only errors that cannot carry a URL are
+// logged this way (the fetcher's never are).
+func errAttr(err error) slog.Attr { return slog.String(logKeyErr, fmt.Sprint(err)) }
+
+// newMetrics returns serve's metrics, on a registry of their own with the
+// Go and process collectors (which the dashboard's charts read too), and
+// the handler of GET /metrics.
+func newMetrics() (*metrics.Metrics, *prometheus.Registry, http.Handler) {
+	m := metrics.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m, reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }

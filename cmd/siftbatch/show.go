@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/persistence"
 )
@@ -41,19 +42,19 @@ type storedTargetJSON struct {
 
 // runShow is the show command: one stored job and its targets as JSON.
 func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("show", "show [--data DIR] [--results] ID",
+	fs := cli.NewFlagSet("show", "show [--data DIR] [--results] ID",
 		"Print one stored job and its targets as JSON. The store must not be in use by\na running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
 	results := fs.Bool("results", false, "include each target's result")
-	pos, err := parseFlags(fs, args, stdout)
+	pos, err := cli.ParseFlags(fs, args, stdout)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return cmdUsageErrorf("show", "want one job ID")
+		return cli.CmdUsagef("show", "want one job ID")
 	}
 	id := pos[0]
-	store, err := openForInspection(*data)
+	store, err := cli.OpenForInspection(*data)
 	if err != nil {
 		return err
 	}

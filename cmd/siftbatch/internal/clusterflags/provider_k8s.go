@@ -1,6 +1,6 @@
 //go:build k8s
 
-package main
+package clusterflags
 
 import (
 	"github.com/sift/batch/engine/cluster"

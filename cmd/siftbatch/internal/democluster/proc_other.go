@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package democluster
 
 import "os/exec"
 

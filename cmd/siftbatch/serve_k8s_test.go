@@ -26,6 +26,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
+	"github.com/sift/batch/cmd/siftbatch/internal/health"
 	"github.com/sift/batch/engine"
 )
 
@@ -240,6 +242,7 @@ func addrPort(t *testing.T, flag, addr string) int {
 // those flags and with what the Kubernetes provider does. Nothing is
 // applied to a cluster.
 func TestK8sManifests(t *testing.T) {
+	t.Parallel()
 	objs := loadK8sManifests(t)
 	if len(objs.statefulSets) != 1 {
 		t.Fatalf("%d StatefulSets; want 1", len(objs.statefulSets))
@@ -260,16 +263,16 @@ func TestK8sManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve refuses the manifest's args %q: %v", args[1:], err)
 	}
-	if f.cluster.name == "" || f.cluster.provider != providerK8s {
-		t.Errorf("--cluster %q --cluster-provider %q: want a cluster, provider %s", f.cluster.name, f.cluster.provider, providerK8s)
+	if f.cluster.Name == "" || f.cluster.Provider != clusterflags.ProviderK8s {
+		t.Errorf("--cluster %q --cluster-provider %q: want a cluster, provider %s", f.cluster.Name, f.cluster.Provider, clusterflags.ProviderK8s)
 	}
 
 	t.Run("pod identity", func(t *testing.T) {
 		// The provider looks its own pod up by os.Hostname(), the pod's
 		// name unless the spec renames the host; the node's name must be
 		// the pod's too (stable across restarts).
-		if f.cluster.node != k8sSampleFields["metadata.name"] {
-			t.Errorf("--node %q: want the pod's name, $(POD_NAME) from metadata.name", f.cluster.node)
+		if f.cluster.Node != k8sSampleFields["metadata.name"] {
+			t.Errorf("--node %q: want the pod's name, $(POD_NAME) from metadata.name", f.cluster.Node)
 		}
 		if pod.Spec.Hostname != "" || pod.Spec.HostNetwork || pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN {
 			t.Errorf("hostname %q, hostNetwork %v, setHostnameAsFQDN %v: the provider finds its pod by the hostname, which must be the pod's name",
@@ -278,9 +281,9 @@ func TestK8sManifests(t *testing.T) {
 		// The provider makes each member's address from the pod's IP
 		// (status.podIP) and the port it labels the pod with, its own
 		// advertised port: --advertise-addr must be exactly those.
-		host, _, _ := net.SplitHostPort(f.cluster.advertise)
+		host, _, _ := net.SplitHostPort(f.cluster.Advertise)
 		if host != k8sSampleFields["status.podIP"] {
-			t.Errorf("--advertise-addr %q: want $(POD_IP):PORT, POD_IP from status.podIP", f.cluster.advertise)
+			t.Errorf("--advertise-addr %q: want $(POD_IP):PORT, POD_IP from status.podIP", f.cluster.Advertise)
 		}
 	})
 
@@ -290,11 +293,11 @@ func TestK8sManifests(t *testing.T) {
 		if got := addrPort(t, "--addr", f.addr); got != http {
 			t.Errorf("--addr %q: want the container's http port %d", f.addr, http)
 		}
-		if got := addrPort(t, "--cluster-addr", f.cluster.addr); got != clusterPort {
-			t.Errorf("--cluster-addr %q: want the container's cluster port %d", f.cluster.addr, clusterPort)
+		if got := addrPort(t, "--cluster-addr", f.cluster.Addr); got != clusterPort {
+			t.Errorf("--cluster-addr %q: want the container's cluster port %d", f.cluster.Addr, clusterPort)
 		}
-		if got := addrPort(t, "--advertise-addr", f.cluster.advertise); got != clusterPort {
-			t.Errorf("--advertise-addr %q: want the container's cluster port %d", f.cluster.advertise, clusterPort)
+		if got := addrPort(t, "--advertise-addr", f.cluster.Advertise); got != clusterPort {
+			t.Errorf("--advertise-addr %q: want the container's cluster port %d", f.cluster.Advertise, clusterPort)
 		}
 		headless, ok := objs.services[sts.Spec.ServiceName]
 		if !ok || headless.Spec.ClusterIP != corev1.ClusterIPNone {
@@ -406,7 +409,7 @@ func TestK8sManifests(t *testing.T) {
 		// of its own member list for long (its member id blocked for good):
 		// the restart labels a new one.
 		http := containerPort(t, c, intstr.FromString("http"))
-		livePath := "/healthz?" + healthClusterParam + "=1"
+		livePath := "/healthz?" + health.ClusterParam + "=1"
 		for name, want := range map[string]struct {
 			p    *corev1.Probe
 			path string
@@ -486,13 +489,13 @@ func TestK8sManifests(t *testing.T) {
 		// Mutual TLS, never --cluster-insecure: the CA and the pod's own
 		// certificate and key, each pod's picked by its name from one
 		// mounted Secret.
-		if f.cluster.insecure || f.cluster.ca == "" || f.cluster.cert == "" || f.cluster.key == "" {
+		if f.cluster.Insecure || f.cluster.CA == "" || f.cluster.Cert == "" || f.cluster.Key == "" {
 			t.Fatalf("--cluster-insecure %v, --cluster-ca %q, --cluster-cert %q, --cluster-key %q: want mutual TLS",
-				f.cluster.insecure, f.cluster.ca, f.cluster.cert, f.cluster.key)
+				f.cluster.Insecure, f.cluster.CA, f.cluster.Cert, f.cluster.Key)
 		}
 		podName := k8sSampleFields["metadata.name"]
-		if filepath.Base(f.cluster.cert) != podName+".crt" || filepath.Base(f.cluster.key) != podName+".key" {
-			t.Errorf("--cluster-cert %q, --cluster-key %q: want the pod's own, $(POD_NAME).crt and $(POD_NAME).key", f.cluster.cert, f.cluster.key)
+		if filepath.Base(f.cluster.Cert) != podName+".crt" || filepath.Base(f.cluster.Key) != podName+".key" {
+			t.Errorf("--cluster-cert %q, --cluster-key %q: want the pod's own, $(POD_NAME).crt and $(POD_NAME).key", f.cluster.Cert, f.cluster.Key)
 		}
 		volumes := map[string]corev1.Volume{}
 		for _, v := range pod.Spec.Volumes {
@@ -500,7 +503,7 @@ func TestK8sManifests(t *testing.T) {
 		}
 		var mount *corev1.VolumeMount
 		for i, m := range c.VolumeMounts {
-			if m.MountPath == filepath.Dir(f.cluster.ca) {
+			if m.MountPath == filepath.Dir(f.cluster.CA) {
 				mount = &c.VolumeMounts[i]
 			}
 			for _, o := range c.VolumeMounts {
@@ -510,9 +513,9 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 		if mount == nil {
-			t.Fatalf("--cluster-ca %q is not in a mounted volume", f.cluster.ca)
+			t.Fatalf("--cluster-ca %q is not in a mounted volume", f.cluster.CA)
 		}
-		for flag, file := range map[string]string{"--cluster-cert": f.cluster.cert, "--cluster-key": f.cluster.key} {
+		for flag, file := range map[string]string{"--cluster-cert": f.cluster.Cert, "--cluster-key": f.cluster.Key} {
 			if filepath.Dir(file) != mount.MountPath {
 				t.Errorf("%s %q: want it beside --cluster-ca, in %s", flag, file, mount.MountPath)
 			}
@@ -544,10 +547,10 @@ func TestK8sManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl := f.cluster
-		for _, p := range []*string{&cl.ca, &cl.cert, &cl.key} {
+		for _, p := range []*string{&cl.CA, &cl.Cert, &cl.Key} {
 			*p = filepath.Join(certs, filepath.Base(*p))
 		}
-		conf, err := cl.loadTLS()
+		conf, err := cl.LoadTLS()
 		if err != nil || conf.Node() != podName {
 			t.Errorf("serve's load of the mounted files: %v", err)
 		}

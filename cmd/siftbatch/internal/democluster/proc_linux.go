@@ -1,4 +1,4 @@
-package main
+package democluster
 
 import (
 	"os/exec"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,10 +28,223 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/persistence"
 )
+
+// TestServe runs the serve command: it listens, serves a job through the
+// real fetcher, and on cancel (SIGINT) stops cleanly with the store closed.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("served"))
+	}))
+	defer site.Close()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &lineWriter{lines: make(chan string, 16)}
+	var logs testkit.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--keys", keys, "--allow-private", "--log-level", "debug"}, out, &logs)
+	}()
+	var base string
+	select {
+	case l := <-out.lines:
+		_, addr, ok := strings.Cut(l, "listening on ")
+		if !ok {
+			t.Fatalf("first line %q", l)
+		}
+		base = addr
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(testkit.Deadline):
+		t.Fatal("serve did not start")
+	}
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	do := func(method, path, body string) response {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer alice-key")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return response{code: resp.StatusCode, header: resp.Header, body: b}
+	}
+	if r := do(http.MethodGet, "/healthz", ""); r.code != http.StatusOK {
+		t.Fatalf("healthz %d", r.code)
+	}
+	r := do(http.MethodPost, "/v1/batch", targetsBody(site.URL+"/x"))
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit %d %s", r.code, r.body)
+	}
+	id := r.json(t)["id"].(string)
+	testkit.WaitFor(t, "the job", func() bool {
+		return do(http.MethodGet, "/v1/batch/"+id, "").json(t)["status"] == "done"
+	})
+	if r := do(http.MethodGet, "/v1/batch/"+id+"/0", ""); !strings.Contains(string(r.body), `"content":"served"`) {
+		t.Fatalf("target %s", r.body)
+	}
+	// The fetcher's options: honoured (grep, jq) or refused.
+	r = do(http.MethodPost, "/v1/batch", `{"targets":[{"url":"`+site.URL+`/y","options":{"grep":"^nothing"}}]}`)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit with grep: %d %s", r.code, r.body)
+	}
+	grepID := r.json(t)["id"].(string)
+	if r := do(http.MethodGet, "/v1/batch/"+grepID+"?wait=10s", ""); r.json(t)["status"] != "done" {
+		t.Fatalf("the grep job: %s", r.body)
+	}
+	if r := do(http.MethodGet, "/v1/batch/"+grepID+"/0", ""); !strings.Contains(string(r.body), `"content":""`) {
+		t.Fatalf("grep kept lines it does not match: %s", r.body)
+	}
+	if r := do(http.MethodPost, "/v1/batch", `{"targets":[{"url":"`+site.URL+`/z","options":{"mode":"summary"}}]}`); r.code != http.StatusUnprocessableEntity {
+		t.Fatalf("mode: %d %s", r.code, r.body)
+	}
+	transport.CloseIdleConnections()
+
+	cancel()
+	if err := testkit.Recv(t, done); err != nil || report(err, io.Discard) != exitOK {
+		t.Fatalf("serve stopped with %v", err)
+	}
+	// The store was closed: it opens again, with the job in it.
+	s, err := persistence.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if j, err := s.Job(id); err != nil || j.Status != persistence.StatusDone {
+		t.Fatalf("stored job %+v %v", j, err)
+	}
+	l := logs.String()
+	if !strings.Contains(l, "stopped") || strings.Contains(l, "127.0.0.1:"+strings.TrimPrefix(site.URL, "http://127.0.0.1:")) || strings.Contains(l, "alice-key") {
+		t.Fatalf("logs:\n%s", l)
+	}
+}
+
+// TestServe_FlagBounds: every number and duration flag of serve is checked
+// before anything starts: out of bounds is a usage error (exit 2) that
+// names the flag and its allowed range, and creates nothing.
+func TestServe_FlagBounds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"workers", "0", "--workers must be 1 or 2 (got 0)"},
+		{"workers", "3", "--workers must be 1 or 2 (got 3)"},
+		{"workers", "-1", "--workers must be 1 or 2 (got -1)"},
+		{"targets-per-job", "0", "--targets-per-job must be 1 to 65535 (got 0)"},
+		{"targets-per-job", "65536", "--targets-per-job must be 1 to 65535 (got 65536)"},
+		{"jobs-per-caller", "0", "--jobs-per-caller must be at least 1 (got 0)"},
+		{"jobs-total", "-2", "--jobs-total must be at least 1 (got -2)"},
+		{"max-bytes", "0", "--max-bytes must be at least 1 (bytes) (got 0)"},
+		{"max-body", "0", "--max-body must be 1 to 16777216 (16 MiB) (got 0)"},
+		{"max-body", "16777217", "--max-body must be 1 to 16777216 (16 MiB) (got 16777217)"},
+		{"filter-memory", "1000000", "--filter-memory must be at least 33554432 (32 MiB) (got 1000000)"},
+		{"max-answer-bytes", "0", "--max-answer-bytes must be at least 1 (bytes) (got 0)"},
+		{"ttl", "0s", "--ttl must be a positive duration such as 24h (got 0s)"},
+		{"retry-wait", "-1s", "--retry-wait must be a positive duration such as 2s (got -1s)"},
+		{"retry-for", "0s", "--retry-for must be a positive duration such as 10m (got 0s)"},
+		{"fetch-timeout", "-1s", "--fetch-timeout must be a positive duration such as 3m30s (got -1s)"},
+		{"ui-session", "0s", "--ui-session must be a positive duration such as 12h (got 0s)"},
+		{"log-level", "loud", `--log-level must be debug, info, warn or error (got "loud")`},
+		{"workers", "two", `invalid value "two" for flag -workers`},
+		{"addr", "nowhere", `--addr "nowhere" is not an address to listen on`},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			_, _, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:0", "--"+tc.flag, tc.value)
+			var ue *cli.UsageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a usage error with %q", err, tc.want)
+			}
+			var msg bytes.Buffer
+			if code := report(err, &msg); code != exitUsage || !strings.Contains(msg.String(), `"siftbatch serve --help"`) {
+				t.Fatalf("exit %d, %q", code, msg.String())
+			}
+			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("serve created --data before refusing its flags")
+			}
+		})
+	}
+	// Within bounds, at both ends: serve starts, and stops at once (its
+	// context is done).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	if err := Run(ctx, []string{"serve", "--keys", keys, "--data", "", "--addr", "127.0.0.1:0", "--workers", "2", "--max-body", "16777216",
+		"--targets-per-job", "1", "--ttl", "1ns", "--max-answer-bytes", "1"}, &out, &errOut); err != nil {
+		t.Fatalf("bounds: %v\n%s", err, errOut.String())
+	}
+}
+
+// TestServe_PortInUse: a port in use is one line with a hint, exit 1, and
+// nothing created: no store, no runner (no log line).
+func TestServe_PortInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	_, stderr, err := run(t, "serve", "--keys", keys, "--data", data, "--addr", ln.Addr().String())
+	var msg bytes.Buffer
+	if code := report(err, &msg); code != exitError {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	want := "siftbatch: cannot listen on " + ln.Addr().String() + ": the port is in use (another serve?); stop it, or pick another port with --addr\n"
+	if msg.String() != want {
+		t.Fatalf("printed %q, want %q", msg.String(), want)
+	}
+	if stderr != "" {
+		t.Fatalf("logged %q before refusing", stderr)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("serve created --data before it could listen")
+	}
+}
+
+func TestServe_StoreInUse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	holdStoreInChild(t, data)
+	_, _, err := run(t, "serve", "--addr", "127.0.0.1:0", "--data", data, "--keys", keys)
+	if !errors.Is(err, persistence.ErrInUse) {
+		t.Fatalf("got %v, want ErrInUse", err)
+	}
+}
 
 // Keys of the serve session; each is long and unique, so that a search of
 // the log for it cannot miss or hit by chance.
@@ -48,7 +263,7 @@ const (
 type serveSession struct {
 	url      string
 	client   *http.Client
-	logs     *syncBuffer
+	logs     *testkit.SyncBuffer
 	site     *httptest.Server
 	siteHost string // 127.0.0.1:PORT
 	release  chan struct{}
@@ -62,7 +277,7 @@ type serveSession struct {
 
 func startSession(t *testing.T) *serveSession {
 	t.Helper()
-	s := &serveSession{logs: &syncBuffer{}, release: make(chan struct{}), active: make(chan struct{}, 1)}
+	s := &serveSession{logs: &testkit.SyncBuffer{}, release: make(chan struct{}), active: make(chan struct{}, 1)}
 	s.site = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/ok", "/panic":
@@ -197,6 +412,7 @@ func (s *serveSession) jobStatus(t *testing.T, key, id string) string {
 // engine logs a panicking fetch's stack, by design: frames and pointers,
 // not the value.)
 func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
+	t.Parallel()
 	s := startSession(t)
 	siteURL := func(path string) string { return "http://site.example:" + portOf(s.siteHost) + path }
 
@@ -227,7 +443,7 @@ func TestServe_LogsAndMetricsCarryNoSecrets(t *testing.T) {
 	wantCode(t, s.do(t, http.MethodPost, "/v1/batch", sessionAlice, targetsBody("ftp://site.example/x")), http.StatusUnprocessableEntity)
 	wantCode(t, s.do(t, http.MethodGet, "/v1/"+siteURL("/x"), sessionAlice, ""), http.StatusNotFound)
 
-	waitFor(t, 20*time.Second, "alice's job to finish", func() bool {
+	testkit.WaitFor(t, "alice's job to finish", func() bool {
 		st := s.jobStatus(t, sessionAlice, mixed)
 		return st != "queued" && st != "running"
 	})
@@ -325,40 +541,11 @@ func portOf(hostport string) string {
 	return port
 }
 
-// TestServe_Health: /healthz answers 200 while the runner serves and 503
-// once it has stopped, as a load balancer must see.
-func TestServe_Health(t *testing.T) {
-	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := startServer(serveFlags{}, keys, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := srv.close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	get := func() *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		srv.http.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-		return rec
-	}
-	if rec := get(); rec.Code != http.StatusOK || rec.Body.String() != "{\"status\":\"ok\"}\n" {
-		t.Fatalf("serving: %d %s", rec.Code, rec.Body)
-	}
-	srv.runner.Close()
-	if rec := get(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {
-		t.Fatalf("after Close: %d %s", rec.Code, rec.Body)
-	}
-}
-
 // TestServe_LongPollEndsOnStop: a long-poll pending when serve stops is
 // answered at once with the job as it stands, so that it does not hold up
 // the graceful stop (which would otherwise wait out its shutdown timeout).
 func TestServe_LongPollEndsOnStop(t *testing.T) {
+	t.Parallel()
 	s := startSession(t)
 	id := s.submit(t, sessionBob, "http://site.example:"+portOf(s.siteHost)+"/hold")
 	select {
@@ -390,23 +577,15 @@ func TestServe_LongPollEndsOnStop(t *testing.T) {
 		answer <- response{code: resp.StatusCode, body: b}
 	}()
 	<-s.active
-	select {
-	case <-wrote:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the long-poll was not sent")
-	}
-	start := time.Now()
+	testkit.RequireClosed(t, wrote)
 	s.stop()
-	if d := time.Since(start); d > shutdownTimeout/2 {
-		t.Errorf("serve took %s to stop with a long-poll pending", d)
+	// Answered by the stop, not cut at the shutdown timeout (which would
+	// log that requests were still in progress, and answer nothing).
+	if r := testkit.Recv(t, answer); r.code != http.StatusOK || !strings.Contains(string(r.body), `"id":"`+id+`"`) {
+		t.Fatalf("the long-poll got %d %s", r.code, r.body)
 	}
-	select {
-	case r := <-answer:
-		if r.code != http.StatusOK || !strings.Contains(string(r.body), `"id":"`+id+`"`) {
-			t.Fatalf("the long-poll got %d %s", r.code, r.body)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the long-poll did not answer")
+	if strings.Contains(s.logs.String(), "requests still in progress at shutdown") {
+		t.Errorf("the pending long-poll held up the stop until its timeout:\n%s", s.logs.String())
 	}
 }
 
@@ -426,7 +605,7 @@ type serveProcess struct {
 // stopped (SIGTERM) and waited for at t's cleanup, or by p.stop.
 func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	t.Helper()
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
@@ -457,14 +636,9 @@ func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	})
 	t.Cleanup(stop)
 	p := &serveProcess{pid: cmd.Process.Pid, c: &http.Client{Transport: transport, Timeout: 2 * time.Minute}, stop: stop}
-	select {
-	case l := <-line:
-		var ok bool
-		if _, p.base, ok = strings.Cut(strings.TrimSpace(l), "listening on "); !ok {
-			t.Fatalf("serve said %q", l)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not start")
+	var ok bool
+	if _, p.base, ok = strings.Cut(strings.TrimSpace(testkit.Recv(t, line)), "listening on "); !ok {
+		t.Fatal("serve did not say where it listens")
 	}
 	return p
 }
@@ -542,6 +716,9 @@ func filterSite(t testing.TB) *httptest.Server {
 // the callers in turn, and no target holds it past its limit); a grep
 // over 500 instructions is refused at submit with 422.
 func TestServe_HostileFiltersBounded(t *testing.T) {
+	testkit.Long(t)
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -577,7 +754,7 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 		}
 	}
 	alice := p.submit(t, "alice-key", targets)
-	waitFor(t, time.Minute, "alice's job running", func() bool {
+	testkit.WaitFor(t, "alice's job running", func() bool {
 		return p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-key", "").json(t)["status"] == "running"
 	})
 	bob := p.submit(t, "bob-key", []engine.Target{{URL: site.URL + "/json?bob", Options: engine.Options{JQ: "[.items[].name] | length"}}})
@@ -613,6 +790,9 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 // fetcher.MaxJQLen, before they are parsed); serve's own peak RSS must stay
 // within 300 MiB of its RSS before, and serve must keep answering.
 func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
+	testkit.Long(t)
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -684,6 +864,9 @@ func cpuTicksOf(pid int) int {
 // once it reads again, gets its whole answer: serve had not given up on it
 // (its WriteTimeout, 90 s, would have cut it had the other reads waited).
 func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
+	testkit.Long(t)
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	site := benchSite(t)
 	base, _ := benchServe(t, "--max-body", strconv.Itoa(16<<20))
 	c := benchClient(t)
@@ -735,6 +918,9 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 // the key reads again. Without the budget (--max-answer-bytes 1 TiB)
 // serve held all 32: 253 MiB before, 909 MiB at the peak; with it, 321.
 func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
+	testkit.Long(t)
+	// Not parallel: it measures serve's memory and its filters' time
+	// budget, which other tests running beside it would disturb.
 	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
 		t.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
 	}
@@ -785,8 +971,125 @@ func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	waitFor(t, time.Minute, "alice's read once her slow readers are gone", func() bool {
+	testkit.WaitFor(t, "alice's read once her slow readers are gone", func() bool {
 		code, _, err := benchGet(p.c, p.base+"/v1/batch/"+id+"/0", "alice-key")
 		return err == nil && code == http.StatusOK
 	})
+}
+
+// TestServe_Dashboard: serve mounts the dashboard at /ui/: sign-in with a
+// key through the form, a session cookie that /v1/ refuses, the admin's
+// view with its charts, and an event stream that does not hold up a stop.
+func TestServe_Dashboard(t *testing.T) {
+	t.Parallel()
+	s := startSession(t)
+	noRedirect := &http.Client{Transport: s.client.Transport, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	form := func(key string) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/ui/signin", strings.NewReader(url.Values{"key": {key}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return req
+	}
+	signIn := func(key string) *http.Cookie {
+		t.Helper()
+		r := send(t, noRedirect, form(key))
+		if r.code != http.StatusSeeOther {
+			t.Fatalf("sign in: %d %s", r.code, r.body)
+		}
+		for _, c := range (&http.Response{Header: r.header}).Cookies() {
+			if c.Name == "siftbatch_session" {
+				if !c.HttpOnly || c.Secure || c.Path != "/ui/" || c.MaxAge != 12*3600 {
+					t.Fatalf("cookie %q", r.header.Get("Set-Cookie"))
+				}
+				return c
+			}
+		}
+		t.Fatalf("no session cookie: %v", r.header)
+		return nil
+	}
+	get := func(c *http.Cookie, path string) response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, s.url+path, nil)
+		req.AddCookie(c)
+		return send(t, noRedirect, req)
+	}
+
+	if r := s.do(t, http.MethodGet, "/ui/", "", ""); r.code != http.StatusOK || !strings.Contains(string(r.body), `action="/ui/signin"`) {
+		t.Fatalf("GET /ui/: %d %s", r.code, r.body)
+	}
+	alice := signIn(sessionAlice)
+	id := s.submit(t, sessionAlice, "http://site.example:"+portOf(s.siteHost)+"/hold")
+	if r := get(alice, "/v1/batch/"+id); r.code != http.StatusUnauthorized {
+		t.Fatalf("/v1/ with the session cookie: %d", r.code)
+	}
+	if r := get(alice, "/ui/jobs/"+id); r.code != http.StatusOK || !strings.Contains(string(r.body), "/hold") {
+		t.Fatalf("alice's job page: %d", r.code)
+	}
+	root := signIn(sessionRoot)
+	testkit.WaitFor(t, "the admin's overview with charts", func() bool {
+		body := string(get(root, "/ui/").body)
+		return strings.Contains(body, id[:8]) && strings.Contains(body, "Workers busy") && strings.Contains(body, "Targets per second")
+	})
+
+	// An open event stream: serve stops at once all the same.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/ui/events", nil)
+	req.AddCookie(alice)
+	resp, err := (&http.Transport{}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "event: update\n" {
+		t.Fatalf("stream: %q %v", line, err)
+	}
+	s.stop()
+	for {
+		if _, err := br.ReadString('\n'); err != nil {
+			break // the stream has ended
+		}
+	}
+	// Ended by the stop, not cut at the shutdown timeout.
+	if strings.Contains(s.logs.String(), "requests still in progress at shutdown") {
+		t.Errorf("the open event stream held up the stop until its timeout:\n%s", s.logs.String())
+	}
+}
+
+// TestServe_Health: serve's /healthz is the health handler (internal/health
+// has its cases): 200 {"status":"ok"} while the runner serves, and without
+// --cluster, ?cluster=1 answers as /healthz; a runner that has stopped
+// answers 503 "unavailable" on both.
+func TestServe_Health(t *testing.T) {
+	t.Parallel()
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := startServer(serveFlags{}, keys, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		srv.http.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	for _, path := range []string{"/healthz", "/healthz?cluster=1"} {
+		if code, body := get(path); code != http.StatusOK || body != "{\"status\":\"ok\"}\n" {
+			t.Fatalf("serving, no cluster, %s: %d %s", path, code, body)
+		}
+	}
+	srv.runner.Close()
+	for _, path := range []string{"/healthz", "/healthz?cluster=1"} {
+		if code, body := get(path); code != http.StatusServiceUnavailable || !strings.Contains(body, "unavailable") {
+			t.Errorf("after the runner closed, %s: %d %s", path, code, body)
+		}
+	}
 }

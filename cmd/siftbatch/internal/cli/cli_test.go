@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/sift/batch/persistence"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestParseFlags_AfterPositional: flags may follow positional arguments
+// ("show ID --results"); --help prints the usage and returns ErrHelpShown;
+// a bad flag is a usage error whose hint names the command's --help.
+func TestParseFlags_AfterPositional(t *testing.T) {
+	t.Parallel()
+	fs := NewFlagSet("show", "show [--results] ID", "Print one job.")
+	results := fs.Bool("results", false, "include results")
+	pos, err := ParseFlags(fs, []string{"abc", "--results"}, nil)
+	if err != nil || len(pos) != 1 || pos[0] != "abc" || !*results {
+		t.Fatalf("got %v, %v, results %v", pos, err, *results)
+	}
+	var out strings.Builder
+	if _, err := ParseFlags(NewFlagSet("show", "show ID", "Print one job."), []string{"--help"}, &out); !errors.Is(err, ErrHelpShown) {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "Usage: siftbatch show ID\n\nPrint one job.\n") {
+		t.Errorf("usage:\n%s", out.String())
+	}
+	_, err = ParseFlags(NewFlagSet("show", "show ID", ""), []string{"--nope"}, nil)
+	var ue *UsageError
+	if !errors.As(err, &ue) || ue.Hint() != `run "siftbatch show --help" for its flags` || !strings.HasPrefix(ue.Error(), "show: ") {
+		t.Fatalf("bad flag: %v", err)
+	}
+	if err := ParseNoArgs(NewFlagSet("jobs", "jobs", ""), []string{"extra"}, nil); !errors.As(err, &ue) || !strings.Contains(err.Error(), `unexpected argument "extra"`) {
+		t.Fatalf("extra argument: %v", err)
+	}
+	if err := Usagef("no command"); !errors.As(err, &ue) || ue.Hint() != `run "siftbatch help" for the commands` {
+		t.Fatalf("Usagef: %v", err)
+	}
+}
+
+// TestOpenForInspection_Errors: no directory is a usage error, a directory
+// without a store says so and creates nothing, and a store in use names
+// its directory and wraps persistence.ErrInUse.
+func TestOpenForInspection_Errors(t *testing.T) {
+	t.Parallel()
+	var ue *UsageError
+	if _, err := OpenForInspection(""); !errors.As(err, &ue) {
+		t.Errorf(`"": %v, want a usage error`, err)
+	}
+	missing := filepath.Join(t.TempDir(), "none")
+	if _, err := OpenForInspection(missing); err == nil || !strings.Contains(err.Error(), "no siftbatch store at "+missing) {
+		t.Errorf("missing: %v", err)
+	}
+	dir := t.TempDir()
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for name, open := range map[string]func(string) (*persistence.Store, error){"OpenStore": OpenStore, "OpenForInspection": OpenForInspection} {
+		_, err := open(dir)
+		var in *StoreInUseError
+		if !errors.As(err, &in) || !errors.Is(err, persistence.ErrInUse) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("%s of a store in use: %v", name, err)
+		}
+	}
+}
+
+// TestPlural picks the word for n.
+func TestPlural(t *testing.T) {
+	t.Parallel()
+	if Plural(1, "job", "jobs") != "job" || Plural(0, "job", "jobs") != "jobs" || Plural(2, "job", "jobs") != "jobs" {
+		t.Error("Plural")
+	}
+}

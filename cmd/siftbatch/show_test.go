@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/persistence"
+)
+
+func TestShow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ids := fillStore(t, dir)
+
+	var job storedJobJSON
+	out, _, err := run(t, "show", "--data", dir, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &job); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if job.ID != ids[0] || job.Caller != "alice" || job.Status != "partial" || job.TargetsTotal != 2 || job.TargetsDone != 2 || len(job.Targets) != 2 {
+		t.Fatalf("job:\n%s", out)
+	}
+	if job.Targets[0].URL != "https://example.com/a" || job.Targets[0].Status != "done" || job.Targets[0].Result != nil {
+		t.Fatalf("target 0 without --results:\n%s", out)
+	}
+	if job.Targets[1].Status != "failed" || job.Targets[1].Error != "HTTP 404 Not Found" || job.Targets[1].Hint != "check the URL" {
+		t.Fatalf("target 1:\n%s", out)
+	}
+
+	// --results, after the id as the usage shows it.
+	out, _, err = run(t, "show", "--data", dir, ids[0], "--results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job = storedJobJSON{}
+	if err := json.Unmarshal([]byte(out), &job); err != nil {
+		t.Fatal(err)
+	}
+	if res := job.Targets[0].Result; res == nil || res.Content != "<p>page https://example.com/a" {
+		t.Fatalf("result %+v:\n%s", res, out)
+	}
+	if !strings.Contains(out, `"content": "<p>page`) {
+		t.Fatalf("show escapes HTML:\n%s", out)
+	}
+
+	if _, _, err := run(t, "show", "--data", dir, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "no job") {
+		t.Fatalf("unknown id: %v", err)
+	}
+	var ue *cli.UsageError
+	if _, _, err := run(t, "show", "--data", dir); !errors.As(err, &ue) {
+		t.Fatalf("no id: %v, want a usage error", err)
+	}
+}
+
+// TestShow_SameFieldsAsAPI: every field show and the API's GET
+// /v1/batch/{id}?results=1 share has the same name, type and value (times
+// in unix seconds, results as objects, HTML not escaped); show adds the
+// store's own: caller, lease, result_bytes.
+func TestShow_SameFieldsAsAPI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ids := fillStore(t, dir)
+
+	// The API's answer, from a runner on the same store.
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := engine.New(store, fakeFetch(nil), engine.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.New(r, keys, httpapi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+ids[0]+"?results=1", nil)
+	req.Header.Set("Authorization", "Bearer alice-key")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	r.Close()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusOK {
+		t.Fatalf("API: %d %s", rec.Code, rec.Body)
+	}
+	var api map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &api); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err := run(t, "show", "--data", dir, ids[0], "--results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown map[string]any
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, `\u003c`) {
+		t.Errorf("show escapes HTML:\n%s", out)
+	}
+	for _, extra := range []string{"caller", "lease", "result_bytes"} {
+		if _, ok := shown[extra].(string); extra != "caller" && ok {
+			t.Errorf("show's %s is a string, want a number", extra)
+		}
+		if _, ok := shown[extra]; !ok {
+			t.Errorf("show has no %s", extra)
+		}
+	}
+	for k, v := range api {
+		if k == "targets" {
+			continue
+		}
+		if got, ok := shown[k]; !ok || fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", v, v) {
+			t.Errorf("%s: show has %T %v, the API %T %v", k, got, got, v, v)
+		}
+	}
+	at, st := api["targets"].([]any), shown["targets"].([]any)
+	if len(at) != 2 || len(st) != 2 {
+		t.Fatalf("targets: API %d, show %d", len(at), len(st))
+	}
+	for i := range at {
+		for k, v := range at[i].(map[string]any) {
+			got := st[i].(map[string]any)[k]
+			if a, b := mustJSON(t, got), mustJSON(t, v); a != b {
+				t.Errorf("target %d %s: show %s, the API %s", i, k, a, b)
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
