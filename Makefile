@@ -22,8 +22,8 @@ demo-cluster: ## run the cluster demo: three serve processes on loopback, one ki
 install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH)/bin
 	$(GO) install ./cmd/siftbatch
 
-readme: ## run the README's session (the test that extracts it): curl and python3 needed
-	$(GO) test -run '^TestREADME_Session$$' -count=1 -v ./cmd/siftbatch
+readme: ## run the README's session and cluster block (the tests that extract them): curl and python3 needed
+	$(GO) test -run '^TestREADME_' -count=1 -v ./cmd/siftbatch
 
 test: lint test/race ## lint, then every test under the race detector: what CI runs (< 6 min on 2 cores)
 
