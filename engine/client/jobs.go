@@ -177,8 +177,9 @@ func (c *Client) Target(ctx context.Context, id string, idx int) (TargetStatus, 
 
 // Results streams job id's targets with their results (GET
 // /v1/batch/{id}?results=1), one at a time: each target is decoded from
-// the answer as the loop asks for it, and the client holds no other, so a
-// job of many large results takes the memory of one. An error ends the
+// the answer as the loop asks for it, and the client holds no other (it
+// reads at most 64 KiB past the target it decodes), so a job of many large
+// results takes the memory of one. An error ends the
 // sequence: the request's (an *Error, before any target), or an answer cut
 // short, which wraps [io.ErrUnexpectedEOF] (the server drops the
 // connection if the job is deleted meanwhile). Leaving the loop early
@@ -199,7 +200,10 @@ func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus,
 			}
 			yield(TargetStatus{}, fmt.Errorf("job %s results: answer cut short: %w", id, err))
 		}
-		dec := json.NewDecoder(resp.Body)
+		// The decoder reads only what the target it decodes lacks, at most
+		// readChunk bytes at a time: so it holds that target and at most
+		// readChunk bytes of the next, however much the server has sent.
+		dec := json.NewDecoder(chunkReader{resp.Body})
 		if err := expectDelim(dec, '{'); err != nil {
 			fail(err)
 			return
@@ -241,6 +245,20 @@ func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus,
 			fail(err)
 		}
 	}
+}
+
+// readChunk is the most a Results answer is read ahead of the target
+// decoded.
+const readChunk = 64 << 10
+
+// chunkReader reads at most readChunk bytes at a time.
+type chunkReader struct{ r io.Reader }
+
+func (c chunkReader) Read(p []byte) (int, error) {
+	if len(p) > readChunk {
+		p = p[:readChunk]
+	}
+	return c.r.Read(p)
 }
 
 // expectDelim reads the next token, which must be d.
