@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -35,6 +36,38 @@ type bundle struct {
 	// auth, if set, is asked before the keys: an error it returns is the
 	// API's 503.
 	auth atomic.Pointer[func() error]
+	// cut, if not 0, drops the connection of every answer once that many
+	// of its body's bytes are written, as a server does whose job is
+	// deleted while its answer is written.
+	cut atomic.Int64
+}
+
+// cutWriter writes at most n bytes of an answer's body, then fails.
+type cutWriter struct {
+	http.ResponseWriter
+	n   int64
+	cut bool
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	if w.cut {
+		return 0, errors.New("cut")
+	}
+	if int64(len(p)) > w.n {
+		p, w.cut = p[:w.n], true
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n -= int64(n)
+	if err == nil && w.cut {
+		err = errors.New("cut")
+	}
+	return n, err
+}
+
+func (w *cutWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // fakeFetch answers from the URL: ".../hold" waits at g (or until the
@@ -62,7 +95,7 @@ func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 
 // setup starts a runner with cfg (the engine's defaults, but the kit's
 // clock) and the API with o over it, served on loopback.
-func setup(t *testing.T, cfg engine.Config, o httpapi.Options) *bundle {
+func setup(t testing.TB, cfg engine.Config, o httpapi.Options) *bundle {
 	t.Helper()
 	b := &bundle{gate: testkit.NewGate(), requests: map[string]*atomic.Int64{}}
 	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), cfg)
@@ -83,7 +116,16 @@ func setup(t *testing.T, cfg engine.Config, o httpapi.Options) *bundle {
 		b.requests[route] = n
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n.Add(1)
-			h.ServeHTTP(w, r)
+			cut := b.cut.Load()
+			if cut == 0 {
+				h.ServeHTTP(w, r)
+				return
+			}
+			cw := &cutWriter{ResponseWriter: w, n: cut}
+			h.ServeHTTP(cw, r)
+			if cw.cut {
+				panic(http.ErrAbortHandler) // net/http drops the connection
+			}
 		})
 	}
 	o.Log = b.Log
@@ -106,7 +148,7 @@ func setup(t *testing.T, cfg engine.Config, o httpapi.Options) *bundle {
 func (b *bundle) count(route string) int64 { return b.requests[route].Load() }
 
 // client is a client of b's server with key, and opts.
-func (b *bundle) client(t *testing.T, key string, opts ...client.Option) *client.Client {
+func (b *bundle) client(t testing.TB, key string, opts ...client.Option) *client.Client {
 	t.Helper()
 	c, err := client.New(b.url, key, opts...)
 	if err != nil {

@@ -40,7 +40,7 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 // bigJob submits a job of n targets of size bytes each and waits for it.
-func bigJob(t *testing.T, b *bundle, c *client.Client, n, size int) string {
+func bigJob(t testing.TB, b *bundle, c *client.Client, n, size int) string {
 	t.Helper()
 	ts := make([]client.Target, n)
 	for i := range ts {
@@ -134,6 +134,30 @@ func TestClient_ResultsEndsWithItsContext(t *testing.T) {
 			t.Fatal(err)
 		}
 		break
+	}
+}
+
+// TestClient_ResultsReportsAnAnswerCutShort reads a Results answer whose
+// connection drops in its second target (as when the job is deleted while
+// it is written): the first target, then an error wrapping
+// io.ErrUnexpectedEOF, and nothing after.
+func TestClient_ResultsReportsAnAnswerCutShort(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	id := bigJob(t, b, c, 3, 100<<10)
+	b.cut.Store(150 << 10)
+	var idx []int
+	var errs []error
+	for r, err := range c.Results(context.Background(), id) {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		idx = append(idx, r.Idx)
+	}
+	if !slices.Equal(idx, []int{0}) || len(errs) != 1 || !errors.Is(errs[0], io.ErrUnexpectedEOF) {
+		t.Fatalf("targets %v, errors %v; want target 0, then an unexpected EOF", idx, errs)
 	}
 }
 
