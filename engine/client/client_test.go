@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sift/batch/engine"
@@ -150,3 +151,28 @@ func TestClient_CancelAndTypedErrors(t *testing.T) {
 
 // errOf is the error of a call's two results.
 func errOf[T any](_ T, err error) error { return err }
+
+// TestClient_SubmitWithSendsTheIdempotencyKey sends a printable UTF-8 key
+// as the Idempotency-Key header, and refuses, without a request, a key
+// the server would refuse.
+func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	key := "agent run 7: café"
+	if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := *b.idemKey.Load(); got != key {
+		t.Fatalf("the server got Idempotency-Key %q; want %q", got, key)
+	}
+	for _, bad := range []string{"a\tb", "line\n", strings.Repeat("k", 256), "\xff\xfe"} {
+		if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: bad}); err == nil {
+			t.Errorf("key %q: no error", bad)
+		}
+	}
+	if n := b.count("POST /v1/batch"); n != 1 {
+		t.Fatalf("%d submits reached the server; want only the good one", n)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sift/batch/engine/batchtype"
 )
@@ -51,8 +53,10 @@ type Submitted struct {
 type SubmitOptions struct {
 	// IdempotencyKey, if set, is sent as the Idempotency-Key header: the
 	// server matches the job by it instead of by the targets, and answers
-	// 422 if it is bound to other targets. A printable string of at most
-	// 255 bytes. A new key asks for a fresh job.
+	// 422 if it is bound to other targets while that job is reusable. 1 to
+	// 255 bytes of printable UTF-8 (a space is printable; a tab is not),
+	// else SubmitWith fails without sending anything. A new key asks for a
+	// fresh job.
 	IdempotencyKey string
 }
 
@@ -133,7 +137,7 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	rq := request{method: http.MethodPost, path: "/v1/batch", body: body}
 	if k := opt.IdempotencyKey; k != "" {
 		if len(k) > 255 || !printable(k) {
-			return Submitted{}, errors.New("submit: the idempotency key must be printable, at most 255 bytes")
+			return Submitted{}, errors.New("submit: the idempotency key must be at most 255 bytes of printable UTF-8")
 		}
 		rq.header = http.Header{"Idempotency-Key": {k}}
 	}
@@ -144,10 +148,15 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	return s, nil
 }
 
-// printable reports whether s is printable ASCII.
+// printable reports whether s is UTF-8 whose every rune is printable
+// (unicode.IsPrint: a space is, a tab or a control character is not), as
+// the server wants an idempotency key.
 func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
 			return false
 		}
 	}
@@ -400,7 +409,9 @@ func (c *Client) wait(ctx context.Context, id string, within, poll time.Duration
 // Cancel cancels job id, if it is live: its running targets stop, its
 // pending ones never start. A job that has already ended is an error
 // matching [ErrConflict]. A cancel is sent again after a 429 or 503, which
-// the server answers before it touches the job.
+// siftbatch answers before it touches the job; should a proxy in between
+// answer 503 after the server cancelled it, the retry finds the job ended,
+// ErrConflict: ended either way, by this cancel or on its own.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	var out struct {
 		Cancelled bool `json:"cancelled"`

@@ -40,6 +40,8 @@ type bundle struct {
 	// of its body's bytes are written, as a server does whose job is
 	// deleted while its answer is written.
 	cut atomic.Int64
+	// idemKey is the Idempotency-Key header of the last request.
+	idemKey atomic.Pointer[string]
 }
 
 // cutWriter writes at most n bytes of an answer's body, then fails.
@@ -116,6 +118,8 @@ func setup(t testing.TB, cfg engine.Config, o httpapi.Options) *bundle {
 		b.requests[route] = n
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n.Add(1)
+			k := r.Header.Get("Idempotency-Key")
+			b.idemKey.Store(&k)
 			cut := b.cut.Load()
 			if cut == 0 {
 				h.ServeHTTP(w, r)
