@@ -191,8 +191,8 @@ func (c *Client) Target(ctx context.Context, id string, idx int) (TargetStatus, 
 // results takes the memory of one. An error ends the
 // sequence: the request's (an *Error, before any target), or an answer cut
 // short, which wraps [io.ErrUnexpectedEOF] (the server drops the
-// connection if the job is deleted meanwhile). Leaving the loop early
-// closes the answer.
+// connection if the job is deleted meanwhile), or ctx's end, after which
+// no target is handed over. Leaving the loop early closes the answer.
 func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus, error] {
 	return func(yield func(TargetStatus, error) bool) {
 		resp, err := c.do(ctx, request{method: http.MethodGet, path: jobPath(id, -1), query: url.Values{"results": {"1"}}})
@@ -202,9 +202,11 @@ func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus,
 		}
 		defer resp.Body.Close()
 		fail := func(err error) {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			} else if errors.Is(err, io.EOF) {
+			switch {
+			case ctx.Err() != nil:
+				yield(TargetStatus{}, fmt.Errorf("job %s results: %w", id, ctx.Err()))
+				return
+			case errors.Is(err, io.EOF):
 				err = io.ErrUnexpectedEOF
 			}
 			yield(TargetStatus{}, fmt.Errorf("job %s results: answer cut short: %w", id, err))
@@ -238,6 +240,12 @@ func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus,
 			for dec.More() {
 				var t TargetStatus
 				if err := dec.Decode(&t); err != nil {
+					fail(err)
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					// The transport closes the answer a moment after ctx
+					// ends; no target is handed over after.
 					fail(err)
 					return
 				}

@@ -80,11 +80,13 @@ func TestClient_ResultsHoldsOneResult(t *testing.T) {
 	if err != nil || len(whole) < n*size {
 		t.Fatalf("answer of %d bytes, %v", len(whole), err)
 	}
+	// ends[i] is the offset just past target i's closing brace: before
+	// the comma and the next target, or the last one's "]}\n".
 	var ends []int64
 	for i := 1; i < n; i++ {
-		ends = append(ends, int64(bytes.Index(whole, []byte(`{"idx":`+strconv.Itoa(i)+`,`))))
+		ends = append(ends, int64(bytes.Index(whole, []byte(`{"idx":`+strconv.Itoa(i)+`,`)))-1)
 	}
-	ends = append(ends, int64(len(whole)))
+	ends = append(ends, int64(len(whole)-len("]}\n")))
 
 	ct.read.Store(0)
 	i := 0
@@ -96,7 +98,7 @@ func TestClient_ResultsHoldsOneResult(t *testing.T) {
 		if r.Idx != i || r.Result == nil || len(r.Result.Content) != size {
 			t.Fatalf("target %d: idx %d, result of %d bytes", i, r.Idx, len(r.Result.Content))
 		}
-		if read < ends[i]-1 || read > ends[i]+64<<10 {
+		if read < ends[i] || read > ends[i]+64<<10 {
 			t.Fatalf("target %d handed over with %d bytes of the answer read; it ends at %d (at most 64 KiB more may be read)", i, read, ends[i])
 		}
 		t.Logf("target %d: %d bytes read, %d past its end", i, read, read-ends[i])

@@ -182,12 +182,13 @@ func printJob(w io.Writer, j client.Job) error {
 		if t.Hint != "" {
 			e += " (" + t.Hint + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", t.Idx, t.Status, t.URL, e)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", t.Idx, t.Status, cleanCell(t.URL), cleanCell(e))
 	}
 	return tw.Flush()
 }
 
-// printResult prints a target's line, then its result's content, if any.
+// printResult prints a target's line, then its result's content, if any,
+// safe for a terminal (cleanText).
 func printResult(w io.Writer, t client.TargetStatus) error {
 	line := fmt.Sprintf("--- %d %s %s", t.Idx, t.Status, t.URL)
 	if t.Error != "" {
@@ -196,14 +197,15 @@ func printResult(w io.Writer, t client.TargetStatus) error {
 	if t.Hint != "" {
 		line += " (" + t.Hint + ")"
 	}
-	if _, err := fmt.Fprintln(w, line); err != nil {
+	if _, err := fmt.Fprintln(w, cleanCell(line)); err != nil {
 		return err
 	}
 	if t.Result == nil {
 		return nil
 	}
-	_, err := io.WriteString(w, t.Result.Content)
-	if err == nil && (t.Result.Content == "" || t.Result.Content[len(t.Result.Content)-1] != '\n') {
+	content := cleanText(t.Result.Content)
+	_, err := io.WriteString(w, content)
+	if err == nil && (content == "" || content[len(content)-1] != '\n') {
 		_, err = io.WriteString(w, "\n")
 	}
 	return err
@@ -322,8 +324,8 @@ func List(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tDONE/TOTAL\tFAILED\tCREATED\tERROR")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", j.ID, j.Status, j.TargetsDone, j.TargetsTotal, j.TargetsFailed,
-			j.Created().UTC().Format(time.DateTime)+"Z", j.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", cleanCell(j.ID), j.Status, j.TargetsDone, j.TargetsTotal, j.TargetsFailed,
+			j.Created().UTC().Format(time.DateTime)+"Z", cleanCell(j.Error))
 	}
 	return tw.Flush()
 }

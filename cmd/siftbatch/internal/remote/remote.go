@@ -120,7 +120,35 @@ func summary(j client.Job) string {
 	if j.Error != "" {
 		s += " (" + j.Error + ")"
 	}
-	return s
+	return cleanCell(s)
+}
+
+// cleanText makes page text safe to print on a terminal: every control
+// character but newline and tab (an escape sequence's ESC, a carriage
+// return, C1 controls) becomes U+FFFD, so that a page cannot move the
+// cursor, recolour or retitle the terminal. --json prints text as it is,
+// escaped by JSON.
+func cleanText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+// cleanCell is cleanText for a table cell or a line: newlines and tabs
+// become spaces.
+func cleanCell(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, cleanText(s))
 }
 
 // oneID checks that pos is one job id.

@@ -35,7 +35,8 @@ type bundle struct {
 }
 
 // fakeFetch holds a URL ending in /hold at g, fails one ending in /fail,
-// and answers any other with "<h1>URL</h1>".
+// answers one ending in /ansi with terminal escape sequences, and any
+// other with "<h1>URL</h1>".
 func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 	return func(ctx context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
 		switch {
@@ -45,6 +46,8 @@ func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 			}
 		case strings.HasSuffix(t.URL, "/fail"):
 			return engine.Result{}, &engine.TargetError{Msg: "HTTP 404", Hint: "check the URL"}
+		case strings.HasSuffix(t.URL, "/ansi"):
+			return engine.Result{Content: "\x1b]0;owned\x07red \x1b[31mtext\r\nline\ttab\u009b"}, nil
 		}
 		return engine.Result{Content: "<h1>" + t.URL + "</h1>"}, nil
 	}
@@ -304,4 +307,27 @@ func TestProgress_DrawsAJobAndFinishes(t *testing.T) {
 		}
 	}
 	(&progress{}).finish(false) // never drawn: nothing to stop
+}
+
+// TestGet_PrintsPageTextSafeForATerminal: a result's escape sequences and
+// control characters are printed as U+FFFD in text, and as they are in
+// --json.
+func TestGet_PrintsPageTextSafeForATerminal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, _, err := b.run(t, Submit, "https://example.com/ansi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	b.WaitSettled(t, id)
+	out, _, err = b.run(t, Get, id, "0")
+	if want := "--- 0 done https://example.com/ansi\n\uFFFD]0;owned\uFFFDred \uFFFD[31mtext\uFFFD\nline\ttab\uFFFD\n"; err != nil || out != want {
+		t.Fatalf("get: %v\n%q\nwant\n%q", err, out, want)
+	}
+	out, _, err = b.run(t, Get, id, "0", "--json")
+	var ts client.TargetStatus
+	if err != nil || json.Unmarshal([]byte(out), &ts) != nil || ts.Result == nil || ts.Result.Content != "\x1b]0;owned\x07red \x1b[31mtext\r\nline\ttab\u009b" {
+		t.Fatalf("get --json: %v\n%s", err, out)
+	}
 }
