@@ -3,9 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,18 +16,17 @@ import (
 // Cancel. Targets go strictly in order, one at a time: the next target is
 // always rec.TargetsDone.
 //
-// Its life is a state machine: one field, phase, changed only by to, which
-// checks each change against jobTransitions (below, with what causes each).
-// The job's status (queued, running, done, …) is data, in rec: a phase says
-// what the actor is doing, the status what the job is. Idle implies a live
-// status; unsaved and settled a terminal one; fetching and storing either (a
-// job cancelled with a target in flight).
+// Its life (life.go) is its status, in rec, and its phase: each changed
+// only through to, take and setStatus, which check the change against the
+// machines' tables. Idle and waiting imply a live status; unsaved and
+// settled a terminal one; fetching and storing either (a job cancelled with
+// a target in flight).
 type job struct {
 	cfg        *Config
 	supervisor *actor.PID
 	rec        persistence.JobRecord
 	payload    any
-	phase      jobPhase
+	phase      phase
 	cur        int   // fetching, storing: the idx of the target in flight
 	busySince  int64 // unix nanos of the next target's first busy answer, 0 for none
 	// What a failed write left unwritten: target outcomes, and whether the
@@ -57,53 +54,12 @@ type job struct {
 	stopFetch context.CancelCauseFunc
 }
 
-// jobPhase is what a job actor is doing.
-type jobPhase uint8
-
-const (
-	phaseIdle     jobPhase = iota // live, nothing in flight: waits for a dispatch (or its retry); for a moment, a target whose write failed (see stored)
-	phaseFetching                 // target cur is at a worker
-	phaseStoring                  // target cur's write is at the store; every message waits in the stash
-	phaseUnsaved                  // ended, nothing in flight, a write failed: flush retried every RetryWait
-	phaseSettled                  // ended, nothing in flight, all written: the supervisor stops the actor
-)
-
-// jobTransitions lists, for each phase, the phases a job actor may go to,
-// and what takes it there. It is the one place they are written; to panics
-// on any other (a bug of ours: the supervisor's strategy fails the runner
-// closed).
-var jobTransitions = [...][]jobPhase{
-	phaseIdle: {
-		phaseFetching,              // dispatch: a worker is free for target TargetsDone
-		phaseSettled, phaseUnsaved, // cancel, shutdown; a failed write's outcome that ended the job (see stored)
-	},
-	phaseFetching: {
-		phaseStoring,               // fetched: its outcome goes to the store, the worker is free
-		phaseIdle,                  // fetched busy (tried again after RetryWait); given up at shutdown; an outcome that joins unsaved ones
-		phaseSettled, phaseUnsaved, // the same, of a job cancelled meanwhile: it settles
-	},
-	phaseStoring: {
-		phaseIdle,                  // written (the job live: the stash is handled next), or the write failed
-		phaseSettled, phaseUnsaved, // written, the job ended (unsaved: a write failed)
-	},
-	phaseUnsaved: {
-		phaseSettled, // flushed: every outcome and the row written
-	},
-	phaseSettled: {},
-}
-
-var phaseNames = [...]string{phaseIdle: "idle", phaseFetching: "fetching", phaseStoring: "storing", phaseUnsaved: "unsaved", phaseSettled: "settled"}
-
-func (p jobPhase) String() string { return phaseNames[p] }
-
-// to moves the job to phase p.
-func (j *job) to(p jobPhase) {
+// to moves the job to phase p, checked against phaseMachine (life.go).
+func (j *job) to(p phase) {
 	if p == j.phase {
 		return
 	}
-	if !slices.Contains(jobTransitions[j.phase], p) {
-		panic(fmt.Sprintf("job %s: no transition from %s to %s", j.rec.ID, j.phase, p))
-	}
+	checkLife(j.rec.ID, j.life(), life{j.rec.Status, p}, false)
 	if j.phase == phaseUnsaved && j.flushes != nil {
 		j.flushes.Stop()
 		j.flushes = nil
@@ -111,27 +67,24 @@ func (j *job) to(p jobPhase) {
 	j.phase = p
 }
 
-// state is how the job stands for the supervisor, by its phase.
-func (j *job) state() jobState {
-	live := !j.terminal()
-	switch j.phase {
-	case phaseIdle:
-		return jobReady
-	case phaseFetching:
-		if live {
-			return jobFetching
-		}
-	case phaseStoring:
-		if live {
-			return jobStoring
-		}
-	case phaseUnsaved:
-		return jobUnsaved
-	case phaseSettled:
-		return jobSettled
-	}
-	return jobCancelled // ended with a target in flight
+// take makes next the job's row, its status change checked against
+// statusMachine (life.go).
+func (j *job) take(next *persistence.JobRecord) {
+	checkLife(j.rec.ID, j.life(), life{next.Status, j.phase}, false)
+	j.rec = *next
 }
+
+// setStatus moves the job to status st, checked against statusMachine.
+func (j *job) setStatus(st string) {
+	checkLife(j.rec.ID, j.life(), life{st, j.phase}, false)
+	j.rec.Status = st
+}
+
+// life is how the job stands: what it reports to the supervisor.
+func (j *job) life() life { return life{j.rec.Status, j.phase} }
+
+// inFlight reports whether a target of the job is at a worker or the store.
+func (j *job) inFlight() bool { return j.phase == phaseFetching || j.phase == phaseStoring }
 
 // storingTarget is a target being stored: its outcome, the job's row once it
 // is stored, and what the hooks are told then.
@@ -175,8 +128,6 @@ func (j *job) Receive(ctx actor.Context) {
 			}
 			root.Send(self, &targetWritten{err: err})
 		}
-		// Its row and specs were just stored: older settled jobs make room.
-		j.evict()
 	case *actor.Stopping:
 		if j.flushes != nil {
 			j.flushes.Stop()
@@ -203,15 +154,18 @@ func (j *job) Receive(ctx actor.Context) {
 func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	switch m := msg.(type) {
 	case *dispatch:
+		if j.phase == phaseWaiting && !j.terminal() {
+			j.to(phaseIdle) // the supervisor's retry wait is over
+		}
 		if j.phase != phaseIdle {
 			// Cancelled before the supervisor heard: give the worker back.
-			j.report(ctx, m.worker, j.state())
+			j.report(ctx, m.worker)
 			return
 		}
 		j.dispatch(ctx, m)
 	case *fetched:
 		if j.phase != phaseFetching { // cannot happen: give the worker back
-			j.report(ctx, m.worker, j.state())
+			j.report(ctx, m.worker)
 			return
 		}
 		j.fetched(ctx, m)
@@ -220,7 +174,7 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		j.publish() // before the answer: a read after Cancel sees it
 		reply(ctx, sender, ok)
 		if ok && j.rec.Settled {
-			j.evict() // after the answer: a flood of cancels is bounded too
+			j.cfg.evictSoon(ctx) // a flood of cancels is bounded too
 		}
 	case *shutdownJob:
 		j.shutdown(ctx)
@@ -234,16 +188,16 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 				return
 			}
 			j.to(phaseSettled)
-			j.report(ctx, nil, jobSettled)
-			j.evict()
+			j.report(ctx, nil)
+			j.cfg.evictSoon(ctx)
 		}
 	}
 }
 
 // report tells the supervisor how the job stands, giving worker back (nil:
 // none).
-func (j *job) report(ctx actor.Context, worker *actor.PID, st jobState) {
-	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: st, lease: j.rec.Lease, status: j.rec.Status})
+func (j *job) report(ctx actor.Context, worker *actor.PID) {
+	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, life: j.life(), lease: j.rec.Lease})
 }
 
 // reply answers a request (a stashed one too: ctx.Respond answers only the
@@ -388,7 +342,7 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	j.to(phaseFetching)
 	queued := j.rec.Status == persistence.StatusQueued
 	if queued {
-		j.rec.Status = persistence.StatusRunning
+		j.setStatus(persistence.StatusRunning)
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext
@@ -406,18 +360,18 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	}
 }
 
-// putBack ends a fetch that stores nothing and gives the worker back with
-// st, or settles a job cancelled meanwhile: fetching → idle, or the end.
-func (j *job) putBack(ctx actor.Context, worker *actor.PID, st jobState) {
+// putBack ends a fetch that stores nothing and gives the worker back:
+// fetching → p (idle, or waiting for a busy target), or the end for a job
+// cancelled meanwhile.
+func (j *job) putBack(ctx actor.Context, worker *actor.PID, p phase) {
 	if j.terminal() {
 		j.settle(ctx, true)
-		st = j.state()
 	} else {
-		j.to(phaseIdle)
+		j.to(p)
 	}
-	j.report(ctx, worker, st)
+	j.report(ctx, worker)
 	if j.rec.Settled {
-		j.evict()
+		j.cfg.evictSoon(ctx)
 	}
 }
 
@@ -429,7 +383,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		// Not the target in flight (cannot happen): never store it twice,
 		// but give the worker back. Or the runner gave up on the fetch at
 		// shutdown: the target stays pending, and the drain fails the job.
-		j.putBack(ctx, m.worker, jobReady)
+		j.putBack(ctx, m.worker, phaseIdle)
 		return
 	}
 	now := j.now()
@@ -439,7 +393,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 			j.busySince = now
 		}
 		if now-j.busySince <= int64(j.cfg.RetryFor) {
-			j.putBack(ctx, m.worker, jobWaiting)
+			j.putBack(ctx, m.worker, phaseWaiting)
 			return
 		}
 		out.Busy = false // busy for longer than RetryFor: store it failed
@@ -473,14 +427,14 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		// store's record of a live job's progress (SaveOutcomeAsync).
 		j.to(phaseStoring)
 		p.withRow = next.Settled || j.dirty
-		j.report(ctx, m.worker, j.state())
+		j.report(ctx, m.worker)
 		j.write(p)
 		return
 	}
 	// A failed write left rows unwritten: this outcome joins them, and
 	// they are written in order, then the row (blocking; only after a
 	// failed write).
-	j.rec = p.next
+	j.take(&p.next)
 	j.unsaved = append(j.unsaved, p.t)
 	j.dirty = true
 	j.to(phaseIdle) // not in flight: readers see it as unsaved holds it
@@ -498,7 +452,7 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 		j.write(p)
 		return
 	}
-	j.rec = p.next
+	j.take(&p.next)
 	if m.err != nil {
 		j.unsaved = append(j.unsaved, p.t)
 		j.dirty = true  // the flush writes the row with the outcome
@@ -544,26 +498,13 @@ func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
 	} else {
 		j.to(phaseIdle)
 	}
-	j.report(ctx, worker, j.state())
+	j.report(ctx, worker)
 
 	j.cfg.hook(ctx, hookEvent{hook: hookTarget, jobID: j.rec.ID, err: p.err, d: p.took, n: len(p.t.Result)})
 	if persistence.IsLive(p.prevStatus) && j.terminal() {
 		j.ended(ctx)
 	}
-	j.evict()
-}
-
-// evict deletes the oldest settled jobs while the store's bytes exceed
-// MaxBytes (at once when they do not): after each write that adds bytes
-// (the job's creation, a stored target) or settles a job (which may then
-// be evicted itself), so that jobs that store no result, failed or
-// cancelled, are bounded as well.
-func (j *job) evict() {
-	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
-		j.warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
-	} else if n > 0 {
-		j.cfg.Log.Debug("evicted jobs", slog.Int(keyCount, n))
-	}
+	j.cfg.evictSoon(ctx)
 }
 
 // writeOutcome writes one outcome on its own (see flush). A result too
@@ -615,18 +556,18 @@ func (j *job) cancel(ctx actor.Context) bool {
 	if j.terminal() {
 		return false
 	}
-	j.rec.Status = persistence.StatusCancelled
-	j.rec.Settled = j.phase == phaseIdle
+	j.setStatus(persistence.StatusCancelled)
+	j.rec.Settled = !j.inFlight()
 	if j.stopFetch != nil { // the fetch in flight stops; its outcome settles the job
 		j.stopFetch(batchtype.ErrCancelled)
 	}
 	j.save("cancelled")
-	if j.phase == phaseIdle {
+	if j.rec.Settled {
 		j.settle(ctx, true)
 	}
 	// The supervisor hears before the canceller does, so a Submit that
 	// follows the Cancel sees the caps already freed.
-	j.report(ctx, nil, j.state())
+	j.report(ctx, nil)
 	j.ended(ctx)
 	return true
 }
@@ -645,11 +586,11 @@ func (j *job) shutdown(ctx actor.Context) {
 		}
 		return
 	}
-	j.rec.Status = persistence.StatusFailed
+	j.setStatus(persistence.StatusFailed)
 	j.rec.Error = "shutdown"
-	j.rec.Settled = j.phase == phaseIdle
+	j.rec.Settled = !j.inFlight()
 	j.save("shutdown")
-	if j.phase == phaseIdle {
+	if j.rec.Settled {
 		j.settle(ctx, false)
 	}
 	j.ended(ctx)

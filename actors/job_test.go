@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 func storedDone(t *testing.T, sup *probe, workerPID *actor.PID) *jobDone {
 	t.Helper()
 	free := next[*jobDone](t, sup)
-	require.Equal(t, jobStoring, free.state, "the worker is freed before the store answers")
+	require.Equal(t, life{persistence.StatusRunning, phaseStoring}, free.life, "the worker is freed before the store answers")
 	require.Equal(t, workerPID, free.worker)
 	done := next[*jobDone](t, sup)
 	require.Nil(t, done.worker, "the worker is freed once")
@@ -55,7 +56,7 @@ func TestJob_TargetsInOrder(t *testing.T) {
 
 	ts.advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
-	require.Equal(t, jobReady, storedDone(t, sup, workerPID).state)
+	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, storedDone(t, sup, workerPID).life)
 	tr, err := ts.store.Target(rec.ID, 0)
 	require.NoError(t, err)
 	require.Equal(t, persistence.TargetDone, tr.Status)
@@ -65,7 +66,7 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	require.Equal(t, 1, next[*fetch](t, worker).idx)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Err: errors.New("x"), Msg: "x", Hint: "h"}})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusPartial, stored.Status)
 	require.True(t, stored.Settled)
@@ -81,7 +82,7 @@ func TestJob_Busy(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
-	require.Equal(t, jobWaiting, next[*jobDone](t, sup).state)
+	require.Equal(t, life{persistence.StatusRunning, phaseWaiting}, next[*jobDone](t, sup).life)
 	tr, _ := ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetPending, tr.Status, "a busy target stays pending")
 
@@ -89,7 +90,7 @@ func TestJob_Busy(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	tr, _ = ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetFailed, tr.Status)
 	require.Equal(t, "429", tr.Error)
@@ -103,7 +104,7 @@ func TestJob_Cancel(t *testing.T) {
 	next[*fetch](t, worker)
 	require.Equal(t, true, ts.ask(t, job, &CancelJob{ID: rec.ID}))
 	ended := next[*jobDone](t, sup)
-	require.Equal(t, jobCancelled, ended.state, "no longer live, but a target is still in flight")
+	require.Equal(t, life{persistence.StatusCancelled, phaseFetching}, ended.life, "no longer live, but a target is still in flight")
 	require.Nil(t, ended.worker)
 	stored, _ := ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
@@ -111,16 +112,16 @@ func TestJob_Cancel(t *testing.T) {
 
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
 	free := next[*jobDone](t, sup)
-	require.Equal(t, jobCancelled, free.state, "the worker is freed; the job stays ended while its target is stored")
+	require.Equal(t, life{persistence.StatusCancelled, phaseStoring}, free.life, "the worker is freed; the job stays ended while its target is stored")
 	require.Equal(t, workerPID, free.worker)
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, phaseSettled, next[*jobDone](t, sup).life.phase)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status, "the in-flight target does not overwrite cancelled")
 	require.True(t, stored.Settled)
 
 	// A dispatch that crossed the cancel gives the worker straight back.
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, phaseSettled, next[*jobDone](t, sup).life.phase)
 	quiet(t, worker)
 }
 
@@ -159,7 +160,7 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	})
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
 	free := next[*jobDone](t, sup)
-	require.Equal(t, jobStoring, free.state)
+	require.Equal(t, life{persistence.StatusRunning, phaseStoring}, free.life)
 	select {
 	case <-entered: // the store is writing it, and waits for release
 	case <-time.After(waitTimeout):
@@ -177,11 +178,11 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	close(release)
 	done := next[*jobDone](t, sup)
 	require.Nil(t, done.worker)
-	require.Equal(t, jobReady, done.state)
+	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, done.life)
 	res, err := cancelled.Result()
 	require.NoError(t, err)
 	require.Equal(t, true, res)
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state, "the stashed Cancel, handled once the store answered")
+	require.Equal(t, phaseSettled, next[*jobDone](t, sup).life.phase, "the stashed Cancel, handled once the store answered")
 	stored, err := ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
@@ -208,7 +209,7 @@ func TestJob_TouchHeldUntilNextWrite(t *testing.T) {
 
 	ts.advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	stored, err = ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, later, stored.Lease, "the settling write carries the touch")
@@ -237,28 +238,42 @@ func TestJob_TooLarge(t *testing.T) {
 	require.Equal(t, 1, live.TargetsFailed)
 }
 
-// The job's phases: every one is reachable from idle, settled is the end,
-// and to refuses a transition the table does not list.
+// The job actor moves its life one transition at a time, and refuses any
+// other.
 func TestJob_Transitions(t *testing.T) {
-	seen := map[jobPhase]bool{phaseIdle: true}
-	for todo := []jobPhase{phaseIdle}; len(todo) > 0; todo = todo[1:] {
-		for _, p := range jobTransitions[todo[0]] {
-			if !seen[p] {
-				seen[p] = true
-				todo = append(todo, p)
-			}
-		}
-	}
-	for p := range jobPhase(len(jobTransitions)) {
-		require.True(t, seen[p], "%s is reachable", p)
-		require.NotContains(t, jobTransitions[p], p, "%s: a phase does not list itself", p)
-	}
-	require.Empty(t, jobTransitions[phaseSettled], "settled is the end")
-	require.Equal(t, []jobPhase{phaseSettled}, jobTransitions[phaseUnsaved], "an unsaved job only settles")
-
-	j := &job{phase: phaseSettled}
-	require.PanicsWithValue(t, "job : no transition from settled to fetching", func() { j.to(phaseFetching) })
-	j = &job{phase: phaseIdle}
+	j := &job{phase: phaseSettled, rec: persistence.JobRecord{Status: persistence.StatusDone}}
+	require.PanicsWithValue(t, "job : no phase transition from settled to fetching", func() { j.to(phaseFetching) })
+	j = &job{phase: phaseIdle, rec: persistence.JobRecord{Status: persistence.StatusQueued}}
 	j.to(phaseFetching)
 	require.Equal(t, phaseFetching, j.phase)
+	require.PanicsWithValue(t, "job : no status transition from queued to done", func() { j.setStatus(persistence.StatusDone) },
+		"one step at a time: running first")
+	j.setStatus(persistence.StatusRunning)
+	require.NotPanics(t, func() { j.to(phaseFetching) }, "staying put is no transition")
+	require.Equal(t, life{persistence.StatusRunning, phaseFetching}, j.life())
+}
+
+// A stored target that leaves the store past MaxBytes has the maintainer
+// evict, after the job has told the supervisor; under MaxBytes it asks for
+// nothing.
+func TestJob_StoredTargetTellsMaintainer(t *testing.T) {
+	ts := newTestSystem(t)
+	maint, maintPID := ts.spawnProbe(t)
+	ts.cfg.maintenance = maintPID
+	ts.cfg.MaxBytes = 1000 // the job's rows and a small outcome fit, a large one does not
+	job, _, sup, worker, workerPID := jobUnderTest(t, ts, 2)
+
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
+	storedDone(t, sup, workerPID)
+	quiet(t, maint)
+
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	large := []byte(`"` + strings.Repeat("x", 2000) + `"`)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Result: large}})
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
+	next[*maintain](t, maint)
+	require.Equal(t, dueEvict, ts.cfg.maintDue.Load())
 }

@@ -19,6 +19,7 @@ type System struct {
 	cfg       *Config
 	sup       *actor.PID
 	observer  *actor.PID
+	maint     *actor.PID // the maintainer
 	pools     []*poolDispatcher
 	hooks     *poolDispatcher // the observer's
 	abortCh   chan struct{}   // cfg.Abort
@@ -44,7 +45,7 @@ const drainTimeout = 10 * time.Minute
 var ErrNoAnswer = errors.New("no answer from the runner")
 
 // Start starts an actor system, the observer that runs the hooks, the
-// supervisor and the workers. The actor system logs through cfg.Log,
+// maintainer that sweeps and evicts, the supervisor and the workers. The actor system logs through cfg.Log,
 // filtered (see [ActorSystemLogger]). cfg.Abort and cfg.observer are set
 // here; cfg.OnFail is wrapped so that [System.Stop] knows.
 func Start(cfg *Config) (*System, error) {
@@ -96,9 +97,22 @@ func Start(cfg *Config) (*System, error) {
 		return nil, fmt.Errorf("start observer: %w", err)
 	}
 	cfg.observer = s.observer
+	// The maintainer sweeps and evicts on a goroutine of its own: a long
+	// pass holds up no job.
+	maint := newPoolDispatcher(1, 300)
+	s.pools = append(s.pools, maint)
+	s.maint, err = sys.Root.SpawnNamed(props(newMaintainer(cfg), maint, actor.WithGuardian(&maintenanceStrategy{cfg: cfg})), "maintainer")
+	if err != nil {
+		_ = sys.Root.PoisonFuture(s.observer).Wait()
+		sys.Shutdown()
+		closePools()
+		return nil, fmt.Errorf("start maintainer: %w", err)
+	}
+	cfg.maintenance = s.maint
 	s.sup, err = sys.Root.SpawnNamed(props(newSupervisor(cfg), pool, actor.WithSupervisor(&supervisionStrategy{cfg: cfg}),
 		actor.WithGuardian(&failClosedStrategy{cfg: cfg})), "supervisor")
 	if err != nil {
+		_ = sys.Root.PoisonFuture(s.maint).Wait()
 		_ = sys.Root.PoisonFuture(s.observer).Wait()
 		sys.Shutdown()
 		closePools()
@@ -219,6 +233,11 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 		}
 	} else if cancelFetches != nil {
 		cancelFetches()
+	}
+	// The maintainer stops once the supervisor and the jobs, which tell
+	// it, have stopped; a pass under way finishes first.
+	if perr := s.sys.Root.PoisonFuture(s.maint).Wait(); perr != nil && err == nil {
+		err = fmt.Errorf("stop maintainer: %w", perr)
 	}
 	s.abort() // a worker the failed runner stopped may still wait for a fetch
 	// The observer runs every hook queued before it stops, unless giveUp
