@@ -68,7 +68,7 @@ type Config struct {
 	// HookPanics counts the hook calls that panicked.
 	HookPanics atomic.Uint64
 
-	observer   *actor.PID       // runs the hooks (observer.go)
+	observer *actor.PID // runs the hooks (observer.go)
 	// maintenance sweeps and evicts (maintenance.go); nil: nobody does.
 	maintenance *actor.PID
 	// maintDue is what the maintainer has been asked for since its last
@@ -78,7 +78,7 @@ type Config struct {
 	maintainEvery time.Duration
 	// maintFailures counts the maintenance passes that failed.
 	maintFailures atomic.Uint64
-	dispatcher actor.Dispatcher // for the job actors; nil: protoactor's default
+	dispatcher    actor.Dispatcher // for the job actors; nil: protoactor's default
 	// workerDispatchers has one dispatcher per worker; missing: the default.
 	workerDispatchers []actor.Dispatcher
 }

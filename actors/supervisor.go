@@ -68,7 +68,7 @@ type supervisor struct {
 	inflight  int            // workers out: targets being fetched
 	ready     fifo[*liveJob] // the rotation: ready jobs, and jobs being stored (see supervisor)
 	closing   bool
-	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
+	drainer   *actor.PID  // who asked for the drain, answered once nothing is in flight
 	stopped   atomic.Bool // read by timer callbacks
 
 	// The producers of the children; tests stand probes in for them.
