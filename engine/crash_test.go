@@ -15,11 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -165,7 +167,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		left, err := store.Unsettled()
 		require.NoError(t, err)
 		log := &logScanner{}
-		r, err := engine.New(store, okFetch, engine.Config{MaxBytes: 1 << 40}, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug - 8})))
+		r, err := engine.New(store, enginetest.OKFetch, engine.Config{MaxBytes: 1 << 40}, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug - 8})))
 		require.NoError(t, err, "round %d", round)
 		for _, j := range left {
 			got, _, ok := r.Status(j.ID)
@@ -490,4 +492,84 @@ func crashChild(dir string) {
 		watch = append(keep, watch[len(ids):]...)
 		mu.Unlock()
 	}
+}
+
+func TestRunner_Restart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store, err := persistence.Open(dir)
+	require.NoError(t, err)
+	// A first run: one job finished its first target and was cut off.
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	// a1's write lands after the worker has moved on to q1 (the store is
+	// asynchronous), so wait for the hook that follows the write.
+	stored := make(chan struct{}, 1)
+	first, err := engine.New(store, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if calls.Add(1) == 2 {
+			close(started)
+			<-release
+		}
+		return engine.Result{Content: "stored " + tg.URL}, nil
+	}, engine.Config{JobsPerCaller: 3, Hooks: engine.Hooks{Target: func(error, time.Duration, int) {
+		select {
+		case stored <- struct{}{}:
+		default:
+		}
+	}}}, nil)
+	require.NoError(t, err)
+	// One worker: a1 is stored, then q1 is held in flight, b stays queued.
+	running, _, err := first.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("a", 3))
+	require.NoError(t, err)
+	inflight, _, err := first.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("q", 1))
+	require.NoError(t, err)
+	<-started
+	<-stored
+	queued, _, err := first.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("b", 1))
+	require.NoError(t, err)
+	// Simulate a crash: the rows as a killed process leaves them (the job
+	// actor's writes have landed; nothing else runs). Copy them into a fresh
+	// store directory by hand through the store's own API.
+	rec, ts, err := store.JobWithTargets(running)
+	require.NoError(t, err)
+	qrec, qts, err := store.JobWithTargets(queued)
+	require.NoError(t, err)
+	irec, its, err := store.JobWithTargets(inflight)
+	require.NoError(t, err)
+	close(release)
+	first.Close()
+	require.NoError(t, store.Close())
+	require.Equal(t, "running", rec.Status)
+	require.Equal(t, "queued", qrec.Status)
+
+	dir2 := t.TempDir()
+	crashed, err := persistence.Open(dir2)
+	require.NoError(t, err)
+	require.NoError(t, crashed.CreateJob(&rec, ts))
+	require.NoError(t, crashed.CreateJob(&qrec, qts))
+	require.NoError(t, crashed.CreateJob(&irec, its))
+	require.NoError(t, crashed.SaveTarget(&rec, &ts[0]))
+	require.NoError(t, crashed.Close())
+
+	reopened, err := persistence.Open(dir2)
+	require.NoError(t, err)
+	b := enginetest.SetupOn(t, reopened, enginetest.OKFetch, engine.Config{})
+	j, got, ok := b.Runner.Status(running)
+	require.True(t, ok)
+	require.Equal(t, "failed", j.Status)
+	require.Equal(t, "restart", j.Error)
+	require.Equal(t, "done", got[0].Status)
+	require.Equal(t, "stored http://h/a/0", got[0].Result.Content, "finished targets stay readable")
+	require.Equal(t, "pending", got[1].Status)
+	for _, id := range []string{queued, inflight} {
+		j, ts, ok := b.Runner.Status(id)
+		require.True(t, ok)
+		require.Equal(t, "failed", j.Status)
+		require.Equal(t, "restart", j.Error)
+		require.Equal(t, "pending", ts[0].Status)
+	}
+	left, err := reopened.Unsettled()
+	require.NoError(t, err)
+	require.Empty(t, left)
 }

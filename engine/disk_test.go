@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -54,102 +55,42 @@ func (s *stepper) one(t *testing.T) {
 	t.Helper()
 	select {
 	case s.step <- struct{}{}:
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.Deadline): // a failure deadline, for a hung test
 		t.Fatal("no fetch was waiting")
 	}
-	recv(t, s.stored)
+	testkit.Recv(t, s.stored)
 }
 
 // setupDisk starts a runner on a store in dir ("" in memory) with a
-// stepper, its log kept for inspection and scanned for secrets.
-func setupDisk(t *testing.T, dir string, cfg engine.Config) (*bundle, *stepper, *logScanner) {
+// stepper; once the test has closed it, no line it logged may carry a
+// secret.
+func setupDisk(t *testing.T, dir string, cfg engine.Config) (*enginetest.Bundle, *stepper) {
 	t.Helper()
-	store, err := persistence.Open(dir)
-	require.NoError(t, err)
 	st := newStepper()
-	b := &bundle{store: store, clock: newClock(), hooks: newHookRecorder()}
-	log := (&logScanner{}).keepLines()
-	cfg.Now = b.clock.Now
-	hooks := b.hooks.hooks()
-	target := hooks.Target
-	hooks.Target = func(err error, d time.Duration, n int) {
-		target(err, d, n)
-		st.stored <- err
-	}
-	cfg.Hooks = hooks
-	r, err := engine.New(store, st.fetch, cfg, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	require.NoError(t, err)
-	b.r = r
-	t.Cleanup(func() {
-		r.Close()
-		require.NoError(t, store.Close())
-		log.check(t)
+	var b *enginetest.Bundle
+	t.Cleanup(func() { // runs after the runner's and the store's cleanups
+		testkit.RequireNoneOf(t, b.Logs.String(), secrets...)
 	})
-	return b, st, log
-}
-
-// TestRunner_WriteFault injects failing writes at the persistence boundary
-// while jobs run: the runner logs Warn with the job id, keeps answering
-// Status, never panics, and recovers once writes work again.
-func TestRunner_WriteFault(t *testing.T) {
-	t.Parallel()
-	b, st, log := setupDisk(t, t.TempDir(), engine.Config{JobsPerCaller: 4})
-	var failing atomic.Bool
-	b.store.SetWriteFault(func() error {
-		if failing.Load() {
-			return syscall.ENOSPC
-		}
-		return nil
-	})
-	ctx := context.Background()
-
-	a := b.submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}, {URL: secretURL("a", 2)}})
-	st.one(t) // a0 stored
-	failing.Store(true)
-	st.one(t) // a1: its store fails
-	requireWarn(t, log, a)
-	j, ts, ok := b.r.Status(a)
-	require.True(t, ok, "Status keeps answering")
-	require.Equal(t, "running", j.Status)
-	require.Equal(t, "done", ts[0].Status)
-
-	_, _, err := b.r.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("b", 0)}})
-	require.ErrorIs(t, err, syscall.ENOSPC, "a Submit that cannot be stored fails")
-	b.r.Touch(a)
-
-	failing.Store(false)
-	st.one(t) // a2 stored: writes work again
-	j, ts = b.waitStatus(t, a, "done")
-	require.Equal(t, 3, j.TargetsDone)
-	for i, tg := range ts {
-		require.Equal(t, "done", tg.Status, "target %d: an outcome whose write failed is written once writes work", i)
-		require.Equal(t, "content of "+secretURL("a", i), tg.Result.Content)
-	}
-	waitSettled(t, b.store, a, "done")
-
-	// New jobs run as before.
-	c := b.submit(t, "carol", []engine.Target{{URL: secretURL("c", 0)}})
-	st.one(t)
-	_, ts = b.waitStatus(t, c, "done")
-	require.Equal(t, "content of "+secretURL("c", 0), ts[0].Result.Content)
-	require.Contains(t, log.String(), "level=WARN")
+	cfg.Hooks.Target = func(err error, _ time.Duration, _ int) { st.stored <- err }
+	b = enginetest.SetupOn(t, enginetest.OpenStore(t, dir), st.fetch, cfg)
+	return b, st
 }
 
 // requireWarn requires a Warn line about job id.
-func requireWarn(t *testing.T, log *logScanner, id string) {
+func requireWarn(t *testing.T, logs *testkit.SyncBuffer, id string) {
 	t.Helper()
-	for _, l := range strings.Split(log.String(), "\n") {
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, "level=WARN") && strings.Contains(l, "job_id="+id) {
 			return
 		}
 	}
-	t.Fatalf("no Warn line with job_id=%s in:\n%s", id, log.String())
+	t.Fatalf("no Warn line with job_id=%s in:\n%s", id, logs.String())
 }
 
 // waitSettled waits until the store holds job id settled with status.
 func waitSettled(t *testing.T, store *persistence.Store, id, status string) {
 	t.Helper()
-	waitFor(t, "job "+id+" stored "+status+" and settled", func() bool {
+	testkit.WaitFor(t, "job "+id+" stored "+status+" and settled", func() bool {
 		j, err := store.Job(id)
 		return err == nil && j.Status == status && j.Settled
 	})
@@ -158,6 +99,53 @@ func waitSettled(t *testing.T, store *persistence.Store, id, status string) {
 	for _, j := range left {
 		require.NotEqual(t, id, j.ID)
 	}
+}
+
+// TestRunner_WriteFault injects failing writes at the persistence boundary
+// while jobs run: the runner logs Warn with the job id, keeps answering
+// Status, never panics, and recovers once writes work again.
+func TestRunner_WriteFault(t *testing.T) {
+	t.Parallel()
+	b, st := setupDisk(t, t.TempDir(), engine.Config{JobsPerCaller: 4})
+	var failing atomic.Bool
+	b.Store.SetWriteFault(func() error {
+		if failing.Load() {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	ctx := context.Background()
+
+	a := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}, {URL: secretURL("a", 2)}})
+	st.one(t) // a0 stored
+	failing.Store(true)
+	st.one(t) // a1: its store fails
+	requireWarn(t, b.Logs, a)
+	j, ts, ok := b.Runner.Status(a)
+	require.True(t, ok, "Status keeps answering")
+	require.Equal(t, "running", j.Status)
+	require.Equal(t, "done", ts[0].Status)
+
+	_, _, err := b.Runner.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("b", 0)}})
+	require.ErrorIs(t, err, syscall.ENOSPC, "a Submit that cannot be stored fails")
+	b.Runner.Touch(a)
+
+	failing.Store(false)
+	st.one(t) // a2 stored: writes work again
+	j, ts = b.WaitStatus(t, a, "done")
+	require.Equal(t, 3, j.TargetsDone)
+	for i, tg := range ts {
+		require.Equal(t, "done", tg.Status, "target %d: an outcome whose write failed is written once writes work", i)
+		require.Equal(t, "content of "+secretURL("a", i), tg.Result.Content)
+	}
+	waitSettled(t, b.Store, a, "done")
+
+	// New jobs run as before.
+	c := b.Submit(t, "carol", []engine.Target{{URL: secretURL("c", 0)}})
+	st.one(t)
+	_, ts = b.WaitStatus(t, c, "done")
+	require.Equal(t, "content of "+secretURL("c", 0), ts[0].Result.Content)
+	require.Contains(t, b.Logs.String(), "level=WARN")
 }
 
 // TestRunner_WriteFaultAtTheEnd is the regression test for a job whose last
@@ -170,44 +158,44 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		status string
-		run    func(t *testing.T, b *bundle, st *stepper, id string)
+		run    func(t *testing.T, b *enginetest.Bundle, st *stepper, id string)
 	}{
-		{"LastTarget", "done", func(t *testing.T, b *bundle, st *stepper, id string) {
+		{"LastTarget", "done", func(t *testing.T, b *enginetest.Bundle, st *stepper, id string) {
 			st.one(t)
 		}},
-		{"Cancel", "cancelled", func(t *testing.T, b *bundle, st *stepper, id string) {
-			require.True(t, b.r.Cancel(id))
+		{"Cancel", "cancelled", func(t *testing.T, b *enginetest.Bundle, st *stepper, id string) {
+			require.True(t, b.Runner.Cancel(id))
 			st.one(t) // the target in flight is stored after the cancel
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b, st, log := setupDisk(t, t.TempDir(), engine.Config{RetryWait: 5 * time.Millisecond})
+			b, st := setupDisk(t, t.TempDir(), engine.Config{RetryWait: 5 * time.Millisecond})
 			var failing atomic.Bool
-			b.store.SetWriteFault(func() error {
+			b.Store.SetWriteFault(func() error {
 				if failing.Load() {
 					return syscall.EROFS
 				}
 				return nil
 			})
-			id := b.submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+			id := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
 			if tc.status == "done" {
 				st.one(t)
 			}
-			waitFor(t, "a target in flight", func() bool {
-				_, ts, _ := b.r.Status(id)
+			testkit.WaitFor(t, "a target in flight", func() bool {
+				_, ts, _ := b.Runner.Status(id)
 				return ts[len(ts)-1].Status == "running" || ts[0].Status == "running"
 			})
 			failing.Store(true)
 			tc.run(t, b, st, id)
-			requireWarn(t, log, id)
-			j, _, ok := b.r.Status(id)
+			requireWarn(t, b.Logs, id)
+			j, _, ok := b.Runner.Status(id)
 			require.True(t, ok)
 			require.Equal(t, tc.status, j.Status, "Status answers with the job's truth")
 
 			failing.Store(false)
-			waitSettled(t, b.store, id, tc.status)
-			j, ts, ok := b.r.Status(id)
+			waitSettled(t, b.Store, id, tc.status)
+			j, ts, ok := b.Runner.Status(id)
 			require.True(t, ok)
 			require.Equal(t, tc.status, j.Status)
 			if tc.status == "done" {
@@ -218,12 +206,12 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 				require.Equal(t, 1, j.TargetsDone)
 			}
 			// The job settled: the caps are free, and it is swept in time.
-			b.clock.Advance(engine.DefaultTTL + time.Second)
-			c := b.submit(t, "alice", []engine.Target{{URL: secretURL("c", 0)}})
-			_, _, ok = b.r.Status(id)
+			b.Clock.Advance(engine.DefaultTTL + time.Second)
+			c := b.Submit(t, "alice", []engine.Target{{URL: secretURL("c", 0)}})
+			_, _, ok = b.Runner.Status(id)
 			require.False(t, ok, "swept")
 			st.one(t)
-			b.waitStatus(t, c, "done")
+			b.WaitStatus(t, c, "done")
 		})
 	}
 }
@@ -235,7 +223,7 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 // as when the first write says so.
 func TestRunner_WriteFaultTooLarge(t *testing.T) {
 	t.Parallel()
-	b, st, log := setupDisk(t, "", engine.Config{RetryWait: 5 * time.Millisecond})
+	b, st := setupDisk(t, "", engine.Config{RetryWait: 5 * time.Millisecond})
 	big := strings.Repeat("x", persistence.MaxResultSize) // its JSON is over the store's cap
 	st.result = func(tg engine.Target) engine.Result {
 		if strings.HasSuffix(tg.URL, "/0?token=s3cr3t") {
@@ -244,28 +232,141 @@ func TestRunner_WriteFaultTooLarge(t *testing.T) {
 		return engine.Result{Content: "small"}
 	}
 	var failing atomic.Bool
-	b.store.SetWriteFault(func() error {
+	b.Store.SetWriteFault(func() error {
 		if failing.Load() {
 			return syscall.ENOSPC
 		}
 		return nil
 	})
-	id := b.submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
-	waitFor(t, "a target in flight", func() bool {
-		_, ts, _ := b.r.Status(id)
+	id := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	testkit.WaitFor(t, "a target in flight", func() bool {
+		_, ts, _ := b.Runner.Status(id)
 		return ts[0].Status == "running"
 	})
 	failing.Store(true)
 	st.one(t) // the large result: its write fails (the disk)
-	requireWarn(t, log, id)
+	requireWarn(t, b.Logs, id)
 	failing.Store(false)
 	st.one(t)
-	waitSettled(t, b.store, id, "partial")
-	_, ts := b.waitStatus(t, id, "partial")
+	waitSettled(t, b.Store, id, "partial")
+	_, ts := b.WaitStatus(t, id, "partial")
 	require.Equal(t, "failed", ts[0].Status)
 	require.Equal(t, "result too large to store", ts[0].Error)
 	require.Equal(t, "small", ts[1].Result.Content)
 }
+
+// oneFault fails the n-th write (1-based) once, and counts every write.
+type oneFault struct {
+	n     int64
+	calls atomic.Int64
+}
+
+func (f *oneFault) fault() error {
+	if f.calls.Add(1) == f.n {
+		return errors.New("ADV-FAULT")
+	}
+	return nil
+}
+
+// faultScenario runs a scenario with fault installed from the start:
+// a job that ends partial (then Touched), one cancelled with a target in
+// flight, one live at Close. It returns the writes it made.
+func faultScenario(t *testing.T, f *oneFault) int64 {
+	t.Helper()
+	release := make(chan struct{})
+	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch kind, _ := jobOf(tg.URL); kind {
+		case "fail":
+			return engine.Result{}, &engine.TargetError{Msg: "nope", Hint: "h"}
+		case "block":
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		case "hang":
+			<-ctx.Done()
+			return engine.Result{}, ctx.Err()
+		}
+		return engine.Result{Content: "<p>" + tg.URL + "</p>"}, nil
+	}
+	store, err := persistence.Open("")
+	require.NoError(t, err)
+	store.SetWriteFault(f.fault)
+	rig := enginetest.SetupOn(t, store, fetch, engine.Config{Workers: 1, JobsPerCaller: 2, RetryWait: time.Millisecond, TTL: 10 * time.Second})
+	r := rig.Runner
+	ctx := context.Background()
+	var ids []string
+	submit := func(c string, ts ...engine.Target) (string, bool) {
+		t.Helper()
+		id, _, err := r.Submit(ctx, enginetest.Caller(c), "", ts)
+		if err != nil {
+			require.NotErrorIs(t, err, engine.ErrCallerBusy)
+			require.Contains(t, err.Error(), "ADV-FAULT")
+			return "", false
+		}
+		ids = append(ids, id)
+		return id, true
+	}
+	wait := func(id string) engine.Job {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, testkit.Deadline)
+		defer cancel()
+		j, err := r.Wait(wctx, id)
+		require.NoError(t, err)
+		return j
+	}
+	if a, ok := submit("alice", tgt("ok", 0), tgt("fail", 1), tgt("ok", 2)); ok {
+		require.Equal(t, engine.StatusPartial, wait(a).Status)
+		requireReadsAgree(t, r, a)
+		rig.Clock.Advance(3 * time.Second)
+		r.Touch(a)
+		rig.Clock.Advance(5 * time.Second) // the Touch's effect: see TestAdversary_TouchAfterEndKept
+		j, ok := r.Job(a)
+		require.True(t, ok)
+		require.Equal(t, engine.StatusPartial, j.Status)
+	}
+	if b, ok := submit("bob", tgt("block", 0), tgt("ok", 1)); ok {
+		testkit.WaitFor(t, "bob in flight", func() bool {
+			_, ts, ok := r.Targets(b)
+			return ok && ts[0].Status == engine.TargetRunning
+		})
+		var c bool
+		c = r.Cancel(b)
+		require.True(t, c)
+		close(release)
+		require.Equal(t, engine.StatusCancelled, wait(b).Status)
+		requireReadsAgree(t, r, b)
+	} else {
+		close(release)
+	}
+	if c, ok := submit("carol", tgt("ok", 0), tgt("hang", 1)); ok {
+		testkit.WaitFor(t, "carol in flight", func() bool {
+			_, ts, ok := r.Targets(c)
+			return ok && ts[1].Status == engine.TargetRunning
+		})
+		requireReadsAgree(t, r, c)
+	}
+	r.Close()
+	for _, id := range ids {
+		requireSettled(t, rig, id)
+	}
+	return f.calls.Load()
+}
+
+func TestAdversary_WriteFaultAtEveryWrite(t *testing.T) {
+	t.Parallel()
+	total := faultScenario(t, &oneFault{n: -1})
+	require.Positive(t, total)
+	for n := int64(1); n <= total+2; n++ {
+		t.Run(fmt.Sprint("write", n), func(t *testing.T) {
+			t.Parallel()
+			faultScenario(t, &oneFault{n: n})
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Touch, leases and expiry (by the injected clock).
 
 // TestRunner_DiskFull fills a real disk: a small tmpfs, mounted for the
 // test (root only; skipped where mounting is not allowed). A child process
@@ -328,14 +429,14 @@ func TestRunner_DiskFull(t *testing.T) {
 		require.NoError(t, err)
 		reported[f[1]] = append(reported[f[1]], idx)
 	}
-	b := setupOn(t, store, okFetch, engine.Config{MaxBytes: 1 << 40})
-	lost := checkCrashStore(t, b.r, store, 0, reported)
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{MaxBytes: 1 << 40})
+	lost := checkCrashStore(t, b.Runner, store, 0, reported)
 	require.Zero(t, lost)
 	left, err := store.Unsettled()
 	require.NoError(t, err)
 	require.Empty(t, left)
-	id := b.submit(t, "after", []engine.Target{{URL: secretURL("after", 0)}})
-	b.waitStatus(t, id, "done")
+	id := b.Submit(t, "after", []engine.Target{{URL: secretURL("after", 0)}})
+	b.WaitStatus(t, id, "done")
 	t.Logf("disk full: the child %s after %d targets reported stored (%d Warn lines about failed store writes before); read-only: %q; grown: 0 of %d targets lost, a new job done",
 		ended, len(lines), warns, roErr, len(lines))
 }

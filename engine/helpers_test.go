@@ -1,216 +1,173 @@
 package engine_test
 
+// The helpers every test file of package engine shares; the setup is
+// enginetest.Setup.
+
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
-	"sync"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
-// waitTimeout bounds every wait in these tests.
-const waitTimeout = 15 * time.Second
-
-// clock is an injectable Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
+// jobOf returns the job name and the target index a URL of enginetest.Targets() names.
+func jobOf(u string) (string, int) {
+	parts := strings.Split(strings.TrimPrefix(u, "http://h/"), "/")
+	var idx int
+	fmt.Sscan(parts[1], &idx)
+	return parts[0], idx
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
+func tgt(kind string, i int) engine.Target {
+	return engine.Target{URL: fmt.Sprintf("http://h/%s/%d", kind, i)}
 }
 
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// hookRecorder records every hook call.
-type hookRecorder struct {
-	mu          sync.Mutex
-	jobs        map[string]int
-	targets     int
-	targetErrs  int
-	jobSeconds  int
-	maxDepth    int
-	maxInflight int
-	ended       chan string // every terminal outcome, in order
-}
-
-func newHookRecorder() *hookRecorder {
-	return &hookRecorder{jobs: map[string]int{}, ended: make(chan string, 1024)}
-}
-
-func (h *hookRecorder) hooks() engine.Hooks {
-	return engine.Hooks{
-		Job: func(o string) {
-			h.mu.Lock()
-			h.jobs[o]++
-			h.mu.Unlock()
-			switch o {
-			case "done", "partial", "failed", "cancelled":
-				h.ended <- o
-			}
-		},
-		Target: func(err error, _ time.Duration, _ int) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.targets++
-			if err != nil {
-				h.targetErrs++
-			}
-		},
-		JobSeconds: func(time.Duration) {
-			h.mu.Lock()
-			h.jobSeconds++
-			h.mu.Unlock()
-		},
-		Depth: func(n int) {
-			h.mu.Lock()
-			h.maxDepth = max(h.maxDepth, n)
-			h.mu.Unlock()
-		},
-		Inflight: func(n int) {
-			h.mu.Lock()
-			h.maxInflight = max(h.maxInflight, n)
-			h.mu.Unlock()
-		},
-	}
-}
-
-func (h *hookRecorder) job(o string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.jobs[o]
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// bundle is what setup returns: the runner and its collaborators.
-type bundle struct {
-	r     *engine.Runner
-	store *persistence.Store
-	clock *clock
-	hooks *hookRecorder
-	logs  *syncBuffer
-}
-
-// setup starts a runner on an in-memory store with fetch; cfg's zero fields
-// take the defaults, its clock and hooks are set here. Cleanup closes both.
-func setup(t *testing.T, fetch engine.FetchFunc, cfg engine.Config) *bundle {
+// requireSettled checks a job after Close: every read agrees and none
+// reads it live, and the store holds it terminal.
+func requireSettled(t *testing.T, rig *enginetest.Bundle, id string) engine.Job {
 	t.Helper()
-	store, err := persistence.Open("")
-	require.NoError(t, err)
-	return setupOn(t, store, fetch, cfg)
-}
-
-func setupOn(t *testing.T, store *persistence.Store, fetch engine.FetchFunc, cfg engine.Config) *bundle {
-	t.Helper()
-	b := &bundle{store: store, clock: newClock(), hooks: newHookRecorder(), logs: &syncBuffer{}}
-	if cfg.Now == nil {
-		cfg.Now = b.clock.Now
-	}
-	cfg.Hooks = b.hooks.hooks()
-	// Every line, Badger's debug lines too.
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug - 8}))
-	r, err := engine.New(store, fetch, cfg, log)
-	require.NoError(t, err)
-	b.r = r
-	t.Cleanup(func() {
-		r.Close()
-		require.NoError(t, store.Close())
-	})
-	return b
-}
-
-// targets returns n targets of a job named name: http://h/name/0 ….
-func targets(name string, n int) []engine.Target {
-	ts := make([]engine.Target, n)
+	j, ok := rig.Runner.Job(id)
+	require.True(t, ok, "job %s readable", id)
+	require.False(t, engine.IsLive(j.Status), "job %s reads %s after Close", id, j.Status)
+	js, ts, ok := rig.Runner.Status(id)
+	require.True(t, ok)
+	jt, tt, ok := rig.Runner.Targets(id)
+	require.True(t, ok)
+	require.Equal(t, j, js, "Job and Status agree")
+	require.Equal(t, j, jt, "Job and Targets agree")
+	require.Len(t, tt, len(ts))
 	for i := range ts {
-		ts[i] = engine.Target{URL: fmt.Sprintf("http://h/%s/%d", name, i)}
+		require.Equal(t, ts[i].Status, tt[i].Status, "target %d", i)
+		require.Equal(t, ts[i].Error, tt[i].Error, "target %d", i)
+		require.NotEqual(t, engine.TargetRunning, ts[i].Status, "target %d reads running after Close", i)
 	}
-	return ts
-}
-
-func caller(name string) *engine.Caller { return &engine.Caller{Name: name} }
-
-func okFetch(_ context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
-	return engine.Result{Content: "content of " + t.URL}, nil
-}
-
-// submit submits and requires success.
-func (b *bundle) submit(t *testing.T, c string, ts []engine.Target) string {
-	t.Helper()
-	id, reused, err := b.r.Submit(context.Background(), caller(c), "", ts)
+	rec, err := rig.Store.Job(id)
 	require.NoError(t, err)
-	require.False(t, reused)
-	return id
+	require.False(t, persistence.IsLive(rec.Status), "job %s is stored %s after Close", id, rec.Status)
+	require.Equal(t, j.Status, rec.Status, "the store and the reads agree")
+	return j
 }
 
-// waitFor waits, up to waitTimeout, until cond holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// ---------------------------------------------------------------------------
+// Hooks that panic or end their goroutine, at every call and at each site.
+
+// agree checks that Job, Targets and Status say the same of id.
+func agree(t *testing.T, r *engine.Runner, id string) engine.Job {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	j, ok := r.Job(id)
+	require.True(t, ok)
+	tj, tts, ok := r.Targets(id)
+	require.True(t, ok)
+	sj, sts, ok := r.Status(id)
+	require.True(t, ok)
+	require.Equal(t, sj, tj, "Targets and Status: the same summary")
+	// Read again (of a live job, from what the first read kept): the same.
+	tj2, tts2, ok := r.Targets(id)
+	require.True(t, ok)
+	require.Equal(t, tj, tj2, "Targets read twice")
+	require.Equal(t, tts, tts2, "Targets read twice")
+	if len(tts2) > 0 {
+		tts2[0].Status = "mangled" // the caller's own copy
+		_, tts3, _ := r.Targets(id)
+		require.NotEqual(t, "mangled", tts3[0].Status)
+	}
+	require.Equal(t, len(sts), len(tts))
+	done, failed := 0, 0
+	for i := range sts {
+		require.Equal(t, sts[i].Status, tts[i].Status, "target %d", i)
+		require.Equal(t, sts[i].Error, tts[i].Error)
+		require.Nil(t, tts[i].Result, "Targets reads no result")
+		switch sts[i].Status {
+		case "done":
+			done++
+			require.NotNil(t, sts[i].Result)
+			res, ok := r.Result(id, i)
+			require.True(t, ok)
+			require.Equal(t, sts[i].Result, res)
+		case "failed":
+			done++
+			failed++
 		}
-		<-tick.C
 	}
+	require.Equal(t, done, sj.TargetsDone, "the summary counts the targets it shows")
+	require.Equal(t, failed, sj.TargetsFailed)
+	// Job is read apart: it may only be ahead of what Status saw.
+	require.GreaterOrEqual(t, j.TargetsDone, 0)
+	return sj
 }
 
-// waitStatus waits until job id has status.
-func (b *bundle) waitStatus(t *testing.T, id, status string) (engine.Job, []engine.TargetStatus) {
+// requireReadsAgree checks that Job, Targets and Status give the same job
+// (a read in between may see a later state: retried until they agree).
+func requireReadsAgree(t *testing.T, r *engine.Runner, id string) {
 	t.Helper()
-	var j engine.Job
-	var ts []engine.TargetStatus
-	waitFor(t, "job "+status, func() bool {
-		var ok bool
-		j, ts, ok = b.r.Status(id)
-		return ok && j.Status == status
+	testkit.WaitFor(t, "Job, Targets and Status to agree", func() bool {
+		j1, ok1 := r.Job(id)
+		j2, t2, ok2 := r.Targets(id)
+		j3, t3, ok3 := r.Status(id)
+		j4, ok4 := r.Job(id)
+		if !ok1 || !ok2 || !ok3 || !ok4 || j1 != j4 {
+			return false // moved on meanwhile
+		}
+		if j1 != j2 || j1 != j3 || len(t2) != len(t3) {
+			return false
+		}
+		done, failed := 0, 0
+		for i := range t2 {
+			if t2[i].Status != t3[i].Status || t2[i].Error != t3[i].Error {
+				return false
+			}
+			switch t2[i].Status {
+			case engine.TargetDone:
+				done++
+			case engine.TargetFailed:
+				failed++
+				done++
+			}
+		}
+		return done == j1.TargetsDone && failed == j1.TargetsFailed
 	})
-	return j, ts
 }
 
-// recv receives from ch within waitTimeout.
-func recv[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out waiting on a channel")
-		var zero T
-		return zero
+// jobIDs returns the ids of jobs, in order.
+func jobIDs(jobs []engine.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
 	}
+	return out
+}
+
+// waitJob waits until job id has ended (Runner.Wait, failing the test
+// after testkit.Deadline) and returns it.
+func waitJob(t *testing.T, r *engine.Runner, id string) engine.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+	defer cancel()
+	j, err := r.Wait(ctx, id)
+	require.NoError(t, err, "Wait for job %s", id)
+	return j
+}
+
+// waitJobs waits until each of ids has ended.
+func waitJobs(t *testing.T, r *engine.Runner, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		waitJob(t, r, id)
+	}
+}
+
+// waitRunning waits until target idx of job id reads running: its fetch
+// has begun.
+func waitRunning(t *testing.T, r *engine.Runner, id string, idx int) {
+	t.Helper()
+	testkit.WaitFor(t, fmt.Sprintf("job %s's target %d running", id, idx), func() bool {
+		_, ts, ok := r.Targets(id)
+		return ok && len(ts) > idx && ts[idx].Status == engine.TargetRunning
+	})
 }

@@ -3,11 +3,15 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,7 +40,7 @@ func listAll(t *testing.T, r *engine.Runner, caller string, opt engine.ListOptio
 func TestRunner_List(t *testing.T) {
 	t.Parallel()
 	gate := make(chan struct{})
-	b := setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+	b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.Contains(tg.URL, "/slow") {
 			select {
 			case <-gate:
@@ -50,9 +54,9 @@ func TestRunner_List(t *testing.T) {
 	}, engine.Config{JobsPerCaller: 8, TTL: time.Hour, Workers: 2})
 	ctx := context.Background()
 	wait := func(id string) {
-		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		wctx, cancel := context.WithTimeout(ctx, testkit.Deadline)
 		defer cancel()
-		_, err := b.r.Wait(wctx, id)
+		_, err := b.Runner.Wait(wctx, id)
 		require.NoError(t, err)
 	}
 	// alice: 7 finished jobs within one second, then a cancelled one and a
@@ -63,20 +67,20 @@ func TestRunner_List(t *testing.T) {
 		if i%3 == 0 {
 			name = "bad" + string(rune('a'+i))
 		}
-		id := b.submit(t, "alice", targets(name, 1))
+		id := b.Submit(t, "alice", enginetest.Targets(name, 1))
 		wait(id)
 		alice = append(alice, id)
-		b.clock.Advance(time.Millisecond)
+		b.Clock.Advance(time.Millisecond)
 	}
-	bob1 := b.submit(t, "bob", targets("okb", 1))
+	bob1 := b.Submit(t, "bob", enginetest.Targets("okb", 1))
 	wait(bob1)
-	cancelled := b.submit(t, "alice", targets("slowc", 2))
-	require.True(t, b.r.Cancel(cancelled))
+	cancelled := b.Submit(t, "alice", enginetest.Targets("slowc", 2))
+	require.True(t, b.Runner.Cancel(cancelled))
 	alice = append(alice, cancelled)
-	b.clock.Advance(time.Millisecond)
-	running := b.submit(t, "alice", targets("slowr", 1))
+	b.Clock.Advance(time.Millisecond)
+	running := b.Submit(t, "alice", enginetest.Targets("slowr", 1))
 	alice = append(alice, running)
-	waitFor(t, "running", func() bool { j, _ := b.r.Job(running); return j.Status == "running" })
+	testkit.WaitFor(t, "running", func() bool { j, _ := b.Runner.Job(running); return j.Status == "running" })
 
 	newestFirst := func(ids []string) []string {
 		out := make([]string, len(ids))
@@ -94,14 +98,14 @@ func TestRunner_List(t *testing.T) {
 		return out
 	}
 	for _, limit := range []int{1, 2, 3, 100} {
-		require.Equal(t, newestFirst(alice), idsOf(listAll(t, b.r, "alice", engine.ListOptions{Limit: limit})), "limit %d", limit)
+		require.Equal(t, newestFirst(alice), idsOf(listAll(t, b.Runner, "alice", engine.ListOptions{Limit: limit})), "limit %d", limit)
 	}
-	first, _, err := b.r.List("alice", engine.ListOptions{})
+	first, _, err := b.Runner.List("alice", engine.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, first, len(alice), "default limit 20")
 
 	for status, want := range map[string]int{"live": 1, "running": 1, "queued": 0, "terminal": 8, "done": 4, "failed": 3, "partial": 0, "cancelled": 1} {
-		got := listAll(t, b.r, "alice", engine.ListOptions{Status: status, Limit: 2})
+		got := listAll(t, b.Runner, "alice", engine.ListOptions{Status: status, Limit: 2})
 		require.Len(t, got, want, status)
 		for _, j := range got {
 			switch status {
@@ -116,29 +120,185 @@ func TestRunner_List(t *testing.T) {
 	}
 
 	// Isolation: bob with alice's cursor sees only his own jobs.
-	_, aliceCursor, err := b.r.List("alice", engine.ListOptions{Limit: 2})
+	_, aliceCursor, err := b.Runner.List("alice", engine.ListOptions{Limit: 2})
 	require.NoError(t, err)
 	require.NotEmpty(t, aliceCursor)
-	bobs := listAll(t, b.r, "bob", engine.ListOptions{Cursor: aliceCursor, Limit: 1})
+	bobs := listAll(t, b.Runner, "bob", engine.ListOptions{Cursor: aliceCursor, Limit: 1})
 	for _, j := range bobs {
 		require.Equal(t, "bob", j.Caller)
 	}
-	all := listAll(t, b.r, "bob", engine.ListOptions{})
+	all := listAll(t, b.Runner, "bob", engine.ListOptions{})
 	require.Len(t, all, 1)
 	require.Equal(t, bob1, all[0].ID)
-	none, next, err := b.r.List("carol", engine.ListOptions{})
+	none, next, err := b.Runner.List("carol", engine.ListOptions{})
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.Empty(t, next)
 
 	for _, opt := range []engine.ListOptions{{Status: "nope"}, {Limit: -1}, {Limit: 101}, {Cursor: "!!"}, {Cursor: "AAAA"}} {
-		_, _, err := b.r.List("alice", opt)
+		_, _, err := b.Runner.List("alice", opt)
 		require.ErrorIs(t, err, engine.ErrBadList, "%+v", opt)
 	}
 
 	// Expired jobs never appear, swept or not; live ones always do.
-	b.clock.Advance(time.Hour + time.Second)
-	left := listAll(t, b.r, "alice", engine.ListOptions{})
+	b.Clock.Advance(time.Hour + time.Second)
+	left := listAll(t, b.Runner, "alice", engine.ListOptions{})
 	require.Equal(t, []string{running}, idsOf(left), "only the live job outlives its TTL")
 	close(gate)
+}
+
+// TestRunner_ListAt: ListAt's jobs and next cursor are List's; each job's
+// cursor, given as Cursor, lists the jobs after it (the next page's cursor
+// of a full page is the cursor of its last job); cursors compare in List's
+// order; bad requests are refused as List refuses them.
+func TestRunner_ListAt(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{JobsPerCaller: 16, JobsTotal: 16})
+	var ids []string
+	for i := range 9 {
+		ids = append(ids, b.Submit(t, "alice", enginetest.Targets(fmt.Sprintf("listat%d", i), 1)))
+		if i%3 == 2 {
+			b.Clock.Advance(time.Millisecond) // three jobs a time: ties broken by id
+		}
+	}
+	b.Submit(t, "bob", enginetest.Targets("bob", 1))
+	waitJobs(t, b.Runner, ids...)
+
+	all, _, err := b.Runner.List("alice", engine.ListOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, all, len(ids))
+	want := jobIDs(all)
+
+	for _, limit := range []int{1, 2, 4, 9, 100} {
+		opt := engine.ListOptions{Limit: limit}
+		for page := 0; ; page++ {
+			require.Less(t, page, 20, "limit %d: the cursor never ended", limit)
+			jobs, cursors, next, err := b.Runner.ListAt("alice", opt)
+			require.NoError(t, err)
+			listed, listNext, err := b.Runner.List("alice", opt)
+			require.NoError(t, err)
+			require.Equal(t, listed, jobs, "limit %d page %d: ListAt's jobs are List's", limit, page)
+			require.Equal(t, listNext, next, "limit %d page %d: ListAt's next is List's", limit, page)
+			require.Len(t, cursors, len(jobs))
+			if next != "" {
+				require.Equal(t, cursors[len(cursors)-1], next, "a full page goes on after its last job")
+			}
+			for i, c := range cursors {
+				if i > 0 {
+					require.Negative(t, engine.CompareCursors(cursors[i-1], c), "cursors in List's order")
+					require.Positive(t, engine.CompareCursors(c, cursors[i-1]))
+				}
+				require.Zero(t, engine.CompareCursors(c, c))
+				at := slices.Index(want, jobs[i].ID)
+				after, _, err := b.Runner.List("alice", engine.ListOptions{Limit: 100, Cursor: c})
+				require.NoError(t, err)
+				require.Equal(t, want[at+1:], jobIDs(after), "the cursor of job %d lists from job %d on", at, at+1)
+			}
+			if next == "" {
+				break
+			}
+			opt.Cursor = next
+		}
+	}
+
+	// A status filter: the cursors page through the jobs it keeps.
+	jobs, cursors, _, err := b.Runner.ListAt("alice", engine.ListOptions{Status: "done", Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, cursors, 3)
+	rest, _, err := b.Runner.List("alice", engine.ListOptions{Status: "done", Limit: 100, Cursor: cursors[2]})
+	require.NoError(t, err)
+	require.Equal(t, want, append(jobIDs(jobs), jobIDs(rest)...))
+
+	// Refused as List refuses.
+	for _, opt := range []engine.ListOptions{{Status: "nope"}, {Limit: -1}, {Limit: engine.MaxListLimit + 1}, {Cursor: "!"}, {Cursor: "AAAA"}} {
+		_, cursors, next, err := b.Runner.ListAt("alice", opt)
+		require.ErrorIs(t, err, engine.ErrBadList, "%+v", opt)
+		require.Nil(t, cursors)
+		require.Empty(t, next)
+		_, _, listErr := b.Runner.List("alice", opt)
+		require.EqualError(t, err, listErr.Error())
+	}
+}
+
+// TestCompareCursors: the cursors of two runners, each on its own store,
+// whose jobs were created interleaved in time (and some at the same
+// instant), sort the jobs of both newest first, as CreatedAt does, ties
+// by id; the cursor of any job of the merged list lists, on each runner,
+// exactly that runner's jobs after it. A cursor ListAt did not give sorts
+// after every good one.
+func TestCompareCursors(t *testing.T) {
+	t.Parallel()
+	clk := testkit.NewClock()
+	cfg := engine.Config{Now: clk.Now, JobsPerCaller: 32, JobsTotal: 32}
+	b1, b2 := enginetest.Setup(t, enginetest.OKFetch, cfg), enginetest.Setup(t, enginetest.OKFetch, cfg)
+	created := map[string]int64{} // by id: when, in nanoseconds (CreatedAt is in seconds)
+	for i := range 12 {
+		b := []*enginetest.Bundle{b1, b2}[i%2]
+		if i%4 == 3 {
+			b = b1 // now and then, two in a row on one runner
+		}
+		now := clk.Now().UnixNano()
+		id := b.Submit(t, "alice", enginetest.Targets(fmt.Sprintf("cmp%d", i), 1))
+		created[id] = now
+		waitJobs(t, b.Runner, id)
+		switch i % 3 {
+		case 0:
+			clk.Advance(time.Second)
+		case 2:
+			clk.Advance(time.Millisecond) // the same CreatedAt, a later instant
+		} // else the next job is created at the same instant, on the other runner or this one
+	}
+	type entry struct {
+		job    engine.Job
+		cursor string
+	}
+	var merged []entry
+	for _, b := range []*enginetest.Bundle{b1, b2} {
+		jobs, cursors, next, err := b.Runner.ListAt("alice", engine.ListOptions{Limit: 100})
+		require.NoError(t, err)
+		require.Empty(t, next)
+		require.NotEmpty(t, jobs)
+		for i := range jobs {
+			merged = append(merged, entry{jobs[i], cursors[i]})
+		}
+	}
+	require.Len(t, merged, 12)
+	slices.SortFunc(merged, func(a, b entry) int { return engine.CompareCursors(a.cursor, b.cursor) })
+	sameInstant := 0
+	for i := 1; i < len(merged); i++ {
+		prev, cur := merged[i-1].job, merged[i].job
+		require.GreaterOrEqual(t, prev.CreatedAt, cur.CreatedAt, "newest first")
+		require.GreaterOrEqual(t, created[prev.ID], created[cur.ID], "newest first, to the nanosecond")
+		if created[prev.ID] == created[cur.ID] {
+			sameInstant++
+			require.Greater(t, prev.ID, cur.ID, "ties by id, descending")
+		}
+	}
+	require.Positive(t, sameInstant, "some jobs were created at the same instant")
+
+	// Any job's cursor pages on, on both runners, after that job.
+	for i, e := range merged {
+		var after []string
+		for _, b := range []*enginetest.Bundle{b1, b2} {
+			jobs, _, err := b.Runner.List("alice", engine.ListOptions{Limit: 100, Cursor: e.cursor})
+			require.NoError(t, err)
+			after = append(after, jobIDs(jobs)...)
+		}
+		var want []string
+		for _, later := range merged[i+1:] {
+			want = append(want, later.job.ID)
+		}
+		slices.Sort(after)
+		slices.Sort(want)
+		require.Equal(t, want, after, "after job %d of the merged list", i)
+	}
+
+	// Garbage sorts last: not base64, base64 of the wrong length, empty.
+	good := merged[len(merged)-1].cursor // the oldest job's
+	for _, bad := range []string{"!!", "not a cursor", "AAAA", "_____w", ""} {
+		require.Positive(t, engine.CompareCursors(bad, good), "%q before a good cursor", bad)
+		require.Negative(t, engine.CompareCursors(good, bad), "%q before a good cursor", bad)
+	}
+	require.Zero(t, engine.CompareCursors("!!", "!!"))
+	require.Equal(t, -engine.CompareCursors("!!", "AAAA"), engine.CompareCursors("AAAA", "!!"), "garbage compares consistently")
 }

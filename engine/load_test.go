@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -271,7 +272,7 @@ func TestRunner_Load(t *testing.T) {
 	// Every job ends by itself (busy targets fail after RetryFor).
 	terminal := map[string]int{}
 	targetsDone := 0
-	waitFor(t, "every job terminal", func() bool {
+	testkit.WaitFor(t, "every job terminal", func() bool {
 		clear(terminal)
 		targetsDone = 0
 		for _, id := range ids {
@@ -313,7 +314,7 @@ func TestRunner_Load(t *testing.T) {
 	require.LessOrEqual(t, counts.maxDepth.Load(), int64(jobsTotal))
 	require.LessOrEqual(t, counts.maxInflight.Load(), int64(workers))
 	require.NoError(t, store.Close())
-	waitFor(t, "goroutines back to the start", func() bool { return runtime.NumGoroutine() <= goroutines0 })
+	testkit.WaitFor(t, "goroutines back to the start", func() bool { return runtime.NumGoroutine() <= goroutines0 })
 	heapClosed := heapInUse()
 	lines := log.check(t)
 

@@ -1,16 +1,117 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/stretchr/testify/require"
 )
+
+// The reliability tests (crash, disk trouble, load) put these in every URL,
+// caller key and panic value they make, and scan every log line for them:
+// log lines carry job ids, counts and statuses, never a URL, a host, a key or
+// a panic value.
+const (
+	secretHost  = "secret-host.example"
+	secretKey   = "KEY-5ecret-sha256-0f0f"
+	secretPanic = "panic value 5ecret"
+)
+
+// secretURL is a URL full of secrets: host, path and query.
+func secretURL(job string, idx int) string {
+	return fmt.Sprintf("https://%s/path-%s/%d?token=s3cr3t", secretHost, job, idx)
+}
+
+// secrets are the strings no log line may contain.
+var secrets = []string{secretHost, "secret-host", "path-", "s3cr3t", "https://", secretKey, "5ecret"}
+
+// logScanner is a log sink that keeps no lines: it counts them and records
+// the first few that carry a secret. Safe for concurrent writes (a slog
+// handler writes one record per Write).
+type logScanner struct {
+	mu     sync.Mutex
+	lines  int
+	warns  int
+	leaks  []string
+	keep   *bytes.Buffer // every line, when asked for (see keepLines)
+	detect []string      // extra strings that count as leaks
+}
+
+func (s *logScanner) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines += bytes.Count(p, []byte{'\n'})
+	if bytes.Contains(p, []byte("level=WARN")) {
+		s.warns++
+	}
+	if s.keep != nil {
+		s.keep.Write(p)
+	}
+	if len(s.leaks) < 5 {
+		for _, sec := range append(secrets, s.detect...) {
+			if bytes.Contains(p, []byte(sec)) {
+				s.leaks = append(s.leaks, string(p))
+				break
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// keepLines makes the scanner keep every line for String.
+func (s *logScanner) keepLines() *logScanner {
+	s.keep = &bytes.Buffer{}
+	return s
+}
+
+func (s *logScanner) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keep == nil {
+		return ""
+	}
+	return s.keep.String()
+}
+
+// check fails t if a line carried a secret, and returns the lines scanned.
+func (s *logScanner) check(t *testing.T) int {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.leaks) > 0 {
+		t.Fatalf("%d+ log lines carry a secret, the first:\n%s", len(s.leaks), strings.Join(s.leaks, ""))
+	}
+	return s.lines
+}
+
+// scanLogText checks a whole log (a child process's stderr) line by line.
+func scanLogText(t *testing.T, what, logs string) int {
+	t.Helper()
+	s := &logScanner{}
+	_, _ = s.Write([]byte(logs))
+	if n := strings.Count(logs, "\n"); n > 0 {
+		s.lines = n
+	}
+	if len(s.leaks) > 0 {
+		for _, line := range strings.Split(logs, "\n") {
+			for _, sec := range secrets {
+				if strings.Contains(line, sec) {
+					t.Fatalf("%s: a log line carries %q:\n%s", what, sec, line)
+				}
+			}
+		}
+	}
+	return s.lines
+}
 
 // TestRunner_LogsCarryNoURL runs failures, panics, retries and cancels with
 // every log line of the runner, Badger and protoactor captured at the lowest
@@ -41,30 +142,30 @@ func TestRunner_LogsCarryNoURL(t *testing.T) {
 		}
 		return engine.Result{Content: "page " + tg.URL, Meta: map[string]any{"url": tg.URL}}, nil
 	}
-	b := setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 8, RetryWait: time.Millisecond, MaxBytes: 400})
+	b := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 8, RetryWait: time.Millisecond, MaxBytes: 400})
 	url := func(kind string, i int) engine.Target {
 		return engine.Target{URL: fmt.Sprintf("https://%s/%s/path-%d?token=s3cr3t", host, kind, i)}
 	}
-	mixed := b.submit(t, "alice", []engine.Target{url("ok", 0), url("panic", 1), url("fail", 2), url("notfound", 3), url("busy", 4)})
-	slow := b.submit(t, "alice", []engine.Target{url("slow", 0), url("ok", 1)})
+	mixed := b.Submit(t, "alice", []engine.Target{url("ok", 0), url("panic", 1), url("fail", 2), url("notfound", 3), url("busy", 4)})
+	slow := b.Submit(t, "alice", []engine.Target{url("slow", 0), url("ok", 1)})
 	// Its rows are past MaxBytes: it may be evicted as soon as it ends (the
 	// eviction's lines are logged too), so wait for the hook.
-	waitFor(t, "the mixed job to end partial", func() bool { return b.hooks.job("partial") == 1 })
-	waitFor(t, "slow in flight", func() bool {
-		_, ts, _ := b.r.Status(slow)
+	testkit.WaitFor(t, "the mixed job to end partial", func() bool { return b.Hooks.Job("partial") == 1 })
+	testkit.WaitFor(t, "slow in flight", func() bool {
+		_, ts, _ := b.Runner.Status(slow)
 		return ts[0].Status == "running"
 	})
-	require.True(t, b.r.Cancel(slow))
+	require.True(t, b.Runner.Cancel(slow))
 	close(release)
-	_, _, _ = b.r.Submit(context.Background(), caller("alice"), "", []engine.Target{url("ok", 0), url("panic", 1), url("fail", 2), url("notfound", 3), url("busy", 4)})
-	b.r.Status("no-such-job")
-	b.r.Touch(mixed)
-	queued := b.submit(t, "bob", []engine.Target{url("hang", 9), url("ok", 10)})
-	b.r.Close()
-	j, _, _ := b.r.Status(queued)
+	_, _, _ = b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{url("ok", 0), url("panic", 1), url("fail", 2), url("notfound", 3), url("busy", 4)})
+	b.Runner.Status("no-such-job")
+	b.Runner.Touch(mixed)
+	queued := b.Submit(t, "bob", []engine.Target{url("hang", 9), url("ok", 10)})
+	b.Runner.Close()
+	j, _, _ := b.Runner.Status(queued)
 	require.Equal(t, "shutdown", j.Error)
 
-	logs := b.logs.String()
+	logs := b.Logs.String()
 	require.NotEmpty(t, logs)
 	require.Contains(t, logs, "lib=protoactor", "protoactor's lines are captured")
 	require.Contains(t, logs, "lib=badger", "Badger's lines are captured")

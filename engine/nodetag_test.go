@@ -1,31 +1,33 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
 // idsOf submits n jobs of one target on b and returns their ids, each
 // checked to be 32 lowercase hex digits and readable by Job.
-func idsOf(t *testing.T, b *bundle, n int) [][]byte {
+func idsOf(t *testing.T, b *enginetest.Bundle, n int) [][]byte {
 	t.Helper()
 	var ids [][]byte
 	seen := map[string]bool{}
 	for i := range n {
-		id := b.submit(t, "alice", targets(fmt.Sprintf("tag%d", i), 1))
+		id := b.Submit(t, "alice", enginetest.Targets(fmt.Sprintf("tag%d", i), 1))
 		require.Len(t, id, 32, id)
 		require.Equal(t, strings.ToLower(id), id, "ids are lowercase")
 		raw, err := hex.DecodeString(id)
 		require.NoError(t, err, id)
 		require.False(t, seen[id], "id %s given twice", id)
 		seen[id] = true
-		_, ok := b.r.Job(id)
+		_, ok := b.Runner.Job(id)
 		require.True(t, ok, "job %s not readable", id)
 		ids = append(ids, raw)
 	}
@@ -60,7 +62,7 @@ func TestRunner_NodeTag(t *testing.T) {
 	t.Run("IdsBeginWithTheTag", func(t *testing.T) {
 		t.Parallel()
 		tag := []byte{0xde, 0xad, 0xbe, 0xef}
-		b := setup(t, okFetch, cfg(tag))
+		b := enginetest.Setup(t, enginetest.OKFetch, cfg(tag))
 		ids := idsOf(t, b, n)
 		for _, id := range ids {
 			require.Equal(t, tag, id[:engine.NodeTagLen], "id %x", id)
@@ -71,7 +73,7 @@ func TestRunner_NodeTag(t *testing.T) {
 	t.Run("NoTag", func(t *testing.T) {
 		t.Parallel()
 		for _, tag := range [][]byte{nil, {}} {
-			b := setup(t, okFetch, cfg(tag))
+			b := enginetest.Setup(t, enginetest.OKFetch, cfg(tag))
 			requireRandomFrom(t, idsOf(t, b, n), 0)
 		}
 	})
@@ -81,7 +83,7 @@ func TestRunner_NodeTag(t *testing.T) {
 		for _, size := range []int{1, 3, 5, 16} {
 			store, err := persistence.Open("")
 			require.NoError(t, err)
-			r, err := engine.New(store, okFetch, cfg(make([]byte, size)), nil)
+			r, err := engine.New(store, enginetest.OKFetch, cfg(make([]byte, size)), nil)
 			require.Error(t, err, "a %d-byte tag", size)
 			require.Nil(t, r)
 			require.Contains(t, err.Error(), "NodeTag")
@@ -92,10 +94,33 @@ func TestRunner_NodeTag(t *testing.T) {
 	t.Run("Copied", func(t *testing.T) {
 		t.Parallel()
 		tag := []byte{1, 2, 3, 4}
-		b := setup(t, okFetch, cfg(tag))
+		b := enginetest.Setup(t, enginetest.OKFetch, cfg(tag))
 		tag[0], tag[3] = 0xff, 0xff // the caller's slice, changed after New
 		for _, id := range idsOf(t, b, 4) {
 			require.Equal(t, []byte{1, 2, 3, 4}, id[:engine.NodeTagLen], "id %x", id)
 		}
 	})
+}
+
+// TestRunner_NodeTags: the node tags remembered are those of the runner's
+// store, past MaxNodeTags refused.
+func TestRunner_NodeTags(t *testing.T) {
+	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{}, nil
+	}
+	b := enginetest.Setup(t, fetch, engine.Config{})
+	tags, err := b.Runner.NodeTags()
+	require.NoError(t, err)
+	require.Empty(t, tags)
+	require.NoError(t, b.Runner.RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node-a"))
+	tags, err = b.Runner.NodeTags()
+	require.NoError(t, err)
+	require.Equal(t, map[[engine.NodeTagLen]byte]string{{1, 2, 3, 4}: "node-a"}, tags)
+	stored, err := b.Store.NodeTags()
+	require.NoError(t, err)
+	require.Equal(t, tags, stored)
+	for i := range persistence.MaxNodeTags - 1 { // one is stored already
+		require.NoError(t, b.Store.PutNodeTag([4]byte{9, 9, byte(i >> 8), byte(i)}, "n"))
+	}
+	require.ErrorIs(t, b.Runner.RememberNodeTag([engine.NodeTagLen]byte{5}, "one too many"), persistence.ErrTooManyNodeTags)
 }

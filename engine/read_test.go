@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,52 +12,71 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
-// agree checks that Job, Targets and Status say the same of id.
-func agree(t *testing.T, r *engine.Runner, id string) engine.Job {
-	t.Helper()
-	j, ok := r.Job(id)
+func TestRunner_Status(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		started <- struct{}{}
+		<-release
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{TTL: time.Hour})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	testkit.Recv(t, started)
+	before, err := b.Store.Job(id)
+	require.NoError(t, err)
+	b.Clock.Advance(time.Minute)
+
+	j, ts, ok := b.Runner.Status(id)
 	require.True(t, ok)
-	tj, tts, ok := r.Targets(id)
-	require.True(t, ok)
-	sj, sts, ok := r.Status(id)
-	require.True(t, ok)
-	require.Equal(t, sj, tj, "Targets and Status: the same summary")
-	// Read again (of a live job, from what the first read kept): the same.
-	tj2, tts2, ok := r.Targets(id)
-	require.True(t, ok)
-	require.Equal(t, tj, tj2, "Targets read twice")
-	require.Equal(t, tts, tts2, "Targets read twice")
-	if len(tts2) > 0 {
-		tts2[0].Status = "mangled" // the caller's own copy
-		_, tts3, _ := r.Targets(id)
-		require.NotEqual(t, "mangled", tts3[0].Status)
-	}
-	require.Equal(t, len(sts), len(tts))
-	done, failed := 0, 0
-	for i := range sts {
-		require.Equal(t, sts[i].Status, tts[i].Status, "target %d", i)
-		require.Equal(t, sts[i].Error, tts[i].Error)
-		require.Nil(t, tts[i].Result, "Targets reads no result")
-		switch sts[i].Status {
-		case "done":
-			done++
-			require.NotNil(t, sts[i].Result)
-			res, ok := r.Result(id, i)
-			require.True(t, ok)
-			require.Equal(t, sts[i].Result, res)
-		case "failed":
-			done++
-			failed++
-		}
-	}
-	require.Equal(t, done, sj.TargetsDone, "the summary counts the targets it shows")
-	require.Equal(t, failed, sj.TargetsFailed)
-	// Job is read apart: it may only be ahead of what Status saw.
-	require.GreaterOrEqual(t, j.TargetsDone, 0)
-	return sj
+	require.Equal(t, "running", j.Status)
+	require.Equal(t, "alice", j.Caller)
+	require.Equal(t, 2, j.TargetsTotal)
+	require.Equal(t, before.Created/1e9, j.CreatedAt)
+	require.Equal(t, "running", ts[0].Status)
+	require.Equal(t, "pending", ts[1].Status)
+	require.Equal(t, "http://h/a/1", ts[1].URL)
+	after, err := b.Store.Job(id)
+	require.NoError(t, err)
+	require.Equal(t, before.Lease, after.Lease, "Status never writes")
+
+	_, _, ok = b.Runner.Status("nope")
+	require.False(t, ok)
+	_, _, ok = b.Runner.Status(strings.Repeat("ab", 16))
+	require.False(t, ok)
+
+	close(release)
+	testkit.Recv(t, started)
+	b.WaitStatus(t, id, "done")
+	done, err := b.Store.Job(id)
+	require.NoError(t, err)
+	require.Equal(t, b.Clock.Now().UnixNano(), done.Lease, "storing a target bumps the lease")
+
+	// Touch bumps the lease to now.
+	b.Clock.Advance(30 * time.Minute)
+	b.Runner.Touch(id)
+	touched, err := b.Store.Job(id)
+	require.NoError(t, err)
+	require.Equal(t, b.Clock.Now().UnixNano(), touched.Lease)
+	b.Runner.Touch("unknown") // ignored
+
+	// Past lease + TTL the job reads false, and a sweep deletes it.
+	b.Clock.Advance(time.Hour)
+	_, _, ok = b.Runner.Status(id)
+	require.False(t, ok, "an expired job is not readable")
+	b.Submit(t, "bob", enginetest.Targets("b", 1)) // Submit sweeps, after it answers
+	testkit.WaitFor(t, "the sweep", func() bool {
+		_, err := b.Store.Job(id)
+		return errors.Is(err, persistence.ErrNotFound)
+	})
+	_, err = b.Store.Target(id, 0)
+	require.ErrorIs(t, err, persistence.ErrNotFound, "its targets too")
 }
 
 // TestRunner_ReadsAgree: Job, Targets, Result and Status agree at every
@@ -65,23 +85,23 @@ func agree(t *testing.T, r *engine.Runner, id string) engine.Job {
 func TestRunner_ReadsAgree(t *testing.T) {
 	t.Parallel()
 	step := make(chan struct{})
-	b := setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+	b := enginetest.Setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		<-step
 		if strings.HasSuffix(tg.URL, "/1") {
 			return engine.Result{}, &engine.TargetError{Msg: "nope", Hint: "h"}
 		}
 		return engine.Result{Content: "<b>" + tg.URL + "</b>"}, nil
 	}, engine.Config{RetryWait: 5 * time.Millisecond})
-	id := b.submit(t, "alice", targets("a", 4))
-	waitFor(t, "a0 running", func() bool { _, ts, _ := b.r.Targets(id); return ts[0].Status == "running" })
-	j := agree(t, b.r, id)
+	id := b.Submit(t, "alice", enginetest.Targets("a", 4))
+	testkit.WaitFor(t, "a0 running", func() bool { _, ts, _ := b.Runner.Targets(id); return ts[0].Status == "running" })
+	j := agree(t, b.Runner, id)
 	require.Equal(t, "running", j.Status)
 
 	// a0: its write held at the store: it reads running until it is stored.
 	held, release := make(chan struct{}, 1), make(chan struct{})
 	var holding atomic.Bool
 	holding.Store(true)
-	b.store.SetWriteFault(func() error {
+	b.Store.SetWriteFault(func() error {
 		if holding.Load() {
 			select {
 			case held <- struct{}{}:
@@ -92,49 +112,133 @@ func TestRunner_ReadsAgree(t *testing.T) {
 		return nil
 	})
 	step <- struct{}{}
-	recv(t, held)
-	j = agree(t, b.r, id)
+	testkit.Recv(t, held)
+	j = agree(t, b.Runner, id)
 	require.Equal(t, 0, j.TargetsDone)
 	holding.Store(false)
 	close(release)
-	waitFor(t, "a0 stored", func() bool { j, _ := b.r.Job(id); return j.TargetsDone == 1 })
-	agree(t, b.r, id)
+	testkit.WaitFor(t, "a0 stored", func() bool { j, _ := b.Runner.Job(id); return j.TargetsDone == 1 })
+	agree(t, b.Runner, id)
 
 	// a1: its write fails and waits for a retry: it reads as the actor holds it.
 	var failing atomic.Bool
 	failing.Store(true)
-	b.store.SetWriteFault(func() error {
+	b.Store.SetWriteFault(func() error {
 		if failing.Load() {
 			return syscall.EROFS
 		}
 		return nil
 	})
 	step <- struct{}{}
-	waitFor(t, "a1 as held", func() bool { j, _ := b.r.Job(id); return j.TargetsDone == 2 })
-	j = agree(t, b.r, id)
+	testkit.WaitFor(t, "a1 as held", func() bool { j, _ := b.Runner.Job(id); return j.TargetsDone == 2 })
+	j = agree(t, b.Runner, id)
 	require.Equal(t, 1, j.TargetsFailed)
 	failing.Store(false)
-	b.store.SetWriteFault(nil)
+	b.Store.SetWriteFault(nil)
 	step <- struct{}{}
 	step <- struct{}{}
-	wctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
 	defer cancel()
-	j, err := b.r.Wait(wctx, id)
+	j, err := b.Runner.Wait(wctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "partial", j.Status)
-	agree(t, b.r, id)
+	agree(t, b.Runner, id)
 
-	raw, ok := b.r.ResultJSON(id, 0)
+	raw, ok := b.Runner.ResultJSON(id, 0)
 	require.True(t, ok)
 	require.Contains(t, string(raw), "<b>http://h/a/0</b>", "results are stored without HTML escaping")
-	_, ok = b.r.ResultJSON(id, 1)
+	_, ok = b.Runner.ResultJSON(id, 1)
 	require.False(t, ok, "a failed target has no result")
 	for _, idx := range []int{-1, 4, 1 << 20} {
-		_, ok = b.r.ResultJSON(id, idx)
+		_, ok = b.Runner.ResultJSON(id, idx)
 		require.False(t, ok)
 	}
-	_, ok = b.r.Result("nope", 0)
+	_, ok = b.Runner.Result("nope", 0)
 	require.False(t, ok)
+}
+
+func TestAdversary_ReadsAgreeWhileWriteHeld(t *testing.T) {
+	t.Parallel()
+	go1 := make(chan struct{})
+	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if _, idx := jobOf(tg.URL); idx == 1 {
+			<-go1
+		}
+		return engine.Result{Content: "<" + tg.URL + ">"}, nil
+	}
+	store, err := persistence.Open("")
+	require.NoError(t, err)
+	var hold atomic.Bool
+	held := make(chan struct{}, 1)
+	unhold := make(chan struct{})
+	var unholdOnce sync.Once
+	release := func() { unholdOnce.Do(func() { close(unhold) }) }
+	defer release()
+	var failing atomic.Bool
+	store.SetWriteFault(func() error {
+		if hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			<-unhold
+		}
+		if failing.Load() {
+			return errors.New("disk full")
+		}
+		return nil
+	})
+	rig := enginetest.SetupOn(t, store, fetch, engine.Config{RetryWait: time.Millisecond})
+	r := rig.Runner
+	id, _, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0), tgt("ok", 1), tgt("ok", 2)})
+	require.NoError(t, err)
+	testkit.WaitFor(t, "target 1 in flight", func() bool {
+		_, ts, ok := r.Targets(id)
+		return ok && ts[1].Status == engine.TargetRunning
+	})
+	hold.Store(true)
+	close(go1)
+	testkit.Recv(t, held) // target 1's outcome is at the store, held
+	// A write is held at the store: reads agree, target 1 reads running,
+	// the progress is target 0's.
+	for range 20 {
+		requireReadsAgree(t, r, id)
+		j, ts, ok := r.Targets(id)
+		require.True(t, ok)
+		require.Equal(t, engine.StatusRunning, j.Status)
+		require.Equal(t, 1, j.TargetsDone)
+		require.Equal(t, engine.TargetDone, ts[0].Status)
+		require.Equal(t, engine.TargetRunning, ts[1].Status)
+		require.Equal(t, engine.TargetPending, ts[2].Status)
+		_, ok = r.ResultJSON(id, 1)
+		require.False(t, ok)
+	}
+	// Now writes fail: the held one and the ones after it wait for retries.
+	failing.Store(true)
+	release()
+	testkit.WaitFor(t, "target 2 fetched and its write failed, the job done as its actor holds it", func() bool {
+		j, ok := r.Job(id)
+		return ok && j.Status == engine.StatusDone
+	})
+	requireReadsAgree(t, r, id)
+	j, ts, ok := r.Status(id)
+	require.True(t, ok)
+	require.Equal(t, 3, j.TargetsDone)
+	for i := range ts {
+		require.Equal(t, engine.TargetDone, ts[i].Status)
+		b, ok := r.ResultJSON(id, i)
+		require.True(t, ok, "result %d as its actor holds it", i)
+		require.Contains(t, string(b), "<http://h/ok/")
+	}
+	failing.Store(false)
+	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+	defer cancel()
+	_, err = r.Wait(wctx, id)
+	require.NoError(t, err)
+	testkit.WaitFor(t, "the retry written", func() bool {
+		rec, err := store.Job(id)
+		return err == nil && rec.Status == engine.StatusDone && rec.Settled
+	})
+	requireReadsAgree(t, r, id)
+	r.Close()
+	requireSettled(t, rig, id)
 }
 
 // TestRunner_TargetsNeverGoBack: readers polling a live job's Targets all
@@ -144,21 +248,21 @@ func TestRunner_ReadsAgree(t *testing.T) {
 // the targets it shows; at the end they agree with Status.
 func TestRunner_TargetsNeverGoBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+	b := enginetest.Setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.HasSuffix(tg.URL, "3") {
 			return engine.Result{}, &engine.TargetError{Msg: "nope"}
 		}
 		return engine.Result{Content: tg.URL}, nil
 	}, engine.Config{})
-	id := b.submit(t, "alice", targets("a", 32))
+	id := b.Submit(t, "alice", enginetest.Targets("a", 32))
 	rank := map[string]int{"pending": 0, "running": 1, "done": 2, "failed": 2}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			last := make([]int, 32)
 			lastDone := 0
-			for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); {
-				j, ts, ok := b.r.Targets(id)
+			for deadline := time.Now().Add(testkit.Deadline); time.Now().Before(deadline); {
+				j, ts, ok := b.Runner.Targets(id)
 				if !ok || len(ts) != 32 {
 					t.Errorf("read %v, %d targets", ok, len(ts))
 					return
@@ -191,7 +295,130 @@ func TestRunner_TargetsNeverGoBack(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	agree(t, b.r, id)
+	agree(t, b.Runner, id)
+}
+
+func TestAdversary_ReaderCrowd(t *testing.T) {
+	t.Parallel()
+	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch kind, idx := jobOf(tg.URL); {
+		case kind == "slow":
+			select {
+			case <-ctx.Done():
+				return engine.Result{}, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		case idx%5 == 3:
+			return engine.Result{}, &engine.TargetError{Msg: "bad <" + tg.URL + ">", Hint: "h"}
+		case idx%7 == 6:
+			panic(enginetest.PanicValue)
+		}
+		return engine.Result{Content: "<" + tg.URL + ">", Meta: map[string]any{"i": 1}}, nil
+	}
+	rig := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 3, JobsTotal: 12, RetryWait: time.Millisecond, MaxBytes: 64 << 10})
+	r := rig.Runner
+	var mu sync.Mutex
+	var ids []string
+	addID := func(id string) {
+		mu.Lock()
+		ids = append(ids, id)
+		mu.Unlock()
+	}
+	pick := func(n int) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(ids) == 0 {
+			return ""
+		}
+		return ids[n%len(ids)]
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	var reads atomic.Int64
+	for g := range 50 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for n := g; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := pick(n)
+				switch n % 9 {
+				case 0:
+					r.Job(id)
+				case 1:
+					if j, ts, ok := r.Targets(id); ok {
+						if len(ts) != j.TargetsTotal {
+							panic("Targets: a view with the wrong number of targets")
+						}
+					}
+				case 2:
+					r.Status(id)
+				case 3:
+					r.Touch(id)
+				case 4:
+					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+					r.Wait(ctx, id)
+					cancel()
+				case 5:
+					r.ResultJSON(id, n%4-1)
+				case 6:
+					r.Result(id, n%4)
+				case 7:
+					if n%50 == 7 {
+						r.Cancel(id)
+					}
+				case 8:
+					r.HookPanics()
+					_ = r.Err()
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	for round := range 6 {
+		for c := range 4 {
+			kind := "ok"
+			if c%2 == 0 {
+				kind = "slow"
+			}
+			ts := make([]engine.Target, 8)
+			for i := range ts {
+				ts[i] = tgt(kind, round*100+i)
+			}
+			id, _, err := r.Submit(context.Background(), enginetest.Caller(fmt.Sprint("c", c)), "", ts)
+			if err == nil {
+				addID(id)
+			} else {
+				require.True(t, errors.Is(err, engine.ErrCallerBusy) || errors.Is(err, engine.ErrBusy), "%v", err)
+			}
+		}
+		mu.Lock()
+		last := append([]string(nil), ids...)
+		mu.Unlock()
+		if len(last) > 0 {
+			wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+			_, err := r.Wait(wctx, last[len(last)-1])
+			cancel()
+			require.True(t, err == nil || errors.Is(err, engine.ErrNotFound), "%v", err)
+		}
+	}
+	r.Close()
+	close(stop)
+	readers.Wait()
+	require.Positive(t, reads.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if j, ok := r.Job(id); ok {
+			require.False(t, engine.IsLive(j.Status))
+			requireSettled(t, rig, id)
+		}
+	}
+	testkit.RequireNoneOf(t, rig.Logs.String(), enginetest.PanicValue)
 }
 
 // TestRunner_Wait: Wait returns on each terminal status, for an unknown
@@ -199,7 +426,7 @@ func TestRunner_TargetsNeverGoBack(t *testing.T) {
 func TestRunner_Wait(t *testing.T) {
 	t.Parallel()
 	gate := make(chan struct{})
-	b := setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+	b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.Contains(tg.URL, "/slow/") {
 			select {
 			case <-gate:
@@ -214,12 +441,12 @@ func TestRunner_Wait(t *testing.T) {
 	}, engine.Config{JobsPerCaller: 8})
 	ctx := context.Background()
 	wait := func(id string) (engine.Job, error) {
-		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		wctx, cancel := context.WithTimeout(ctx, testkit.Deadline)
 		defer cancel()
-		return b.r.Wait(wctx, id)
+		return b.Runner.Wait(wctx, id)
 	}
 	for _, tc := range []struct{ name, status string }{{"ok", "done"}, {"bad", "failed"}} {
-		j, err := wait(b.submit(t, "alice", targets(tc.name, 2)))
+		j, err := wait(b.Submit(t, "alice", enginetest.Targets(tc.name, 2)))
 		require.NoError(t, err)
 		require.Equal(t, tc.status, j.Status)
 	}
@@ -228,72 +455,86 @@ func TestRunner_Wait(t *testing.T) {
 	_, err = wait(strings.Repeat("ab", 16))
 	require.ErrorIs(t, err, engine.ErrNotFound)
 
-	slow := b.submit(t, "alice", targets("slow", 2))
+	slow := b.Submit(t, "alice", enginetest.Targets("slow", 2))
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	j, err := b.r.Wait(short, slow)
+	j, err := b.Runner.Wait(short, slow)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, slow, j.ID)
 	require.True(t, engine.IsLive(j.Status), "not ended early")
 
-	cancelled := b.submit(t, "alice", targets("slow", 3))
+	cancelled := b.Submit(t, "alice", enginetest.Targets("slow", 3))
 	got := make(chan error, 1)
 	go func() { j, err := wait(cancelled); require.Equal(t, "cancelled", j.Status); got <- err }()
-	require.True(t, b.r.Cancel(cancelled))
-	require.NoError(t, recv(t, got))
+	require.True(t, b.Runner.Cancel(cancelled))
+	require.NoError(t, testkit.Recv(t, got))
 
 	go func() { j, err := wait(slow); require.Equal(t, "failed", j.Status); got <- err }()
-	b.r.Close()
-	require.ErrorIs(t, recv(t, got), engine.ErrClosed)
+	b.Runner.Close()
+	require.ErrorIs(t, testkit.Recv(t, got), engine.ErrClosed)
 	j, err = wait(slow)
 	require.ErrorIs(t, err, engine.ErrClosed)
 	require.Equal(t, "shutdown", j.Error)
 }
 
-// TestRunner_TouchCoalesced: a finished job's stored lease is written at
-// most once a second, never earlier than the latest Touch, so a polled job
-// never expires early; an expired job is not brought back.
-func TestRunner_TouchCoalesced(t *testing.T) {
+func TestAdversary_WaitAnswers(t *testing.T) {
 	t.Parallel()
-	b := setup(t, okFetch, engine.Config{TTL: time.Hour})
-	id := b.submit(t, "alice", targets("a", 1))
-	b.waitStatus(t, id, "done")
-	waitFor(t, "settled", func() bool { rec, err := b.store.Job(id); return err == nil && rec.Settled })
-	b.clock.Advance(1500 * time.Millisecond)
-	b.r.Touch(id)
-	rec, err := b.store.Row(id)
-	require.NoError(t, err)
-	first := rec.Lease
-	require.GreaterOrEqual(t, first, b.clock.Now().UnixNano(), "never earlier than the Touch")
-	require.Less(t, first, b.clock.Now().Add(time.Second).UnixNano())
-	for range 5 { // within the same second: no write
-		b.clock.Advance(100 * time.Millisecond)
-		b.r.Touch(id)
-		rec, err = b.store.Row(id)
-		require.NoError(t, err)
-		require.Equal(t, first, rec.Lease)
+	started := make(chan struct{}, 8)
+	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if kind, _ := jobOf(tg.URL); kind == "hang" {
+			started <- struct{}{}
+			<-ctx.Done()
+			return engine.Result{}, ctx.Err()
+		}
+		return engine.Result{Content: "ok"}, nil
 	}
-	touched := b.clock.Now()
-	b.clock.Advance(time.Hour - time.Nanosecond)
-	_, ok := b.r.Job(id)
-	require.True(t, ok, "readable until its last Touch + TTL")
-	b.clock.Advance(time.Second)
-	_, ok = b.r.Job(id)
-	require.False(t, ok, "expired")
-	b.r.Touch(id)
-	_, ok = b.r.Job(id)
-	require.False(t, ok, "Touch does not bring back an expired job")
-	rec, err = b.store.Row(id)
+	rig := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 4})
+	r := rig.Runner
+	bg := context.Background()
+	for _, id := range []string{"", "x", strings.Repeat("a", 32), strings.Repeat("A", 32), strings.Repeat("0", 1<<16)} {
+		var err error
+		_, err = r.Wait(bg, id)
+		require.ErrorIs(t, err, engine.ErrNotFound)
+	}
+	id, _, err := r.Submit(bg, enginetest.Caller("alice"), "", []engine.Target{tgt("hang", 0)})
 	require.NoError(t, err)
-	require.Equal(t, first, rec.Lease)
-	require.Less(t, touched.UnixNano(), b.clock.Now().UnixNano())
+	testkit.Recv(t, started)
+
+	// ctx: returns ctx.Err() with the job as it stands.
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	var j engine.Job
+	j, err = r.Wait(ctx, id)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, id, j.ID)
+	require.Equal(t, engine.StatusRunning, j.Status)
+	cctx, ccancel := context.WithCancel(bg)
+	ccancel()
+	_, err = r.Wait(cctx, id)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// An uppercase spelling of a live job's id.
+	uctx, ucancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer ucancel()
+	_, err = r.Wait(uctx, strings.ToUpper(id))
+	require.Error(t, err)
+
+	r.Close()
+	j, err = r.Wait(bg, id)
+	if err != nil { // the doc allows either for a job that ended
+		require.ErrorIs(t, err, engine.ErrClosed)
+	}
+	require.Equal(t, engine.StatusFailed, j.Status) // its only target failed at the cancel
 }
+
+// ---------------------------------------------------------------------------
+// Results: not HTML-escaped; every read agrees.
 
 // TestRunner_Live: the live jobs in submit order, and none once they end.
 func TestRunner_Live(t *testing.T) {
 	t.Parallel()
 	gate := make(chan struct{})
-	b := setup(t, func(ctx context.Context, _ *engine.Caller, _ engine.Target) (engine.Result, error) {
+	b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, _ engine.Target) (engine.Result, error) {
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -302,10 +543,10 @@ func TestRunner_Live(t *testing.T) {
 	}, engine.Config{JobsPerCaller: 4})
 	var ids []string
 	for i := range 3 {
-		ids = append(ids, b.submit(t, "alice", targets(string(rune('a'+i)), 1)))
-		b.clock.Advance(time.Millisecond)
+		ids = append(ids, b.Submit(t, "alice", enginetest.Targets(string(rune('a'+i)), 1)))
+		b.Clock.Advance(time.Millisecond)
 	}
-	live := b.r.Live()
+	live := b.Runner.Live()
 	require.Len(t, live, 3)
 	for i, j := range live {
 		require.Equal(t, ids[i], j.ID, "submit order")
@@ -313,10 +554,105 @@ func TestRunner_Live(t *testing.T) {
 	}
 	close(gate)
 	for _, id := range ids {
-		wctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		_, err := b.r.Wait(wctx, id)
+		wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+		_, err := b.Runner.Wait(wctx, id)
 		cancel()
 		require.NoError(t, err)
 	}
-	require.Empty(t, b.r.Live())
+	require.Empty(t, b.Runner.Live())
 }
+
+func TestAdversary_ResultsNotHTMLEscaped(t *testing.T) {
+	t.Parallel()
+	content := `<script>alert("x&y")</script> > < & ` + "\u00e9"
+	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{Content: content, Meta: map[string]any{"<k>": "<v>&"}}, nil
+	}
+	rig := enginetest.Setup(t, fetch, engine.Config{})
+	id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+	defer cancel()
+	_, err = rig.Runner.Wait(wctx, id)
+	require.NoError(t, err)
+	check := func() {
+		b, ok := rig.Runner.ResultJSON(id, 0)
+		require.True(t, ok)
+		require.Contains(t, string(b), `<script>`)
+		require.Contains(t, string(b), `"<k>":"<v>&"`)
+		require.NotContains(t, string(b), `\u003c`)
+		require.NotContains(t, string(b), `\u0026`)
+		b[0] = 'X' // the bytes are the caller's
+		res, ok := rig.Runner.Result(id, 0)
+		require.True(t, ok)
+		require.Equal(t, content, res.Content)
+		_, ts, ok := rig.Runner.Status(id)
+		require.True(t, ok)
+		require.Equal(t, res, ts[0].Result)
+		b2, ok := rig.Runner.ResultJSON(id, 0)
+		require.True(t, ok)
+		require.Equal(t, byte('{'), b2[0])
+	}
+	check()
+	rig.Runner.Close()
+	check()
+}
+
+// ---------------------------------------------------------------------------
+// Hostile ids and indexes.
+
+func TestAdversary_HostileIDs(t *testing.T) {
+	t.Parallel()
+	rig := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: time.Minute})
+	r := rig.Runner
+	id, _, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0), tgt("ok", 1)})
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+	defer cancel()
+	_, err = r.Wait(wctx, id)
+	require.NoError(t, err)
+	hostile := []string{"", " ", "\x00", strings.ToUpper(id), id + "0", id[:31], id[:31] + "g", " " + id, id + "\n",
+		strings.Repeat("f", 32), strings.Repeat("ab", 1<<20), "../" + id, "\xff\xfe", id[:16]}
+	for _, h := range hostile {
+		_, ok := r.Job(h)
+		require.False(t, ok, "Job(%.40q)", h)
+		_, _, ok = r.Targets(h)
+		require.False(t, ok)
+		_, _, ok = r.Status(h)
+		require.False(t, ok)
+		_, ok = r.Result(h, 0)
+		require.False(t, ok)
+		_, ok = r.ResultJSON(h, 0)
+		require.False(t, ok)
+		require.False(t, r.Cancel(h))
+		r.Touch(h)
+		_, err := r.Wait(wctx, h)
+		require.ErrorIs(t, err, engine.ErrNotFound)
+	}
+	for _, idx := range []int{-1, -1 << 62, 2, 3, 1 << 16, 1<<16 + 0, 1<<31 - 1, int(^uint(0) >> 1)} {
+		_, ok := r.Result(id, idx)
+		require.False(t, ok, "Result idx %d", idx)
+		_, ok = r.ResultJSON(id, idx)
+		require.False(t, ok, "ResultJSON idx %d", idx)
+	}
+	// A swept id.
+	rig.Clock.Advance(2 * time.Minute)
+	id2, _, err := r.Submit(context.Background(), enginetest.Caller("bob"), "", []engine.Target{tgt("ok", 0)}) // sweeps
+	require.NoError(t, err)
+	_, err = r.Wait(wctx, id2)
+	require.NoError(t, err)
+	_, ok := r.Job(id)
+	require.False(t, ok)
+	r.Touch(id)
+	_, ok = r.Job(id)
+	require.False(t, ok)
+	_, ok = r.ResultJSON(id, 0)
+	require.False(t, ok)
+	require.False(t, r.Cancel(id))
+	_, err = r.Wait(wctx, id)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+}
+
+// ---------------------------------------------------------------------------
+// Reads agree while a write is held at the store, while a failed write
+// waits for its retry, and while Close waits for a fetch.

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -46,7 +48,7 @@ func TestRunner_Soak(t *testing.T) {
 	dir := t.TempDir()
 	store, err := persistence.Open(dir)
 	require.NoError(t, err)
-	clk := newClock()
+	clk := testkit.NewClock()
 	ended := make(chan struct{}, 1)
 	var targets, endedJobs atomic.Int64
 	counter := &soakLog{}
@@ -123,12 +125,12 @@ func TestRunner_Soak(t *testing.T) {
 				ts[k].URL = fmt.Sprintf("https://soak.example/big/%d/%d/b", i, k)
 			}
 		}
-		_, _, err := r.Submit(context.Background(), caller("c"+strconv.Itoa(i%16)), "", ts)
+		_, _, err := r.Submit(context.Background(), enginetest.Caller("c"+strconv.Itoa(i%16)), "", ts)
 		if errors.Is(err, engine.ErrBusy) || errors.Is(err, engine.ErrCallerBusy) {
 			select {
 			case <-ended:
-			case <-time.After(waitTimeout):
-				t.Fatalf("no job ended for %s", waitTimeout)
+			case <-time.After(testkit.Deadline):
+				t.Fatalf("no job ended for %s", testkit.Deadline)
 			}
 			continue
 		}
@@ -139,7 +141,7 @@ func TestRunner_Soak(t *testing.T) {
 			take(i, time.Since(start))
 		}
 	}
-	waitFor(t, "every job ended", func() bool { return endedJobs.Load() == int64(n) })
+	testkit.WaitFor(t, "every job ended", func() bool { return endedJobs.Load() == int64(n) })
 	elapsed := time.Since(start)
 	last := take(n, elapsed)
 	if p := os.Getenv("SOAK_HEAPPROFILE"); p != "" {
@@ -271,4 +273,5 @@ func (h *soakLog) Handle(_ context.Context, r slog.Record) error {
 }
 
 func (h *soakLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *soakLog) WithGroup(string) slog.Handler      { return h }
+
+func (h *soakLog) WithGroup(string) slog.Handler { return h }

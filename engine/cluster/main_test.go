@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sift/batch/engine/cluster/internal/protoactortest"
+	"github.com/sift/batch/engine/enginetest/protoactortest"
 )
 
 // TestMain checks that no test leaves a goroutine behind: every node,

@@ -3,7 +3,7 @@ package kubernetes
 import (
 	"testing"
 
-	"github.com/sift/batch/engine/cluster/internal/protoactortest"
+	"github.com/sift/batch/engine/enginetest/protoactortest"
 )
 
 // TestMain checks that no test leaves a goroutine behind, but those

@@ -1,0 +1,128 @@
+package engine_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunner_Cancel(t *testing.T) {
+	t.Parallel()
+	started := make(chan int, 10)
+	release := make(chan struct{})
+	b := enginetest.Setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		_, idx := jobOf(tg.URL)
+		started <- idx
+		<-release
+		return engine.Result{Content: "late"}, nil
+	}, engine.Config{})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 4))
+	require.Equal(t, 0, testkit.Recv(t, started))
+
+	require.True(t, b.Runner.Cancel(id))
+	rec, err := b.Store.Job(id)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", rec.Status, "cancelled is stored before Cancel returns")
+	require.False(t, b.Runner.Cancel(id), "a cancelled job cannot be cancelled again")
+
+	j, ts, ok := b.Runner.Status(id)
+	require.True(t, ok)
+	require.Equal(t, "cancelled", j.Status)
+	require.Equal(t, "running", ts[0].Status, "the target in flight reads running")
+
+	close(release)
+	testkit.WaitFor(t, "in-flight target stored", func() bool {
+		_, ts, _ := b.Runner.Status(id)
+		return ts[0].Status == "done"
+	})
+	j, ts, _ = b.Runner.Status(id)
+	require.Equal(t, "cancelled", j.Status, "storing the in-flight target keeps cancelled")
+	require.Equal(t, 1, j.TargetsDone)
+	require.Equal(t, "late", ts[0].Result.Content)
+	for _, tr := range ts[1:] {
+		require.Equal(t, "pending", tr.Status)
+	}
+	select {
+	case idx := <-started:
+		t.Fatalf("target %d started after cancel", idx)
+	default:
+	}
+
+	require.False(t, b.Runner.Cancel("unknown"))
+	require.False(t, b.Runner.Cancel(strings.Repeat("0", 32)))
+	require.Equal(t, 1, b.Hooks.Job("cancelled"))
+
+	// A finished job cannot be cancelled.
+	release2 := make(chan struct{})
+	close(release2)
+	done := b.Submit(t, "bob", enginetest.Targets("b", 1))
+	testkit.Recv(t, started)
+	b.WaitStatus(t, done, "done")
+	require.False(t, b.Runner.Cancel(done))
+	require.Equal(t, 1, b.Hooks.Job("cancelled"))
+}
+
+// TestRunner_CancelStopsFetch: Cancel cancels the context of the job's
+// fetch in flight, with cause ErrCancelled, and only that one: another
+// job's fetch goes on; what the stopped fetch returns is stored.
+func TestRunner_CancelStopsFetch(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		started <- tg.URL
+		select {
+		case <-ctx.Done():
+			return engine.Result{}, &engine.TargetError{Status: 409, Msg: "stopped: " + context.Cause(ctx).Error(), Hint: "h"}
+		case <-release:
+			return engine.Result{Content: "ok"}, nil
+		}
+	}, engine.Config{Workers: 2})
+	a := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	o := b.Submit(t, "bob", enginetest.Targets("b", 1))
+	got := []string{testkit.Recv(t, started), testkit.Recv(t, started)}
+	slices.Sort(got)
+	require.Equal(t, []string{"http://h/a/0", "http://h/b/0"}, got)
+	require.True(t, b.Runner.Cancel(a))
+	testkit.WaitFor(t, "the cancelled job's target stored", func() bool {
+		_, ts, _ := b.Runner.Status(a)
+		return ts[0].Status == "failed"
+	})
+	j, ts, _ := b.Runner.Status(a)
+	require.Equal(t, "cancelled", j.Status)
+	require.Equal(t, "stopped: "+engine.ErrCancelled.Error(), ts[0].Error)
+	require.Equal(t, "pending", ts[1].Status)
+	_, ts, _ = b.Runner.Status(o)
+	require.Equal(t, "running", ts[0].Status, "another job's fetch goes on")
+	close(release)
+	b.WaitStatus(t, o, "done")
+}
+
+func TestRunner_CancelQueued(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var fetched sync.Map
+	b := enginetest.Setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		fetched.Store(tg.URL, true)
+		<-gate
+		return engine.Result{}, nil
+	}, engine.Config{})
+	a := b.Submit(t, "alice", enginetest.Targets("a", 1))
+	q := b.Submit(t, "bob", enginetest.Targets("q", 2))
+	require.True(t, b.Runner.Cancel(q))
+	close(gate)
+	b.WaitStatus(t, a, "done")
+	j, ts, ok := b.Runner.Status(q)
+	require.True(t, ok)
+	require.Equal(t, "cancelled", j.Status)
+	require.Equal(t, "pending", ts[0].Status)
+	_, was := fetched.Load("http://h/q/0")
+	require.False(t, was, "a cancelled queued job fetches nothing")
+}

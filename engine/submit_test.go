@@ -1,0 +1,360 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunner_Submit(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StoresJobBeforeReturning", func(t *testing.T) {
+		t.Parallel()
+		gate := make(chan struct{})
+		b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
+			<-gate
+			return engine.Result{Content: t.URL}, nil
+		}, engine.Config{})
+		defer close(gate)
+		id := b.Submit(t, "alice", enginetest.Targets("a", 3))
+		require.Len(t, id, 32)
+		rec, ts, err := b.Store.JobWithTargets(id)
+		require.NoError(t, err)
+		require.Equal(t, "alice", rec.Caller)
+		require.Len(t, ts, 3)
+		for _, tr := range ts {
+			require.Equal(t, persistence.TargetPending, tr.Status)
+		}
+		testkit.WaitFor(t, "the created hook", func() bool { return b.Hooks.Job("created") == 1 }) // hooks run in their own actor
+		require.Equal(t, 1, b.Hooks.Job("created"))
+	})
+
+	t.Run("Errors", func(t *testing.T) {
+		t.Parallel()
+		b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TargetsPerJob: 2})
+		ctx := context.Background()
+		_, _, err := b.Runner.Submit(ctx, nil, "", enginetest.Targets("a", 1))
+		require.ErrorIs(t, err, engine.ErrInvalid)
+		_, _, err = b.Runner.Submit(ctx, enginetest.Caller(""), "", enginetest.Targets("a", 1))
+		require.ErrorIs(t, err, engine.ErrInvalid)
+		_, _, err = b.Runner.Submit(ctx, enginetest.Caller("alice"), "", []engine.Target{{URL: "http://h/a/0"}, {URL: ""}})
+		require.ErrorIs(t, err, engine.ErrInvalid)
+		_, _, err = b.Runner.Submit(ctx, enginetest.Caller("alice"), "", nil)
+		require.ErrorIs(t, err, engine.ErrNoTargets)
+		_, _, err = b.Runner.Submit(ctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 3))
+		require.ErrorIs(t, err, engine.ErrTooManyTargets)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, _, err = b.Runner.Submit(cctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 1))
+		require.ErrorIs(t, err, context.Canceled)
+
+		b.Runner.Close()
+		_, _, err = b.Runner.Submit(ctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 1))
+		require.ErrorIs(t, err, engine.ErrClosed)
+		// Invalid input is still reported as invalid after Close.
+		_, _, err = b.Runner.Submit(ctx, nil, "", enginetest.Targets("a", 1))
+		require.ErrorIs(t, err, engine.ErrInvalid)
+	})
+
+	t.Run("Caps", func(t *testing.T) {
+		t.Parallel()
+		gate := make(chan struct{})
+		b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+			<-gate
+			return engine.Result{}, nil
+		}, engine.Config{JobsPerCaller: 1, JobsTotal: 2})
+		defer close(gate)
+		b.Submit(t, "alice", enginetest.Targets("a", 1))
+		_, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("a2", 1))
+		require.ErrorIs(t, err, engine.ErrCallerBusy)
+		b.Submit(t, "bob", enginetest.Targets("b", 1))
+		_, _, err = b.Runner.Submit(context.Background(), enginetest.Caller("carol"), "", enginetest.Targets("c", 1))
+		require.ErrorIs(t, err, engine.ErrBusy)
+	})
+
+	t.Run("ConcurrentSubmitsNeverPassACap", func(t *testing.T) {
+		t.Parallel()
+		gate := make(chan struct{})
+		b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+			<-gate
+			return engine.Result{}, nil
+		}, engine.Config{JobsPerCaller: 2, JobsTotal: 5, Workers: 2})
+		defer close(gate)
+		var accepted sync.Map // caller → count
+		var total atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				name := fmt.Sprintf("caller-%d", i%4)
+				_, _, err := b.Runner.Submit(context.Background(), enginetest.Caller(name), "", enginetest.Targets(fmt.Sprintf("j%d", i), 2))
+				if err == nil {
+					total.Add(1)
+					n, _ := accepted.LoadOrStore(name, new(atomic.Int32))
+					n.(*atomic.Int32).Add(1)
+					return
+				}
+				if !errors.Is(err, engine.ErrBusy) && !errors.Is(err, engine.ErrCallerBusy) {
+					t.Errorf("submit: %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int32(5), total.Load(), "exactly JobsTotal jobs are accepted")
+		accepted.Range(func(k, v any) bool {
+			require.LessOrEqual(t, v.(*atomic.Int32).Load(), int32(2), "caller %s", k)
+			return true
+		})
+		require.LessOrEqual(t, b.Hooks.MaxDepth(), 5)
+	})
+}
+
+// TestRunner_SubmitInvalidUTF8 is the regression test for a FuzzRunner_Submit
+// finding. Targets are stored and keyed by their JSON, and encoding/json
+// writes every invalid UTF-8 byte as U+FFFD: a URL or an option that is not
+// valid UTF-8 was stored altered, and two different submissions
+// ("http://h/\xff" and "http://h/\xfe") had the same idempotency key, so the
+// second was answered with the first one's job as reused. Such a target is
+// now invalid.
+func TestRunner_SubmitInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{JobsPerCaller: 8})
+	ctx := context.Background()
+	for _, tg := range []engine.Target{
+		{URL: "http://h/\xff"},
+		{URL: "http://h/ok", Options: engine.Options{Mode: "\xfe"}},
+		{URL: "http://h/ok", Options: engine.Options{Question: "a\xc3"}},
+		{URL: "http://h/ok", Options: engine.Options{Pages: "\xed\xa0\x80"}}, // a surrogate
+		{URL: "http://h/ok", Options: engine.Options{Grep: "\x80"}},
+		{URL: "http://h/ok", Options: engine.Options{JQ: "\xc0\xaf"}}, // overlong
+	} {
+		_, _, err := b.Runner.Submit(ctx, enginetest.Caller("alice"), "", []engine.Target{{URL: "http://h/first"}, tg})
+		require.ErrorIs(t, err, engine.ErrInvalid, "%+q", tg)
+	}
+	require.Zero(t, b.Hooks.Job("created"))
+
+	// Valid UTF-8 that JSON escapes is kept exactly, and keys apart.
+	a := b.Submit(t, "alice", []engine.Target{{URL: "http://h/\u2028<>&", Options: engine.Options{Mode: "ü\u0000"}}})
+	c := b.Submit(t, "alice", []engine.Target{{URL: "http://h/\u2029<>&", Options: engine.Options{Mode: "ü\u0000"}}})
+	require.NotEqual(t, a, c)
+	_, ts, ok := b.Runner.Status(a)
+	require.True(t, ok)
+	require.Equal(t, "http://h/\u2028<>&", ts[0].URL)
+}
+
+// TestRunner_JobIDs submits many jobs and checks their ids: 32 lowercase hex
+// characters (128 bits), all different, and every one of the 128 bits set in
+// about half of them (a counter or a clock in the id would show as bits
+// that hardly change).
+func TestRunner_JobIDs(t *testing.T) {
+	t.Parallel()
+	const n = 4000
+	// Not setup: its hook recorder holds 1024 endings, and hooks must not
+	// block.
+	store, err := persistence.Open("")
+	require.NoError(t, err)
+	r, err := engine.New(store, enginetest.OKFetch, engine.Config{JobsPerCaller: n, JobsTotal: n}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		r.Close()
+		require.NoError(t, store.Close())
+	})
+	seen := make(map[string]bool, n)
+	var ones [128]int
+	for i := range n {
+		id, reused, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets(fmt.Sprintf("j%d", i), 1))
+		require.NoError(t, err)
+		require.False(t, reused)
+		require.Regexp(t, `^[0-9a-f]{32}$`, id)
+		require.False(t, seen[id], "id %s handed out twice", id)
+		seen[id] = true
+		raw, err := hex.DecodeString(id)
+		require.NoError(t, err)
+		for bit := range 128 {
+			if raw[bit/8]&(1<<(bit%8)) != 0 {
+				ones[bit]++
+			}
+		}
+	}
+	// Binomial(4000, 1/2): a standard deviation of ~32; 45%–55% is ±6σ.
+	for bit, c := range ones {
+		require.InDelta(t, n/2, c, n*0.05, "bit %d is set in %d of %d ids", bit, c, n)
+	}
+}
+
+func TestRunner_Idempotency(t *testing.T) {
+	t.Parallel()
+	var fetches atomic.Int32
+	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		fetches.Add(1)
+		if name, _ := jobOf(tg.URL); name == "bad" {
+			return engine.Result{}, errors.New("nope")
+		}
+		return engine.Result{Content: tg.URL}, nil
+	}
+	b := enginetest.Setup(t, fetch, engine.Config{TTL: time.Hour, JobsPerCaller: 8})
+	ctx := context.Background()
+
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	b.WaitStatus(t, id, "done")
+	n := fetches.Load()
+
+	again, reused, err := b.Runner.Submit(ctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.True(t, reused)
+	require.Equal(t, id, again)
+	testkit.WaitFor(t, "the reused hook", func() bool { return b.Hooks.Job("reused") == 1 })
+	require.Equal(t, 1, b.Hooks.Job("reused"))
+
+	other, reused, err := b.Runner.Submit(ctx, enginetest.Caller("bob"), "", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.False(t, reused, "another caller gets a new job")
+	require.NotEqual(t, id, other)
+
+	diff, reused, err := b.Runner.Submit(ctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 3))
+	require.NoError(t, err)
+	require.False(t, reused, "other targets make a new job")
+	require.NotEqual(t, id, diff)
+	b.WaitStatus(t, other, "done")
+	b.WaitStatus(t, diff, "done")
+	require.Equal(t, n+2+3, fetches.Load(), "nothing was fetched twice for the reused job")
+
+	// Options count: the same URL with other options is another job.
+	yes := true
+	withOpts := enginetest.Targets("a", 2)
+	withOpts[0].Options.Context = &yes
+	o, reused, err := b.Runner.Submit(ctx, enginetest.Caller("alice"), "", withOpts)
+	require.NoError(t, err)
+	require.False(t, reused)
+	b.WaitStatus(t, o, "done")
+
+	// After lease + TTL the job is not reused.
+	b.Clock.Advance(time.Hour)
+	fresh, reused, err := b.Runner.Submit(ctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.False(t, reused)
+	require.NotEqual(t, id, fresh)
+	b.WaitStatus(t, fresh, "done")
+
+	// A failed job is never reused.
+	bad := b.Submit(t, "alice", enginetest.Targets("bad", 1))
+	b.WaitStatus(t, bad, "failed")
+	bad2, reused, err := b.Runner.Submit(ctx, enginetest.Caller("alice"), "", enginetest.Targets("bad", 1))
+	require.NoError(t, err)
+	require.False(t, reused)
+	require.NotEqual(t, bad, bad2)
+}
+
+// A live job's lease moves with every stored target, though its stored row
+// is rewritten only when its status changes: a job older than TTL whose
+// last target was stored within TTL is still reused.
+func TestRunner_IdempotencyLiveJobLease(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var b *enginetest.Bundle
+	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if _, idx := jobOf(tg.URL); idx == 0 {
+			b.Clock.Advance(50 * time.Minute) // stored at created + 50 min
+		} else {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+		return engine.Result{Content: tg.URL}, nil
+	}
+	b = enginetest.Setup(t, fetch, engine.Config{TTL: time.Hour})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	testkit.WaitFor(t, "the first target stored", func() bool {
+		j, _, ok := b.Runner.Status(id)
+		return ok && j.TargetsDone == 1
+	})
+	b.Clock.Advance(20 * time.Minute) // created + TTL has passed; lease + TTL has not
+	again, reused, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.True(t, reused, "the lease is the first target's store time")
+	require.Equal(t, id, again)
+	close(gate)
+	b.WaitStatus(t, id, "done")
+}
+
+func TestRunner_IdempotencyNeverReusesCancelled(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, _ engine.Target) (engine.Result, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return engine.Result{}, nil
+	}, engine.Config{JobsPerCaller: 2})
+	defer close(gate)
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	require.True(t, b.Runner.Cancel(id))
+	id2, reused, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("a", 2))
+	require.NoError(t, err, "a cancel frees the caller's slot at once")
+	require.False(t, reused)
+	require.NotEqual(t, id, id2)
+}
+
+// A job that has ended done but whose last write failed (it keeps its actor
+// until the write goes through) is reused as a done job is; its stored row
+// still says running.
+func TestRunner_IdempotencyUnsavedJob(t *testing.T) {
+	t.Parallel()
+	var b *enginetest.Bundle
+	disk := errors.New("no space left on device")
+	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		b.Store.SetWriteFault(func() error { return disk }) // its outcome write fails
+		return engine.Result{Content: tg.URL}, nil
+	}
+	b = enginetest.Setup(t, fetch, engine.Config{RetryWait: time.Hour})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 1))
+	require.Equal(t, "done", testkit.Recv(t, b.Hooks.Ended()))
+	j, _, ok := b.Runner.Status(id)
+	require.True(t, ok)
+	require.Equal(t, "done", j.Status)
+
+	again, reused, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("a", 1))
+	require.NoError(t, err)
+	require.True(t, reused, "done, though not yet written")
+	require.Equal(t, id, again)
+	b.Store.SetWriteFault(nil)
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	store, err := persistence.Open("")
+	require.NoError(t, err)
+	defer store.Close()
+	_, err = engine.New(nil, enginetest.OKFetch, engine.Config{}, nil)
+	require.Error(t, err)
+	_, err = engine.New(store, nil, engine.Config{}, nil)
+	require.Error(t, err)
+	for _, cfg := range []engine.Config{
+		{TTL: -1}, {TargetsPerJob: -1}, {JobsPerCaller: -1}, {JobsTotal: -1},
+		{Workers: -1}, {MaxBytes: -1}, {RetryWait: -1}, {RetryFor: -1}, {TargetsPerJob: 1 << 20},
+	} {
+		_, err = engine.New(store, enginetest.OKFetch, cfg, nil)
+		require.Error(t, err, "%+v", cfg)
+	}
+	r, err := engine.New(store, enginetest.OKFetch, engine.Config{Workers: 7}, nil)
+	require.NoError(t, err, "Workers above 2 means 2")
+	r.Close()
+}
