@@ -68,7 +68,11 @@ type Config struct {
 	// HookPanics counts the hook calls that panicked.
 	HookPanics atomic.Uint64
 
-	observer *actor.PID // runs the hooks (observer.go)
+	observer   *actor.PID // runs the hooks (observer.go)
+	supervisor *actor.PID // set by the supervisor as it starts; the job actors report to it
+	// halted is set once the runner has stopped: the store's late answers
+	// then have nobody to go to.
+	halted atomic.Bool
 	// maintenance sweeps and evicts (maintenance.go); nil: nobody does.
 	maintenance *actor.PID
 	// maintDue is what the maintainer has been asked for since its last

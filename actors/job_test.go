@@ -18,7 +18,8 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	worker, workerPID = ts.spawnProbe(t)
 	rec = ts.newJobRecord(t, "0123456789abcdef0123456789abcdef", "alice", n)
 	ts.cfg.Views.add(&rec)
-	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, supPID, rec, "payload"), nil))
+	ts.cfg.supervisor = supPID
+	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, rec, "payload"), nil))
 	t.Cleanup(func() { ts.stop(t, job) })
 	return job, rec, sup, worker, workerPID
 }
@@ -82,12 +83,20 @@ func TestJob_Busy(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
-	require.Equal(t, life{persistence.StatusRunning, phaseWaiting}, next[*jobDone](t, sup).life)
+	waiting := next[*jobDone](t, sup)
+	require.Equal(t, life{persistence.StatusRunning, phaseWaiting}, waiting.life)
+	require.Equal(t, ts.clock().UnixNano(), waiting.busySince, "the supervisor keeps when it was first busy")
 	tr, _ := ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetPending, tr.Status, "a busy target stays pending")
 
-	ts.advance(ts.cfg.RetryFor + time.Second) // past RetryFor since the first busy answer
-	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	ts.advance(ts.cfg.RetryFor) // within RetryFor since the first busy answer: busy again
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID, busySince: waiting.busySince})
+	next[*fetch](t, worker)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
+	require.Equal(t, waiting, next[*jobDone](t, sup), "the same first busy answer")
+
+	ts.advance(time.Second) // past RetryFor since the first busy answer
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID, busySince: waiting.busySince})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
 	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)

@@ -18,7 +18,11 @@ import (
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome, or abandoned at shutdown)
 //	job → store:         SaveOutcomeAsync / SaveTargetAsync (group commit)
-//	store → job:         targetWritten (the write has committed, or failed)
+//	job → store:         SaveJobRetried (its row: running, cancelled,
+//	                     settled, shutdown; waits for the first answer)
+//	store → job:         targetWritten (the write has committed, is being
+//	                     retried by the store's writer, or was refused);
+//	                     lateWritten (a retried write is written, or given up)
 //	job → supervisor:    jobDone (how the job stands now, its life: after
 //	                     a stored target, a busy answer, a cancel, a flush;
 //	                     it gives the worker back, if it holds one)
@@ -26,7 +30,6 @@ import (
 //	supervisor, job → maintainer: maintain (sweep after a Submit; evict
 //	                     after a write that adds bytes or settles a job)
 //	timer → maintainer:  maintainTick (the periodic sweep)
-//	timer → job:         flushTick (an unsaved job writes again)
 //	any → observer:      hookEvent (one hook call: see observer.go)
 //
 // A worker is the job's from dispatch until its target is stored: a job's
@@ -67,8 +70,13 @@ type Drain struct{}
 // Drained answers a [Drain].
 type Drained struct{ Jobs int }
 
-// dispatch tells a job that worker is free for its next target.
-type dispatch struct{ worker *actor.PID }
+// dispatch tells a job that worker is free for its next target;
+// busySince is when that target was first answered busy (0: never), as
+// the job last reported it.
+type dispatch struct {
+	worker    *actor.PID
+	busySince int64
+}
 
 // fetch asks a worker to do one target of a job.
 type fetch struct {
@@ -90,26 +98,30 @@ type fetched struct {
 }
 
 // jobDone says how a job stands (its life: life.go), and frees a worker
-// (nil: none); lease is the job's lease as its actor holds it.
+// (nil: none); lease is the job's lease as its actor holds it, busySince
+// when its next target was first answered busy (0: never).
 type jobDone struct {
-	id     string
-	worker *actor.PID
-	life   life
-	lease  int64
+	id        string
+	worker    *actor.PID
+	life      life
+	lease     int64
+	busySince int64
 }
 
-// targetWritten is the outcome of a job's asynchronous target write.
+// targetWritten is the store's first answer to a job's target write:
+// committed (nil), being retried by the store's writer (ErrRetrying), or
+// refused.
 type targetWritten struct{ err error }
+
+// lateWritten is the store's late answer to the oldest of a job's writes
+// its writer was retrying: written (nil), or given up.
+type lateWritten struct{ err error }
 
 // writtenOK is the targetWritten of a write that committed; never changed.
 var writtenOK = &targetWritten{}
 
 // shutdownJob fails a live job with "shutdown"; the reply is a bool.
 type shutdownJob struct{}
-
-// flushTick has a job that has ended write again what a failed write left
-// unwritten.
-type flushTick struct{}
 
 // retryReady says a waiting job may be tried again.
 type retryReady struct{ id string }
@@ -126,4 +138,5 @@ func (*fetch) urgent()         {}
 func (*fetched) urgent()       {}
 func (*jobDone) urgent()       {}
 func (*targetWritten) urgent() {}
+func (*lateWritten) urgent()   {}
 func (*retryReady) urgent()    {}

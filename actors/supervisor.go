@@ -31,8 +31,9 @@ type liveJob struct {
 	retry *time.Timer // waiting: the timer that ends the wait
 	// lease is the job's lease as its actor holds it: the stored row of a
 	// live job is not rewritten for every target (see job.fetched).
-	lease int64
-	view  *View // what its actor publishes; holds the leases readers asked for
+	lease     int64
+	busySince int64 // when its next target was first answered busy, as its actor reported it
+	view      *View // what its actor publishes; holds the leases readers asked for
 }
 
 // supervisor owns the rotation: the live jobs in submit order, which of them
@@ -73,7 +74,7 @@ type supervisor struct {
 
 	// The producers of the children; tests stand probes in for them.
 	worker actor.Producer
-	job    func(supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer
+	job    func(rec persistence.JobRecord, payload any) actor.Producer
 }
 
 // to moves job j to life l and keeps the rest in step: the counts, the
@@ -111,13 +112,13 @@ func (s *supervisor) to(ctx actor.Context, j *liveJob, l life) bool {
 func (s *supervisor) live() int { return s.nlive }
 
 func newSupervisor(cfg *Config) actor.Producer {
-	job := func(sup *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
-		return newJob(cfg, sup, rec, payload)
+	job := func(rec persistence.JobRecord, payload any) actor.Producer {
+		return newJob(cfg, rec, payload)
 	}
 	return supervisorWith(cfg, newWorker(cfg), job)
 }
 
-func supervisorWith(cfg *Config, worker actor.Producer, job func(*actor.PID, persistence.JobRecord, any) actor.Producer) actor.Producer {
+func supervisorWith(cfg *Config, worker actor.Producer, job func(persistence.JobRecord, any) actor.Producer) actor.Producer {
 	return func() actor.Actor {
 		return &supervisor{cfg: cfg, jobs: make(map[string]*liveJob), perCaller: make(map[string]int), worker: worker, job: job}
 	}
@@ -164,6 +165,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 }
 
 func (s *supervisor) start(ctx actor.Context) {
+	s.cfg.supervisor = ctx.Self() // before any job actor is spawned
 	for i := 1; i <= s.cfg.Workers; i++ {
 		pid, err := ctx.SpawnNamed(s.cfg.workerProps(s.worker, i-1), "worker-"+strconv.Itoa(i))
 		if err != nil {
@@ -219,7 +221,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		return &SubmitReply{Err: err}
 	}
 	view := s.cfg.Views.add(&m.Job)
-	props := s.cfg.jobProps(s.job(ctx.Self(), m.Job, m.Payload))
+	props := s.cfg.jobProps(s.job(m.Job, m.Payload))
 	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
 	if err != nil {
 		// Only a duplicate id (128 random bits) gets here.
@@ -259,7 +261,7 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 		s.idle = s.idle[:len(s.idle)-1]
 		s.to(ctx, j, life{j.life.status, phaseFetching})
 		s.inflight++
-		ctx.Send(j.pid, &dispatch{worker: w})
+		ctx.Send(j.pid, &dispatch{worker: w, busySince: j.busySince})
 		s.cfg.hookInflight(ctx, s.inflight)
 	}
 }
@@ -284,6 +286,7 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 // report moves a job to the life its actor reports.
 func (s *supervisor) report(ctx actor.Context, j *liveJob, m *jobDone) {
 	j.lease = max(j.lease, m.lease)
+	j.busySince = m.busySince
 	if !j.life.live() && m.life.live() {
 		return // it ended: never live again (its worker is back)
 	}

@@ -18,7 +18,7 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 	jobs = newProbe()
 	workerPID = make(chan *actor.PID, 4)
 	worker := func() actor.Actor { return actor.ReceiveFunc(func(ctx actor.Context) {}) }
-	job := func(_ *actor.PID, rec persistence.JobRecord, _ any) actor.Producer {
+	job := func(rec persistence.JobRecord, _ any) actor.Producer {
 		return func() actor.Actor {
 			return actor.ReceiveFunc(func(ctx actor.Context) {
 				switch m := ctx.Message().(type) {

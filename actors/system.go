@@ -55,6 +55,9 @@ func Start(cfg *Config) (*System, error) {
 	)
 	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{})}
 	cfg.Abort = s.abortCh
+	// The store's writer retries the job actors' failed writes every
+	// RetryWait.
+	cfg.Store.SetRetryWait(cfg.RetryWait)
 	if cfg.Views == nil {
 		cfg.Views = &Views{}
 	}
@@ -239,6 +242,11 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 	if perr := s.sys.Root.PoisonFuture(s.maint).Wait(); perr != nil && err == nil {
 		err = fmt.Errorf("stop maintainer: %w", perr)
 	}
+	// What the store's writer still retries for a job is given up: no
+	// write of a job this runner no longer owns commits later (the next
+	// runner reaps it), and no late answer goes to a stopped actor.
+	s.cfg.halted.Store(true)
+	s.cfg.Store.AbandonRetries()
 	s.abort() // a worker the failed runner stopped may still wait for a fetch
 	// The observer runs every hook queued before it stops, unless giveUp
 	// comes first (a hook that blocks): its goroutine is then left to the

@@ -45,7 +45,7 @@ func TestStore_GroupCommit(t *testing.T) {
 	}
 	entered, release := holdWrites(s)
 	first := make(chan error, 1)
-	s.write("save job", jobs[0].ID, &jobs[0], nil, func(err error) { first <- err })
+	s.write("save job", jobs[0].ID, &jobs[0], nil, func(err error) { first <- err }, nil)
 	waitFor(t, entered)
 
 	results := make(chan error, 2*n)
@@ -57,7 +57,7 @@ func TestStore_GroupCommit(t *testing.T) {
 		s.SaveTargetAsync(&jobs[i], &TargetRecord{Idx: 0, Status: TargetDone, Result: res}, func(err error) { results <- err })
 		// A later write of the same row, queued after: it wins.
 		jobs[i].Lease = 3
-		s.write("save job", jobs[i].ID, &jobs[i], nil, func(err error) { results <- err })
+		s.write("save job", jobs[i].ID, &jobs[i], nil, func(err error) { results <- err }, nil)
 	}
 	big := jobs[0]
 	big.TargetsFailed = 1
