@@ -2,7 +2,10 @@ package actors
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,4 +288,84 @@ func TestJob_StoredTargetTellsMaintainer(t *testing.T) {
 	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	next[*maintain](t, maint)
 	require.Equal(t, dueEvict, ts.cfg.maintDue.Load())
+}
+
+// A write that fails is the store writer's to retry: the job goes on at
+// once (its worker and its place in the rotation are not held), readers
+// see the outcome as the job holds it (Snapshot.Unsaved), a Warn names the
+// job; a job that has ended waits unsaved, and settles once the writer has
+// written everything, in order.
+func TestJob_WriteRetriedByTheStore(t *testing.T) {
+	ts := newTestSystem(t)
+	var logs safeBuffer
+	ts.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	ts.store.SetRetryWait(time.Millisecond)
+	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	eventually(t, "the running row written", func() bool {
+		stored, err := ts.store.Job(rec.ID)
+		return err == nil && stored.Status == persistence.StatusRunning
+	})
+
+	var failing atomic.Bool
+	failing.Store(true)
+	ts.store.SetWriteFault(func() error {
+		if failing.Load() {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
+	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, storedDone(t, sup, workerPID).life, "the job goes on")
+	snap := ts.cfg.Views.Get(rec.ID).Load()
+	require.Equal(t, 1, snap.Job.TargetsDone)
+	require.Len(t, snap.Unsaved, 1)
+	require.Equal(t, 0, snap.Unsaved[0].Idx)
+	require.Contains(t, logs.String(), "job_id="+rec.ID)
+
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	require.Equal(t, 1, next[*fetch](t, worker).idx)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Result: []byte(`{"content":"b"}`)}})
+	require.Equal(t, life{persistence.StatusDone, phaseUnsaved}, storedDone(t, sup, workerPID).life, "ended, its writes at the writer")
+	require.Len(t, ts.cfg.Views.Get(rec.ID).Load().Unsaved, 2)
+
+	failing.Store(false)
+	require.Equal(t, life{persistence.StatusDone, phaseSettled}, next[*jobDone](t, sup).life, "settled once written")
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatusDone, stored.Status)
+	require.True(t, stored.Settled)
+	for i := range 2 {
+		tr, err := ts.store.Target(rec.ID, i)
+		require.NoError(t, err)
+		require.Equal(t, persistence.TargetDone, tr.Status)
+	}
+	require.Empty(t, ts.cfg.Views.Get(rec.ID).Load().Unsaved)
+	quiet(t, sup)
+}
+
+// A Cancel whose write fails is answered at once; the job waits unsaved
+// until the writer has written its row.
+func TestJob_CancelWriteRetried(t *testing.T) {
+	ts := newTestSystem(t)
+	ts.store.SetRetryWait(time.Millisecond)
+	job, rec, sup, _, _ := jobUnderTest(t, ts, 2)
+	var failing atomic.Bool
+	failing.Store(true)
+	ts.store.SetWriteFault(func() error {
+		if failing.Load() {
+			return syscall.EROFS
+		}
+		return nil
+	})
+	require.Equal(t, true, ts.ask(t, job, &CancelJob{ID: rec.ID}))
+	require.Equal(t, life{persistence.StatusCancelled, phaseUnsaved}, next[*jobDone](t, sup).life)
+	require.Equal(t, persistence.StatusCancelled, ts.cfg.Views.Get(rec.ID).Load().Job.Status, "readers see it cancelled")
+	failing.Store(false)
+	require.Equal(t, life{persistence.StatusCancelled, phaseSettled}, next[*jobDone](t, sup).life)
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatusCancelled, stored.Status)
+	require.True(t, stored.Settled)
 }

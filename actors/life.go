@@ -46,7 +46,7 @@ const (
 	phaseFetching              // its target TargetsDone is at a worker
 	phaseStoring               // that target's outcome is at the store's writer; the actor stashes every message until it answers
 	phaseWaiting               // live, its next target was busy: out of the rotation until RetryWait has passed
-	phaseUnsaved               // ended, nothing in flight, a write of it failed: the store's writer retries it
+	phaseUnsaved               // ended, nothing in flight, a write of it failed: the store's writer retries it until written
 	phaseSettled               // ended and written: the supervisor stops the actor
 	nPhases
 )
@@ -119,19 +119,19 @@ var phaseMachine = machine[phase]{
 	edges: []transition[phase]{
 		{phaseIdle, phaseFetching, "dispatch (a worker is the job's for target TargetsDone)"},
 		{phaseIdle, phaseSettled, "Cancel, shutdown, the drain"},
-		{phaseIdle, phaseUnsaved, "Cancel or shutdown whose write failed, or a failed write's outcome that ended the job"},
+		{phaseIdle, phaseUnsaved, "Cancel or shutdown, a write of the job being retried by the store's writer"},
 		{phaseFetching, phaseStoring, "fetched (the outcome goes to the store's writer, the worker is free)"},
-		{phaseFetching, phaseIdle, "abandoned at shutdown, or an outcome written after a failed write"},
+		{phaseFetching, phaseIdle, "abandoned at shutdown (the target stays pending)"},
 		{phaseFetching, phaseWaiting, "fetched busy within RetryFor"},
-		{phaseFetching, phaseSettled, "the same, of a job cancelled meanwhile, or the drain"},
-		{phaseFetching, phaseUnsaved, "the same, a write failed"},
-		{phaseStoring, phaseIdle, "written, the job still live (the stash is handled next), or the write failed"},
+		{phaseFetching, phaseSettled, "busy or abandoned, of a job cancelled meanwhile"},
+		{phaseFetching, phaseUnsaved, "the same, a write of it being retried"},
+		{phaseStoring, phaseIdle, "written, or being retried by the store's writer, the job still live (the stash is handled next)"},
 		{phaseStoring, phaseSettled, "written, and the job has ended"},
-		{phaseStoring, phaseUnsaved, "the job has ended, a write failed"},
+		{phaseStoring, phaseUnsaved, "the same, a write of it being retried"},
 		{phaseWaiting, phaseIdle, "retryReady, RetryWait has passed (the job hears of it by its dispatch)"},
 		{phaseWaiting, phaseSettled, "Cancel, shutdown, the drain"},
-		{phaseWaiting, phaseUnsaved, "Cancel or shutdown whose write failed"},
-		{phaseUnsaved, phaseSettled, "everything written, or the drain"},
+		{phaseWaiting, phaseUnsaved, "the same, a write of it being retried"},
+		{phaseUnsaved, phaseSettled, "lateWritten, the writer has written everything, or the drain"},
 	},
 	ends: []transition[phase]{
 		{from: phaseSettled, why: "the supervisor stops its actor and forgets it"},

@@ -2,9 +2,11 @@ package actors
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,4 +159,44 @@ func (s *safeBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// In a running runner, a maintenance pass that panics leaves the runner
+// up: it is not failed, and a job submitted after it runs to its end.
+func TestMaintainer_PanicLeavesRunnerUp(t *testing.T) {
+	ts := newTestSystem(t)
+	var logs safeBuffer
+	ts.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	ts.cfg.Fetch = func(context.Context, any, int) Outcome { return Outcome{Result: []byte(`{}`)} }
+	sys, err := Start(ts.cfg)
+	require.NoError(t, err)
+	defer func() {
+		_, _, err := sys.Stop(nil, nil)
+		require.NoError(t, err)
+	}()
+	expired := ts.settledJob(t, 'a', ts.clock().UnixNano()-int64(ts.cfg.TTL), 10)
+	var panicking atomic.Bool
+	panicking.Store(true)
+	ts.store.SetWriteFault(func() error {
+		if panicking.Load() {
+			panic("the panic value s3cr3t")
+		}
+		return nil
+	})
+	ts.cfg.maintain(sys.sys.Root, dueSweep)
+	eventually(t, "the failed pass contained", func() bool { return ts.cfg.maintFailures.Load() == 1 })
+	panicking.Store(false)
+	require.False(t, sys.Failed())
+
+	m := ts.submitMsg(id('b'), "bob", 1)
+	reply, err := sys.Submit(m)
+	require.NoError(t, err)
+	require.Equal(t, m.Job.ID, reply.ID)
+	eventually(t, "the job done and settled", func() bool {
+		stored, err := ts.store.Job(m.Job.ID)
+		return err == nil && stored.Status == persistence.StatusDone && stored.Settled
+	})
+	eventually(t, "the sweep its Submit asked for", func() bool { return !ts.stored(expired) })
+	require.False(t, sys.Failed())
+	require.NotContains(t, logs.String(), "s3cr3t")
 }

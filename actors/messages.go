@@ -17,15 +17,16 @@ import (
 //	                     answer); shutdownJob (the drain)
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome, or abandoned at shutdown)
-//	job → store:         SaveOutcomeAsync / SaveTargetAsync (group commit)
+//	job → store:         SaveOutcomeRetried / SaveTargetRetried (group commit)
 //	job → store:         SaveJobRetried (its row: running, cancelled,
 //	                     settled, shutdown; waits for the first answer)
 //	store → job:         targetWritten (the write has committed, is being
 //	                     retried by the store's writer, or was refused);
 //	                     lateWritten (a retried write is written, or given up)
 //	job → supervisor:    jobDone (how the job stands now, its life: after
-//	                     a stored target, a busy answer, a cancel, a flush;
-//	                     it gives the worker back, if it holds one)
+//	                     a stored target, a busy answer, a cancel, a late
+//	                     answer that settles it; it gives the worker back,
+//	                     if it holds one)
 //	timer → supervisor:  retryReady
 //	supervisor, job → maintainer: maintain (sweep after a Submit; evict
 //	                     after a write that adds bytes or settles a job)

@@ -189,6 +189,9 @@ func (s *Store) hold(w *ownerWrite, err error) {
 	}
 }
 
+// errGivenUp is the late answer of a held write the writer gave up on.
+var errGivenUp = fmt.Errorf("%w: its retries given up", ErrClosed)
+
 // errHeldBehind is why a retried write waits that was never tried: an
 // earlier write of its job is being retried.
 var errHeldBehind = errors.New("held behind a failed write of its job")
@@ -243,16 +246,20 @@ func (s *Store) retryHeld(giveUp bool) {
 			if errs != nil {
 				err = errs[i]
 			}
-			if err != nil && !giveUp && retryable(err) {
+			switch {
+			case err == nil || !retryable(err):
+				w.release(err)
+				progress = true
+			case giveUp:
+				w.release(fmt.Errorf("%w: %w", err, errGivenUp))
+				progress = true
+			default:
 				failed = append(failed, w)
-				continue
 			}
-			w.release(err)
-			progress = true
 		}
 		for _, w := range failed {
 			if giveUp {
-				w.release(fmt.Errorf("%s: %w: its retries given up", w.op, ErrClosed))
+				w.release(fmt.Errorf("%s: %w", w.op, errGivenUp))
 				progress = true
 				continue
 			}
