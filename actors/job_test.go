@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -53,19 +54,19 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	snap := ts.cfg.Views.Get(rec.ID).Load()
 	require.Equal(t, 0, snap.Running, "published before the fetch starts")
 	require.Equal(t, persistence.StatusRunning, snap.Job.Status)
-	eventually(t, "running stored on the first target", func() bool {
+	testkit.WaitFor(t, "running stored on the first target", func() bool {
 		stored, err := ts.store.Job(rec.ID)
 		return err == nil && stored.Status == persistence.StatusRunning
 	})
 
-	ts.advance(time.Second)
+	ts.clock.Advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
 	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, storedDone(t, sup, workerPID).life)
 	tr, err := ts.store.Target(rec.ID, 0)
 	require.NoError(t, err)
 	require.Equal(t, persistence.TargetDone, tr.Status)
 	stored, _ := ts.store.Job(rec.ID)
-	require.Equal(t, ts.clock().UnixNano(), stored.Lease, "storing a target bumps the lease")
+	require.Equal(t, ts.clock.Now().UnixNano(), stored.Lease, "storing a target bumps the lease")
 
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	require.Equal(t, 1, next[*fetch](t, worker).idx)
@@ -88,17 +89,17 @@ func TestJob_Busy(t *testing.T) {
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
 	waiting := next[*jobDone](t, sup)
 	require.Equal(t, life{persistence.StatusRunning, phaseWaiting}, waiting.life)
-	require.Equal(t, ts.clock().UnixNano(), waiting.busySince, "the supervisor keeps when it was first busy")
+	require.Equal(t, ts.clock.Now().UnixNano(), waiting.busySince, "the supervisor keeps when it was first busy")
 	tr, _ := ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetPending, tr.Status, "a busy target stays pending")
 
-	ts.advance(ts.cfg.RetryFor) // within RetryFor since the first busy answer: busy again
+	ts.clock.Advance(ts.cfg.RetryFor) // within RetryFor since the first busy answer: busy again
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID, busySince: waiting.busySince})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
 	require.Equal(t, waiting, next[*jobDone](t, sup), "the same first busy answer")
 
-	ts.advance(time.Second) // past RetryFor since the first busy answer
+	ts.clock.Advance(time.Second) // past RetryFor since the first busy answer
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID, busySince: waiting.busySince})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
@@ -156,7 +157,7 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
-	eventually(t, "the running row written", func() bool {
+	testkit.WaitFor(t, "the running row written", func() bool {
 		stored, err := ts.store.Job(rec.ID)
 		return err == nil && stored.Status == persistence.StatusRunning
 	})
@@ -173,11 +174,7 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
 	free := next[*jobDone](t, sup)
 	require.Equal(t, life{persistence.StatusRunning, phaseStoring}, free.life)
-	select {
-	case <-entered: // the store is writing it, and waits for release
-	case <-time.After(waitTimeout):
-		t.Fatal("the target was not written")
-	}
+	testkit.Recv(t, entered) // the store is writing it, and waits for release
 
 	cancelled := ts.sys.Root.RequestFuture(job, &CancelJob{ID: rec.ID}, waitTimeout)
 	snap := ts.cfg.Views.Get(rec.ID).Load()
@@ -213,13 +210,13 @@ func TestJob_TouchHeldUntilNextWrite(t *testing.T) {
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 1)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
-	later := ts.clock().UnixNano() + int64(time.Hour)
+	later := ts.clock.Now().UnixNano() + int64(time.Hour)
 	ts.cfg.Views.Get(rec.ID).Touch(later)
 	stored, err := ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Less(t, stored.Lease, later, "no store write for a Touch")
 
-	ts.advance(time.Second)
+	ts.clock.Advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
 	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	stored, err = ts.store.Job(rec.ID)
@@ -297,13 +294,13 @@ func TestJob_StoredTargetTellsMaintainer(t *testing.T) {
 // written everything, in order.
 func TestJob_WriteRetriedByTheStore(t *testing.T) {
 	ts := newTestSystem(t)
-	var logs safeBuffer
+	var logs testkit.SyncBuffer
 	ts.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	ts.store.SetRetryWait(time.Millisecond)
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
-	eventually(t, "the running row written", func() bool {
+	testkit.WaitFor(t, "the running row written", func() bool {
 		stored, err := ts.store.Job(rec.ID)
 		return err == nil && stored.Status == persistence.StatusRunning
 	})

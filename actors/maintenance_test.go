@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -45,17 +45,17 @@ func (ts *testSystem) stored(id string) bool {
 func TestMaintainer_SweepsWhenTold(t *testing.T) {
 	ts := newTestSystem(t)
 	maintainerUnderTest(t, ts)
-	now := ts.clock().UnixNano()
+	now := ts.clock.Now().UnixNano()
 	expired := ts.settledJob(t, 'a', now-int64(ts.cfg.TTL), 10)
 	kept := ts.settledJob(t, 'b', now-int64(ts.cfg.TTL)+1, 10)
 
 	ts.cfg.maintain(ts.sys.Root, dueSweep)
-	eventually(t, "the sweep", func() bool { return !ts.stored(expired) })
+	testkit.WaitFor(t, "the sweep", func() bool { return !ts.stored(expired) })
 	require.True(t, ts.stored(kept), "lease + TTL > now: kept")
 
-	ts.advance(time.Nanosecond) // the injected clock decides what has expired
+	ts.clock.Advance(time.Nanosecond) // the injected clock decides what has expired
 	ts.cfg.maintain(ts.sys.Root, dueSweep)
-	eventually(t, "the second sweep", func() bool { return !ts.stored(kept) })
+	testkit.WaitFor(t, "the second sweep", func() bool { return !ts.stored(kept) })
 }
 
 // A sweep that finds more than one batch due asks itself for more, until
@@ -64,7 +64,7 @@ func TestMaintainer_SweepsInBatches(t *testing.T) {
 	ts := newTestSystem(t)
 	ts.cfg.MaxBytes = 1 << 30
 	maintainerUnderTest(t, ts)
-	old := ts.clock().UnixNano() - int64(2*ts.cfg.TTL)
+	old := ts.clock.Now().UnixNano() - int64(2*ts.cfg.TTL)
 	var ids []string
 	for i := range sweepBatch + 3 {
 		rec := ts.newJobRecord(t, fmt.Sprintf("%032x", i+1), "alice", 0)
@@ -73,7 +73,7 @@ func TestMaintainer_SweepsInBatches(t *testing.T) {
 		ids = append(ids, rec.ID)
 	}
 	ts.cfg.maintain(ts.sys.Root, dueSweep)
-	eventually(t, "every expired job swept", func() bool { return !ts.stored(ids[len(ids)-1]) })
+	testkit.WaitFor(t, "every expired job swept", func() bool { return !ts.stored(ids[len(ids)-1]) })
 	for _, id := range ids {
 		require.False(t, ts.stored(id))
 	}
@@ -82,14 +82,14 @@ func TestMaintainer_SweepsInBatches(t *testing.T) {
 func TestMaintainer_EvictsWhenTold(t *testing.T) {
 	ts := newTestSystem(t)
 	maintainerUnderTest(t, ts)
-	now := ts.clock().UnixNano()
+	now := ts.clock.Now().UnixNano()
 	oldest := ts.settledJob(t, 'a', now-3, 2000)
 	middle := ts.settledJob(t, 'b', now-2, 2000)
 	newest := ts.settledJob(t, 'c', now-1, 2000)
 	ts.cfg.MaxBytes = ts.store.Bytes() - 100
 
 	ts.cfg.evictSoon(ts.sys.Root)
-	eventually(t, "the eviction", func() bool { return ts.store.Bytes() <= ts.cfg.MaxBytes })
+	testkit.WaitFor(t, "the eviction", func() bool { return ts.store.Bytes() <= ts.cfg.MaxBytes })
 	require.False(t, ts.stored(oldest), "the oldest settled job goes first")
 	require.True(t, ts.stored(middle))
 	require.True(t, ts.stored(newest))
@@ -101,10 +101,10 @@ func TestMaintainer_SweepsOnItsTimer(t *testing.T) {
 	ts := newTestSystem(t)
 	ts.cfg.maintainEvery = time.Millisecond
 	maintainerUnderTest(t, ts)
-	job := ts.settledJob(t, 'a', ts.clock().UnixNano(), 10)
+	job := ts.settledJob(t, 'a', ts.clock.Now().UnixNano(), 10)
 	require.True(t, ts.stored(job))
-	ts.advance(ts.cfg.TTL)
-	eventually(t, "a periodic sweep", func() bool { return !ts.stored(job) })
+	ts.clock.Advance(ts.cfg.TTL)
+	testkit.WaitFor(t, "a periodic sweep", func() bool { return !ts.stored(job) })
 }
 
 // A pass that panics (here a store fault that panics in the sweep's write)
@@ -112,20 +112,20 @@ func TestMaintainer_SweepsOnItsTimer(t *testing.T) {
 // and the next pass does the work.
 func TestMaintainer_PanicContained(t *testing.T) {
 	ts := newTestSystem(t)
-	var logs safeBuffer
+	var logs testkit.SyncBuffer
 	ts.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	maintainerUnderTest(t, ts)
-	expired := ts.settledJob(t, 'a', ts.clock().UnixNano()-int64(ts.cfg.TTL), 10)
+	expired := ts.settledJob(t, 'a', ts.clock.Now().UnixNano()-int64(ts.cfg.TTL), 10)
 	ts.store.SetWriteFault(func() error { panic("the panic value s3cr3t") })
 	ts.cfg.maintain(ts.sys.Root, dueSweep)
-	eventually(t, "the failure contained", func() bool { return ts.cfg.maintFailures.Load() == 1 })
+	testkit.WaitFor(t, "the failure contained", func() bool { return ts.cfg.maintFailures.Load() == 1 })
 	require.True(t, ts.stored(expired), "the failed pass deleted nothing")
 	require.Contains(t, logs.String(), "maintenance pass failed")
 	require.NotContains(t, logs.String(), "s3cr3t")
 
 	ts.store.SetWriteFault(nil)
 	ts.cfg.maintain(ts.sys.Root, dueSweep)
-	eventually(t, "the next pass", func() bool { return !ts.stored(expired) })
+	testkit.WaitFor(t, "the next pass", func() bool { return !ts.stored(expired) })
 	require.Equal(t, uint64(1), ts.cfg.maintFailures.Load())
 }
 
@@ -143,29 +143,11 @@ func TestMaintainer_TellsCoalesce(t *testing.T) {
 	quiet(t, p)
 }
 
-// safeBuffer is a log destination safe for concurrent use.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // In a running runner, a maintenance pass that panics leaves the runner
 // up: it is not failed, and a job submitted after it runs to its end.
 func TestMaintainer_PanicLeavesRunnerUp(t *testing.T) {
 	ts := newTestSystem(t)
-	var logs safeBuffer
+	var logs testkit.SyncBuffer
 	ts.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	ts.cfg.Fetch = func(context.Context, any, int) Outcome { return Outcome{Result: []byte(`{}`)} }
 	sys, err := Start(ts.cfg)
@@ -174,7 +156,7 @@ func TestMaintainer_PanicLeavesRunnerUp(t *testing.T) {
 		_, _, err := sys.Stop(nil, nil)
 		require.NoError(t, err)
 	}()
-	expired := ts.settledJob(t, 'a', ts.clock().UnixNano()-int64(ts.cfg.TTL), 10)
+	expired := ts.settledJob(t, 'a', ts.clock.Now().UnixNano()-int64(ts.cfg.TTL), 10)
 	var panicking atomic.Bool
 	panicking.Store(true)
 	ts.store.SetWriteFault(func() error {
@@ -184,7 +166,7 @@ func TestMaintainer_PanicLeavesRunnerUp(t *testing.T) {
 		return nil
 	})
 	ts.cfg.maintain(sys.sys.Root, dueSweep)
-	eventually(t, "the failed pass contained", func() bool { return ts.cfg.maintFailures.Load() == 1 })
+	testkit.WaitFor(t, "the failed pass contained", func() bool { return ts.cfg.maintFailures.Load() == 1 })
 	panicking.Store(false)
 	require.False(t, sys.Failed())
 
@@ -192,11 +174,11 @@ func TestMaintainer_PanicLeavesRunnerUp(t *testing.T) {
 	reply, err := sys.Submit(m)
 	require.NoError(t, err)
 	require.Equal(t, m.Job.ID, reply.ID)
-	eventually(t, "the job done and settled", func() bool {
+	testkit.WaitFor(t, "the job done and settled", func() bool {
 		stored, err := ts.store.Job(m.Job.ID)
 		return err == nil && stored.Status == persistence.StatusDone && stored.Settled
 	})
-	eventually(t, "the sweep its Submit asked for", func() bool { return !ts.stored(expired) })
+	testkit.WaitFor(t, "the sweep its Submit asked for", func() bool { return !ts.stored(expired) })
 	require.False(t, sys.Failed())
 	require.NotContains(t, logs.String(), "s3cr3t")
 }

@@ -2,10 +2,10 @@ package actors
 
 import (
 	"testing"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sift/batch/engine/batchtype"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +71,7 @@ type dispatched struct {
 }
 
 func (ts *testSystem) submitMsg(id, caller string, n int) *Submit {
-	now := ts.clock().UnixNano()
+	now := ts.clock.Now().UnixNano()
 	rec := persistence.JobRecord{ID: id, Caller: caller, Status: persistence.StatusQueued, TargetsTotal: n, Created: now, Lease: now}
 	copy(rec.Key[:], id)
 	targets := make([]persistence.TargetRecord, n)
@@ -260,12 +260,7 @@ func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 	default:
 	}
 	ts.sys.Root.Send(sup, &jobDone{id: a, life: life{persistence.StatusCancelled, phaseSettled}})
-	select {
-	case res := <-drained:
-		require.Equal(t, 1, res.(*Drained).Jobs, "b was live, a was not")
-	case <-time.After(waitTimeout):
-		t.Fatal("no drain")
-	}
+	require.Equal(t, 1, testkit.Recv(t, drained).(*Drained).Jobs, "b was live, a was not")
 }
 
 // A created job has the maintainer sweep and evict right after its Submit

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,15 +28,6 @@ func holdWrites(s *Store) (entered <-chan struct{}, release func()) {
 	return in, func() { s.SetWriteFault(nil); close(gate) }
 }
 
-func waitFor(t *testing.T, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("timed out")
-	}
-}
-
 // The writes queued while one is being committed are committed together;
 // one of them failing (a row too large) fails it alone; each job's writes
 // land in the order they were made.
@@ -49,7 +41,7 @@ func TestStore_GroupCommit(t *testing.T) {
 	entered, release := holdWrites(s)
 	first := make(chan error, 1)
 	s.write("save job", jobs[0].ID, &jobs[0], nil, func(err error) { first <- err }, nil)
-	waitFor(t, entered)
+	testkit.Recv(t, entered)
 
 	results := make(chan error, 2*n)
 	var want int64
@@ -198,13 +190,7 @@ func (a answers) done(what string) WriteDone {
 
 func (a answers) next(t *testing.T) answer {
 	t.Helper()
-	select {
-	case x := <-a:
-		return x
-	case <-time.After(10 * time.Second):
-		t.Fatal("no answer")
-		panic("unreachable")
-	}
+	return testkit.Recv(t, a)
 }
 
 // failFirst makes the first n writes fail with a disk error.
