@@ -296,6 +296,7 @@ func (j *job) lateWritten(ctx actor.Context, err error) {
 	j.retrying = nil
 	if j.phase == phaseUnsaved {
 		j.to(phaseSettled)
+		j.publish() // readers see it written before the supervisor stops the actor
 		j.report(ctx, nil)
 		j.cfg.evictSoon(ctx)
 	}

@@ -144,7 +144,7 @@ type maintenanceStrategy struct{ cfg *Config }
 
 // HandleFailure implements actor.SupervisorStrategy.
 func (st *maintenanceStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, _, _ any) {
-	st.cfg.maintFailures.Add(1)
 	st.cfg.Log.Error("maintenance pass failed: a bug in siftbatch or a store fault; the next pass goes on")
+	st.cfg.maintFailures.Add(1)
 	sup.ResumeChildren(child)
 }
