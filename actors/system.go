@@ -45,9 +45,11 @@ const drainTimeout = 10 * time.Minute
 var ErrNoAnswer = errors.New("no answer from the runner")
 
 // Start starts an actor system, the observer that runs the hooks, the
-// maintainer that sweeps and evicts, the supervisor and the workers. The actor system logs through cfg.Log,
-// filtered (see [ActorSystemLogger]). cfg.Abort and cfg.observer are set
-// here; cfg.OnFail is wrapped so that [System.Stop] knows.
+// maintainer that sweeps and evicts, the supervisor and the workers. The
+// actor system logs through cfg.Log, filtered (see [ActorSystemLogger]).
+// cfg.Abort, cfg.observer and cfg.maintenance are set here, and the
+// store's retry wait (cfg.RetryWait); cfg.OnFail is wrapped so that
+// [System.Stop] knows.
 func Start(cfg *Config) (*System, error) {
 	sys := actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(cfg.Log) }),
@@ -189,9 +191,11 @@ func (s *System) Cancel(id string) bool {
 // Stop drains the supervisor: it stops dispatching, then Stop calls
 // cancelFetches (if not nil) so that the fetches in flight return, and
 // waits for their outcomes to be stored; then it fails the jobs still live
-// with "shutdown", stops every actor (the observer last, once every hook
-// has run) and the actor system. It returns how many jobs it failed. Call
-// it once.
+// with "shutdown", stops every actor (the maintainer after the jobs, the
+// observer last, once every hook has run) and the actor system. The
+// writes the store's writer still retries for the jobs are tried once
+// more, and given up if they fail (Store.AbandonRetries). It returns how
+// many jobs it failed. Call it once.
 //
 // When giveUp is closed before the fetches in flight have returned, Stop
 // stops waiting for them (cfg.Abort, which it closes): their targets stay
