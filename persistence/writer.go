@@ -196,24 +196,6 @@ var errGivenUp = fmt.Errorf("%w: its retries given up", ErrClosed)
 // earlier write of its job is being retried.
 var errHeldBehind = errors.New("held behind a failed write of its job")
 
-// holdBehind holds every retried write of ws whose job has writes held,
-// and returns the others, in order, in ws's own array. Writer goroutine
-// only.
-func (s *Store) holdBehind(ws []*ownerWrite) []*ownerWrite {
-	if len(s.held) == 0 {
-		return ws
-	}
-	kept := ws[:0]
-	for _, w := range ws {
-		if w.retry && len(s.held[w.id]) > 0 {
-			s.hold(w, fmt.Errorf("%s: %w", w.op, errHeldBehind))
-			continue
-		}
-		kept = append(kept, w)
-	}
-	return kept
-}
-
 // retryHeld tries the held writes again, each job's in order, until each
 // job's first one fails again or none is left. When it gives up (the store
 // is closing, or AbandonRetries), a write that fails is answered with its
@@ -405,7 +387,7 @@ func (s *Store) writeLoop() {
 		s.q.mu.Unlock()
 		for len(batch) > 0 {
 			n := groupSize(batch, s.valueThreshold)
-			if group := s.writeResults(s.holdBehind(batch[:n])); len(group) > 0 {
+			if group := s.writeResults(batch[:n]); len(group) > 0 {
 				s.commitGroup(group)
 			}
 			clear(batch[:n])
@@ -439,14 +421,29 @@ func groupSize(ws []*ownerWrite, valueThreshold int) int {
 
 // writeResults writes the chunks of every result in ws that is not inline,
 // before the group that holds their outcome rows is committed. A write
-// whose chunks fail is answered (or held: see fail) and left out: it
-// returns the others, in order, in ws's own array.
+// whose chunks fail is answered (or held: see fail) and left out, and so
+// is a retried write whose job has a write held (it is held behind it,
+// untried): it returns the others, in order, in ws's own array.
 func (s *Store) writeResults(ws []*ownerWrite) []*ownerWrite {
-	return s.writeResultsInto(ws, s.fail)
+	kept := ws[:0]
+	for _, w := range ws {
+		if w.retry && len(s.held[w.id]) > 0 {
+			s.hold(w, fmt.Errorf("%s: %w", w.op, errHeldBehind))
+			continue
+		}
+		if w.result != nil {
+			if err := s.writeChunks(w); err != nil {
+				s.fail(w, err)
+				continue
+			}
+		}
+		kept = append(kept, w)
+	}
+	return kept
 }
 
-// writeResultsInto is writeResults, with failed for a write whose chunks
-// failed.
+// writeResultsInto writes the chunks of ws's results, as writeResults,
+// with failed for a write whose chunks failed (no write of ws is held).
 func (s *Store) writeResultsInto(ws []*ownerWrite, failed func(*ownerWrite, error)) []*ownerWrite {
 	kept := ws[:0]
 	for _, w := range ws {

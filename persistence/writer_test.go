@@ -326,3 +326,55 @@ func TestStore_RetriedWritesGivenUp(t *testing.T) {
 		})
 	}
 }
+
+// Two retried writes of one job in one group: the first's result chunks
+// fail, and the second is held behind it untried, never committed first.
+func TestStore_RetriedWriteHeldBehindFailedChunks(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, "")
+	s.SetRetryWait(time.Hour)
+	a := putJobRecord(t, s, 1, 1, 1, false)
+	b := putJobRecord(t, s, 2, 1, 1, false)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	var calls atomic.Int64
+	s.SetWriteFault(func() error {
+		switch calls.Add(1) {
+		case 1: // b's write: the writer waits here while a's two queue up
+			entered <- struct{}{}
+			<-gate
+		case 2: // a0's first chunk transaction
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	got := make(answers, 8)
+	s.SaveOutcomeRetried(b.ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte(`{}`)}, got.done("b0"))
+	testkit.Recv(t, entered)
+	large := []byte(`"` + strings.Repeat("y", 3000) + `"`)
+	s.SaveOutcomeRetried(a.ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: large}, got.done("a0"))
+	s.SaveOutcomeRetried(a.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: []byte(`{}`)}, got.done("a1"))
+	close(gate)
+	require.Equal(t, answer{"b0", nil, false}, got.next(t))
+	a0 := got.next(t)
+	require.Equal(t, "a0", a0.what)
+	require.ErrorIs(t, a0.err, syscall.ENOSPC)
+	a1 := got.next(t)
+	require.Equal(t, "a1", a1.what)
+	require.ErrorIs(t, a1.err, ErrRetrying)
+	require.NotErrorIs(t, a1.err, syscall.ENOSPC, "held behind a0, never tried")
+	_, err := s.Target(a.ID, 1)
+	require.NoError(t, err)
+	stored, err := s.Job(a.ID)
+	require.NoError(t, err)
+	require.Zero(t, stored.TargetsDone, "neither outcome committed")
+
+	s.AbandonRetries()
+	require.Equal(t, answer{"a0", nil, true}, got.next(t))
+	require.Equal(t, answer{"a1", nil, true}, got.next(t))
+	stored, err = s.Job(a.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, stored.TargetsDone)
+	res, err := s.ResultJSON(a.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, large, res)
+}
