@@ -22,6 +22,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -107,9 +108,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		crashChild(dir)
 		return
 	}
-	if testing.Short() {
-		t.Skip("-short: no crash rounds")
-	}
+	testkit.Long(t)
 	t.Parallel()
 	seed := uint64(crashDefaultSeed)
 	if s := os.Getenv("CRASH_SEED"); s != "" {
@@ -158,7 +157,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		logs, err := os.ReadFile(logFile)
 		require.NoError(t, err)
 		require.NotContains(t, string(logs), "DATA RACE")
-		logLines += scanLogText(t, "child log", string(logs))
+		logLines += scanLogText(t, string(logs))
 
 		// The store opens; New reaps; every reported target is there.
 		store, err := persistence.Open(dir)
@@ -497,8 +496,7 @@ func crashChild(dir string) {
 func TestRunner_Restart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	store, err := persistence.Open(dir)
-	require.NoError(t, err)
+	store := enginetest.OpenStore(t, dir)
 	// A first run: one job finished its first target and was cut off.
 	started := make(chan struct{})
 	release := make(chan struct{})
@@ -544,16 +542,14 @@ func TestRunner_Restart(t *testing.T) {
 	require.Equal(t, "queued", qrec.Status)
 
 	dir2 := t.TempDir()
-	crashed, err := persistence.Open(dir2)
-	require.NoError(t, err)
+	crashed := enginetest.OpenStore(t, dir2)
 	require.NoError(t, crashed.CreateJob(&rec, ts))
 	require.NoError(t, crashed.CreateJob(&qrec, qts))
 	require.NoError(t, crashed.CreateJob(&irec, its))
 	require.NoError(t, crashed.SaveTarget(&rec, &ts[0]))
 	require.NoError(t, crashed.Close())
 
-	reopened, err := persistence.Open(dir2)
-	require.NoError(t, err)
+	reopened := enginetest.OpenStore(t, dir2)
 	b := enginetest.SetupOn(t, reopened, enginetest.OKFetch, engine.Config{})
 	j, got, ok := b.Runner.Status(running)
 	require.True(t, ok)

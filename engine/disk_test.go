@@ -148,11 +148,11 @@ func TestRunner_WriteFault(t *testing.T) {
 	require.Contains(t, b.Logs.String(), "level=WARN")
 }
 
-// TestRunner_WriteFaultAtTheEnd is the regression test for a job whose last
-// writes failed: its actor was stopped all the same, and the store kept the
-// job running and unsettled for good (read as running by Status, never
-// swept) until a restart reaped it. The job's actor now keeps what it could
-// not write and writes it once writes work again.
+// TestRunner_WriteFaultAtTheEnd: a job whose last writes fail (its last
+// target's, or its cancel's) reads its true status meanwhile, and its
+// actor keeps what it could not write and writes it once writes work
+// again: the job settles (never left running and unsettled until a
+// restart), frees its caps and is swept in time.
 func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -216,11 +216,10 @@ func TestRunner_WriteFaultAtTheEnd(t *testing.T) {
 	}
 }
 
-// TestRunner_WriteFaultTooLarge is the regression test for a result too
-// large to store whose first write failed for another reason (the disk): it
-// was kept to be written again, failed as too large on every try, and the
-// job never settled. It is now stored failed, "result too large to store",
-// as when the first write says so.
+// TestRunner_WriteFaultTooLarge: a result too large to store whose first
+// write failed for another reason (the disk) is stored failed, "result too
+// large to store", as when the first write says so, and the job settles
+// (it is not kept to be written again, failing as too large on every try).
 func TestRunner_WriteFaultTooLarge(t *testing.T) {
 	t.Parallel()
 	b, st := setupDisk(t, "", engine.Config{RetryWait: 5 * time.Millisecond})
@@ -239,10 +238,7 @@ func TestRunner_WriteFaultTooLarge(t *testing.T) {
 		return nil
 	})
 	id := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
-	testkit.WaitFor(t, "a target in flight", func() bool {
-		_, ts, _ := b.Runner.Status(id)
-		return ts[0].Status == "running"
-	})
+	waitRunning(t, b.Runner, id, 0)
 	failing.Store(true)
 	st.one(t) // the large result: its write fails (the disk)
 	requireWarn(t, b.Logs, id)
@@ -289,8 +285,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 		}
 		return engine.Result{Content: "<p>" + tg.URL + "</p>"}, nil
 	}
-	store, err := persistence.Open("")
-	require.NoError(t, err)
+	store := enginetest.OpenStore(t, "")
 	store.SetWriteFault(f.fault)
 	rig := enginetest.SetupOn(t, store, fetch, engine.Config{Workers: 1, JobsPerCaller: 2, RetryWait: time.Millisecond, TTL: 10 * time.Second})
 	r := rig.Runner
@@ -309,10 +304,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 	}
 	wait := func(id string) engine.Job {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, testkit.Deadline)
-		defer cancel()
-		j, err := r.Wait(wctx, id)
-		require.NoError(t, err)
+		j := waitJob(t, r, id)
 		return j
 	}
 	if a, ok := submit("alice", tgt("ok", 0), tgt("fail", 1), tgt("ok", 2)); ok {
@@ -320,19 +312,14 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 		requireReadsAgree(t, r, a)
 		rig.Clock.Advance(3 * time.Second)
 		r.Touch(a)
-		rig.Clock.Advance(5 * time.Second) // the Touch's effect: see TestAdversary_TouchAfterEndKept
+		rig.Clock.Advance(5 * time.Second) // the Touch's effect: see TestRunner_TouchAfterEndKeepsJob
 		j, ok := r.Job(a)
 		require.True(t, ok)
 		require.Equal(t, engine.StatusPartial, j.Status)
 	}
 	if b, ok := submit("bob", tgt("block", 0), tgt("ok", 1)); ok {
-		testkit.WaitFor(t, "bob in flight", func() bool {
-			_, ts, ok := r.Targets(b)
-			return ok && ts[0].Status == engine.TargetRunning
-		})
-		var c bool
-		c = r.Cancel(b)
-		require.True(t, c)
+		waitRunning(t, r, b, 0)
+		require.True(t, r.Cancel(b))
 		close(release)
 		require.Equal(t, engine.StatusCancelled, wait(b).Status)
 		requireReadsAgree(t, r, b)
@@ -340,10 +327,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 		close(release)
 	}
 	if c, ok := submit("carol", tgt("ok", 0), tgt("hang", 1)); ok {
-		testkit.WaitFor(t, "carol in flight", func() bool {
-			_, ts, ok := r.Targets(c)
-			return ok && ts[1].Status == engine.TargetRunning
-		})
+		waitRunning(t, r, c, 1)
 		requireReadsAgree(t, r, c)
 	}
 	r.Close()
@@ -353,7 +337,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 	return f.calls.Load()
 }
 
-func TestAdversary_WriteFaultAtEveryWrite(t *testing.T) {
+func TestRunner_WriteFaultAtEveryWrite(t *testing.T) {
 	t.Parallel()
 	total := faultScenario(t, &oneFault{n: -1})
 	require.Positive(t, total)
@@ -364,9 +348,6 @@ func TestAdversary_WriteFaultAtEveryWrite(t *testing.T) {
 		})
 	}
 }
-
-// ---------------------------------------------------------------------------
-// Touch, leases and expiry (by the injected clock).
 
 // TestRunner_DiskFull fills a real disk: a small tmpfs, mounted for the
 // test (root only; skipped where mounting is not allowed). A child process
@@ -380,6 +361,7 @@ func TestRunner_DiskFull(t *testing.T) {
 	if os.Getenv(envCrashDir) != "" {
 		t.Skip("in a crash child")
 	}
+	testkit.Long(t)
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
@@ -398,7 +380,7 @@ func TestRunner_DiskFull(t *testing.T) {
 	lines, ended := runFillChild(t, dir, mnt, logFile)
 	logs, err := os.ReadFile(logFile)
 	require.NoError(t, err)
-	scanLogText(t, "child log", string(logs))
+	scanLogText(t, string(logs))
 	warns := 0 // Warn lines about store writes (the others are the fetches' panics)
 	for _, l := range strings.Split(string(logs), "\n") {
 		if strings.Contains(l, "level=WARN") && strings.Contains(l, `msg="store`) {

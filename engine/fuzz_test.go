@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -24,8 +25,7 @@ type fuzzRunner struct {
 
 func newFuzzRunner(f *testing.F) *fuzzRunner {
 	f.Helper()
-	store, err := persistence.Open("")
-	require.NoError(f, err)
+	store := enginetest.OpenStore(f, "")
 	fetch := func(_ context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
 		return engine.Result{Content: t.URL, Meta: map[string]any{"mode": t.Options.Mode}}, nil
 	}
@@ -33,10 +33,7 @@ func newFuzzRunner(f *testing.F) *fuzzRunner {
 		TargetsPerJob: engine.MaxTargetsPerJob, JobsPerCaller: 1 << 30, JobsTotal: 1 << 30, Workers: 2,
 	}, nil)
 	require.NoError(f, err)
-	f.Cleanup(func() {
-		r.Close()
-		require.NoError(f, store.Close())
-	})
+	f.Cleanup(r.Close) // before the store's cleanup
 	return &fuzzRunner{r: r, store: store}
 }
 

@@ -30,14 +30,14 @@ func tgt(kind string, i int) engine.Target {
 
 // requireSettled checks a job after Close: every read agrees and none
 // reads it live, and the store holds it terminal.
-func requireSettled(t *testing.T, rig *enginetest.Bundle, id string) engine.Job {
+func requireSettled(t *testing.T, b *enginetest.Bundle, id string) engine.Job {
 	t.Helper()
-	j, ok := rig.Runner.Job(id)
+	j, ok := b.Runner.Job(id)
 	require.True(t, ok, "job %s readable", id)
 	require.False(t, engine.IsLive(j.Status), "job %s reads %s after Close", id, j.Status)
-	js, ts, ok := rig.Runner.Status(id)
+	js, ts, ok := b.Runner.Status(id)
 	require.True(t, ok)
-	jt, tt, ok := rig.Runner.Targets(id)
+	jt, tt, ok := b.Runner.Targets(id)
 	require.True(t, ok)
 	require.Equal(t, j, js, "Job and Status agree")
 	require.Equal(t, j, jt, "Job and Targets agree")
@@ -47,15 +47,12 @@ func requireSettled(t *testing.T, rig *enginetest.Bundle, id string) engine.Job 
 		require.Equal(t, ts[i].Error, tt[i].Error, "target %d", i)
 		require.NotEqual(t, engine.TargetRunning, ts[i].Status, "target %d reads running after Close", i)
 	}
-	rec, err := rig.Store.Job(id)
+	rec, err := b.Store.Job(id)
 	require.NoError(t, err)
 	require.False(t, persistence.IsLive(rec.Status), "job %s is stored %s after Close", id, rec.Status)
 	require.Equal(t, j.Status, rec.Status, "the store and the reads agree")
 	return j
 }
-
-// ---------------------------------------------------------------------------
-// Hooks that panic or end their goroutine, at every call and at each site.
 
 // agree checks that Job, Targets and Status say the same of id.
 func agree(t *testing.T, r *engine.Runner, id string) engine.Job {

@@ -91,7 +91,7 @@ func TestRunner_HookPanics(t *testing.T) {
 				}
 				require.NotZero(t, r.HookPanics(), "its failure was counted")
 				require.Contains(t, b.Logs.String(), "hook="+hook)
-				require.NotContains(t, b.Logs.String(), enginetest.PanicValue)
+				testkit.RequireNoneOf(t, b.Logs.String(), enginetest.PanicValue)
 				require.NoError(t, b.Store.Jobs(func(j persistence.JobRecord) bool {
 					require.False(t, engine.IsLive(j.Status), "no job left live")
 					require.True(t, j.Settled)
@@ -216,13 +216,8 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	require.Equal(t, engine.StatusFailed, wait(c).Status)
 
 	d := submit("dave", tgt("block", 0), tgt("ok", 1))
-	testkit.WaitFor(t, "dave's first target in flight", func() bool {
-		_, ts, ok := r.Targets(d)
-		return ok && ts[0].Status == engine.TargetRunning
-	})
-	var cancelled bool
-	cancelled = r.Cancel(d)
-	require.True(t, cancelled)
+	waitRunning(t, r, d, 0)
+	require.True(t, r.Cancel(d))
 	require.False(t, r.Cancel(d), "a second Cancel")
 	jd, ok := r.Job(d)
 	require.True(t, ok)
@@ -238,10 +233,7 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	e := submit("alice", tgt("hang", 0), tgt("ok", 1))
 	_, _, err = r.Submit(ctx, enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 7)})
 	require.ErrorIs(t, err, engine.ErrCallerBusy)
-	testkit.WaitFor(t, "alice's second job in flight", func() bool {
-		_, ts, ok := r.Targets(e)
-		return ok && ts[0].Status == engine.TargetRunning
-	})
+	waitRunning(t, r, e, 0)
 
 	r.Close()
 	je := requireSettled(t, rig, e)
@@ -257,7 +249,7 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	return rig
 }
 
-func TestAdversary_HookMisbehavesAtEverySite(t *testing.T) {
+func TestRunner_HookMisbehavingAtEverySite(t *testing.T) {
 	t.Parallel()
 	for _, site := range hookSites() {
 		for _, how := range []string{"panic", "goexit"} {
@@ -278,11 +270,11 @@ func TestAdversary_HookMisbehavesAtEverySite(t *testing.T) {
 					}
 					runtime.Goexit()
 				})
-				rig := runHookScenario(t, hooks)
+				b := runHookScenario(t, hooks)
 				require.Positive(t, bad.Load(), "the site was reached")
-				require.Equal(t, uint64(bad.Load()), rig.Runner.HookPanics(), "every bad call counted")
+				require.Equal(t, uint64(bad.Load()), b.Runner.HookPanics(), "every bad call counted")
 				hook, _, _ := strings.Cut(site.name, "/")
-				logs := rig.Logs.String()
+				logs := b.Logs.String()
 				require.Contains(t, logs, "hook="+hook, "the hook's name is logged")
 				require.Contains(t, logs, "level=ERROR")
 			})
@@ -291,7 +283,7 @@ func TestAdversary_HookMisbehavesAtEverySite(t *testing.T) {
 }
 
 // Every hook panics at every call, with a panic value of every kind.
-func TestAdversary_AllHooksPanicAlways(t *testing.T) {
+func TestRunner_HooksPanickingAlways(t *testing.T) {
 	t.Parallel()
 	for _, v := range []func() any{
 		func() any { return enginetest.PanicValue },
@@ -303,14 +295,14 @@ func TestAdversary_AllHooksPanicAlways(t *testing.T) {
 			t.Parallel()
 			var bad atomic.Int64
 			p := func() { bad.Add(1); panic(v()) }
-			rig := runHookScenario(t, engine.Hooks{
+			b := runHookScenario(t, engine.Hooks{
 				Job:        func(string) { p() },
 				Target:     func(error, time.Duration, int) { p() },
 				JobSeconds: func(time.Duration) { p() },
 				Depth:      func(int) { p() },
 				Inflight:   func(int) { p() },
 			})
-			require.Equal(t, uint64(bad.Load()), rig.Runner.HookPanics())
+			require.Equal(t, uint64(bad.Load()), b.Runner.HookPanics())
 		})
 	}
 }
@@ -321,12 +313,9 @@ func (stringerPanic) String() string { return enginetest.PanicValue }
 
 func (stringerPanic) Error() string { return enginetest.PanicValue }
 
-// ---------------------------------------------------------------------------
-// FetchFuncs that misbehave.
-
-// Hooks.Target after a panicked or Goexit-ed fetch gets the fetch's
-// duration (issue 10 item 7), and an error.
-func TestAdversary_TargetHookAfterPanicHasDuration(t *testing.T) {
+// TestRunner_TargetHookAfterPanicHasDuration: Hooks.Target after a
+// panicked or Goexit-ed fetch gets the fetch's duration, and an error.
+func TestRunner_TargetHookAfterPanicHasDuration(t *testing.T) {
 	t.Parallel()
 	type call struct {
 		err error
@@ -346,18 +335,14 @@ func TestAdversary_TargetHookAfterPanicHasDuration(t *testing.T) {
 		}
 		return engine.Result{}, nil
 	}
-	rig := enginetest.Setup(t, fetch, engine.Config{Hooks: engine.Hooks{Target: func(err error, d time.Duration, _ int) { calls <- call{err, d} }}})
-	id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("panic", 0), tgt("goexit", 1)})
-	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	j, err := rig.Runner.Wait(wctx, id)
-	require.NoError(t, err)
+	b := enginetest.Setup(t, fetch, engine.Config{Hooks: engine.Hooks{Target: func(err error, d time.Duration, _ int) { calls <- call{err, d} }}})
+	id := b.Submit(t, "alice", []engine.Target{tgt("panic", 0), tgt("goexit", 1)})
+	j := waitJob(t, b.Runner, id)
 	require.Equal(t, engine.StatusFailed, j.Status)
 	for range 2 {
 		c := testkit.Recv(t, calls)
 		require.Error(t, c.err)
 		require.GreaterOrEqual(t, c.d, time.Millisecond)
 	}
-	testkit.RequireNoneOf(t, rig.Logs.String(), enginetest.PanicValue)
+	testkit.RequireNoneOf(t, b.Logs.String(), enginetest.PanicValue)
 }

@@ -52,13 +52,6 @@ func TestRunner_List(t *testing.T) {
 		}
 		return engine.Result{Content: "x"}, nil
 	}, engine.Config{JobsPerCaller: 8, TTL: time.Hour, Workers: 2})
-	ctx := context.Background()
-	wait := func(id string) {
-		wctx, cancel := context.WithTimeout(ctx, testkit.Deadline)
-		defer cancel()
-		_, err := b.Runner.Wait(wctx, id)
-		require.NoError(t, err)
-	}
 	// alice: 7 finished jobs within one second, then a cancelled one and a
 	// running one; bob: two.
 	var alice []string // oldest first
@@ -68,12 +61,12 @@ func TestRunner_List(t *testing.T) {
 			name = "bad" + string(rune('a'+i))
 		}
 		id := b.Submit(t, "alice", enginetest.Targets(name, 1))
-		wait(id)
+		waitJob(t, b.Runner, id)
 		alice = append(alice, id)
 		b.Clock.Advance(time.Millisecond)
 	}
 	bob1 := b.Submit(t, "bob", enginetest.Targets("okb", 1))
-	wait(bob1)
+	waitJob(t, b.Runner, bob1)
 	cancelled := b.Submit(t, "alice", enginetest.Targets("slowc", 2))
 	require.True(t, b.Runner.Cancel(cancelled))
 	alice = append(alice, cancelled)
@@ -220,13 +213,13 @@ func TestRunner_ListAt(t *testing.T) {
 	}
 }
 
-// TestCompareCursors: the cursors of two runners, each on its own store,
+// TestCompareCursors_MergesRunners: the cursors of two runners, each on its own store,
 // whose jobs were created interleaved in time (and some at the same
 // instant), sort the jobs of both newest first, as CreatedAt does, ties
 // by id; the cursor of any job of the merged list lists, on each runner,
 // exactly that runner's jobs after it. A cursor ListAt did not give sorts
 // after every good one.
-func TestCompareCursors(t *testing.T) {
+func TestCompareCursors_MergesRunners(t *testing.T) {
 	t.Parallel()
 	clk := testkit.NewClock()
 	cfg := engine.Config{Now: clk.Now, JobsPerCaller: 32, JobsTotal: 32}

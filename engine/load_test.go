@@ -22,13 +22,11 @@ import (
 )
 
 // loadDuration is how long TestRunner_Load runs: LOAD_SECONDS, or 2.5s (it
-// runs under -race in make test; make load runs it for 20s).
+// runs under -race in make test, not under -short; make load runs it for
+// 20s).
 func loadDuration(t *testing.T) time.Duration {
 	s := os.Getenv("LOAD_SECONDS")
 	if s == "" {
-		if testing.Short() {
-			return time.Second
-		}
 		return 2500 * time.Millisecond
 	}
 	v, err := strconv.ParseFloat(s, 64)
@@ -110,6 +108,7 @@ func loadFetch(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.
 //
 // Not parallel: the goroutine count is measured around it.
 func TestRunner_Load(t *testing.T) {
+	testkit.Long(t)
 	dur := loadDuration(t)
 	clients := 200
 	if s := os.Getenv("LOAD_CLIENTS"); s != "" {

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -80,14 +79,12 @@ func TestRunner_NodeTag(t *testing.T) {
 
 	t.Run("BadLength", func(t *testing.T) {
 		t.Parallel()
+		store := enginetest.OpenStore(t, "")
 		for _, size := range []int{1, 3, 5, 16} {
-			store, err := persistence.Open("")
-			require.NoError(t, err)
 			r, err := engine.New(store, enginetest.OKFetch, cfg(make([]byte, size)), nil)
 			require.Error(t, err, "a %d-byte tag", size)
 			require.Nil(t, r)
 			require.Contains(t, err.Error(), "NodeTag")
-			require.NoError(t, store.Close())
 		}
 	})
 
@@ -105,10 +102,8 @@ func TestRunner_NodeTag(t *testing.T) {
 // TestRunner_NodeTags: the node tags remembered are those of the runner's
 // store, past MaxNodeTags refused.
 func TestRunner_NodeTags(t *testing.T) {
-	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
-		return engine.Result{}, nil
-	}
-	b := enginetest.Setup(t, fetch, engine.Config{})
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
 	tags, err := b.Runner.NodeTags()
 	require.NoError(t, err)
 	require.Empty(t, tags)

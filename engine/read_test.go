@@ -93,7 +93,7 @@ func TestRunner_ReadsAgree(t *testing.T) {
 		return engine.Result{Content: "<b>" + tg.URL + "</b>"}, nil
 	}, engine.Config{RetryWait: 5 * time.Millisecond})
 	id := b.Submit(t, "alice", enginetest.Targets("a", 4))
-	testkit.WaitFor(t, "a0 running", func() bool { _, ts, _ := b.Runner.Targets(id); return ts[0].Status == "running" })
+	waitRunning(t, b.Runner, id, 0)
 	j := agree(t, b.Runner, id)
 	require.Equal(t, "running", j.Status)
 
@@ -137,10 +137,7 @@ func TestRunner_ReadsAgree(t *testing.T) {
 	b.Store.SetWriteFault(nil)
 	step <- struct{}{}
 	step <- struct{}{}
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	j, err := b.Runner.Wait(wctx, id)
-	require.NoError(t, err)
+	j = waitJob(t, b.Runner, id)
 	require.Equal(t, "partial", j.Status)
 	agree(t, b.Runner, id)
 
@@ -157,7 +154,7 @@ func TestRunner_ReadsAgree(t *testing.T) {
 	require.False(t, ok)
 }
 
-func TestAdversary_ReadsAgreeWhileWriteHeld(t *testing.T) {
+func TestRunner_ReadsAgreeWhileWriteHeldOrFailing(t *testing.T) {
 	t.Parallel()
 	go1 := make(chan struct{})
 	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
@@ -166,8 +163,7 @@ func TestAdversary_ReadsAgreeWhileWriteHeld(t *testing.T) {
 		}
 		return engine.Result{Content: "<" + tg.URL + ">"}, nil
 	}
-	store, err := persistence.Open("")
-	require.NoError(t, err)
+	store := enginetest.OpenStore(t, "")
 	var hold atomic.Bool
 	held := make(chan struct{}, 1)
 	unhold := make(chan struct{})
@@ -189,10 +185,7 @@ func TestAdversary_ReadsAgreeWhileWriteHeld(t *testing.T) {
 	r := rig.Runner
 	id, _, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0), tgt("ok", 1), tgt("ok", 2)})
 	require.NoError(t, err)
-	testkit.WaitFor(t, "target 1 in flight", func() bool {
-		_, ts, ok := r.Targets(id)
-		return ok && ts[1].Status == engine.TargetRunning
-	})
+	waitRunning(t, r, id, 1)
 	hold.Store(true)
 	close(go1)
 	testkit.Recv(t, held) // target 1's outcome is at the store, held
@@ -228,10 +221,7 @@ func TestAdversary_ReadsAgreeWhileWriteHeld(t *testing.T) {
 		require.Contains(t, string(b), "<http://h/ok/")
 	}
 	failing.Store(false)
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	_, err = r.Wait(wctx, id)
-	require.NoError(t, err)
+	waitJob(t, r, id)
 	testkit.WaitFor(t, "the retry written", func() bool {
 		rec, err := store.Job(id)
 		return err == nil && rec.Status == engine.StatusDone && rec.Settled
@@ -298,7 +288,7 @@ func TestRunner_TargetsNeverGoBack(t *testing.T) {
 	agree(t, b.Runner, id)
 }
 
-func TestAdversary_ReaderCrowd(t *testing.T) {
+func TestRunner_ReadersDuringJobsAndClose(t *testing.T) {
 	t.Parallel()
 	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		switch kind, idx := jobOf(tg.URL); {
@@ -315,8 +305,8 @@ func TestAdversary_ReaderCrowd(t *testing.T) {
 		}
 		return engine.Result{Content: "<" + tg.URL + ">", Meta: map[string]any{"i": 1}}, nil
 	}
-	rig := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 3, JobsTotal: 12, RetryWait: time.Millisecond, MaxBytes: 64 << 10})
-	r := rig.Runner
+	b := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 3, JobsTotal: 12, RetryWait: time.Millisecond, MaxBytes: 64 << 10})
+	r := b.Runner
 	var mu sync.Mutex
 	var ids []string
 	addID := func(id string) {
@@ -415,10 +405,10 @@ func TestAdversary_ReaderCrowd(t *testing.T) {
 	for _, id := range ids {
 		if j, ok := r.Job(id); ok {
 			require.False(t, engine.IsLive(j.Status))
-			requireSettled(t, rig, id)
+			requireSettled(t, b, id)
 		}
 	}
-	testkit.RequireNoneOf(t, rig.Logs.String(), enginetest.PanicValue)
+	testkit.RequireNoneOf(t, b.Logs.String(), enginetest.PanicValue)
 }
 
 // TestRunner_Wait: Wait returns on each terminal status, for an unknown
@@ -477,7 +467,7 @@ func TestRunner_Wait(t *testing.T) {
 	require.Equal(t, "shutdown", j.Error)
 }
 
-func TestAdversary_WaitAnswers(t *testing.T) {
+func TestRunner_WaitUnknownIDsAndContext(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{}, 8)
 	fetch := func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
@@ -488,8 +478,8 @@ func TestAdversary_WaitAnswers(t *testing.T) {
 		}
 		return engine.Result{Content: "ok"}, nil
 	}
-	rig := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 4})
-	r := rig.Runner
+	b := enginetest.Setup(t, fetch, engine.Config{Workers: 2, JobsPerCaller: 4})
+	r := b.Runner
 	bg := context.Background()
 	for _, id := range []string{"", "x", strings.Repeat("a", 32), strings.Repeat("A", 32), strings.Repeat("0", 1<<16)} {
 		var err error
@@ -527,9 +517,6 @@ func TestAdversary_WaitAnswers(t *testing.T) {
 	require.Equal(t, engine.StatusFailed, j.Status) // its only target failed at the cancel
 }
 
-// ---------------------------------------------------------------------------
-// Results: not HTML-escaped; every read agrees.
-
 // TestRunner_Live: the live jobs in submit order, and none once they end.
 func TestRunner_Live(t *testing.T) {
 	t.Parallel()
@@ -554,27 +541,20 @@ func TestRunner_Live(t *testing.T) {
 	}
 	close(gate)
 	for _, id := range ids {
-		wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-		_, err := b.Runner.Wait(wctx, id)
-		cancel()
-		require.NoError(t, err)
+		waitJob(t, b.Runner, id)
 	}
 	require.Empty(t, b.Runner.Live())
 }
 
-func TestAdversary_ResultsNotHTMLEscaped(t *testing.T) {
+func TestRunner_ResultsNotHTMLEscaped(t *testing.T) {
 	t.Parallel()
 	content := `<script>alert("x&y")</script> > < & ` + "\u00e9"
 	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
 		return engine.Result{Content: content, Meta: map[string]any{"<k>": "<v>&"}}, nil
 	}
 	rig := enginetest.Setup(t, fetch, engine.Config{})
-	id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
-	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	_, err = rig.Runner.Wait(wctx, id)
-	require.NoError(t, err)
+	id := rig.Submit(t, "alice", []engine.Target{tgt("ok", 0)})
+	waitJob(t, rig.Runner, id)
 	check := func() {
 		b, ok := rig.Runner.ResultJSON(id, 0)
 		require.True(t, ok)
@@ -598,19 +578,16 @@ func TestAdversary_ResultsNotHTMLEscaped(t *testing.T) {
 	check()
 }
 
-// ---------------------------------------------------------------------------
-// Hostile ids and indexes.
-
-func TestAdversary_HostileIDs(t *testing.T) {
+// TestRunner_ReadsRefuseHostileIDs: every read, Cancel, Touch and Wait
+// refuse ids that are not a job's (empty, other case, too long or short,
+// not hex, a swept job's) and result indexes out of range.
+func TestRunner_ReadsRefuseHostileIDs(t *testing.T) {
 	t.Parallel()
-	rig := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: time.Minute})
-	r := rig.Runner
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: time.Minute})
+	r := b.Runner
 	id, _, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0), tgt("ok", 1)})
 	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	_, err = r.Wait(wctx, id)
-	require.NoError(t, err)
+	waitJob(t, r, id)
 	hostile := []string{"", " ", "\x00", strings.ToUpper(id), id + "0", id[:31], id[:31] + "g", " " + id, id + "\n",
 		strings.Repeat("f", 32), strings.Repeat("ab", 1<<20), "../" + id, "\xff\xfe", id[:16]}
 	for _, h := range hostile {
@@ -626,7 +603,7 @@ func TestAdversary_HostileIDs(t *testing.T) {
 		require.False(t, ok)
 		require.False(t, r.Cancel(h))
 		r.Touch(h)
-		_, err := r.Wait(wctx, h)
+		_, err := r.Wait(context.Background(), h)
 		require.ErrorIs(t, err, engine.ErrNotFound)
 	}
 	for _, idx := range []int{-1, -1 << 62, 2, 3, 1 << 16, 1<<16 + 0, 1<<31 - 1, int(^uint(0) >> 1)} {
@@ -636,11 +613,10 @@ func TestAdversary_HostileIDs(t *testing.T) {
 		require.False(t, ok, "ResultJSON idx %d", idx)
 	}
 	// A swept id.
-	rig.Clock.Advance(2 * time.Minute)
+	b.Clock.Advance(2 * time.Minute)
 	id2, _, err := r.Submit(context.Background(), enginetest.Caller("bob"), "", []engine.Target{tgt("ok", 0)}) // sweeps
 	require.NoError(t, err)
-	_, err = r.Wait(wctx, id2)
-	require.NoError(t, err)
+	waitJob(t, r, id2)
 	_, ok := r.Job(id)
 	require.False(t, ok)
 	r.Touch(id)
@@ -649,10 +625,6 @@ func TestAdversary_HostileIDs(t *testing.T) {
 	_, ok = r.ResultJSON(id, 0)
 	require.False(t, ok)
 	require.False(t, r.Cancel(id))
-	_, err = r.Wait(wctx, id)
+	_, err = r.Wait(context.Background(), id)
 	require.ErrorIs(t, err, engine.ErrNotFound)
 }
-
-// ---------------------------------------------------------------------------
-// Reads agree while a write is held at the store, while a failed write
-// waits for its retry, and while Close waits for a fetch.

@@ -52,11 +52,10 @@ func TestRunner_Eviction(t *testing.T) {
 	require.True(t, ok, "live jobs are never evicted")
 }
 
-// TestRunner_FailedAndCancelledJobsAreEvicted is the regression test for
-// issue 23's flood: jobs that store no result (every target failed, or
-// cancelled before one ran) counted nothing toward MaxBytes, so one key
-// stored 3,000 of them in 38 s and nothing was ever evicted. Every row now
-// counts: a flood of cancelled jobs, then one of failing jobs, stays within
+// TestRunner_FailedAndCancelledJobsAreEvicted: jobs that store no result
+// (every target failed, or cancelled before one ran) count toward MaxBytes
+// too, every row of them: a flood of cancelled jobs, then one of failing
+// jobs, stays within
 // MaxBytes once each has settled (the bound: at most MaxBytes once the
 // jobs have settled and their evictions have run; while jobs are live,
 // their rows come on top, never evicted), oldest first, and the live job

@@ -125,13 +125,12 @@ func TestRunner_Submit(t *testing.T) {
 	})
 }
 
-// TestRunner_SubmitInvalidUTF8 is the regression test for a FuzzRunner_Submit
-// finding. Targets are stored and keyed by their JSON, and encoding/json
-// writes every invalid UTF-8 byte as U+FFFD: a URL or an option that is not
-// valid UTF-8 was stored altered, and two different submissions
-// ("http://h/\xff" and "http://h/\xfe") had the same idempotency key, so the
-// second was answered with the first one's job as reused. Such a target is
-// now invalid.
+// TestRunner_SubmitInvalidUTF8: a target whose URL or an option is not
+// valid UTF-8 is invalid. Targets are stored and keyed by their JSON, and
+// encoding/json writes every invalid UTF-8 byte as U+FFFD: such a target
+// would be stored altered, and two different submissions ("http://h/\xff"
+// and "http://h/\xfe") would share an idempotency key. Valid UTF-8 that JSON
+// escapes is kept exactly.
 func TestRunner_SubmitInvalidUTF8(t *testing.T) {
 	t.Parallel()
 	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{JobsPerCaller: 8})
@@ -165,16 +164,10 @@ func TestRunner_SubmitInvalidUTF8(t *testing.T) {
 func TestRunner_JobIDs(t *testing.T) {
 	t.Parallel()
 	const n = 4000
-	// Not setup: its hook recorder holds 1024 endings, and hooks must not
-	// block.
-	store, err := persistence.Open("")
+	// No bundle: 4,000 jobs' log lines and hook calls would only cost time.
+	r, err := engine.New(enginetest.OpenStore(t, ""), enginetest.OKFetch, engine.Config{JobsPerCaller: n, JobsTotal: n}, nil)
 	require.NoError(t, err)
-	r, err := engine.New(store, enginetest.OKFetch, engine.Config{JobsPerCaller: n, JobsTotal: n}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		r.Close()
-		require.NoError(t, store.Close())
-	})
+	t.Cleanup(r.Close) // before the store's cleanup
 	seen := make(map[string]bool, n)
 	var ones [128]int
 	for i := range n {
@@ -338,7 +331,7 @@ func TestRunner_IdempotencyUnsavedJob(t *testing.T) {
 	b.Store.SetWriteFault(nil)
 }
 
-func TestNew(t *testing.T) {
+func TestRunner_NewRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	store, err := persistence.Open("")
 	require.NoError(t, err)

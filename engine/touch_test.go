@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -79,110 +80,97 @@ func TestRunner_TouchCoalesced(t *testing.T) {
 	require.Less(t, touched.UnixNano(), b.Clock.Now().UnixNano())
 }
 
-// TestAdversary_PolledJobNeverExpires polls a settled job with Touch at
+// TestRunner_TouchedJobNeverExpiresEarly polls a settled job with Touch at
 // odd sub-second instants: after each Touch at t it must read at
 // t + TTL - 1ns, whatever the coalescing, for TTLs on both sides of 2s.
-func TestAdversary_PolledJobNeverExpires(t *testing.T) {
+func TestRunner_TouchedJobNeverExpiresEarly(t *testing.T) {
 	t.Parallel()
 	for _, ttl := range []time.Duration{time.Second, 1500 * time.Millisecond, 2*time.Second - 1, 2 * time.Second, 2*time.Second + 1, 3 * time.Second, time.Hour} {
 		t.Run(ttl.String(), func(t *testing.T) {
 			t.Parallel()
-			rig := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: ttl})
-			id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
-			require.NoError(t, err)
-			wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-			defer cancel()
-			_, err = rig.Runner.Wait(wctx, id)
-			require.NoError(t, err)
+			b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: ttl})
+			id := b.Submit(t, "alice", []engine.Target{tgt("ok", 0)})
+			waitJob(t, b.Runner, id)
 			// The actor gone: the store's path, where Touch coalesces. (A
 			// finished job whose actor still runs: see
-			// TestAdversary_TouchAfterEndKept.)
-			rig.Runner.Close()
+			// TestRunner_TouchAfterEndKeepsJob.)
+			b.Runner.Close()
 			steps := []time.Duration{1, 999 * time.Millisecond, 1, 123456789, time.Second, 500 * time.Millisecond, 1, 999999999, 7, ttl / 3, ttl / 2}
 			for i, d := range steps {
-				rig.Clock.Advance(min(d, ttl-1))
-				rig.Runner.Touch(id)
-				rig.Runner.Touch(id)
-				rig.Clock.Advance(ttl - 1)
-				_, ok := rig.Runner.Job(id)
+				b.Clock.Advance(min(d, ttl-1))
+				b.Runner.Touch(id)
+				b.Runner.Touch(id)
+				b.Clock.Advance(ttl - 1)
+				_, ok := b.Runner.Job(id)
 				require.True(t, ok, "step %d: Touched at t, gone at t+TTL-1ns", i)
-				_, _, ok = rig.Runner.Targets(id)
+				_, _, ok = b.Runner.Targets(id)
 				require.True(t, ok, "step %d: Targets", i)
-				rig.Clock.Advance(-(ttl - 1))
+				b.Clock.Advance(-(ttl - 1))
 			}
 		})
 	}
 }
 
-// ---------------------------------------------------------------------------
-// Wait.
-
-// TestAdversary_TouchAfterEndKept: a finished job Touched at t stays
+// TestRunner_TouchAfterEndKeepsJob: a finished job Touched at t stays
 // readable until t + TTL, whether or not its actor has stopped yet. The
 // window between a job's terminal write and its actor's stop is raced
 // on purpose, several times.
-func TestAdversary_TouchAfterEndKept(t *testing.T) {
+func TestRunner_TouchAfterEndKeepsJob(t *testing.T) {
 	t.Parallel()
 	const ttl = 10 * time.Second
 	for round := range 20 {
-		rig := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: ttl})
-		id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", round)})
-		require.NoError(t, err)
-		wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-		j, err := rig.Runner.Wait(wctx, id)
-		cancel()
-		require.NoError(t, err)
-		require.Equal(t, engine.StatusDone, j.Status)
-		rig.Clock.Advance(ttl / 2)
-		rig.Runner.Touch(id)       // at t
-		rig.Clock.Advance(ttl - 1) // t + TTL - 1ns
-		_, ok := rig.Runner.Job(id)
-		require.True(t, ok, "round %d: readable before Close", round)
-		rig.Runner.Close()
-		_, ok = rig.Runner.Job(id)
-		require.True(t, ok, "round %d: a job Touched at t reads gone at t+TTL-1ns (after its actor stopped)", round)
+		t.Run(fmt.Sprint(round), func(t *testing.T) { // one store at a time
+			b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: ttl})
+			id := b.Submit(t, "alice", []engine.Target{tgt("ok", round)})
+			j := waitJob(t, b.Runner, id)
+			require.Equal(t, engine.StatusDone, j.Status)
+			b.Clock.Advance(ttl / 2)
+			b.Runner.Touch(id)       // at t
+			b.Clock.Advance(ttl - 1) // t + TTL - 1ns
+			_, ok := b.Runner.Job(id)
+			require.True(t, ok, "readable before Close")
+			b.Runner.Close()
+			_, ok = b.Runner.Job(id)
+			require.True(t, ok, "a job Touched at t reads gone at t+TTL-1ns (after its actor stopped)")
+		})
 	}
 }
 
-// TestAdversary_TouchNeverRevives: once a job reads gone (lease + TTL <=
-// now), Touch does not bring it back (issue 10 item 5; Touch's doc: "An
-// unknown or expired id is ignored"). Right after Wait the job's actor
+// TestRunner_TouchNeverRevivesExpired: once a job reads gone (lease + TTL <=
+// now), Touch does not bring it back (Touch's doc: "An unknown or expired
+// id is ignored"). Right after Wait the job's actor
 // may still run: Touch then lands in its view, unchecked.
-func TestAdversary_TouchNeverRevives(t *testing.T) {
+func TestRunner_TouchNeverRevivesExpired(t *testing.T) {
 	t.Parallel()
 	const ttl = 5 * time.Second
-	rig := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: ttl})
-	id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
-	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	_, err = rig.Runner.Wait(wctx, id)
-	require.NoError(t, err)
-	rig.Clock.Advance(ttl)
-	_, ok := rig.Runner.Job(id)
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{TTL: ttl})
+	id := b.Submit(t, "alice", []engine.Target{tgt("ok", 0)})
+	waitJob(t, b.Runner, id)
+	b.Clock.Advance(ttl)
+	_, ok := b.Runner.Job(id)
 	require.False(t, ok, "lease + TTL <= now: gone")
-	rig.Runner.Touch(id)
-	_, ok = rig.Runner.Job(id)
+	b.Runner.Touch(id)
+	_, ok = b.Runner.Job(id)
 	require.False(t, ok, "Touch brought back an expired job")
-	_, _, ok = rig.Runner.Status(id)
+	_, _, ok = b.Runner.Status(id)
 	require.False(t, ok)
-	_, err = rig.Runner.Wait(wctx, id)
+	_, err := b.Runner.Wait(context.Background(), id)
 	require.ErrorIs(t, err, engine.ErrNotFound)
 	// Reused? An expired job never is.
-	id2, reused, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
+	id2, reused, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
 	require.NoError(t, err)
 	require.False(t, reused)
 	require.NotEqual(t, id, id2)
-	rig.Runner.Close()
-	rig.Runner.Touch(id)
-	_, ok = rig.Runner.Job(id)
+	b.Runner.Close()
+	b.Runner.Touch(id)
+	_, ok = b.Runner.Job(id)
 	require.False(t, ok)
 }
 
-// TestAdversary_TouchNeverRevivesUnsaved: the same, deterministic: a job
+// TestRunner_TouchNeverRevivesExpiredUnsaved: the same, deterministic: a job
 // whose terminal write failed keeps its view (its actor holds the truth);
 // once it reads gone, Touch must not bring it back.
-func TestAdversary_TouchNeverRevivesUnsaved(t *testing.T) {
+func TestRunner_TouchNeverRevivesExpiredUnsaved(t *testing.T) {
 	t.Parallel()
 	const ttl = 5 * time.Second
 	release := make(chan struct{})
@@ -190,25 +178,18 @@ func TestAdversary_TouchNeverRevivesUnsaved(t *testing.T) {
 		<-release
 		return engine.Result{Content: "ok"}, nil
 	}
-	rig := enginetest.Setup(t, fetch, engine.Config{TTL: ttl, RetryWait: time.Hour})
-	id, _, err := rig.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", []engine.Target{tgt("ok", 0)})
-	require.NoError(t, err)
-	testkit.WaitFor(t, "the target in flight", func() bool {
-		_, ts, ok := rig.Runner.Targets(id)
-		return ok && ts[0].Status == engine.TargetRunning
-	})
-	rig.Store.SetWriteFault(func() error { return errors.New("disk full") })
+	b := enginetest.Setup(t, fetch, engine.Config{TTL: ttl, RetryWait: time.Hour})
+	id := b.Submit(t, "alice", []engine.Target{tgt("ok", 0)})
+	waitRunning(t, b.Runner, id, 0)
+	b.Store.SetWriteFault(func() error { return errors.New("disk full") })
 	close(release)
-	wctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
-	defer cancel()
-	j, err := rig.Runner.Wait(wctx, id)
-	require.NoError(t, err)
+	j := waitJob(t, b.Runner, id)
 	require.Equal(t, engine.StatusDone, j.Status, "as its actor holds it")
-	rig.Clock.Advance(ttl)
-	_, ok := rig.Runner.Job(id)
+	b.Clock.Advance(ttl)
+	_, ok := b.Runner.Job(id)
 	require.False(t, ok, "lease + TTL <= now: gone")
-	rig.Runner.Touch(id)
-	_, ok = rig.Runner.Job(id)
+	b.Runner.Touch(id)
+	_, ok = b.Runner.Job(id)
 	require.False(t, ok, "Touch brought back an expired job")
-	rig.Store.SetWriteFault(nil)
+	b.Store.SetWriteFault(nil)
 }
