@@ -1,9 +1,14 @@
 # siftbatch: `make demo` shows it working; `make test` is what CI runs.
+# The test tiers: test/short (no race, -short: the long multi-process tests
+# skip; < 90 s), test (lint and every test under -race; CI; < 6 min on 2
+# cores), and tiers of their own for what needs more than Go (test/browser:
+# Chromium), each run once by CI. A test joins a tier with
+# testkit.RequireTier(t, "NAME"), or skips under -short with testkit.Long(t).
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo demo-cluster install readme test test/race lint build build-k8s examples proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-cluster install readme test test/short test/race test/browser test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -20,26 +25,43 @@ install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH
 readme: ## run the README's session (the test that extracts it): curl and python3 needed
 	$(GO) test -run '^TestREADME_Session$$' -count=1 -v ./cmd/siftbatch
 
-test: lint test/race ## lint, then every test under the race detector
+test: lint test/race ## lint, then every test under the race detector: what CI runs (< 6 min on 2 cores)
 
-test/race: ## go test -race ./...
-	$(GO) test -race -count=1 ./...
+test/race: ## go test -race ./... (-timeout 10m)
+	$(GO) test -race -count=1 -timeout 10m ./...
 
-lint: ## gofmt, go vet, staticcheck
+test/short: ## the quick tier: go test -short ./..., no race; long multi-process tests skip (< 90 s)
+	$(GO) test -short -count=1 -timeout 3m ./...
+
+test/browser: ## the dashboard's browser tests (Chromium), under -race: CI runs them once
+	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/...
+
+# make test/stress: STRESS_RUNS runs of make STRESS_TARGET in a row on a clean
+# clone (of HEAD: commit first) in a temporary directory, while a CPU hog keeps
+# every core busy; it stops at the first failure and prints each run's wall
+# time. Logs stay in $(STRESSDIR)/.
+STRESS_RUNS   ?= 5
+STRESS_TARGET ?= test
+STRESSDIR     ?= stress.out
+
+test/stress: ## make test 5 times in a row on a clean clone under a CPU hog (STRESS_RUNS, STRESS_TARGET)
+	STRESS_RUNS=$(STRESS_RUNS) STRESS_TARGET='$(STRESS_TARGET)' STRESSDIR='$(STRESSDIR)' MAKE='$(MAKE)' .ci/stress
+
+lint: doclinks ## gofmt, go vet, staticcheck, the doc-link check
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags k8s ./...
 	$(STATICCHECK) ./...
 
-build: ## build the command and every example
+doclinks: ## every link, #section, path and test name in README.md, docs/*.md and this Makefile resolves, and every docs/ reference in Go comments
+	$(GO) test -count=1 -run '^TestDocLinks_Resolve$$' ./docs
+
+build: ## build the command and every example (go build ./...)
 	$(GO) build ./...
 
 build-k8s: ## build ./siftbatch with the Kubernetes provider (-tags k8s): what docs/k8s/ runs
 	$(GO) build -tags k8s -o siftbatch ./cmd/siftbatch
-
-examples: ## build every example
-	$(GO) build ./examples/...
 
 # make proto: the messages between cluster nodes, regenerated with Debian's
 # protoc (apt-get install protobuf-compiler) and protoc-gen-go at go.mod's
@@ -55,7 +77,7 @@ proto: ## regenerate engine/cluster/clusterpb/cluster.pb.go (protoc: apt-get ins
 	GOBIN=$(PROTOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$$($(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
 	$(PROTOC) --plugin=protoc-gen-go=$(PROTOBIN)/protoc-gen-go --go_out=. --go_opt=paths=source_relative $(PROTOS)
 
-# make bench: the figures of docs/PERFORMANCE.md (issues 4 and 9), each
+# make bench: the figures of docs/PERFORMANCE.md, each
 # benchmark -count=$(BENCHCOUNT) (the polling load $(POLLCOUNT)), medians by
 # benchstat; about 8 minutes on 2 cores.
 # Raw results stay in $(BENCHDIR)/. The heavy ones (a whole store swept, 10,000
@@ -84,12 +106,12 @@ bench: ## run every benchmark (-count=5) and print the medians (benchstat)
 	@$(MAKE) --no-print-directory bench/reads-summary
 	@cat $(BENCHDIR)/machine.txt
 
-# Issue 9's reads. READTIME is the -benchtime of the read benchmarks: their
+# The reads. READTIME is the -benchtime of the read benchmarks: their
 # ops take 1 to 100 µs, so 200ms is tens of thousands of them.
 READTIME  ?= 200ms
 POLLCOUNT ?= 3
 
-bench/reads: ## issue 9's reads: Runner.Job/Targets by result size, the HTTP poll vs /healthz, peak RSS of 16 readers; a poll beside a client that never reads, and 200 of one key (issue 23)
+bench/reads: ## the reads: Runner.Job/Targets by result size, the HTTP poll vs /healthz, peak RSS of 16 readers; a poll beside a client that never reads, and 200 of one key
 	@mkdir -p $(BENCHDIR)
 	$(BENCHTEST) -bench '^BenchmarkRunner_Read$$' -benchmem -benchtime $(READTIME) ./engine | tee $(BENCHDIR)/reads-engine.txt; grep -q '^ok' $(BENCHDIR)/reads-engine.txt
 	$(BENCHTEST) -bench '^BenchmarkServe_Poll$$' -benchmem -benchtime $(READTIME) ./cmd/siftbatch | tee $(BENCHDIR)/reads-http.txt; grep -q '^ok' $(BENCHDIR)/reads-http.txt
@@ -98,7 +120,7 @@ bench/reads: ## issue 9's reads: Runner.Job/Targets by result size, the HTTP pol
 	$(BENCHTEST) -bench '^BenchmarkServe_SlowReadersOfOneKey$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/reads-slow-key.txt; grep -q '^ok' $(BENCHDIR)/reads-slow-key.txt
 	@cat $(BENCHDIR)/reads-engine.txt $(BENCHDIR)/reads-http.txt $(BENCHDIR)/reads-rss.txt $(BENCHDIR)/reads-slow.txt $(BENCHDIR)/reads-slow-key.txt > $(BENCHDIR)/reads.txt
 
-bench/boundaries: ## issue 23's boundaries: a filter in its child process vs in process, the submit check's worst programs, serve's RSS under hostile filters, the cluster's mTLS vs plaintext
+bench/boundaries: ## the boundaries: a filter in its child process vs in process, the submit check's worst programs, serve's RSS under hostile filters, the cluster's mTLS vs plaintext
 	@mkdir -p $(BENCHDIR)
 	$(BENCHTEST) -bench '^(BenchmarkFilter|BenchmarkFilterStart|BenchmarkFetcher_FilterCheckWorst)$$' -benchmem -benchtime 300x ./engine/fetcher | tee $(BENCHDIR)/filters.txt; grep -q '^ok' $(BENCHDIR)/filters.txt
 	$(GO) test -run '^$$' -count 3 -bench '^BenchmarkServe_HostileFilters$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/filters-rss.txt; grep -q '^ok' $(BENCHDIR)/filters-rss.txt
@@ -106,7 +128,7 @@ bench/boundaries: ## issue 23's boundaries: a filter in its child process vs in 
 	$(BENCHTEST) -bench '^BenchmarkCluster_Transport$$/^throughput' -benchtime 20x ./engine/cluster | tee -a $(BENCHDIR)/cluster-tls.txt; grep -q '^ok' $(BENCHDIR)/cluster-tls.txt
 	@cat $(BENCHDIR)/filters.txt $(BENCHDIR)/filters-rss.txt $(BENCHDIR)/cluster-tls.txt > $(BENCHDIR)/boundaries.txt
 
-bench/poll: ## issue 9's polling load: targets/s with 200 clients polling live jobs vs /healthz (load from a process of its own)
+bench/poll: ## the polling load: targets/s with 200 clients polling live jobs vs /healthz (load from a process of its own)
 	@mkdir -p $(BENCHDIR)
 	$(GO) test -run '^$$' -count $(POLLCOUNT) -bench '^BenchmarkServe_PollLoad$$' -benchtime 1x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/poll.txt; grep -q '^ok' $(BENCHDIR)/poll.txt
 

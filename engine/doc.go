@@ -6,8 +6,9 @@
 // across jobs, with [Config.Workers] workers, through an injected
 // [FetchFunc]; it stores every result as it lands, and the caller reads them
 // later with [Runner.Status]. Jobs are stored in a Badger store (package
-// persistence) and run by actors (package actors); neither shows through
-// this API.
+// persistence: [Open] opens one for the runner, [New] takes one the caller
+// opened) and run by actors (package actors); neither shows through this
+// API otherwise.
 //
 // The runner never interprets a target: how a URL is fetched is the
 // FetchFunc's business. A FetchFunc returns a [Result], an error wrapping
@@ -18,16 +19,11 @@
 //
 // A short program:
 //
-//	store, err := persistence.Open("") // in memory; or a directory
+//	r, err := engine.Open("", fetch, engine.Config{}, slog.Default()) // "" in memory; or a directory
 //	if err != nil {
 //		return err
 //	}
-//	defer store.Close()
-//	r, err := engine.New(store, fetch, engine.Config{}, slog.Default())
-//	if err != nil {
-//		return err
-//	}
-//	defer r.Close() // before the store closes
+//	defer r.Close() // closes the store too
 //	id, _, err := r.Submit(ctx, &engine.Caller{Name: "agent"}, "", []engine.Target{{URL: "https://example.com"}})
 //	…
 //	job, targets, ok := r.Status(id)
@@ -39,3 +35,6 @@
 // stored for all jobs (every row: specs, errors, results) pass
 // [Config.MaxBytes].
 package engine
+
+// reexport.go re-exports package batchtype's names with their docs.
+//go:generate env SIFTBATCH_UPDATE_REEXPORTS=1 go test -count=1 -run TestReexport_MatchesBatchtype ./internal/reexport

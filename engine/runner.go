@@ -19,7 +19,8 @@ import (
 
 // Runner runs batch jobs: it stores each job, fetches its targets one at a
 // time, fairly across jobs, with [Config.Workers] workers, and stores every
-// result as it lands. Create one with [New]; stop it with [Runner.Close].
+// result as it lands. Create one with [Open] (on a store of its own) or
+// [New] (on a store the caller opens); stop it with [Runner.Close].
 // All methods are safe for concurrent use.
 type Runner struct {
 	store  *persistence.Store
@@ -29,6 +30,8 @@ type Runner struct {
 	sys    *actors.System
 	views  *actors.Views      // what the job actors publish for readers
 	cancel context.CancelFunc // cancels the fetches' context
+	// ownsStore is set by [Open]: Shutdown closes the store.
+	ownsStore bool
 
 	mu       sync.RWMutex // closed and failed are set under mu held for writing
 	closed   bool
@@ -278,7 +281,8 @@ const CloseTimeout = 30 * time.Second
 
 // Close is [Runner.Shutdown] bounded by [CloseTimeout]: it stops the runner,
 // and gives up on a fetch that has not returned 30 s after its context was
-// cancelled. It is idempotent.
+// cancelled. It is idempotent. A runner made by [Open] closes its store
+// too.
 func (r *Runner) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
@@ -291,7 +295,9 @@ func (r *Runner) Close() {
 // with the error "shutdown", and stops every actor and goroutine the runner
 // started; once it returns every hook has run. It is idempotent; a second
 // call returns nil once the first has finished. The store stays open: the
-// caller closes it.
+// caller closes it; except for a runner made by [Open], whose store
+// Shutdown closes last (an error closing it is returned if nothing else
+// is).
 //
 // If ctx is done before a fetch has returned, Shutdown gives up on it: its
 // target stays pending, its job is failed "shutdown", its goroutine is left
@@ -319,6 +325,14 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 			close(r.done)
 		}
 		r.log.Info("runner closed; jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up_on_fetches", gaveUp))
+		if r.ownsStore {
+			if cerr := r.store.Close(); cerr != nil {
+				r.log.Warn("close store", slog.String(keyErr, storeErrText(cerr)))
+				if err == nil {
+					err = cerr
+				}
+			}
+		}
 	})
 	return err
 }

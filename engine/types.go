@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-
-	"github.com/sift/batch/engine/batchtype"
-	"github.com/sift/batch/persistence"
 )
 
 // Caller is who submitted a job. Name keys idempotency and the per-caller cap
@@ -70,7 +67,7 @@ type FetchFunc func(ctx context.Context, c *Caller, t Target) (Result, error)
 type Job struct {
 	ID           string
 	Caller       string // Caller.Name
-	Status       string // queued | running | done | partial | failed | cancelled
+	Status       string // a [JobStatus]: queued | running | done | partial | failed | cancelled
 	Error        string
 	TargetsTotal int
 	// TargetsDone counts the targets whose outcome is stored, done or
@@ -80,37 +77,12 @@ type Job struct {
 	CreatedAt     int64 // unix seconds
 }
 
-// Job statuses: queued and running jobs are live, the others terminal.
-const (
-	StatusQueued    = persistence.StatusQueued
-	StatusRunning   = persistence.StatusRunning
-	StatusDone      = persistence.StatusDone
-	StatusPartial   = persistence.StatusPartial
-	StatusFailed    = persistence.StatusFailed
-	StatusCancelled = persistence.StatusCancelled
-)
-
-// Target statuses. A target being fetched, or being stored, reads running.
-const (
-	TargetPending = persistence.TargetPending
-	TargetRunning = persistence.TargetRunning
-	TargetDone    = persistence.TargetDone
-	TargetFailed  = persistence.TargetFailed
-)
-
-// IsLive reports whether a job status is live: queued or running.
-func IsLive(status string) bool { return persistence.IsLive(status) }
-
 // TargetStatus is one target of a job as [Runner.Status] reports it.
 type TargetStatus struct {
 	Idx    int
 	URL    string
-	Status string // pending | running | done | failed
+	Status string // a [TargetState]: pending | running | done | failed
 	Result *Result
 	Error  string
 	Hint   string
 }
-
-// Hooks observe the runner, for metrics: see [batchtype.Hooks], where they
-// are defined once (the actors call them).
-type Hooks = batchtype.Hooks

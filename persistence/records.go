@@ -5,25 +5,30 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/sift/batch/engine/batchtype"
 )
 
-// Job statuses. Queued and running jobs are live; the others are terminal.
+// Job statuses, defined once in package batchtype (see
+// [batchtype.JobStatus]). Queued and running jobs are live; the others are
+// terminal.
 const (
-	StatusQueued    = "queued"
-	StatusRunning   = "running"
-	StatusDone      = "done"
-	StatusPartial   = "partial"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
+	StatusQueued    = batchtype.StatusQueued
+	StatusRunning   = batchtype.StatusRunning
+	StatusDone      = batchtype.StatusDone
+	StatusPartial   = batchtype.StatusPartial
+	StatusFailed    = batchtype.StatusFailed
+	StatusCancelled = batchtype.StatusCancelled
 )
 
-// Target statuses. A target in flight is stored pending (it has no outcome
-// row yet); only the runner's memory knows it is running.
+// Target statuses, defined once in package batchtype (see
+// [batchtype.TargetState]). A target in flight is stored pending (it has no
+// outcome row yet); only the runner's memory knows it is running.
 const (
-	TargetPending = "pending"
-	TargetRunning = "running"
-	TargetDone    = "done"
-	TargetFailed  = "failed"
+	TargetPending = batchtype.TargetPending
+	TargetRunning = batchtype.TargetRunning
+	TargetDone    = batchtype.TargetDone
+	TargetFailed  = batchtype.TargetFailed
 )
 
 // JobRecord is a stored job.
@@ -126,6 +131,9 @@ func chunkCount(size int64) int {
 	return int((size + resultChunkSize - 1) / resultChunkSize)
 }
 
+// The status words' codes in a stored row: a word's index here. The
+// order is the format's (rows on disk hold these bytes): never reorder,
+// only append.
 var jobStatusCodes = []string{"", StatusQueued, StatusRunning, StatusDone, StatusPartial, StatusFailed, StatusCancelled}
 var targetStatusCodes = []string{"", TargetPending, TargetRunning, TargetDone, TargetFailed}
 

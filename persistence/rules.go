@@ -1,6 +1,10 @@
 package persistence
 
-import "time"
+import (
+	"time"
+
+	"github.com/sift/batch/engine/batchtype"
+)
 
 // The rules of the domain, as pure functions on the record types: what a
 // job's outcomes make of it, when it has expired, when a Submit may reuse it.
@@ -8,25 +12,20 @@ import "time"
 // readers call them and do not derive them again. Each has one
 // table-driven test in rules_test.go.
 
-// IsLive reports whether a job status is queued or running. A live job is
-// counted by the caps, has an actor, and is never swept or evicted.
-func IsLive(status string) bool { return status == StatusQueued || status == StatusRunning }
+// IsLive reports whether a job status is queued or running: it is
+// [batchtype.IsLive], where the status words and their rules are defined.
+// A live job is counted by the caps, has an actor, and is never swept or
+// evicted.
+func IsLive(status string) bool { return batchtype.IsLive(status) }
 
-// TerminalStatus is the status a job's outcomes give it once every target is
-// stored: all done → done, all failed → failed, a mix → partial. It returns
-// "" while a target is still to be stored. A cancelled job keeps its status
-// whatever its outcomes: callers apply this only to a job that is live, or
-// was ended by its outcomes (done, partial, failed).
+// TerminalStatus is the status the job's outcomes give it once every target
+// is stored ([batchtype.TerminalStatus] of its counts): all done → done,
+// all failed → failed, a mix → partial. It returns "" while a target is
+// still to be stored. A cancelled job keeps its status whatever its
+// outcomes: callers apply this only to a job that is live, or was ended by
+// its outcomes (done, partial, failed).
 func (j *JobRecord) TerminalStatus() string {
-	switch {
-	case j.TargetsDone < j.TargetsTotal:
-		return ""
-	case j.TargetsFailed == 0:
-		return StatusDone
-	case j.TargetsFailed >= j.TargetsTotal:
-		return StatusFailed
-	}
-	return StatusPartial
+	return batchtype.TerminalStatus(j.TargetsTotal, j.TargetsDone, j.TargetsFailed)
 }
 
 // CountOutcome counts one stored outcome of status (done or failed) in the
@@ -35,9 +34,7 @@ func (j *JobRecord) TerminalStatus() string {
 // time it was stored (stored, unix nanoseconds) if that is later. A
 // pending or running target counts nothing: it has no outcome yet.
 func (j *JobRecord) CountOutcome(status string, size, stored int64) {
-	switch status {
-	case TargetDone, TargetFailed:
-	default:
+	if !batchtype.HasOutcome(status) {
 		return
 	}
 	j.TargetsDone++

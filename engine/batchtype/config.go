@@ -1,9 +1,12 @@
-// Package batchtype holds the types that package engine and package actors
-// share, defined once: the runner's [Config], its [Hooks], and the errors.
-// Users import them through package engine, which aliases each one
-// (engine.Config is batchtype.Config); the package exists only so that the
-// actors, which engine imports, can use them too without a copy (the
-// pattern of river's rivertype).
+// Package batchtype holds the types that package engine, package actors
+// and package persistence share, defined once: the runner's [Config], its
+// [Hooks], the errors, and the status words with their rules ([JobStatus],
+// [IsLive], [TerminalStatus], [TargetState]). Users import them through
+// package engine, which re-exports each one under the same name with the
+// same doc (engine.Config is batchtype.Config); the package exists only so
+// that the actors and the store, which engine imports, can use them too
+// without a copy (the pattern of river's rivertype). It imports nothing of
+// the project's.
 package batchtype
 
 import (

@@ -2,8 +2,7 @@ package batchtype
 
 import "errors"
 
-// The errors the runner returns, defined once; package engine re-exports
-// each under the same name. Test for them with [errors.Is].
+// The errors the runner returns. Test for them with [errors.Is].
 var (
 	// ErrNoTargets is returned by engine.Runner.Submit for an empty target list.
 	ErrNoTargets = errors.New("no targets")

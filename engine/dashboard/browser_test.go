@@ -14,10 +14,12 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
-// chromiumPath returns Chromium's path, or skips the test with one line
-// naming the package when it is not installed.
+// chromiumPath returns Chromium's path, failing the test when it is not
+// installed: the browser tier asked for it.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	for _, p := range []string{os.Getenv("SIFTBATCH_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser"} {
@@ -28,7 +30,7 @@ func chromiumPath(t *testing.T) string {
 			return path
 		}
 	}
-	t.Skip("engine/dashboard: browser tests skipped: chromium is not installed (apt-get install chromium)")
+	t.Fatal("engine/dashboard: the browser tier needs chromium: apt-get install chromium, or set SIFTBATCH_CHROMIUM")
 	return ""
 }
 
@@ -88,11 +90,11 @@ func startBrowser(t *testing.T) *browserSession {
 	return s
 }
 
-// run does the steps, each bounded by a minute, failing the test on an
-// error.
+// run does the steps, bounded by the kit's deadline, failing the test on
+// an error.
 func (s *browserSession) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, testkit.Deadline)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -102,7 +104,7 @@ func (s *browserSession) run(t *testing.T, what string, steps ...chromedp.Action
 // eval evaluates a JavaScript expression.
 func eval[T any](t *testing.T, s *browserSession, expr string) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, testkit.Deadline)
 	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
 	if err != nil {
@@ -112,14 +114,27 @@ func eval[T any](t *testing.T, s *browserSession, expr string) T {
 }
 
 // screenshot saves the whole page as name.png under the test's temp dir
-// (and under $SIFTBATCH_SCREENSHOTS, if set).
+// (and under $SIFTBATCH_SCREENSHOTS, if set). A page caught between two
+// layouts (a navigation, or an update over the event stream) has no size
+// for a moment ("Cannot take screenshot with 0 width"): the screenshot is
+// then taken again once the page is loaded and laid out, until the kit's
+// deadline.
 func (s *browserSession) screenshot(t *testing.T, name string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
+	deadline := time.Now().Add(testkit.Deadline)
+	var png []byte
+	for {
+		s.wait(t, "the page to be laid out for "+name, `document.readyState === 'complete' && document.documentElement.clientWidth > 0`)
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		var err error
+		png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "0 width") {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
 	}
 	for _, dir := range []string{s.shot, os.Getenv("SIFTBATCH_SCREENSHOTS")} {
 		if dir == "" {
@@ -131,17 +146,18 @@ func (s *browserSession) screenshot(t *testing.T, name string) {
 	}
 }
 
-// poll waits until the JavaScript expression is true, for up to 10 s.
+// poll waits until the JavaScript expression is true, failing after the
+// kit's deadline.
 func poll(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(testkit.Deadline), chromedp.WithPollingInterval(20*time.Millisecond))
 }
 
 // click clicks the element sel selects. A live page may replace the
 // element between the query and the click (an update over the event
-// stream): the click is then tried again, for up to 10 s.
+// stream): the click is then tried again, until the kit's deadline.
 func (s *browserSession) click(t *testing.T, what, sel string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.Deadline)
 	for {
 		ctx, cancel := context.WithDeadline(s.ctx, deadline)
 		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
@@ -158,11 +174,11 @@ func (s *browserSession) click(t *testing.T, what, sel string) {
 // open clicks the link sel selects and waits until the JavaScript
 // expression, true on the page it leads to, is: a live page may replace
 // the link between the query and the click, and a click on the replaced
-// element goes nowhere; so the click is tried again every 2 s, for up to
-// 15 s in all.
+// element goes nowhere; so the click is tried again every 2 s, until the
+// kit's deadline.
 func (s *browserSession) open(t *testing.T, what, sel, expr string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.Deadline)
 	landed := func() error {
 		for {
 			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
@@ -189,12 +205,12 @@ func (s *browserSession) open(t *testing.T, what, sel, expr string) {
 	}
 }
 
-// wait waits until the JavaScript expression is true, for up to 10 s,
-// across a navigation (a form's POST and its redirect): a poll that the
-// navigation cut short is started again on the new page.
+// wait waits until the JavaScript expression is true, until the kit's
+// deadline, across a navigation (a form's POST and its redirect): a poll
+// that the navigation cut short is started again on the new page.
 func (s *browserSession) wait(t *testing.T, what, expr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.Deadline)
 	for {
 		ctx, cancel := context.WithDeadline(s.ctx, deadline)
 		err := chromedp.Do(ctx, poll(expr))
@@ -217,8 +233,10 @@ func (s *browserSession) consoleErrors() []string {
 // TestDashboard_Browser drives the dashboard in headless Chromium: sign
 // in, the overview updating while a job runs (no reload), the job page,
 // cancel, a result, sign out, the admin's view, at desktop and phone
-// width; no page logs a console error.
+// width; no page logs a console error. It is the browser tier's
+// (SIFTBATCH_TIER=browser, make test/browser).
 func TestDashboard_Browser(t *testing.T) {
+	testkit.RequireTier(t, "browser")
 	b := setup(t)
 	br := startBrowser(t)
 	home := b.url + "/ui/"

@@ -1,15 +1,16 @@
 package dashboard
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 )
 
@@ -22,33 +23,16 @@ func (panickyRunner) Job(string) (engine.Job, bool) {
 	panic("https://secret.example/page PANIC-VALUE-7e1f")
 }
 
-// lockedBuilder is a strings.Builder safe for concurrent writers.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestDashboard_HandlerPanic: a page whose handler panics (a bug) is
 // answered 500, the dashboard goes on, and the log line holds neither the
 // panic's value nor a URL.
 func TestDashboard_HandlerPanic(t *testing.T) {
+	t.Parallel()
 	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuilder
+	var logs testkit.SyncBuffer
 	h, err := newHandler(panickyRunner{}, keys, Options{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -66,5 +50,45 @@ func TestDashboard_HandlerPanic(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "dashboard handler panicked") || strings.Contains(l, "PANIC-VALUE") || strings.Contains(l, "secret.example") {
 		t.Fatalf("log:\n%s", l)
+	}
+}
+
+// TestDashboard_ThrottleTableBounded: the sign-in throttle's memory stays
+// bounded however many addresses try. It counts the table's entries and
+// the scans of the whole table instead of measuring the heap or the time:
+// past maxBuckets addresses that all tried within the minute, the table
+// starts again rather than grow, and the full scan runs once per
+// maxBuckets/2 new addresses, not once for each; addresses that have not
+// tried for a minute are the ones dropped.
+func TestDashboard_ThrottleTableBounded(t *testing.T) {
+	t.Parallel()
+	th := throttle{perMinute: 5, m: make(map[string]*bucket)}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	addr := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
+	const extra = 3 * maxBuckets / 10
+	peak, scans := 0, 0
+	for i := range maxBuckets + extra {
+		if len(th.m) >= maxBuckets {
+			scans++ // a new address finds the table full: a full scan
+		}
+		if ok, _ := th.allow(addr(i), now); !ok {
+			t.Fatalf("address %d's first attempt refused", i)
+		}
+		peak = max(peak, len(th.m))
+	}
+	if peak > maxBuckets {
+		t.Fatalf("the table held %d addresses, past its bound of %d", peak, maxBuckets)
+	}
+	if want := 1 + extra/(maxBuckets/2); scans > want {
+		t.Fatalf("%d new addresses past the bound scanned the table %d times, want at most %d", extra, scans, want)
+	}
+	// Once the table is full again, a new address a minute later drops
+	// every address whose bucket has filled since: all of them.
+	for i := 0; len(th.m) < maxBuckets; i++ {
+		th.allow("again "+addr(i), now)
+	}
+	th.allow("192.0.2.1", now.Add(time.Minute))
+	if len(th.m) != 1 {
+		t.Fatalf("a minute later, a new address finds %d addresses kept, want only itself", len(th.m))
 	}
 }

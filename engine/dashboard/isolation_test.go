@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/sift/batch/engine"
 )
 
 // TestDashboard_Isolation: bob sees nothing of alice's jobs, not even by
@@ -12,6 +14,7 @@ import (
 // missing one. The admin sees and cancels every job, and the cancel is
 // logged with its name and the job id, never a key or a URL.
 func TestDashboard_Isolation(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	alice := b.signIn(t, "alice-key")
 	bob := b.signIn(t, "bob-key")
@@ -41,7 +44,7 @@ func TestDashboard_Isolation(t *testing.T) {
 		if r.code != http.StatusNotFound {
 			t.Fatalf("bob cancels alice's job: %d", r.code)
 		}
-		if j, _ := b.runner.Job(id); j.Status == "cancelled" {
+		if j, _ := b.Runner.Job(id); j.Status == "cancelled" {
 			t.Fatal("bob cancelled alice's job")
 		}
 	})
@@ -80,10 +83,10 @@ func TestDashboard_Isolation(t *testing.T) {
 		if r.code != http.StatusSeeOther {
 			t.Fatalf("admin cancel: %d %s", r.code, r.body)
 		}
-		if j, _ := b.runner.Job(id); j.Status != "cancelled" {
+		if j, _ := b.Runner.Job(id); j.Status != "cancelled" {
 			t.Fatalf("after the admin's cancel: %s", j.Status)
 		}
-		logs := b.logs.String()
+		logs := b.Logs.String()
 		var line string
 		for l := range strings.SplitSeq(logs, "\n") {
 			if strings.Contains(l, "cancelled from the dashboard") {
@@ -99,4 +102,72 @@ func TestDashboard_Isolation(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDashboard_NotYoursIsMissing: for bob, alice's live and ended jobs
+// are answered exactly as a missing job on every page, result, stream and
+// cancel (with or without a CSRF token), and his overview and stream never
+// mention them as they move; the admin sees both, their URLs and results.
+func TestDashboard_NotYoursIsMissing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bob := b.signIn(t, "bob-key")
+	root := b.signIn(t, "root-key")
+	live := b.submit(t, "alice", "https://alice-secret.example/hold", "https://alice-secret.example/b")
+	ended := b.submit(t, "alice", "https://alice-secret.example/done", "https://hostile.example/xss-err")
+	b.waitTerminal(t, ended)
+	missing := missingID
+
+	same := func(path string, got, want response) {
+		t.Helper()
+		if got.code != want.code || got.body != want.body || got.header.Get("Content-Type") != want.header.Get("Content-Type") ||
+			got.header.Get("Location") != want.header.Get("Location") {
+			t.Errorf("bob %s: %d %q, missing job: %d %q", path, got.code, got.header.Get("Location"), want.code, want.header.Get("Location"))
+		}
+		if strings.Contains(got.body, "alice") {
+			t.Errorf("bob %s shows something of alice's", path)
+		}
+	}
+	for _, id := range []string{live, ended} {
+		for _, suffix := range []string{"", "/0", "/1", "/2", "/-1", "/x", "/99999999999999999999", "/cancel"} {
+			same("/ui/jobs/"+id+suffix, b.do(t, bob, http.MethodGet, "/ui/jobs/"+id+suffix, nil), b.do(t, bob, http.MethodGet, "/ui/jobs/"+missing+suffix, nil))
+		}
+		// The "open a job" form redirects any well-formed id alike.
+		if r := b.do(t, bob, http.MethodGet, "/ui/jobs?id="+id, nil); r.code != http.StatusSeeOther || r.header.Get("Location") != "/ui/jobs/"+id {
+			t.Errorf("bob /ui/jobs?id=%s: %d %v", id, r.code, r.header)
+		}
+		same("events?job="+id, b.do(t, bob, http.MethodGet, "/ui/events?job="+id, nil), b.do(t, bob, http.MethodGet, "/ui/events?job="+missing, nil))
+		same("cancel "+id, b.do(t, bob, http.MethodPost, "/ui/jobs/"+id+"/cancel", url.Values{"csrf": {bob.csrf}}),
+			b.do(t, bob, http.MethodPost, "/ui/jobs/"+missing+"/cancel", url.Values{"csrf": {bob.csrf}}))
+		// Without a CSRF token a guess is refused before it is looked up.
+		same("cancel no csrf "+id, b.do(t, bob, http.MethodPost, "/ui/jobs/"+id+"/cancel", url.Values{}),
+			b.do(t, bob, http.MethodPost, "/ui/jobs/"+missing+"/cancel", url.Values{}))
+	}
+	if j, _ := b.Runner.Job(live); j.Status == engine.StatusCancelled {
+		t.Fatal("bob cancelled alice's job")
+	}
+	// Bob's overview and stream never mention alice's jobs, as they move.
+	s := b.openStream(t, bob, "/ui/events")
+	ev := s.until(t, "bob's first update", func(ev event) bool { return ev.name == "update" })
+	b.release()
+	b.waitTerminal(t, live)
+	for _, body := range []string{ev.data, b.do(t, bob, http.MethodGet, "/ui/", nil).body} {
+		for _, leak := range []string{live, ended, live[:8], ended[:8], "alice", "Workers busy"} {
+			if strings.Contains(body, leak) {
+				t.Errorf("bob's overview shows %q", leak)
+			}
+		}
+	}
+	// The admin sees both, their URLs and the result.
+	for _, id := range []string{live, ended} {
+		if r := b.do(t, root, http.MethodGet, "/ui/jobs/"+id, nil); r.code != http.StatusOK || !strings.Contains(r.body, "alice-secret.example") {
+			t.Errorf("admin job page %s: %d", id, r.code)
+		}
+	}
+	if r := b.do(t, root, http.MethodGet, "/ui/jobs/"+ended+"/0", nil); r.code != http.StatusOK || !strings.Contains(r.body, "alice-secret.example/done") {
+		t.Errorf("admin result page: %d", r.code)
+	}
+	if r := b.do(t, root, http.MethodGet, "/ui/", nil); !strings.Contains(r.body, live[:8]) {
+		t.Error("admin overview lacks alice's job")
+	}
 }

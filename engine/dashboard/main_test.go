@@ -1,35 +1,32 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/dashboard"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/metrics"
-	"github.com/sift/batch/persistence"
 )
 
 // TestMain checks that no test leaves a goroutine behind: every runner,
 // store, dashboard, server, event stream and browser a test starts is
 // stopped by its end. No allow-list is needed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	enginetest.Main(m)
 }
 
 // Test keys: alice and bob are callers, root is an admin.
@@ -38,75 +35,60 @@ bob   bob-key
 root  root-key admin
 `
 
-// writeTimeout is the test server's WriteTimeout.
-const writeTimeout = 500 * time.Millisecond
-
 // missingID is a well-formed job id that no test job has.
 const missingID = "00112233445566778899aabbccddeeff"
 
+// Hostile strings a fetch hands back or a caller submits.
+const (
+	hostileScript = `<script>alert("xss")</script>`
+	hostileImg    = `"><img src=x onerror=alert(1)>`
+	hostileJSURL  = `javascript:alert(document.cookie)//hostile.example/ok`
+	panicText     = "PANIC-VALUE-7f3a https://panic-secret.example/"
+)
+
 // bundle is the dashboard under test, mounted with the API as serve
-// mounts them, and what it runs on.
+// mounts them, and what it runs on: the kit's runner bundle (Runner,
+// Store, Clock, Logs, Log).
 type bundle struct {
+	*enginetest.Bundle
 	url     string
 	handler http.Handler
 	dash    *dashboard.Handler
-	runner  *engine.Runner
-	clock   *fakeClock
-	logs    *syncBuffer
 	client  *http.Client
 	// active counts the requests being served: event streams, mostly.
 	active atomic.Int64
-	// release lets every held fetch (a URL ending in /hold) finish.
-	release func()
+	// gate holds every fetch of a URL ending in /hold until release
+	// opens it.
+	gate *testkit.Gate
 }
 
-// fakeClock is a settable clock for Options.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// release lets every held fetch finish.
+func (b *bundle) release() { b.gate.Open() }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// fakeFetch answers from the URL: ".../hold" waits for release (or the
-// runner's close), ".../stuck" for the runner's close, ".../fail" fails
-// with a hint, anything else succeeds.
-func fakeFetch(release <-chan struct{}) engine.FetchFunc {
+// fakeFetch answers from the URL. On hostile.example: "/xss-err" and
+// "/cr-err" fail with hostile error texts and hints, "/panic" panics with
+// panicText, anything else succeeds with hostile content and meta.
+// Elsewhere: ".../hold" waits at g (or until the runner's close),
+// ".../stuck" until the runner's close, ".../fail" fails with a hint,
+// anything else succeeds.
+func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
+		if strings.Contains(t.URL, "hostile.example") {
+			switch {
+			case strings.Contains(t.URL, "/xss-err"):
+				return engine.Result{}, &engine.TargetError{Status: 500, Msg: "boom " + hostileScript + hostileImg, Hint: "try " + hostileJSURL + " " + hostileScript}
+			case strings.Contains(t.URL, "/cr-err"):
+				return engine.Result{}, &engine.TargetError{Status: 500, Msg: "line1\r\revent: signedout\rdata: injected\r\rtail", Hint: "h\rretry: 1"}
+			case strings.Contains(t.URL, "/panic"):
+				panic(panicText)
+			}
+			return engine.Result{Content: "content " + hostileScript + hostileImg + " " + hostileJSURL,
+				Meta: map[string]any{"k" + hostileScript: hostileImg, "link": hostileJSURL}}, nil
+		}
 		switch {
 		case strings.HasSuffix(t.URL, "/hold"):
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return engine.Result{}, ctx.Err()
+			if err := g.Wait(ctx); err != nil {
+				return engine.Result{}, err
 			}
 		case strings.HasSuffix(t.URL, "/stuck"):
 			<-ctx.Done() // until the runner closes
@@ -119,46 +101,34 @@ func fakeFetch(release <-chan struct{}) engine.FetchFunc {
 }
 
 // setup starts the dashboard and the API on an in-memory store with a
-// fake fetch (1 live job per caller, 4 in all, 2 workers), its pages
+// fake fetch (4 live jobs per caller, 8 in all, 2 workers), its pages
 // refreshed every 10ms, and serves them on a loopback test server.
 func setup(t testing.TB) *bundle {
 	t.Helper()
 	return setupWith(t, dashboard.Options{})
 }
 
-// setupWith is setup with options of its own (Config, Gatherer, Log, Now
-// and Refresh are set for it when zero).
+// setupWith is setup with options of its own (Config, Gatherer, Log, Now,
+// Refresh and ChartStep are set for it when zero: the runner's, the
+// metrics', the bundle's, its clock's, 10ms).
 func setupWith(t testing.TB, o dashboard.Options) *bundle {
 	t.Helper()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := persistence.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var once sync.Once
-	b := &bundle{clock: &fakeClock{now: time.Now()}, logs: &syncBuffer{},
-		release: func() { once.Do(func() { close(release) }) }}
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := metrics.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	cfg := engine.Config{JobsPerCaller: 1, JobsTotal: 4, Workers: 2, Hooks: m.Hooks()}
-	runner, err := engine.New(store, fakeFetch(release), cfg, log)
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
-	}
-	m.Attach(runner)
-	b.runner = runner
+	gate := testkit.NewGate()
+	cfg := engine.Config{JobsPerCaller: 4, JobsTotal: 8, Workers: 2, Hooks: m.Hooks()}
+	b := &bundle{Bundle: enginetest.Setup(t, fakeFetch(gate), cfg), gate: gate}
+	m.Attach(b.Runner)
 	if o.Log == nil {
-		o.Log = log
+		o.Log = b.Log
 	}
 	if o.Now == nil {
-		o.Now = b.clock.Now
+		o.Now = b.Clock.Now
 	}
 	if o.Refresh == 0 {
 		o.Refresh = 10 * time.Millisecond
@@ -170,12 +140,12 @@ func setupWith(t testing.TB, o dashboard.Options) *bundle {
 		o.Gatherer = reg
 	}
 	o.Config = cfg
-	dash, err := dashboard.New(runner, keys, o)
+	dash, err := dashboard.New(b.Runner, keys, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.dash = dash
-	api, err := httpapi.New(runner, keys, httpapi.Options{Log: log})
+	api, err := httpapi.New(b.Runner, keys, httpapi.Options{Log: b.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,24 +158,19 @@ func setupWith(t testing.TB, o dashboard.Options) *bundle {
 		defer b.active.Add(-1)
 		mux.ServeHTTP(w, r)
 	}))
-	// A short WriteTimeout, as serve has a long one: event streams must
-	// outlive it.
-	srv.Config.WriteTimeout = writeTimeout
 	srv.Config.RegisterOnShutdown(dash.Close)
 	srv.Start()
 	b.url = srv.URL
 	transport := &http.Transport{}
-	b.client = &http.Client{Transport: transport, Timeout: 30 * time.Second,
+	b.client = &http.Client{Transport: transport, Timeout: testkit.Deadline,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// Cleanups run last first: this one before the runner's and the
+	// store's (registered by Setup).
 	t.Cleanup(func() {
 		b.release()
 		dash.Close()
 		transport.CloseIdleConnections()
 		srv.Close()
-		runner.Close()
-		if err := store.Close(); err != nil {
-			t.Error(err)
-		}
 	})
 	return b
 }
@@ -227,19 +192,33 @@ type browser struct {
 // and reads the whole answer.
 func (b *bundle) do(t testing.TB, br *browser, method, path string, form url.Values) response {
 	t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
+	var c *http.Cookie
+	if br != nil {
+		c = br.cookie
 	}
-	req, err := http.NewRequest(method, b.url+path, body)
+	body, hdr := "", map[string]string(nil)
+	if form != nil {
+		body, hdr = form.Encode(), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	}
+	return b.raw(t, c, method, path, body, hdr)
+}
+
+// raw sends a request with a raw body (a form, if not empty), headers and
+// a cookie (if not nil), and reads the whole answer.
+func (b *bundle) raw(t testing.TB, c *http.Cookie, method, path, body string, hdr map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if form != nil {
+	if body != "" {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	if br != nil {
-		req.AddCookie(br.cookie)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	if c != nil {
+		req.AddCookie(c)
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {
@@ -273,6 +252,11 @@ func (b *bundle) signIn(t testing.TB, key string) *browser {
 	return br
 }
 
+// signedOut reports whether a page is the sign-in form.
+func signedOut(r response) bool {
+	return strings.Contains(r.body, `action="/ui/signin"`) && !strings.Contains(r.body, "Sign out")
+}
+
 // sessionCookie returns the session cookie an answer sets.
 func sessionCookie(t testing.TB, r response) *http.Cookie {
 	t.Helper()
@@ -285,6 +269,20 @@ func sessionCookie(t testing.TB, r response) *http.Cookie {
 	return nil
 }
 
+// signInAt posts key through the handler as a client at remoteAddr, with
+// extra headers.
+func signInAt(h http.Handler, remoteAddr, key string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/ui/signin", strings.NewReader(url.Values{"key": {key}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.RemoteAddr = remoteAddr
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
 // submit submits a job of the URLs for caller and returns its id.
 func (b *bundle) submit(t testing.TB, caller string, urls ...string) string {
 	t.Helper()
@@ -292,36 +290,19 @@ func (b *bundle) submit(t testing.TB, caller string, urls ...string) string {
 	for i, u := range urls {
 		ts[i] = engine.Target{URL: u}
 	}
-	id, _, err := b.runner.Submit(context.Background(), &engine.Caller{Name: caller}, "", ts)
+	id, _, err := b.Runner.Submit(context.Background(), enginetest.Caller(caller), "", ts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return id
 }
 
-// waitFor checks cond every few milliseconds until it holds, failing the
-// test after limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		case <-tick.C:
-		}
-	}
-}
-
 // waitTerminal waits until the job has ended.
 func (b *bundle) waitTerminal(t testing.TB, id string) engine.Job {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
 	defer cancel()
-	j, err := b.runner.Wait(ctx, id)
+	j, err := b.Runner.Wait(ctx, id)
 	if err != nil {
 		t.Fatalf("job %s: %v", id, err)
 	}

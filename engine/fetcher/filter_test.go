@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
-	"github.com/sift/batch/persistence"
 )
 
 // jsonPage returns a JSON page of about n bytes:
@@ -54,11 +55,15 @@ func bigJSONSite(t *testing.T) (*site, int) {
 }
 
 // sandboxes runs test once per kind of memory limit: the memory cgroup
-// the machine offers (skipped where it offers none) and RLIMIT_AS.
-func sandboxes(t *testing.T, test func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher)) {
+// the machine offers (skipped where it offers none) and RLIMIT_AS; the two
+// at once if parallel.
+func sandboxes(t *testing.T, parallel bool, test func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher)) {
 	t.Run("cgroup", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
 		test(t, func(o fetcher.Options) *fetcher.Fetcher {
-			f := newTestFetcher(t, o)
+			f, _ := setup(t, o)
 			if s := fetcher.FilterSandbox(f); !strings.HasPrefix(s, "cgroup") {
 				t.Skipf("no memory cgroup can be made here (sandbox %s)", s)
 			}
@@ -66,8 +71,11 @@ func sandboxes(t *testing.T, test func(t *testing.T, newFetcher func(fetcher.Opt
 		})
 	})
 	t.Run("rlimit", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
 		test(t, func(o fetcher.Options) *fetcher.Fetcher {
-			f := newTestFetcher(t, o)
+			f, _ := setup(t, o)
 			fetcher.ForceRlimit(f)
 			return f
 		})
@@ -96,7 +104,9 @@ const (
 // detector, jq takes more than the deadline to read 4 MiB;
 // TestFetcher_FilterMemoryLimit reads it without the deadline.)
 func TestFetcher_FilterLimits(t *testing.T) {
-	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+	t.Parallel()
+	testkit.Long(t)
+	sandboxes(t, true, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
 		s, _ := bigJSONSite(t)
 		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 		type hostile struct {
@@ -140,8 +150,11 @@ func wantFilterLimit(t *testing.T, err error, want []string) {
 // memory-hungry program fails on its memory limit, in a cgroup and under
 // RLIMIT_AS, and the fetcher's own memory does not grow with it; then a
 // jq that reads the whole 4 MiB page fits in the limit.
+//
+// Not parallel: it measures the test process's own allocations.
 func TestFetcher_FilterMemoryLimit(t *testing.T) {
-	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+	testkit.Long(t)
+	sandboxes(t, false, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
 		s, items := bigJSONSite(t)
 		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 		fetcher.SetFilterBounds(f, 5*time.Minute, 0)
@@ -167,8 +180,10 @@ func TestFetcher_FilterMemoryLimit(t *testing.T) {
 // page) and fails naming it, after short pages that together used more;
 // the pool goes on.
 func TestFetcher_FilterCPULimit(t *testing.T) {
+	t.Parallel()
+	testkit.Long(t)
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 	fetcher.SetFilterBounds(f, time.Minute, 1)
 	run := func(o engine.Options) (engine.Result, error) {
 		return f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: o})
@@ -203,7 +218,8 @@ func TestFetcher_FilterCPULimit(t *testing.T) {
 // submit, naming the limit; a stored one (never checked) fails its
 // target.
 func TestFetcher_FilterCheckGrepSize(t *testing.T) {
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	t.Parallel()
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true})
 	for _, re := range []string{`[A-Z]{1000}x`, `(abc|def){200}`, `\pL{600}`} {
 		err := f.Check(engine.Target{URL: "https://example.com", Options: engine.Options{Grep: re}})
 		if err == nil || !strings.Contains(err.Error(), "more than the 500 allowed") || !strings.HasPrefix(err.Error(), "grep: ") {
@@ -250,32 +266,18 @@ func procGone(pid int) bool {
 // runs (with no deadline near) has its filter process killed at once;
 // the runner's only worker then does the next job.
 func TestFetcher_FilterCancelKillsProcess(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc")
 	}
 	s := upperPage(t)
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 	fetcher.SetFilterBounds(f, 10*time.Minute, 0)
-	store, err := persistence.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	var mu sync.Mutex
-	var stored []error
-	r, err := engine.New(store, f.Fetch, engine.Config{Workers: 1, Hooks: engine.Hooks{
-		Target: func(err error, _ time.Duration, _ int) { mu.Lock(); stored = append(stored, err); mu.Unlock() },
-	}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	slow, _, err := r.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: s.URL + "/a", Options: engine.Options{Grep: slowGrep}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eb := enginetest.Setup(t, f.Fetch, engine.Config{Workers: 1})
+	r := eb.Runner
+	slow := eb.Submit(t, "alice", []engine.Target{{URL: s.URL + "/a", Options: engine.Options{Grep: slowGrep}}})
 	var pid int
-	waitFor(t, 30*time.Second, "a filter process running the grep", func() bool {
+	testkit.WaitFor(t, "a filter process running the grep", func() bool {
 		if pids := fetcher.FilterPIDs(f); len(pids) == 1 && s.hits.Load() == 1 {
 			pid = pids[0]
 			return cpuTicks(pid) > 0
@@ -285,16 +287,10 @@ func TestFetcher_FilterCancelKillsProcess(t *testing.T) {
 	if !r.Cancel(slow) {
 		t.Fatal("cancel refused")
 	}
-	waitFor(t, 30*time.Second, "the filter process killed and reaped", func() bool { return procGone(pid) })
-	next, _, err := r.Submit(context.Background(), &engine.Caller{Name: "bob"}, "", []engine.Target{{URL: s.URL + "/b", Options: engine.Options{Grep: "^ABC"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	j, err := r.Wait(ctx, next)
-	if err != nil || j.Status != engine.StatusDone {
-		t.Fatalf("the next job: %+v %v", j, err)
+	testkit.WaitFor(t, "the filter process killed and reaped", func() bool { return procGone(pid) })
+	next := eb.Submit(t, "bob", []engine.Target{{URL: s.URL + "/b", Options: engine.Options{Grep: "^ABC"}}})
+	if j := eb.WaitSettled(t, next); j.Status != engine.StatusDone {
+		t.Fatalf("the next job: %+v", j)
 	}
 	if j, _ := r.Job(slow); j.Status != engine.StatusCancelled {
 		t.Fatalf("the cancelled job: %+v", j)
@@ -325,6 +321,7 @@ func cpuTicks(pid int) int {
 // process, idle or running a page (that fetch fails "fetch stopped"), and
 // returns once they are reaped: no zombie is left.
 func TestFetcher_FilterCloseReapsProcesses(t *testing.T) {
+	t.Parallel()
 	s := upperPage(t)
 	f, err := fetcher.New(fetcher.Options{AllowPrivate: true, FilterProcs: 2})
 	if err != nil {
@@ -336,7 +333,7 @@ func TestFetcher_FilterCloseReapsProcesses(t *testing.T) {
 		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: slowGrep}})
 		done <- err
 	}()
-	waitFor(t, 30*time.Second, "a filter process running", func() bool {
+	testkit.WaitFor(t, "a filter process running", func() bool {
 		return len(fetcher.FilterPIDs(f)) == 1 && s.hits.Load() == 1
 	})
 	// One process is busy: this page gets another, left idle after it.
@@ -365,8 +362,9 @@ func TestFetcher_FilterCloseReapsProcesses(t *testing.T) {
 // TestFetcher_FilterUnfilteredNoProcess: a target without jq and grep
 // starts no filter process.
 func TestFetcher_FilterUnfilteredNoProcess(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":1}`)) })
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true})
 	for range 3 {
 		if res, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL}); err != nil || res.Content != `{"a":1}` {
 			t.Fatalf("%q %v", res.Content, err)
@@ -388,8 +386,9 @@ func TestFetcher_FilterUnfilteredNoProcess(t *testing.T) {
 // reaped; the target fails "filters failed" (not a limit it did not
 // pass); the next page gets a sound process.
 func TestFetcher_FilterGarbageFromChild(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("alpha\nbeta\n")) })
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	fetcher.SetFilterEnv(f, []string{garbageChildEnv + "=" + pidFile})
 	_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "a"}})
@@ -417,7 +416,7 @@ func TestFetcher_FilterGarbageFromChild(t *testing.T) {
 // the costliest programs within MaxJQLen and MaxJQDepth, and grep
 // expressions within MaxGrepLen, are checked with a few MiB allocated.
 func TestFetcher_FilterCheckCostBounded(t *testing.T) {
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true})
 	const size = 250 << 10 // a 256 KiB body, less the JSON around it
 	type program struct {
 		jq, grep string
@@ -500,7 +499,8 @@ func wideObject(unit string) string {
 // programs within them pass, however they are made; a stored one (never
 // checked) fails its target.
 func TestFetcher_FilterCheckJQSize(t *testing.T) {
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true})
+	t.Parallel()
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true})
 	refused := map[string]string{
 		strings.Repeat(" ", fetcher.MaxJQLen-1) + ".a":                                 fmt.Sprintf("is %d bytes, more than the %d allowed", fetcher.MaxJQLen+1, fetcher.MaxJQLen),
 		strings.Repeat("[", 200) + "." + strings.Repeat("]", 200):                      "nests more than 512 levels deep",
@@ -547,10 +547,11 @@ func TestFetcher_FilterCheckJQSize(t *testing.T) {
 // minutes away and whose memory is small) fails that target without
 // claiming a time or memory limit; the page after it is filtered well.
 func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc")
 	}
-	sandboxes(t, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
+	sandboxes(t, true, func(t *testing.T, newFetcher func(fetcher.Options) *fetcher.Fetcher) {
 		s := upperPage(t)
 		f := newFetcher(fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 		fetcher.SetFilterBounds(f, 10*time.Minute, 0)
@@ -586,7 +587,7 @@ func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
 			_, err := run(context.Background(), engine.Options{Grep: slowGrep})
 			done <- err
 		}()
-		waitFor(t, 30*time.Second, "the warm filter process running the slow grep", func() bool {
+		testkit.WaitFor(t, "the warm filter process running the slow grep", func() bool {
 			return cpuTicks(pid) > ticks+10
 		})
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -598,7 +599,7 @@ func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
 		} else if te.Msg != "filters failed" || !strings.Contains(te.Hint, "submit the target again") {
 			t.Errorf("killed from outside mid-page: %q %q, want \"filters failed\" (not a limit it did not pass), with a hint to submit again", te.Msg, te.Hint)
 		}
-		waitFor(t, 30*time.Second, "the killed process reaped", func() bool { return procGone(pid) })
+		testkit.WaitFor(t, "the killed process reaped", func() bool { return procGone(pid) })
 		res, err = run(context.Background(), engine.Options{Grep: "^ABC"})
 		if err != nil || res.Meta["grep_lines"] != 1024 {
 			t.Errorf("the page after: %v %v", res.Meta, err)
@@ -612,10 +613,13 @@ func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
 // slow greps (each killed at its own 1 s) are each filtered with their
 // own second, not failed for the time they waited; and a fetch cancelled
 // while it waits for its turn ends at once, not when the running filter
-// (given minutes here) does.
+// (given minutes here) does. Alice's first page is small: it shows the
+// wait is not counted however loaded the machine.
 func TestFetcher_FilterWaitForATurn(t *testing.T) {
+	t.Parallel()
 	s := upperPage(t)
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	small := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ABC\nxyz\nABCD\n")) })
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
 	const slow = 3
 	errs := make(chan error, slow+1)
 	for range slow {
@@ -624,9 +628,9 @@ func TestFetcher_FilterWaitForATurn(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 30*time.Second, "the slow pages fetched", func() bool { return s.hits.Load() == slow })
-	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "alice"}, engine.Target{URL: s.URL + "/alice", Options: engine.Options{Grep: "^ABC"}})
-	if err != nil || res.Meta["grep_lines"] != 1024 {
+	testkit.WaitFor(t, "the slow pages fetched", func() bool { return s.hits.Load() == slow })
+	res, err := f.Fetch(context.Background(), &engine.Caller{Name: "alice"}, engine.Target{URL: small.URL + "/alice", Options: engine.Options{Grep: "^ABC"}})
+	if err != nil || res.Meta["grep_lines"] != 2 {
 		t.Errorf("alice's page, queued behind %d slow greps: %v %v, want filtered", slow, res.Meta, err)
 	}
 	for range slow {
@@ -639,7 +643,7 @@ func TestFetcher_FilterWaitForATurn(t *testing.T) {
 		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "mallory"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: slowGrep}})
 		errs <- err
 	}()
-	waitFor(t, 30*time.Second, "the slow grep running", func() bool {
+	testkit.WaitFor(t, "the slow grep running", func() bool {
 		pids := fetcher.FilterPIDs(f)
 		return s.hits.Load() == hits+1 && len(pids) == 1 && cpuTicks(pids[0]) > 0
 	})
@@ -649,16 +653,12 @@ func TestFetcher_FilterWaitForATurn(t *testing.T) {
 		_, err := f.Fetch(ctx, &engine.Caller{Name: "alice"}, engine.Target{URL: s.URL, Options: engine.Options{Grep: "^ABC"}})
 		waiting <- err
 	}()
-	waitFor(t, 30*time.Second, "alice's page fetched", func() bool { return s.hits.Load() == hits+2 })
+	testkit.WaitFor(t, "alice's page fetched", func() bool { return s.hits.Load() == hits+2 })
 	cause := errors.New("alice cancelled")
 	cancel(cause)
-	select {
-	case err := <-waiting:
-		if !errors.Is(err, cause) {
-			t.Errorf("cancelled while waiting for a turn: %v, want its cause", err)
-		}
-	case <-time.After(time.Minute): // not a bound: the running filter has 10 minutes
-		t.Errorf("a fetch cancelled while it waits for a filter process does not end")
+	// The running filter has 10 minutes: only the cancel ends this wait.
+	if err := testkit.Recv(t, waiting); !errors.Is(err, cause) {
+		t.Errorf("cancelled while waiting for a turn: %v, want its cause", err)
 	}
 	f.Close()
 	wantTargetError(t, <-errs, http.StatusServiceUnavailable, "fetch stopped", "")
@@ -670,6 +670,7 @@ func TestFetcher_FilterWaitForATurn(t *testing.T) {
 // grepped as in process (regexp over the same lines); jq on JSON with
 // NUL escapes keeps them.
 func TestFetcher_FilterOddBytes(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("z", 1<<20)
 	page := "a\x00b\nc\xff\xfed\n\x00\nplain\r\n" + long + "Q\n\xc3\n"
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) {
@@ -679,7 +680,8 @@ func TestFetcher_FilterOddBytes(t *testing.T) {
 		}
 		w.Write([]byte(page))
 	})
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, MaxBody: 8 << 20})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, MaxBody: 8 << 20})
+	fetcher.SetFilterBounds(f, time.Minute, 0) // not under test; the other tests load the machine
 	for _, c := range []struct{ re, want string }{
 		{"\x00", "a\x00b\n\x00"},
 		{`\xff`, ""},
@@ -709,8 +711,10 @@ func TestFetcher_FilterOddBytes(t *testing.T) {
 // beyond issue 23's: each one fails its target with a hint (a limit, or
 // the program's own error), and the next page is filtered well.
 func TestFetcher_FilterHostileJQMore(t *testing.T) {
+	t.Parallel()
+	testkit.Long(t)
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"a":"QUJD"}`)) })
-	f := newTestFetcher(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1, MaxBody: 1 << 20})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1, MaxBody: 1 << 20})
 	for _, p := range []string{
 		`"QUJD" * 50000000 | @base64d | length`,
 		`"a" * 1000000 | test("[a-z]{1,1000}[a-z]{1,1000}b")`,
@@ -798,5 +802,235 @@ func TestFetcher_CheckBoundsDestructuringAlternatives(t *testing.T) {
 	small := ". as [$a,$b,$c,$d,$e,$f,$g,$h,$i,$j]" + strings.Repeat(" ?// [$a,$b]", 19) + " | $a"
 	if err := f.Check(engine.Target{URL: "https://example.com/", Options: engine.Options{JQ: small}}); err != nil {
 		t.Errorf("Check of 10 variables × 20 alternatives: %v, want it accepted", err)
+	}
+}
+
+// jsonSite serves body as JSON on every path.
+func jsonSite(t *testing.T, body string) *site {
+	t.Helper()
+	return newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+	})
+}
+
+// TestFetcher_FilterJQBounds: jq programs that never end fail their
+// target with a hint (a limit they passed: time, CPU time or memory), as
+// do programs with enormous output (the output never kept) and failing
+// programs (the program's error, short, never the page); output just under
+// the cap is kept. The programs that never end run four at a time: each
+// waits for its turn and gets its own bound.
+func TestFetcher_FilterJQBounds(t *testing.T) {
+	t.Parallel()
+	s := jsonSite(t, `{"items":[{"name":"a"},{"name":"b"}],"n":1}`)
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, MaxBody: 64 << 10, FilterProcs: 4})
+	run := func(program string) (engine.Result, error) {
+		if err := f.Check(engine.Target{URL: s.URL, Options: engine.Options{JQ: program}}); err != nil {
+			return engine.Result{}, fmt.Errorf("refused at submit: %w", err)
+		}
+		return fetchWith(t, f, s.URL+"/", engine.Options{JQ: program})
+	}
+	wantFailed := func(p string, res engine.Result, err error) *engine.TargetError {
+		t.Helper()
+		var te *engine.TargetError
+		if !errors.As(err, &te) || te.Hint == "" || len(res.Content) > 0 {
+			t.Errorf("jq %s: %v (content %d bytes), want a failed target with a hint", p, err, len(res.Content))
+			return nil
+		}
+		return te
+	}
+	never := []string{
+		"def f: f; f", "repeat(1) | empty", "last(range(1e18))", "[range(1e18)] | length",
+		"def f: [f]; f", "until(false; .)", "[limit(1e12; repeat(.))] | length", "reduce range(1e18) as $i (0; . + 1)",
+		"[recurse(.+1; true)] | length", "first(range(1e18) | select(. < 0))",
+	}
+	type outcome struct {
+		res engine.Result
+		err error
+	}
+	outcomes := make([]outcome, len(never))
+	var wg sync.WaitGroup
+	for i, p := range never {
+		wg.Go(func() {
+			res, err := run(p)
+			outcomes[i] = outcome{res, err}
+		})
+	}
+	wg.Wait()
+	for i, p := range never {
+		if te := wantFailed(p, outcomes[i].res, outcomes[i].err); te != nil && te.Status != http.StatusUnprocessableEntity {
+			t.Errorf("jq %s: status %d %q, want 422 naming a limit", p, te.Status, te.Msg)
+		}
+	}
+	// Programs with enormous output: failed, the output never kept.
+	for _, p := range []string{"range(1e9)", "repeat(.)", "[range(1e5)] | ., ., ., ., .", "\"x\" * 100000 | ., ."} {
+		res, err := run(p)
+		wantFailed(p, res, err)
+	}
+	// Output just under the cap is kept.
+	res, err := run(`"x" * 60000`)
+	if err != nil || len(res.Content) != 60002 {
+		t.Errorf("60 KB output: %d bytes, %v", len(res.Content), err)
+	}
+	// Failing programs: the error is the program's, the page is not.
+	for _, p := range []string{"error(\"custom\")", "halt_error", ".items | .[\"x\"]", "null | implode", "\"x\" * 3000000000"} {
+		res, err := run(p)
+		if te := wantFailed(p, res, err); te != nil && len(te.Msg) > engine.MaxErrorBytes {
+			t.Errorf("jq %s: error of %d bytes", p, len(te.Msg))
+		}
+	}
+}
+
+// TestFetcher_FilterJQNoEnvironment: jq sees no environment (env and $ENV
+// are empty, whatever the serving process holds), no files and no input
+// beyond the page; an error never names the page's address.
+//
+// Not parallel: it sets an environment variable.
+func TestFetcher_FilterJQNoEnvironment(t *testing.T) {
+	const secret = "s3cr3t-env-value"
+	t.Setenv("SIFTBATCH_TEST_SECRET", secret)
+	s := jsonSite(t, `{"items":[{"name":"a"},{"name":"b"}],"n":1}`)
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, MaxBody: 64 << 10})
+	for _, p := range []string{"env", "$ENV", "[env[]] | length", "$ENV | keys", "[inputs]", "try input catch \"none\""} {
+		if f.Check(engine.Target{Options: engine.Options{JQ: p}}) != nil {
+			continue // refused at submit: fine
+		}
+		res, err := fetchWith(t, f, s.URL+"/", engine.Options{JQ: p})
+		if err == nil && strings.Contains(res.Content, secret) {
+			t.Errorf("jq %s: leaks the environment: %s", p, res.Content)
+		}
+		if err == nil && (p == "env" || p == "$ENV") && res.Content != "{}" {
+			t.Errorf("jq %s: %s, want {}", p, res.Content)
+		}
+		if err != nil {
+			wantNoURL(t, p, err, s.port)
+		}
+	}
+}
+
+// TestFetcher_FilterJQOnHostilePages: jq on pages that are deep, not
+// JSON, several values, huge numbers, NaN, bad UTF-8, duplicate keys or
+// long arrays either filters them or fails the target with a hint.
+func TestFetcher_FilterJQOnHostilePages(t *testing.T) {
+	t.Parallel()
+	pages := map[string]string{
+		"deep":       strings.Repeat("[", 200000) + strings.Repeat("]", 200000),
+		"not-json":   "<html>" + strings.Repeat("x", 1000),
+		"two-values": `{"a":1} {"b":2}`,
+		"big-number": `{"n":1` + strings.Repeat("0", 100000) + `}`,
+		"nan":        `{"n":NaN}`,
+		"bad-utf-8":  "{\"s\":\"\xff\xfe\"}",
+		"dup-keys":   `{"a":1,"a":2}`,
+		"huge":       `[` + strings.Repeat(`1,`, 200000) + `1]`,
+	}
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(pages[strings.TrimPrefix(r.URL.Path, "/")]))
+	})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, MaxBody: 1 << 20})
+	for name := range pages {
+		_, err := fetchWith(t, f, s.URL+"/"+name, engine.Options{JQ: "[.. | numbers] | length"})
+		if err != nil {
+			var te *engine.TargetError
+			if !errors.As(err, &te) || te.Hint == "" {
+				t.Errorf("%s: %v, want a failed target with a hint", name, err)
+			}
+		}
+	}
+}
+
+// TestFetcher_FilterGrepBounds: grep over long lines with expressions that
+// backtrack elsewhere (RE2 does not) counts the lines it should; bad
+// expressions are refused at submit with a short error.
+func TestFetcher_FilterGrepBounds(t *testing.T) {
+	t.Parallel()
+	line := strings.Repeat("a", 1<<16) // under the race detector, RE2 on 2 MiB takes more than the filters' 1 s
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(line + "\nneedle\r\n" + line + "b\n\n\n"))
+	})
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true})
+	fetcher.SetFilterBounds(f, time.Minute, 0) // not under test: the expressions are, and RE2 is linear
+	for _, c := range []struct {
+		re    string
+		lines int
+	}{
+		{"needle", 1}, {"(a+)+b", 1}, {"(?i)NEEDLE", 1}, {"^$", 2}, {"(a|aa)*c", 0}, {"\\r", 0}, {"(?s).", 3},
+	} {
+		if err := f.Check(engine.Target{Options: engine.Options{Grep: c.re}}); err != nil {
+			t.Fatalf("grep %q refused: %v", c.re, err)
+		}
+		res, err := fetchWith(t, f, s.URL, engine.Options{Grep: c.re})
+		if err != nil {
+			t.Fatalf("grep %q: %v", c.re, err)
+		}
+		if n, _ := res.Meta["grep_lines"].(int); n != c.lines {
+			t.Errorf("grep %q: %v lines, want %d", c.re, res.Meta["grep_lines"], c.lines)
+		}
+	}
+	for _, re := range []string{"(", "a{1001}", "x{2,1}", "\\p{Nope}", strings.Repeat("(", 2000) + strings.Repeat(")", 2000), "a**", "(?<!a)b", "\\1"} {
+		err := f.Check(engine.Target{Options: engine.Options{Grep: re}})
+		if err == nil {
+			t.Errorf("grep %.40q accepted", re)
+			continue
+		}
+		if len(err.Error()) > 4096 {
+			t.Errorf("grep %.40q: error of %d bytes", re, len(err.Error()))
+		}
+	}
+}
+
+// TestFetcher_FilterBoundsOneLongCall: jq's time bound holds for a single
+// builtin call that runs for minutes (test/1 on a 4 MB string against an
+// expression with a bounded repeat: RE2 is linear, with a big constant;
+// 400 KB takes seconds), which a context checked between gojq's steps
+// could not stop: the filter process is killed at the bound, the target
+// fails naming it, and a new process filters the next page. The call runs
+// far past the bound on any machine, so the outcome alone shows the bound
+// cut it: the test reads no clock.
+func TestFetcher_FilterBoundsOneLongCall(t *testing.T) {
+	t.Parallel()
+	s := jsonSite(t, `null`)
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1})
+	if _, err := fetchWith(t, f, s.URL, engine.Options{JQ: "."}); err != nil {
+		t.Fatal(err)
+	}
+	warm := fetcher.FilterPIDs(f)
+	const program = `("a" * 4000000) | test("((a|b)(a|c)?){1,100}z")`
+	_, err := fetchWith(t, f, s.URL, engine.Options{JQ: program})
+	wantFilterLimit(t, err, []string{jqTime, "jq used more than 1s of CPU time"})
+	if res, err := fetchWith(t, f, s.URL, engine.Options{JQ: "."}); err != nil || res.Content != "null" {
+		t.Fatalf("the next page: %q %v", res.Content, err)
+	}
+	if now := fetcher.FilterPIDs(f); len(warm) != 1 || len(now) != 1 || now[0] == warm[0] {
+		t.Errorf("filter processes %v before, %v after: want the one killed replaced", warm, now)
+	}
+}
+
+// TestFetcher_FilterHugeBuilds: jq programs that build a huge value in one
+// call are refused at submit: setpath 4 million paths deep (it recurses
+// once per element; a stack overflow is a fatal error no recover catches)
+// and setpath([20000000]) (an array of 20 million, built before the output
+// cap is looked at). Stored anyway (Fetch does not Check), each fails its
+// target with a hint in its filter process, the serving process lives on,
+// and the next page is filtered.
+func TestFetcher_FilterHugeBuilds(t *testing.T) {
+	t.Parallel()
+	s := jsonSite(t, `null`)
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1, MaxBody: 64 << 10})
+	for _, p := range []string{
+		`("\u0000" * 4000000 | explode) as $p | null | setpath($p; 1) | 1`,
+		`null | setpath([20000000]; 1)`,
+	} {
+		if err := f.Check(engine.Target{Options: engine.Options{JQ: p}}); err == nil || !strings.HasPrefix(err.Error(), "jq: ") {
+			t.Errorf("Check(%s): %v, want refused", p, err)
+		}
+		_, err := fetchWith(t, f, s.URL, engine.Options{JQ: p})
+		var te *engine.TargetError
+		if !errors.As(err, &te) || te.Hint == "" {
+			t.Errorf("jq %s stored unchecked: %v, want a failed target with a hint", p, err)
+		}
+		if res, err := fetchWith(t, f, s.URL, engine.Options{JQ: "."}); err != nil || res.Content != "null" {
+			t.Fatalf("after jq %s, the next page: %q %v", p, res.Content, err)
+		}
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/fetcher"
 )
 
@@ -21,24 +19,7 @@ func TestMain(m *testing.M) {
 		garbageChild(path)
 	}
 	fetcher.RunFilterChild()
-	goleak.VerifyTestMain(m)
-}
-
-// waitFor checks cond every few milliseconds until it holds, failing the
-// test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		case <-tick.C:
-		}
-	}
+	enginetest.Main(m)
 }
 
 // garbageChildEnv, in a filter process's environment (SetFilterEnv), makes

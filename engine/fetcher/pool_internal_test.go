@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // TestFilterProtocol_RoundTrip: a request and each kind of response come
@@ -135,14 +136,9 @@ func TestFilterPool_KilledIdleProcessReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	for _, c := range []*filterProc{a, b} {
-		for !pipeHungUp(c.out) { // its last thread gone, its pipes closed
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d killed: state %q, its output still open", c.cmd.Process.Pid, procState(c.cmd.Process.Pid))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		// Its last thread gone, its pipes closed.
+		testkit.WaitFor(t, fmt.Sprintf("killed process %d's output hung up", c.cmd.Process.Pid), func() bool { return pipeHungUp(c.out) })
 	}
 	page(two, "the page after every idle process was killed")
 	for _, c := range []*filterProc{a, b} {

@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 )
 
 // keptConns is a listener whose connections have a small kernel send
-// buffer (as smallSendBuffers), and which hands each accepted connection,
-// the server's side, to accepted: a test can time one out as the server's
-// WriteTimeout would, by setting its write deadline.
+// buffer, and which hands each accepted connection, the server's side, to
+// accepted (if it has room): a test can time one out as the server's
+// WriteTimeout would, by setting its write deadline. With the default
+// buffers (up to 4 MiB here, tcp_wmem) a whole answer could sit in the
+// kernel and no Write would ever block on a client that does not read.
 type keptConns struct {
 	net.Listener
 	accepted chan net.Conn
@@ -38,14 +41,14 @@ func (l keptConns) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// budgetServer serves b's API on keptConns.
-func budgetServer(t *testing.T, b *bundle) (*httptest.Server, keptConns) {
+// keptServer serves h on keptConns.
+func keptServer(t *testing.T, h http.Handler) (*httptest.Server, keptConns) {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(b.handler)
-	l := keptConns{Listener: srv.Listener, accepted: make(chan net.Conn, 64)}
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
+	var l keptConns
+	srv := newServer(t, h, func(s *httptest.Server) {
+		l = keptConns{Listener: s.Listener, accepted: make(chan net.Conn, 64)}
+		s.Listener = l
+	})
 	return srv, l
 }
 
@@ -74,7 +77,7 @@ func stuckReader(t *testing.T, srv *httptest.Server, key, path string) (net.Conn
 // the whole answer.
 func getFrom(t *testing.T, srv *httptest.Server, key, path string) response {
 	t.Helper()
-	client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+	client := &http.Client{Transport: &http.Transport{}, Timeout: testkit.Deadline}
 	defer client.CloseIdleConnections()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -106,9 +109,10 @@ func wantAnswersUnread(t *testing.T, r response) {
 // Once its connections close, what they held is given back: it reads
 // again, and the budget keeps no entry for it.
 func TestAPI_AnswerBudgetRefusesStuckReaders(t *testing.T) {
+	t.Parallel()
 	const budget = 1 << 20
 	b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: budget})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
 	b.waitTerminal(t, mine)
 	theirs := b.submit(t, "bob-key", "https://example.com/3")
@@ -159,7 +163,7 @@ func TestAPI_AnswerBudgetRefusesStuckReaders(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	waitFor(t, 20*time.Second, "alice's closed connections to give their answers back", func() bool {
+	testkit.WaitFor(t, "alice's closed connections to give their answers back", func() bool {
 		_, callers := httpapi.AnswerBytesHeld(b.api, "alice")
 		return callers == 0
 	})
@@ -176,10 +180,12 @@ func TestAPI_AnswerBudgetRefusesStuckReaders(t *testing.T) {
 // deadline passes, as the server's WriteTimeout sets it), or its client
 // closes the connection, the caller reads again.
 func TestAPI_AnswerBudgetGivenBackOnTimeout(t *testing.T) {
+	t.Parallel()
 	for _, end := range []string{"timeout", "close"} {
 		t.Run(end, func(t *testing.T) {
+			t.Parallel()
 			b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: 64 << 10})
-			srv, l := budgetServer(t, b)
+			srv, l := keptServer(t, b.handler)
 			mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
 			b.waitTerminal(t, mine)
 
@@ -187,7 +193,7 @@ func TestAPI_AnswerBudgetGivenBackOnTimeout(t *testing.T) {
 			if code != http.StatusOK {
 				t.Fatalf("the stuck reader's answer: %d", code)
 			}
-			serverSide := <-l.accepted // the stuck reader's: the first connection
+			serverSide := testkit.Recv(t, l.accepted) // the stuck reader's: the first connection
 			for _, path := range []string{"/v1/batch/" + mine + "/1", "/v1/batch/" + mine, "/v1/batch"} {
 				wantAnswersUnread(t, getFrom(t, srv, "alice-key", path))
 			}
@@ -198,14 +204,14 @@ func TestAPI_AnswerBudgetGivenBackOnTimeout(t *testing.T) {
 				conn.Close()
 			}
 			var last response
-			waitFor(t, 20*time.Second, "alice's read to be answered once her stuck answer has ended", func() bool {
+			testkit.WaitFor(t, "alice's read to be answered once her stuck answer has ended", func() bool {
 				last = getFrom(t, srv, "alice-key", "/v1/batch/"+mine+"/1")
 				return last.code != http.StatusTooManyRequests
 			})
 			if last.code != http.StatusOK || len(last.body) < 256<<10 {
 				t.Fatalf("alice's read: %d, %d bytes", last.code, len(last.body))
 			}
-			waitFor(t, 20*time.Second, "alice's budget to be empty", func() bool {
+			testkit.WaitFor(t, "alice's budget to be empty", func() bool {
 				_, callers := httpapi.AnswerBytesHeld(b.api, "alice")
 				return callers == 0
 			})
@@ -218,6 +224,7 @@ func TestAPI_AnswerBudgetGivenBackOnTimeout(t *testing.T) {
 // 256 KiB results): one target's result, and a job's results one at a
 // time, whole.
 func TestAPI_AnswerLargerThanBudgetServed(t *testing.T) {
+	t.Parallel()
 	b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: 64 << 10})
 	mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3")
 	b.waitTerminal(t, mine)
@@ -252,6 +259,7 @@ func TestAPI_AnswerLargerThanBudgetServed(t *testing.T) {
 // waits for room, holding nothing, then goes on once the stuck answer's
 // connection closes: the answer is whole.
 func TestAPI_AnswerBudgetResultsWaitOnceBegun(t *testing.T) {
+	t.Parallel()
 	fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.HasSuffix(tg.URL, "/small") {
 			return engine.Result{Content: "small", Meta: map[string]any{"status": 200}}, nil
@@ -259,7 +267,7 @@ func TestAPI_AnswerBudgetResultsWaitOnceBegun(t *testing.T) {
 		return bigFetch(ctx, c, tg)
 	}
 	b := setupWith(t, fetch, httpapi.Options{MaxAnswerBytes: 300 << 10})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	mine := b.submit(t, "alice-key", "https://example.com/big", "https://example.com/small", "https://example.com/big2")
 	b.waitTerminal(t, mine)
 	conn, code := stuckReader(t, srv, "alice-key", "/v1/batch/"+mine+"/0")
@@ -275,7 +283,7 @@ func TestAPI_AnswerBudgetResultsWaitOnceBegun(t *testing.T) {
 	b.waitTerminal(t, small)
 	answered := make(chan response, 1)
 	go func() {
-		client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+		client := &http.Client{Transport: &http.Transport{}, Timeout: testkit.Deadline}
 		defer client.CloseIdleConnections()
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/batch/"+small+"?results=1", nil)
 		req.Header.Set("Authorization", "Bearer alice-key")
@@ -292,14 +300,14 @@ func TestAPI_AnswerBudgetResultsWaitOnceBegun(t *testing.T) {
 		}
 		answered <- response{code: resp.StatusCode, header: resp.Header, body: body}
 	}()
-	waitFor(t, 20*time.Second, "the results answer to wait for room", func() bool { return httpapi.AnswerWaiting(b.api, "alice") })
+	testkit.WaitFor(t, "the results answer to wait for room", func() bool { return httpapi.AnswerWaiting(b.api, "alice") })
 	select {
 	case r := <-answered:
 		t.Fatalf("the results answer ended while it waited: %d %.200s", r.code, r.body)
 	default:
 	}
 	conn.Close()
-	r := <-answered
+	r := testkit.Recv(t, answered)
 	if r.code != http.StatusOK || !json.Valid(r.body) || len(r.body) < 256<<10 {
 		t.Fatalf("the results answer: %d, %d bytes, valid JSON %v: %.200s", r.code, len(r.body), json.Valid(r.body), r.body)
 	}
@@ -339,9 +347,10 @@ func (forwardingCluster) List(context.Context, string, engine.ListOptions) ([]en
 // answer's connection closes, the forwarded read is answered, and gives
 // its reservation back.
 func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
+	t.Parallel()
 	cl := forwardingCluster{parts: make(chan int, 8)}
 	b := setupWith(t, bigFetch, httpapi.Options{MaxAnswerBytes: 300 << 10, Cluster: cl})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	mine := b.submit(t, "alice-key", "https://example.com/1")
 	b.waitTerminal(t, mine)
 	conn, code := stuckReader(t, srv, "alice-key", "/v1/batch/"+mine+"/0")
@@ -362,14 +371,14 @@ func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
 
 	conn.Close()
 	var last response
-	waitFor(t, 20*time.Second, "the forwarded read to be answered once the stuck answer has ended", func() bool {
+	testkit.WaitFor(t, "the forwarded read to be answered once the stuck answer has ended", func() bool {
 		last = getFrom(t, srv, "alice-key", "/v1/batch/"+remoteID)
 		return last.code != http.StatusTooManyRequests
 	})
 	if last.code != http.StatusOK || !strings.Contains(string(last.body), remoteID) {
 		t.Fatalf("the forwarded read: %d %.200s", last.code, last.body)
 	}
-	waitFor(t, 20*time.Second, "alice's budget to be empty", func() bool {
+	testkit.WaitFor(t, "alice's budget to be empty", func() bool {
 		_, callers := httpapi.AnswerBytesHeld(b.api, "alice")
 		return callers == 0
 	})
@@ -381,8 +390,9 @@ func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
 // under the default MaxAnswerBytes (64 MiB), gets every answer whole, and
 // holds nothing once they are read.
 func TestAPI_AnswerBudgetServesParallelReadsThatFit(t *testing.T) {
+	t.Parallel()
 	b := setupWith(t, bigFetch, httpapi.Options{})
-	srv, _ := budgetServer(t, b)
+	srv, _ := keptServer(t, b.handler)
 	id := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
 	b.waitTerminal(t, id)
 	var paths []string
@@ -398,7 +408,7 @@ func TestAPI_AnswerBudgetServesParallelReadsThatFit(t *testing.T) {
 	for i, p := range paths {
 		go func() {
 			<-start
-			client := &http.Client{Transport: &http.Transport{}, Timeout: 60 * time.Second}
+			client := &http.Client{Transport: &http.Transport{}, Timeout: testkit.Deadline}
 			defer client.CloseIdleConnections()
 			req, _ := http.NewRequest(http.MethodGet, srv.URL+p, nil)
 			req.Header.Set("Authorization", "Bearer alice-key")
@@ -413,14 +423,14 @@ func TestAPI_AnswerBudgetServesParallelReadsThatFit(t *testing.T) {
 	}
 	close(start)
 	for range paths {
-		<-done
+		testkit.Recv(t, done)
 	}
 	for i, r := range answers {
 		if r.code != http.StatusOK || len(r.body) < 256<<10 {
 			t.Errorf("%s: %d, %d bytes: %.200s", paths[i], r.code, len(r.body), r.body)
 		}
 	}
-	waitFor(t, 20*time.Second, "alice's answers to be given back", func() bool {
+	testkit.WaitFor(t, "alice's answers to be given back", func() bool {
 		_, callers := httpapi.AnswerBytesHeld(b.api, "alice")
 		return callers == 0
 	})

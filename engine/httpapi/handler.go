@@ -91,7 +91,7 @@ type Options struct {
 	// ends it. A submit takes no turn: once per job, it keeps the workers
 	// busy. The runner's own work shares the CPU with the handlers:
 	// without a cap, hundreds of clients polling as fast as they can
-	// starve it (issue 9's polling load: 0.17× of the targets/s with
+	// starve it (BenchmarkServe_PollLoad: 0.17× of the targets/s with
 	// /healthz polled instead; 0.86× with the default).
 	// Default GOMAXPROCS/2, at least 1.
 	MaxInFlight int
@@ -241,8 +241,8 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 		h.mux.Handle(route, hh)
 	}
 	// A submit takes no turn: it is what keeps the workers busy, once per
-	// job, and must not queue behind a crowd of polls (issue 9's polling
-	// load).
+	// job, and must not queue behind a crowd of polls
+	// (BenchmarkServe_PollLoad).
 	handle(routeSubmit, h.submit, false)
 	handle(routeList, h.list, true)
 	handle(routeJob, h.job, true)
@@ -352,9 +352,9 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 // what turnWriter is for: while the place is held, nothing the handler
 // writes reaches the client (it is kept); it goes out once the place is
 // given up. So a client that never reads holds only its own connection
-// (and the server's WriteTimeout ends that), never a place: one such
-// client once held every other caller's reads for the length of its
-// connection (issue 23).
+// (and the server's WriteTimeout ends that), never a place; without it,
+// one such client would hold every other caller's reads for the length of
+// its connection (BenchmarkServe_SlowReader).
 //
 // What is kept is bounded by what a handler writes while it holds its
 // place: a small answer whole (an error, a cancel, a list page of at most

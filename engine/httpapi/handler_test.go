@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -18,184 +17,13 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
-	"github.com/sift/batch/persistence"
 )
 
-func TestAPI_Auth(t *testing.T) {
-	b := setup(t)
-	for name, header := range map[string]string{
-		"missing":     "",
-		"unknown key": "Bearer nobody-key",
-		"empty key":   "Bearer ",
-		"basic":       "Basic YWxpY2U6YWxpY2Uta2V5",
-		"bare key":    "alice-key",
-		"token":       "Token alice-key",
-		"no space":    "Beareralice-key",
-	} {
-		t.Run(name, func(t *testing.T) {
-			for _, rt := range []struct{ method, path string }{
-				{http.MethodPost, "/v1/batch"},
-				{http.MethodGet, "/v1/batch/0123456789abcdef0123456789abcdef"},
-				{http.MethodGet, "/v1/batch/0123456789abcdef0123456789abcdef/0"},
-				{http.MethodDelete, "/v1/batch/0123456789abcdef0123456789abcdef"},
-				{http.MethodGet, "/v1/other"},
-			} {
-				req, _ := http.NewRequest(rt.method, b.url+rt.path, strings.NewReader(targetsBody("https://example.com/")))
-				if header != "" {
-					req.Header.Set("Authorization", header)
-				}
-				resp, err := b.client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				r := response{code: resp.StatusCode, header: resp.Header, body: body}
-				wantError(t, r, http.StatusUnauthorized, "unauthorized")
-				if !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
-					t.Errorf("%s %s: no WWW-Authenticate: Bearer", rt.method, rt.path)
-				}
-			}
-		})
-	}
-	t.Run("scheme is case-insensitive", func(t *testing.T) {
-		req, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/0123456789abcdef0123456789abcdef", nil)
-		req.Header.Set("Authorization", "bearer alice-key")
-		resp, err := b.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotFound {
-			t.Fatalf("got %d, want 404", resp.StatusCode)
-		}
-	})
-	t.Run("a cookie or a query parameter is not a key", func(t *testing.T) {
-		for _, req := range []*http.Request{
-			func() *http.Request {
-				r, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/"+missingID, nil)
-				r.AddCookie(&http.Cookie{Name: "key", Value: "alice-key"})
-				r.AddCookie(&http.Cookie{Name: "Authorization", Value: "Bearer alice-key"})
-				return r
-			}(),
-			func() *http.Request {
-				r, _ := http.NewRequest(http.MethodGet, b.url+"/v1/batch/"+missingID+"?key=alice-key&access_token=alice-key", nil)
-				return r
-			}(),
-		} {
-			wantError(t, send(t, b.client, req), http.StatusUnauthorized, "unauthorized")
-		}
-	})
-}
-
-func TestAPI_Submit(t *testing.T) {
-	t.Run("bad requests", func(t *testing.T) {
-		b := setup(t)
-		huge := `{"targets":[{"url":"https://example.com/` + strings.Repeat("a", 257<<10) + `"}]}`
-		for _, tc := range []struct {
-			name, body string
-			code       int
-			msg        string
-		}{
-			{"not json", `{"targets":`, http.StatusBadRequest, "bad json: the JSON ends too soon"},
-			{"empty body", ``, http.StatusBadRequest, "empty body"},
-			{"blank body", " \n", http.StatusBadRequest, "empty body"},
-			{"targets an object", `{"targets":{}}`, http.StatusBadRequest, `bad json: targets must be a list of {"url": …}`},
-			{"a target a number", `{"targets":[1]}`, http.StatusBadRequest, `bad json: targets must be a list of {"url": …}`},
-			{"url a number", `{"targets":[{"url":1}]}`, http.StatusBadRequest, "bad json: url must be a string"},
-			{"options a list", `{"targets":[{"url":"https://example.com/","options":[]}]}`, http.StatusBadRequest, "bad json: options must be an object"},
-			{"context a string", `{"targets":[{"url":"https://example.com/","options":{"context":"yes"}}]}`, http.StatusBadRequest, "bad json: option context must be true or false"},
-			{"mode a number", `{"targets":[{"url":"https://example.com/","options":{"mode":1}}]}`, http.StatusBadRequest, "bad json: option mode must be a string"},
-			{"syntax", `{"targets":[x]}`, http.StatusBadRequest, "bad json: invalid character 'x' looking for beginning of value (at byte 13)"},
-			{"not an object", `[1,2]`, http.StatusBadRequest, "bad json: the body must be one JSON object"},
-			{"wrong type", `{"targets":"https://example.com/"}`, http.StatusBadRequest, "bad json"},
-			{"unknown field", `{"targets":[{"url":"https://example.com/"}],"priority":1}`, http.StatusBadRequest, "unknown field"},
-			{"unknown target field", `{"targets":[{"url":"https://example.com/","method":"POST"}]}`, http.StatusBadRequest, "unknown field"},
-			{"unknown option", `{"targets":[{"url":"https://example.com/","options":{"speed":"fast"}}]}`, http.StatusBadRequest, "unknown field"},
-			{"two objects", `{"targets":[{"url":"https://example.com/"}]}{}`, http.StatusBadRequest, "after the JSON"},
-			{"trailing garbage", `{"targets":[{"url":"https://example.com/"}]} x`, http.StatusBadRequest, "after the JSON"},
-			{"257 KiB", huge, http.StatusRequestEntityTooLarge, "too large"},
-			{"no targets", `{"targets":[]}`, http.StatusUnprocessableEntity, "no targets"},
-			{"targets missing", `{}`, http.StatusUnprocessableEntity, "no targets"},
-			{"too many targets", targetsBody("https://e.com/1", "https://e.com/2", "https://e.com/3", "https://e.com/4", "https://e.com/5"), http.StatusUnprocessableEntity, "too many targets"},
-			{"empty url", `{"targets":[{"url":""}]}`, http.StatusUnprocessableEntity, "empty url"},
-			{"relative url", targetsBody("/page"), http.StatusUnprocessableEntity, "not an absolute"},
-			{"ftp url", targetsBody("ftp://example.com/file"), http.StatusUnprocessableEntity, "not an absolute"},
-			{"no host", targetsBody("https:///path"), http.StatusUnprocessableEntity, "not an absolute"},
-			{"unparsable url", targetsBody("http://[::1"), http.StatusUnprocessableEntity, "not an absolute"},
-			{"port too high", targetsBody("https://example.com:99999/"), http.StatusUnprocessableEntity, "port not 1 to 65535"},
-			{"port zero", targetsBody("https://example.com:0/"), http.StatusUnprocessableEntity, "port not 1 to 65535"},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(tc.body)), tc.code, tc.msg)
-			})
-		}
-		// No message speaks Go.
-		for _, body := range []string{`{"targets":{}}`, `[1]`, `{"targets":[{"url":true}]}`, `{"targets":[{"url":"https://e.com/","options":{"recover":"x"}}]}`} {
-			r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
-			for _, goWord := range []string{"Go ", "struct", "engine.", "submitRequest", "unmarshal", "[]"} {
-				if strings.Contains(r.json(t)["error"].(string), goWord) {
-					t.Errorf("%s: error %q speaks Go (%q)", body, r.json(t)["error"], goWord)
-				}
-			}
-		}
-		// None of them made a job.
-		n := 0
-		if err := b.store.Jobs(func(persistence.JobRecord) bool { n++; return true }); err != nil {
-			t.Fatal(err)
-		}
-		if n != 0 {
-			t.Fatalf("%d jobs stored, want 0", n)
-		}
-	})
-
-	t.Run("accepted and reused", func(t *testing.T) {
-		b := setup(t)
-		body := targetsBody("https://example.com/a", "https://example.com/b")
-		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
-		wantCode(t, r, http.StatusAccepted)
-		m := r.json(t)
-		id, _ := m["id"].(string)
-		if len(id) != 32 || m["reused"] != false || m["status"] != "/v1/batch/"+id {
-			t.Fatalf("answer %s", r.body)
-		}
-		if loc := r.header.Get("Location"); loc != "/v1/batch/"+id {
-			t.Fatalf("Location %q", loc)
-		}
-		b.waitTerminal(t, id)
-		r = b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(body))
-		wantCode(t, r, http.StatusAccepted)
-		if m := r.json(t); m["id"] != id || m["reused"] != true {
-			t.Fatalf("resubmit: %s, want id %s reused", r.body, id)
-		}
-		// Another caller with the same targets gets a job of its own.
-		if other := b.submit(t, "bob-key", "https://example.com/a", "https://example.com/b"); other == id {
-			t.Fatal("bob got alice's job")
-		}
-	})
-
-	t.Run("429 with Retry-After", func(t *testing.T) {
-		b := setup(t)
-		first := b.submit(t, "alice-key", holdURL)
-		b.waitRunning(t, first)
-		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(targetsBody("https://example.com/other")))
-		wantError(t, r, http.StatusTooManyRequests, "busy")
-		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra <= 0 {
-			t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
-		}
-		// bob's job is the second live job of two: carol meets the total cap.
-		b.submit(t, "bob-key", holdURL)
-		r = b.do(t, http.MethodPost, "/v1/batch", "carol-key", strings.NewReader(targetsBody("https://example.com/c")))
-		wantError(t, r, http.StatusTooManyRequests, "jobs busy")
-		if r.header.Get("Retry-After") == "" {
-			t.Fatal("no Retry-After on jobs busy")
-		}
-	})
-}
-
 func TestAPI_Get(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a", "https://example.com/fail")
 	b.waitTerminal(t, id)
@@ -285,38 +113,40 @@ func TestAPI_Get(t *testing.T) {
 }
 
 func TestAPI_GetTouches(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a")
 	b.waitTerminal(t, id)
 	lease := func() int64 {
-		j, err := b.store.Job(id)
+		j, err := b.Store.Job(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return j.Lease
 	}
 	before := lease()
-	b.clock.Advance(time.Hour)
+	b.Clock.Advance(time.Hour)
 	// Another caller's read does not touch.
 	b.do(t, http.MethodGet, "/v1/batch/"+id, "bob-key", nil)
 	if got := lease(); got != before {
 		t.Fatalf("bob's read moved the lease by %v", time.Duration(got-before))
 	}
 	wantCode(t, b.do(t, http.MethodGet, "/v1/batch/"+id, "alice-key", nil), http.StatusOK)
-	waitFor(t, 5*time.Second, "the lease to move", func() bool { return lease() >= b.clock.Now().UnixNano() })
-	b.clock.Advance(time.Hour)
+	testkit.WaitFor(t, "the lease to move", func() bool { return lease() >= b.Clock.Now().UnixNano() })
+	b.Clock.Advance(time.Hour)
 	wantCode(t, b.do(t, http.MethodGet, "/v1/batch/"+id+"/0", "alice-key", nil), http.StatusOK)
-	waitFor(t, 5*time.Second, "the lease to move again", func() bool { return lease() >= b.clock.Now().UnixNano() })
+	testkit.WaitFor(t, "the lease to move again", func() bool { return lease() >= b.Clock.Now().UnixNano() })
 }
 
 func TestAPI_Cancel(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	live := b.submit(t, "alice-key", holdURL, "https://example.com/b")
 	b.waitRunning(t, live)
 
 	t.Run("another caller cannot", func(t *testing.T) {
 		wantError(t, b.do(t, http.MethodDelete, "/v1/batch/"+live, "bob-key", nil), http.StatusNotFound, "job not found")
-		if j, _, _ := b.runner.Status(live); j.Status != engine.StatusRunning {
+		if j, _, _ := b.Runner.Status(live); j.Status != engine.StatusRunning {
 			t.Fatalf("bob's DELETE left the job %s", j.Status)
 		}
 		wantError(t, b.do(t, http.MethodDelete, "/v1/batch/0123456789abcdef0123456789abcdef", "alice-key", nil), http.StatusNotFound, "job not found")
@@ -344,6 +174,7 @@ func TestAPI_Cancel(t *testing.T) {
 }
 
 func TestAPI_OtherRoutes(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	r := b.do(t, http.MethodPut, "/v1/batch", "alice-key", nil)
 	wantError(t, r, http.StatusMethodNotAllowed, "method not allowed")
@@ -371,6 +202,7 @@ func metricValue(t *testing.T, scrape, series string) float64 {
 }
 
 func TestAPI_Metrics(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	scrape := func() string {
 		r := b.do(t, http.MethodGet, "/metrics", "", nil)
@@ -404,7 +236,7 @@ func TestAPI_Metrics(t *testing.T) {
 	b.do(t, http.MethodGet, "/v1/batch/"+id, "", nil)
 
 	var after string
-	waitFor(t, 5*time.Second, "the job metrics", func() bool {
+	testkit.WaitFor(t, "the job metrics", func() bool {
 		after = scrape()
 		// The job actor observes the job's end; the supervisor, on its own
 		// goroutine, then stops counting it live.
@@ -437,13 +269,61 @@ func TestAPI_Metrics(t *testing.T) {
 	}
 }
 
+// TestAPI_MetricsRouteLabelsFixed: whatever path, method and key a
+// request has, the metrics label it with one of the fixed routes, and no
+// series holds the request's input (an id, an injected label, a long
+// path).
+func TestAPI_MetricsRouteLabelsFixed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/m")
+	b.waitTerminal(t, id)
+	paths := []string{
+		"/v1/batch/" + id, "/v1/batch/" + id + "/0", "/v1/batch/" + id + "/9999", "/v1/batch/" + id + "/../x",
+		"/v1/batch/" + missingID, "/v1/batch/%22%7D%0Aevil%7Bx%3D%22", "/v1/batch/a/b/c/d", "/v1/" + id,
+		"/v1/batch/" + strings.Repeat("z", 3000), "/v1/batch?id=" + id, "/v1/batch/" + id + "?wait=1ms",
+	}
+	for _, p := range paths {
+		for _, key := range []string{"alice-key", "bob-key", ""} {
+			for _, m := range []string{http.MethodGet, http.MethodDelete, http.MethodPut, http.MethodPatch} {
+				b.do(t, m, p, key, nil)
+			}
+		}
+	}
+	scrape := b.do(t, http.MethodGet, "/metrics", "", nil)
+	if scrape.code != http.StatusOK {
+		t.Fatalf("/metrics: %d", scrape.code)
+	}
+	routes := map[string]bool{}
+	re := regexp.MustCompile(`route="([^"]*)"`)
+	for _, line := range strings.Split(string(scrape.body), "\n") {
+		if strings.Contains(line, id) || strings.Contains(line, missingID) || strings.Contains(line, "evil") || strings.Contains(line, "zzzz") {
+			t.Errorf("metric line holds request input: %.200s", line)
+		}
+		for _, m := range re.FindAllStringSubmatch(line, -1) {
+			routes[m[1]] = true
+		}
+	}
+	fixed := map[string]bool{"POST /v1/batch": true, "GET /v1/batch": true, "GET /v1/batch/{id}": true, "GET /v1/batch/{id}/{idx}": true,
+		"DELETE /v1/batch/{id}": true, "/v1/": true}
+	for r := range routes {
+		if !fixed[r] {
+			t.Errorf("route label %q is not one of the fixed ones", r)
+		}
+	}
+	if len(routes) == 0 {
+		t.Fatalf("no route labels in:\n%s", scrape.body)
+	}
+}
+
 func TestAPI_LogsCarryNoSecrets(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	id := b.submit(t, "alice-key", "https://secret-host.example/a", "https://secret-host.example/fail")
 	b.waitTerminal(t, id)
 	b.do(t, http.MethodGet, "/v1/batch/"+id+"?results=1", "alice-key", nil)
 	b.do(t, http.MethodGet, "/v1/batch/"+id, "wrong-key", nil)
-	logs := b.logs.String()
+	logs := b.Logs.String()
 	if !strings.Contains(logs, id) {
 		t.Fatalf("the job id is not logged:\n%s", logs)
 	}
@@ -457,6 +337,7 @@ func TestAPI_LogsCarryNoSecrets(t *testing.T) {
 // TestAPI_RealFetch runs the API on the real fetcher against a loopback
 // server: a page, a 404 and a page busy twice.
 func TestAPI_RealFetch(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	busy := 0
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -523,6 +404,7 @@ func TestAPI_RealFetch(t *testing.T) {
 // TestAPI_EveryFailureHasAHint: a failed target stored without a hint of
 // its own (a plain error, busy past the retry window) is shown with one.
 func TestAPI_EveryFailureHasAHint(t *testing.T) {
+	t.Parallel()
 	var busy atomic.Int32
 	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		switch {
@@ -539,8 +421,8 @@ func TestAPI_EveryFailureHasAHint(t *testing.T) {
 	// Once the busy target has come back busy (twice: the runner has
 	// noted when the first came back before the second try begins), its
 	// retry window passes.
-	waitFor(t, 10*time.Second, "the busy target's second try", func() bool { return busy.Load() >= 2 })
-	b.clock.Advance(engine.DefaultRetryFor + time.Minute)
+	testkit.WaitFor(t, "the busy target's second try", func() bool { return busy.Load() >= 2 })
+	b.Clock.Advance(engine.DefaultRetryFor + time.Minute)
 	b.waitTerminal(t, id)
 	var job struct {
 		Targets []struct{ Status, Error, Hint string }
@@ -562,55 +444,12 @@ func TestAPI_EveryFailureHasAHint(t *testing.T) {
 	}
 }
 
-// TestAPI_Options: a target option the FetchFunc does not honour is
-// refused at submit, 422, naming it; an honoured one passes Check first;
-// nothing is accepted and then silently ignored.
-func TestAPI_Options(t *testing.T) {
-	yes := true
-	t.Run("none honoured", func(t *testing.T) {
-		b := setup(t)
-		for name, o := range map[string]engine.Options{
-			"mode": {Mode: "summary"}, "question": {Question: "why?"}, "pages": {Pages: "1-2"},
-			"grep": {Grep: "x"}, "jq": {JQ: "."}, "context": {Context: &yes}, "recover": {Recover: true},
-		} {
-			body, _ := json.Marshal(map[string]any{"targets": []engine.Target{{URL: "https://example.com/", Options: o}}})
-			r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", bytes.NewReader(body))
-			wantError(t, r, http.StatusUnprocessableEntity, "target 0: option "+name+" is not supported by this server")
-			if h := r.json(t)["hint"].(string); !strings.Contains(h, "belongs to a fetcher that supports it") || !strings.Contains(h, "honours none") {
-				t.Errorf("%s: hint %q", name, h)
-			}
-		}
-		// Options left empty are no options.
-		b.submit(t, "alice-key", "https://example.com/plain")
-		r := b.do(t, http.MethodPost, "/v1/batch", "bob-key", strings.NewReader(`{"targets":[{"url":"https://example.com/","options":{"mode":"","context":null,"recover":false}}]}`))
-		wantCode(t, r, http.StatusAccepted)
-	})
-
-	t.Run("the fetcher's", func(t *testing.T) {
-		f, err := fetcher.New(fetcher.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		b := setupWith(t, nil, httpapi.Options{Honoured: f.Honours(), Check: f.Check})
-		body := func(o engine.Options) io.Reader {
-			data, _ := json.Marshal(map[string]any{"targets": []engine.Target{{URL: "https://example.com/a"}, {URL: "https://example.com/b", Options: o}}})
-			return bytes.NewReader(data)
-		}
-		wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Mode: "summary"})), http.StatusUnprocessableEntity,
-			"target 1: option mode is not supported by this server")
-		r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Grep: "a("}))
-		wantError(t, r, http.StatusUnprocessableEntity, "target 1: grep: error parsing regexp: missing closing ): `a(`")
-		wantError(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{JQ: ".a |"})), http.StatusUnprocessableEntity, "target 1: jq: ")
-		wantCode(t, b.do(t, http.MethodPost, "/v1/batch", "alice-key", body(engine.Options{Grep: "(?i)x", JQ: ".a"})), http.StatusAccepted)
-	})
-}
-
 // TestAPI_NilBody: a request without a Body (nil: not read off a
 // connection; a cluster's forwarded requests carry none) panics nowhere,
 // on any route: a submit is answered 405 with a hint to submit to a node
 // directly, the others as they are with a body.
 func TestAPI_NilBody(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	id := b.submit(t, "alice-key", "https://example.com/a")
 	b.waitTerminal(t, id)
@@ -650,7 +489,7 @@ func TestAPI_NilBody(t *testing.T) {
 	if h := (response{body: rec.Body.Bytes()}).json(t)["hint"]; h != "submit to any node: POST is not forwarded" || rec.Header().Get("Allow") == "" {
 		t.Fatalf("a submit without a body: %d %s, Allow %q", rec.Code, rec.Body, rec.Header().Get("Allow"))
 	}
-	if l := b.logs.String(); strings.Contains(l, "panicked") {
+	if l := b.Logs.String(); strings.Contains(l, "panicked") {
 		t.Fatalf("a handler panicked:\n%s", l)
 	}
 }

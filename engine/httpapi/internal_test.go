@@ -3,18 +3,18 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/sift/batch/engine"
-	"github.com/sift/batch/persistence"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // countingRunner records each call the handler makes into the runner, so
@@ -55,40 +55,40 @@ func (c countingRunner) Touch(id string) {
 	c.runner.Touch(id)
 }
 
-// newRunner starts a runner on an in-memory store whose fetch succeeds at
-// once, or waits for hold's close on a URL ending in /hold.
-func newRunner(t *testing.T, hold <-chan struct{}) *engine.Runner {
+func (c countingRunner) Wait(ctx context.Context, id string) (engine.Job, error) {
+	*c.calls = append(*c.calls, "Wait")
+	return c.runner.Wait(ctx, id)
+}
+
+// newRunner starts a runner (the kit's, on an in-memory store; at most 2
+// live jobs a caller) whose fetch succeeds at once, or waits at hold on a
+// URL ending in /hold.
+func newRunner(t *testing.T, hold *testkit.Gate) *engine.Runner {
 	t.Helper()
 	return newRunnerWith(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.HasSuffix(tg.URL, "/hold") {
-			select {
-			case <-hold:
-			case <-ctx.Done():
-				return engine.Result{}, ctx.Err()
+			if err := hold.Wait(ctx); err != nil {
+				return engine.Result{}, err
 			}
 		}
 		return engine.Result{Content: "page"}, nil
 	})
 }
 
+// newRunnerWith is newRunner with a fetch of its own.
 func newRunnerWith(t *testing.T, fetch engine.FetchFunc) *engine.Runner {
 	t.Helper()
-	store, err := persistence.Open("")
-	if err != nil {
+	return enginetest.Setup(t, fetch, engine.Config{JobsPerCaller: 2}).Runner
+}
+
+// waitJob waits until job id has ended.
+func waitJob(t *testing.T, r *engine.Runner, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
+	defer cancel()
+	if _, err := r.Wait(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	r, err := engine.New(store, fetch, engine.Config{JobsPerCaller: 2}, nil)
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		r.Close()
-		if err := store.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return r
 }
 
 // testAuth knows two keys: alice-key and bob-key.
@@ -102,27 +102,35 @@ var testAuth = AuthenticatorFunc(func(_ context.Context, key string) (*engine.Ca
 
 // TestAPI_NotYoursSameWork: "not yours" (another caller's finished or live
 // job) and "missing" make exactly the same calls into the runner: one Job,
-// no read of targets, no Touch, no Cancel. It counts calls instead of
-// timing them: the runner's Job costs one store point read whatever the
-// case, and a count is exact where a clock is noisy.
+// no read of targets or results, no Touch, no Cancel, and no Wait, not
+// even for a long-poll: a wait would tell that the job exists. It counts
+// calls instead of timing answers: the runner's Job costs one store point
+// read whatever the case (the finished job's four 256 KiB results are
+// never read), and a count is exact where a clock is noisy. The owner's
+// reads do the work (and a bad wait waits for nothing).
 func TestAPI_NotYoursSameWork(t *testing.T) {
-	hold := make(chan struct{})
-	defer close(hold)
-	r := newRunner(t, hold)
+	t.Parallel()
+	hold := testkit.NewGate()
+	r := newRunnerWith(t, func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.HasSuffix(tg.URL, "/hold") {
+			if err := hold.Wait(ctx); err != nil {
+				return engine.Result{}, err
+			}
+		}
+		return engine.Result{Content: strings.Repeat("x", 256<<10)}, nil
+	})
 	ctx := context.Background()
-	done, _, err := r.Submit(ctx, &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: "https://example.com/a"}, {URL: "https://example.com/b"}})
+	done, _, err := r.Submit(ctx, &engine.Caller{Name: "alice"}, "", []engine.Target{
+		{URL: "https://example.com/a"}, {URL: "https://example.com/b"}, {URL: "https://example.com/c"}, {URL: "https://example.com/d"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := r.Wait(wctx, done); err != nil {
-		t.Fatal(err)
-	}
+	waitJob(t, r, done)
 	live, _, err := r.Submit(ctx, &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: "https://example.com/hold"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Recv(t, hold.Entered())
 	var calls []string
 	h, err := newHandler(countingRunner{runner: r, calls: &calls}, testAuth, Options{})
 	if err != nil {
@@ -138,6 +146,9 @@ func TestAPI_NotYoursSameWork(t *testing.T) {
 	for _, rt := range []struct{ method, path string }{
 		{http.MethodGet, "/v1/batch/%s"},
 		{http.MethodGet, "/v1/batch/%s?results=1"},
+		{http.MethodGet, "/v1/batch/%s?wait=20s"},
+		{http.MethodGet, "/v1/batch/%s?wait=20s&results=1"},
+		{http.MethodGet, "/v1/batch/%s?wait=bogus"},
 		{http.MethodGet, "/v1/batch/%s/0"},
 		{http.MethodGet, "/v1/batch/%s/9"},
 		{http.MethodDelete, "/v1/batch/%s"},
@@ -156,15 +167,26 @@ func TestAPI_NotYoursSameWork(t *testing.T) {
 	if got := serve(http.MethodGet, "/v1/batch/"+done+"/1", "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "ResultJSON", "Touch"}) {
 		t.Errorf("owner's GET of a target called %v", got)
 	}
+	if got := serve(http.MethodGet, "/v1/batch/"+done+"?results=1", "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "Touch", "ResultJSON", "ResultJSON", "ResultJSON", "ResultJSON"}) {
+		t.Errorf("owner's GET of the results called %v", got)
+	}
+	if got := serve(http.MethodGet, "/v1/batch/"+live+"?wait=1ms", "alice-key"); !slices.Equal(got, []string{"Job", "Wait", "Targets", "Touch"}) {
+		t.Errorf("owner's long-poll called %v", got)
+	}
+	for _, bad := range []string{"bogus", "61s", "-1s"} {
+		if got := serve(http.MethodGet, "/v1/batch/"+live+"?wait="+bad, "alice-key"); !slices.Equal(got, []string{"Job"}) {
+			t.Errorf("owner's GET with wait=%s called %v, want [Job]: a bad wait waits for nothing", bad, got)
+		}
+	}
 }
 
 // TestAPI_HandlerPanic: a handler that panics (a bug) is answered 500 and
 // logged with its route only, never the panic value, and the server goes on.
 func TestAPI_HandlerPanic(t *testing.T) {
+	t.Parallel()
 	const panicValue = "PANIC-VALUE-7e1f"
-	var mu sync.Mutex
-	var logs strings.Builder
-	h := &Handler{log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
+	var logs testkit.SyncBuffer
+	h := &Handler{log: slog.New(slog.NewTextHandler(&logs, nil))}
 	g := h.guard(routeJob, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("https://secret.example/page " + panicValue)
 	}))
@@ -196,18 +218,6 @@ func TestAPI_HandlerPanic(t *testing.T) {
 	}
 }
 
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *strings.Builder
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // eventWriter is a ResponseWriter that logs each Write's size into the
 // same log as the countingRunner's calls.
 type eventWriter struct {
@@ -225,6 +235,7 @@ func (e eventWriter) Write(b []byte) (int, error) {
 // memory: in the log of runner calls and writes, every ResultJSON is
 // followed by the write that carries that result, before the next read.
 func TestAPI_StreamsOneResultAtATime(t *testing.T) {
+	t.Parallel()
 	sizes := []int{100 << 10, 30 << 10, 200 << 10, 5 << 10}
 	r := newRunnerWith(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
 		if strings.HasSuffix(tg.URL, "/fail") {
@@ -239,11 +250,7 @@ func TestAPI_StreamsOneResultAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := r.Wait(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	waitJob(t, r, id)
 	var events []string
 	h, err := newHandler(countingRunner{runner: r, calls: &events}, testAuth, Options{})
 	if err != nil {
@@ -280,35 +287,41 @@ func TestAPI_StreamsOneResultAtATime(t *testing.T) {
 	}
 }
 
-// waitSignal is a runner whose Wait says when it starts waiting.
+// waitSignal is a runner whose Wait signals when it begins (waiting) and
+// what it returned when it ends (ended): the job, or why the wait ended.
 type waitSignal struct {
 	runner
-	waiting chan struct{}
+	waiting *testkit.Signal[struct{}]
+	ended   *testkit.Signal[error]
 }
 
 func (s waitSignal) Wait(ctx context.Context, id string) (engine.Job, error) {
-	s.waiting <- struct{}{}
-	return s.runner.Wait(ctx, id)
+	s.waiting.Signal(struct{}{})
+	j, err := s.runner.Wait(ctx, id)
+	s.ended.Signal(err)
+	return j, err
 }
 
 // TestAPI_LongPoll: GET /v1/batch/{id}?wait= answers once the job ends,
-// or when EndWaits is called (a shutdown), with the job as it then stands;
+// once its time is up (its wait ended by its deadline, not before), or
+// when EndWaits is called (a shutdown), with the job as it then stands;
 // a finished job is answered at once, without waiting.
 func TestAPI_LongPoll(t *testing.T) {
-	hold := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
-	defer release()
+	t.Parallel()
+	hold := testkit.NewGate()
 	r := newRunner(t, hold)
-	waiting := make(chan struct{}, 1)
-	h, err := newHandler(waitSignal{runner: r, waiting: waiting}, testAuth, Options{})
+	var waiting testkit.Signal[struct{}]
+	var ended testkit.Signal[error]
+	waiting.Init(t)
+	ended.Init(t)
+	h, err := newHandler(waitSignal{runner: r, waiting: &waiting, ended: &ended}, testAuth, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(id string) <-chan *httptest.ResponseRecorder {
+	get := func(h *Handler, id, wait string) <-chan *httptest.ResponseRecorder {
 		done := make(chan *httptest.ResponseRecorder, 1)
 		go func() {
-			req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?wait=60s", nil)
+			req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?wait="+wait, nil)
 			req.Header.Set("Authorization", "Bearer alice-key")
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
@@ -323,16 +336,7 @@ func TestAPI_LongPoll(t *testing.T) {
 		}
 		return j.Status
 	}
-	within := func(ch <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
-		select {
-		case rec := <-ch:
-			return rec
-		case <-time.After(10 * time.Second):
-			t.Fatal("the long-poll did not answer")
-			return nil
-		}
-	}
-	submit := func(url string) string {
+	submit := func(r *engine.Runner, url string) string {
 		id, _, err := r.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: url}})
 		if err != nil {
 			t.Fatal(err)
@@ -340,74 +344,64 @@ func TestAPI_LongPoll(t *testing.T) {
 		return id
 	}
 
+	// The subtests run in order, on one runner: each ends what it began.
+	t.Run("when its time is up", func(t *testing.T) {
+		id := submit(r, "https://example.com/hold")
+		answer := get(h, id, "200ms")
+		waiting.Wait(t)
+		if err := ended.Wait(t); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the wait ended with %v, want its deadline passed", err)
+		}
+		if st := status(testkit.Recv(t, answer)); st != engine.StatusRunning {
+			t.Fatalf("answered %s, want the job as it stands: running", st)
+		}
+	})
+
 	t.Run("at the job's end", func(t *testing.T) {
-		id := submit("https://example.com/hold")
-		answer := get(id)
-		<-waiting
-		release()
-		if st := status(within(answer)); st != engine.StatusDone {
+		id := submit(r, "https://example.com/hold")
+		answer := get(h, id, "60s")
+		waiting.Wait(t)
+		hold.Open()
+		if err := ended.Wait(t); err != nil {
+			t.Fatalf("the wait ended with %v, want the job's end", err)
+		}
+		if st := status(testkit.Recv(t, answer)); st != engine.StatusDone {
 			t.Fatalf("answered %s, want done", st)
 		}
 	})
 
 	t.Run("a finished job at once", func(t *testing.T) {
-		id := submit("https://example.com/done")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := r.Wait(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		if st := status(within(get(id))); st != engine.StatusDone {
+		id := submit(r, "https://example.com/done")
+		waitJob(t, r, id)
+		if st := status(testkit.Recv(t, get(h, id, "60s"))); st != engine.StatusDone {
 			t.Fatalf("answered %s", st)
 		}
-		select {
-		case <-waiting:
-			t.Fatal("the handler waited on a finished job")
-		default:
-		}
+		waiting.RequireEmpty(t) // the handler did not wait on a finished job
 	})
 
 	t.Run("on shutdown", func(t *testing.T) {
-		hold2 := make(chan struct{})
-		defer close(hold2)
-		r2 := newRunner(t, hold2)
-		h2, err := newHandler(waitSignal{runner: r2, waiting: waiting}, testAuth, Options{})
+		r2 := newRunner(t, testkit.NewGate())
+		h2, err := newHandler(waitSignal{runner: r2, waiting: &waiting, ended: &ended}, testAuth, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h = h2
-		id, _, err := r2.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: "https://example.com/hold"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		answer := get(id)
-		<-waiting
+		id := submit(r2, "https://example.com/hold")
+		answer := get(h2, id, "60s")
+		waiting.Wait(t)
 		h2.EndWaits()
-		if st := status(within(answer)); !engine.IsLive(st) {
+		if err := ended.Wait(t); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the wait ended with %v, want it cancelled by EndWaits", err)
+		}
+		if st := status(testkit.Recv(t, answer)); !engine.IsLive(st) {
 			t.Fatalf("answered %s, want the job as it stands: live", st)
 		}
 		// Later waits answer at once.
-		if st := status(within(get(id))); !engine.IsLive(st) {
+		if st := status(testkit.Recv(t, get(h2, id, "60s"))); !engine.IsLive(st) {
 			t.Fatalf("answered %s", st)
 		}
-		<-waiting
+		waiting.Wait(t)
+		ended.Wait(t)
 	})
-}
-
-// stuckWriter is a ResponseWriter whose Writes block until release is
-// closed: a client that does not read. entered is closed at the first.
-type stuckWriter struct {
-	header           http.Header
-	entered, release chan struct{}
-	once             sync.Once
-}
-
-func (w *stuckWriter) Header() http.Header { return w.header }
-func (w *stuckWriter) WriteHeader(int)     {}
-func (w *stuckWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.entered) })
-	<-w.release
-	return len(p), nil
 }
 
 // TestAPI_RefusedAnswerReadsNoResult: once a result's size is known (it
@@ -416,6 +410,7 @@ func (w *stuckWriter) Write(p []byte) (int, error) {
 // refused before the runner reads the result again: a target's and a
 // job's results alike.
 func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
+	t.Parallel()
 	r := newRunnerWith(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
 		return engine.Result{Content: strings.Repeat("x", 8<<10)}, nil
 	})
@@ -424,11 +419,7 @@ func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := r.Wait(wctx, id); err != nil {
-		t.Fatal(err)
-	}
+	waitJob(t, r, id)
 	var calls []string
 	h, err := newHandler(countingRunner{runner: r, calls: &calls}, testAuth, Options{MaxAnswerBytes: 12 << 10})
 	if err != nil {
@@ -439,18 +430,14 @@ func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer alice-key")
 		return req
 	}
-	stuck := &stuckWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+	stuck := NewBlockingWriter()
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		h.ServeHTTP(stuck, request("/v1/batch/"+id+"/0"))
 	}()
-	defer func() { close(stuck.release); <-served }()
-	select {
-	case <-stuck.entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the stuck answer was never written")
-	}
+	defer func() { stuck.Release(); <-served }()
+	testkit.RequireClosed(t, stuck.Entered())
 	for _, path := range []string{"/v1/batch/" + id + "/0", "/v1/batch/" + id + "?results=1"} {
 		calls = nil
 		rec := httptest.NewRecorder()

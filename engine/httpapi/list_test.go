@@ -14,13 +14,14 @@ import (
 // a page at a time; bob never sees alice's jobs, not even with her cursor;
 // bad parameters are 400 with a hint.
 func TestAPI_List(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	var alice []string
 	for _, u := range []string{"https://example.com/a", "https://example.com/b", "https://example.com/fail"} {
 		id := b.submit(t, "alice-key", u)
 		b.waitTerminal(t, id)
 		alice = append(alice, id)
-		b.clock.Advance(time.Millisecond)
+		b.Clock.Advance(time.Millisecond)
 	}
 	bob := b.submit(t, "bob-key", "https://example.com/c")
 	b.waitTerminal(t, bob)

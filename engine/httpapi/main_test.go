@@ -1,27 +1,27 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/goleak"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/metrics"
-	"github.com/sift/batch/persistence"
 )
 
 // TestMain serves the fetcher's filters when the test binary runs as a
@@ -31,7 +31,7 @@ import (
 // allow-list is needed.
 func TestMain(m *testing.M) {
 	fetcher.RunFilterChild()
-	goleak.VerifyTestMain(m)
+	enginetest.Main(m)
 }
 
 // Test keys: alice and bob are standard callers, carol is restricted.
@@ -41,87 +41,51 @@ bob   bob-key
 carol carol-key restricted
 `
 
-// holdURL is a target whose fake fetch waits until the test releases it.
+// holdURL is a target whose fake fetch waits at the bundle's gate.
 const holdURL = "https://example.com/hold"
 
 // missingID is a well-formed job id that no test job has.
 const missingID = "00112233445566778899aabbccddeeff"
 
-// bundle is the API under test and what it runs on.
+// bundle is the API under test and what it runs on: the kit's runner
+// bundle (Runner, Store, Clock, Logs, Log), with the API served over a
+// loopback test server.
 type bundle struct {
+	*enginetest.Bundle
 	url    string
 	client *http.Client
 	// handler serves the API and /metrics, for calls without a network
 	// hop.
 	handler http.Handler
 	api     *httpapi.Handler
-	runner  *engine.Runner
-	store   *persistence.Store
-	clock   *fakeClock
-	logs    *syncBuffer
-	// release lets every held fetch (holdURL) finish.
-	release func()
+	// gate holds every fetch of holdURL (or of a URL ending in /hold)
+	// until release opens it.
+	gate *testkit.Gate
 }
 
-// fakeClock is a settable clock for Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// release lets every held fetch finish.
+func (b *bundle) release() { b.gate.Open() }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Read(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Read(p)
-}
-
-// String returns what was written and not yet read.
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// fakeFetch answers from the URL: ".../hold" waits for release (or the
+// fakeFetch answers from the URL: ".../hold" waits at g (or until the
 // runner's close), ".../fail" fails with a hint, anything else succeeds.
-func fakeFetch(release <-chan struct{}) engine.FetchFunc {
+func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
 		switch {
 		case strings.HasSuffix(t.URL, "/hold"):
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return engine.Result{}, ctx.Err()
+			if err := g.Wait(ctx); err != nil {
+				return engine.Result{}, err
 			}
 		case strings.HasSuffix(t.URL, "/fail"):
 			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
 		}
 		return engine.Result{Content: "page " + t.URL, Meta: map[string]any{"status": 200}}, nil
 	}
+}
+
+// bigFetch succeeds with a 256 KiB page: a job of such targets is costly to
+// read and to answer.
+func bigFetch(_ context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
+	return engine.Result{Content: strings.Repeat("x", 256<<10), Meta: map[string]any{"status": 200}}, nil
 }
 
 // setup starts the API on an in-memory store with a fake fetch: at most 4
@@ -133,44 +97,34 @@ func setup(t testing.TB) *bundle {
 }
 
 // setupWith is setup with a fetch of its own (nil: fakeFetch) and options
-// (Log and TargetsPerJob are set for it; the metrics' middleware wraps
-// o.Wrap).
+// (TargetsPerJob is set for it, and Log unless set: the bundle's; the
+// metrics' middleware wraps o.Wrap).
 func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle {
 	t.Helper()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := persistence.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
+	gate := testkit.NewGate()
 	if fetch == nil {
-		fetch = fakeFetch(release)
+		fetch = fakeFetch(gate)
 	}
-	var once sync.Once
-	b := &bundle{store: store, clock: &fakeClock{now: time.Now()}, logs: &syncBuffer{},
-		release: func() { once.Do(func() { close(release) }) }}
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := metrics.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: m.Hooks(), Now: b.clock.Now}
-	runner, err := engine.New(store, fetch, cfg, log)
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
+	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: m.Hooks()}
+	b := &bundle{Bundle: enginetest.Setup(t, fetch, cfg), gate: gate}
+	m.Attach(b.Runner)
+	o.TargetsPerJob = cfg.TargetsPerJob
+	if o.Log == nil {
+		o.Log = b.Log
 	}
-	m.Attach(runner)
-	b.runner = runner
-	o.TargetsPerJob, o.Log = cfg.TargetsPerJob, log
 	if inner := o.Wrap; inner != nil {
 		o.Wrap = func(route string, h http.Handler) http.Handler { return m.Middleware(route, inner(route, h)) }
 	} else {
 		o.Wrap = m.Middleware
 	}
-	api, err := httpapi.New(runner, keys, o)
+	api, err := httpapi.New(b.Runner, keys, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,17 +135,28 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	srv := httptest.NewServer(mux)
 	b.url = srv.URL
 	transport := &http.Transport{}
-	b.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	b.client = &http.Client{Transport: transport, Timeout: testkit.Deadline}
+	// Cleanups run last first: this one before the runner's and the
+	// store's (registered by Setup).
 	t.Cleanup(func() {
 		b.release()
 		transport.CloseIdleConnections()
 		srv.Close()
-		runner.Close()
-		if err := store.Close(); err != nil {
-			t.Error(err)
-		}
 	})
 	return b
+}
+
+// newServer serves h on a loopback test server that configure (if not
+// nil) sets up before it starts, and closes it when the test ends.
+func newServer(t testing.TB, h http.Handler, configure func(*httptest.Server)) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	if configure != nil {
+		configure(srv)
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // response is an answer, its body read.
@@ -240,6 +205,32 @@ func send(t testing.TB, c *http.Client, req *http.Request) response {
 	return response{code: resp.StatusCode, header: resp.Header, body: data}
 }
 
+// rawExchange sends raw on a new connection to addr and reads the answer.
+func rawExchange(t testing.TB, addr, raw string) (*http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(testkit.Deadline)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(body)
+}
+
 // submit posts a job of the URLs and returns its id, failing unless 202.
 func (b *bundle) submit(t testing.TB, key string, urls ...string) string {
 	t.Helper()
@@ -262,9 +253,9 @@ func targetsBody(urls ...string) string {
 // waitTerminal waits until the job is no longer queued or running.
 func (b *bundle) waitTerminal(t testing.TB, id string) engine.Job {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
 	defer cancel()
-	j, err := b.runner.Wait(ctx, id)
+	j, err := b.Runner.Wait(ctx, id)
 	if err != nil {
 		t.Fatalf("job %s: %v", id, err)
 	}
@@ -274,27 +265,10 @@ func (b *bundle) waitTerminal(t testing.TB, id string) engine.Job {
 // waitRunning waits until the job's first target is being fetched.
 func (b *bundle) waitRunning(t testing.TB, id string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "job "+id+" to run", func() bool {
-		_, ts, ok := b.runner.Targets(id)
+	testkit.WaitFor(t, "job "+id+" to run", func() bool {
+		_, ts, ok := b.Runner.Targets(id)
 		return ok && len(ts) > 0 && ts[0].Status == engine.TargetRunning
 	})
-}
-
-// waitFor checks cond every few milliseconds until it holds, failing the
-// test after limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		case <-tick.C:
-		}
-	}
 }
 
 func wantCode(t testing.TB, r response, code int) {
@@ -317,5 +291,24 @@ func wantError(t testing.TB, r response, code int, msg string) {
 	}
 	if h, _ := m["hint"].(string); h == "" {
 		t.Fatalf("error answer without a hint: %s", r.body)
+	}
+}
+
+// leaks are strings no error answer may hold: Go type names, Go's own
+// error prefixes, socket addresses, keys, panics.
+var leaks = []string{
+	"engine.", "httpapi.", "submitRequest", "Go struct", "Go value", "json: cannot unmarshal", `"error":"json:`, "map[", "interface {",
+	"[]engine", "*url.", "net/http", "127.0.0.1", "[::1]", "i/o timeout", "alice-key", "bob-key", "carol-key",
+	"goroutine", "panic",
+}
+
+// wantNoLeak fails the test (and goes on) for each of leaks and extra that
+// body holds.
+func wantNoLeak(t testing.TB, what string, body []byte, extra ...string) {
+	t.Helper()
+	for _, s := range append(append([]string{}, leaks...), extra...) {
+		if bytes.Contains(body, []byte(s)) {
+			t.Errorf("%s: answer holds %q: %s", what, s, body)
+		}
 	}
 }

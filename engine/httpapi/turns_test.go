@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 )
 
@@ -21,6 +21,7 @@ import (
 // hold up no other caller: a request gives its turn up while it waits on
 // the network or the job.
 func TestAPI_TurnsHoldUpNoOne(t *testing.T) {
+	t.Parallel()
 	b := setupWith(t, nil, httpapi.Options{MaxInFlight: 1})
 	done := b.submit(t, "alice-key", "https://example.com/a")
 	b.waitTerminal(t, done)
@@ -48,13 +49,8 @@ func TestAPI_TurnsHoldUpNoOne(t *testing.T) {
 		}
 	}()
 	for range 20 {
-		select {
-		case code := <-answered:
-			if code != http.StatusOK {
-				t.Fatalf("poll: %d", code)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("a poll waited behind a slow body or a long-poll")
+		if code := testkit.Recv(t, answered); code != http.StatusOK {
+			t.Fatalf("poll: %d", code)
 		}
 	}
 	select {
@@ -63,13 +59,8 @@ func TestAPI_TurnsHoldUpNoOne(t *testing.T) {
 	default:
 	}
 	b.release()
-	select {
-	case code := <-polled:
-		if code != http.StatusOK {
-			t.Fatalf("long-poll: %d", code)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the long-poll did not answer")
+	if code := testkit.Recv(t, polled); code != http.StatusOK {
+		t.Fatalf("long-poll: %d", code)
 	}
 }
 
@@ -107,20 +98,6 @@ func (w *watchedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// smallSendBuffers is a listener whose connections have a small kernel
-// send buffer: with the defaults (up to 4 MiB here, tcp_wmem) a whole
-// answer could sit in the kernel and no Write would ever block on a
-// client that does not read.
-type smallSendBuffers struct{ net.Listener }
-
-func (l smallSendBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(4 << 10)
-	}
-	return c, err
-}
-
 // TestAPI_SlowReaderHoldsNoTurn: with one request worked on at a time
 // (MaxInFlight 1), a client that never reads its socket, asking for a
 // large answer (one 256 KiB result; a job's results), holds no turn while
@@ -129,6 +106,7 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 // target, of a job's results, a list and a cancel all answer. Closing its
 // connection ends its answer.
 func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
+	t.Parallel()
 	for _, slow := range []struct {
 		name, path string // {id} is alice's job
 	}{
@@ -136,6 +114,7 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 		{name: "results", path: "/v1/batch/{id}?results=1"},
 	} {
 		t.Run(slow.name, func(t *testing.T) {
+			t.Parallel()
 			// holdURL is held until the runner closes; anything else is
 			// a 256 KiB page.
 			fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
@@ -147,10 +126,7 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 			}
 			s := &slowSignals{started: make(chan struct{}), returned: make(chan struct{})}
 			b := setupWith(t, fetch, httpapi.Options{MaxInFlight: 1, Wrap: s.wrap})
-			srv := httptest.NewUnstartedServer(b.handler)
-			srv.Listener = smallSendBuffers{srv.Listener}
-			srv.Start()
-			defer srv.Close()
+			srv, _ := keptServer(t, b.handler)
 			mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
 			b.waitTerminal(t, mine)
 			theirs := b.submit(t, "bob-key", "https://example.com/1", "https://example.com/2")
@@ -166,14 +142,10 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 			defer conn.Close()
 			_ = conn.(*net.TCPConn).SetReadBuffer(1 << 10)
 			fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\nX-Test-Slow: 1\r\n\r\n", strings.ReplaceAll(slow.path, "{id}", mine))
-			select {
-			case <-s.started:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the slow reader's answer never began")
-			}
+			testkit.RequireClosed(t, s.started)
 
 			// Every other read answers while the slow reader is stuck.
-			client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+			client := &http.Client{Transport: &http.Transport{}, Timeout: testkit.Deadline}
 			defer client.CloseIdleConnections()
 			get := func(key, path string, method string) response {
 				req, _ := http.NewRequest(method, srv.URL+path, nil)
@@ -197,7 +169,7 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 				default:
 				}
 			}
-			if _, ok := b.runner.Job(live); !ok {
+			if _, ok := b.Runner.Job(live); !ok {
 				t.Fatal("the cancelled job is gone")
 			}
 
@@ -209,30 +181,9 @@ func TestAPI_SlowReaderHoldsNoTurn(t *testing.T) {
 				t.Fatalf("the slow reader's answer begins %q, %v", line, err)
 			}
 			conn.Close()
-			select {
-			case <-s.returned:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the slow reader's write did not end with its connection")
-			}
+			testkit.RequireClosed(t, s.returned)
 		})
 	}
-}
-
-// blockingWriter is a ResponseWriter whose Writes block until release is
-// closed: a client's socket that takes nothing in. entered is closed at
-// the first Write.
-type blockingWriter struct {
-	header           http.Header
-	entered, release chan struct{}
-	once             sync.Once
-}
-
-func (w *blockingWriter) Header() http.Header { return w.header }
-func (w *blockingWriter) WriteHeader(int)     {}
-func (w *blockingWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.entered) })
-	<-w.release
-	return len(p), nil
 }
 
 // TestAPI_BlockedWriteHoldsNoTurn: whatever a request answers (a job, its
@@ -240,6 +191,7 @@ func (w *blockingWriter) Write(p []byte) (int, error) {
 // its turn up before its answer reaches the client: with MaxInFlight 1, a
 // request whose writes block for good holds up no other caller's read.
 func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
+	t.Parallel()
 	b := setupWith(t, nil, httpapi.Options{MaxInFlight: 1})
 	mine := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
 	b.waitTerminal(t, mine)
@@ -259,7 +211,7 @@ func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
 		{"cancel", http.MethodDelete, "/v1/batch/" + live}, // last: it ends the live job
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &blockingWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+			w := httpapi.NewBlockingWriter()
 			req := httptest.NewRequest(tc.method, tc.path, nil)
 			req.Header.Set("Authorization", "Bearer alice-key")
 			served := make(chan struct{})
@@ -267,13 +219,8 @@ func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
 				defer close(served)
 				b.handler.ServeHTTP(w, req)
 			}()
-			unblock := sync.OnceFunc(func() { close(w.release) })
-			defer func() { unblock(); <-served }()
-			select {
-			case <-w.entered:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the answer was never written")
-			}
+			defer func() { w.Release(); <-served }()
+			testkit.RequireClosed(t, w.Entered())
 			// Its write blocks: another caller's read still answers.
 			answered := make(chan int, 1)
 			go func() {
@@ -283,15 +230,8 @@ func TestAPI_BlockedWriteHoldsNoTurn(t *testing.T) {
 				b.handler.ServeHTTP(rec, probe)
 				answered <- rec.Code
 			}()
-			select {
-			case code := <-answered:
-				if code != http.StatusOK {
-					t.Fatalf("bob's read: %d", code)
-				}
-			case <-time.After(20 * time.Second):
-				unblock() // let it go, so that the test ends
-				<-answered
-				t.Fatal("bob's read waited for a write that blocked")
+			if code := testkit.Recv(t, answered); code != http.StatusOK {
+				t.Fatalf("bob's read: %d", code)
 			}
 		})
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/metrics"
-	"github.com/sift/batch/persistence"
 )
 
 // ExampleNew feeds the metrics from a runner, next to the embedder's own
@@ -22,16 +21,11 @@ func ExampleNew() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 
-	store, err := persistence.Open("")
-	if err != nil {
-		panic(err)
-	}
-	defer store.Close()
 	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
 		return engine.Result{Content: "page"}, nil
 	}
 	mine := engine.Hooks{JobSeconds: func(time.Duration) { fmt.Println("a job ended") }}
-	r, err := engine.New(store, fetch, engine.Config{Hooks: metrics.Join(m.Hooks(), mine)}, slog.New(slog.DiscardHandler))
+	r, err := engine.Open("", fetch, engine.Config{Hooks: metrics.Join(m.Hooks(), mine)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		panic(err)
 	}

@@ -145,7 +145,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Attach has siftbatch_hook_panics_total read r's [engine.Runner.HookPanics].
-// Call it once [engine.New] has returned the runner that m's hooks observe;
+// Call it once [engine.Open] (or [engine.New]) has returned the runner that m's hooks observe;
 // until then the series reads 0.
 func (m *Metrics) Attach(r *engine.Runner) { m.runner.Store(r) }
 

@@ -1,6 +1,7 @@
-// Command embed is the smallest complete program that embeds siftbatch: an
-// in-memory store, a runner with a simulated FetchFunc, three jobs from two
-// callers, their progress as it changes, and a final table.
+// Command embed is the smallest complete program that embeds siftbatch, with
+// one import: a runner on its own in-memory store (engine.Open), a simulated
+// FetchFunc, three jobs from two callers, their progress as it changes, and
+// a final table.
 //
 // The simulated fetch fails some targets, answers one "busy" twice (it
 // returns an error wrapping engine.ErrRetryLater, so the runner tries it
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
-	"github.com/sift/batch/persistence"
 )
 
 func main() {
@@ -32,12 +32,6 @@ func main() {
 }
 
 func run() error {
-	store, err := persistence.Open("") // in memory
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-
 	// Warnings only, and no stack traces: the panic below is on purpose.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
@@ -48,14 +42,15 @@ func run() error {
 			return a
 		},
 	}))
-	runner, err := engine.New(store, simulate(), engine.Config{
+	// "" keeps the jobs in memory; a directory keeps them across restarts.
+	runner, err := engine.Open("", simulate(), engine.Config{
 		JobsPerCaller: 2,
 		RetryWait:     100 * time.Millisecond,
 	}, log)
 	if err != nil {
 		return err
 	}
-	defer runner.Close()
+	defer runner.Close() // closes the runner's store too
 
 	alice := &engine.Caller{Name: "alice"}
 	bob := &engine.Caller{Name: "bob"}

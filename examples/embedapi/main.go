@@ -1,7 +1,7 @@
 // Command embedapi mounts siftbatch's whole HTTP API into a program's own
 // http.ServeMux, behind the program's own authenticator: what sift does.
-// The block marked "wiring" is all of it (20 lines: store, fetcher, runner,
-// handler, mount); the rest of the program starts a page to fetch on
+// The block marked "wiring" is all of it (15 lines: the fetcher, a runner
+// on its own store, the handler, the mount); the rest of the program starts a page to fetch on
 // 127.0.0.1, serves the mux, submits a job over HTTP as an agent would,
 // waits for it and prints it. (examples/metrics adds the metrics.)
 //
@@ -22,7 +22,6 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
-	"github.com/sift/batch/persistence"
 )
 
 func main() {
@@ -58,21 +57,16 @@ func run(out io.Writer) error {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "the program's own page") })
 
 	// wiring: all an embedder writes to mount the API (TestWiring counts it)
-	store, err := persistence.Open("") // in memory; a directory keeps jobs across restarts
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	f, err := fetcher.New(fetcher.Options{AllowPrivate: true}) // the page is on 127.0.0.1
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	r, err := engine.New(store, f.Fetch, engine.Config{}, nil)
+	r, err := engine.Open("", f.Fetch, engine.Config{}, nil) // "" in memory; a directory keeps jobs across restarts
 	if err != nil {
 		return err
 	}
-	defer r.Close() // before the store closes
+	defer r.Close() // closes its store too
 	api, err := httpapi.New(r, agents{"agent-7-key": "agent-7"}, httpapi.Options{Honoured: f.Honours(), Check: f.Check})
 	if err != nil {
 		return err

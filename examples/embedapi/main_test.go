@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 }
 
 // TestWiring counts the lines of the block marked "wiring" in main.go:
-// mounting the whole API takes at most 20.
+// mounting the whole API takes at most 15.
 func TestWiring(t *testing.T) {
 	src, err := os.ReadFile("main.go")
 	if err != nil {
@@ -45,7 +45,7 @@ func TestWiring(t *testing.T) {
 	}
 	lines := strings.Count(strings.TrimSpace(block), "\n") // the first line is the marker's own
 	t.Logf("%d lines of wiring", lines)
-	if lines > 20 {
-		t.Errorf("%d lines of wiring, want at most 20:%s", lines, block)
+	if lines > 15 {
+		t.Errorf("%d lines of wiring, want at most 15:%s", lines, block)
 	}
 }

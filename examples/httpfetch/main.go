@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
-	"github.com/sift/batch/persistence"
 )
 
 func main() {
@@ -37,15 +36,10 @@ func run() error {
 	}
 	defer stop()
 
-	store, err := persistence.Open("")
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	runner, err := engine.New(store, fetcher(client), engine.Config{RetryWait: 200 * time.Millisecond}, log)
+	runner, err := engine.Open("", fetcher(client), engine.Config{RetryWait: 200 * time.Millisecond}, log)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/metrics"
-	"github.com/sift/batch/persistence"
 )
 
 func main() {
@@ -39,11 +38,6 @@ func run(out io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 
-	store, err := persistence.Open("")
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	fetch := func(ctx context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
 		select {
 		case <-time.After(20 * time.Millisecond):
@@ -58,7 +52,7 @@ func run(out io.Writer) error {
 	// The program's own hook, beside the metrics'.
 	var ended atomic.Int64
 	mine := engine.Hooks{JobSeconds: func(time.Duration) { ended.Add(1) }}
-	runner, err := engine.New(store, fetch, engine.Config{Hooks: metrics.Join(m.Hooks(), mine), JobsPerCaller: 2}, nil)
+	runner, err := engine.Open("", fetch, engine.Config{Hooks: metrics.Join(m.Hooks(), mine), JobsPerCaller: 2}, nil)
 	if err != nil {
 		return err
 	}

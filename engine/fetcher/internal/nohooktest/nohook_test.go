@@ -12,11 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 )
 
@@ -44,7 +43,7 @@ func TestMain(m *testing.M) {
 		_, _ = io.Copy(io.Discard, os.Stdin) // until the fetcher kills it, or its parent ends
 		os.Exit(3)
 	}
-	goleak.VerifyTestMain(m)
+	enginetest.Main(m)
 }
 
 // TestFetcher_FilterWithoutHook: in a program that has not called
@@ -54,6 +53,7 @@ func TestMain(m *testing.M) {
 // and no filter process is started (none could run anything but this
 // program's main).
 func TestFetcher_FilterWithoutHook(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(lateHookEnv) != "" {
 		t.Skip("the late-hook copy of this program")
 	}
@@ -79,6 +79,7 @@ func TestFetcher_FilterWithoutHook(t *testing.T) {
 // at the top of main" with a hint; unfiltered targets are fetched as
 // usual.
 func TestFetcher_FilterHookCalledLate(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/exe"); err != nil {
 		t.Skip("no /proc")
 	}
@@ -94,17 +95,12 @@ func TestFetcher_FilterHookCalledLate(t *testing.T) {
 	}
 	fetcher.RunFilterChild() // late: this program's "main" (TestMain) ran before it
 	f, site := fetchesUnfiltered(t)
-	var err error
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.Fetch(context.Background(), &engine.Caller{Name: "t"}, engine.Target{URL: site, Options: engine.Options{JQ: ".a"}})
 		done <- err
 	}()
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute): // a hang, not a bound on how long it takes
-		t.Fatal("a filtered fetch with the hook called late hangs")
-	}
+	err := testkit.Recv(t, done) // fails on a hang, never bounds how long it takes
 	var te *engine.TargetError
 	if !errors.As(err, &te) || te.Msg != "filters unavailable: the program does not call fetcher.RunFilterChild at the top of main" || te.Hint == "" {
 		t.Errorf("filtered fetch with the hook called late: %v (%+v), want a failed target naming the hook, with a hint", err, te)

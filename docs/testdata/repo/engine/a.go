@@ -1,0 +1,5 @@
+package engine
+
+// A is a fixture.
+func A() {
+}

@@ -1,0 +1,7 @@
+package engine
+
+import "testing"
+
+func TestGood_One(t *testing.T) {}
+
+func TestGood_Two(t *testing.T) {}

@@ -1,0 +1,101 @@
+package batchtype
+
+// JobStatus is a job's status word: the value of engine.Job.Status. It is
+// another name for string (the field stays a string, the contract's type),
+// so each constant goes wherever a string does. A job is stored queued,
+// runs, and ends in one of four terminal statuses, which are final: a job
+// never leaves them. Queued and running jobs are live: they count against
+// the caps, and are never swept or evicted.
+type JobStatus = string
+
+// The job statuses, in the order of a job's life.
+const (
+	// StatusQueued is a stored job no worker has reached yet.
+	StatusQueued JobStatus = "queued"
+	// StatusRunning is a job whose first target has started.
+	StatusRunning JobStatus = "running"
+	// StatusDone is a job whose targets were all stored done.
+	StatusDone JobStatus = "done"
+	// StatusPartial is a job whose targets were stored, some done and some
+	// failed.
+	StatusPartial JobStatus = "partial"
+	// StatusFailed is a job whose targets were all stored failed, or a live
+	// job the runner ended: its Error says why ("restart" after a crash,
+	// "shutdown" after engine.Runner.Close, "internal error" after the
+	// runner failed).
+	StatusFailed JobStatus = "failed"
+	// StatusCancelled is a job ended by engine.Runner.Cancel; its later
+	// targets stay pending.
+	StatusCancelled JobStatus = "cancelled"
+)
+
+// JobStatuses returns every job status, in the order of a job's life: the
+// live ones, then the terminal ones. The slice is the caller's.
+func JobStatuses() []JobStatus {
+	return []JobStatus{StatusQueued, StatusRunning, StatusDone, StatusPartial, StatusFailed, StatusCancelled}
+}
+
+// IsLive reports whether a job status is live: queued or running. A live
+// job is counted by the caps, has an actor, and is never swept or evicted.
+func IsLive(status JobStatus) bool { return status == StatusQueued || status == StatusRunning }
+
+// IsTerminal reports whether a job status is terminal: done, partial,
+// failed or cancelled. A word that is not a job status is neither live nor
+// terminal.
+func IsTerminal(status JobStatus) bool {
+	switch status {
+	case StatusDone, StatusPartial, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// TerminalStatus returns the status a job's outcomes give it once every
+// one of its total targets is stored: all done → done, all failed → failed,
+// a mix → partial. stored counts the targets stored done or failed, failed
+// those stored failed. It returns "" while a target is still to be stored.
+// A cancelled job keeps its status whatever its outcomes: apply this only to
+// a job that is live or was ended by its outcomes.
+func TerminalStatus(total, stored, failed int) JobStatus {
+	switch {
+	case stored < total:
+		return ""
+	case failed == 0:
+		return StatusDone
+	case failed >= total:
+		return StatusFailed
+	}
+	return StatusPartial
+}
+
+// TargetState is a target's status word: the value of
+// engine.TargetStatus.Status. Like [JobStatus] it is another name for
+// string. A target is pending until a worker takes it, running while it is
+// fetched and stored, and then done or failed for good.
+type TargetState = string
+
+// The target statuses, in the order of a target's life. The store keeps a
+// target in flight pending (it has no outcome yet); only the runner knows
+// it is running.
+const (
+	// TargetPending is a target not yet taken, or one that came back busy
+	// and waits to be tried again, or one a cancel or a shutdown left.
+	TargetPending TargetState = "pending"
+	// TargetRunning is a target being fetched, or being stored.
+	TargetRunning TargetState = "running"
+	// TargetDone is a target stored with its result.
+	TargetDone TargetState = "done"
+	// TargetFailed is a target stored with an error (and maybe a hint).
+	TargetFailed TargetState = "failed"
+)
+
+// TargetStates returns every target status, in the order of a target's
+// life. The slice is the caller's.
+func TargetStates() []TargetState {
+	return []TargetState{TargetPending, TargetRunning, TargetDone, TargetFailed}
+}
+
+// HasOutcome reports whether a target status is an outcome: done or
+// failed. A target with an outcome counts in its job's progress
+// (engine.Job.TargetsDone) and never changes again.
+func HasOutcome(state TargetState) bool { return state == TargetDone || state == TargetFailed }
