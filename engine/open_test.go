@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
@@ -626,5 +628,70 @@ func TestOpen_JobsEndInTheExportedStatuses(t *testing.T) {
 		if engine.IsLive(s) == engine.IsTerminal(s) {
 			t.Errorf("exported status %q: live %v, terminal %v", s, engine.IsLive(s), engine.IsTerminal(s))
 		}
+	}
+}
+
+// A hook that closes the runner (an embedder that stops on the first job
+// that fails, say) gets its Close back, and the runner stops: Close must
+// not wait for the very hook that calls it.
+func TestOpen_CloseFromAHookReturns(t *testing.T) {
+	t.Parallel()
+	findings(t, "Runner.Close called from a hook never returns, nor does any later Close: see TestOpen_CloseGivesUpOnABlockedHook for the cause; and even with it fixed, such a Close would wait CloseTimeout for the hook that calls it")
+	var r *engine.Runner
+	ready, closed := make(chan struct{}), make(chan struct{})
+	hooks := engine.Hooks{Job: func(outcome string) {
+		if outcome == engine.StatusDone {
+			<-ready
+			r.Close()
+			close(closed)
+		}
+	}}
+	dir := t.TempDir()
+	r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{Hooks: hooks}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No t.Cleanup(r.Close): with the defect it would hang the test run.
+	close(ready)
+	waitDone(t, r, "alice", 1)
+	testkit.RequireClosed(t, closed)
+	r.Close()
+	openRunner(t, dir, enginetest.OKFetch) // the store was closed
+}
+
+// Close gives up on a hook that blocks for good, as on a stubborn fetch:
+// it returns (within its CloseTimeout; the test allows twice that, as a
+// deadline for a hang, not a bound on speed), the hook's goroutine left
+// to it, and the store is closed.
+func TestOpen_CloseGivesUpOnABlockedHook(t *testing.T) {
+	t.Parallel()
+	findings(t, "Close never returns while a hook blocks for more than 10 s: actors.(*System).Stop waits for the hooks observer with protoactor's PoisonFuture, whose own 10 s timeout ends the wait before Close's 30 s giveUp; Stop takes the timeout for the observer having stopped (hooksDone stays true, actors/system.go:229-237) and then waits for the hooks pool's goroutines for good (actors/system.go:245, poolDispatcher.close → wg.Wait)")
+	release, blocked := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	var once sync.Once
+	hooks := engine.Hooks{Job: func(string) {
+		once.Do(func() { close(blocked) })
+		<-release
+	}}
+	dir := t.TempDir()
+	r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{Hooks: hooks}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, r, "alice", 1)
+	testkit.RequireClosed(t, blocked)
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	hang := time.NewTimer(2 * engine.CloseTimeout)
+	defer hang.Stop()
+	select {
+	case <-closed:
+	case <-hang.C:
+		t.Fatalf("Close has not returned %v after it was called, with a hook blocked", 2*engine.CloseTimeout)
+	}
+	if r2, err := engine.Open(dir, enginetest.OKFetch, engine.Config{}, nil); err != nil {
+		t.Errorf("Open after Close: %v; want the store closed", err)
+	} else {
+		r2.Close()
 	}
 }
