@@ -78,6 +78,10 @@ type Config struct {
 	// maintDue is what the maintainer has been asked for since its last
 	// pass began (dueSweep, dueEvict).
 	maintDue atomic.Uint32
+	// stopping is set when Stop begins: from then on the maintainer
+	// evicts nothing, so the jobs failed "shutdown" stay readable until the
+	// next runner's first eviction.
+	stopping atomic.Bool
 	// maintainEvery is the maintainer's timer; 0: sweepInterval.
 	maintainEvery time.Duration
 	// maintFailures counts the maintenance passes that failed.

@@ -105,7 +105,7 @@ func (m *maintainer) pass(ctx actor.Context) {
 	if due&dueSweep != 0 {
 		m.sweep(ctx)
 	}
-	if due&dueEvict != 0 {
+	if due&dueEvict != 0 && !m.cfg.stopping.Load() {
 		m.evict()
 	}
 }

@@ -95,6 +95,25 @@ func TestMaintainer_EvictsWhenTold(t *testing.T) {
 	require.True(t, ts.stored(newest))
 }
 
+// Once the runner stops, the maintainer evicts nothing: the jobs failed
+// "shutdown" at the drain stay readable (the next runner evicts). The pass
+// still sweeps, which tells the test it ran.
+func TestMaintainer_EvictsNothingOnceStopping(t *testing.T) {
+	ts := newTestSystem(t)
+	maintainerUnderTest(t, ts)
+	now := ts.clock.Now().UnixNano()
+	expired := ts.settledJob(t, 'e', now-int64(ts.cfg.TTL)-1, 10)
+	oldest := ts.settledJob(t, 'a', now-3, 2000)
+	newest := ts.settledJob(t, 'c', now-1, 2000)
+	ts.cfg.MaxBytes = ts.store.Bytes() - 100
+	ts.cfg.stopping.Store(true)
+
+	ts.cfg.maintain(ts.sys.Root, dueSweep|dueEvict)
+	testkit.WaitFor(t, "the pass's sweep", func() bool { return !ts.stored(expired) })
+	require.True(t, ts.stored(oldest), "no eviction once stopping")
+	require.True(t, ts.stored(newest))
+}
+
 // The maintainer sweeps on its own timer, with no Submit to tell it; what
 // has expired is decided by Config.Now.
 func TestMaintainer_SweepsOnItsTimer(t *testing.T) {

@@ -205,6 +205,7 @@ func (s *System) Cancel(id string) bool {
 // it before any target that returns at the cancel: no target is
 // dispatched, and fetched under a cancelled context, after Stop began.
 func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gaveUp bool, err error) {
+	s.cfg.stopping.Store(true)
 	if !s.failed.Load() {
 		drain := s.request(&Drain{}, drainTimeout)
 		res := make(chan any, 1)
