@@ -3,9 +3,14 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/client"
@@ -175,4 +180,67 @@ func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
 	if n := b.count("POST /v1/batch"); n != 1 {
 		t.Fatalf("%d submits reached the server; want only the good one", n)
 	}
+}
+
+// TestNew_ChecksItsArguments refuses a base URL or key it cannot use and
+// bad options, and serves an API mounted under a path prefix.
+func TestNew_ChecksItsArguments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		base, key string
+		opts      []client.Option
+	}{
+		{"127.0.0.1:8080", "k", nil},
+		{"ftp://h", "k", nil},
+		{"http://", "k", nil},
+		{"http://u:p@h", "k", nil},
+		{"http://h/?q=1", "k", nil},
+		{"http://h/#f", "k", nil},
+		{"http://h", "", nil},
+		{"http://h", "a key", nil},
+		{"http://h", "k\n", nil},
+		{"http://h", "k", []client.Option{client.WithRetry(0, time.Second)}},
+		{"http://h", "k", []client.Option{client.WithRetry(1, -1)}},
+		{"http://h", "k", []client.Option{client.WithHTTPClient(nil)}},
+		{"http://h", "k", []client.Option{client.WithPollWait(0)}},
+	} {
+		if _, err := client.New(tc.base, tc.key, tc.opts...); err == nil {
+			t.Errorf("New(%q, %q): no error", tc.base, tc.key)
+		} else if strings.Contains(err.Error(), "a key") {
+			t.Errorf("New(%q, %q): the key in the error %q", tc.base, tc.key, err)
+		}
+	}
+
+	// Behind a proxy that serves the API under /sift/.
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	mux := http.NewServeMux()
+	mux.Handle("/sift/", http.StripPrefix("/sift", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rp := httputil.NewSingleHostReverseProxy(mustParse(t, b.url))
+		rp.ServeHTTP(w, r)
+	})))
+	proxy := httptest.NewServer(mux)
+	t.Cleanup(proxy.Close)
+	for _, base := range []string{proxy.URL + "/sift", proxy.URL + "/sift/"} {
+		c, err := client.New(base, "alice-key", client.WithHTTPClient(proxy.Client()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := c.Submit(context.Background(), targets("p", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Job(context.Background(), sub.ID); err != nil {
+			t.Fatalf("through %s: %v", base, err)
+		}
+		b.WaitSettled(t, sub.ID)
+	}
+}
+
+func mustParse(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
