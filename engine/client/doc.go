@@ -40,8 +40,10 @@
 // answer to a submit names its job's URL path ([Submitted.Location], the
 // API's "status" field, "/v1/batch/{id}"), not a status word; [Client.Target]
 // and [Client.Results] give a [TargetStatus] (with its [Result], if any),
-// the API's target; and [Client.Cancel] returns only an error, as the API
-// answers {"cancelled":true}.
+// the API's target; [Client.Cancel] returns only an error, as the API
+// answers {"cancelled":true}; [Error] has no Code, as the API's errors have
+// none (its Message is the API's "error"); and [Client.WaitProgress],
+// [Client.ListPage] and [WithPollWait] are added.
 //
 // A Client is safe for concurrent use. It never logs; its errors never
 // hold the API key.
