@@ -45,7 +45,7 @@ func TestRemoteCommands_Binary(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("alice-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := clitest.RaceBinary(t)
+	bin := clitest.Binary(t) // the build the package's other binary tests share; remote's own tests run under -race
 	var allErr bytes.Buffer // every command's stderr
 	sb := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
