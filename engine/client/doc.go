@@ -33,8 +33,10 @@
 // every request the client sends is safe to repeat: reads are reads, a
 // submit is idempotent by construction (see [Client.Submit]), and a
 // cancel of a job already cancelled changes nothing. A request that failed
-// on the network (no answer, or an answer cut short) is never sent again:
-// the client cannot tell whether the server did the work.
+// on the network (no answer, or an answer cut short) is never sent again
+// by the client: it cannot tell whether the server did the work. (net/http
+// itself, as always, resends a GET, or a submit with an Idempotency-Key,
+// whose kept-alive connection turned out closed before any answer.)
 //
 // Where this package differs from the contract it was planned by: the
 // answer to a submit names its job's URL path ([Submitted.Location], the
