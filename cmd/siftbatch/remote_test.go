@@ -46,7 +46,7 @@ func TestRemoteCommands_Binary(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := clitest.Binary(t) // the build the package's other binary tests share; remote's own tests run under -race
-	var allErr bytes.Buffer // every command's stderr
+	var allErr bytes.Buffer  // every command's stderr
 	sb := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(bin, append(args, "--server", srv.URL, "--key-file", keyFile)...)
