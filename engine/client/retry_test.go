@@ -109,7 +109,8 @@ func TestClient_DoesNotWaitPastItsBound(t *testing.T) {
 
 // TestClient_RetriesA503 reads through an authenticator that fails twice
 // (503, no Retry-After): the client backs off 500 ms then 1 s (each plus
-// at most a quarter) and the third read is served.
+// at most a quarter) and the third read is served; a cancel that fails
+// once is sent again.
 func TestClient_RetriesA503(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{}, httpapi.Options{})
@@ -143,5 +144,23 @@ func TestClient_RetriesA503(t *testing.T) {
 	got := w.all()
 	if len(got) != 2 || got[0] < 500*time.Millisecond || got[0] > 625*time.Millisecond || got[1] < time.Second || got[1] > 1250*time.Millisecond {
 		t.Fatalf("waits %v; want 500ms then 1s, each plus at most 25%%", got)
+	}
+
+	// A cancel answered 503 is sent again, and cancels.
+	held, err := c.Submit(ctx, []client.Target{{URL: "https://example.com/h/hold"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	fails = 1
+	mu.Unlock()
+	if err := c.Cancel(ctx, held.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count("DELETE /v1/batch/{id}"); n != 2 {
+		t.Fatalf("%d cancels; want 2", n)
+	}
+	if j := b.WaitSettled(t, held.ID); j.Status != engine.StatusCancelled {
+		t.Fatalf("job %s", j.Status)
 	}
 }
