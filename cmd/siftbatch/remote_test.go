@@ -26,7 +26,7 @@ import (
 func TestRemoteCommands_Binary(t *testing.T) {
 	testkit.Long(t)
 	release := make(chan struct{})
-	b := enginetest.Setup(t, fakeFetch(release), engine.Config{})
+	b := enginetest.Setup(t, fakeFetch(release), engine.Config{JobsPerCaller: 4}) // jobs one after another
 	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
 	if err != nil {
 		t.Fatal(err)

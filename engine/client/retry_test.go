@@ -80,8 +80,10 @@ func TestClient_RetriesA429AfterItsRetryAfter(t *testing.T) {
 	if err != nil || sub.Reused {
 		t.Fatalf("submit once the cap freed: %+v, %v", sub, err)
 	}
-	if n := b.count("POST /v1/batch"); n != 4+2 {
-		t.Fatalf("%d submits in all; want 4 before, then 2", n)
+	// One request after each wait (the runner may count the ended job a
+	// moment after it reads ended, so there may be two waits).
+	if n, waited := b.count("POST /v1/batch"), len(w2.all()); waited < 1 || n != 4+1+int64(waited) {
+		t.Fatalf("%d submits in all after %d waits; want 4 before, then 1 and one after each wait", n, waited)
 	}
 }
 
