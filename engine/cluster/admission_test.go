@@ -297,6 +297,7 @@ func TestAdmission_RetriedAdmitCountsOnce(t *testing.T) {
 // and each must rebuild its count from the members: a second job of any
 // caller is refused on every node.
 func TestAdmission_GrainsMoveAndRebuild(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	w := watchCaps(t)
 	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(callerKeys(20)), Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}}, "a", "b")
@@ -378,6 +379,7 @@ func TestAdmission_Storm(t *testing.T) {
 // caller at once, with JobsPerCaller 1 then 2: the live jobs across every
 // runner never exceed the cap, at any moment sampled and at every admission.
 func TestAdmission_ConcurrentSameCallerNeverOverCap(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	for _, limit := range []int{1, 2} {
 		t.Run(fmt.Sprint("cap", limit), func(t *testing.T) {
@@ -589,6 +591,7 @@ func TestAdmission_GoneHolderNotCountedNotReused(t *testing.T) {
 // A node whose grains move away (it leaves gracefully, holding no jobs):
 // every caller at its cap stays at its cap on every node left.
 func TestAdmission_CapsHoldWhenGrainHostLeaves(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	w := watchCaps(t)
 	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(callerKeys(12)), Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}}, "a", "b", "c")
@@ -680,6 +683,7 @@ func TestAdmission_GarbageAndClosedNeverPanic(t *testing.T) {
 // A full node (JobsTotal) answers 429 and gives back the admission it asked
 // for: the caller may submit on another node right after, 20 times over.
 func TestAdmission_FullNodeReleasesAtOnce(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	w := watchCaps(t)
 	alice := w.caller("alice")

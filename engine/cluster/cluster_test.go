@@ -66,6 +66,7 @@ func TestNew_BadConfig(t *testing.T) {
 // a bad provider config, a provider that fails (giving the remote's port
 // back), a nil runner or handler, a second Start and a Start after Close.
 func TestNode_StartErrors(t *testing.T) {
+	t.Parallel()
 	store, err := persistence.Open("")
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +167,7 @@ func TestNode_StartErrors(t *testing.T) {
 // provider's manage port (protoactor's own would listen on every
 // interface), which answers the peers' polls.
 func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +222,7 @@ func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
 // that cannot start: errors (or answers), never panics; and nothing left
 // running (TestMain's leak check).
 func TestNode_LifecycleMisuseErrsNeverPanics(t *testing.T) {
+	t.Parallel()
 	agent := test.NewInMemAgent()
 	prov := cluster.ProtoactorProvider(test.NewTestProvider(agent))
 	good := cluster.Config{Name: "c", Node: "x", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "x"), Provider: prov}
@@ -258,7 +261,6 @@ func TestNode_LifecycleMisuseErrsNeverPanics(t *testing.T) {
 		}()
 	}
 
-	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	id := b.Submit(t, "alice-key", "https://example.com/1")

@@ -418,6 +418,7 @@ func closedAddr(i int) string { return fmt.Sprintf("127.0.%d.%d:9", 1+i/250, 2+i
 // letter is answered). With TLS (a certificate of the cluster's CA that
 // names no member) and in plaintext. Loopback addresses only.
 func TestGuard_StrangerCannotMakeNodeDial(t *testing.T) {
+	testkit.Long(t)
 	for _, mode := range []string{"tls", "insecure"} {
 		t.Run(mode, func(t *testing.T) {
 			plain := mode == "insecure"

@@ -100,6 +100,8 @@ func TestNode_ListMergesEveryNode(t *testing.T) {
 // another caller's cursor lists only the caller's jobs after it; a node
 // that left is named.
 func TestNode_ListMergePagesAcrossNodes(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	tc := clustertest.New(t, clustertest.Options{})
 	clock := testkit.NewClock()
 	clock.Set(time.Unix(1_800_000_000, 0))

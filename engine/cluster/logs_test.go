@@ -23,6 +23,7 @@ import (
 // leaving — the nodes' logs at Debug, protoactor's own lines among them,
 // hold no target URL, no host of one, no API key.
 func TestNode_LogsHoldNoSecrets(t *testing.T) {
+	testkit.Long(t)
 	const host = "secret-host.example"
 	var tc *clustertest.Cluster
 	fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
@@ -112,6 +113,8 @@ func TestNode_LogsHoldNoSecrets(t *testing.T) {
 // parts that reach a future gone (dead letters of Parts carrying results),
 // hold no API key, no target URL or its host, no result content.
 func TestNode_LogsRedactedAtDebug(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	tc := clustertest.New(t, clustertest.Options{})
 	held, release := make(chan struct{}, 1), make(chan struct{})
 	slow := func(route string, h http.Handler) http.Handler {

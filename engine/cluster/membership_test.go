@@ -51,6 +51,7 @@ func TestNode_MembershipIncludesSelf(t *testing.T) {
 // answered 503 "node unavailable", never as this node's own (404). Not
 // parallel: it counts the process's goroutines that forward.
 func TestNode_MemberNotYetKnownWaitedFor(t *testing.T) {
+	testkit.Long(t)
 	tc := clustertest.Start(t, clustertest.Options{}, "a")
 	a := tc.Node("a")
 	idOf := func(node string) string { return fmt.Sprintf("%x", cluster.Tag(node)) + "00112233445566778899aabb" }

@@ -202,6 +202,7 @@ func TestNode_NotFoundAsOnOneNode(t *testing.T) {
 // connection dropped before the end of the body, never a whole JSON; the
 // holder's answer ends.
 func TestNode_CutShortAnswerIsCutShortForClient(t *testing.T) {
+	testkit.Long(t)
 	tc := clustertest.New(t, clustertest.Options{})
 	// a: the job expires (its clock moves past the TTL) once the first
 	// result of a forwarded answer is out.
@@ -271,6 +272,7 @@ func TestNode_CutShortAnswerIsCutShortForClient(t *testing.T) {
 // nodes: the asking node's Forward returns, the holder's session ends
 // (without waiting out its idle timeout), and both still answer.
 func TestNode_ClientLeavingReleasesHolder(t *testing.T) {
+	testkit.Long(t)
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	id := a.Submit(t, "alice-key", bigURLs("example.com", 16, 1<<20)...) // 16 MiB: more than the sockets buffer
@@ -451,6 +453,7 @@ func TestNode_ForwardedPostRefused(t *testing.T) {
 // malformed ones of every kind), odd target indexes; and for ids that
 // name no node, what a single node answers.
 func TestNode_OtherNodesAnswerAsHolder(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b", "c")
 	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
@@ -528,6 +531,7 @@ func TestNode_OtherNodesAnswerAsHolder(t *testing.T) {
 // someone else: two Authorization headers (in either order), another
 // caller's key, no key, Basic, an empty Bearer, a key with spaces.
 func TestNode_HostileAuthorizationAnsweredAsHolder(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
@@ -575,6 +579,7 @@ func TestNode_HostileAuthorizationAnsweredAsHolder(t *testing.T) {
 // deadline) would end them; the job answers as before; the asking node's
 // asks end too. Not parallel: it counts the process's goroutines.
 func TestNode_LongPollClientLeavingEndsHolderWork(t *testing.T) {
+	testkit.Long(t)
 	tc := clustertest.New(t, clustertest.Options{})
 	entered := make(chan struct{}, 64)
 	a := tc.AddWith("a", clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)})
@@ -674,6 +679,7 @@ func TestNode_DeleteOfEndedJobThroughAnotherNode(t *testing.T) {
 // 12 whole answers (192 MiB). (12 parts in flight stay under gRPC's 4 MiB
 // message limit; 50 readers too: TestNode_CrowdOfResultReadersAllWhole.)
 func TestNode_ResultReadersHoldPartsNotAnswers(t *testing.T) {
+	testkit.Long(t)
 	const n = 12
 	r := crowd(t, n, 64, true)
 	for i, g := range r.got {
@@ -694,6 +700,7 @@ func TestNode_ResultReadersHoldPartsNotAnswers(t *testing.T) {
 // through the other node is 503 "node unavailable" with Retry-After, never
 // 404.
 func TestNode_HolderLeavingMidResultsCutsAnswer(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
@@ -878,6 +885,7 @@ func TestNode_RequestToClosingNodeNeverPanics(t *testing.T) {
 // the kit's deadline, and the timeout). Not parallel: it counts the
 // process's goroutines.
 func TestNode_LongPollClientLeavingEndsAskerWork(t *testing.T) {
+	testkit.Long(t)
 	tc := clustertest.New(t, clustertest.Options{})
 	entered := make(chan struct{}, 64)
 	a := tc.AddWith("a", clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)})
@@ -1020,6 +1028,7 @@ func TestNode_WaitEndsWhenHolderLeaves(t *testing.T) {
 // node's EndWaits is called (a graceful stop); other requests are not
 // affected: a cancel after it is done once.
 func TestNode_EndWaitsAnswersForwardedWait(t *testing.T) {
+	testkit.Long(t)
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	id := a.Submit(t, "alice-key", "https://example.com/hold")
@@ -1236,7 +1245,10 @@ type crowdResult struct {
 // client): then the live heap's growth is measured, with no allocation
 // under way to blur it, and the readers go on.
 func crowd(t *testing.T, n, k int, stall bool) crowdResult {
-	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	// A long Timeout: the crowd is about the parts' size, not about how
+	// long a loaded machine takes to send them (a stream broken by a
+	// message too large loses its parts whatever the Timeout).
+	tc := clustertest.Start(t, clustertest.Options{Timeout: 30 * time.Second}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	var urls []string
 	for i := range k {
