@@ -645,7 +645,10 @@ func TestAdmission_OddCallerNames(t *testing.T) {
 // errors, never a panic; nothing left behind (TestMain's leak check).
 func TestAdmission_GarbageAndClosedNeverPanic(t *testing.T) {
 	t.Parallel()
-	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 1}}, "a", "b")
+	// A short Timeout: an id that is not UTF-8 cannot cross to a grain on
+	// the other node (protobuf refuses to marshal it), and each attempt
+	// waits it out; the test is about answers, not their time.
+	tc := clustertest.Start(t, clustertest.Options{Timeout: 300 * time.Millisecond, Config: engine.Config{JobsPerCaller: 1}}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	ctx := context.Background()
 	adm := a.Node.Admission()
@@ -723,6 +726,7 @@ func TestAdmission_FullNodeReleasesAtOnce(t *testing.T) {
 // store is closed), the asking node answers 503 "admission unavailable"
 // with Retry-After, and nothing is created.
 func TestAdmission_Unavailable503(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 2, JobsTotal: 64}}, "a", "b", "c")
 	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")

@@ -16,8 +16,6 @@ import (
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
-	patest "github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
-
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/kubernetes"
@@ -99,7 +97,7 @@ func TestNode_StartErrors(t *testing.T) {
 		}
 		return n
 	}
-	testProvider := cluster.ProtoactorProvider(patest.NewTestProvider(patest.NewInMemAgent()))
+	testProvider := cluster.ProtoactorProvider(test.NewTestProvider(test.NewInMemAgent()))
 
 	for name, n := range map[string]*cluster.Node{
 		"remote address in use":       newNode(t, inUse, testProvider),

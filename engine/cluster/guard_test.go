@@ -225,6 +225,7 @@ func isRetryable(res any) bool {
 // (a joining node's Hello is answered once the node sees it among the
 // members: TestGuard_UnknownMemberRetries).
 func TestGuard_NonMemberRefused(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 1}}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
@@ -559,6 +560,7 @@ func automanaged(t *testing.T, count int) []cluster.Provider {
 // for its jobs through it. Under the automanaged provider serve runs by
 // default.
 func TestGuard_GossipCannotEvictMember(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.New(t, clustertest.Options{})
 	ps := automanaged(t, 2)

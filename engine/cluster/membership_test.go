@@ -103,6 +103,7 @@ func TestNode_MemberNotYetKnownWaitedFor(t *testing.T) {
 // waits for the member to say who it is and is forwarded (or, if it does
 // not say, answers 503); once the member is known, it is forwarded.
 func TestNode_MemberBeingAskedIsNot404(t *testing.T) {
+	testkit.Long(t)
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{}, "b")
 	b := tc.Node("b")
