@@ -564,8 +564,8 @@ func TestGuard_GossipCannotEvictMember(t *testing.T) {
 	t.Parallel()
 	tc := clustertest.New(t, clustertest.Options{})
 	ps := automanaged(t, 2)
-	a := tc.AddWith("a", clustertest.NodeOptions{Provider: &ps[0]})
-	b := tc.AddWith("b", clustertest.NodeOptions{Provider: &ps[1]})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Provider: &ps[0]}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Provider: &ps[1]}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	id := b.Submit(t, "alice-key", "http://x/page")
 	b.WaitDone(t, id)

@@ -209,7 +209,7 @@ func TestNode_CutShortAnswerIsCutShortForClient(t *testing.T) {
 	clk := testkit.NewClock()
 	clk.Set(time.Now())
 	var expired atomic.Bool
-	a := tc.AddWith("a", clustertest.NodeOptions{Now: clk.Now, Answer: func(h http.Handler) http.Handler {
+	aOpts := clustertest.NodeOptions{Now: clk.Now, Answer: func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h.ServeHTTP(&expiringWriter{ResponseWriter: w, expire: func() {
 				if !expired.Swap(true) {
@@ -217,16 +217,17 @@ func TestNode_CutShortAnswerIsCutShortForClient(t *testing.T) {
 				}
 			}}, r)
 		})
-	}})
+	}}
 	// c: a forwarded answer's writer stalls after its first Write.
 	stalled, returned := make(chan struct{}, 1), make(chan struct{}, 1)
-	c := tc.AddWith("c", clustertest.NodeOptions{Answer: func(h http.Handler) http.Handler {
+	cOpts := clustertest.NodeOptions{Answer: func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			defer func() { returned <- struct{}{} }()
 			h.ServeHTTP(&stallingWriter{ResponseWriter: w, ctx: r.Context(), stalled: stalled}, r)
 		})
-	}})
-	b := tc.Add("b")
+	}}
+	nodes := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: aOpts}, clustertest.Spec{Name: "c", NodeOptions: cOpts}, clustertest.Spec{Name: "b"})
+	a, c, b := nodes[0], nodes[1], nodes[2]
 	tc.WaitMembers(3)
 
 	const size = 300 << 10 // a result: more than a part
@@ -357,8 +358,8 @@ func TestNode_SlowReaderHoldsNoTurn(t *testing.T) {
 	t.Parallel()
 	tc := clustertest.New(t, clustertest.Options{})
 	watch := &firstWrite{auth: "Bearer alice-key", started: make(chan struct{}), returned: make(chan struct{})}
-	a := tc.AddWith("a", clustertest.NodeOptions{MaxInFlight: 1})
-	b := tc.AddWith("b", clustertest.NodeOptions{MaxInFlight: 1, Route: watch.wrap})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{MaxInFlight: 1}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{MaxInFlight: 1, Route: watch.wrap}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	big := b.Submit(t, "alice-key", "https://example.com/big/1048576")
 	b.WaitDone(t, big)
@@ -582,8 +583,8 @@ func TestNode_LongPollClientLeavingEndsHolderWork(t *testing.T) {
 	testkit.Long(t)
 	tc := clustertest.New(t, clustertest.Options{})
 	entered := make(chan struct{}, 64)
-	a := tc.AddWith("a", clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)})
-	b := tc.AddWith("b", clustertest.NodeOptions{Timeout: time.Second})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Timeout: time.Second}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	id := a.Submit(t, "alice-key", "https://example.com/hold")
 
@@ -749,8 +750,8 @@ func TestNode_HolderClosingDuringLongPollAnswersNoEmpty200(t *testing.T) {
 	t.Parallel()
 	tc := clustertest.New(t, clustertest.Options{})
 	entered := make(chan struct{}, 64)
-	a := tc.AddWith("a", clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)})
-	b := tc.AddWith("b", clustertest.NodeOptions{Timeout: time.Second})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Timeout: time.Second}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	id := a.Submit(t, "alice-key", "https://example.com/hold")
 
@@ -800,8 +801,8 @@ func TestNode_HolderClosingMidResultsCutsAnswer(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	a := tc.AddWith("a", clustertest.NodeOptions{Route: pause})
-	b := tc.AddWith("b", clustertest.NodeOptions{Timeout: time.Second})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Route: pause}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Timeout: time.Second}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	var urls []string
 	for i := range 64 {
@@ -856,8 +857,8 @@ func TestNode_RequestToClosingNodeNeverPanics(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	a := tc.AddWith("a", clustertest.NodeOptions{Route: slow})
-	b := tc.AddWith("b", clustertest.NodeOptions{Timeout: time.Second})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Route: slow}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Timeout: time.Second}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	id := a.Submit(t, "alice-key", "https://example.com/1")
 	a.WaitDone(t, id)
@@ -888,8 +889,8 @@ func TestNode_LongPollClientLeavingEndsAskerWork(t *testing.T) {
 	testkit.Long(t)
 	tc := clustertest.New(t, clustertest.Options{})
 	entered := make(chan struct{}, 64)
-	a := tc.AddWith("a", clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)})
-	b := tc.AddWith("b", clustertest.NodeOptions{Timeout: time.Second})
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Route: forwardedCounter("GET /v1/batch/{id}", entered)}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Timeout: time.Second}})[0], tc.Node("b")
 	tc.WaitMembers(2)
 	id := a.Submit(t, "alice-key", "https://example.com/hold")
 
@@ -932,17 +933,17 @@ func TestNode_UppercaseIDOfAbsentNodeIs404(t *testing.T) {
 }
 
 // TestNode_CrowdOfResultReadersAllWhole: 50 clients read, at once and
-// through another node, a job's ?results=1 of 8 MiB (32 results of 256
+// through another node, a job's ?results=1 of 4 MiB (16 results of 256
 // KiB): every answer is whole and identical to the holder's. Each part is
 // at most 256 KiB, and protoactor's endpoint writer batches at most 8
 // queued messages into one gRPC message: 50 sessions' parts in flight stay
 // under the receiving server's 4 MiB message limit (a larger batch breaks
-// the stream, and every message in it is lost). Long: 400 MiB cross.
+// the stream, and every message in it is lost). Long: 200 MiB cross.
 func TestNode_CrowdOfResultReadersAllWhole(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()
 	const n = 50
-	r := crowd(t, n, 32, false)
+	r := crowd(t, n, 16, false)
 	bad := 0
 	for i, g := range r.got {
 		if g.err != nil || g.code != r.want.code || g.sum != r.want.sum || g.n != r.want.n {
