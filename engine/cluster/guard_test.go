@@ -42,6 +42,11 @@ import (
 // A node's peer counters feed the metrics' cluster collector.
 var _ metrics.PeerCounters = (*cluster.Node)(nil)
 
+// streamDeadline bounds a test's calls and streams to a node's cluster
+// port: a deadline for one that hung, generous for a loaded machine under
+// the race detector (the test's own waits fail sooner).
+const streamDeadline = 2 * time.Minute
+
 // startStranger starts a bare protoactor actor system with a remote, a
 // member of no cluster: a stranger that reaches the cluster port and
 // speaks protoactor's remote (opts: remoteTLS for one that holds a
@@ -108,7 +113,7 @@ func TestGuard_PeerCallsCannotCrashNode(t *testing.T) {
 			a.WaitDone(t, id)
 
 			client := dialNode(t, a, strangerCreds(t, plain))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 			defer cancel()
 			if _, err := client.ListProcesses(ctx, &remote.ListProcessesRequest{}); status.Code(err) != codes.Internal {
 				t.Errorf("ListProcesses: %v, want codes.Internal", err)
@@ -185,7 +190,7 @@ func TestGuard_HandshakeRefusesStrangers(t *testing.T) {
 	noCert := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} // trusts any server: only the server refuses
 	otherClient := otherCA.Client()
 	otherClient.VerifyPeerCertificate = nil // trusts any server: only the server refuses
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	for name, creds := range map[string]credentials.TransportCredentials{
 		"no certificate":           credentials.NewTLS(noCert),
@@ -372,7 +377,7 @@ func TestGuard_MemberCannotBeStopped(t *testing.T) {
 // node's member id.
 func memberIDOf(t *testing.T, n *node) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	stream, err := dialNode(t, n, strangerCreds(t, false)).Receive(ctx)
 	if err != nil {
@@ -435,7 +440,7 @@ func TestGuard_StrangerCannotMakeNodeDial(t *testing.T) {
 // that each is refused and n dials none of them.
 func strangerDials(t *testing.T, a *node, creds credentials.TransportCredentials) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	stream, err := dialNode(t, a, creds).Receive(ctx)
 	if err != nil {
@@ -498,7 +503,7 @@ func TestGuard_StrangerCannotAnswerAnothersRequests(t *testing.T) {
 	a, b := tc.Node("a"), tc.Node("b")
 	testkit.WaitFor(t, "a knows b", func() bool { return slices.Contains(a.Node.Members(), "b") })
 	pending := actor.NewFuture(cluster.SystemOf(b.Node), 20*time.Second) // a request of b's, pending
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	stream, err := dialNode(t, a, strangerCreds(t, false)).Receive(ctx)
 	if err != nil {
@@ -722,7 +727,7 @@ func TestGuard_HandshakeRefusesBadCertificates(t *testing.T) {
 // protoactor.
 func refusedAtHandshake(t *testing.T, a *node, certs map[string]tls.Certificate) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	for name, cert := range certs {
 		conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
