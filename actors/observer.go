@@ -47,12 +47,18 @@ type hookEvent struct {
 type observer struct {
 	hooks     *Hooks
 	admission Admission
+	// stopped is called once the observer has stopped: every hook queued
+	// before its poison pill has returned (see System.Stop).
+	stopped func()
 }
 
 // Receive implements actor.Actor.
 func (o *observer) Receive(ctx actor.Context) {
 	e, ok := ctx.Message().(*hookEvent)
 	if !ok {
+		if _, ok := ctx.Message().(*actor.Stopped); ok {
+			o.stopped()
+		}
 		return
 	}
 	h := o.hooks

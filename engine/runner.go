@@ -276,13 +276,14 @@ func (r *Runner) Cancel(id string) bool {
 }
 
 // CloseTimeout bounds how long [Runner.Close] waits for the fetches in
-// flight to return once their context is cancelled.
+// flight to return once their context is cancelled, and then for the
+// hooks to run.
 const CloseTimeout = 30 * time.Second
 
 // Close is [Runner.Shutdown] bounded by [CloseTimeout]: it stops the runner,
 // and gives up on a fetch that has not returned 30 s after its context was
-// cancelled. It is idempotent. A runner made by [Open] closes its store
-// too.
+// cancelled, or on a hook that blocks. It is idempotent. A runner made by
+// [Open] closes its store too.
 func (r *Runner) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
@@ -302,7 +303,10 @@ func (r *Runner) Close() {
 // If ctx is done before a fetch has returned, Shutdown gives up on it: its
 // target stays pending, its job is failed "shutdown", its goroutine is left
 // to end on its own and its late outcome is dropped (and logged), never
-// written; Shutdown then returns ctx.Err().
+// written; Shutdown then returns ctx.Err(). The same goes for a hook that
+// has not returned when ctx is done: Shutdown returns ctx.Err() without
+// it, its goroutine is left to it, and the hooks queued after it run once
+// it returns, after Shutdown has.
 func (r *Runner) Shutdown(ctx context.Context) error {
 	var err error
 	r.once.Do(func() {
