@@ -210,6 +210,9 @@ func (s *System) Cancel(id string) bool {
 // When it is closed before the hooks queued have run (a hook that blocks),
 // Stop stops waiting for the observer, however long it has waited: the
 // hooks' goroutine is left to the hook. A nil giveUp waits for good.
+// Called from a hook ([InHook]), Stop does not wait for the observer at
+// all: the hook calling it, and the hooks queued after it, run after Stop
+// has returned.
 //
 // The Drain is queued before cancelFetches runs, so the supervisor handles
 // it before any target that returns at the cancel: no target is
@@ -270,13 +273,21 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 	// that one ends after 10 s whether or not the observer has stopped,
 	// and a hook still running then would hold Stop in closing the hooks'
 	// pool for good.
+	// Called from a hook, Stop would wait for itself: it leaves the hooks'
+	// goroutine to that hook, which runs the hooks still queued once it
+	// returns.
 	s.sys.Root.Poison(s.observer)
 	hooksDone := true
-	select {
-	case <-s.observerStopped:
-	case <-giveUp:
-		gaveUp, hooksDone = true, false
-		s.cfg.Log.Warn("shutdown gave up on the hooks: a hook is blocked")
+	if InHook() {
+		hooksDone = false
+		s.cfg.Log.Info("shutdown called from a hook: the hooks still queued run after it")
+	} else {
+		select {
+		case <-s.observerStopped:
+		case <-giveUp:
+			gaveUp, hooksDone = true, false
+			s.cfg.Log.Warn("shutdown gave up on the hooks: a hook is blocked")
+		}
 	}
 	s.sys.Shutdown()
 	for _, p := range s.pools {
