@@ -484,7 +484,6 @@ func TestOpen_EveryMethodAfterClose(t *testing.T) {
 // that had ended before"), on a runner made by Open as on one made by New.
 func TestOpen_WaitAfterCloseIsErrClosed(t *testing.T) {
 	t.Parallel()
-	findings(t, "Runner.Wait on a runner made by Open returns ErrNotFound after Close, not ErrClosed as its doc says: the store is closed, so Job finds nothing before Wait checks isClosed (engine/read.go Wait)")
 	r := openRunner(t, "", enginetest.OKFetch)
 	id := waitDone(t, r, "alice", 1)
 	r.Close()

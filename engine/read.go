@@ -295,18 +295,20 @@ func (r *Runner) Touch(id string) {
 // milliseconds of its terminal write; it does not poll. It returns
 // [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
 // it was left once the runner is stopping or has stopped (Close, or a
-// failure: even for a job that had ended before), and
+// failure: even for a job that had ended before, and for an id it cannot
+// find then; a zero Job from a runner made by [Open] once its Close has
+// closed the store), and
 // ctx.Err() with the job as it stands when ctx is done. Safe for concurrent
 // use.
 func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 	for {
 		j, ok := r.Job(id)
 		switch {
-		case !ok:
-			return Job{}, ErrNotFound
 		case r.isClosed():
-			// The runner is stopping or stopped: answer once it has left
-			// the job as it stays (a job the close ended, "shutdown", too).
+			// The runner is stopping or stopped (asked before !ok: a
+			// runner made by Open closes its store, and then finds no
+			// job): answer once it has left the job as it stays (a job
+			// the close ended, "shutdown", too).
 			select {
 			case <-r.done:
 			case <-ctx.Done():
@@ -314,6 +316,8 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 			}
 			j, _ = r.Job(id)
 			return j, ErrClosed
+		case !ok:
+			return Job{}, ErrNotFound
 		case !IsLive(j.Status):
 			return j, nil
 		}
