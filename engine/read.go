@@ -296,11 +296,15 @@ func (r *Runner) Touch(id string) {
 // [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
 // it was left once the runner is stopping or has stopped (Close, or a
 // failure: even for a job that had ended before, and for an id it cannot
-// find then; a zero Job from a runner made by [Open] once its Close has
-// closed the store), and
+// find then; a Wait begun after the Close of a runner made by [Open] has
+// closed its store gets a zero Job), and
 // ctx.Err() with the job as it stands when ctx is done. Safe for concurrent
 // use.
 func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
+	if r.ownsStore {
+		r.waitFor(id)
+		defer r.waitEnd(id)
+	}
 	for {
 		j, ok := r.Job(id)
 		switch {
@@ -314,8 +318,7 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 			case <-ctx.Done():
 				return j, ctx.Err()
 			}
-			j, _ = r.Job(id)
-			return j, ErrClosed
+			return r.lastJob(id), ErrClosed
 		case !ok:
 			return Job{}, ErrNotFound
 		case !IsLive(j.Status):
@@ -334,6 +337,53 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 			return j, ctx.Err()
 		}
 	}
+}
+
+// waitFor registers a Wait for job id on a runner that owns its store;
+// waitEnd unregisters it.
+func (r *Runner) waitFor(id string) {
+	r.waitMu.Lock()
+	defer r.waitMu.Unlock()
+	if r.waits == nil {
+		r.waits = make(map[string]*waited)
+	}
+	w := r.waits[id]
+	if w == nil {
+		w = &waited{}
+		r.waits[id] = w
+	}
+	w.n++
+}
+
+func (r *Runner) waitEnd(id string) {
+	r.waitMu.Lock()
+	defer r.waitMu.Unlock()
+	if w := r.waits[id]; w != nil {
+		if w.n--; w.n == 0 {
+			delete(r.waits, id)
+		}
+	}
+}
+
+// lastJob returns job id as the stopped runner left it (zero if it finds
+// none): read from the store, or, once Shutdown has closed a store the
+// runner owns, as Shutdown read it just before (for a Wait registered
+// then; see waitFor).
+func (r *Runner) lastJob(id string) Job {
+	if !r.ownsStore {
+		j, _ := r.Job(id)
+		return j
+	}
+	r.waitMu.Lock() // Shutdown closes the store only once it holds it
+	defer r.waitMu.Unlock()
+	if !r.storeGone {
+		j, _ := r.Job(id)
+		return j
+	}
+	if w := r.waits[id]; w != nil {
+		return w.job
+	}
+	return Job{}
 }
 
 func (r *Runner) isClosed() bool {

@@ -43,6 +43,19 @@ type Runner struct {
 	// has returned.
 	shutting atomic.Bool
 	shutDone chan struct{}
+
+	// For a runner that owns its store: the jobs Wait waits for, each as
+	// Shutdown read it just before it closed the store (storeGone), so
+	// that a waiter woken by the stop answers the job as the stop left it.
+	waitMu    sync.Mutex
+	waits     map[string]*waited
+	storeGone bool
+}
+
+// waited is a job some Waits wait for, on a runner that owns its store.
+type waited struct {
+	n   int // how many
+	job Job // as Shutdown left it (storeGone)
 }
 
 // submission is what a job's actor holds for the FetchFunc: the caller and
@@ -351,6 +364,12 @@ func (r *Runner) shutdown(ctx context.Context) (err error) {
 	}
 	r.log.Info("runner closed; jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up", gaveUp))
 	if r.ownsStore {
+		r.waitMu.Lock()
+		for id, w := range r.waits {
+			w.job, _ = r.Job(id)
+		}
+		r.storeGone = true
+		r.waitMu.Unlock()
 		if cerr := r.store.Close(); cerr != nil {
 			r.log.Warn("close store", slog.String(keyErr, storeErrText(cerr)))
 			if err == nil {
