@@ -558,7 +558,6 @@ func TestOpen_ReadsAfterCloseLogNoWarning(t *testing.T) {
 		}
 	}
 	if warns != 0 {
-		findings(t, "every read of a runner made by Open after Close logs a warning (\"read job … store closed\"): engine/read.go readFailed treats persistence.ErrClosed as a failure")
 		t.Errorf("30 reads after Close logged %d warnings; want none. First: %s", warns, after[0])
 	}
 }

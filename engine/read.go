@@ -75,11 +75,20 @@ func (r *Runner) snapExpired(v *actors.View, s *actors.Snapshot, stored ...int64
 	return !IsLive(s.Job.Status) && persistence.Expired(lease, r.cfg.TTL, r.cfg.Now().UnixNano())
 }
 
-// readFailed logs a read that failed for a reason other than a missing job.
+// readFailed logs a read that failed for a reason other than a missing job
+// (see quiet).
 func (r *Runner) readFailed(what, id string, err error) {
-	if !errors.Is(err, persistence.ErrNotFound) {
+	if !r.quiet(err) {
 		r.log.Warn(what, slog.String(keyJobID, id), slog.String(keyErr, storeErrText(err)))
 	}
+}
+
+// quiet reports a store error that is no failure to log: a missing job, or
+// a store closed after the runner (a runner made by Open closes its own;
+// reads after Close are normal use, such as a dashboard still polling).
+// A store closed under a running runner is logged.
+func (r *Runner) quiet(err error) bool {
+	return errors.Is(err, persistence.ErrNotFound) || errors.Is(err, persistence.ErrClosed) && r.isClosed()
 }
 
 // Targets returns a job's summary and every target's status, error and
@@ -286,7 +295,7 @@ func (r *Runner) Touch(id string) {
 			return
 		}
 	}
-	if _, err := r.store.TouchUnexpired(id, lease, now-int64(r.cfg.TTL)); err != nil {
+	if _, err := r.store.TouchUnexpired(id, lease, now-int64(r.cfg.TTL)); err != nil && !r.quiet(err) {
 		r.log.Warn("touch", slog.String(keyJobID, id), slog.String(keyErr, storeErrText(err)))
 	}
 }
