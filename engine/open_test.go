@@ -134,15 +134,6 @@ func TestOpen_BadInputIsAClearError(t *testing.T) {
 	}
 }
 
-// findings lets a test that shows a known defect run only when asked
-// (SIFTBATCH_ADV_FINDINGS set); otherwise it is skipped, naming the defect.
-func findings(t *testing.T, defect string) {
-	t.Helper()
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: " + defect)
-	}
-}
-
 // logTo returns a logger that writes every level, as text, to buf.
 func logTo(buf *testkit.SyncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -190,11 +181,11 @@ func TestOpen_GarbageManifestIsCorruptAndKept(t *testing.T) {
 	}
 }
 
-// A directory that holds someone else's files is not a store: Open must not
-// delete any of them (nothing lost), whatever it then does.
+// A directory that holds someone else's files is not a store: Open
+// refuses it with ErrStoreCorrupt, naming it, and deletes, changes or
+// adds no file in it (Badger's lock file neither).
 func TestOpen_ForeignDirLosesNoFile(t *testing.T) {
 	t.Parallel()
-	findings(t, "Open on an existing directory that is not a store deletes every empty *.mem and *.vlog file in it (persistence.removeEmptyValueLogs runs before any check that dir is a store), and then adopts the directory as a store")
 	dir := t.TempDir()
 	files := map[string]string{"notes.txt": "keep me", "empty.mem": "", "empty.vlog": ""}
 	for name, content := range files {
@@ -202,13 +193,20 @@ func TestOpen_ForeignDirLosesNoFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{}, nil); err == nil {
-		r.Close()
+	r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{}, nil)
+	if !errors.Is(err, engine.ErrStoreCorrupt) || !strings.Contains(err.Error(), dir) {
+		if r != nil {
+			r.Close()
+		}
+		t.Errorf("Open on a directory of other files: %v; want ErrStoreCorrupt naming %s", err, dir)
 	}
 	for name, content := range files {
 		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != content {
 			t.Errorf("%s after Open: %q, %v; want it kept with %q", name, b, err, content)
 		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != len(files) {
+		t.Errorf("the directory after Open holds %d entries, %v; want the %d it had", len(entries), err, len(files))
 	}
 }
 
