@@ -368,7 +368,14 @@ func TestRunner_CloseFromAHook(t *testing.T) {
 						close(closed)
 					}
 				},
-				JobSeconds: func(time.Duration) { after <- 1 }, // queued after the Job hook's done
+				JobSeconds: func(time.Duration) { // queued after the Job hook's done
+					select {
+					case <-closed:
+						after <- 1
+					default:
+						after <- 0
+					}
+				},
 			}
 			b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{Hooks: hooks})
 			r = b.Runner
@@ -386,7 +393,7 @@ func TestRunner_CloseFromAHook(t *testing.T) {
 			}
 			r.Close()
 			require.ErrorIs(t, r.Err(), engine.ErrClosed)
-			testkit.Recv(t, after)
+			require.Equal(t, 1, testkit.Recv(t, after), "the hook queued after the closing one ran after its Close returned")
 			j, ok := r.Job(id)
 			require.True(t, ok)
 			require.Equal(t, engine.StatusDone, j.Status)
