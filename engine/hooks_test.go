@@ -346,3 +346,59 @@ func TestRunner_TargetHookAfterPanicHasDuration(t *testing.T) {
 	}
 	testkit.RequireNoneOf(t, b.Logs.String(), enginetest.PanicValue)
 }
+
+// TestRunner_CloseFromAHook: a hook that closes the runner gets its Close
+// back (Close does not wait for the hooks, which would wait for the hook
+// calling it), the runner stops, the job the hook ran for stays done and
+// the hooks queued after it still run; a later Close returns too. Called
+// while another Close waits for the hooks, the hook's Close returns at
+// once and then the other does.
+func TestRunner_CloseFromAHook(t *testing.T) {
+	t.Parallel()
+	for _, other := range []bool{false, true} {
+		t.Run(fmt.Sprintf("another Close under way %v", other), func(t *testing.T) {
+			t.Parallel()
+			var r *engine.Runner
+			ready, closed, after := make(chan struct{}), make(chan struct{}), make(chan int, 1)
+			hooks := engine.Hooks{
+				Job: func(outcome string) {
+					if outcome == engine.StatusDone {
+						<-ready
+						r.Close()
+						close(closed)
+					}
+				},
+				JobSeconds: func(time.Duration) { // queued after the Job hook's done
+					select {
+					case <-closed:
+						after <- 1
+					default:
+						after <- 0
+					}
+				},
+			}
+			b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{Hooks: hooks})
+			r = b.Runner
+			id := b.Submit(t, "alice", enginetest.Targets("alice", 1))
+			b.WaitStatus(t, id, engine.StatusDone)
+			otherClosed := make(chan struct{})
+			if other {
+				go func() { r.Close(); close(otherClosed) }()
+				testkit.WaitFor(t, "the other Close to begin", func() bool { return errors.Is(r.Err(), engine.ErrClosed) })
+			}
+			close(ready)
+			testkit.RequireClosed(t, closed)
+			if other {
+				testkit.RequireClosed(t, otherClosed)
+			}
+			r.Close()
+			require.ErrorIs(t, r.Err(), engine.ErrClosed)
+			require.Equal(t, 1, testkit.Recv(t, after), "the hook queued after the closing one ran after its Close returned")
+			j, ok := r.Job(id)
+			require.True(t, ok)
+			require.Equal(t, engine.StatusDone, j.Status)
+			_, _, err := r.Submit(context.Background(), enginetest.Caller("bob"), "", enginetest.Targets("bob", 1))
+			require.ErrorIs(t, err, engine.ErrClosed)
+		})
+	}
+}
