@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/mcpcmd"
 	"github.com/sift/batch/engine/fetcher"
 )
 
@@ -59,6 +60,7 @@ func init() {
 		{"cluster-certs", "write a cluster's CA and each node's certificate and key (serve --cluster's TLS)", runClusterCerts},
 		{"jobs", "list the jobs in a store directory", runJobs},
 		{"show", "print one stored job and its targets as JSON", runShow},
+		{"mcp", "serve the batch API as MCP tools over stdio, calling a serve", mcpcmd.Command(os.Stdin)},
 		{"help", "list the commands, or show one command's flags", runHelp},
 	}
 }

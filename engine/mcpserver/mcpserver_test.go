@@ -87,6 +87,7 @@ type bundle struct {
 	*enginetest.Bundle
 	f   *fetches
 	srv *httptest.Server
+	mcp *mcpserver.Handler
 }
 
 func setup(t *testing.T, cfg engine.Config) *bundle {
@@ -109,8 +110,8 @@ func setup(t *testing.T, cfg engine.Config) *bundle {
 	mux.Handle("/v1/", api)
 	mux.Handle("/mcp", h)
 	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { api.EndWaits(); srv.Close() })
-	return &bundle{Bundle: eb, f: f, srv: srv}
+	t.Cleanup(func() { api.EndWaits(); h.EndWaits(); srv.Close() })
+	return &bundle{Bundle: eb, f: f, srv: srv, mcp: h}
 }
 
 // bearer adds a Bearer key to each request, and counts the bytes of the
@@ -435,6 +436,33 @@ func TestMCP_WaitSendsProgressAsTargetsLand(t *testing.T) {
 // Each page's call has the API read the stored result whole (its own
 // rule), so under the race detector the 65 calls take tens of seconds:
 // a long test.
+func TestMCP_EndWaitsAnswersAPendingWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, rt := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/end")}}}, &sub)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}}
+		p.SetProgressToken("end")
+		res, err := cs.CallTool(context.Background(), p)
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		done <- res
+	}()
+	rt.progress.Wait(t) // the wait has begun
+	b.mcp.EndWaits()
+	res := testkit.Recv(t, done)
+	var job mcpserver.Job
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &job); err != nil || res.IsError || job.Status == "done" {
+		t.Fatalf("wait after EndWaits: %s %+v", textOf(res), job)
+	}
+	b.f.gate("/gate/end").Open()
+}
+
 func TestMCP_ResultOf16MiBReadInPages(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()

@@ -93,17 +93,36 @@ type keyFunc func(*mcp.CallToolRequest) (string, bool)
 
 // tools is the six tools over one backend.
 type tools struct {
-	b   *backend
-	key keyFunc
-	o   Options
+	b      *backend
+	key    keyFunc
+	o      Options
+	ending context.Context // done: batch_wait answers at once (nil: never)
 }
+
+// Handler is serve's /mcp (see [NewHandler]). It is safe for concurrent
+// use.
+type Handler struct {
+	h        http.Handler
+	endWaits context.CancelFunc
+}
+
+// ServeHTTP answers one MCP request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.h.ServeHTTP(w, r) }
+
+// EndWaits has every pending batch_wait answer at once with the job as it
+// stands, and later ones too, so that none holds up a graceful stop:
+// register it with the server's [http.Server.RegisterOnShutdown], beside
+// the API's own. It is idempotent and safe for concurrent use.
+func (h *Handler) EndWaits() { h.endWaits() }
 
 // NewHandler returns serve's /mcp: the MCP streamable HTTP transport,
 // stateless, over api (the /v1/ [http.Handler], called in process). A
 // request whose Bearer key auth does not know is answered 401 (503 if auth
 // fails) before any MCP message is read; a tool call reaches the API with
-// that same key. The handler is safe for concurrent use.
-func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (http.Handler, error) {
+// that same key. Stateless, no session outlives its HTTP request: nothing
+// to expire, no cap on sessions to keep, and any node behind a load
+// balancer answers any request.
+func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handler, error) {
 	if api == nil || auth == nil {
 		return nil, errors.New("mcpserver: nil api or authenticator")
 	}
@@ -111,12 +130,13 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (http.H
 	if err != nil {
 		return nil, err
 	}
+	ending, end := context.WithCancel(context.Background())
 	t := &tools{b: &backend{hc: &http.Client{Transport: handlerTransport{h: api}}, base: "http://siftbatch.invalid"},
-		key: keyOfHeader, o: o}
+		key: keyOfHeader, o: o, ending: ending}
 	srv := t.server()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: false})
-	return requireKey(auth, h), nil
+		&mcp.StreamableHTTPOptions{Stateless: true})
+	return &Handler{h: requireKey(auth, h), endWaits: end}, nil
 }
 
 // keyOfHeader is the Bearer key of the HTTP request a call came in.
@@ -363,6 +383,9 @@ func (t *tools) call(req *mcp.CallToolRequest, tool, id string, fn func(key stri
 	return nil
 }
 
+// stopping reports whether the server is stopping (EndWaits).
+func (t *tools) stopping() bool { return t.ending != nil && t.ending.Err() != nil }
+
 func jobPath(id string) (string, error) {
 	if id == "" {
 		return "", &APIError{Status: http.StatusBadRequest, Message: "no id", Hint: "give the id batch_submit answered"}
@@ -439,7 +462,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 					Message: fmt.Sprintf("%d of %d targets stored, %d failed; job %s", out.TargetsDone, out.TargetsTotal, out.TargetsFailed, out.Status),
 				})
 			}
-			if ended(out.Status) || slice == 0 || !time.Now().Before(deadline) {
+			if ended(out.Status) || slice == 0 || !time.Now().Before(deadline) || t.stopping() {
 				return nil
 			}
 		}
