@@ -168,30 +168,28 @@ func (p *pager) add(b []byte) {
 // addRun adds whole runes of plain text, as add would one by one.
 func (p *pager) addRun(b []byte) {
 	for len(b) > 0 {
-		room := p.size - p.cur
+		room := max(p.size-p.cur, 0) // a rune larger than a page may have overfilled it
 		if len(b) <= room {
 			p.take(b)
 			return
 		}
-		// The last rune boundary that fits; none: the page is full.
+		// The last rune boundary that fits.
 		k := room
 		for k > 0 && !utf8.RuneStart(b[k]) {
 			k--
 		}
-		if k == 0 {
-			if p.cur == 0 { // a rune larger than a page: alone on it
-				_, n := utf8.DecodeRune(b)
-				p.take(b[:n])
-				b = b[n:]
-			}
+		switch {
+		case k > 0:
+			p.take(b[:k])
+			b = b[k:]
+		case p.cur > 0: // the page is full: the next begins
 			p.page++
 			p.cur = 0
-			continue
+		default: // a rune larger than a page: alone on it
+			_, n := utf8.DecodeRune(b)
+			p.take(b[:n])
+			b = b[n:]
 		}
-		p.take(b[:k])
-		b = b[k:]
-		p.page++
-		p.cur = 0
 	}
 }
 
