@@ -90,7 +90,7 @@ type bundle struct {
 	mcp *mcpserver.Handler
 }
 
-func setup(t *testing.T, cfg engine.Config) *bundle {
+func setup(t testing.TB, cfg engine.Config) *bundle {
 	t.Helper()
 	f := &fetches{}
 	eb := enginetest.Setup(t, f.fetch, cfg)
@@ -151,7 +151,7 @@ func (c *countBody) Read(p []byte) (int, error) {
 }
 
 // connect opens an MCP session to the bundle's /mcp with key.
-func (b *bundle) connect(t *testing.T, key string) (*mcp.ClientSession, *bearer) {
+func (b *bundle) connect(t testing.TB, key string) (*mcp.ClientSession, *bearer) {
 	t.Helper()
 	rt := &bearer{key: key}
 	rt.progress.Init(t)
@@ -171,7 +171,7 @@ func (b *bundle) connect(t *testing.T, key string) (*mcp.ClientSession, *bearer)
 
 // call calls a tool and decodes its structured output into out (if not
 // nil); it returns the result.
-func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, out any) *mcp.CallToolResult {
+func call(t testing.TB, cs *mcp.ClientSession, tool string, args map[string]any, out any) *mcp.CallToolResult {
 	t.Helper()
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
