@@ -389,6 +389,29 @@ func TestMCP_UnknownKeyIs401(t *testing.T) {
 	}
 }
 
+// TestMCP_ServesAProxysHostHeader: a request that reaches a loopback
+// address under another Host (a proxy on the same machine) is served: the
+// key, not the address, decides.
+func TestMCP_ServesAProxysHostHeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"proxy","version":"1"}}}`))
+	req.Host = "batch.example.com"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer alice-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"siftbatch"`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
 func TestMCP_WaitSendsProgressAsTargetsLand(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{Workers: 1})

@@ -134,8 +134,12 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	t := &tools{b: &backend{hc: &http.Client{Transport: handlerTransport{h: api}}, base: "http://siftbatch.invalid"},
 		key: keyOfHeader, o: o, ending: ending}
 	srv := t.server()
+	// The SDK's guard against DNS rebinding (403 to a request that came
+	// to a loopback address under another Host) is off: every request
+	// needs a Bearer key, which a rebinding page does not have, and the
+	// guard would refuse every request of a proxy on the same machine.
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{Stateless: true})
+		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
 	return &Handler{h: requireKey(auth, h), endWaits: end}, nil
 }
 
