@@ -12,14 +12,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sift/batch/engine/client"
 )
 
-// maxAnswer caps the bytes of an API answer the server decodes whole (a
-// job with its targets, a list page, an error). A target's result is
-// never read whole (readTargetPage).
-const maxAnswer = 8 << 20
+// maxAnswer caps the bytes of an API error answer decoded.
+const maxAnswer = 64 << 10
 
-// backend makes the API requests of the tools.
+// backend is where the tools' API requests go: the base URL and the HTTP
+// client (in process for serve's /mcp). The tools make them with the API's
+// Go client (package github.com/sift/batch/engine/client), but for
+// batch_result, which streams GET /v1/batch/{id}/{idx} itself (do) to keep
+// one page of the result: the Go client's Target decodes it whole.
 type backend struct {
 	hc   *http.Client
 	base string // the API's base URL, without a trailing slash
@@ -90,22 +94,6 @@ func (b *backend) do(ctx context.Context, key, method, path string, body []byte,
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
 	return nil, e
-}
-
-// getJSON sends a request and decodes its 2xx answer into v.
-func (b *backend) getJSON(ctx context.Context, key, method, path string, body []byte, header http.Header, v any) error {
-	resp, err := b.do(ctx, key, method, path, body, header)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(v); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: the answer could not be read", ErrUnavailable)
-	}
-	return nil
 }
 
 // handlerTransport is an [http.RoundTripper] that answers each request
@@ -184,9 +172,12 @@ func (w *pipeWriter) Flush() {}
 // call as such, anything else without its text (which may name a host).
 func errorOf(err error) error {
 	var ae *APIError
+	var ce *client.Error
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &ce):
+		return &APIError{Status: ce.Status, Message: ce.Message, Hint: ce.Hint, RetryAfter: ce.RetryAfter}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errors.New("the call was cancelled or timed out; call the tool again")
 	case errors.Is(err, ErrUnavailable):

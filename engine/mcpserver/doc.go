@@ -15,7 +15,10 @@
 // The MCP server keeps every rule of the API because it is a client of it:
 // each tool call is one or more requests to the /v1/ API (package
 // github.com/sift/batch/engine/httpapi), made with the caller's own Bearer
-// key. So the caps, 429 with Retry-After, the fetcher's guard against
+// key, through the API's Go client (package
+// github.com/sift/batch/engine/client, which never retries here: a 429 is
+// the agent's to retry) or, for batch_result, a streamed read of the
+// target. So the caps, 429 with Retry-After, the fetcher's guard against
 // private addresses, the answer budget, owner isolation and the API's
 // logging rules hold as they do for any HTTP caller. An answer other than
 // 2xx comes back as a tool error (CallToolResult.IsError) whose text holds

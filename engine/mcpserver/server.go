@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sift/batch/engine/client"
 	"github.com/sift/batch/engine/httpapi"
 )
 
@@ -97,6 +98,17 @@ type tools struct {
 	key    keyFunc
 	o      Options
 	ending context.Context // done: batch_wait answers at once (nil: never)
+}
+
+// client is the API's Go client for one call, with key. It never retries
+// a 429 or a 503: the tool error tells the agent when to.
+func (t *tools) client(key string) (*client.Client, error) {
+	c, err := client.New(t.b.base, key, client.WithHTTPClient(t.b.hc), client.WithRetry(1, 0),
+		client.WithPollWait(max(t.o.PollEvery, time.Millisecond)))
+	if err != nil {
+		return nil, &APIError{Status: http.StatusUnauthorized, Message: "unauthorized", Hint: "send Authorization: Bearer KEY with a key the server knows"}
+	}
+	return c, nil
 }
 
 // Handler is serve's /mcp (see [NewHandler]). It is safe for concurrent
@@ -266,8 +278,20 @@ const (
 
 // TargetIn is one target to fetch.
 type TargetIn struct {
-	URL     string         `json:"url" jsonschema:"the absolute http or https URL to fetch"`
-	Options map[string]any `json:"options,omitempty" jsonschema:"fetch options: grep (an RE2 regular expression, keep the lines it matches) and jq (a jq program run on a JSON page); any other is refused with its name"`
+	URL     string    `json:"url" jsonschema:"the absolute http or https URL to fetch"`
+	Options OptionsIn `json:"options,omitzero" jsonschema:"fetch options; a server refuses those its fetcher does not honour (422, naming the option): serve's honours grep and jq"`
+}
+
+// OptionsIn are a target's options, as the API spells them: an unknown one
+// is refused by the schema, naming it.
+type OptionsIn struct {
+	Grep     string `json:"grep,omitempty" jsonschema:"an RE2 regular expression: keep the lines it matches (case-sensitive unless it starts with (?i))"`
+	JQ       string `json:"jq,omitempty" jsonschema:"a jq program run on a JSON page; its output, one compact JSON value a line, is the content"`
+	Mode     string `json:"mode,omitempty" jsonschema:"sift's own pipeline: text, summary… (refused by serve's fetcher)"`
+	Question string `json:"question,omitempty" jsonschema:"sift's own pipeline: a question to answer from the page (refused by serve's fetcher)"`
+	Pages    string `json:"pages,omitempty" jsonschema:"sift's own pipeline: the pages of a document to read (refused by serve's fetcher)"`
+	Context  *bool  `json:"context,omitempty" jsonschema:"sift's own pipeline (refused by serve's fetcher)"`
+	Recover  bool   `json:"recover,omitempty" jsonschema:"sift's own pipeline (refused by serve's fetcher)"`
 }
 
 // SubmitIn is batch_submit's input.
@@ -280,7 +304,7 @@ type SubmitIn struct {
 type Submitted struct {
 	ID     string `json:"id" jsonschema:"the job's id"`
 	Reused bool   `json:"reused" jsonschema:"true if a recent job with the same targets was answered instead of a new one"`
-	Status string `json:"status" jsonschema:"the job's status"`
+	Status string `json:"status" jsonschema:"the job's status: queued, running, done, partial, failed or cancelled"`
 }
 
 // IDIn is the input of the tools that take a job id.
@@ -357,15 +381,6 @@ type Cancelled struct {
 	Cancelled bool `json:"cancelled"`
 }
 
-// ended reports whether a job's status is final.
-func ended(status string) bool {
-	switch status {
-	case "queued", "running", "":
-		return false
-	}
-	return true
-}
-
 // call runs one tool call with its key, and logs it.
 func (t *tools) call(req *mcp.CallToolRequest, tool, id string, fn func(key string) error) error {
 	key, ok := t.key(req)
@@ -400,32 +415,54 @@ func jobPath(id string) (string, error) {
 func (t *tools) submit(ctx context.Context, req *mcp.CallToolRequest, in SubmitIn) (*mcp.CallToolResult, Submitted, error) {
 	var out Submitted
 	err := t.call(req, "batch_submit", "", func(key string) error {
-		body, err := json.Marshal(struct {
-			Targets []TargetIn `json:"targets"`
-		}{in.Targets})
+		c, err := t.client(key)
 		if err != nil {
-			return fmt.Errorf("encode targets: %w", err)
+			return err
 		}
-		var h http.Header
-		if in.IdempotencyKey != "" {
-			h = http.Header{"Idempotency-Key": {in.IdempotencyKey}}
+		targets := make([]client.Target, len(in.Targets))
+		for i, tg := range in.Targets {
+			o := tg.Options
+			targets[i] = client.Target{URL: tg.URL, Options: client.Options{Grep: o.Grep, JQ: o.JQ, Mode: o.Mode,
+				Question: o.Question, Pages: o.Pages, Context: o.Context, Recover: o.Recover}}
 		}
-		return t.b.getJSON(ctx, key, http.MethodPost, "/v1/batch", body, h, &out)
+		sub, err := c.SubmitWith(ctx, targets, client.SubmitOptions{IdempotencyKey: in.IdempotencyKey})
+		if err != nil {
+			return err
+		}
+		// The API answers the job's path as "status"; an agent wants the
+		// status word.
+		j, err := c.Job(ctx, sub.ID)
+		if err != nil {
+			return err
+		}
+		out = Submitted{ID: sub.ID, Reused: sub.Reused, Status: j.Status}
+		return nil
 	})
-	if err == nil {
-		t.o.Log.Debug("submitted", slog.String(logKeyJobID, out.ID), slog.String(logKeyStatus, out.Status))
-	}
 	return nil, out, err
+}
+
+func jobOf(j client.Job) Job {
+	out := Job{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal, TargetsDone: j.TargetsDone,
+		TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt}
+	for _, tg := range j.Targets {
+		out.Targets = append(out.Targets, TargetStatus{Idx: tg.Idx, URL: tg.URL, Status: tg.Status, Error: tg.Error, Hint: tg.Hint})
+	}
+	return out
 }
 
 func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (*mcp.CallToolResult, Job, error) {
 	var out Job
 	err := t.call(req, "batch_status", in.ID, func(key string) error {
-		p, err := jobPath(in.ID)
+		if _, err := jobPath(in.ID); err != nil {
+			return err
+		}
+		c, err := t.client(key)
 		if err != nil {
 			return err
 		}
-		return t.b.getJSON(ctx, key, http.MethodGet, p, nil, nil, &out)
+		j, err := c.Job(ctx, in.ID)
+		out = jobOf(j)
+		return err
 	})
 	return nil, out, err
 }
@@ -433,8 +470,7 @@ func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (
 func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (*mcp.CallToolResult, Job, error) {
 	var out Job
 	err := t.call(req, "batch_wait", in.ID, func(key string) error {
-		p, err := jobPath(in.ID)
-		if err != nil {
+		if _, err := jobPath(in.ID); err != nil {
 			return err
 		}
 		maxSec := int(t.o.MaxWait / time.Second)
@@ -444,32 +480,32 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 		case in.Seconds < 0 || in.Seconds > maxSec:
 			return &APIError{Status: http.StatusBadRequest, Message: "bad seconds", Hint: "give seconds from 1 to " + strconv.Itoa(maxSec)}
 		}
-		deadline := time.Now().Add(time.Duration(in.Seconds) * time.Second)
-		token := req.Params.GetProgressToken()
-		reported := -1
-		for {
-			// Each round is a long-poll of at most PollEvery: it answers at
-			// once when the job ends, and in between tells how far it is.
-			slice := min(t.o.PollEvery, time.Until(deadline))
-			if slice < time.Millisecond {
-				slice = 0
-			}
-			q := "?wait=" + url.QueryEscape(slice.String())
-			out = Job{}
-			if err := t.b.getJSON(ctx, key, http.MethodGet, p+q, nil, nil, &out); err != nil {
-				return err
-			}
-			if token != nil && out.TargetsDone != reported && req.Session != nil {
-				reported = out.TargetsDone
-				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-					ProgressToken: token, Progress: float64(out.TargetsDone), Total: float64(out.TargetsTotal),
-					Message: fmt.Sprintf("%d of %d targets stored, %d failed; job %s", out.TargetsDone, out.TargetsTotal, out.TargetsFailed, out.Status),
-				})
-			}
-			if ended(out.Status) || slice == 0 || !time.Now().Before(deadline) || t.stopping() {
-				return nil
-			}
+		c, err := t.client(key)
+		if err != nil {
+			return err
 		}
+		// A stopping server (EndWaits) ends the wait with the job as it
+		// then stands.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if t.ending != nil {
+			defer context.AfterFunc(t.ending, cancel)()
+		}
+		token := req.Params.GetProgressToken()
+		j, err := c.WaitProgress(wctx, in.ID, time.Duration(in.Seconds)*time.Second, t.o.PollEvery, func(j client.Job) {
+			if token == nil || req.Session == nil {
+				return
+			}
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token, Progress: float64(j.TargetsDone), Total: float64(j.TargetsTotal),
+				Message: fmt.Sprintf("%d of %d targets stored, %d failed; job %s", j.TargetsDone, j.TargetsTotal, j.TargetsFailed, j.Status),
+			})
+		})
+		if err != nil && ctx.Err() == nil && t.stopping() {
+			j, err = c.Job(ctx, in.ID)
+		}
+		out = jobOf(j)
+		return err
 	})
 	return nil, out, err
 }
@@ -530,38 +566,37 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 }
 
 func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, JobList, error) {
-	var out JobList
+	out := JobList{Jobs: []Job{}}
 	err := t.call(req, "batch_list", "", func(key string) error {
-		q := url.Values{}
-		if in.Status != "" {
-			q.Set("status", in.Status)
+		c, err := t.client(key)
+		if err != nil {
+			return err
 		}
-		if in.Limit != 0 {
-			q.Set("limit", strconv.Itoa(in.Limit))
+		p, err := c.ListPage(ctx, client.ListOptions{Status: in.Status, Limit: in.Limit, Cursor: in.Cursor})
+		for _, j := range p.Jobs {
+			out.Jobs = append(out.Jobs, jobOf(j))
 		}
-		if in.Cursor != "" {
-			q.Set("cursor", in.Cursor)
-		}
-		p := "/v1/batch"
-		if len(q) > 0 {
-			p += "?" + q.Encode()
-		}
-		return t.b.getJSON(ctx, key, http.MethodGet, p, nil, nil, &out)
+		out.NextCursor, out.Unavailable = p.NextCursor, p.UnavailableNodes
+		return err
 	})
-	if out.Jobs == nil {
-		out.Jobs = []Job{}
-	}
 	return nil, out, err
 }
 
 func (t *tools) cancel(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (*mcp.CallToolResult, Cancelled, error) {
 	var out Cancelled
 	err := t.call(req, "batch_cancel", in.ID, func(key string) error {
-		p, err := jobPath(in.ID)
+		if _, err := jobPath(in.ID); err != nil {
+			return err
+		}
+		c, err := t.client(key)
 		if err != nil {
 			return err
 		}
-		return t.b.getJSON(ctx, key, http.MethodDelete, p, nil, nil, &out)
+		if err := c.Cancel(ctx, in.ID); err != nil {
+			return err
+		}
+		out.Cancelled = true
+		return nil
 	})
 	return nil, out, err
 }
