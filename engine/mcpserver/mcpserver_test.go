@@ -361,6 +361,22 @@ func TestMCP_KeysAreIsolated(t *testing.T) {
 	}
 }
 
+func TestMCP_LogsCarryNoURLOrKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	secretURL := b.url("/secret-path?token=s3cret")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": secretURL}}}, &sub)
+	call(t, cs, "batch_wait", map[string]any{"id": sub.ID}, nil)
+	requireToolError(t, call(t, cs, "batch_status", map[string]any{"id": secretURL}, nil), "404")
+	logs := b.Logs.String()
+	if !strings.Contains(logs, "tool=batch_wait job_id="+sub.ID) || !strings.Contains(logs, "tool=batch_status job_id=(malformed) code=404") {
+		t.Fatalf("the tool calls are not logged with their job ids and codes:\n%s", logs)
+	}
+	testkit.RequireNoneOf(t, logs, "alice-key", "secret-path", "s3cret", "example.test")
+}
+
 func TestMCP_UnknownKeyIs401(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})

@@ -42,10 +42,9 @@ const (
 // Log keys: no attribute logged ever holds a URL, a host, a key or a
 // panic value.
 const (
-	logKeyTool   = "tool"
-	logKeyJobID  = "job_id"
-	logKeyStatus = "status"
-	logKeyCode   = "code"
+	logKeyTool  = "tool"
+	logKeyJobID = "job_id"
+	logKeyCode  = "code"
 )
 
 // Options configure the MCP server. The zero value takes the defaults.
@@ -389,17 +388,31 @@ func (t *tools) call(req *mcp.CallToolRequest, tool, id string, fn func(key stri
 	}
 	err := fn(key)
 	code := http.StatusOK
-	var ae *APIError
-	if errors.As(err, &ae) {
-		code = ae.Status
-	} else if err != nil {
-		code = 0
-	}
-	t.o.Log.Debug("tool call", slog.String(logKeyTool, tool), slog.String(logKeyJobID, id), slog.Int(logKeyCode, code))
 	if err != nil {
-		return errorOf(err)
+		err = errorOf(err)
+		code = 0 // unavailable, or cancelled
+		var ae *APIError
+		if errors.As(err, &ae) {
+			code = ae.Status
+		}
 	}
-	return nil
+	t.o.Log.Debug("tool call", slog.String(logKeyTool, tool), slog.String(logKeyJobID, loggedID(id)), slog.Int(logKeyCode, code))
+	return err
+}
+
+// loggedID is id as the log shows it: an id as the API makes them
+// (letters, digits, '-' and '_'), else "(malformed)", so that nothing an
+// agent passes as an id (a URL, a key) reaches the log.
+func loggedID(id string) string {
+	if len(id) > 64 {
+		return "(malformed)"
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return "(malformed)"
+		}
+	}
+	return id
 }
 
 // stopping reports whether the server is stopping (EndWaits).
