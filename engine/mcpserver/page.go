@@ -158,11 +158,7 @@ func (p *pager) add(b []byte) {
 		p.page++
 		p.cur = 0
 	}
-	p.cur += len(b)
-	p.total += len(b)
-	if p.page == p.want {
-		p.buf.Write(b)
-	}
+	p.take(b)
 }
 
 // addRun adds whole runes of plain text, as add would one by one.
@@ -197,6 +193,9 @@ func (p *pager) take(b []byte) {
 	p.cur += len(b)
 	p.total += len(b)
 	if p.page == p.want {
+		if p.buf.Cap() == 0 {
+			p.buf.Grow(p.size) // once: no copies while the page fills
+		}
 		p.buf.Write(b)
 	}
 }

@@ -79,3 +79,26 @@ func TestReadTargetPage_FailedTargetAndBadAnswers(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReadTargetPage_16MiB reads one page from a 16 MiB target answer
+// (as GET /v1/batch/{id}/{idx} writes it): B/op is what the MCP server
+// allocates to keep that page, the page itself and its read buffers,
+// never the whole result.
+func BenchmarkReadTargetPage_16MiB(b *testing.B) {
+	content := strings.Repeat("héllo wörld ✓ 😀 — ", 40) + "\"quoted\"\n"
+	content = strings.Repeat(content, 16<<20/len(content))
+	raw, err := json.Marshal(map[string]any{"content": content, "meta": map[string]any{"type": "text/plain"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := `{"idx":0,"url":"https://a.example/x","status":"done","result":` + string(raw) + "}\n"
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		tp, err := readTargetPage(strings.NewReader(doc), i%64, MaxPageBytes)
+		if err != nil || len(tp.Content) > MaxPageBytes {
+			b.Fatal(err, len(tp.Content))
+		}
+	}
+}
