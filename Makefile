@@ -2,13 +2,14 @@
 # The test tiers: test/short (no race, -short: the long multi-process tests
 # skip; < 90 s), test (lint and every test under -race; CI; < 6 min on 2
 # cores), and tiers of their own for what needs more than Go (test/browser:
-# Chromium), each run once by CI. A test joins a tier with
-# testkit.RequireTier(t, "NAME"), or skips under -short with testkit.Long(t).
+# Chromium; test/node: Node >= 18 and npm), each run once by CI. A test joins
+# a tier with testkit.RequireTier(t, "NAME"), or skips under -short with
+# testkit.Long(t).
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo demo-cluster install readme test test/short test/race test/browser test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-cluster install readme test test/short test/race test/browser test/node test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -35,6 +36,9 @@ test/short: ## the quick tier: go test -short ./..., no race; long multi-process
 
 test/browser: ## the dashboard's browser tests (Chromium), under -race: CI runs them once
 	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/...
+
+test/node: ## the MCP server against a Node client on the official TypeScript SDK (npm ci from the committed lock file): CI runs it once
+	SIFTBATCH_TIER=node $(GO) test -race -count=1 -run Node ./engine/mcpserver/...
 
 # make test/stress: STRESS_RUNS runs of make STRESS_TARGET in a row on a clean
 # clone (of HEAD: commit first) in a temporary directory, while a CPU hog keeps
