@@ -57,7 +57,7 @@ func TestRunner_ListAt(t *testing.T) {
 		opt := engine.ListOptions{Limit: limit}
 		for page := 0; ; page++ {
 			require.Less(t, page, 20, "limit %d: the cursor never ended", limit)
-			jobs, cursors, next, err := b.r.ListAt("alice", opt)
+			jobs, cursors, next, err := engine.PeerOf(b.r).ListAt("alice", opt)
 			require.NoError(t, err)
 			listed, listNext, err := b.r.List("alice", opt)
 			require.NoError(t, err)
@@ -86,7 +86,7 @@ func TestRunner_ListAt(t *testing.T) {
 	}
 
 	// A status filter: the cursors page through the jobs it keeps.
-	jobs, cursors, _, err := b.r.ListAt("alice", engine.ListOptions{Status: "done", Limit: 3})
+	jobs, cursors, _, err := engine.PeerOf(b.r).ListAt("alice", engine.ListOptions{Status: "done", Limit: 3})
 	require.NoError(t, err)
 	require.Len(t, cursors, 3)
 	rest, _, err := b.r.List("alice", engine.ListOptions{Status: "done", Limit: 100, Cursor: cursors[2]})
@@ -95,7 +95,7 @@ func TestRunner_ListAt(t *testing.T) {
 
 	// Refused as List refuses.
 	for _, opt := range []engine.ListOptions{{Status: "nope"}, {Limit: -1}, {Limit: engine.MaxListLimit + 1}, {Cursor: "!"}, {Cursor: "AAAA"}} {
-		_, cursors, next, err := b.r.ListAt("alice", opt)
+		_, cursors, next, err := engine.PeerOf(b.r).ListAt("alice", opt)
 		require.ErrorIs(t, err, engine.ErrBadList, "%+v", opt)
 		require.Nil(t, cursors)
 		require.Empty(t, next)
@@ -138,7 +138,7 @@ func TestCompareCursors(t *testing.T) {
 	}
 	var merged []entry
 	for _, b := range []*bundle{b1, b2} {
-		jobs, cursors, next, err := b.r.ListAt("alice", engine.ListOptions{Limit: 100})
+		jobs, cursors, next, err := engine.PeerOf(b.r).ListAt("alice", engine.ListOptions{Limit: 100})
 		require.NoError(t, err)
 		require.Empty(t, next)
 		require.NotEmpty(t, jobs)

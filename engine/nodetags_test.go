@@ -16,11 +16,11 @@ func TestRunner_NodeTags(t *testing.T) {
 		return engine.Result{}, nil
 	}
 	b := setup(t, fetch, engine.Config{})
-	tags, err := b.r.NodeTags()
+	tags, err := engine.PeerOf(b.r).NodeTags()
 	require.NoError(t, err)
 	require.Empty(t, tags)
-	require.NoError(t, b.r.RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node-a"))
-	tags, err = b.r.NodeTags()
+	require.NoError(t, engine.PeerOf(b.r).RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node-a"))
+	tags, err = engine.PeerOf(b.r).NodeTags()
 	require.NoError(t, err)
 	require.Equal(t, map[[engine.NodeTagLen]byte]string{{1, 2, 3, 4}: "node-a"}, tags)
 	stored, err := b.store.NodeTags()
@@ -29,5 +29,5 @@ func TestRunner_NodeTags(t *testing.T) {
 	for i := range persistence.MaxNodeTags - 1 { // one is stored already
 		require.NoError(t, b.store.PutNodeTag([4]byte{9, 9, byte(i >> 8), byte(i)}, "n"))
 	}
-	require.ErrorIs(t, b.r.RememberNodeTag([engine.NodeTagLen]byte{5}, "one too many"), persistence.ErrTooManyNodeTags)
+	require.ErrorIs(t, engine.PeerOf(b.r).RememberNodeTag([engine.NodeTagLen]byte{5}, "one too many"), persistence.ErrTooManyNodeTags)
 }

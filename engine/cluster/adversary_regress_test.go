@@ -305,7 +305,7 @@ func TestAdvRegress_FailedStartLeavesRemote(t *testing.T) {
 // its cleanup, so that they do not reach later tests.)
 func TestAdvRegress_LongPollLeavesAskingGoroutines(t *testing.T) {
 	tc := newTestCluster(t)
-	t.Cleanup(func() { untilNone("engine/cluster.(*Node).ask.func1", 15*time.Second) })
+	t.Cleanup(func() { untilNone("engine/cluster.(*forwarder).ask.func1", 15*time.Second) })
 	entered := make(chan struct{}, 64)
 	a := tc.addOpts("a", nodeOpts{wrap: forwardedCounter("GET /v1/batch/{id}", entered)})
 	b := tc.addOpts("b", nodeOpts{timeout: time.Second})
@@ -324,13 +324,13 @@ func TestAdvRegress_LongPollLeavesAskingGoroutines(t *testing.T) {
 	waitChan(t, done, n, 5*time.Second, "clients that left")
 	// The holder's sessions end at once (TestAdv_LongPollClientLeaves);
 	// the asking node's goroutines should too.
-	left := untilNone("engine/cluster.(*Node).ask.func1", 2*time.Second)
+	left := untilNone("engine/cluster.(*forwarder).ask.func1", 2*time.Second)
 	close(tc.release)
 	waitDone(t, a, id)
 	for _, nd := range tc.nodes {
 		tc.stop(nd)
 	}
-	if still := stacks("engine/cluster.(*Node).ask.func1"); len(left) > 0 {
+	if still := stacks("engine/cluster.(*forwarder).ask.func1"); len(left) > 0 {
 		t.Errorf("2s after the clients left, %d goroutines of Forward's asks are left (%d still after every node closed), e.g.:\n%s", len(left), len(still), left[0])
 	}
 }

@@ -476,7 +476,7 @@ func TestAdv_LongPollClientLeaves(t *testing.T) {
 		t.Fatalf("wait through b after release: %d %s", got.code, got.body)
 	}
 	// The asking node's futures end by their deadline (1s + 3s).
-	if left := untilNone("engine/cluster.(*Node).ask", 6*time.Second); len(left) > 0 {
+	if left := untilNone("engine/cluster.(*forwarder).ask", 6*time.Second); len(left) > 0 {
 		t.Fatalf("%d asks left on b", len(left))
 	}
 }
@@ -632,7 +632,7 @@ func crowd(t *testing.T, n, k int, stall bool) crowdResult {
 			sending := len(stacks("engine/cluster.(*session).send"))
 			writing := 0
 			for _, g := range stacks("engine/cluster.(*Node).Forward") {
-				if !strings.Contains(g, "engine/cluster.(*Node).ask") {
+				if !strings.Contains(g, "engine/cluster.(*forwarder).ask") {
 					writing++
 				}
 			}
@@ -947,7 +947,7 @@ func TestAdv_ListMerge(t *testing.T) {
 	if err := json.Unmarshal(bobPage.body, &bp); err != nil || len(bp.Jobs) != 1 || bp.Jobs[0].ID != bobs {
 		t.Fatalf("bob's list: %s", bobPage.body)
 	}
-	jobs, cursors, _, err := c.runner.ListAt("bob", engine.ListOptions{Limit: 1})
+	jobs, cursors, _, err := engine.PeerOf(c.runner).ListAt("bob", engine.ListOptions{Limit: 1})
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(err)
 	}
