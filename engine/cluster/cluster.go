@@ -150,26 +150,20 @@ func Tag(node string) []byte {
 // [Node.Tag] to the runner's [engine.Config.NodeTag] and the node to the
 // HTTP API's Options.Cluster, then [Node.Start] it with the runner and the
 // API's handler. It is safe for concurrent use.
-//
-// A Node wires components, each with its own state and lock, as
-// protoactor's own Cluster composes its member list, identity lookup and
-// gossip: the member list (who each member is, and the topology:
-// members.go), the admission (the callers' grains and the admissions held:
-// admission.go, grain.go), the forwarder (requests to other members:
-// forward.go, list.go), the answerer (the node's actor, which answers them:
-// answer.go) and the guard (the gRPC server's screen of what peers send:
-// guard.go). They share the node's lifecycle: what Start made, and the
-// goroutines Close waits for.
 type Node struct {
 	cfg Config
 	log *slog.Logger
 
+	// A Node wires components, each with its own state and lock, as
+	// protoactor's own Cluster composes its member list, identity lookup
+	// and gossip. They share the node's lifecycle: Start's lock, what
+	// Start bound, and the goroutines Close waits for (lifecycle.go).
 	life    *lifecycle
-	members *memberList
-	admit   *admitter
-	fwd     *forwarder
-	ans     *answerer
-	guard   *guard
+	members *memberList // who each member is, and the topology (members.go)
+	admit   *admitter   // the callers' grains and the admissions held (admission.go, grain.go)
+	fwd     *forwarder  // what it asks the other members: Forward, List (forward.go, list.go)
+	ans     *answerer   // the node's actor, which answers them (answer.go)
+	guard   *guard      // the gRPC server's guards: what peers send (guard.go)
 }
 
 // New checks cfg and returns a node not yet started.
