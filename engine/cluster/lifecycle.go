@@ -35,7 +35,8 @@ type lifecycle struct {
 
 // bound is what Start gives a node (its runner, through the runner's
 // [engine.Peer], and the API's handler) and makes (protoactor's actor
-// system and cluster). Never changed once set.
+// system and cluster). Never changed; a Start after one that failed sets
+// another.
 type bound struct {
 	runner        engine.Peer
 	jobsPerCaller int // the runner's, for the grains
