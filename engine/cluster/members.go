@@ -346,28 +346,34 @@ func (l *memberList) learn(members []*pacluster.Member) {
 	l.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, m := range ask {
-		wg.Go(func() {
-			info := l.hello(m)
-			l.mu.Lock()
-			close(l.asking[m.Id])
-			delete(l.asking, m.Id)
-			if info == nil {
-				l.mu.Unlock()
-				l.log.Info("cluster member did not say who it is", slog.String(logKeyAddress, m.Address()))
-				return
-			}
-			var tag [engine.NodeTagLen]byte
-			copy(tag[:], info.Tag)
-			l.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
-			l.said.Store(m.Id, info.Node)
-			if !l.remember(tag, info.Node) {
-				l.log.Info("cluster node met", slog.String(logKeyNode, info.Node), slog.String(logKeyAddress, m.Address()))
-			}
-		})
+		wg.Go(func() { l.heard(m, l.hello(m)) })
 	}
 	wg.Wait()
 	for _, asking := range wait {
 		<-asking
+	}
+}
+
+// heard records member m's answer to a Hello: who it is (remembered), or
+// nil if it did not say in time; either ends the wait of whoever waits on
+// its answer.
+func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
+	l.mu.Lock()
+	if asking, ok := l.asking[m.Id]; ok {
+		close(asking)
+		delete(l.asking, m.Id)
+	}
+	if info == nil {
+		l.mu.Unlock()
+		l.log.Info("cluster member did not say who it is", slog.String(logKeyAddress, m.Address()))
+		return
+	}
+	var tag [engine.NodeTagLen]byte
+	copy(tag[:], info.Tag)
+	l.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
+	l.said.Store(m.Id, info.Node)
+	if !l.remember(tag, info.Node) {
+		l.log.Info("cluster node met", slog.String(logKeyNode, info.Node), slog.String(logKeyAddress, m.Address()))
 	}
 }
 
