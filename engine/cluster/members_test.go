@@ -24,7 +24,9 @@ func setupMemberList(t *testing.T) (*memberList, engine.Peer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) { return engine.Result{}, nil }
+	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{}, nil
+	}
 	r, err := engine.New(store, fetch, engine.Config{NodeTag: Tag("a")}, nil)
 	if err != nil {
 		t.Fatal(err)
