@@ -48,7 +48,7 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 	if c == nil {
 		return "", engine.ErrNoAdmission
 	}
-	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.bound.Load().jobsPerCaller)}
+	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller)}
 	for attempt := range admitAttempts {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt*attempt) * 50 * time.Millisecond)
@@ -188,7 +188,7 @@ func (a *admitter) grainRequest(ctx context.Context, c *pacluster.Cluster, calle
 // callerJobsHere answers a CallerJobsRequest from this node's runner and
 // the admissions it holds.
 func (a *admitter) callerJobsHere(caller string) *clusterpb.CallerJobsReply {
-	jobs, err := a.life.bound.Load().runner.Admitted(caller)
+	jobs, err := a.life.run.runner.Admitted(caller)
 	if err != nil {
 		return &clusterpb.CallerJobsReply{Error: "store failed"}
 	}
@@ -215,7 +215,7 @@ func (a *admitter) callerJobs(ctx context.Context, m *pacluster.Member, caller s
 	if a.life.me().is(m) {
 		return a.callerJobsHere(caller), nil
 	}
-	res, err := a.fwd.request(ctx, actor.NewPID(m.Address(), nodeActor), &clusterpb.CallerJobsRequest{Caller: caller}, a.timeout, nil)
+	res, err := a.fwd.request(ctx, a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.CallerJobsRequest{Caller: caller}, a.timeout, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -234,13 +234,13 @@ func (a *admitter) reusable(caller, key, id string) bool {
 		return false
 	}
 	if tag == a.tag {
-		return a.life.bound.Load().runner.Reusable(caller, key, id)
+		return a.life.run.runner.Reusable(caller, key, id)
 	}
 	m, _ := a.members.holder(tag)
 	if m == nil {
 		return false
 	}
-	res, err := a.fwd.request(context.Background(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, a.timeout, nil)
+	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, a.timeout, nil)
 	if err != nil {
 		return false
 	}

@@ -69,7 +69,7 @@ func (a *answerer) receive(ctx actor.Context) {
 	case *clusterpb.ReusableRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() {
-			a.send(sender, &clusterpb.ReusableReply{Reusable: a.life.bound.Load().runner.Reusable(m.Caller, m.Key, m.Id)})
+			a.send(sender, &clusterpb.ReusableReply{Reusable: a.life.run.runner.Reusable(m.Caller, m.Key, m.Id)})
 		})
 	}
 }
@@ -84,11 +84,13 @@ type forwardedKey struct{}
 // a goroutine of its own, a part at a time, each sent to the asking
 // node's next Pull (the Request being the first).
 type session struct {
-	a      *answerer
-	id     uint64
-	pulls  chan *actor.PID // the futures waiting for the next part
-	ctx    context.Context
-	cancel context.CancelFunc
+	a       *answerer
+	sys     *actor.ActorSystem // the node's (lifecycle.run)
+	handler http.Handler       // the API's, as sys
+	id      uint64
+	pulls   chan *actor.PID // the futures waiting for the next part
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	// Written by the handler's goroutine only.
 	header   http.Header
@@ -101,8 +103,9 @@ type session struct {
 
 // answer starts answering req for the asking node's future to.
 func (a *answerer) answer(to *actor.PID, req *clusterpb.Request) {
+	b := a.life.run
 	ctx, cancel := context.WithCancel(context.WithValue(a.life.ctx, forwardedKey{}, true))
-	s := &session{a: a, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
+	s := &session{a: a, sys: b.system, handler: b.handler, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
 	if _, dup := a.sessions.LoadOrStore(s.id, s); dup {
 		cancel()
 		a.send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
@@ -122,7 +125,7 @@ func (s *session) pull(to *actor.PID) {
 	select {
 	case s.pulls <- to:
 	default:
-		s.a.send(to, &clusterpb.Part{Session: s.id, Last: true, Aborted: true})
+		s.sys.Root.Send(to, &clusterpb.Part{Session: s.id, Last: true, Aborted: true})
 	}
 }
 
@@ -167,7 +170,7 @@ func (s *session) run(r *http.Request) (aborted bool) {
 			aborted = true
 		}
 	}()
-	s.a.life.bound.Load().handler.ServeHTTP(s, r)
+	s.handler.ServeHTTP(s, r)
 	return false
 }
 
@@ -244,14 +247,14 @@ func (s *session) send(last, aborted bool) bool {
 		}
 		s.sentHead = true
 	}
-	s.a.send(to, part)
+	s.sys.Root.Send(to, part)
 	s.buf = make([]byte, 0, min(partSize, 4<<10)) // the part sent owns the old one
 	return true
 }
 
 // listHere answers a page of a caller's jobs from this node's runner.
 func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
-	jobs, cursors, next, err := a.life.bound.Load().runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
+	jobs, cursors, next, err := a.life.run.runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
 	switch {
 	case errors.Is(err, engine.ErrBadList):
 		return &clusterpb.ListReply{BadRequest: err.Error()}

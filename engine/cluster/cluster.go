@@ -299,7 +299,8 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	ccfg.GossipFanOut = gossipFanOut
 	c := pacluster.New(system, ccfg)
 	peer := engine.PeerOf(r)
-	n.life.bound.Store(&bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c})
+	n.life.run = &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c}
+	n.life.bound.Store(n.life.run)
 	n.members.loadTags(peer)
 	system.EventStream.Subscribe(n.members.onTopology)
 	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.ans.receive), nodeActor); err != nil {
@@ -364,7 +365,7 @@ func (n *Node) Close() error {
 	n.life.cancel()
 	n.life.work.Wait()
 	if started {
-		if !shutdown(n.life.bound.Load().c) {
+		if !shutdown(n.life.run.c) {
 			n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
 		}
 		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))

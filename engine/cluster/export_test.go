@@ -26,7 +26,7 @@ func SetObserver(fn func(event, caller, id string, cap int)) {
 func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (int, []byte, error) {
 	pid := actor.NewPID(to.Address(), nodeActor)
 	req := &clusterpb.Request{Method: method, Uri: uri, Authorization: authorization, Session: newSession()}
-	part, err := n.fwd.ask(ctx, pid, req, n.cfg.Timeout, nil)
+	part, err := n.fwd.ask(ctx, n.life.system(), pid, req, n.cfg.Timeout, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -40,7 +40,7 @@ func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (i
 		case part.Last:
 			return status, body, nil
 		}
-		if part, err = n.fwd.ask(ctx, pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
+		if part, err = n.fwd.ask(ctx, n.life.system(), pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
 			return status, body, err
 		}
 	}

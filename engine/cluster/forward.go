@@ -75,7 +75,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 	if wait > 0 && r.Method == http.MethodGet {
 		ending = f.ending
 	}
-	part, err := f.ask(r.Context(), to, req, f.timeout+wait, ending)
+	part, err := f.ask(r.Context(), sys, to, req, f.timeout+wait, ending)
 	if errors.Is(err, errEnding) {
 		// The server is stopping: the job as it stands, asked again
 		// without the wait.
@@ -85,7 +85,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 		q.Del("wait")
 		u.RawQuery = q.Encode()
 		req = &clusterpb.Request{Method: r.Method, Uri: u.RequestURI(), Authorization: req.Authorization, Session: newSession()}
-		part, err = f.ask(r.Context(), to, req, f.timeout, nil)
+		part, err = f.ask(r.Context(), sys, to, req, f.timeout, nil)
 	}
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -118,7 +118,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 		if part.Last {
 			return true
 		}
-		if part, err = f.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, f.timeout, nil); err != nil {
+		if part, err = f.ask(r.Context(), sys, to, &clusterpb.Pull{Session: req.Session}, f.timeout, nil); err != nil {
 			sys.Root.Send(to, &clusterpb.Release{Session: req.Session})
 			if r.Context().Err() == nil {
 				f.log.Info("answer cut short: the node stopped answering", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
@@ -131,8 +131,8 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 
 // ask sends msg to the node actor to and waits for its Part, at most d,
 // until ctx is done, or until ending (if not nil) is closed.
-func (f *forwarder) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
-	res, err := f.request(ctx, to, msg, d, ending)
+func (f *forwarder) ask(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
+	res, err := f.request(ctx, sys, to, msg, d, ending)
 	if err != nil {
 		return nil, err
 	}
@@ -162,9 +162,11 @@ var errLeft = errors.New("the node left the cluster")
 // to's node, a member when asked, leaves the membership (a node killed is
 // found out by the provider before d, often). The answer comes to an actor
 // of its own, stopped on return: unlike a protoactor future, nothing is
-// left waiting once the caller has gone.
-func (f *forwarder) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
-	sys := f.life.system()
+// left waiting once the caller has gone. sys is the node's actor system
+// (lifecycle.system), read once by the caller: a Forward reads it once for
+// all its parts (an atomic load for each part of each answer costs much
+// under the race detector).
+func (f *forwarder) request(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
 	if sys == nil {
 		return nil, errClosing
 	}

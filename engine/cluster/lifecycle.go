@@ -20,10 +20,19 @@ type lifecycle struct {
 	// runs during a Start waits for its end. It guards started.
 	startMu sync.Mutex
 	started bool
-	// bound is what Start bound, set before protoactor starts (and left
-	// after a Start that failed): read without a lock, by the gRPC
-	// server's guards and protoactor's logger too, which run while Start
-	// holds startMu. nil before Start.
+	// run is what Start bound (left after a Start that failed); nil
+	// before Start. Start sets it, holding startMu, before it spawns the
+	// node's actor, subscribes to protoactor's events and starts its
+	// member: so it is read without a lock by what runs after that (the
+	// node's actor, protoactor's goroutines and events, the gRPC server's
+	// guards) or has taken startMu since (running, cluster, settled,
+	// isStarted). A plain field: an atomic load for each part of each
+	// answer costs much under the race detector (50 readers of a large
+	// result through one node missed their timeout).
+	run *bound
+	// bound is run again, for what may read it while Start sets it:
+	// protoactor's logger (from NewActorSystem on: knownAddress) and List
+	// before Start.
 	bound atomic.Pointer[bound]
 
 	mu     sync.Mutex // guards closed and work.Add; apart from startMu, which Start holds while protoactor publishes
@@ -87,7 +96,7 @@ func (l *lifecycle) cluster() *pacluster.Cluster {
 	if !l.running() {
 		return nil
 	}
-	return l.bound.Load().c
+	return l.run.c
 }
 
 // settled returns what Start bound, once no Start is under way; nil
@@ -95,19 +104,20 @@ func (l *lifecycle) cluster() *pacluster.Cluster {
 func (l *lifecycle) settled() *bound {
 	l.startMu.Lock()
 	defer l.startMu.Unlock()
-	return l.bound.Load()
+	return l.run
 }
 
 // system returns protoactor's actor system; nil before Start. It takes no
-// lock.
+// lock: see run for who may call it.
 func (l *lifecycle) system() *actor.ActorSystem {
-	if b := l.bound.Load(); b != nil {
+	if b := l.run; b != nil {
 		return b.system
 	}
 	return nil
 }
 
-// me returns who this node is among the members. It takes no lock.
+// me returns who this node is among the members. It takes no lock: see
+// run for who may call it.
 func (l *lifecycle) me() self { return selfOf(l.system()) }
 
 // goWork runs fn on a goroutine Close waits for; false, without running

@@ -85,7 +85,7 @@ func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOpti
 
 // listThere asks member m for its page.
 func (f *forwarder) listThere(ctx context.Context, m *pacluster.Member, req *clusterpb.ListRequest) (*clusterpb.ListReply, error) {
-	res, err := f.request(ctx, actor.NewPID(m.Address(), nodeActor), req, f.timeout, nil)
+	res, err := f.request(ctx, f.life.system(), actor.NewPID(m.Address(), nodeActor), req, f.timeout, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -164,7 +164,7 @@ func (l *memberList) saidName(id string) (string, bool) {
 // knownAddress reports whether addr is this node's address or a current
 // member's. It takes no lock (protoactor logs under its own).
 func (l *memberList) knownAddress(addr string) bool {
-	if sys := l.life.system(); sys != nil && addr == sys.Address() {
+	if b := l.life.bound.Load(); b != nil && addr == b.system.Address() {
 		return true
 	}
 	t := l.topo.Load()
@@ -275,7 +275,7 @@ func (l *memberList) remember(tag [engine.NodeTagLen]byte, name string) (met boo
 		return met
 	}
 	l.mu.Unlock()
-	err := l.life.bound.Load().runner.RememberNodeTag(tag, name)
+	err := l.life.run.runner.RememberNodeTag(tag, name)
 	switch {
 	case err == nil:
 		l.mu.Lock()

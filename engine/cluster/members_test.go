@@ -41,7 +41,8 @@ func setupMemberList(t *testing.T) (*memberList, engine.Peer) {
 	}
 	life := newLifecycle()
 	t.Cleanup(life.cancel)
-	life.bound.Store(&bound{runner: peer})
+	life.run = &bound{runner: peer}
+	life.bound.Store(life.run)
 	life.started = true
 	l := newMemberList("a", tagOf("a"), slog.New(slog.DiscardHandler), life)
 	l.loadTags(peer)
