@@ -610,7 +610,7 @@ func TestNode_LongPollClientLeavingEndsHolderWork(t *testing.T) {
 		t.Fatalf("wait through b after release: %d %s", got.code, got.body)
 	}
 	// The asking node's futures end with the answers.
-	waitNone(t, "engine/cluster.(*Node).ask")
+	waitNone(t, "engine/cluster.(*forwarder).ask(")
 }
 
 // TestNode_DeleteOfEndedJobThroughAnotherNode: a DELETE through another node
@@ -903,7 +903,7 @@ func TestNode_LongPollClientLeavingEndsAskerWork(t *testing.T) {
 	recvN(t, done, n)
 	// The holder's sessions end at once (TestNode_LongPollClientLeavingEndsHolderWork);
 	// the asking node's goroutines should too.
-	waitNone(t, "engine/cluster.(*Node).ask.func1")
+	waitNone(t, "engine/cluster.(*forwarder).ask(")
 	tc.Hold.Open()
 	a.WaitDone(t, id)
 }
@@ -1278,7 +1278,7 @@ func crowd(t *testing.T, n, k int, stall bool) crowdResult {
 		testkit.WaitFor(t, "every answer stalled", func() bool {
 			sending, writing = len(stacks("engine/cluster.(*session).send")), 0
 			for _, g := range stacks("engine/cluster.(*Node).Forward") {
-				if !strings.Contains(g, "engine/cluster.(*Node).ask") {
+				if !strings.Contains(g, "engine/cluster.(*forwarder).ask(") {
 					writing++
 				}
 			}
