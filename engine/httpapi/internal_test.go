@@ -25,9 +25,9 @@ type countingRunner struct {
 	calls *[]string
 }
 
-func (c countingRunner) Submit(ctx context.Context, ca *engine.Caller, class string, ts []engine.Target) (string, bool, error) {
+func (c countingRunner) SubmitWith(ctx context.Context, ca *engine.Caller, class string, ts []engine.Target, opt engine.SubmitOptions) (string, bool, error) {
 	*c.calls = append(*c.calls, "Submit")
-	return c.runner.Submit(ctx, ca, class, ts)
+	return c.runner.SubmitWith(ctx, ca, class, ts, opt)
 }
 
 func (c countingRunner) Cancel(id string) bool {

@@ -22,14 +22,9 @@ type jobList struct {
 // newest first, as summaries. A bad status, limit or cursor is 400 with a
 // hint. Only the caller's jobs are listed, whatever cursor it sends.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
-	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "status", "limit", "cursor":
-		default:
-			writeError(w, http.StatusBadRequest, "unknown parameter "+strconv.Quote(k), "list takes status, limit and cursor")
-			return
-		}
+	q, ok := queryOf(w, r, "status", "limit", "cursor")
+	if !ok {
+		return
 	}
 	opt := engine.ListOptions{Status: q.Get("status"), Cursor: q.Get("cursor")}
 	if s := q.Get("limit"); s != "" {

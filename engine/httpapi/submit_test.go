@@ -52,7 +52,7 @@ func TestAPI_Submit(t *testing.T) {
 			{"wrong type", `{"targets":"https://example.com/"}`, http.StatusBadRequest, "bad json"},
 			{"unknown field", `{"targets":[{"url":"https://example.com/"}],"priority":1}`, http.StatusBadRequest, "unknown field"},
 			{"unknown target field", `{"targets":[{"url":"https://example.com/","method":"POST"}]}`, http.StatusBadRequest, "unknown field"},
-			{"unknown option", `{"targets":[{"url":"https://example.com/","options":{"speed":"fast"}}]}`, http.StatusBadRequest, "unknown field"},
+			{"unknown option", `{"targets":[{"url":"https://example.com/","options":{"speed":"fast"}}]}`, http.StatusUnprocessableEntity, `unknown option "speed"`},
 			{"two objects", `{"targets":[{"url":"https://example.com/"}]}{}`, http.StatusBadRequest, "after the JSON"},
 			{"trailing garbage", `{"targets":[{"url":"https://example.com/"}]} x`, http.StatusBadRequest, "after the JSON"},
 			{"257 KiB", huge, http.StatusRequestEntityTooLarge, "too large"},
@@ -154,7 +154,7 @@ func TestAPI_SubmitRefusesHostileBodies(t *testing.T) {
 	}{
 		{"unknown top field", `{"targets":[{"url":"https://example.com"}],"priority":9}`, 400},
 		{"unknown target field", `{"targets":[{"url":"https://example.com","method":"POST"}]}`, 400},
-		{"unknown option", `{"targets":[{"url":"https://example.com","options":{"headers":{"X":"1"}}}]}`, 400},
+		{"unknown option", `{"targets":[{"url":"https://example.com","options":{"headers":{"X":"1"}}}]}`, 422},
 		{"field in other case", `{"targets":[{"URL":"https://example.com"}]}`, 400},
 		{"field Targets", `{"Targets":[{"url":"https://example.com"}]}`, 400},
 		{"duplicate targets", `{"targets":[{"url":"https://a.example"}],"targets":[{"url":"https://b.example"}]}`, 400},
