@@ -131,8 +131,10 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	b.handler, b.api = mux, api
-	srv := httptest.NewServer(mux)
+	// Every request to /v1/ and its answer are checked against the
+	// OpenAPI document (conformance_test.go).
+	b.handler, b.api = conform(t, mux), api
+	srv := httptest.NewServer(b.handler)
 	b.url = srv.URL
 	transport := &http.Transport{}
 	b.client = &http.Client{Transport: transport, Timeout: testkit.Deadline}
@@ -146,11 +148,12 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	return b
 }
 
-// newServer serves h on a loopback test server that configure (if not
-// nil) sets up before it starts, and closes it when the test ends.
+// newServer serves h, under the OpenAPI conformance check, on a loopback
+// test server that configure (if not nil) sets up before it starts, and
+// closes it when the test ends.
 func newServer(t testing.TB, h http.Handler, configure func(*httptest.Server)) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
+	srv := httptest.NewUnstartedServer(conform(t, h))
 	if configure != nil {
 		configure(srv)
 	}

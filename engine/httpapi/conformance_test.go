@@ -1,0 +1,264 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/sift/batch/engine/httpapi"
+)
+
+// The conformance check: the package's one test setup (setupWith) and
+// newServer serve the API through conform, which validates every request
+// a test makes to /v1/ and the handler's answer to it against the OpenAPI
+// document the handler serves (httpapi.OpenAPI), with kin-openapi's
+// openapi3filter. So the document cannot drift from the code: a status,
+// a header or a field the document does not describe fails the test that
+// caused it.
+
+// apiDoc is the document, loaded and validated once, and its router.
+var apiDoc = sync.OnceValues(func() (*apiSpec, error) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(httpapi.OpenAPI())
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		return nil, fmt.Errorf("validate: %w", err)
+	}
+	doc.Servers = nil // any host: the tests' servers are on loopback ports
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	return &apiSpec{doc: doc, router: router}, nil
+})
+
+type apiSpec struct {
+	doc    *openapi3.T
+	router routers.Router
+}
+
+// bearerOnly is the document's one security scheme, as the handler reads
+// it: a Bearer key (which key is the handler's to judge).
+func bearerOnly(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	scheme, key, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
+	if in.SecuritySchemeName != "bearer" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+		return errors.New("no bearer key")
+	}
+	return nil
+}
+
+// conformance is a handler under the conformance check; its violations
+// are reported when the test ends.
+type conformance struct {
+	next http.Handler
+	spec *apiSpec
+	mu   sync.Mutex
+	bad  []string // the violations
+	seen int      // exchanges checked
+}
+
+// conform wraps h in the conformance check for t (once: h already
+// wrapped is returned as it is). Violations are collected (a fuzz target
+// may not fail its F from a handler) and reported at t's cleanup, after
+// the servers have stopped.
+func conform(t testing.TB, h http.Handler) http.Handler {
+	t.Helper()
+	if c, ok := h.(*conformance); ok {
+		return c
+	}
+	spec, err := apiDoc()
+	if err != nil {
+		t.Fatalf("the OpenAPI document: %v", err)
+	}
+	c := &conformance{next: h, spec: spec}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, v := range c.bad {
+			t.Errorf("OpenAPI conformance: %s", v)
+		}
+	})
+	return c
+}
+
+func (c *conformance) violation(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bad) < 20 {
+		c.bad = append(c.bad, fmt.Sprintf(format, args...))
+	}
+}
+
+// ServeHTTP serves r, keeping a copy of what the handler reads of its
+// body and of what it writes, then checks both. Nothing is held back: the
+// answer streams as it would unwrapped. An answer cut short (a panic, a
+// client gone) is not checked.
+func (c *conformance) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		c.next.ServeHTTP(w, r)
+		return
+	}
+	in := &teeBody{}
+	if r.Body != nil && r.Body != http.NoBody {
+		in.rc = r.Body
+		r.Body = in
+	}
+	out := &teeWriter{ResponseWriter: w}
+	c.next.ServeHTTP(out, r)
+	if out.err != nil {
+		return
+	}
+	c.check(r, in, out)
+}
+
+func (c *conformance) check(r *http.Request, in *teeBody, out *teeWriter) {
+	code := out.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	c.mu.Lock()
+	c.seen++
+	c.mu.Unlock()
+	what := fmt.Sprintf("%s %.120s → %d", r.Method, r.URL.RequestURI(), code)
+	// A path that is not clean is net/http's ServeMux's to redirect, as
+	// the document says, before the API sees it.
+	if p := r.URL.Path; path.Clean(p) != strings.TrimSuffix(p, "/") {
+		if code/100 != 3 && code != http.StatusNotFound && code != http.StatusUnauthorized {
+			c.violation("%s: a path that is not clean answered %d", what, code)
+		}
+		return
+	}
+	// The request as the document sees it: on a host, its path without a
+	// trailing slash (the handler's rule), its body as the handler read it,
+	// JSON whatever its Content-Type says (as the document has it); HEAD is
+	// GET without the body.
+	req := r.Clone(context.Background())
+	req.URL.Scheme, req.URL.Host = "http", "localhost"
+	if p := req.URL.Path; len(p) > len("/v1/") && strings.HasSuffix(p, "/") {
+		req.URL.Path, req.URL.RawPath = strings.TrimSuffix(p, "/"), ""
+	}
+	req.Body = io.NopCloser(bytes.NewReader(in.buf.Bytes()))
+	if in.eof && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if req.Method == http.MethodHead {
+		req.Method = http.MethodGet
+	}
+	route, params, err := c.spec.router.FindRoute(req)
+	if err != nil {
+		// Outside the document: another path or method. The answer is
+		// still an error of the document's shape.
+		if code != http.StatusUnauthorized && code != http.StatusNotFound && code != http.StatusMethodNotAllowed && code != http.StatusBadRequest {
+			c.violation("%s: a request outside the document (%v) answered %d", what, err, code)
+		}
+		if r.Method != http.MethodHead {
+			c.errorShape(what, out.buf.Bytes())
+		}
+		return
+	}
+	opts := &openapi3filter.Options{AuthenticationFunc: bearerOnly, IncludeResponseStatus: true, MultiError: true,
+		ExcludeRequestBody: !in.eof, ExcludeResponseBody: r.Method == http.MethodHead}
+	reqIn := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+	if err := openapi3filter.ValidateRequest(context.Background(), reqIn); err != nil && code < 400 {
+		c.violation("%s: the handler took a request the document refuses: %v", what, err)
+	}
+	err = openapi3filter.ValidateResponse(context.Background(), &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: reqIn, Status: code, Header: out.Header(),
+		Body: io.NopCloser(bytes.NewReader(out.buf.Bytes())), Options: opts,
+	})
+	if err != nil {
+		c.violation("%s: the answer is not as the document says: %.600v", what, err)
+	}
+}
+
+// errorShape checks body is the document's Error.
+func (c *conformance) errorShape(what string, body []byte) {
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		c.violation("%s: the answer is not JSON: %.200s", what, body)
+		return
+	}
+	if err := c.spec.doc.Components.Schemas["Error"].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		c.violation("%s: the answer is not an Error: %v", what, err)
+	}
+}
+
+// teeBody keeps what is read of a request body; eof once it is read to
+// its end.
+type teeBody struct {
+	rc  io.ReadCloser
+	buf bytes.Buffer
+	eof bool
+}
+
+func (b *teeBody) Read(p []byte) (int, error) {
+	if b.rc == nil {
+		b.eof = true
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	b.buf.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *teeBody) Close() error {
+	if b.rc == nil {
+		return nil
+	}
+	return b.rc.Close()
+}
+
+// teeWriter keeps a copy of the status and the bytes written, and the
+// first write error (the client has gone: the answer is cut short).
+type teeWriter struct {
+	http.ResponseWriter
+	code int
+	buf  bytes.Buffer
+	err  error
+}
+
+func (w *teeWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *teeWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	w.buf.Write(p)
+	n, err := w.ResponseWriter.Write(p)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}
+
+// Flush and Unwrap keep what the handler asks of the writer it is given.
+func (w *teeWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,132 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/sift/batch/engine/httpapi"
+)
+
+// TestAPI_OpenAPIDocument: GET /v1/openapi.json answers the embedded
+// OpenAPI 3.1 document without a key; it is valid, and describes exactly
+// the handler's operations, each with its error answers.
+func TestAPI_OpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.do(t, http.MethodGet, "/v1/openapi.json", "", nil)
+	wantCode(t, r, http.StatusOK)
+	if !bytes.Equal(r.body, httpapi.OpenAPI()) {
+		t.Fatal("the served document is not the embedded one")
+	}
+	// With a key, the same.
+	if r2 := b.do(t, http.MethodGet, "/v1/openapi.json", "alice-key", nil); !bytes.Equal(r2.body, r.body) {
+		t.Fatal("the document differs with a key")
+	}
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(r.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatal(err)
+	}
+	if doc.OpenAPI != "3.1.0" || !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("openapi %q, want 3.1.0", doc.OpenAPI)
+	}
+	var ops []string
+	for p, item := range doc.Paths.Map() {
+		for m, op := range item.Operations() {
+			ops = append(ops, m+" "+p)
+			codes := op.Responses.Map()
+			for _, code := range []string{"400"} {
+				if codes[code] == nil {
+					t.Errorf("%s %s: no %s answer", m, p, code)
+				}
+			}
+			if p != "/v1/openapi.json" && (codes["401"] == nil || codes["500"] == nil || codes["503"] == nil) {
+				t.Errorf("%s %s: no 401, 500 or 503 answer", m, p)
+			}
+		}
+	}
+	slices.Sort(ops)
+	want := []string{"DELETE /v1/batch/{id}", "GET /v1/batch", "GET /v1/batch/{id}", "GET /v1/batch/{id}/{idx}", "GET /v1/openapi.json", "POST /v1/batch"}
+	if !slices.Equal(ops, want) {
+		t.Fatalf("operations %q, want %q", ops, want)
+	}
+	// The returned document is a copy.
+	c := httpapi.OpenAPI()
+	c[0] = 'x'
+	if httpapi.OpenAPI()[0] == 'x' {
+		t.Fatal("OpenAPI returned the embedded bytes")
+	}
+}
+
+// TestAPI_OpenAPIConformanceCatchesDrift: the conformance check the
+// package's test setup wraps every handler in fails an answer the document
+// does not describe (a status, a field, a missing header, a wrong type)
+// and a request the document refuses that the handler took; and passes
+// answers that are as described.
+func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
+	t.Parallel()
+	spec, err := apiDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const job = `{"id":"x","status":"done","targets_total":0,"targets_done":0,"targets_failed":0,"created_at":1,"targets":[]}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		code                     int
+		header                   map[string]string
+		answer                   string
+		want                     string // "" if it conforms
+	}{
+		{"job as described", "GET", "/v1/batch/x", "", 200, nil, job, ""},
+		{"job with a field not described", "GET", "/v1/batch/x", "", 200, nil, strings.Replace(job, `"id"`, `"pad":1,"id"`, 1), "answer is not as the document says"},
+		{"job without its targets", "GET", "/v1/batch/x", "", 200, nil, strings.Replace(job, `,"targets":[]`, "", 1), "answer is not as the document says"},
+		{"job status not described", "GET", "/v1/batch/x", "", 200, nil, strings.Replace(job, `"done"`, `"finished"`, 1), "answer is not as the document says"},
+		{"status code not described", "GET", "/v1/batch/x", "", 418, nil, `{"error":"teapot","hint":"h"}`, "answer is not as the document says"},
+		{"429 without Retry-After", "GET", "/v1/batch/x", "", 429, nil, `{"error":"busy","hint":"h"}`, "answer is not as the document says"},
+		{"429 with Retry-After", "GET", "/v1/batch/x", "", 429, map[string]string{"Retry-After": "5"}, `{"error":"busy","hint":"h"}`, ""},
+		{"error of another shape", "GET", "/v1/batch/x", "", 404, nil, `{"message":"gone"}`, "answer is not as the document says"},
+		{"202 without Location", "POST", "/v1/batch", `{"targets":[{"url":"https://a.example"}]}`, 202, nil, `{"id":"x","reused":false,"status":"/v1/batch/x"}`, "answer is not as the document says"},
+		{"a request refused by the document, taken", "POST", "/v1/batch", `{"targets":[]}`, 202, map[string]string{"Location": "/v1/batch/x"}, `{"id":"x","reused":false,"status":"/v1/batch/x"}`, "took a request the document refuses"},
+		{"outside the document, 200", "GET", "/v1/other", "", 200, nil, `{}`, "outside the document"},
+		{"outside the document, 404", "GET", "/v1/other", "", 404, nil, `{"error":"not found","hint":"h"}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &conformance{spec: spec, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body) // as the handler reads a submit
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.code)
+				_, _ = w.Write([]byte(tc.answer))
+			})}
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			req := httptest.NewRequest(tc.method, tc.path, body)
+			req.Header.Set("Authorization", "Bearer alice-key")
+			rec := httptest.NewRecorder()
+			c.ServeHTTP(rec, req)
+			switch {
+			case tc.want == "" && len(c.bad) > 0:
+				t.Fatalf("flagged: %q", c.bad)
+			case tc.want != "" && (len(c.bad) == 0 || !strings.Contains(c.bad[0], tc.want)):
+				t.Fatalf("got %q, want a violation with %q", c.bad, tc.want)
+			}
+			if c.seen != 1 {
+				t.Fatalf("checked %d exchanges, want 1", c.seen)
+			}
+		})
+	}
+}
