@@ -2,15 +2,23 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 )
 
@@ -128,5 +136,100 @@ func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
 				t.Fatalf("checked %d exchanges, want 1", c.seen)
 			}
 		})
+	}
+}
+
+// oapiCodegen is the pinned oapi-codegen of TestAPI_OpenAPICodegenClient:
+// v2.8.0 or later handles the parts of OpenAPI 3.1 the document keeps to
+// (see its info.description).
+const oapiCodegen = "github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2"
+
+// TestAPI_OpenAPICodegenClient: a client that oapi-codegen generates from
+// the served document, in a module of its own that pulls
+// github.com/oapi-codegen/runtime itself, compiles and completes a
+// session against the API on a loopback server: submit (with an
+// Idempotency-Key, twice), long-poll until the job has ended, read the
+// results, one target, the list, a missing job. Its requests and the
+// answers go through the conformance check too. Tier codegen (make
+// test/codegen): it needs the module proxy, and a minute to build.
+func TestAPI_OpenAPICodegenClient(t *testing.T) {
+	testkit.RequireTier(t, "codegen")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command: %v", err)
+	}
+	b := setup(t)
+	dir := t.TempDir()
+	files := map[string][]byte{
+		"go.mod":       []byte("module codegentest\n\ngo 1.26\n"),
+		"openapi.json": httpapi.OpenAPI(),
+	}
+	for _, name := range []string{"oapi-codegen.yaml", "main.go"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "codegen", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "batchclient"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a failure deadline: downloads and builds
+	defer cancel()
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		return stdout.String()
+	}
+	run(goBin, "run", oapiCodegen, "-config", "oapi-codegen.yaml", "openapi.json")
+	run(goBin, "mod", "tidy")
+	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(mod, []byte("github.com/oapi-codegen/runtime ")) {
+		t.Fatalf("the generated client's module does not require oapi-codegen/runtime:\n%s", mod)
+	}
+	run(goBin, "build", "-o", "session", ".")
+	out := run(filepath.Join(dir, "session"), b.url, "alice-key", "https://example.com/a", "https://example.com/fail", "https://example.com/c")
+
+	var rep struct {
+		ID, Location, Again, Status, Target0 string
+		Reused, Listed                       bool
+		Polls, Missing                       int
+		Contents, Failed                     []string
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("the session's report: %v: %s", err, out)
+	}
+	switch {
+	case rep.ID == "" || rep.Reused || rep.Location != "/v1/batch/"+rep.ID:
+		t.Fatalf("submit: %+v", rep)
+	case rep.Again != rep.ID:
+		t.Fatalf("the same Idempotency-Key and body made job %s, then %s", rep.ID, rep.Again)
+	case rep.Status != engine.StatusPartial || rep.Polls < 1:
+		t.Fatalf("waited %d polls for status %q, want partial", rep.Polls, rep.Status)
+	case !slices.Equal(rep.Contents, []string{"page https://example.com/a", "page https://example.com/c"}):
+		t.Fatalf("results %q", rep.Contents)
+	case len(rep.Failed) != 1 || rep.Failed[0] != "check the URL":
+		t.Fatalf("failed targets' hints %q", rep.Failed)
+	case rep.Target0 != "page https://example.com/a" || !rep.Listed || rep.Missing != http.StatusNotFound:
+		t.Fatalf("target, list, missing: %+v", rep)
+	}
+	// The job is alice's, as the runner has it.
+	if j, ok := b.Runner.Job(rep.ID); !ok || j.Caller != "alice" || j.TargetsTotal != 3 {
+		t.Fatalf("the runner's job: %+v %v", j, ok)
 	}
 }
