@@ -169,7 +169,9 @@ type SubmitOptions struct {
 	// targets [ErrIdempotencyMismatch]. Once that job failed, was
 	// cancelled or expired, the key is free: it makes a new job. Keys are
 	// hashed apart from derived ones (a prefix of their own), so a key
-	// never matches a job submitted without one.
+	// never matches a job submitted without one. In a cluster, a job its
+	// key names on another node is returned without the targets check
+	// (the caller's grain does not keep a hash of the body yet).
 	//
 	// Default "": the key is derived from the caller and the targets.
 	IdempotencyKey string

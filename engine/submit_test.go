@@ -469,3 +469,40 @@ func TestRunner_SubmitWithBadIdempotencyKey(t *testing.T) {
 	}
 	require.ErrorIs(t, engine.CheckIdempotencyKey(""), engine.ErrInvalid)
 }
+
+// BenchmarkRunner_SubmitReused is a submit answered by a reused job: with
+// the derived key (the targets' hash) and with a key of the caller's own,
+// whose reuse also reads the job's stored targets to compare them with the
+// submitted ones (SubmitWith's binding of a key to its body), for jobs of
+// 1 and 100 targets.
+func BenchmarkRunner_SubmitReused(b *testing.B) {
+	bundle := enginetest.Setup(b, enginetest.OKFetch, engine.Config{TargetsPerJob: 100, JobsPerCaller: 8})
+	ctx := context.Background()
+	alice := enginetest.Caller("alice")
+	for _, n := range []int{1, 100} {
+		ts := enginetest.Targets(fmt.Sprintf("reused%d", n), n)
+		opt := engine.SubmitOptions{IdempotencyKey: fmt.Sprintf("bench-%d", n)}
+		derived := bundle.Submit(b, "alice", ts)
+		own, _, err := bundle.Runner.SubmitWith(ctx, alice, "", ts, opt)
+		require.NoError(b, err)
+		bundle.WaitStatus(b, derived, "done")
+		bundle.WaitStatus(b, own, "done")
+		for _, key := range []string{"derived", "own"} {
+			b.Run(fmt.Sprintf("targets=%d/key=%s", n, key), func(b *testing.B) {
+				for b.Loop() {
+					var id string
+					var reused bool
+					var err error
+					if key == "own" {
+						id, reused, err = bundle.Runner.SubmitWith(ctx, alice, "", ts, opt)
+					} else {
+						id, reused, err = bundle.Runner.Submit(ctx, alice, "", ts)
+					}
+					if err != nil || !reused || (id != own && id != derived) {
+						b.Fatalf("%s %v %v", id, reused, err)
+					}
+				}
+			})
+		}
+	}
+}
