@@ -1,14 +1,15 @@
 // Package actors holds siftbatch's actors: the supervisor (it owns the
-// rotation of live jobs, the caps and idempotency decisions, retry timing and
-// the sweep), the workers (one FetchFunc call at a time each), one actor per
-// live job (it owns that job's rows), and the observer (it runs the hooks).
+// rotation of live jobs, the caps and idempotency decisions, retry timing),
+// the workers (one FetchFunc call at a time each), one actor per live job
+// (it owns that job's rows), the observer (it runs the hooks) and the
+// maintainer (it sweeps and evicts).
 // The engine package is their only user; its types are opaque here (a job's
 // payload is `any`), except those defined once in engine/batchtype (Config,
 // Hooks, the errors).
 //
-// Each actor with phases is a state machine with its table in one place: a
-// job actor's phase (job.go: jobTransitions) and the supervisor's one state
-// per job (supervisor.go: supervisorTransitions, the states in messages.go).
+// A job's life is two state machines, its status and its phase, each with
+// one table in life.go: the job actor moves them, the supervisor sees them
+// in the job's reports (jobDone).
 // The messages are in messages.go, the protocol at its top. The rules of the
 // domain (terminal status, expiry, reuse, progress) are not here: they are
 // methods of persistence.JobRecord (persistence/rules.go). How each kind of
@@ -67,8 +68,25 @@ type Config struct {
 	// HookPanics counts the hook calls that panicked.
 	HookPanics atomic.Uint64
 
-	observer   *actor.PID       // runs the hooks (observer.go)
-	dispatcher actor.Dispatcher // for the job actors; nil: protoactor's default
+	observer   *actor.PID // runs the hooks (observer.go)
+	supervisor *actor.PID // set by the supervisor as it starts; the job actors report to it
+	// halted is set once the runner has stopped: the store's late answers
+	// then have nobody to go to.
+	halted atomic.Bool
+	// maintenance sweeps and evicts (maintenance.go); nil: nobody does.
+	maintenance *actor.PID
+	// maintDue is what the maintainer has been asked for since its last
+	// pass began (dueSweep, dueEvict).
+	maintDue atomic.Uint32
+	// stopping is set when Stop begins: from then on the maintainer
+	// evicts nothing, so the jobs failed "shutdown" stay readable until the
+	// next runner's first eviction.
+	stopping atomic.Bool
+	// maintainEvery is the maintainer's timer; 0: sweepInterval.
+	maintainEvery time.Duration
+	// maintFailures counts the maintenance passes that failed.
+	maintFailures atomic.Uint64
+	dispatcher    actor.Dispatcher // for the job actors; nil: protoactor's default
 	// workerDispatchers has one dispatcher per worker; missing: the default.
 	workerDispatchers []actor.Dispatcher
 }
@@ -98,11 +116,3 @@ func props(p actor.Producer, d actor.Dispatcher, opts ...actor.PropsOption) *act
 
 // The internal error text stored for a target whose fetch panicked.
 const internalError = "internal error"
-
-// sweepInterval is how often the supervisor sweeps expired jobs without a
-// Submit to prompt it; sweepBatch is how many jobs one sweep step deletes
-// before it lets other messages through.
-const (
-	sweepInterval = time.Minute
-	sweepBatch    = 64
-)

@@ -3,9 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,124 +16,53 @@ import (
 // Cancel. Targets go strictly in order, one at a time: the next target is
 // always rec.TargetsDone.
 //
-// Its life is a state machine: one field, phase, changed only by to, which
-// checks each change against jobTransitions (below, with what causes each).
-// The job's status (queued, running, done, …) is data, in rec: a phase says
-// what the actor is doing, the status what the job is. Idle implies a live
-// status; unsaved and settled a terminal one; fetching and storing either (a
-// job cancelled with a target in flight).
+// Its life (life.go) is its status, in rec, and its phase: each changed
+// only through to, take and setStatus, which check the change against the
+// machines' tables. Idle and waiting imply a live status; unsaved and
+// settled a terminal one; fetching and storing either (a job cancelled with
+// a target in flight).
+//
+// Its writes are retried by the store's writer, in order (persistence's
+// SaveTargetRetried, SaveJobRetried): a write that fails is answered
+// ErrRetrying at once and the job goes on; it keeps the write in retrying
+// until the writer answers it again, once written.
 type job struct {
-	cfg        *Config
-	supervisor *actor.PID
-	rec        persistence.JobRecord
-	payload    any
-	phase      jobPhase
-	cur        int   // fetching, storing: the idx of the target in flight
-	busySince  int64 // unix nanos of the next target's first busy answer, 0 for none
-	// What a failed write left unwritten: target outcomes, and whether the
-	// stored row is behind rec. The next write writes them first; a job
-	// that has ended waits in phaseUnsaved, retrying every RetryWait, until
-	// they are written (see flush).
-	unsaved []persistence.TargetRecord
-	dirty   bool
-	flushes *time.Timer // unsaved: the next retry
-	// storing: the target whose write is at the store (the worker is
-	// already free), and the messages that came meanwhile, handled in
-	// order once it has committed (the job's writes stay one at a time and
-	// in order).
-	slot      storingTarget
-	stash     []stashed
-	onWritten func(error) // the store's callback: a targetWritten to self
+	cfg     *Config
+	rec     persistence.JobRecord
+	payload any
+	phase   phase
+	// slot is the target in flight: its fetch (fetching), then its write
+	// (storing: the worker is already free). Messages that come while it
+	// is storing wait in stash and are handled in order once the store
+	// has answered (the job takes no decision before that).
+	slot  inFlight
+	stash []stashed
 	// view is where the job publishes a Snapshot after every change that
-	// a reader can see (published is the last one), and where readers'
-	// Touches wait for the job's next write.
-	view      *View
-	published Snapshot
-	// stopFetch cancels the context of the target in flight (fetching):
-	// with ErrCancelled when the job is cancelled, with nil once its
-	// outcome is back.
-	stopFetch context.CancelCauseFunc
+	// a reader can see, and where readers' Touches wait for the job's next
+	// write.
+	view *View
+	// retrying are the writes the store's writer holds to retry, oldest
+	// first (it answers them in that order): an outcome, or the job's row
+	// (Idx -1). Readers see the outcomes as they are here
+	// (Snapshot.Unsaved). A job that has ended waits in phaseUnsaved until
+	// they are written.
+	retrying []persistence.TargetRecord
+	// onWritten is the store's callback for every write of the job: a
+	// message to the job.
+	onWritten persistence.WriteDone
 }
 
-// jobPhase is what a job actor is doing.
-type jobPhase uint8
-
-const (
-	phaseIdle     jobPhase = iota // live, nothing in flight: waits for a dispatch (or its retry); for a moment, a target whose write failed (see stored)
-	phaseFetching                 // target cur is at a worker
-	phaseStoring                  // target cur's write is at the store; every message waits in the stash
-	phaseUnsaved                  // ended, nothing in flight, a write failed: flush retried every RetryWait
-	phaseSettled                  // ended, nothing in flight, all written: the supervisor stops the actor
-)
-
-// jobTransitions lists, for each phase, the phases a job actor may go to,
-// and what takes it there. It is the one place they are written; to panics
-// on any other (a bug of ours: the supervisor's strategy fails the runner
-// closed).
-var jobTransitions = [...][]jobPhase{
-	phaseIdle: {
-		phaseFetching,              // dispatch: a worker is free for target TargetsDone
-		phaseSettled, phaseUnsaved, // cancel, shutdown; a failed write's outcome that ended the job (see stored)
-	},
-	phaseFetching: {
-		phaseStoring,               // fetched: its outcome goes to the store, the worker is free
-		phaseIdle,                  // fetched busy (tried again after RetryWait); given up at shutdown; an outcome that joins unsaved ones
-		phaseSettled, phaseUnsaved, // the same, of a job cancelled meanwhile: it settles
-	},
-	phaseStoring: {
-		phaseIdle,                  // written (the job live: the stash is handled next), or the write failed
-		phaseSettled, phaseUnsaved, // written, the job ended (unsaved: a write failed)
-	},
-	phaseUnsaved: {
-		phaseSettled, // flushed: every outcome and the row written
-	},
-	phaseSettled: {},
-}
-
-var phaseNames = [...]string{phaseIdle: "idle", phaseFetching: "fetching", phaseStoring: "storing", phaseUnsaved: "unsaved", phaseSettled: "settled"}
-
-func (p jobPhase) String() string { return phaseNames[p] }
-
-// to moves the job to phase p.
-func (j *job) to(p jobPhase) {
-	if p == j.phase {
-		return
-	}
-	if !slices.Contains(jobTransitions[j.phase], p) {
-		panic(fmt.Sprintf("job %s: no transition from %s to %s", j.rec.ID, j.phase, p))
-	}
-	if j.phase == phaseUnsaved && j.flushes != nil {
-		j.flushes.Stop()
-		j.flushes = nil
-	}
-	j.phase = p
-}
-
-// state is how the job stands for the supervisor, by its phase.
-func (j *job) state() jobState {
-	live := !j.terminal()
-	switch j.phase {
-	case phaseIdle:
-		return jobReady
-	case phaseFetching:
-		if live {
-			return jobFetching
-		}
-	case phaseStoring:
-		if live {
-			return jobStoring
-		}
-	case phaseUnsaved:
-		return jobUnsaved
-	case phaseSettled:
-		return jobSettled
-	}
-	return jobCancelled // ended with a target in flight
-}
-
-// storingTarget is a target being stored: its outcome, the job's row once it
-// is stored, and what the hooks are told then.
-type storingTarget struct {
+// inFlight is a job's target in flight.
+type inFlight struct {
+	// stop cancels the fetch's context (fetching): with ErrCancelled when
+	// the job is cancelled, with nil once its outcome is back.
+	stop context.CancelCauseFunc
+	// busySince is when the target was first answered busy (unix nanos, 0
+	// for never): the supervisor keeps it between tries and sends it with
+	// each dispatch.
+	busySince int64
+	// storing: the outcome, the job's row once it is stored, and what the
+	// hooks are told then.
 	next       persistence.JobRecord
 	t          persistence.TargetRecord
 	withRow    bool // the row is written with the outcome
@@ -145,20 +72,47 @@ type storingTarget struct {
 	prevStatus string
 }
 
+// to moves the job to phase p, checked against phaseMachine (life.go).
+func (j *job) to(p phase) {
+	if p == j.phase {
+		return
+	}
+	checkLife(j.rec.ID, j.life(), life{j.rec.Status, p}, false)
+	j.phase = p
+}
+
+// take makes next the job's row, its status change checked against
+// statusMachine (life.go).
+func (j *job) take(next *persistence.JobRecord) {
+	checkLife(j.rec.ID, j.life(), life{next.Status, j.phase}, false)
+	j.rec = *next
+}
+
+// setStatus moves the job to status st, checked against statusMachine.
+func (j *job) setStatus(st string) {
+	checkLife(j.rec.ID, j.life(), life{st, j.phase}, false)
+	j.rec.Status = st
+}
+
+// life is how the job stands: what it reports to the supervisor.
+func (j *job) life() life { return life{j.rec.Status, j.phase} }
+
+// inFlight reports whether a target of the job is at a worker or the store.
+func (j *job) inFlight() bool { return j.phase == phaseFetching || j.phase == phaseStoring }
+
 // stashed is a message that came while a target was being stored.
 type stashed struct {
 	msg    any
 	sender *actor.PID
 }
 
-func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
+func newJob(cfg *Config, rec persistence.JobRecord, payload any) actor.Producer {
 	return func() actor.Actor {
 		view := cfg.Views.Get(rec.ID)
 		if view == nil { // not registered (a test's job): publish to nobody
 			view = (&Views{}).add(&rec)
 		}
-		return &job{cfg: cfg, supervisor: supervisor, rec: rec, payload: payload, view: view,
-			published: Snapshot{Job: rec, Running: -1}}
+		return &job{cfg: cfg, rec: rec, payload: payload, view: view}
 	}
 }
 
@@ -167,27 +121,27 @@ func newJob(cfg *Config, supervisor *actor.PID, rec persistence.JobRecord, paylo
 func (j *job) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		root, self := ctx.ActorSystem().Root, ctx.Self()
-		j.onWritten = func(err error) {
-			if err == nil {
+		root, self, halted := ctx.ActorSystem().Root, ctx.Self(), &j.cfg.halted
+		j.onWritten = func(err error, late bool) {
+			switch {
+			case halted.Load(): // the runner has stopped: nobody to tell
+			case late:
+				root.Send(self, &lateWritten{err: err})
+			case err == nil:
 				root.Send(self, writtenOK) // the common case, without an allocation
-				return
+			default:
+				root.Send(self, &targetWritten{err: err})
 			}
-			root.Send(self, &targetWritten{err: err})
-		}
-		// Its row and specs were just stored: older settled jobs make room.
-		j.evict()
-	case *actor.Stopping:
-		if j.flushes != nil {
-			j.flushes.Stop()
 		}
 	case *actor.Stopped:
 		j.stopped()
-	case *actor.Restarting:
+	case *actor.Stopping, *actor.Restarting:
 	case *targetWritten:
 		if j.phase == phaseStoring {
 			j.written(ctx, m)
 		}
+	case *lateWritten:
+		j.lateWritten(ctx, m.err) // in any phase: it is about an earlier write
 	default:
 		if j.phase == phaseStoring {
 			j.stash = append(j.stash, stashed{msg: m, sender: ctx.Sender()})
@@ -203,15 +157,18 @@ func (j *job) Receive(ctx actor.Context) {
 func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	switch m := msg.(type) {
 	case *dispatch:
+		if j.phase == phaseWaiting && !j.terminal() {
+			j.to(phaseIdle) // the supervisor's retry wait is over
+		}
 		if j.phase != phaseIdle {
 			// Cancelled before the supervisor heard: give the worker back.
-			j.report(ctx, m.worker, j.state())
+			j.report(ctx, m.worker)
 			return
 		}
 		j.dispatch(ctx, m)
 	case *fetched:
 		if j.phase != phaseFetching { // cannot happen: give the worker back
-			j.report(ctx, m.worker, j.state())
+			j.report(ctx, m.worker)
 			return
 		}
 		j.fetched(ctx, m)
@@ -220,30 +177,19 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		j.publish() // before the answer: a read after Cancel sees it
 		reply(ctx, sender, ok)
 		if ok && j.rec.Settled {
-			j.evict() // after the answer: a flood of cancels is bounded too
+			j.cfg.evictSoon(ctx) // a flood of cancels is bounded too
 		}
 	case *shutdownJob:
 		j.shutdown(ctx)
 		j.publish()
 		reply(ctx, sender, true)
-	case *flushTick:
-		if j.phase == phaseUnsaved {
-			j.flushes = nil
-			if !j.flush("retry") {
-				j.retryFlush(ctx)
-				return
-			}
-			j.to(phaseSettled)
-			j.report(ctx, nil, jobSettled)
-			j.evict()
-		}
 	}
 }
 
 // report tells the supervisor how the job stands, giving worker back (nil:
 // none).
-func (j *job) report(ctx actor.Context, worker *actor.PID, st jobState) {
-	ctx.Send(j.supervisor, &jobDone{id: j.rec.ID, worker: worker, state: st, lease: j.rec.Lease, status: j.rec.Status})
+func (j *job) report(ctx actor.Context, worker *actor.PID) {
+	ctx.Send(j.cfg.supervisor, &jobDone{id: j.rec.ID, worker: worker, life: j.life(), lease: j.rec.Lease, busySince: j.slot.busySince})
 }
 
 // reply answers a request (a stashed one too: ctx.Respond answers only the
@@ -258,19 +204,17 @@ func reply(ctx actor.Context, to *actor.PID, v any) {
 // job's last write is written, and its view is removed if the store has
 // it all (otherwise it stays: the truth as the actor held it).
 func (j *job) stopped() {
+	j.endFetch()
 	touched := j.view.closeTouches()
-	if touched > j.rec.Lease && j.rec.Settled && j.allWritten() {
+	if touched > j.rec.Lease && j.rec.Settled && len(j.retrying) == 0 {
 		if _, err := j.cfg.Store.Touch(j.rec.ID, touched); err != nil {
 			j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String("what", "touch"), slog.String(keyErr, storeErrText(err)))
 		}
 	}
-	if j.allWritten() {
+	if len(j.retrying) == 0 {
 		j.cfg.Views.remove(j.rec.ID)
 	}
 }
-
-// allWritten reports whether the store has every change the actor made.
-func (j *job) allWritten() bool { return !j.dirty && len(j.unsaved) == 0 }
 
 // warn logs a store failure at Warn, once what it changed is published:
 // whoever reads the log line and then the job sees the change.
@@ -281,94 +225,97 @@ func (j *job) warn(msg string, attrs ...any) {
 
 // running is the idx of the target in flight, -1 for none.
 func (j *job) running() int {
-	if j.phase == phaseFetching || j.phase == phaseStoring {
-		return j.cur
+	if j.inFlight() {
+		return j.rec.TargetsDone // storing: rec is not the next one yet
 	}
 	return -1
 }
 
 // publish publishes the job's state to readers if it has changed since
-// the last time. Unsaved outcomes are copied: the actor's slice changes.
+// the last time. The outcomes being retried are copied: the actor's slice
+// changes.
 func (j *job) publish() {
-	p := &j.published
+	p := j.view.Load()
 	running := j.running()
-	if p.Job == j.rec && p.Running == running && len(p.Unsaved) == len(j.unsaved) {
+	unsaved := 0
+	for i := range j.retrying {
+		if j.retrying[i].Idx >= 0 {
+			unsaved++
+		}
+	}
+	if p.Job == j.rec && p.Running == running && len(p.Unsaved) == unsaved {
 		return
 	}
-	*p = Snapshot{Job: j.rec, Running: running}
-	if len(j.unsaved) > 0 {
-		p.Unsaved = append([]persistence.TargetRecord(nil), j.unsaved...)
+	s := &Snapshot{Job: j.rec, Running: running}
+	if unsaved > 0 {
+		s.Unsaved = make([]persistence.TargetRecord, 0, unsaved)
+		for _, t := range j.retrying {
+			if t.Idx >= 0 {
+				s.Unsaved = append(s.Unsaved, t)
+			}
+		}
 	}
-	s := *p
-	j.view.publish(&s)
+	j.view.publish(s)
 }
 
 func (j *job) terminal() bool { return !persistence.IsLive(j.rec.Status) }
 
 func (j *job) now() int64 { return j.cfg.Now().UnixNano() }
 
+// save writes the job's row, with the latest Touch. A write that fails is
+// the store's writer's to retry (it waits in retrying); one the store
+// refuses for good (it is closed) waits there too, for nobody: the job's
+// view keeps the truth.
 func (j *job) save(what string) {
 	j.rec.Lease = max(j.rec.Lease, j.view.Touched())
-	if len(j.unsaved) > 0 {
-		j.flush(what) // the outcomes first, then the row
-		return
-	}
-	if err := j.cfg.Store.SaveJob(&j.rec); err != nil {
-		j.dirty = true
+	if err := j.cfg.Store.SaveJobRetried(&j.rec, j.onWritten); err != nil {
+		j.retrying = append(j.retrying, persistence.TargetRecord{Idx: -1})
 		j.warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 			slog.String("what", what), slog.String(keyErr, storeErrText(err)))
-		return
 	}
-	j.dirty = false
 }
 
-// flush writes what failed writes left unwritten: the outcomes in order,
-// each on its own (the store counts an unsettled job's progress from them),
-// then the row, so that a row that settles the job is never stored before
-// one of its outcomes. It reports whether all is written.
-func (j *job) flush(what string) bool {
-	for len(j.unsaved) > 0 {
-		t := &j.unsaved[0]
-		if err := j.writeOutcome(t); err != nil {
-			j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, t.Idx),
-				slog.String("what", what), slog.String(keyErr, storeErrText(err)))
-			return false
-		}
-		j.unsaved = j.unsaved[1:]
-	}
-	if j.dirty {
-		j.save(what)
-	}
-	return !j.dirty
-}
-
-// retryFlush has flush tried again after RetryWait (a job that has ended
-// has no other event to write on).
-func (j *job) retryFlush(ctx actor.Context) {
-	if j.flushes != nil {
+// lateWritten takes the store writer's late answer to the oldest write it
+// was retrying: written, or given up (the store closed, or the runner
+// stopped). A job that has ended settles once nothing is left.
+func (j *job) lateWritten(ctx actor.Context, err error) {
+	if len(j.retrying) == 0 {
 		return
 	}
-	root, self := ctx.ActorSystem().Root, ctx.Self()
-	j.flushes = time.AfterFunc(j.cfg.RetryWait, func() { root.Send(self, &flushTick{}) })
+	if err != nil {
+		// Given up: what it held is not stored. It stays in retrying (the
+		// view keeps it), as every write after it (given up too).
+		j.cfg.Log.Warn("store job", slog.String(keyJobID, j.rec.ID), slog.String("what", "retry"), slog.String(keyErr, storeErrText(err)))
+		return
+	}
+	j.retrying[0] = persistence.TargetRecord{}
+	j.retrying = j.retrying[1:]
+	if len(j.retrying) > 0 {
+		return
+	}
+	j.retrying = nil
+	if j.phase == phaseUnsaved {
+		j.to(phaseSettled)
+		j.publish() // readers see it written before the supervisor stops the actor
+		j.report(ctx, nil)
+		j.cfg.evictSoon(ctx)
+	}
 }
 
 // settle ends a job that is terminal with nothing in flight: its row is
 // settled (written now, unless the write that settled it carried it), and
-// the job is settled, or unsaved until a retry has written what a failed
-// write left (retry: arm the retries; not at shutdown).
-func (j *job) settle(ctx actor.Context, retry bool) {
+// the job is settled, or unsaved until the store's writer has written
+// what it is retrying.
+func (j *job) settle() {
 	if !j.rec.Settled {
 		j.rec.Settled = true
 		j.save("settle")
 	}
-	if j.allWritten() {
+	if len(j.retrying) == 0 {
 		j.to(phaseSettled)
 		return
 	}
 	j.to(phaseUnsaved)
-	if retry {
-		j.retryFlush(ctx)
-	}
 }
 
 // storeErrText is a store error for a log line: the store's own sentinels by
@@ -384,11 +331,11 @@ func storeErrText(err error) string {
 
 // dispatch starts the next target on the worker: idle → fetching.
 func (j *job) dispatch(ctx actor.Context, m *dispatch) {
-	j.cur = j.rec.TargetsDone
 	j.to(phaseFetching)
+	j.slot.busySince = m.busySince
 	queued := j.rec.Status == persistence.StatusQueued
 	if queued {
-		j.rec.Status = persistence.StatusRunning
+		j.setStatus(persistence.StatusRunning)
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext
@@ -397,8 +344,8 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	}
 	fctx, stop := context.WithCancelCause(parent)
 	j.endFetch()
-	j.stopFetch = stop
-	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.cur, payload: j.payload, ctx: fctx})
+	j.slot.stop = stop
+	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.rec.TargetsDone, payload: j.payload, ctx: fctx})
 	if queued {
 		// While the first target is fetched: its outcome is written after
 		// this (the store keeps the order), never before.
@@ -406,48 +353,52 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	}
 }
 
-// putBack ends a fetch that stores nothing and gives the worker back with
-// st, or settles a job cancelled meanwhile: fetching → idle, or the end.
-func (j *job) putBack(ctx actor.Context, worker *actor.PID, st jobState) {
+// putBack ends a fetch that stores nothing and gives the worker back:
+// fetching → p (idle, or waiting for a busy target), or the end for a job
+// cancelled meanwhile.
+func (j *job) putBack(ctx actor.Context, worker *actor.PID, p phase) {
 	if j.terminal() {
-		j.settle(ctx, true)
-		st = j.state()
+		j.settle()
 	} else {
-		j.to(phaseIdle)
+		j.to(p)
 	}
-	j.report(ctx, worker, st)
+	j.report(ctx, worker)
 	if j.rec.Settled {
-		j.evict()
+		j.cfg.evictSoon(ctx)
 	}
 }
 
 // fetched takes a target's outcome: fetching → storing (the common case),
-// or idle, or the end.
+// or idle, waiting, or the end.
 func (j *job) fetched(ctx actor.Context, m *fetched) {
 	j.endFetch()
-	if m.idx != j.cur || m.abandoned {
+	if m.idx != j.rec.TargetsDone || m.abandoned {
 		// Not the target in flight (cannot happen): never store it twice,
 		// but give the worker back. Or the runner gave up on the fetch at
 		// shutdown: the target stays pending, and the drain fails the job.
-		j.putBack(ctx, m.worker, jobReady)
+		j.putBack(ctx, m.worker, phaseIdle)
 		return
 	}
 	now := j.now()
 	out := m.outcome
 	if out.Busy {
-		if j.busySince == 0 {
-			j.busySince = now
+		if j.slot.busySince == 0 {
+			j.slot.busySince = now
 		}
-		if now-j.busySince <= int64(j.cfg.RetryFor) {
-			j.putBack(ctx, m.worker, jobWaiting)
+		if now-j.slot.busySince <= int64(j.cfg.RetryFor) {
+			j.putBack(ctx, m.worker, phaseWaiting)
 			return
 		}
 		out.Busy = false // busy for longer than RetryFor: store it failed
 	}
-	j.busySince = 0
 
+	// The worker goes on while the target is stored (in a group commit
+	// with other jobs' targets); the job keeps its place in the rotation
+	// and hears from the store (written). Only the outcome is written,
+	// unless this settles the job: the outcome rows are the store's record
+	// of a live job's progress (SaveOutcomeRetried).
 	p := &j.slot // one write at a time: reused
-	*p = storingTarget{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
+	*p = inFlight{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
 	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now}
 	if out.Err != nil {
 		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now}
@@ -463,33 +414,16 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	if !persistence.IsLive(next.Status) {
 		next.Settled = true
 	}
-
-	if len(j.unsaved) == 0 {
-		// The common case: the worker goes on while the target is stored
-		// (in a group commit with other jobs' targets); the job keeps its
-		// place in the rotation and hears from the store (written).
-		// Only the outcome is written, unless this settles the job or the
-		// row is behind after a failed write: the outcome rows are the
-		// store's record of a live job's progress (SaveOutcomeAsync).
-		j.to(phaseStoring)
-		p.withRow = next.Settled || j.dirty
-		j.report(ctx, m.worker, j.state())
-		j.write(p)
-		return
-	}
-	// A failed write left rows unwritten: this outcome joins them, and
-	// they are written in order, then the row (blocking; only after a
-	// failed write).
-	j.rec = p.next
-	j.unsaved = append(j.unsaved, p.t)
-	j.dirty = true
-	j.to(phaseIdle) // not in flight: readers see it as unsaved holds it
-	j.flush("target")
-	j.stored(ctx, m.worker, p)
+	j.to(phaseStoring)
+	p.withRow = next.Settled
+	j.report(ctx, m.worker)
+	j.write(p)
 }
 
-// written takes the outcome of the target write at the store, then the
-// messages that waited for it: storing → idle, or the end.
+// written takes the store's first answer to the storing target's write,
+// then the messages that waited for it: storing → idle, or the end. A
+// write the store's writer retries counts as stored for the job's work
+// (it waits in retrying, and readers see it there).
 func (j *job) written(ctx actor.Context, m *targetWritten) {
 	p := &j.slot
 	if errors.Is(m.err, persistence.ErrTooLarge) && !p.tooLarge {
@@ -498,17 +432,13 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 		j.write(p)
 		return
 	}
-	j.rec = p.next
+	j.take(&p.next)
 	if m.err != nil {
-		j.unsaved = append(j.unsaved, p.t)
-		j.dirty = true  // the flush writes the row with the outcome
-		j.to(phaseIdle) // not in flight: readers see it as unsaved holds it
+		j.retrying = append(j.retrying, p.t)
 		j.warn("store target", slog.String(keyJobID, j.rec.ID), slog.Int(keyIdx, p.t.Idx),
 			slog.String(keyErr, storeErrText(m.err)))
-	} else if p.withRow {
-		j.dirty = false
 	}
-	j.stored(ctx, nil, p)
+	j.stored(ctx, p)
 	j.unstash(ctx)
 }
 
@@ -527,55 +457,30 @@ func (j *job) unstash(ctx actor.Context) {
 }
 
 // write hands the storing target's write to the store.
-func (j *job) write(p *storingTarget) {
+func (j *job) write(p *inFlight) {
 	if p.withRow {
-		j.cfg.Store.SaveTargetAsync(&p.next, &p.t, j.onWritten)
+		j.cfg.Store.SaveTargetRetried(&p.next, &p.t, j.onWritten)
 	} else {
-		j.cfg.Store.SaveOutcomeAsync(j.rec.ID, &p.t, j.onWritten)
+		j.cfg.Store.SaveOutcomeRetried(j.rec.ID, &p.t, j.onWritten)
 	}
 }
 
-// stored goes on once a target is stored (or its write has failed, and it
-// waits in unsaved): the job goes idle or ends, tells the supervisor
-// (freeing worker, if not nil), then the hooks, then evicts.
-func (j *job) stored(ctx actor.Context, worker *actor.PID, p *storingTarget) {
+// stored goes on once a target is stored (or its write is being retried):
+// the job goes idle or ends, tells the supervisor, then the hooks, then
+// the maintainer if the store is past MaxBytes.
+func (j *job) stored(ctx actor.Context, p *inFlight) {
 	if j.terminal() {
-		j.settle(ctx, true)
+		j.settle()
 	} else {
 		j.to(phaseIdle)
 	}
-	j.report(ctx, worker, j.state())
+	j.report(ctx, nil)
 
 	j.cfg.hook(ctx, hookEvent{hook: hookTarget, jobID: j.rec.ID, err: p.err, d: p.took, n: len(p.t.Result)})
 	if persistence.IsLive(p.prevStatus) && j.terminal() {
 		j.ended(ctx)
 	}
-	j.evict()
-}
-
-// evict deletes the oldest settled jobs while the store's bytes exceed
-// MaxBytes (at once when they do not): after each write that adds bytes
-// (the job's creation, a stored target) or settles a job (which may then
-// be evicted itself), so that jobs that store no result, failed or
-// cancelled, are bounded as well.
-func (j *job) evict() {
-	if n, err := j.cfg.Store.Evict(j.cfg.MaxBytes); err != nil {
-		j.warn("evict", slog.String(keyJobID, j.rec.ID), slog.String(keyErr, storeErrText(err)))
-	} else if n > 0 {
-		j.cfg.Log.Debug("evicted jobs", slog.Int(keyCount, n))
-	}
-}
-
-// writeOutcome writes one outcome on its own (see flush). A result too
-// large to store is stored failed instead, and the row is behind then.
-func (j *job) writeOutcome(t *persistence.TargetRecord) error {
-	err := j.cfg.Store.SaveOutcome(j.rec.ID, t)
-	if errors.Is(err, persistence.ErrTooLarge) && t.Error != errTooLarge.Error() {
-		tooLarge(&j.rec, t)
-		j.dirty = true
-		err = j.cfg.Store.SaveOutcome(j.rec.ID, t)
-	}
-	return err
+	j.cfg.evictSoon(ctx)
 }
 
 // errTooLarge is what Hooks.Target is told, and the error stored, for an
@@ -602,55 +507,54 @@ func (j *job) ended(ctx actor.Context) {
 
 // endFetch releases the context of the fetch in flight, if any.
 func (j *job) endFetch() {
-	if j.stopFetch != nil {
-		j.stopFetch(nil)
-		j.stopFetch = nil
+	if j.slot.stop != nil {
+		j.slot.stop(nil)
+		j.slot.stop = nil
 	}
 }
 
-// cancel cancels a live job: idle → the end; fetching stays fetching, its
-// context cancelled (cause ErrCancelled), and the target's outcome then
-// settles it.
+// cancel cancels a live job: idle or waiting → the end; fetching stays
+// fetching, its context cancelled (cause ErrCancelled), and the target's
+// outcome then settles it.
 func (j *job) cancel(ctx actor.Context) bool {
 	if j.terminal() {
 		return false
 	}
-	j.rec.Status = persistence.StatusCancelled
-	j.rec.Settled = j.phase == phaseIdle
-	if j.stopFetch != nil { // the fetch in flight stops; its outcome settles the job
-		j.stopFetch(batchtype.ErrCancelled)
+	j.setStatus(persistence.StatusCancelled)
+	j.rec.Settled = !j.inFlight()
+	if j.slot.stop != nil { // the fetch in flight stops; its outcome settles the job
+		j.slot.stop(batchtype.ErrCancelled)
 	}
 	j.save("cancelled")
-	if j.phase == phaseIdle {
-		j.settle(ctx, true)
+	if j.rec.Settled {
+		j.settle()
 	}
 	// The supervisor hears before the canceller does, so a Submit that
 	// follows the Cancel sees the caps already freed.
-	j.report(ctx, nil, j.state())
+	j.report(ctx, nil)
 	j.ended(ctx)
 	return true
 }
 
 // shutdown fails a live job with "shutdown"; the runner is closing and
 // nothing of it is in flight any more (the drain waits for that), so it
-// goes to the end without retries: the actor stops with the runner.
+// goes to the end: the actor stops with the runner. What the store's writer
+// is still retrying is given up when the runner has stopped
+// (Store.AbandonRetries): the next runner reaps the job.
 func (j *job) shutdown(ctx actor.Context) {
 	if j.terminal() {
-		if !j.rec.Settled || !j.allWritten() {
+		if !j.rec.Settled {
 			j.rec.Settled = true
 			j.save("settle")
-			if j.phase == phaseUnsaved && j.allWritten() {
-				j.to(phaseSettled)
-			}
 		}
 		return
 	}
-	j.rec.Status = persistence.StatusFailed
+	j.setStatus(persistence.StatusFailed)
 	j.rec.Error = "shutdown"
-	j.rec.Settled = j.phase == phaseIdle
+	j.rec.Settled = !j.inFlight()
 	j.save("shutdown")
-	if j.phase == phaseIdle {
-		j.settle(ctx, false)
+	if j.rec.Settled {
+		j.settle()
 	}
 	j.ended(ctx)
 }

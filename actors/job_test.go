@@ -2,10 +2,15 @@ package actors
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +22,8 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	worker, workerPID = ts.spawnProbe(t)
 	rec = ts.newJobRecord(t, "0123456789abcdef0123456789abcdef", "alice", n)
 	ts.cfg.Views.add(&rec)
-	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, supPID, rec, "payload"), nil))
+	ts.cfg.supervisor = supPID
+	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, rec, "payload"), nil))
 	t.Cleanup(func() { ts.stop(t, job) })
 	return job, rec, sup, worker, workerPID
 }
@@ -27,7 +33,7 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 func storedDone(t *testing.T, sup *probe, workerPID *actor.PID) *jobDone {
 	t.Helper()
 	free := next[*jobDone](t, sup)
-	require.Equal(t, jobStoring, free.state, "the worker is freed before the store answers")
+	require.Equal(t, life{persistence.StatusRunning, phaseStoring}, free.life, "the worker is freed before the store answers")
 	require.Equal(t, workerPID, free.worker)
 	done := next[*jobDone](t, sup)
 	require.Nil(t, done.worker, "the worker is freed once")
@@ -48,24 +54,24 @@ func TestJob_TargetsInOrder(t *testing.T) {
 	snap := ts.cfg.Views.Get(rec.ID).Load()
 	require.Equal(t, 0, snap.Running, "published before the fetch starts")
 	require.Equal(t, persistence.StatusRunning, snap.Job.Status)
-	eventually(t, "running stored on the first target", func() bool {
+	testkit.WaitFor(t, "running stored on the first target", func() bool {
 		stored, err := ts.store.Job(rec.ID)
 		return err == nil && stored.Status == persistence.StatusRunning
 	})
 
-	ts.advance(time.Second)
+	ts.clock.Advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
-	require.Equal(t, jobReady, storedDone(t, sup, workerPID).state)
+	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, storedDone(t, sup, workerPID).life)
 	tr, err := ts.store.Target(rec.ID, 0)
 	require.NoError(t, err)
 	require.Equal(t, persistence.TargetDone, tr.Status)
 	stored, _ := ts.store.Job(rec.ID)
-	require.Equal(t, ts.clock().UnixNano(), stored.Lease, "storing a target bumps the lease")
+	require.Equal(t, ts.clock.Now().UnixNano(), stored.Lease, "storing a target bumps the lease")
 
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	require.Equal(t, 1, next[*fetch](t, worker).idx)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Err: errors.New("x"), Msg: "x", Hint: "h"}})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusPartial, stored.Status)
 	require.True(t, stored.Settled)
@@ -81,15 +87,23 @@ func TestJob_Busy(t *testing.T) {
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
-	require.Equal(t, jobWaiting, next[*jobDone](t, sup).state)
+	waiting := next[*jobDone](t, sup)
+	require.Equal(t, life{persistence.StatusRunning, phaseWaiting}, waiting.life)
+	require.Equal(t, ts.clock.Now().UnixNano(), waiting.busySince, "the supervisor keeps when it was first busy")
 	tr, _ := ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetPending, tr.Status, "a busy target stays pending")
 
-	ts.advance(ts.cfg.RetryFor + time.Second) // past RetryFor since the first busy answer
-	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	ts.clock.Advance(ts.cfg.RetryFor) // within RetryFor since the first busy answer: busy again
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID, busySince: waiting.busySince})
 	next[*fetch](t, worker)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	require.Equal(t, waiting, next[*jobDone](t, sup), "the same first busy answer")
+
+	ts.clock.Advance(time.Second) // past RetryFor since the first busy answer
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID, busySince: waiting.busySince})
+	next[*fetch](t, worker)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: busy})
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	tr, _ = ts.store.Target(rec.ID, 0)
 	require.Equal(t, persistence.TargetFailed, tr.Status)
 	require.Equal(t, "429", tr.Error)
@@ -103,7 +117,7 @@ func TestJob_Cancel(t *testing.T) {
 	next[*fetch](t, worker)
 	require.Equal(t, true, ts.ask(t, job, &CancelJob{ID: rec.ID}))
 	ended := next[*jobDone](t, sup)
-	require.Equal(t, jobCancelled, ended.state, "no longer live, but a target is still in flight")
+	require.Equal(t, life{persistence.StatusCancelled, phaseFetching}, ended.life, "no longer live, but a target is still in flight")
 	require.Nil(t, ended.worker)
 	stored, _ := ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
@@ -111,16 +125,16 @@ func TestJob_Cancel(t *testing.T) {
 
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
 	free := next[*jobDone](t, sup)
-	require.Equal(t, jobCancelled, free.state, "the worker is freed; the job stays ended while its target is stored")
+	require.Equal(t, life{persistence.StatusCancelled, phaseStoring}, free.life, "the worker is freed; the job stays ended while its target is stored")
 	require.Equal(t, workerPID, free.worker)
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, phaseSettled, next[*jobDone](t, sup).life.phase)
 	stored, _ = ts.store.Job(rec.ID)
 	require.Equal(t, persistence.StatusCancelled, stored.Status, "the in-flight target does not overwrite cancelled")
 	require.True(t, stored.Settled)
 
 	// A dispatch that crossed the cancel gives the worker straight back.
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state)
+	require.Equal(t, phaseSettled, next[*jobDone](t, sup).life.phase)
 	quiet(t, worker)
 }
 
@@ -143,7 +157,7 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
-	eventually(t, "the running row written", func() bool {
+	testkit.WaitFor(t, "the running row written", func() bool {
 		stored, err := ts.store.Job(rec.ID)
 		return err == nil && stored.Status == persistence.StatusRunning
 	})
@@ -159,12 +173,8 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	})
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
 	free := next[*jobDone](t, sup)
-	require.Equal(t, jobStoring, free.state)
-	select {
-	case <-entered: // the store is writing it, and waits for release
-	case <-time.After(waitTimeout):
-		t.Fatal("the target was not written")
-	}
+	require.Equal(t, life{persistence.StatusRunning, phaseStoring}, free.life)
+	testkit.Recv(t, entered) // the store is writing it, and waits for release
 
 	cancelled := ts.sys.Root.RequestFuture(job, &CancelJob{ID: rec.ID}, waitTimeout)
 	snap := ts.cfg.Views.Get(rec.ID).Load()
@@ -177,11 +187,11 @@ func TestJob_WaitsForItsStore(t *testing.T) {
 	close(release)
 	done := next[*jobDone](t, sup)
 	require.Nil(t, done.worker)
-	require.Equal(t, jobReady, done.state)
+	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, done.life)
 	res, err := cancelled.Result()
 	require.NoError(t, err)
 	require.Equal(t, true, res)
-	require.Equal(t, jobSettled, next[*jobDone](t, sup).state, "the stashed Cancel, handled once the store answered")
+	require.Equal(t, phaseSettled, next[*jobDone](t, sup).life.phase, "the stashed Cancel, handled once the store answered")
 	stored, err := ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, persistence.StatusCancelled, stored.Status)
@@ -200,15 +210,15 @@ func TestJob_TouchHeldUntilNextWrite(t *testing.T) {
 	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 1)
 	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
 	next[*fetch](t, worker)
-	later := ts.clock().UnixNano() + int64(time.Hour)
+	later := ts.clock.Now().UnixNano() + int64(time.Hour)
 	ts.cfg.Views.Get(rec.ID).Touch(later)
 	stored, err := ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Less(t, stored.Lease, later, "no store write for a Touch")
 
-	ts.advance(time.Second)
+	ts.clock.Advance(time.Second)
 	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
-	require.Equal(t, jobSettled, storedDone(t, sup, workerPID).state)
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
 	stored, err = ts.store.Job(rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, later, stored.Lease, "the settling write carries the touch")
@@ -237,28 +247,122 @@ func TestJob_TooLarge(t *testing.T) {
 	require.Equal(t, 1, live.TargetsFailed)
 }
 
-// The job's phases: every one is reachable from idle, settled is the end,
-// and to refuses a transition the table does not list.
+// The job actor moves its life one transition at a time, and refuses any
+// other.
 func TestJob_Transitions(t *testing.T) {
-	seen := map[jobPhase]bool{phaseIdle: true}
-	for todo := []jobPhase{phaseIdle}; len(todo) > 0; todo = todo[1:] {
-		for _, p := range jobTransitions[todo[0]] {
-			if !seen[p] {
-				seen[p] = true
-				todo = append(todo, p)
-			}
-		}
-	}
-	for p := range jobPhase(len(jobTransitions)) {
-		require.True(t, seen[p], "%s is reachable", p)
-		require.NotContains(t, jobTransitions[p], p, "%s: a phase does not list itself", p)
-	}
-	require.Empty(t, jobTransitions[phaseSettled], "settled is the end")
-	require.Equal(t, []jobPhase{phaseSettled}, jobTransitions[phaseUnsaved], "an unsaved job only settles")
-
-	j := &job{phase: phaseSettled}
-	require.PanicsWithValue(t, "job : no transition from settled to fetching", func() { j.to(phaseFetching) })
-	j = &job{phase: phaseIdle}
+	j := &job{phase: phaseSettled, rec: persistence.JobRecord{Status: persistence.StatusDone}}
+	require.PanicsWithValue(t, "job : no phase transition from settled to fetching", func() { j.to(phaseFetching) })
+	j = &job{phase: phaseIdle, rec: persistence.JobRecord{Status: persistence.StatusQueued}}
 	j.to(phaseFetching)
 	require.Equal(t, phaseFetching, j.phase)
+	require.PanicsWithValue(t, "job : no status transition from queued to done", func() { j.setStatus(persistence.StatusDone) },
+		"one step at a time: running first")
+	j.setStatus(persistence.StatusRunning)
+	require.NotPanics(t, func() { j.to(phaseFetching) }, "staying put is no transition")
+	require.Equal(t, life{persistence.StatusRunning, phaseFetching}, j.life())
+}
+
+// A stored target that leaves the store past MaxBytes has the maintainer
+// evict, after the job has told the supervisor; under MaxBytes it asks for
+// nothing.
+func TestJob_StoredTargetTellsMaintainer(t *testing.T) {
+	ts := newTestSystem(t)
+	maint, maintPID := ts.spawnProbe(t)
+	ts.cfg.maintenance = maintPID
+	ts.cfg.MaxBytes = 1000 // the job's rows and a small outcome fit, a large one does not
+	job, _, sup, worker, workerPID := jobUnderTest(t, ts, 2)
+
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{}`)}})
+	storedDone(t, sup, workerPID)
+	quiet(t, maint)
+
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	large := []byte(`"` + strings.Repeat("x", 2000) + `"`)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Result: large}})
+	require.Equal(t, phaseSettled, storedDone(t, sup, workerPID).life.phase)
+	next[*maintain](t, maint)
+	require.Equal(t, dueEvict, ts.cfg.maintDue.Load())
+}
+
+// A write that fails is the store writer's to retry: the job goes on at
+// once (its worker and its place in the rotation are not held), readers
+// see the outcome as the job holds it (Snapshot.Unsaved), a Warn names the
+// job; a job that has ended waits unsaved, and settles once the writer has
+// written everything, in order.
+func TestJob_WriteRetriedByTheStore(t *testing.T) {
+	ts := newTestSystem(t)
+	var logs testkit.SyncBuffer
+	ts.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	ts.store.SetRetryWait(time.Millisecond)
+	job, rec, sup, worker, workerPID := jobUnderTest(t, ts, 2)
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	next[*fetch](t, worker)
+	testkit.WaitFor(t, "the running row written", func() bool {
+		stored, err := ts.store.Job(rec.ID)
+		return err == nil && stored.Status == persistence.StatusRunning
+	})
+
+	var failing atomic.Bool
+	failing.Store(true)
+	ts.store.SetWriteFault(func() error {
+		if failing.Load() {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 0, outcome: Outcome{Result: []byte(`{"content":"a"}`)}})
+	require.Equal(t, life{persistence.StatusRunning, phaseIdle}, storedDone(t, sup, workerPID).life, "the job goes on")
+	snap := ts.cfg.Views.Get(rec.ID).Load()
+	require.Equal(t, 1, snap.Job.TargetsDone)
+	require.Len(t, snap.Unsaved, 1)
+	require.Equal(t, 0, snap.Unsaved[0].Idx)
+	require.Contains(t, logs.String(), "job_id="+rec.ID)
+
+	ts.sys.Root.Send(job, &dispatch{worker: workerPID})
+	require.Equal(t, 1, next[*fetch](t, worker).idx)
+	ts.sys.Root.Send(job, &fetched{worker: workerPID, idx: 1, outcome: Outcome{Result: []byte(`{"content":"b"}`)}})
+	require.Equal(t, life{persistence.StatusDone, phaseUnsaved}, storedDone(t, sup, workerPID).life, "ended, its writes at the writer")
+	require.Len(t, ts.cfg.Views.Get(rec.ID).Load().Unsaved, 2)
+
+	failing.Store(false)
+	require.Equal(t, life{persistence.StatusDone, phaseSettled}, next[*jobDone](t, sup).life, "settled once written")
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatusDone, stored.Status)
+	require.True(t, stored.Settled)
+	for i := range 2 {
+		tr, err := ts.store.Target(rec.ID, i)
+		require.NoError(t, err)
+		require.Equal(t, persistence.TargetDone, tr.Status)
+	}
+	require.Empty(t, ts.cfg.Views.Get(rec.ID).Load().Unsaved)
+	quiet(t, sup)
+}
+
+// A Cancel whose write fails is answered at once; the job waits unsaved
+// until the writer has written its row.
+func TestJob_CancelWriteRetried(t *testing.T) {
+	ts := newTestSystem(t)
+	ts.store.SetRetryWait(time.Millisecond)
+	job, rec, sup, _, _ := jobUnderTest(t, ts, 2)
+	var failing atomic.Bool
+	failing.Store(true)
+	ts.store.SetWriteFault(func() error {
+		if failing.Load() {
+			return syscall.EROFS
+		}
+		return nil
+	})
+	require.Equal(t, true, ts.ask(t, job, &CancelJob{ID: rec.ID}))
+	require.Equal(t, life{persistence.StatusCancelled, phaseUnsaved}, next[*jobDone](t, sup).life)
+	require.Equal(t, persistence.StatusCancelled, ts.cfg.Views.Get(rec.ID).Load().Job.Status, "readers see it cancelled")
+	failing.Store(false)
+	require.Equal(t, life{persistence.StatusCancelled, phaseSettled}, next[*jobDone](t, sup).life)
+	stored, err := ts.store.Job(rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatusCancelled, stored.Status)
+	require.True(t, stored.Settled)
 }

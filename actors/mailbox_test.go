@@ -3,9 +3,9 @@ package actors
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,23 +45,12 @@ func TestMailbox_Order(t *testing.T) {
 				last[i] = -1
 			}
 			for range senders * each {
-				m := recvMsg(t, got)
+				m := testkit.Recv(t, got)
 				require.Equal(t, last[m.from]+1, m.n, "sender %d", m.from)
 				last[m.from] = m.n
 			}
 			ts.stop(t, pid)
 		})
-	}
-}
-
-func recvMsg[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatal("timed out")
-		panic("unreachable")
 	}
 }
 
@@ -133,7 +122,7 @@ func TestMailbox_UrgentFirst(t *testing.T) {
 	close(gate)
 	var order []any
 	for range urgentStreak + 4 + 2 {
-		order = append(order, recvMsg(t, got))
+		order = append(order, testkit.Recv(t, got))
 	}
 	want := []any{}
 	for i := range urgentStreak {
@@ -159,7 +148,7 @@ func TestMailbox_UrgentFirst(t *testing.T) {
 	close(gate)
 	order = order[:0]
 	for range 2*urgentStreak + 2 {
-		order = append(order, recvMsg(t, got))
+		order = append(order, testkit.Recv(t, got))
 	}
 	want = want[:0]
 	for i := range 2 * urgentStreak {

@@ -17,13 +17,20 @@ import (
 //	                     answer); shutdownJob (the drain)
 //	job → worker:        fetch (one target)
 //	worker → job:        fetched (its outcome, or abandoned at shutdown)
-//	job → store:         SaveOutcomeAsync / SaveTargetAsync (group commit)
-//	store → job:         targetWritten (the write has committed, or failed)
-//	job → supervisor:    jobDone (how the job stands now, a jobState: after
-//	                     a stored target, a busy answer, a cancel, a flush;
-//	                     it gives the worker back, if it holds one)
-//	timer → supervisor:  retryReady, sweepTick
-//	timer → job:         flushTick (an unsaved job writes again)
+//	job → store:         SaveOutcomeRetried / SaveTargetRetried (group commit)
+//	job → store:         SaveJobRetried (its row: running, cancelled,
+//	                     settled, shutdown; waits for the first answer)
+//	store → job:         targetWritten (the write has committed, is being
+//	                     retried by the store's writer, or was refused);
+//	                     lateWritten (a retried write is written, or given up)
+//	job → supervisor:    jobDone (how the job stands now, its life: after
+//	                     a stored target, a busy answer, a cancel, a late
+//	                     answer that settles it; it gives the worker back,
+//	                     if it holds one)
+//	timer → supervisor:  retryReady
+//	supervisor, job → maintainer: maintain (sweep after a Submit; evict
+//	                     after a write that adds bytes or settles a job)
+//	timer → maintainer:  maintainTick (the periodic sweep)
 //	any → observer:      hookEvent (one hook call: see observer.go)
 //
 // A worker is the job's from dispatch until its target is stored: a job's
@@ -64,8 +71,13 @@ type Drain struct{}
 // Drained answers a [Drain].
 type Drained struct{ Jobs int }
 
-// dispatch tells a job that worker is free for its next target.
-type dispatch struct{ worker *actor.PID }
+// dispatch tells a job that worker is free for its next target;
+// busySince is when that target was first answered busy (0: never), as
+// the job last reported it.
+type dispatch struct {
+	worker    *actor.PID
+	busySince int64
+}
 
 // fetch asks a worker to do one target of a job.
 type fetch struct {
@@ -86,53 +98,25 @@ type fetched struct {
 	abandoned bool
 }
 
-// jobState is how a live job stands for the supervisor: the supervisor
-// keeps one per job (liveJob.state), and a job reports it in every jobDone.
-// The supervisor's transitions are in supervisor.go (supervisorTransitions).
-type jobState uint8
-
-const (
-	jobReady    jobState = iota // live, in the rotation: has a pending target ready now
-	jobFetching                 // live, a worker on its target (set by the supervisor at dispatch)
-	jobStoring                  // live, in the rotation, its target being stored (the worker is free): not dispatched until it is
-	jobWaiting                  // live, out of the rotation: its next target was busy, tried again after RetryWait
-	// jobCancelled: no longer live (cancelled), a target of it still in
-	// flight or being stored; a report of how it ends follows.
-	jobCancelled
-	// jobUnsaved: ended, nothing in flight, but a write failed: no longer
-	// live, the actor stays until it has written its rows (a jobSettled
-	// follows).
-	jobUnsaved
-	// jobSettled: ended and written: the supervisor stops the actor, and
-	// forgets the job once it has stopped.
-	jobSettled
-	nJobStates
-)
-
-var jobStateNames = [...]string{jobReady: "ready", jobFetching: "fetching", jobStoring: "storing", jobWaiting: "waiting",
-	jobCancelled: "cancelled", jobUnsaved: "unsaved", jobSettled: "settled"}
-
-func (s jobState) String() string { return jobStateNames[s] }
-
-// live reports whether a job in state s counts as live (queued or running):
-// for the caps, and for Hooks.Depth.
-func (s jobState) live() bool { return s <= jobWaiting }
-
-// inRotation reports whether a job in state s has its place in the rotation.
-func (s jobState) inRotation() bool { return s == jobReady || s == jobStoring }
-
-// jobDone says how a job stands, and frees a worker (nil: none); lease is
-// the job's lease as its actor holds it, status its status.
+// jobDone says how a job stands (its life: life.go), and frees a worker
+// (nil: none); lease is the job's lease as its actor holds it, busySince
+// when its next target was first answered busy (0: never).
 type jobDone struct {
-	id     string
-	worker *actor.PID
-	state  jobState
-	lease  int64
-	status string
+	id        string
+	worker    *actor.PID
+	life      life
+	lease     int64
+	busySince int64
 }
 
-// targetWritten is the outcome of a job's asynchronous target write.
+// targetWritten is the store's first answer to a job's target write:
+// committed (nil), being retried by the store's writer (ErrRetrying), or
+// refused.
 type targetWritten struct{ err error }
+
+// lateWritten is the store's late answer to the oldest of a job's writes
+// its writer was retrying: written (nil), or given up.
+type lateWritten struct{ err error }
 
 // writtenOK is the targetWritten of a write that committed; never changed.
 var writtenOK = &targetWritten{}
@@ -140,15 +124,8 @@ var writtenOK = &targetWritten{}
 // shutdownJob fails a live job with "shutdown"; the reply is a bool.
 type shutdownJob struct{}
 
-// flushTick has a job that has ended write again what a failed write left
-// unwritten.
-type flushTick struct{}
-
 // retryReady says a waiting job may be tried again.
 type retryReady struct{ id string }
-
-// sweepTick starts a sweep of expired jobs.
-type sweepTick struct{ periodic bool }
 
 // The runner's own messages, which move targets along, go ahead of the API's
 // requests in a mailbox (see mailbox). So does Drain: Close queues it before
@@ -162,4 +139,5 @@ func (*fetch) urgent()         {}
 func (*fetched) urgent()       {}
 func (*jobDone) urgent()       {}
 func (*targetWritten) urgent() {}
+func (*lateWritten) urgent()   {}
 func (*retryReady) urgent()    {}

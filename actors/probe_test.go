@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sift/batch/engine/batchtype"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
-const waitTimeout = 10 * time.Second
+// waitTimeout bounds a request to an actor in the tests: the kit's
+// deadline, for a test that has hung.
+const waitTimeout = testkit.Deadline
 
 // probe is an actor that stands in for a peer: it forwards every message it
 // receives (lifecycle messages aside) to a channel.
@@ -35,15 +37,10 @@ func (p *probe) Receive(ctx actor.Context) {
 // next returns the next message the probe got, of type T.
 func next[T any](t *testing.T, p *probe) T {
 	t.Helper()
-	select {
-	case m := <-p.got:
-		v, ok := m.(T)
-		require.Truef(t, ok, "probe got %T, want %T", m, *new(T))
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("probe got nothing")
-		panic("unreachable")
-	}
+	m := testkit.Recv(t, p.got)
+	v, ok := m.(T)
+	require.Truef(t, ok, "probe got %T, want %T", m, *new(T))
+	return v
 }
 
 // quiet asserts the probe got nothing more.
@@ -61,20 +58,19 @@ type testSystem struct {
 	sys   *actor.ActorSystem
 	cfg   *Config
 	store *persistence.Store
-	mu    sync.Mutex
-	now   time.Time
+	clock *testkit.Clock // Config.Now
 }
 
 func newTestSystem(t *testing.T) *testSystem {
 	t.Helper()
 	store, err := persistence.Open("")
 	require.NoError(t, err)
-	ts := &testSystem{store: store, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ts := &testSystem{store: store, clock: testkit.NewClock()}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ts.cfg = &Config{
 		Config: batchtype.Config{
 			TTL: time.Hour, TargetsPerJob: 32, JobsPerCaller: 2, JobsTotal: 4, Workers: 1,
-			MaxBytes: 1 << 20, RetryWait: time.Hour, RetryFor: time.Minute, Now: ts.clock,
+			MaxBytes: 1 << 20, RetryWait: time.Hour, RetryFor: time.Minute, Now: ts.clock.Now,
 		},
 		Store: store, FetchContext: context.Background(), Log: log, Views: &Views{},
 	}
@@ -82,11 +78,16 @@ func newTestSystem(t *testing.T) *testSystem {
 	// The hooks run in an observer, as in a runner; tests set ts.cfg.Hooks.
 	ts.cfg.observer = ts.sys.Root.Spawn(props(func() actor.Actor { return &observer{hooks: &ts.cfg.Hooks} }, nil,
 		actor.WithGuardian(&observerStrategy{cfg: ts.cfg})))
-	// A dead letter is a message lost: none may happen.
+	// A dead letter is a message lost: none may happen, but for the
+	// maintainer's timer tick that fires as the maintainer stops (nothing
+	// is lost: the next runner's maintainer sweeps).
 	var dead sync.Mutex
 	var deadLetters []string
 	sub := ts.sys.EventStream.Subscribe(func(evt any) {
 		if d, ok := evt.(*actor.DeadLetterEvent); ok {
+			if _, tick := d.Message.(*maintainTick); tick {
+				return
+			}
 			dead.Lock()
 			deadLetters = append(deadLetters, fmt.Sprintf("%T to %s", d.Message, d.PID.Id))
 			dead.Unlock()
@@ -101,18 +102,6 @@ func newTestSystem(t *testing.T) *testSystem {
 		require.NoError(t, store.Close())
 	})
 	return ts
-}
-
-func (ts *testSystem) clock() time.Time {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.now
-}
-
-func (ts *testSystem) advance(d time.Duration) {
-	ts.mu.Lock()
-	ts.now = ts.now.Add(d)
-	ts.mu.Unlock()
 }
 
 // spawnProbe starts a probe actor.
@@ -133,7 +122,7 @@ func (ts *testSystem) stop(t *testing.T, pid *actor.PID) {
 // newJobRecord stores a queued job of n targets and returns its record.
 func (ts *testSystem) newJobRecord(t *testing.T, id, caller string, n int) persistence.JobRecord {
 	t.Helper()
-	now := ts.clock().UnixNano()
+	now := ts.clock.Now().UnixNano()
 	rec := persistence.JobRecord{ID: id, Caller: caller, Status: persistence.StatusQueued, TargetsTotal: n, Created: now, Lease: now}
 	rec.Key[0] = id[0]
 	rec.Key[1] = id[1]
@@ -151,16 +140,4 @@ func (ts *testSystem) ask(t *testing.T, pid *actor.PID, msg any) any {
 	res, err := ts.sys.Root.RequestFuture(pid, msg, waitTimeout).Result()
 	require.NoError(t, err)
 	return res
-}
-
-// eventually waits until cond holds, for waitTimeout at most.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited for %s", what)
-		}
-		runtime.Gosched()
-	}
 }

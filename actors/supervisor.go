@@ -2,9 +2,7 @@ package actors
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,27 +17,29 @@ import (
 // errInternal is the error Hooks.Target sees for a fetch that panicked.
 var errInternal = errors.New(internalError)
 
-// liveJob is the supervisor's record of a job that has an actor: one state,
-// and the data that goes with it.
+// liveJob is the supervisor's record of a job that has an actor: its life
+// as its actor last reported it (or as the supervisor moved it), and the
+// data that goes with it.
 type liveJob struct {
 	id     string
 	caller string
 	pid    *actor.PID
-	state  jobState
-	retry  *time.Timer // waiting: the timer that ends the wait
+	// life is the job's status and phase (life.go). A job that is no
+	// longer live may have a stored row behind its status (a write
+	// failed): its status here counts.
+	life  life
+	retry *time.Timer // waiting: the timer that ends the wait
 	// lease is the job's lease as its actor holds it: the stored row of a
 	// live job is not rewritten for every target (see job.fetched).
-	lease int64
-	// status is the job's status as its actor reported it once it was no
-	// longer live (cancelled, unsaved): its stored row may be behind.
-	status string
-	view   *View // what its actor publishes; holds the leases readers asked for
+	lease     int64
+	busySince int64 // when its next target was first answered busy, as its actor reported it
+	view      *View // what its actor publishes; holds the leases readers asked for
 }
 
 // supervisor owns the rotation: the live jobs in submit order, which of them
 // has a target in flight, and when a busy one may be tried again. Caps and
 // idempotency are decided here, one Submit at a time, so concurrent Submits
-// cannot race past a cap. It also sweeps expired jobs.
+// cannot race past a cap.
 //
 // The rotation is a FIFO of ready jobs: a job enters it when it is
 // submitted, when one of its targets has been fetched, and when its retry
@@ -56,86 +56,69 @@ type liveJob struct {
 // pass it, so the order is the same as if each worker stored before moving
 // on, and a job's next target never starts before the last one is stored.
 //
-// Each job has one state (jobState, in messages.go), changed only by to,
-// which checks supervisorTransitions and keeps the counts, the caps and
-// the rotation in step with it.
+// Each job has one life (life.go), as its actor reports it, changed only by
+// to, which checks it against the machines' tables and keeps the counts,
+// the caps and the rotation in step with it.
 type supervisor struct {
 	cfg       *Config
 	idle      []*actor.PID // workers with nothing to do
 	jobs      map[string]*liveJob
-	count     [nJobStates]int // jobs per state (settled: actors not yet stopped)
-	perCaller map[string]int  // live jobs per caller
-	inflight  int             // workers out: targets being fetched
-	ready     fifo[*liveJob]  // the rotation: ready jobs, and jobs being stored (see supervisor)
+	count     [nPhases]int   // jobs per phase (settled: actors not yet stopped)
+	nlive     int            // live jobs
+	perCaller map[string]int // live jobs per caller
+	inflight  int            // workers out: targets being fetched
+	ready     fifo[*liveJob] // the rotation: ready jobs, and jobs being stored (see supervisor)
 	closing   bool
-	drainer   *actor.PID // who asked for the drain, answered once nothing is in flight
-	sweep     *time.Timer
+	drainer   *actor.PID  // who asked for the drain, answered once nothing is in flight
 	stopped   atomic.Bool // read by timer callbacks
 
 	// The producers of the children; tests stand probes in for them.
 	worker actor.Producer
-	job    func(supervisor *actor.PID, rec persistence.JobRecord, payload any) actor.Producer
+	job    func(rec persistence.JobRecord, payload any) actor.Producer
 }
 
-// supervisorTransitions lists, for each state of a job, the states the
-// supervisor may move it to, and what does. It is the one place they are
-// written; to panics on any other (a bug of ours: the guardian fails the
-// runner closed). A job that is no longer live never becomes live again: a
-// report of a live state from one only gives its worker back.
-var supervisorTransitions = [...][]jobState{
-	jobReady:     {jobFetching /* dispatch */, jobCancelled, jobUnsaved, jobSettled /* cancelled; drained */},
-	jobFetching:  {jobReady, jobWaiting, jobStoring /* its worker is back */, jobCancelled, jobUnsaved, jobSettled /* it ended */},
-	jobStoring:   {jobReady /* stored: it kept its place */, jobCancelled, jobUnsaved, jobSettled /* it ended */},
-	jobWaiting:   {jobReady /* retryReady */, jobCancelled, jobUnsaved, jobSettled /* cancelled; drained */},
-	jobCancelled: {jobUnsaved, jobSettled /* its last target stored */},
-	jobUnsaved:   {jobSettled /* flushed; drained */},
-	jobSettled:   {},
-}
-
-// to moves job j to state st and keeps the rest in step: the counts, the
+// to moves job j to life l and keeps the rest in step: the counts, the
 // live jobs per caller (and Hooks.Depth), the rotation, the retry timer.
-// It reports whether the state changed.
-func (s *supervisor) to(ctx actor.Context, j *liveJob, st jobState) bool {
-	from := j.state
-	if st == from {
+// It panics on a change the tables do not allow in one or more steps (a bug
+// of ours: the guardian fails the runner closed). It reports whether the life changed.
+func (s *supervisor) to(ctx actor.Context, j *liveJob, l life) bool {
+	from := j.life
+	if l == from {
 		return false
 	}
-	if !slices.Contains(supervisorTransitions[from], st) {
-		panic(fmt.Sprintf("job %s: no transition from %s to %s", j.id, from, st))
-	}
-	j.state = st
-	s.count[from]--
-	s.count[st]++
-	if from == jobWaiting && j.retry != nil {
+	checkLife(j.id, from, l, true)
+	j.life = l
+	s.count[from.phase]--
+	s.count[l.phase]++
+	if from.phase == phaseWaiting && j.retry != nil {
 		j.retry.Stop()
 		j.retry = nil
 	}
-	if !from.inRotation() && st.inRotation() {
+	if !from.inRotation() && l.inRotation() {
 		s.ready.push(j)
 	}
-	if from.live() && !st.live() {
+	if from.live() && !l.live() {
+		s.nlive--
 		if s.perCaller[j.caller]--; s.perCaller[j.caller] <= 0 {
 			delete(s.perCaller, j.caller)
 		}
 		s.cfg.hookDepth(ctx, s.live())
-		s.cfg.ended(ctx, j.id, j.caller, j.status)
+		s.cfg.ended(ctx, j.id, j.caller, l.status)
 	}
 	return true
 }
 
 // live returns how many jobs are live.
-func (s *supervisor) live() int {
-	return s.count[jobReady] + s.count[jobFetching] + s.count[jobStoring] + s.count[jobWaiting]
-}
+func (s *supervisor) live() int { return s.nlive }
 
 func newSupervisor(cfg *Config) actor.Producer {
-	job := func(sup *actor.PID, rec persistence.JobRecord, payload any) actor.Producer {
-		return newJob(cfg, sup, rec, payload)
+	job := func(rec persistence.JobRecord, payload any) actor.Producer {
+		return newJob(cfg, rec, payload)
 	}
 	return supervisorWith(cfg, newWorker(cfg), job)
 }
 
-func supervisorWith(cfg *Config, worker actor.Producer, job func(*actor.PID, persistence.JobRecord, any) actor.Producer) actor.Producer {
+func supervisorWith(cfg *Config, worker actor.Producer, job func(persistence.JobRecord, any) actor.Producer) actor.Producer {
 	return func() actor.Actor {
 		return &supervisor{cfg: cfg, jobs: make(map[string]*liveJob), perCaller: make(map[string]int), worker: worker, job: job}
 	}
@@ -151,10 +134,12 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		ctx.Respond(reply)
 		if reply.Refused == nil && reply.Err == nil && !reply.Reused {
 			s.dispatch(ctx)
-			s.sweepExpired(ctx)
+			// Expired jobs are swept, and the new job's rows may call for
+			// an eviction: right after the Submit, off its path.
+			s.cfg.maintain(ctx, dueSweep|dueEvict)
 		}
 	case *CancelJob:
-		if j := s.jobs[m.ID]; j != nil && j.state.live() {
+		if j := s.jobs[m.ID]; j != nil && j.life.live() {
 			ctx.Forward(j.pid)
 		} else {
 			ctx.Respond(false)
@@ -162,14 +147,9 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *jobDone:
 		s.jobDone(ctx, m)
 	case *retryReady:
-		if j := s.jobs[m.id]; j != nil && j.state == jobWaiting {
-			s.to(ctx, j, jobReady)
+		if j := s.jobs[m.id]; j != nil && j.life.live() && j.life.phase == phaseWaiting {
+			s.to(ctx, j, life{j.life.status, phaseIdle})
 			s.dispatch(ctx)
-		}
-	case *sweepTick:
-		s.sweepExpired(ctx)
-		if m.periodic {
-			s.armSweep(ctx)
 		}
 	case *Drain:
 		s.closing = true
@@ -185,6 +165,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 }
 
 func (s *supervisor) start(ctx actor.Context) {
+	s.cfg.supervisor = ctx.Self() // before any job actor is spawned
 	for i := 1; i <= s.cfg.Workers; i++ {
 		pid, err := ctx.SpawnNamed(s.cfg.workerProps(s.worker, i-1), "worker-"+strconv.Itoa(i))
 		if err != nil {
@@ -193,26 +174,10 @@ func (s *supervisor) start(ctx actor.Context) {
 		}
 		s.idle = append(s.idle, pid)
 	}
-	s.armSweep(ctx)
-}
-
-func (s *supervisor) armSweep(ctx actor.Context) {
-	if s.closing {
-		return
-	}
-	root, self := ctx.ActorSystem().Root, ctx.Self()
-	s.sweep = time.AfterFunc(sweepInterval, func() {
-		if !s.stopped.Load() {
-			root.Send(self, &sweepTick{periodic: true})
-		}
-	})
 }
 
 func (s *supervisor) stopTimers() {
 	s.stopped.Store(true)
-	if s.sweep != nil {
-		s.sweep.Stop()
-	}
 	for _, j := range s.jobs {
 		if j.retry != nil {
 			j.retry.Stop()
@@ -234,10 +199,10 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	// write failed) has a stored row behind its status: its actor's
 	// status counts ("" for a cancelled one: never reused).
 	live := s.jobs[prev.ID]
-	if found && live != nil && live.state != jobSettled {
+	if found && live != nil && live.life.phase != phaseSettled {
 		prev.Lease = max(prev.Lease, live.lease, live.view.Touched())
-		if !live.state.live() {
-			prev.Status = live.status
+		if !live.life.live() {
+			prev.Status = live.life.status
 		}
 	}
 	if found && prev.Caller == m.Job.Caller && prev.Reusable(s.cfg.TTL, s.cfg.Now().UnixNano()) {
@@ -256,7 +221,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		return &SubmitReply{Err: err}
 	}
 	view := s.cfg.Views.add(&m.Job)
-	props := s.cfg.jobProps(s.job(ctx.Self(), m.Job, m.Payload))
+	props := s.cfg.jobProps(s.job(m.Job, m.Payload))
 	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
 	if err != nil {
 		// Only a duplicate id (128 random bits) gets here.
@@ -266,9 +231,10 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		s.cfg.Views.remove(m.Job.ID)
 		return &SubmitReply{Err: err}
 	}
-	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, state: jobReady, lease: m.Job.Lease, view: view}
+	j := &liveJob{id: m.Job.ID, caller: m.Job.Caller, pid: pid, life: life{m.Job.Status, phaseIdle}, lease: m.Job.Lease, view: view}
 	s.jobs[j.id] = j
-	s.count[jobReady]++
+	s.count[phaseIdle]++
+	s.nlive++
 	s.perCaller[j.caller]++
 	s.ready.push(j)
 	s.cfg.Log.Debug("job created", slog.String(keyJobID, j.id), slog.Int(keyCount, len(m.Targets)), slog.Int(keyLive, s.live()))
@@ -284,18 +250,18 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 		if !ok {
 			return
 		}
-		if j.state == jobStoring {
+		if j.life.live() && j.life.phase == phaseStoring {
 			return // its place has come up: wait for its store (see supervisor)
 		}
 		s.ready.pop()
-		if j.state != jobReady {
+		if !j.life.live() || j.life.phase != phaseIdle {
 			continue // it ended since it took its place
 		}
 		w := s.idle[len(s.idle)-1]
 		s.idle = s.idle[:len(s.idle)-1]
-		s.to(ctx, j, jobFetching)
+		s.to(ctx, j, life{j.life.status, phaseFetching})
 		s.inflight++
-		ctx.Send(j.pid, &dispatch{worker: w})
+		ctx.Send(j.pid, &dispatch{worker: w, busySince: j.busySince})
 		s.cfg.hookInflight(ctx, s.inflight)
 	}
 }
@@ -317,22 +283,20 @@ func (s *supervisor) jobDone(ctx actor.Context, m *jobDone) {
 	s.dispatch(ctx)
 }
 
-// report moves a job to the state its actor reports.
+// report moves a job to the life its actor reports.
 func (s *supervisor) report(ctx actor.Context, j *liveJob, m *jobDone) {
 	j.lease = max(j.lease, m.lease)
-	if !j.state.live() && m.state.live() {
+	j.busySince = m.busySince
+	if !j.life.live() && m.life.live() {
 		return // it ended: never live again (its worker is back)
 	}
-	if !m.state.live() {
-		j.status = m.status
-	}
-	if !s.to(ctx, j, m.state) {
+	if !s.to(ctx, j, m.life) {
 		return
 	}
-	switch m.state {
-	case jobWaiting:
+	switch m.life.phase {
+	case phaseWaiting:
 		s.waitRetry(ctx, j)
-	case jobSettled:
+	case phaseSettled:
 		// Its actor stops once its mailbox is empty (a poison pill queues
 		// behind what was already sent to it); the job is forgotten then.
 		ctx.Poison(j.pid)
@@ -357,7 +321,7 @@ func (s *supervisor) terminated(who *actor.PID) {
 	if i < 0 {
 		return
 	}
-	if j := s.jobs[who.Id[i+len("/job-"):]]; j != nil && j.state == jobSettled && j.pid.Equal(who) {
+	if j := s.jobs[who.Id[i+len("/job-"):]]; j != nil && j.life.phase == phaseSettled && j.pid.Equal(who) {
 		s.forget(j)
 	}
 }
@@ -365,7 +329,7 @@ func (s *supervisor) terminated(who *actor.PID) {
 // forget forgets a settled job.
 func (s *supervisor) forget(j *liveJob) {
 	delete(s.jobs, j.id)
-	s.count[jobSettled]--
+	s.count[phaseSettled]--
 }
 
 // maybeFinishDrain finishes a drain once nothing is in flight or being
@@ -373,7 +337,7 @@ func (s *supervisor) forget(j *liveJob) {
 // supervisor then sends no Stop to an actor that is already gone (a dead
 // letter).
 func (s *supervisor) maybeFinishDrain(ctx actor.Context) {
-	if s.drainer != nil && s.inflight == 0 && s.count[jobStoring] == 0 && s.count[jobCancelled] == 0 && s.count[jobSettled] == 0 {
+	if s.drainer != nil && s.inflight == 0 && s.count[phaseFetching] == 0 && s.count[phaseStoring] == 0 && s.count[phaseSettled] == 0 {
 		s.finishDrain(ctx)
 	}
 }
@@ -387,12 +351,14 @@ func (s *supervisor) finishDrain(ctx actor.Context) {
 		if _, err := f.Result(); err != nil {
 			s.cfg.Log.Warn("shut down job", slog.String(keyJobID, j.id), slog.String(keyErr, err.Error()))
 		}
-		if j.state.live() {
+		end := life{j.life.status, phaseSettled}
+		if j.life.live() {
 			n++
+			end.status = persistence.StatusFailed // "shutdown", as its actor stored it
 		}
 		// Settled, and forgotten: its actor stops with the supervisor (no
 		// poison pill: the supervisor's own stop stops it).
-		s.to(ctx, j, jobSettled)
+		s.to(ctx, j, end)
 		s.forget(j)
 	}
 	ctx.Send(s.drainer, &Drained{Jobs: n})
@@ -401,21 +367,6 @@ func (s *supervisor) finishDrain(ctx actor.Context) {
 
 // drainJobTimeout bounds the wait for one job actor to store its shutdown.
 const drainJobTimeout = 30 * time.Second
-
-func (s *supervisor) sweepExpired(ctx actor.Context) {
-	before := s.cfg.Now().Add(-s.cfg.TTL).UnixNano()
-	n, more, err := s.cfg.Store.Sweep(before, sweepBatch)
-	if err != nil {
-		s.cfg.Log.Warn("sweep", slog.String(keyErr, storeErrText(err)))
-		return
-	}
-	if n > 0 {
-		s.cfg.Log.Debug("swept expired jobs", slog.Int(keyCount, n))
-	}
-	if more {
-		ctx.Send(ctx.Self(), &sweepTick{}) // go on after the messages already queued
-	}
-}
 
 // supervisionStrategy is the supervisor's strategy for its children. A
 // worker whose FetchFunc panicked or ended its goroutine is restarted, and

@@ -2,10 +2,10 @@ package actors
 
 import (
 	"testing"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sift/batch/engine/batchtype"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +18,7 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 	jobs = newProbe()
 	workerPID = make(chan *actor.PID, 4)
 	worker := func() actor.Actor { return actor.ReceiveFunc(func(ctx actor.Context) {}) }
-	job := func(_ *actor.PID, rec persistence.JobRecord, _ any) actor.Producer {
+	job := func(rec persistence.JobRecord, _ any) actor.Producer {
 		return func() actor.Actor {
 			return actor.ReceiveFunc(func(ctx actor.Context) {
 				switch m := ctx.Message().(type) {
@@ -44,7 +44,7 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 			select {
 			case m := <-jobs.got:
 				if d, ok := m.(dispatched); ok {
-					ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+					ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: settled})
 				}
 				continue
 			case err := <-done:
@@ -57,13 +57,21 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 	return sup, jobs, workerPID
 }
 
+// The lives a job reports in these tests.
+var (
+	ready   = life{persistence.StatusRunning, phaseIdle}
+	storing = life{persistence.StatusRunning, phaseStoring}
+	waiting = life{persistence.StatusRunning, phaseWaiting}
+	settled = life{persistence.StatusDone, phaseSettled}
+)
+
 type dispatched struct {
 	id     string
 	worker *actor.PID
 }
 
 func (ts *testSystem) submitMsg(id, caller string, n int) *Submit {
-	now := ts.clock().UnixNano()
+	now := ts.clock.Now().UnixNano()
 	rec := persistence.JobRecord{ID: id, Caller: caller, Status: persistence.StatusQueued, TargetsTotal: n, Created: now, Lease: now}
 	copy(rec.Key[:], id)
 	targets := make([]persistence.TargetRecord, n)
@@ -96,24 +104,24 @@ func TestSupervisor_Rotation(t *testing.T) {
 
 	order := []string{"a"}
 	for range 4 {
-		ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
+		ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: ready})
 		d = next[dispatched](t, jobs)
 		order = append(order, d.id[:1])
 	}
 	require.Equal(t, []string{"a", "b", "a", "b", "a"}, order)
 
 	// A waiting job steps out of the rotation until its retry is due.
-	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobWaiting})
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: waiting})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, b, d.id)
-	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: ready})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, b, d.id, "a waits out RetryWait (an hour here): b goes on alone")
 	ts.sys.Root.Send(sup, &retryReady{id: a})
-	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobReady})
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: ready})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, a, d.id, "a is back in the rotation")
-	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: settled})
 }
 
 func TestSupervisor_CapsAndIdempotency(t *testing.T) {
@@ -124,7 +132,7 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 5)).(*SubmitReply).Refused, batchtype.ErrTooManyTargets)
 	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply).Refused)
 	d := next[dispatched](t, jobs)
-	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: settled})
 
 	// Same key, same caller, queued/running: reused, no caps.
 	r := ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1)).(*SubmitReply)
@@ -136,7 +144,7 @@ func TestSupervisor_CapsAndIdempotency(t *testing.T) {
 	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused, batchtype.ErrBusy)
 
 	// A cancel frees the caps before the canceller hears back.
-	ts.sys.Root.Send(sup, &jobDone{id: id('c'), state: jobSettled})
+	ts.sys.Root.Send(sup, &jobDone{id: id('c'), life: settled})
 	require.NoError(t, ts.ask(t, sup, ts.submitMsg(id('d'), "carol", 1)).(*SubmitReply).Refused)
 }
 
@@ -145,7 +153,7 @@ func TestSupervisor_CancelRoutingAndViews(t *testing.T) {
 	sup, jobs, _ := supervisorUnderTest(t, ts)
 	ts.ask(t, sup, ts.submitMsg(id('a'), "alice", 1))
 	d := next[dispatched](t, jobs)
-	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+	defer ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: settled})
 
 	v := ts.cfg.Views.Get(id('a'))
 	require.NotNil(t, v, "a job has a view for readers from its creation")
@@ -164,7 +172,7 @@ func TestSupervisor_Drain(t *testing.T) {
 	drained := ts.sys.Root.RequestFuture(sup, &Drain{}, waitTimeout)
 	require.ErrorIs(t, ts.ask(t, sup, ts.submitMsg(id('b'), "bob", 1)).(*SubmitReply).Refused, batchtype.ErrClosed)
 	// The drain waits for the target in flight.
-	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, state: jobSettled})
+	ts.sys.Root.Send(sup, &jobDone{id: d.id, worker: d.worker, life: settled})
 	res, err := drained.Result()
 	require.NoError(t, err)
 	require.Equal(t, 0, res.(*Drained).Jobs)
@@ -182,48 +190,38 @@ func TestSupervisor_WaitsForAJobBeingStored(t *testing.T) {
 	d := next[dispatched](t, jobs)
 	require.Equal(t, a, d.id)
 
-	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, life: storing})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, b, d.id, "the worker goes on while a1 is stored")
-	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobStoring})
-	ts.sys.Root.Send(sup, &jobDone{id: b, state: jobReady}) // b1's store answers first
-	ts.ask(t, sup, &CancelJob{ID: id('z')})                 // the supervisor has taken all three
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, life: storing})
+	ts.sys.Root.Send(sup, &jobDone{id: b, life: ready}) // b1's store answers first
+	ts.ask(t, sup, &CancelJob{ID: id('z')})             // the supervisor has taken all three
 	quiet(t, jobs)
 
-	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobReady})
+	ts.sys.Root.Send(sup, &jobDone{id: a, life: ready})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, a, d.id, "a2 before b2: a's place came first")
-	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring})
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, life: storing})
 	d = next[dispatched](t, jobs)
 	require.Equal(t, b, d.id)
-	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled})
-	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobSettled})
+	ts.sys.Root.Send(sup, &jobDone{id: a, life: settled})
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, life: settled})
 }
 
-// The supervisor's states: every one is reachable from ready, settled is the
-// end, a state that is not live never leads back to a live one, and to
-// refuses a transition the table does not list.
+// The supervisor checks each life a job reports against the tables, in one
+// or more steps (it hears of a job's changes only in its reports), and
+// refuses any other.
 func TestSupervisor_Transitions(t *testing.T) {
-	seen := map[jobState]bool{jobReady: true}
-	for todo := []jobState{jobReady}; len(todo) > 0; todo = todo[1:] {
-		for _, st := range supervisorTransitions[todo[0]] {
-			if !seen[st] {
-				seen[st] = true
-				todo = append(todo, st)
-			}
-			if !todo[0].live() {
-				require.False(t, st.live(), "%s → %s: an ended job is never live again", todo[0], st)
-			}
-		}
-	}
-	for st := range nJobStates {
-		require.True(t, seen[st], "%s is reachable", st)
-	}
-	require.Empty(t, supervisorTransitions[jobSettled])
-
 	s := &supervisor{cfg: &Config{}, perCaller: map[string]int{}}
-	j := &liveJob{id: "x", state: jobSettled}
-	require.PanicsWithValue(t, "job x: no transition from settled to ready", func() { s.to(nil, j, jobReady) })
+	j := &liveJob{id: "x", life: life{persistence.StatusQueued, phaseIdle}}
+	s.count[phaseIdle], s.nlive, s.perCaller[""] = 1, 1, 1
+	require.True(t, s.to(nil, j, life{persistence.StatusRunning, phaseStoring}), "queued/idle → running/storing: dispatched, fetched")
+	require.True(t, s.to(nil, j, life{persistence.StatusDone, phaseSettled}))
+	require.Zero(t, s.live())
+	require.Equal(t, 1, s.count[phaseSettled])
+	require.False(t, s.to(nil, j, life{persistence.StatusDone, phaseSettled}), "no change")
+	require.PanicsWithValue(t, "job x: no phase transition from settled to idle", func() { s.to(nil, j, life{persistence.StatusDone, phaseIdle}) })
+	require.PanicsWithValue(t, "job x: no status transition from done to running", func() { s.to(nil, j, life{persistence.StatusRunning, phaseSettled}) })
 }
 
 // A job cancelled with a target in flight is no longer live at once (its caps
@@ -238,13 +236,13 @@ func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 	d := next[dispatched](t, jobs)
 	require.Equal(t, a, d.id)
 
-	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobCancelled, status: persistence.StatusCancelled})
+	ts.sys.Root.Send(sup, &jobDone{id: a, life: life{persistence.StatusCancelled, phaseFetching}})
 	require.NoError(t, ts.ask(t, sup, ts.submitMsg(b, "alice", 3)).(*SubmitReply).Refused, "alice's cap is free")
 	reused := ts.ask(t, sup, ts.submitMsg(a, "alice", 3)).(*SubmitReply)
 	require.False(t, reused.Reused, "a cancelled job is never reused")
 	require.ErrorIs(t, reused.Refused, batchtype.ErrCallerBusy)
 
-	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, state: jobStoring}) // its target is being stored
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, life: life{persistence.StatusCancelled, phaseStoring}}) // its target is being stored
 	d = next[dispatched](t, jobs)
 	require.Equal(t, b, d.id, "a is not back in the rotation")
 
@@ -254,18 +252,35 @@ func TestSupervisor_CancelledWhileInFlight(t *testing.T) {
 		res, _ := drain.Result()
 		drained <- res
 	}()
-	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, state: jobReady})
+	ts.sys.Root.Send(sup, &jobDone{id: b, worker: d.worker, life: ready})
 	ts.ask(t, sup, &CancelJob{ID: id('z')}) // the supervisor has taken both
 	select {
 	case <-drained:
 		t.Fatal("the drain did not wait for a's store")
 	default:
 	}
-	ts.sys.Root.Send(sup, &jobDone{id: a, state: jobSettled, status: persistence.StatusCancelled})
-	select {
-	case res := <-drained:
-		require.Equal(t, 1, res.(*Drained).Jobs, "b was live, a was not")
-	case <-time.After(waitTimeout):
-		t.Fatal("no drain")
-	}
+	ts.sys.Root.Send(sup, &jobDone{id: a, life: life{persistence.StatusCancelled, phaseSettled}})
+	require.Equal(t, 1, testkit.Recv(t, drained).(*Drained).Jobs, "b was live, a was not")
+}
+
+// A created job has the maintainer sweep and evict right after its Submit
+// (off its path); a reused one asks for nothing.
+func TestSupervisor_SubmitTellsMaintainer(t *testing.T) {
+	ts := newTestSystem(t)
+	maint, maintPID := ts.spawnProbe(t)
+	ts.cfg.maintenance = maintPID
+	sup, jobs, _ := supervisorUnderTest(t, ts)
+	a := id('a')
+	require.Equal(t, a, ts.ask(t, sup, ts.submitMsg(a, "alice", 1)).(*SubmitReply).ID)
+	next[*maintain](t, maint)
+	require.Equal(t, dueSweep|dueEvict, ts.cfg.maintDue.Swap(0))
+	d := next[dispatched](t, jobs)
+	ts.sys.Root.Send(sup, &jobDone{id: a, worker: d.worker, life: settled})
+
+	again := ts.ask(t, sup, ts.submitMsg(a, "alice", 1)).(*SubmitReply)
+	require.True(t, again.Reused)
+	require.Equal(t, a, again.ID)
+	refused := ts.submitMsg(id('c'), "carol", ts.cfg.TargetsPerJob+1)
+	require.ErrorIs(t, ts.ask(t, sup, refused).(*SubmitReply).Refused, batchtype.ErrTooManyTargets)
+	quiet(t, maint)
 }

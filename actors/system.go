@@ -19,6 +19,7 @@ type System struct {
 	cfg       *Config
 	sup       *actor.PID
 	observer  *actor.PID
+	maint     *actor.PID // the maintainer
 	pools     []*poolDispatcher
 	hooks     *poolDispatcher // the observer's
 	abortCh   chan struct{}   // cfg.Abort
@@ -44,9 +45,11 @@ const drainTimeout = 10 * time.Minute
 var ErrNoAnswer = errors.New("no answer from the runner")
 
 // Start starts an actor system, the observer that runs the hooks, the
-// supervisor and the workers. The actor system logs through cfg.Log,
-// filtered (see [ActorSystemLogger]). cfg.Abort and cfg.observer are set
-// here; cfg.OnFail is wrapped so that [System.Stop] knows.
+// maintainer that sweeps and evicts, the supervisor and the workers. The
+// actor system logs through cfg.Log, filtered (see [ActorSystemLogger]).
+// cfg.Abort, cfg.observer and cfg.maintenance are set here, and the
+// store's retry wait (cfg.RetryWait); cfg.OnFail is wrapped so that
+// [System.Stop] knows.
 func Start(cfg *Config) (*System, error) {
 	sys := actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(cfg.Log) }),
@@ -54,6 +57,9 @@ func Start(cfg *Config) (*System, error) {
 	)
 	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{})}
 	cfg.Abort = s.abortCh
+	// The store's writer retries the job actors' failed writes every
+	// RetryWait.
+	cfg.Store.SetRetryWait(cfg.RetryWait)
 	if cfg.Views == nil {
 		cfg.Views = &Views{}
 	}
@@ -96,9 +102,22 @@ func Start(cfg *Config) (*System, error) {
 		return nil, fmt.Errorf("start observer: %w", err)
 	}
 	cfg.observer = s.observer
+	// The maintainer sweeps and evicts on a goroutine of its own: a long
+	// pass holds up no job.
+	maint := newPoolDispatcher(1, 300)
+	s.pools = append(s.pools, maint)
+	s.maint, err = sys.Root.SpawnNamed(props(newMaintainer(cfg), maint, actor.WithGuardian(&maintenanceStrategy{cfg: cfg})), "maintainer")
+	if err != nil {
+		_ = sys.Root.PoisonFuture(s.observer).Wait()
+		sys.Shutdown()
+		closePools()
+		return nil, fmt.Errorf("start maintainer: %w", err)
+	}
+	cfg.maintenance = s.maint
 	s.sup, err = sys.Root.SpawnNamed(props(newSupervisor(cfg), pool, actor.WithSupervisor(&supervisionStrategy{cfg: cfg}),
 		actor.WithGuardian(&failClosedStrategy{cfg: cfg})), "supervisor")
 	if err != nil {
+		_ = sys.Root.PoisonFuture(s.maint).Wait()
 		_ = sys.Root.PoisonFuture(s.observer).Wait()
 		sys.Shutdown()
 		closePools()
@@ -172,9 +191,11 @@ func (s *System) Cancel(id string) bool {
 // Stop drains the supervisor: it stops dispatching, then Stop calls
 // cancelFetches (if not nil) so that the fetches in flight return, and
 // waits for their outcomes to be stored; then it fails the jobs still live
-// with "shutdown", stops every actor (the observer last, once every hook
-// has run) and the actor system. It returns how many jobs it failed. Call
-// it once.
+// with "shutdown", stops every actor (the maintainer after the jobs, the
+// observer last, once every hook has run) and the actor system. The
+// writes the store's writer still retries for the jobs are tried once
+// more, and given up if they fail (Store.AbandonRetries). It returns how
+// many jobs it failed. Call it once.
 //
 // When giveUp is closed before the fetches in flight have returned, Stop
 // stops waiting for them (cfg.Abort, which it closes): their targets stay
@@ -184,6 +205,7 @@ func (s *System) Cancel(id string) bool {
 // it before any target that returns at the cancel: no target is
 // dispatched, and fetched under a cancelled context, after Stop began.
 func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gaveUp bool, err error) {
+	s.cfg.stopping.Store(true)
 	if !s.failed.Load() {
 		drain := s.request(&Drain{}, drainTimeout)
 		res := make(chan any, 1)
@@ -220,6 +242,16 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 	} else if cancelFetches != nil {
 		cancelFetches()
 	}
+	// The maintainer stops once the supervisor and the jobs, which tell
+	// it, have stopped; a pass under way finishes first.
+	if perr := s.sys.Root.PoisonFuture(s.maint).Wait(); perr != nil && err == nil {
+		err = fmt.Errorf("stop maintainer: %w", perr)
+	}
+	// What the store's writer still retries for a job is given up: no
+	// write of a job this runner no longer owns commits later (the next
+	// runner reaps it), and no late answer goes to a stopped actor.
+	s.cfg.halted.Store(true)
+	s.cfg.Store.AbandonRetries()
 	s.abort() // a worker the failed runner stopped may still wait for a fetch
 	// The observer runs every hook queued before it stops, unless giveUp
 	// comes first (a hook that blocks): its goroutine is then left to the

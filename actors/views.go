@@ -13,9 +13,9 @@ import (
 // the store, which Badger serves to any number of readers at once.
 //
 // A job has a view from its creation until its actor stops with its rows
-// written; a job whose last write failed keeps its view (the truth as its
-// actor held it) until a later write succeeds, or for good once the runner
-// has stopped. Safe for concurrent use.
+// written; a job whose write failed keeps its view (the truth as its actor
+// held it) until the store's writer has written it, or for good once the
+// runner has stopped. Safe for concurrent use.
 type Views struct{ m sync.Map } // job id → *View
 
 // View is one job's published state: a [Snapshot], the latest lease a
@@ -43,8 +43,8 @@ type Snapshot struct {
 	// Running is the idx of the target being fetched or stored: it reads
 	// running until the store has answered, even once committed. -1: none.
 	Running int
-	// Unsaved are outcomes whose write failed and waits for a retry: they
-	// read as they are here, not as the store has them.
+	// Unsaved are outcomes whose write failed and that the store's writer
+	// is retrying: they read as they are here, not as the store has them.
 	Unsaved []persistence.TargetRecord
 }
 

@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// jobOf returns the job name and the target index a URL of enginetest.Targets() names.
+// jobOf returns the job name and the target index of a URL that
+// enginetest.Targets or tgt made.
 func jobOf(u string) (string, int) {
 	parts := strings.Split(strings.TrimPrefix(u, "http://h/"), "/")
 	var idx int
@@ -24,6 +25,8 @@ func jobOf(u string) (string, int) {
 	return parts[0], idx
 }
 
+// tgt returns target i of a job named kind: http://h/kind/i, the URL
+// enginetest.Targets gives it, for fetches that act by kind (jobOf).
 func tgt(kind string, i int) engine.Target {
 	return engine.Target{URL: fmt.Sprintf("http://h/%s/%d", kind, i)}
 }
@@ -52,51 +55,6 @@ func requireSettled(t *testing.T, b *enginetest.Bundle, id string) engine.Job {
 	require.False(t, persistence.IsLive(rec.Status), "job %s is stored %s after Close", id, rec.Status)
 	require.Equal(t, j.Status, rec.Status, "the store and the reads agree")
 	return j
-}
-
-// agree checks that Job, Targets and Status say the same of id.
-func agree(t *testing.T, r *engine.Runner, id string) engine.Job {
-	t.Helper()
-	j, ok := r.Job(id)
-	require.True(t, ok)
-	tj, tts, ok := r.Targets(id)
-	require.True(t, ok)
-	sj, sts, ok := r.Status(id)
-	require.True(t, ok)
-	require.Equal(t, sj, tj, "Targets and Status: the same summary")
-	// Read again (of a live job, from what the first read kept): the same.
-	tj2, tts2, ok := r.Targets(id)
-	require.True(t, ok)
-	require.Equal(t, tj, tj2, "Targets read twice")
-	require.Equal(t, tts, tts2, "Targets read twice")
-	if len(tts2) > 0 {
-		tts2[0].Status = "mangled" // the caller's own copy
-		_, tts3, _ := r.Targets(id)
-		require.NotEqual(t, "mangled", tts3[0].Status)
-	}
-	require.Equal(t, len(sts), len(tts))
-	done, failed := 0, 0
-	for i := range sts {
-		require.Equal(t, sts[i].Status, tts[i].Status, "target %d", i)
-		require.Equal(t, sts[i].Error, tts[i].Error)
-		require.Nil(t, tts[i].Result, "Targets reads no result")
-		switch sts[i].Status {
-		case "done":
-			done++
-			require.NotNil(t, sts[i].Result)
-			res, ok := r.Result(id, i)
-			require.True(t, ok)
-			require.Equal(t, sts[i].Result, res)
-		case "failed":
-			done++
-			failed++
-		}
-	}
-	require.Equal(t, done, sj.TargetsDone, "the summary counts the targets it shows")
-	require.Equal(t, failed, sj.TargetsFailed)
-	// Job is read apart: it may only be ahead of what Status saw.
-	require.GreaterOrEqual(t, j.TargetsDone, 0)
-	return sj
 }
 
 // requireReadsAgree checks that Job, Targets and Status give the same job

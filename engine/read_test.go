@@ -79,6 +79,56 @@ func TestRunner_Status(t *testing.T) {
 	require.ErrorIs(t, err, persistence.ErrNotFound, "its targets too")
 }
 
+// agree checks that Job, Targets, Status and Result say the same of id,
+// a job that does not move meanwhile, and returns Status's job.
+func agree(t *testing.T, r *engine.Runner, id string) engine.Job {
+	t.Helper()
+	j, ok := r.Job(id)
+	require.True(t, ok)
+	tj, tts, ok := r.Targets(id)
+	require.True(t, ok)
+	sj, sts, ok := r.Status(id)
+	require.True(t, ok)
+	require.Equal(t, sj, tj, "Targets and Status: the same summary")
+	// Read again (of a live job, from what the first read kept): the same.
+	tj2, tts2, ok := r.Targets(id)
+	require.True(t, ok)
+	require.Equal(t, tj, tj2, "Targets read twice")
+	require.Equal(t, tts, tts2, "Targets read twice")
+	if len(tts2) > 0 {
+		tts2[0].Status = "mangled" // the caller's own copy
+		_, tts3, _ := r.Targets(id)
+		require.NotEqual(t, "mangled", tts3[0].Status)
+	}
+	require.Equal(t, len(sts), len(tts))
+	done, failed := 0, 0
+	for i := range sts {
+		require.Equal(t, sts[i].Status, tts[i].Status, "target %d", i)
+		require.Equal(t, sts[i].Error, tts[i].Error)
+		require.Nil(t, tts[i].Result, "Targets reads no result")
+		switch sts[i].Status {
+		case "done":
+			done++
+			require.NotNil(t, sts[i].Result)
+			res, ok := r.Result(id, i)
+			require.True(t, ok)
+			require.Equal(t, sts[i].Result, res)
+		case "failed":
+			done++
+			failed++
+		}
+	}
+	require.Equal(t, done, sj.TargetsDone, "the summary counts the targets it shows")
+	require.Equal(t, failed, sj.TargetsFailed)
+	// Job is read apart: read before Status it is not ahead of it, read
+	// after it not behind.
+	require.LessOrEqual(t, j.TargetsDone, sj.TargetsDone)
+	later, ok := r.Job(id)
+	require.True(t, ok)
+	require.GreaterOrEqual(t, later.TargetsDone, sj.TargetsDone)
+	return sj
+}
+
 // TestRunner_ReadsAgree: Job, Targets, Result and Status agree at every
 // step of a job: a target in flight, a write held at the store, a write
 // that failed and waits for its retry, the end.

@@ -42,6 +42,10 @@ var (
 	// ErrBadCursor is returned by [Store.CallerJobs] for a cursor it did
 	// not make.
 	ErrBadCursor = errors.New("bad cursor")
+	// ErrRetrying is the first answer of a retried owner write that failed
+	// for a reason that may pass: the store's writer holds it and tries it
+	// again (see [WriteDone]).
+	ErrRetrying = errors.New("write failed, retried by the store's writer")
 	// ErrTooManyNodeTags is returned by [Store.PutNodeTag] for a new tag
 	// once the store holds [MaxNodeTags] of them.
 	ErrTooManyNodeTags = errors.New("too many node tags")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -166,7 +167,7 @@ func TestStore_ResultsInOneGroup(t *testing.T) {
 	entered, release := holdWrites(s)
 	first := make(chan error, 1)
 	s.SaveOutcomeAsync(testID(0), &TargetRecord{Idx: 0, Status: TargetFailed}, func(err error) { first <- err })
-	waitFor(t, entered)
+	testkit.Recv(t, entered)
 	errs := make(chan error, jobs*perJob)
 	for idx := range perJob {
 		for n := range jobs {

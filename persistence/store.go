@@ -118,8 +118,13 @@ type Store struct {
 	specs    specsCache // the specs rows read, decoded (specs.go)
 	closed   atomic.Bool
 	fault    atomic.Pointer[func() error] // see SetWriteFault
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// The writer goroutine's own (writer.go): the retried writes it holds,
+	// per job in order, and whether the store is closing.
+	held      map[[idLen]byte][]*ownerWrite
+	stopping  bool
+	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
@@ -164,6 +169,7 @@ func Open(dir string) (s *Store, err error) {
 		return nil, err
 	}
 	s.q.wake = make(chan struct{}, 1)
+	s.q.abandon = make(chan chan struct{})
 	s.wg.Add(1)
 	go s.writeLoop()
 	if dir != "" {

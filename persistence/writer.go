@@ -2,8 +2,10 @@ package persistence
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -23,6 +25,18 @@ import (
 // then its outcome row goes in the group commit: the outcome row is the
 // commit point. The chunks of each write in a group are written before the
 // group is committed, by the same goroutine, so the order holds.
+//
+// A job's owner makes its writes retried ([Store.SaveTargetRetried],
+// [Store.SaveOutcomeRetried], [Store.SaveJobRetried]): one that fails for a
+// reason that may pass (the disk: anything but the store closing, a row too
+// large, a bad id) is held by the writer and tried again every retry wait
+// ([Store.SetRetryWait]) until it commits, and every later retried write of
+// the same job is held behind it, so a job's writes still commit in the
+// order they were made. The owner is answered at once that its write is
+// being retried (an error wrapping [ErrRetrying]) and goes on; it hears
+// again, late, once the write has committed, or has been given up (the
+// store closing, [Store.AbandonRetries]). The held writes are the writer's
+// alone: no lock.
 
 // Batch bounds: a group commit takes at most groupWrites writes and about
 // groupBytes of rows, far below Badger's largest transaction (15% of a
@@ -56,7 +70,21 @@ type ownerWrite struct {
 	created     int64
 	delta       int64 // bytes the outcome adds to the byte total: its row, and its chunks
 	done        func(error)
+	// A retried write is answered through doneR instead (done is nil): at
+	// once if it is held (late false), then when it commits or is given up
+	// (late true); late says the first answer was ErrRetrying.
+	doneR WriteDone
+	retry bool
+	late  bool
 }
+
+// WriteDone is how a retried owner write answers: err is nil once it has
+// committed; on its first answer (late false) an error wrapping
+// [ErrRetrying] says the writer holds it and will answer again (late true)
+// with nil, or with the error that made it give up. Any other error is
+// final. It is called from the store's writer goroutine (or the caller's,
+// for a write refused before it is queued) and must not block.
+type WriteDone func(err error, late bool)
 
 var writePool = sync.Pool{New: func() any { return new(ownerWrite) }}
 
@@ -67,9 +95,9 @@ const maxPooledBuf = 16 << 10
 // newWrite encodes j's row (nil: none) and t's outcome (nil: none) for the
 // queue, and copies a result that goes in chunks: j and t may change as
 // soon as it returns.
-func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done func(error)) *ownerWrite {
+func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done func(error), doneR WriteDone) *ownerWrite {
 	w := writePool.Get().(*ownerWrite)
-	w.op, w.id, w.done = op, id, done
+	w.op, w.id, w.done, w.doneR, w.retry = op, id, done, doneR, doneR != nil
 	size := 0
 	if t != nil {
 		size += targetKeyLen + outcomeSize(t)
@@ -111,14 +139,152 @@ func newWrite(op string, id [idLen]byte, j *JobRecord, t *TargetRecord, done fun
 
 // release tells the write's maker how it went and pools it.
 func (w *ownerWrite) release(err error) {
-	done := w.done
+	done, doneR, late := w.done, w.doneR, w.late
 	buf := w.buf
 	*w = ownerWrite{}
 	if cap(buf) <= maxPooledBuf {
 		w.buf = buf[:0]
 		writePool.Put(w)
 	}
+	if doneR != nil {
+		doneR(err, late)
+		return
+	}
 	done(err)
+}
+
+// retryable reports whether a write that failed with err may commit if
+// tried again: not once the store is closing, nor for a row too large or a
+// bad id.
+func retryable(err error) bool {
+	for _, e := range []error{ErrClosed, ErrTooLarge, ErrNotFound, ErrCorrupt, ErrReadOnly} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// fail answers a write that failed with err, or holds it to be retried
+// (see the top of this file). Writer goroutine only.
+func (s *Store) fail(w *ownerWrite, err error) {
+	if !w.retry || s.stopping || !retryable(err) {
+		w.release(err)
+		return
+	}
+	s.hold(w, err)
+}
+
+// hold keeps w behind the job's held writes (or first, if there are
+// none) and answers it ErrRetrying unless it was answered already.
+// Writer goroutine only.
+func (s *Store) hold(w *ownerWrite, err error) {
+	if s.held == nil {
+		s.held = make(map[[idLen]byte][]*ownerWrite)
+	}
+	s.held[w.id] = append(s.held[w.id], w)
+	if !w.late {
+		w.late = true
+		w.doneR(fmt.Errorf("%w: %w", err, ErrRetrying), false)
+	}
+}
+
+// errGivenUp is the late answer of a held write the writer gave up on.
+var errGivenUp = fmt.Errorf("%w: its retries given up", ErrClosed)
+
+// errHeldBehind is why a retried write waits that was never tried: an
+// earlier write of its job is being retried.
+var errHeldBehind = errors.New("held behind a failed write of its job")
+
+// retryHeld tries the held writes again, each job's in order, until each
+// job's first one fails again or none is left. When it gives up (the store
+// is closing, or AbandonRetries), a write that fails is answered with its
+// error and the next one of its job is tried. Writer goroutine only.
+func (s *Store) retryHeld(giveUp bool) {
+	giveUp = giveUp || s.stopping
+	for progress := true; progress && len(s.held) > 0; {
+		progress = false
+		heads := make([]*ownerWrite, 0, len(s.held))
+		for id, q := range s.held {
+			heads = append(heads, q[0])
+			if len(q) == 1 {
+				delete(s.held, id)
+			} else {
+				s.held[id] = q[1:]
+			}
+		}
+		// The heads are tried as new writes; those that fail again go back
+		// to the front of their job's queue.
+		var failed []*ownerWrite
+		group := s.writeResultsInto(heads, func(w *ownerWrite, _ error) { failed = append(failed, w) })
+		var errs []error
+		if len(group) > 0 {
+			s.mu.Lock()
+			errs = s.commitLocked(group)
+			s.mu.Unlock()
+		}
+		for i, w := range group {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
+			switch {
+			case err == nil || !retryable(err):
+				w.release(err)
+				progress = true
+			case giveUp:
+				w.release(fmt.Errorf("%w: %w", err, errGivenUp))
+				progress = true
+			default:
+				failed = append(failed, w)
+			}
+		}
+		for _, w := range failed {
+			if giveUp {
+				w.release(fmt.Errorf("%s: %w", w.op, errGivenUp))
+				progress = true
+				continue
+			}
+			if s.held == nil {
+				s.held = make(map[[idLen]byte][]*ownerWrite)
+			}
+			s.held[w.id] = append([]*ownerWrite{w}, s.held[w.id]...)
+		}
+	}
+}
+
+// AbandonRetries tries every held write once more, each job's in order,
+// and gives up those that fail: each is answered, late, with an error
+// wrapping [ErrClosed]. A runner calls it as it stops, so that no write of
+// a job it no longer owns commits later (the next runner reaps the job).
+// Safe for concurrent use; it returns once they are all answered.
+func (s *Store) AbandonRetries() {
+	done := make(chan struct{})
+	select {
+	case s.q.abandon <- done:
+		<-done
+	case <-s.stop:
+	}
+}
+
+// SetRetryWait sets how long the writer waits before it tries the held
+// writes again (default [DefaultRetryWait]). Safe to call at any time; it
+// applies from the next wait.
+func (s *Store) SetRetryWait(d time.Duration) {
+	if d > 0 {
+		s.retryWait.Store(int64(d))
+	}
+}
+
+// DefaultRetryWait is how long the writer waits, by default, before it
+// tries a failed retried write again.
+const DefaultRetryWait = 2 * time.Second
+
+func (s *Store) retryEvery() time.Duration {
+	if d := s.retryWait.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return DefaultRetryWait
 }
 
 // size is what the write adds to a transaction, roughly (Badger's own
@@ -193,21 +359,31 @@ func (s *Store) queue(w *ownerWrite) {
 }
 
 // writeLoop is the writer goroutine: it commits the queued owner writes in
-// groups until Close, then commits what is left and refuses the rest.
+// groups until Close, tries the held ones again every retry wait, then
+// commits what is left (the held writes tried once more) and refuses the
+// rest.
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
 	var spare []*ownerWrite
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	armed := false
 	for {
-		stopping := false
 		select {
 		case <-s.q.wake:
+		case <-retry.C:
+			armed = false
+			s.retryHeld(false)
+		case done := <-s.q.abandon:
+			s.retryHeld(true)
+			close(done)
 		case <-s.stop:
-			stopping = true
+			s.stopping = true
 		}
 		s.q.mu.Lock()
 		batch := s.q.writes
 		s.q.writes = spare[:0]
-		s.q.closed = stopping
+		s.q.closed = s.stopping
 		s.q.mu.Unlock()
 		for len(batch) > 0 {
 			n := groupSize(batch, s.valueThreshold)
@@ -218,8 +394,14 @@ func (s *Store) writeLoop() {
 			batch = batch[n:]
 		}
 		spare = batch[:0:cap(batch)]
-		if stopping {
+		if s.stopping {
+			s.retryHeld(true) // once more; what fails is answered ErrClosed
+			retry.Stop()
 			return
+		}
+		if len(s.held) > 0 && !armed {
+			retry.Reset(s.retryEvery())
+			armed = true
 		}
 	}
 }
@@ -239,14 +421,35 @@ func groupSize(ws []*ownerWrite, valueThreshold int) int {
 
 // writeResults writes the chunks of every result in ws that is not inline,
 // before the group that holds their outcome rows is committed. A write
-// whose chunks fail is told so and left out: it returns the others, in
-// order, in ws's own array.
+// whose chunks fail is answered (or held: see fail) and left out, and so
+// is a retried write whose job has a write held (it is held behind it,
+// untried): it returns the others, in order, in ws's own array.
 func (s *Store) writeResults(ws []*ownerWrite) []*ownerWrite {
+	kept := ws[:0]
+	for _, w := range ws {
+		if w.retry && len(s.held[w.id]) > 0 {
+			s.hold(w, fmt.Errorf("%s: %w", w.op, errHeldBehind))
+			continue
+		}
+		if w.result != nil {
+			if err := s.writeChunks(w); err != nil {
+				s.fail(w, err)
+				continue
+			}
+		}
+		kept = append(kept, w)
+	}
+	return kept
+}
+
+// writeResultsInto writes the chunks of ws's results, as writeResults,
+// with failed for a write whose chunks failed (no write of ws is held).
+func (s *Store) writeResultsInto(ws []*ownerWrite, failed func(*ownerWrite, error)) []*ownerWrite {
 	kept := ws[:0]
 	for _, w := range ws {
 		if w.result != nil {
 			if err := s.writeChunks(w); err != nil {
-				w.release(err)
+				failed(w, err)
 				continue
 			}
 		}
@@ -294,24 +497,27 @@ func (s *Store) chunkTxn(w *ownerWrite, chunk int, res []byte) error {
 	return convert(w.op, txn.Commit())
 }
 
-// commitGroup commits ws in one transaction and tells each how it went. If
-// the group fails, each write is tried again in a transaction of its own,
-// so that one write's failure (a row too large, say) is its alone.
+// commitGroup commits ws in one transaction and tells each how it went (a
+// retried write that failed is held: see fail). If the group fails, each
+// write is tried again in a transaction of its own, so that one write's
+// failure (a row too large, say) is its alone.
 func (s *Store) commitGroup(ws []*ownerWrite) {
 	s.mu.Lock()
 	errs := s.commitLocked(ws)
 	s.mu.Unlock()
 	for i, w := range ws {
-		var err error
-		if errs != nil {
-			err = errs[i]
+		if errs != nil && errs[i] != nil {
+			s.fail(w, errs[i])
+			continue
 		}
-		w.release(err)
+		w.release(nil)
 	}
 }
 
 // commitLocked commits ws; it returns nil when all were committed, or each
-// one's error. s.mu is held.
+// one's error. A retried write whose job's earlier write in ws failed is
+// not tried: it fails with errHeldBehind, so that a job's writes never
+// commit out of order. s.mu is held.
 func (s *Store) commitLocked(ws []*ownerWrite) []error {
 	if err := s.commitTxn(ws); err == nil {
 		return nil
@@ -319,8 +525,18 @@ func (s *Store) commitLocked(ws []*ownerWrite) []error {
 		return []error{err}
 	}
 	errs := make([]error, len(ws))
-	for i := range ws {
-		errs[i] = s.commitTxn(ws[i : i+1])
+	var failed map[[idLen]byte]bool
+	for i, w := range ws {
+		if w.retry && failed[w.id] {
+			errs[i] = fmt.Errorf("%s: %w", w.op, errHeldBehind)
+			continue
+		}
+		if errs[i] = s.commitTxn(ws[i : i+1]); errs[i] != nil && w.retry {
+			if failed == nil {
+				failed = map[[idLen]byte]bool{}
+			}
+			failed[w.id] = true
+		}
 	}
 	return errs
 }
@@ -354,7 +570,7 @@ func (s *Store) commitTxn(ws []*ownerWrite) error {
 // outcome, from the store's writer goroutine (it must not block). Writes
 // are committed in the order they were made.
 func (s *Store) SaveTargetAsync(j *JobRecord, t *TargetRecord, done func(error)) {
-	s.write("save target", j.ID, j, t, done)
+	s.write("save target", j.ID, j, t, done, nil)
 }
 
 // SaveOutcomeAsync writes one target's outcome of the unsettled job jobID,
@@ -365,26 +581,60 @@ func (s *Store) SaveTargetAsync(j *JobRecord, t *TargetRecord, done func(error))
 // latest t.Stored as its lease if that is later. The write that settles the
 // job writes its row ([Store.SaveTargetAsync] or [Store.SaveJob]).
 func (s *Store) SaveOutcomeAsync(jobID string, t *TargetRecord, done func(error)) {
-	s.write("save outcome", jobID, nil, t, done)
+	s.write("save outcome", jobID, nil, t, done, nil)
 }
 
 // write queues an owner write of job jobID's row j and outcome t (either
-// may be nil).
-func (s *Store) write(op, jobID string, j *JobRecord, t *TargetRecord, done func(error)) {
+// may be nil), answered through done, or through doneR (retried) if it is
+// not nil.
+func (s *Store) write(op, jobID string, j *JobRecord, t *TargetRecord, done func(error), doneR WriteDone) {
+	var err error
 	id, ok := parseID(jobID)
-	if !ok {
-		done(fmt.Errorf("%s: %w", op, ErrNotFound))
+	switch {
+	case !ok:
+		err = fmt.Errorf("%s: %w", op, ErrNotFound)
+	case t != nil && len(t.Result) > MaxResultSize:
+		err = fmt.Errorf("%s: %w: a result of %d bytes", op, ErrTooLarge, len(t.Result))
+	case s.readOnly: // no writer goroutine runs
+		err = errReadOnly(op)
+	default:
+		s.queue(newWrite(op, id, j, t, done, doneR))
 		return
 	}
-	if t != nil && len(t.Result) > MaxResultSize {
-		done(fmt.Errorf("%s: %w: a result of %d bytes", op, ErrTooLarge, len(t.Result)))
+	if doneR != nil {
+		doneR(err, false)
 		return
 	}
-	if s.readOnly { // no writer goroutine runs
-		done(errReadOnly(op))
-		return
-	}
-	s.queue(newWrite(op, id, j, t, done))
+	done(err)
+}
+
+// SaveTargetRetried is [Store.SaveTargetAsync], retried: a write that
+// fails for a reason that may pass is held and tried again, the job's
+// later retried writes behind it (see the top of writer.go); done is
+// answered as [WriteDone] says. For the job's owner only.
+func (s *Store) SaveTargetRetried(j *JobRecord, t *TargetRecord, done WriteDone) {
+	s.write("save target", j.ID, j, t, nil, done)
+}
+
+// SaveOutcomeRetried is [Store.SaveOutcomeAsync], retried as
+// [Store.SaveTargetRetried].
+func (s *Store) SaveOutcomeRetried(jobID string, t *TargetRecord, done WriteDone) {
+	s.write("save outcome", jobID, nil, t, nil, done)
+}
+
+// SaveJobRetried is [Store.SaveJob], retried as [Store.SaveTargetRetried]:
+// it waits for the first answer and returns it; late is called only if
+// that wraps [ErrRetrying], with the late answer.
+func (s *Store) SaveJobRetried(j *JobRecord, late WriteDone) error {
+	ch := make(chan error, 1)
+	s.write("save job", j.ID, j, nil, nil, func(err error, isLate bool) {
+		if isLate {
+			late(err, true)
+			return
+		}
+		ch <- err
+	})
+	return <-ch
 }
 
 // SaveOutcome is [Store.SaveOutcomeAsync] with the wait.
@@ -395,14 +645,15 @@ func (s *Store) SaveOutcome(jobID string, t *TargetRecord) error {
 // wait makes an owner write and waits for it.
 func (s *Store) wait(op, jobID string, j *JobRecord, t *TargetRecord) error {
 	ch := make(chan error, 1)
-	s.write(op, jobID, j, t, func(err error) { ch <- err })
+	s.write(op, jobID, j, t, func(err error) { ch <- err }, nil)
 	return <-ch
 }
 
 // writeQueue is where owner writes wait for the writer goroutine.
 type writeQueue struct {
-	mu     sync.Mutex
-	writes []*ownerWrite
-	closed bool          // the writer has stopped: refuse new writes
-	wake   chan struct{} // capacity 1: there are writes
+	mu      sync.Mutex
+	writes  []*ownerWrite
+	closed  bool               // the writer has stopped: refuse new writes
+	wake    chan struct{}      // capacity 1: there are writes
+	abandon chan chan struct{} // AbandonRetries
 }

@@ -1034,3 +1034,32 @@ func TestFetcher_FilterHugeBuilds(t *testing.T) {
 		}
 	}
 }
+
+// TestFetcher_FilterHugeBuildAllocatesLittleHere: a jq program that builds
+// an array of 20 million in one call (stored unchecked: Fetch does not
+// Check) costs the serving process no more than 64 times the output cap:
+// the value is built in the filter process, and its output is never read
+// past the cap. It counts the bytes this process allocates (TotalAlloc),
+// not time.
+//
+// Not parallel: other tests' allocations would count.
+func TestFetcher_FilterHugeBuildAllocatesLittleHere(t *testing.T) {
+	s := jsonSite(t, `null`)
+	const maxBody = 64 << 10
+	f, _ := setup(t, fetcher.Options{AllowPrivate: true, FilterProcs: 1, MaxBody: maxBody})
+	if res, err := fetchWith(t, f, s.URL, engine.Options{JQ: "."}); err != nil || res.Content != "null" {
+		t.Fatalf("the warm-up page: %q %v", res.Content, err) // the filter process is started
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := fetchWith(t, f, s.URL, engine.Options{JQ: `null | setpath([20000000]; 1)`})
+	runtime.ReadMemStats(&after)
+	var te *engine.TargetError
+	if !errors.As(err, &te) || te.Hint == "" {
+		t.Errorf("setpath([20000000]): %v, want a failed target with a hint", err)
+	}
+	if alloc, limit := after.TotalAlloc-before.TotalAlloc, uint64(64*maxBody); alloc > limit {
+		t.Fatalf("one jq target allocated %d KiB here with a %d KiB output cap, want at most %d KiB", alloc>>10, maxBody>>10, limit>>10)
+	}
+}

@@ -286,6 +286,8 @@ func TestAPI_Authenticator(t *testing.T) {
 			return nil, "standard", nil
 		case "nameless":
 			return &engine.Caller{Workspace: "w"}, "standard", nil
+		case "empty": // a zero caller and no class
+			return &engine.Caller{}, "", nil
 		case "panic":
 			panic("panic-value-secret " + key)
 		}
@@ -300,7 +302,7 @@ func TestAPI_Authenticator(t *testing.T) {
 	cases := []struct {
 		key  string
 		code int
-	}{{"down", 503}, {"wrapped", 401}, {"nilcaller", 401}, {"nameless", 401}, {"panic", 500}, {"other", 401}}
+	}{{"down", 503}, {"wrapped", 401}, {"nilcaller", 401}, {"nameless", 401}, {"empty", 401}, {"panic", 500}, {"other", 401}}
 	for _, c := range cases {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+missingID, nil)
@@ -327,7 +329,7 @@ func TestAPI_Authenticator(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(seen)
-	want := []string{"down", "nameless", "nilcaller", "other", "panic", "wrapped"}
+	want := []string{"down", "empty", "nameless", "nilcaller", "other", "panic", "wrapped"}
 	if !slices.Equal(seen, want) {
 		t.Errorf("the authenticator saw %q, want %q", seen, want)
 	}

@@ -360,7 +360,7 @@ func TestAPI_Options(t *testing.T) {
 		}
 		// Options left empty are no options.
 		b.submit(t, "alice-key", "https://example.com/plain")
-		r := b.do(t, http.MethodPost, "/v1/batch", "bob-key", strings.NewReader(`{"targets":[{"url":"https://example.com/","options":{"mode":"","context":null,"recover":false}}]}`))
+		r := b.do(t, http.MethodPost, "/v1/batch", "bob-key", strings.NewReader(`{"targets":[{"url":"https://example.com/","options":{"mode":"","grep":"","jq":"","context":null,"recover":false}}]}`))
 		wantCode(t, r, http.StatusAccepted)
 	})
 

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Start is the time a [NewClock] starts at: 2026-01-02T03:04:05Z.
+// Start is the time a [NewClock] starts at: 2026-01-02T03:04:05Z. Tests
+// read it; none should change it.
 var Start = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // Clock is a fake clock for a Config.Now: it stands still until the test
