@@ -20,7 +20,8 @@ type jobList struct {
 
 // list is GET /v1/batch?status=S&limit=N&cursor=C: the caller's own jobs,
 // newest first, as summaries. A bad status, limit or cursor is 400 with a
-// hint (an empty status or limit too; an empty cursor is the first page). Only the caller's jobs are listed, whatever cursor it sends.
+// hint (an empty status or limit too; an empty cursor is the first
+// page). Only the caller's jobs are listed, whatever cursor it sends.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
 	q, ok := queryOf(w, r, "status", "limit", "cursor")
 	if !ok {
