@@ -21,6 +21,7 @@ import (
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/httpapi/internal/apispec"
 	"github.com/sift/batch/engine/metrics"
 )
 
@@ -132,8 +133,8 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	mux.Handle("/v1/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// Every request to /v1/ and its answer are checked against the
-	// OpenAPI document (conformance_test.go).
-	b.handler, b.api = conform(t, mux), api
+	// OpenAPI document (package apispec).
+	b.handler, b.api = apispec.Conform(t, httpapi.OpenAPI(), mux), api
 	srv := httptest.NewServer(b.handler)
 	b.url = srv.URL
 	transport := &http.Transport{}
@@ -153,7 +154,7 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 // closes it when the test ends.
 func newServer(t testing.TB, h http.Handler, configure func(*httptest.Server)) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(conform(t, h))
+	srv := httptest.NewUnstartedServer(apispec.Conform(t, httpapi.OpenAPI(), h))
 	if configure != nil {
 		configure(srv)
 	}

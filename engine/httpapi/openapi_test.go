@@ -20,6 +20,7 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/httpapi/internal/apispec"
 )
 
 // TestAPI_OpenAPIDocument: GET /v1/openapi.json answers the embedded
@@ -76,14 +77,14 @@ func TestAPI_OpenAPIDocument(t *testing.T) {
 	}
 }
 
-// TestAPI_OpenAPIConformanceCatchesDrift: the conformance check the
-// package's test setup wraps every handler in fails an answer the document
+// TestAPI_OpenAPIConformanceCatchesDrift: the conformance check
+// (apispec) the package's test setup wraps every handler in fails an answer the document
 // does not describe (a status, a field, a missing header, a wrong type)
 // and a request the document refuses that the handler took; and passes
 // answers that are as described.
 func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
 	t.Parallel()
-	spec, err := apiDoc()
+	spec, err := apispec.Load(httpapi.OpenAPI())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
 		{"outside the document, 404", "GET", "/v1/other", "", 404, nil, `{"error":"not found","hint":"h"}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &conformance{spec: spec, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c := apispec.NewChecker(spec, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.ReadAll(r.Body) // as the handler reads a submit
 				for k, v := range tc.header {
 					w.Header().Set(k, v)
@@ -117,7 +118,7 @@ func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(tc.code)
 				_, _ = w.Write([]byte(tc.answer))
-			})}
+			}))
 			var body io.Reader
 			if tc.body != "" {
 				body = strings.NewReader(tc.body)
@@ -126,14 +127,15 @@ func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer alice-key")
 			rec := httptest.NewRecorder()
 			c.ServeHTTP(rec, req)
+			bad := c.Violations()
 			switch {
-			case tc.want == "" && len(c.bad) > 0:
-				t.Fatalf("flagged: %q", c.bad)
-			case tc.want != "" && (len(c.bad) == 0 || !strings.Contains(c.bad[0], tc.want)):
-				t.Fatalf("got %q, want a violation with %q", c.bad, tc.want)
+			case tc.want == "" && len(bad) > 0:
+				t.Fatalf("flagged: %q", bad)
+			case tc.want != "" && (len(bad) == 0 || !strings.Contains(bad[0], tc.want)):
+				t.Fatalf("got %q, want a violation with %q", bad, tc.want)
 			}
-			if c.seen != 1 {
-				t.Fatalf("checked %d exchanges, want 1", c.seen)
+			if c.Seen() != 1 {
+				t.Fatalf("checked %d exchanges, want 1", c.Seen())
 			}
 		})
 	}

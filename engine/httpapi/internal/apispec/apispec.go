@@ -1,4 +1,10 @@
-package httpapi_test
+// Package apispec checks the API against its OpenAPI document, for the
+// tests of package httpapi (internal and external alike): [Conform] wraps
+// a handler so that each request to /v1/ and the handler's answer to it
+// are validated with kin-openapi's openapi3filter. So the document cannot
+// drift from the code: a status, a header or a field the document does
+// not describe fails the test that caused it. Only tests import it.
+package apispec
 
 import (
 	"bytes"
@@ -20,22 +26,24 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-
-	"github.com/sift/batch/engine/httpapi"
 )
 
-// The conformance check: the package's one test setup (setupWith) and
-// newServer serve the API through conform, which validates every request
-// a test makes to /v1/ and the handler's answer to it against the OpenAPI
-// document the handler serves (httpapi.OpenAPI), with kin-openapi's
-// openapi3filter. So the document cannot drift from the code: a status,
-// a header or a field the document does not describe fails the test that
-// caused it.
+// Load loads and validates doc, the API's OpenAPI document, and makes its
+// router. It is done once: later calls return the first's result.
+func Load(doc []byte) (*Spec, error) {
+	loadOnce.Do(func() { loaded, loadErr = load(doc) })
+	return loaded, loadErr
+}
 
-// apiDoc is the document, loaded and validated once, and its router.
-var apiDoc = sync.OnceValues(func() (*apiSpec, error) {
+var (
+	loadOnce sync.Once
+	loaded   *Spec
+	loadErr  error
+)
+
+func load(data []byte) (*Spec, error) {
 	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(httpapi.OpenAPI())
+	doc, err := loader.LoadFromData(data)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
@@ -47,13 +55,17 @@ var apiDoc = sync.OnceValues(func() (*apiSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	return &apiSpec{doc: doc, router: router}, nil
-})
+	return &Spec{doc: doc, router: router}, nil
+}
 
-type apiSpec struct {
+// Spec is a loaded document and its router.
+type Spec struct {
 	doc    *openapi3.T
 	router routers.Router
 }
+
+// Doc is the loaded document.
+func (s *Spec) Doc() *openapi3.T { return s.doc }
 
 // bearerOnly is the document's one security scheme, as the handler reads
 // it: a Bearer key (which key is the handler's to judge).
@@ -65,30 +77,35 @@ func bearerOnly(_ context.Context, in *openapi3filter.AuthenticationInput) error
 	return nil
 }
 
-// conformance is a handler under the conformance check; its violations
-// are reported when the test ends.
-type conformance struct {
+// Checker is a handler under the conformance check. Make one with
+// [NewChecker] or [Conform]; it is safe for concurrent use.
+type Checker struct {
 	next http.Handler
-	spec *apiSpec
+	spec *Spec
 	mu   sync.Mutex
 	bad  []string // the violations
 	seen int      // exchanges checked
 }
 
-// conform wraps h in the conformance check for t (once: h already
-// wrapped is returned as it is). Violations are collected (a fuzz target
-// may not fail its F from a handler) and reported at t's cleanup, after
-// the servers have stopped.
-func conform(t testing.TB, h http.Handler) http.Handler {
+// NewChecker returns next under the conformance check against spec.
+func NewChecker(spec *Spec, next http.Handler) *Checker {
+	return &Checker{next: next, spec: spec}
+}
+
+// Conform wraps h in the conformance check against doc for t (once: h
+// already wrapped is returned as it is). Violations are collected (a fuzz
+// target may not fail its F from a handler) and reported at t's cleanup:
+// register it before the servers' cleanups, so that it runs after them.
+func Conform(t testing.TB, doc []byte, h http.Handler) http.Handler {
 	t.Helper()
-	if c, ok := h.(*conformance); ok {
+	if c, ok := h.(*Checker); ok {
 		return c
 	}
-	spec, err := apiDoc()
+	spec, err := Load(doc)
 	if err != nil {
 		t.Fatalf("the OpenAPI document: %v", err)
 	}
-	c := &conformance{next: h, spec: spec}
+	c := NewChecker(spec, h)
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -99,14 +116,21 @@ func conform(t testing.TB, h http.Handler) http.Handler {
 	return c
 }
 
-// violations returns the violations found so far.
-func (c *conformance) violations() []string {
+// Violations returns the violations found so far (at most 20).
+func (c *Checker) Violations() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.bad)
 }
 
-func (c *conformance) violation(format string, args ...any) {
+// Seen is the number of exchanges checked.
+func (c *Checker) Seen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}
+
+func (c *Checker) violation(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.bad) < 20 {
@@ -118,7 +142,7 @@ func (c *conformance) violation(format string, args ...any) {
 // body and of what it writes, then checks both. Nothing is held back: the
 // answer streams as it would unwrapped. An answer cut short (a panic, a
 // client gone) is not checked.
-func (c *conformance) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (c *Checker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/v1/") {
 		c.next.ServeHTTP(w, r)
 		return
@@ -159,7 +183,7 @@ func exchangeKey(r *http.Request, in *teeBody, out *teeWriter, code int) [sha256
 	return sum
 }
 
-func (c *conformance) check(r *http.Request, in *teeBody, out *teeWriter) {
+func (c *Checker) check(r *http.Request, in *teeBody, out *teeWriter) {
 	code := out.code
 	if code == 0 {
 		code = http.StatusOK
@@ -171,9 +195,9 @@ func (c *conformance) check(r *http.Request, in *teeBody, out *teeWriter) {
 	if _, ok := checked.Load(key); ok {
 		return
 	}
-	before := len(c.violations())
+	before := len(c.Violations())
 	defer func() {
-		if len(c.violations()) == before {
+		if len(c.Violations()) == before {
 			checked.Store(key, true)
 		}
 	}()
@@ -230,7 +254,7 @@ func (c *conformance) check(r *http.Request, in *teeBody, out *teeWriter) {
 }
 
 // errorShape checks body is the document's Error.
-func (c *conformance) errorShape(what string, body []byte) {
+func (c *Checker) errorShape(what string, body []byte) {
 	var v any
 	if err := json.Unmarshal(body, &v); err != nil {
 		c.violation("%s: the answer is not JSON: %.200s", what, body)
