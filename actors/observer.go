@@ -3,6 +3,8 @@ package actors
 import (
 	"errors"
 	"log/slog"
+	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -47,12 +49,18 @@ type hookEvent struct {
 type observer struct {
 	hooks     *Hooks
 	admission Admission
+	// stopped is called once the observer has stopped: every hook queued
+	// before its poison pill has returned (see System.Stop).
+	stopped func()
 }
 
 // Receive implements actor.Actor.
 func (o *observer) Receive(ctx actor.Context) {
 	e, ok := ctx.Message().(*hookEvent)
 	if !ok {
+		if _, ok := ctx.Message().(*actor.Stopped); ok {
+			o.stopped()
+		}
 		return
 	}
 	h := o.hooks
@@ -73,6 +81,33 @@ func (o *observer) Receive(ctx actor.Context) {
 	// Back to the pool only after a call that returned: the event of a hook
 	// that panicked goes to the strategy, and then to the GC.
 	putEvent(e)
+}
+
+// observerReceive is the name of the observer's Receive as a stack frame
+// shows it.
+var observerReceive = runtime.FuncForPC(reflect.ValueOf((*observer).Receive).Pointer()).Name()
+
+// InHook reports whether the calling goroutine is running a hook (or an
+// Admission's Ended): whether an observer's Receive, of any System in the
+// process, is on its stack. It walks the stack: for a rare call, such as
+// a stop.
+func InHook() bool {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(2, pcs)
+	for n == len(pcs) { // deeper than pcs: walk it all
+		pcs = make([]uintptr, 2*len(pcs))
+		n = runtime.Callers(2, pcs)
+	}
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if f.Function == observerReceive {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // hookSet reports whether hook n is set: an event is sent only then.

@@ -15,18 +15,22 @@ import (
 // System is a running actor system with its supervisor: the engine's handle
 // on the actors. Its methods are safe for concurrent use until [System.Stop].
 type System struct {
-	sys       *actor.ActorSystem
-	cfg       *Config
-	sup       *actor.PID
-	observer  *actor.PID
-	maint     *actor.PID // the maintainer
-	pools     []*poolDispatcher
-	hooks     *poolDispatcher // the observer's
-	abortCh   chan struct{}   // cfg.Abort
-	abortOnce sync.Once
-	failed    atomic.Bool   // the supervisor failed: the runner failed closed
-	failedCh  chan struct{} // closed when failed is set
-	asks      sync.Map      // *actor.Future → nil: requests waiting for the supervisor
+	sys      *actor.ActorSystem
+	cfg      *Config
+	sup      *actor.PID
+	observer *actor.PID
+	maint    *actor.PID // the maintainer
+	pools    []*poolDispatcher
+	hooks    *poolDispatcher // the observer's
+	// observerStopped is closed once the observer has stopped, its last
+	// hook returned.
+	observerStopped chan struct{}
+	observerOnce    sync.Once
+	abortCh         chan struct{} // cfg.Abort
+	abortOnce       sync.Once
+	failed          atomic.Bool   // the supervisor failed: the runner failed closed
+	failedCh        chan struct{} // closed when failed is set
+	asks            sync.Map      // *actor.Future → nil: requests waiting for the supervisor
 }
 
 // poolGoroutines run the supervisor and the job actors (see poolDispatcher).
@@ -55,7 +59,7 @@ func Start(cfg *Config) (*System, error) {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return ActorSystemLogger(cfg.Log) }),
 		actor.WithDeadLetterThrottleInterval(100*time.Millisecond),
 	)
-	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{})}
+	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{}), observerStopped: make(chan struct{})}
 	cfg.Abort = s.abortCh
 	// The store's writer retries the job actors' failed writes every
 	// RetryWait.
@@ -94,7 +98,10 @@ func Start(cfg *Config) (*System, error) {
 		}
 	}
 	var err error
-	s.observer, err = sys.Root.SpawnNamed(props(func() actor.Actor { return &observer{hooks: &cfg.Hooks, admission: cfg.Admission} }, hooks,
+	observerStopped := func() { s.observerOnce.Do(func() { close(s.observerStopped) }) }
+	s.observer, err = sys.Root.SpawnNamed(props(func() actor.Actor {
+		return &observer{hooks: &cfg.Hooks, admission: cfg.Admission, stopped: observerStopped}
+	}, hooks,
 		actor.WithGuardian(&observerStrategy{cfg: cfg})), "observer")
 	if err != nil {
 		sys.Shutdown()
@@ -200,6 +207,12 @@ func (s *System) Cancel(id string) bool {
 // When giveUp is closed before the fetches in flight have returned, Stop
 // stops waiting for them (cfg.Abort, which it closes): their targets stay
 // pending, their jobs fail "shutdown", and their late outcomes are dropped.
+// When it is closed before the hooks queued have run (a hook that blocks),
+// Stop stops waiting for the observer, however long it has waited: the
+// hooks' goroutine is left to the hook. A nil giveUp waits for good.
+// Called from a hook ([InHook]), Stop does not wait for the observer at
+// all: the hook calling it, and the hooks queued after it, run after Stop
+// has returned.
 //
 // The Drain is queued before cancelFetches runs, so the supervisor handles
 // it before any target that returns at the cancel: no target is
@@ -255,18 +268,26 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 	s.abort() // a worker the failed runner stopped may still wait for a fetch
 	// The observer runs every hook queued before it stops, unless giveUp
 	// comes first (a hook that blocks): its goroutine is then left to the
-	// hook, as a fetch's is.
-	observed := make(chan error, 1)
-	go func() { observed <- s.sys.Root.PoisonFuture(s.observer).Wait() }()
+	// hook, as a fetch's is. Stop waits for the observer's own word that
+	// it has stopped, however long that takes, not for a PoisonFuture:
+	// that one ends after 10 s whether or not the observer has stopped,
+	// and a hook still running then would hold Stop in closing the hooks'
+	// pool for good.
+	// Called from a hook, Stop would wait for itself: it leaves the hooks'
+	// goroutine to that hook, which runs the hooks still queued once it
+	// returns.
+	s.sys.Root.Poison(s.observer)
 	hooksDone := true
-	select {
-	case perr := <-observed:
-		if perr != nil && err == nil {
-			err = fmt.Errorf("stop observer: %w", perr)
+	if InHook() {
+		hooksDone = false
+		s.cfg.Log.Info("shutdown called from a hook: the hooks still queued run after it")
+	} else {
+		select {
+		case <-s.observerStopped:
+		case <-giveUp:
+			gaveUp, hooksDone = true, false
+			s.cfg.Log.Warn("shutdown gave up on the hooks: a hook is blocked")
 		}
-	case <-giveUp:
-		gaveUp, hooksDone = true, false
-		s.cfg.Log.Warn("shutdown gave up on the hooks: a hook is blocked")
 	}
 	s.sys.Shutdown()
 	for _, p := range s.pools {

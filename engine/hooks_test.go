@@ -200,7 +200,13 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	}
 	submit := func(c string, ts ...engine.Target) string {
 		t.Helper()
-		return rig.Submit(t, c, ts)
+		var id string
+		var reused bool
+		var err error
+		returns(t, "Submit", func() { id, reused, err = r.Submit(ctx, enginetest.Caller(c), "", ts) })
+		require.NoError(t, err)
+		require.False(t, reused)
+		return id
 	}
 
 	a := submit("alice", tgt("ok", 0), tgt("fail", 1))
@@ -217,7 +223,9 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 
 	d := submit("dave", tgt("block", 0), tgt("ok", 1))
 	waitRunning(t, r, d, 0)
-	require.True(t, r.Cancel(d))
+	var cancelled bool
+	returns(t, "Cancel", func() { cancelled = r.Cancel(d) })
+	require.True(t, cancelled)
 	require.False(t, r.Cancel(d), "a second Cancel")
 	jd, ok := r.Job(d)
 	require.True(t, ok)
@@ -235,7 +243,7 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	require.ErrorIs(t, err, engine.ErrCallerBusy)
 	waitRunning(t, r, e, 0)
 
-	r.Close()
+	returns(t, "Close", r.Close)
 	je := requireSettled(t, rig, e)
 	require.Equal(t, engine.StatusFailed, je.Status)
 	require.Equal(t, "shutdown", je.Error)
@@ -345,4 +353,60 @@ func TestRunner_TargetHookAfterPanicHasDuration(t *testing.T) {
 		require.GreaterOrEqual(t, c.d, time.Millisecond)
 	}
 	testkit.RequireNoneOf(t, b.Logs.String(), enginetest.PanicValue)
+}
+
+// TestRunner_CloseFromAHook: a hook that closes the runner gets its Close
+// back (Close does not wait for the hooks, which would wait for the hook
+// calling it), the runner stops, the job the hook ran for stays done and
+// the hooks queued after it still run; a later Close returns too. Called
+// while another Close waits for the hooks, the hook's Close returns at
+// once and then the other does.
+func TestRunner_CloseFromAHook(t *testing.T) {
+	t.Parallel()
+	for _, other := range []bool{false, true} {
+		t.Run(fmt.Sprintf("another Close under way %v", other), func(t *testing.T) {
+			t.Parallel()
+			var r *engine.Runner
+			ready, closed, after := make(chan struct{}), make(chan struct{}), make(chan int, 1)
+			hooks := engine.Hooks{
+				Job: func(outcome string) {
+					if outcome == engine.StatusDone {
+						<-ready
+						r.Close()
+						close(closed)
+					}
+				},
+				JobSeconds: func(time.Duration) { // queued after the Job hook's done
+					select {
+					case <-closed:
+						after <- 1
+					default:
+						after <- 0
+					}
+				},
+			}
+			b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{Hooks: hooks})
+			r = b.Runner
+			id := b.Submit(t, "alice", enginetest.Targets("alice", 1))
+			b.WaitStatus(t, id, engine.StatusDone)
+			otherClosed := make(chan struct{})
+			if other {
+				go func() { r.Close(); close(otherClosed) }()
+				testkit.WaitFor(t, "the other Close to begin", func() bool { return errors.Is(r.Err(), engine.ErrClosed) })
+			}
+			close(ready)
+			testkit.RequireClosed(t, closed)
+			if other {
+				testkit.RequireClosed(t, otherClosed)
+			}
+			r.Close()
+			require.ErrorIs(t, r.Err(), engine.ErrClosed)
+			require.Equal(t, 1, testkit.Recv(t, after), "the hook queued after the closing one ran after its Close returned")
+			j, ok := r.Job(id)
+			require.True(t, ok)
+			require.Equal(t, engine.StatusDone, j.Status)
+			_, _, err := r.Submit(context.Background(), enginetest.Caller("bob"), "", enginetest.Targets("bob", 1))
+			require.ErrorIs(t, err, engine.ErrClosed)
+		})
+	}
 }

@@ -134,3 +134,30 @@ func TestRunner_LogsCarryNoURL(t *testing.T) {
 		require.NotContains(t, logs, secret)
 	}
 }
+
+// TestRunner_ReadsOfAClosedStoreWarnOnlyWhileRunning: a store closed
+// under a running runner is a failure, and each read says so at Warn;
+// once the runner is closed too, reads of its closed store are normal use
+// (a dashboard still polling) and log nothing.
+func TestRunner_ReadsOfAClosedStoreWarnOnlyWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
+	id := b.Submit(t, "alice", enginetest.Targets("alice", 1))
+	b.WaitSettled(t, id)
+	require.NoError(t, b.Store.Close())
+	_, ok := b.Runner.Job(id)
+	require.False(t, ok)
+	require.Contains(t, b.Logs.String(), `level=WARN msg="read job" job_id=`+id+` err="store closed"`)
+
+	b.Runner.Close()
+	before := len(b.Logs.Lines())
+	b.Runner.Job(id)
+	b.Runner.Status(id)
+	b.Runner.Targets(id)
+	b.Runner.ResultJSON(id, 0)
+	b.Runner.Touch(id)
+	for _, l := range b.Logs.Lines()[before:] {
+		require.NotContains(t, l, "level=WARN")
+		require.NotContains(t, l, "level=ERROR")
+	}
+}

@@ -24,8 +24,9 @@ var (
 // if missing) and starts the runner on it as [New] does, with the same
 // rules for fetch, cfg and log. A dir that cannot be opened is an error
 // naming it (wrapping [ErrStoreInUse] when another process holds it,
-// [ErrStoreCorrupt] when it is not a store); if the runner cannot start,
-// the store is closed again. Nothing is left open on an error.
+// [ErrStoreCorrupt] when it is not a store, such as a directory of other
+// files, which Open leaves as they are); if the runner cannot start, the
+// store is closed again. Nothing is left open on an error.
 //
 // The runner owns the store: [Runner.Close] and [Runner.Shutdown] close it
 // once the runner has stopped — the one exception to the rule that a

@@ -134,15 +134,6 @@ func TestOpen_BadInputIsAClearError(t *testing.T) {
 	}
 }
 
-// findings lets a test that shows a known defect run only when asked
-// (SIFTBATCH_ADV_FINDINGS set); otherwise it is skipped, naming the defect.
-func findings(t *testing.T, defect string) {
-	t.Helper()
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: " + defect)
-	}
-}
-
 // logTo returns a logger that writes every level, as text, to buf.
 func logTo(buf *testkit.SyncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -190,11 +181,11 @@ func TestOpen_GarbageManifestIsCorruptAndKept(t *testing.T) {
 	}
 }
 
-// A directory that holds someone else's files is not a store: Open must not
-// delete any of them (nothing lost), whatever it then does.
+// A directory that holds someone else's files is not a store: Open
+// refuses it with ErrStoreCorrupt, naming it, and deletes, changes or
+// adds no file in it (Badger's lock file neither).
 func TestOpen_ForeignDirLosesNoFile(t *testing.T) {
 	t.Parallel()
-	findings(t, "Open on an existing directory that is not a store deletes every empty *.mem and *.vlog file in it (persistence.removeEmptyValueLogs runs before any check that dir is a store), and then adopts the directory as a store")
 	dir := t.TempDir()
 	files := map[string]string{"notes.txt": "keep me", "empty.mem": "", "empty.vlog": ""}
 	for name, content := range files {
@@ -202,13 +193,20 @@ func TestOpen_ForeignDirLosesNoFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{}, nil); err == nil {
-		r.Close()
+	r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{}, nil)
+	if !errors.Is(err, engine.ErrStoreCorrupt) || !strings.Contains(err.Error(), dir) {
+		if r != nil {
+			r.Close()
+		}
+		t.Errorf("Open on a directory of other files: %v; want ErrStoreCorrupt naming %s", err, dir)
 	}
 	for name, content := range files {
 		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != content {
 			t.Errorf("%s after Open: %q, %v; want it kept with %q", name, b, err, content)
 		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != len(files) {
+		t.Errorf("the directory after Open holds %d entries, %v; want the %d it had", len(entries), err, len(files))
 	}
 }
 
@@ -470,21 +468,20 @@ func TestOpen_EveryMethodAfterClose(t *testing.T) {
 	if !errors.Is(r.Err(), engine.ErrClosed) {
 		t.Errorf("Err after Close = %v; want ErrClosed", r.Err())
 	}
-	if err := r.RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node"); err == nil {
+	if err := engine.PeerOf(r).RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node"); err == nil {
 		t.Error("RememberNodeTag after Close = nil; want an error (the store is closed)")
 	}
-	if _, err := r.NodeTags(); err == nil {
+	if _, err := engine.PeerOf(r).NodeTags(); err == nil {
 		t.Error("NodeTags after Close = nil error; want an error (the store is closed)")
 	}
-	_, _ = r.Admitted("alice")
-	_ = r.Reusable("alice", "k", id)
+	_, _ = engine.PeerOf(r).Admitted("alice")
+	_ = engine.PeerOf(r).Reusable("alice", "k", id)
 }
 
 // Wait after Close answers ErrClosed, as its doc says ("even for a job
 // that had ended before"), on a runner made by Open as on one made by New.
 func TestOpen_WaitAfterCloseIsErrClosed(t *testing.T) {
 	t.Parallel()
-	findings(t, "Runner.Wait on a runner made by Open returns ErrNotFound after Close, not ErrClosed as its doc says: the store is closed, so Job finds nothing before Wait checks isClosed (engine/read.go Wait)")
 	r := openRunner(t, "", enginetest.OKFetch)
 	id := waitDone(t, r, "alice", 1)
 	r.Close()
@@ -494,12 +491,11 @@ func TestOpen_WaitAfterCloseIsErrClosed(t *testing.T) {
 }
 
 // A Wait blocked on a live job when Close comes answers ErrClosed with the
-// job as the close left it (failed "shutdown"), never ErrNotFound nor an
-// empty job: the store closes after the runner has stopped, and a waiter
-// woken by the stop reads the job then.
+// job as the close left it (failed "shutdown": its first target's fetch
+// is cancelled, its second stays pending), never ErrNotFound nor an empty
+// job, though the store closes as soon as the runner has stopped.
 func TestOpen_WaiterDuringCloseGetsTheJob(t *testing.T) {
 	t.Parallel()
-	findings(t, "a Wait blocked on a live job of a runner made by Open, when Close comes, races the store's close: woken by the runner's stop it reads the job after Shutdown closed the store, and answers an empty Job (or ErrNotFound) instead of the job failed \"shutdown\" (engine/read.go Wait, engine/runner.go Shutdown closes the store after close(r.done))")
 	const rounds = 30
 	bad := 0
 	for i := range rounds {
@@ -508,7 +504,7 @@ func TestOpen_WaiterDuringCloseGetsTheJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, _, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("alice", 1))
+		id, _, err := r.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("alice", 2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,6 +518,7 @@ func TestOpen_WaiterDuringCloseGetsTheJob(t *testing.T) {
 			j, err := r.Wait(context.Background(), id)
 			out <- waited{j, err}
 		}()
+		testkit.WaitFor(t, "the Wait to begin", func() bool { return engine.Waiting(r, id) == 1 })
 		r.Close()
 		w := testkit.Recv(t, out)
 		if !errors.Is(w.err, engine.ErrClosed) || w.j.ID != id || w.j.Status != engine.StatusFailed || w.j.Error != "shutdown" {
@@ -559,7 +556,6 @@ func TestOpen_ReadsAfterCloseLogNoWarning(t *testing.T) {
 		}
 	}
 	if warns != 0 {
-		findings(t, "every read of a runner made by Open after Close logs a warning (\"read job … store closed\"): engine/read.go readFailed treats persistence.ErrClosed as a failure")
 		t.Errorf("30 reads after Close logged %d warnings; want none. First: %s", warns, after[0])
 	}
 }
@@ -633,10 +629,9 @@ func TestOpen_JobsEndInTheExportedStatuses(t *testing.T) {
 
 // A hook that closes the runner (an embedder that stops on the first job
 // that fails, say) gets its Close back, and the runner stops: Close must
-// not wait for the very hook that calls it.
+// not wait for the very hook that calls it. Its store is closed.
 func TestOpen_CloseFromAHookReturns(t *testing.T) {
 	t.Parallel()
-	findings(t, "Runner.Close called from a hook never returns, nor does any later Close: see TestOpen_CloseGivesUpOnABlockedHook for the cause; and even with it fixed, such a Close would wait CloseTimeout for the hook that calls it")
 	var r *engine.Runner
 	ready, closed := make(chan struct{}), make(chan struct{})
 	hooks := engine.Hooks{Job: func(outcome string) {
@@ -651,21 +646,22 @@ func TestOpen_CloseFromAHookReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No t.Cleanup(r.Close): with the defect it would hang the test run.
-	close(ready)
+	t.Cleanup(r.Close)
 	waitDone(t, r, "alice", 1)
+	close(ready) // the hook closes the runner once the job is waited for
 	testkit.RequireClosed(t, closed)
 	r.Close()
 	openRunner(t, dir, enginetest.OKFetch) // the store was closed
 }
 
-// Close gives up on a hook that blocks for good, as on a stubborn fetch:
-// it returns (within its CloseTimeout; the test allows twice that, as a
-// deadline for a hang, not a bound on speed), the hook's goroutine left
-// to it, and the store is closed.
+// Shutdown gives up on a hook that blocks for good, as on a stubborn
+// fetch, once its ctx is done (Close's ends after CloseTimeout; here a
+// short one stands in for it): it returns ctx.Err(), the hook's goroutine
+// is left to the hook, and the store is closed. The stop waits for the
+// hooks' actor to say it has stopped, with no timeout of its own that
+// could end first and be taken for that.
 func TestOpen_CloseGivesUpOnABlockedHook(t *testing.T) {
 	t.Parallel()
-	findings(t, "Close never returns while a hook blocks for more than 10 s: actors.(*System).Stop waits for the hooks observer with protoactor's PoisonFuture, whose own 10 s timeout ends the wait before Close's 30 s giveUp; Stop takes the timeout for the observer having stopped (hooksDone stays true, actors/system.go:229-237) and then waits for the hooks pool's goroutines for good (actors/system.go:245, poolDispatcher.close → wg.Wait)")
 	release, blocked := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	var once sync.Once
@@ -674,21 +670,24 @@ func TestOpen_CloseGivesUpOnABlockedHook(t *testing.T) {
 		<-release
 	}}
 	dir := t.TempDir()
-	r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{Hooks: hooks}, nil)
+	var logs testkit.SyncBuffer
+	r, err := engine.Open(dir, enginetest.OKFetch, engine.Config{Hooks: hooks}, logTo(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, r, "alice", 1)
 	testkit.RequireClosed(t, blocked)
-	closed := make(chan struct{})
-	go func() { r.Close(); close(closed) }()
-	hang := time.NewTimer(2 * engine.CloseTimeout)
-	defer hang.Stop()
-	select {
-	case <-closed:
-	case <-hang.C:
-		t.Fatalf("Close has not returned %v after it was called, with a hook blocked", 2*engine.CloseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- r.Shutdown(ctx) }()
+	if err := testkit.Recv(t, shut); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with a hook blocked = %v; want context.DeadlineExceeded", err)
 	}
+	if !strings.Contains(logs.String(), "shutdown gave up on the hooks") {
+		t.Errorf("no log line says Shutdown gave up on the hooks:\n%s", logs.String())
+	}
+	r.Close() // closed: returns at once
 	if r2, err := engine.Open(dir, enginetest.OKFetch, engine.Config{}, nil); err != nil {
 		t.Errorf("Open after Close: %v; want the store closed", err)
 	} else {

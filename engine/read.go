@@ -75,11 +75,20 @@ func (r *Runner) snapExpired(v *actors.View, s *actors.Snapshot, stored ...int64
 	return !IsLive(s.Job.Status) && persistence.Expired(lease, r.cfg.TTL, r.cfg.Now().UnixNano())
 }
 
-// readFailed logs a read that failed for a reason other than a missing job.
+// readFailed logs a read that failed for a reason other than a missing job
+// (see quiet).
 func (r *Runner) readFailed(what, id string, err error) {
-	if !errors.Is(err, persistence.ErrNotFound) {
+	if !r.quiet(err) {
 		r.log.Warn(what, slog.String(keyJobID, id), slog.String(keyErr, storeErrText(err)))
 	}
+}
+
+// quiet reports a store error that is no failure to log: a missing job, or
+// a store closed after the runner (a runner made by Open closes its own;
+// reads after Close are normal use, such as a dashboard still polling).
+// A store closed under a running runner is logged.
+func (r *Runner) quiet(err error) bool {
+	return errors.Is(err, persistence.ErrNotFound) || errors.Is(err, persistence.ErrClosed) && r.isClosed()
 }
 
 // Targets returns a job's summary and every target's status, error and
@@ -286,7 +295,7 @@ func (r *Runner) Touch(id string) {
 			return
 		}
 	}
-	if _, err := r.store.TouchUnexpired(id, lease, now-int64(r.cfg.TTL)); err != nil {
+	if _, err := r.store.TouchUnexpired(id, lease, now-int64(r.cfg.TTL)); err != nil && !r.quiet(err) {
 		r.log.Warn("touch", slog.String(keyJobID, id), slog.String(keyErr, storeErrText(err)))
 	}
 }
@@ -295,25 +304,32 @@ func (r *Runner) Touch(id string) {
 // milliseconds of its terminal write; it does not poll. It returns
 // [ErrNotFound] for an unknown or expired id, [ErrClosed] with the job as
 // it was left once the runner is stopping or has stopped (Close, or a
-// failure: even for a job that had ended before), and
+// failure: even for a job that had ended before, and for an id it cannot
+// find then; a Wait begun after the Close of a runner made by [Open] has
+// closed its store gets a zero Job), and
 // ctx.Err() with the job as it stands when ctx is done. Safe for concurrent
 // use.
 func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
+	if r.ownsStore {
+		r.waitFor(id)
+		defer r.waitEnd(id)
+	}
 	for {
 		j, ok := r.Job(id)
 		switch {
-		case !ok:
-			return Job{}, ErrNotFound
 		case r.isClosed():
-			// The runner is stopping or stopped: answer once it has left
-			// the job as it stays (a job the close ended, "shutdown", too).
+			// The runner is stopping or stopped (asked before !ok: a
+			// runner made by Open closes its store, and then finds no
+			// job): answer once it has left the job as it stays (a job
+			// the close ended, "shutdown", too).
 			select {
 			case <-r.done:
 			case <-ctx.Done():
 				return j, ctx.Err()
 			}
-			j, _ = r.Job(id)
-			return j, ErrClosed
+			return r.lastJob(id), ErrClosed
+		case !ok:
+			return Job{}, ErrNotFound
 		case !IsLive(j.Status):
 			return j, nil
 		}
@@ -330,6 +346,53 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 			return j, ctx.Err()
 		}
 	}
+}
+
+// waitFor registers a Wait for job id on a runner that owns its store;
+// waitEnd unregisters it.
+func (r *Runner) waitFor(id string) {
+	r.waitMu.Lock()
+	defer r.waitMu.Unlock()
+	if r.waits == nil {
+		r.waits = make(map[string]*waited)
+	}
+	w := r.waits[id]
+	if w == nil {
+		w = &waited{}
+		r.waits[id] = w
+	}
+	w.n++
+}
+
+func (r *Runner) waitEnd(id string) {
+	r.waitMu.Lock()
+	defer r.waitMu.Unlock()
+	if w := r.waits[id]; w != nil {
+		if w.n--; w.n == 0 {
+			delete(r.waits, id)
+		}
+	}
+}
+
+// lastJob returns job id as the stopped runner left it (zero if it finds
+// none): read from the store, or, once Shutdown has closed a store the
+// runner owns, as Shutdown read it just before (for a Wait registered
+// then; see waitFor).
+func (r *Runner) lastJob(id string) Job {
+	if !r.ownsStore {
+		j, _ := r.Job(id)
+		return j
+	}
+	r.waitMu.Lock() // Shutdown closes the store only once it holds it
+	defer r.waitMu.Unlock()
+	if !r.storeGone {
+		j, _ := r.Job(id)
+		return j
+	}
+	if w := r.waits[id]; w != nil {
+		return w.job
+	}
+	return Job{}
 }
 
 func (r *Runner) isClosed() bool {

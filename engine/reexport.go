@@ -124,7 +124,12 @@ var (
 // the target or the job's end is stored), so a read can show a change a
 // moment before its hook has run; the calls caused by one job come in the
 // order of its changes. Once [Runner.Close] (or Shutdown) returns,
-// every hook has run.
+// every hook has run, unless Close gave up on a hook that blocks.
+//
+// A hook may call [Runner.Close] or [Runner.Shutdown] (to stop on the
+// first failed job, say): the runner stops, and Close returns without
+// waiting for the hooks, which would wait for itself; the hook calling it
+// and the hooks queued after it run after Close has returned.
 //
 // A hook that panics (or calls runtime.Goexit) costs that one call: it is
 // logged at Error with the hook's name and the job id, never the panic

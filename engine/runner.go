@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -40,7 +41,23 @@ type Runner struct {
 	failed   bool
 	done     chan struct{} // closed once the runner has stopped (Close, or failed)
 	failDone chan struct{} // closed once a failed runner has failed its jobs
-	once     sync.Once
+	// shutting is set by the first Shutdown; shutDone is closed once it
+	// has returned.
+	shutting atomic.Bool
+	shutDone chan struct{}
+
+	// For a runner that owns its store: the jobs Wait waits for, each as
+	// Shutdown read it just before it closed the store (storeGone), so
+	// that a waiter woken by the stop answers the job as the stop left it.
+	waitMu    sync.Mutex
+	waits     map[string]*waited
+	storeGone bool
+}
+
+// waited is a job some Waits wait for, on a runner that owns its store.
+type waited struct {
+	n   int // how many
+	job Job // as Shutdown left it (storeGone)
 }
 
 // submission is what a job's actor holds for the FetchFunc: the caller and
@@ -73,7 +90,7 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	}
 	store.SetLogger(log)
 	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log, views: &actors.Views{},
-		done: make(chan struct{}), failDone: make(chan struct{})}
+		done: make(chan struct{}), failDone: make(chan struct{}), shutDone: make(chan struct{})}
 	if n, err := r.reap(reapRestart); err != nil {
 		return nil, fmt.Errorf("new runner: %w", err)
 	} else if n > 0 {
@@ -387,13 +404,14 @@ func (r *Runner) Cancel(id string) bool {
 }
 
 // CloseTimeout bounds how long [Runner.Close] waits for the fetches in
-// flight to return once their context is cancelled.
+// flight to return once their context is cancelled, and then for the
+// hooks to run.
 const CloseTimeout = 30 * time.Second
 
 // Close is [Runner.Shutdown] bounded by [CloseTimeout]: it stops the runner,
 // and gives up on a fetch that has not returned 30 s after its context was
-// cancelled. It is idempotent. A runner made by [Open] closes its store
-// too.
+// cancelled, or on a hook that blocks. It is idempotent. A runner made by
+// [Open] closes its store too. A hook may call it: see [Runner.Shutdown].
 func (r *Runner) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
@@ -413,38 +431,63 @@ func (r *Runner) Close() {
 // If ctx is done before a fetch has returned, Shutdown gives up on it: its
 // target stays pending, its job is failed "shutdown", its goroutine is left
 // to end on its own and its late outcome is dropped (and logged), never
-// written; Shutdown then returns ctx.Err().
+// written; Shutdown then returns ctx.Err(). The same goes for a hook that
+// has not returned when ctx is done: Shutdown returns ctx.Err() without
+// it, its goroutine is left to it, and the hooks queued after it run once
+// it returns, after Shutdown has.
+//
+// A hook (of this runner or of another in the process) may call Shutdown
+// or Close: the runner stops as above, except that Shutdown does not wait
+// for the hooks, which would wait for itself: the hook calling it, and the
+// hooks queued after it, run after it returns. Called from a hook while
+// another Shutdown is under way, it returns nil at once (that one waits
+// for the hook).
 func (r *Runner) Shutdown(ctx context.Context) error {
-	var err error
-	r.once.Do(func() {
-		r.mu.Lock()
-		r.closed = true
-		r.mu.Unlock()
-		giveUp := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() { close(giveUp) })
-		defer stop()
-		n, gaveUp, serr := r.sys.Stop(r.cancel, giveUp)
-		if serr != nil {
-			r.log.Warn("close runner", slog.String(keyErr, serr.Error()))
+	if !r.shutting.CompareAndSwap(false, true) {
+		if !actors.InHook() {
+			<-r.shutDone
 		}
-		if gaveUp {
-			err = ctx.Err()
+		return nil
+	}
+	defer close(r.shutDone)
+	return r.shutdown(ctx)
+}
+
+// shutdown is Shutdown's first call.
+func (r *Runner) shutdown(ctx context.Context) (err error) {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	giveUp := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { close(giveUp) })
+	defer stop()
+	n, gaveUp, serr := r.sys.Stop(r.cancel, giveUp)
+	if serr != nil {
+		r.log.Warn("close runner", slog.String(keyErr, serr.Error()))
+	}
+	if gaveUp {
+		err = ctx.Err()
+	}
+	if r.sys.Failed() {
+		<-r.failDone
+	} else {
+		close(r.done)
+	}
+	r.log.Info("runner closed; jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up", gaveUp))
+	if r.ownsStore {
+		r.waitMu.Lock()
+		for id, w := range r.waits {
+			w.job, _ = r.Job(id)
 		}
-		if r.sys.Failed() {
-			<-r.failDone
-		} else {
-			close(r.done)
-		}
-		r.log.Info("runner closed; jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up_on_fetches", gaveUp))
-		if r.ownsStore {
-			if cerr := r.store.Close(); cerr != nil {
-				r.log.Warn("close store", slog.String(keyErr, storeErrText(cerr)))
-				if err == nil {
-					err = cerr
-				}
+		r.storeGone = true
+		r.waitMu.Unlock()
+		if cerr := r.store.Close(); cerr != nil {
+			r.log.Warn("close store", slog.String(keyErr, storeErrText(cerr)))
+			if err == nil {
+				err = cerr
 			}
 		}
-	})
+	}
 	return err
 }
 

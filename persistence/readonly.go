@@ -92,7 +92,7 @@ func OpenReadOnly(dir string) (*Store, error) {
 }
 
 // checkNotHeld refuses, with ErrInUse, a directory a writer holds (its
-// directory lock, which Badger takes and removeEmptyValueLogs too), before
+// directory lock, which Badger takes and prepareDir too), before
 // its memtable log makes it look unclean. The shared lock is let go at
 // once: Badger takes its own.
 func checkNotHeld(dir string) error {

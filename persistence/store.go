@@ -128,9 +128,11 @@ type Store struct {
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
-// opens an in-memory store. A directory held by another process gives an
-// error wrapping [ErrInUse]; one that is not a store, or is damaged, an
-// error wrapping [ErrCorrupt]. A store written before the caller index
+// opens an in-memory store. An empty directory becomes a new store. A
+// directory held by another process gives an error wrapping [ErrInUse];
+// one that is not a store (no Badger MANIFEST, and other files in it) an
+// error wrapping [ErrCorrupt], with nothing in it deleted or written; a
+// damaged store an error wrapping [ErrCorrupt] too. A store written before the caller index
 // gets its index here, once (a walk of every job row). Badger's own log
 // lines are dropped until [Store.SetLogger].
 func Open(dir string) (s *Store, err error) {
@@ -143,7 +145,7 @@ func Open(dir string) (s *Store, err error) {
 		if err := checkTables(dir); err != nil {
 			return nil, err
 		}
-		if _, err := removeEmptyValueLogs(dir); err != nil { // left by a crash: see vlog.go
+		if err := prepareDir(dir); err != nil { // not a store; crash leftovers: see vlog.go
 			return nil, err
 		}
 	}
@@ -151,7 +153,7 @@ func Open(dir string) (s *Store, err error) {
 	db, err := openBadger(badgerOptions(dir, log))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
-		if _, rerr := removeEmptyValueLogs(dir); rerr != nil {
+		if rerr := prepareDir(dir); rerr != nil {
 			return nil, rerr
 		}
 		db, err = openBadger(badgerOptions(dir, log))

@@ -70,6 +70,38 @@ func TestStore_Open(t *testing.T) {
 		_, err := Open(dir)
 		require.ErrorIs(t, err, ErrCorrupt)
 	})
+	t.Run("ForeignDirTouchesNothing", func(t *testing.T) {
+		// Someone else's files, with names a store's crash leftovers have:
+		// refused as no store, and not one deleted, changed or added.
+		dir := t.TempDir()
+		files := map[string]string{"notes.txt": "keep", "000001.mem": "", "000001.vlog": "", "LOCK": ""}
+		for name, content := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+		}
+		_, err := Open(dir)
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.ErrorContains(t, err, dir)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, entries, len(files))
+		for name, content := range files {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			require.NoError(t, err, name)
+			require.Equal(t, content, string(b), name)
+		}
+	})
+	t.Run("FirstOpenKilledBeforeItsManifest", func(t *testing.T) {
+		// What Badger's first Open writes before its MANIFEST (its lock's
+		// pid file, the MANIFEST half written) is no one else's: a store.
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "LOCK"), []byte("12345\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "MANIFEST-REWRITE"), []byte("Badg"), 0o644))
+		s := mustOpen(t, dir)
+		j := putJobRecord(t, s, 1, 1, 1, false)
+		got, err := s.Job(j.ID)
+		require.NoError(t, err)
+		require.Equal(t, j.ID, got.ID)
+	})
 	t.Run("FileNotDir", func(t *testing.T) {
 		f := filepath.Join(t.TempDir(), "file")
 		require.NoError(t, os.WriteFile(f, nil, 0o644))

@@ -1,11 +1,14 @@
 package persistence
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,7 +20,8 @@ import (
 // memtable's write-ahead log (a .mem file: "while opening memtables …
 // Create a new file"), where Badger's failed Open also leaves a dozen
 // goroutines running: Open removes empty .vlog and .mem files before it
-// opens Badger at all.
+// opens Badger at all, in a store only (prepareDir): never in a directory
+// that holds someone else's files.
 
 // errEmptyValueLog is Badger's refusal of an empty value-log file (vlog.go).
 var errEmptyValueLog = fmt.Errorf("%w: an empty value-log file", ErrCorrupt)
@@ -28,36 +32,75 @@ func isEmptyValueLogError(msg string) bool {
 	return strings.Contains(msg, ".vlog") && strings.Contains(msg, "Create a new file")
 }
 
-// removeEmptyValueLogs deletes the empty *.vlog and *.mem files in dir, holding the
-// directory's lock (the one Badger takes) so that no running store can be
-// creating one at that moment. It reports how many it removed.
-func removeEmptyValueLogs(dir string) (int, error) {
+// prepareDir readies dir for Badger, holding the directory's lock (the one
+// Badger takes) so that no running store can be creating a file in it at
+// that moment: it refuses a directory that is not a store (checkStoreDir),
+// before it touches any file, and then deletes the empty *.vlog and *.mem
+// files a crash left.
+func prepareDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return 0, fmt.Errorf("open store %s: %w", dir, err)
+		return fmt.Errorf("open store %s: %w", dir, err)
 	}
 	defer d.Close()
 	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return 0, fmt.Errorf("open store %s: %w", dir, ErrInUse)
+		return fmt.Errorf("open store %s: %w", dir, ErrInUse)
 	}
 	defer func() { _ = unix.Flock(int(d.Fd()), unix.LOCK_UN) }()
+	if err := checkStoreDir(dir); err != nil {
+		return err
+	}
+	return removeEmptyLogs(dir)
+}
+
+// The files Badger's first Open of a directory writes before its
+// MANIFEST: a process killed then leaves them, and Badger's next Open
+// starts the store afresh over them.
+var beforeManifest = map[string]bool{
+	"LOCK":             true, // its directory lock's pid file
+	"MANIFEST-REWRITE": true, // the MANIFEST being written, renamed once synced
+}
+
+// checkStoreDir refuses, with ErrCorrupt, a directory that is not a store:
+// one without Badger's MANIFEST that holds any file but those Badger's
+// first Open writes before its MANIFEST (beforeManifest). Every store,
+// of every layout siftbatch has written, has a MANIFEST; an empty
+// directory becomes a new store. It reads only.
+func checkStoreDir(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, badger.ManifestFilename)); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("open store %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !beforeManifest[e.Name()] {
+			return fmt.Errorf("open store %s: %w: not a store: no %s, and it holds other files", dir, ErrCorrupt, badger.ManifestFilename)
+		}
+	}
+	return nil
+}
+
+// removeEmptyLogs deletes the empty *.vlog and *.mem files in dir, a
+// store's. The caller holds the directory's lock.
+func removeEmptyLogs(dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
 	if err != nil {
-		return 0, fmt.Errorf("open store %s: %w", dir, err)
+		return fmt.Errorf("open store %s: %w", dir, err)
 	}
 	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
 	if err != nil {
-		return 0, fmt.Errorf("open store %s: %w", dir, err)
+		return fmt.Errorf("open store %s: %w", dir, err)
 	}
-	files = append(files, mems...)
-	n := 0
-	for _, f := range files {
+	for _, f := range append(files, mems...) {
 		if st, err := os.Stat(f); err == nil && st.Size() == 0 {
 			if err := os.Remove(f); err != nil {
-				return n, fmt.Errorf("open store %s: %w", dir, err)
+				return fmt.Errorf("open store %s: %w", dir, err)
 			}
-			n++
 		}
 	}
-	return n, nil
+	return nil
 }

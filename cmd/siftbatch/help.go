@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/cmd/siftbatch/internal/remote"
 )
 
 // printUsage prints the list of commands.
@@ -23,6 +24,10 @@ func printUsage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "submit, get, wait, ls and cancel talk to a running serve through its API:\n"+
+		"--server URL (default "+remote.DefaultServer+") and --key-file FILE, a file that\n"+
+		"holds your API key alone; --json prints the API's JSON.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "siftbatch COMMAND --help" for a command's flags.`)
 }

@@ -29,6 +29,12 @@ func TestHelp(t *testing.T) {
 		"cluster-certs": {"dir", "nodes", "hosts"},
 		"jobs":          {"data"},
 		"show":          {"data", "results"},
+		"submit":        {"server", "key-file", "json", "grep", "jq", "targets", "idempotency-key"},
+		"get":           {"server", "key-file", "json", "results"},
+		"wait":          {"server", "key-file", "json", "timeout"},
+		"ls":            {"server", "key-file", "json", "status", "limit"},
+		"cancel":        {"server", "key-file", "json"},
+		"mcp":           {"server", "key-file"},
 	}
 	for name, want := range flags {
 		for _, args := range [][]string{{name, "--help"}, {"help", name}} {
@@ -67,6 +73,9 @@ func TestHelp(t *testing.T) {
 		{[]string{"jobs", "extra"}, `"siftbatch jobs --help"`},
 		{[]string{"serve"}, `"siftbatch serve --help"`},
 		{[]string{"show"}, `"siftbatch show --help"`},
+		{[]string{"submit", "https://example.com/"}, `"siftbatch submit --help"`},
+		{[]string{"get", "--key-file", "k"}, `"siftbatch get --help"`},
+		{[]string{"mcp"}, `"siftbatch mcp --help"`},
 	} {
 		_, _, err := run(t, tc.args...)
 		var ue *cli.UsageError

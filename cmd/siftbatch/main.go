@@ -1,6 +1,7 @@
 // Command siftbatch runs siftbatch's batch runner from the command line: a
-// live demo, the HTTP API that sift exposes, and two commands that inspect a
-// store directory.
+// live demo, the HTTP API that sift exposes, two commands that inspect a
+// store directory, and the commands that talk to a running serve through
+// its API (submit, get, wait, ls, cancel).
 //
 // Usage:
 //
@@ -59,6 +60,12 @@ func init() {
 		{"cluster-certs", "write a cluster's CA and each node's certificate and key (serve --cluster's TLS)", runClusterCerts},
 		{"jobs", "list the jobs in a store directory", runJobs},
 		{"show", "print one stored job and its targets as JSON", runShow},
+		{"submit", "submit URLs to a running serve as one job (--server, --key-file)", runSubmit},
+		{"get", "print a job of yours on a running serve, its targets and results", runGet},
+		{"wait", "wait for a job of yours on a running serve to end, with a progress bar", runWait},
+		{"ls", "list your jobs on a running serve, newest first", runLs},
+		{"cancel", "cancel a live job of yours on a running serve", runCancel},
+		{"mcp", "serve the batch API as MCP tools over stdio, calling a running serve (--server, --key-file)", runMCP},
 		{"help", "list the commands, or show one command's flags", runHelp},
 	}
 }

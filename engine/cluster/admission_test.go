@@ -2,52 +2,96 @@ package cluster_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/enginetest/clustertest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
-// capWatch is the test-only observer of every admission and every end,
-// with caller and job id: it checks at each admission that the caller's
-// admitted jobs not yet ended are within the cap.
+// capWatch checks, at each admission a caller's grain makes, that the
+// caller's admitted jobs not yet ended are within the cap (through the
+// package's test-only observer, cluster.SetObserver). The callers it
+// watches are its own: their names begin with a prefix no other watch's
+// callers have, so that the tests that watch run in parallel.
 type capWatch struct {
+	prefix     string
 	mu         sync.Mutex
 	live       map[string]map[string]bool // caller → ids admitted, not ended
 	admissions int
 	violations []string
 }
 
+var (
+	// watches are the capWatches of the tests running, by prefix.
+	watches sync.Map
+	// watchSeq numbers the watches' prefixes.
+	watchSeq atomic.Int64
+	// observing installs observe, once: it stays for the process.
+	observing sync.Once
+)
+
+// watchCaps starts a watch of the callers named by its caller and keys
+// until the test ends.
 func watchCaps(t *testing.T) *capWatch {
-	w := &capWatch{live: map[string]map[string]bool{}}
-	cluster.SetObserver(func(event, caller, id string, limit int) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		switch event {
-		case "admit":
-			if w.live[caller] == nil {
-				w.live[caller] = map[string]bool{}
-			}
-			w.live[caller][id] = true
-			w.admissions++
-			if n := len(w.live[caller]); n > limit {
-				w.violations = append(w.violations, fmt.Sprintf("%s: %d live jobs admitted, cap %d", caller, n, limit))
-			}
-		case "end":
-			delete(w.live[caller], id)
-		}
-	})
-	t.Cleanup(func() { cluster.SetObserver(nil) })
+	w := &capWatch{prefix: fmt.Sprintf("w%d-", watchSeq.Add(1)), live: map[string]map[string]bool{}}
+	observing.Do(func() { cluster.SetObserver(observe) })
+	watches.Store(w.prefix, w)
+	t.Cleanup(func() { watches.Delete(w.prefix) })
 	return w
 }
 
+// observe hands an admission or an end to the watch of its caller, if any.
+func observe(event, caller, id string, limit int) {
+	p, _, ok := strings.Cut(caller, "-")
+	if !ok {
+		return
+	}
+	v, ok := watches.Load(p + "-")
+	if !ok {
+		return
+	}
+	w := v.(*capWatch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch event {
+	case "admit":
+		if w.live[caller] == nil {
+			w.live[caller] = map[string]bool{}
+		}
+		w.live[caller][id] = true
+		w.admissions++
+		if n := len(w.live[caller]); n > limit {
+			w.violations = append(w.violations, fmt.Sprintf("%s: %d live jobs admitted, cap %d", caller, n, limit))
+		}
+	case "end":
+		delete(w.live[caller], id)
+	}
+}
+
+// caller returns the name of w's caller name.
+func (w *capWatch) caller(name string) string { return w.prefix + name }
+
+// keys returns the keys file text (lines of caller and key) with w's
+// callers in place of its callers.
+func (w *capWatch) keys(text string) string {
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		b.WriteString(w.prefix + line)
+	}
+	return b.String()
+}
+
+// check fails the test if a caller of w went past its cap.
 func (w *capWatch) check(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
@@ -57,129 +101,194 @@ func (w *capWatch) check(t *testing.T) {
 	}
 }
 
-// post submits urls on n for key's caller and returns the status code and id.
-func post(t testing.TB, n *node, key string, urls ...string) (int, string) {
-	t.Helper()
-	var ts []string
-	for _, u := range urls {
-		ts = append(ts, fmt.Sprintf(`{"url":%q}`, u))
+// callerKeys is a keys file of n callers: callerI with key keyI.
+func callerKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "caller%d key%d\n", i, i)
 	}
-	req, err := http.NewRequest("POST", n.srv.URL+"/v1/batch", strings.NewReader(`{"targets":[`+strings.Join(ts, ",")+`]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := n.srv.Client().Do(req)
-	if err != nil {
-		return 0, ""
-	}
-	defer res.Body.Close()
-	var out struct {
-		ID     string
-		Reused bool
-	}
-	_ = json.NewDecoder(res.Body).Decode(&out)
-	return res.StatusCode, out.ID
+	return b.String()
 }
 
-func TestAdmission_CapAcrossNodes(t *testing.T) {
-	w := watchCaps(t)
-	tc := newTestCluster(t)
-	tc.cfg.JobsPerCaller = 1
-	a, b, c := tc.add("a"), tc.add("b"), tc.add("c")
-	tc.waitMembers(3)
+// liveOf counts caller's live jobs on the runner of every node of tc not
+// stopped.
+func liveOf(tc *clustertest.Cluster, caller string) int {
+	n := 0
+	for _, nd := range tc.Nodes() {
+		if nd.Stopped() {
+			continue
+		}
+		for _, j := range nd.Runner.Live() {
+			if j.Caller == caller {
+				n++
+			}
+		}
+	}
+	return n
+}
 
-	held := submit(t, a, "alice-key", "https://example.com/hold")
+// sampleLive counts caller's live jobs on every node until stop is closed,
+// and returns the most it saw.
+func sampleLive(tc *clustertest.Cluster, caller string, stop <-chan struct{}) <-chan int {
+	out := make(chan int, 1)
+	go func() {
+		most := 0
+		for {
+			most = max(most, liveOf(tc, caller))
+			select {
+			case <-stop:
+				most = max(most, liveOf(tc, caller))
+				out <- most
+				return
+			default:
+			}
+		}
+	}()
+	return out
+}
+
+// postUntil posts until the answer is neither 429 nor 503, as a client
+// retrying would, and returns it: for a step whose grain must first hear
+// of an earlier job's end (not the rule under test).
+func postUntil(t *testing.T, n *node, key string, urls ...string) (code int, id string) {
+	t.Helper()
+	testkit.WaitFor(t, "a submit on "+n.Name+" neither 429 nor 503", func() bool {
+		code, id = n.Post(key, urls...)
+		return code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable
+	})
+	return code, id
+}
+
+// postUntil503 posts until the answer is not 503 (a topology change under
+// way), as a client would after Retry-After, and returns it.
+func postUntil503(t *testing.T, n *node, key string, urls ...string) (code int, id string) {
+	t.Helper()
+	testkit.WaitFor(t, "a submit on "+n.Name+" not 503", func() bool {
+		code, id = n.Post(key, urls...)
+		return code != http.StatusServiceUnavailable
+	})
+	return code, id
+}
+
+// admitUntil asks adm to admit id for caller until the grain says yes (it
+// hears of an earlier release or end on a goroutine of its own), failing
+// the test on any answer but ErrCallerBusy.
+func admitUntil(t *testing.T, adm engine.Admission, caller, key, id string) {
+	t.Helper()
+	testkit.WaitFor(t, caller+"'s grain admits "+id, func() bool {
+		_, err := adm.Admit(context.Background(), caller, key, id)
+		if err != nil && !errors.Is(err, engine.ErrCallerBusy) {
+			t.Fatalf("admit %s: %v", id, err)
+		}
+		return err == nil
+	})
+}
+
+// gatedAdmission is a node's Admission that, while gate is set, holds each
+// admitted submission (after its grain said ADMIT, before the runner creates
+// the job) until gate is closed: a slow node, to order two first submits.
+type gatedAdmission struct {
+	engine.Admission
+	admitted chan struct{}
+	gate     chan struct{}
+	armed    atomic.Bool // holds the next admitted submission only
+}
+
+func (g *gatedAdmission) Admit(ctx context.Context, caller, key, id string) (string, error) {
+	reuse, err := g.Admission.Admit(ctx, caller, key, id)
+	if err == nil && reuse == "" && g.armed.Swap(false) {
+		g.admitted <- struct{}{}
+		<-g.gate
+	}
+	return reuse, err
+}
+
+// TestAdmission_CapAcrossNodes: a caller at her cap on one node is
+// refused a second job on every node, another caller is not held up, and
+// once her job ends she may submit on another node.
+func TestAdmission_CapAcrossNodes(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 1}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+
+	held := a.Submit(t, "alice-key", "https://example.com/hold")
 	for _, n := range []*node{a, b, c} {
-		if code, _ := post(t, n, "alice-key", "https://example.com/other-"+n.name); code != http.StatusTooManyRequests {
-			t.Fatalf("a second live job of alice on %s: %d, want 429", n.name, code)
+		if code, _ := n.Post("alice-key", "https://example.com/other-"+n.Name); code != http.StatusTooManyRequests {
+			t.Fatalf("a second live job of alice on %s: %d, want 429", n.Name, code)
 		}
 	}
 	// bob is not held up by alice.
-	if code, _ := post(t, b, "bob-key", "https://example.com/bob"); code != http.StatusAccepted {
+	if code, _ := b.Post("bob-key", "https://example.com/bob"); code != http.StatusAccepted {
 		t.Fatalf("bob on b: %d", code)
 	}
 	// Once alice's job ends, she may submit on another node. Her grain
 	// hears the end a moment after the job's node: ask until admitted.
-	if !a.runner.Cancel(held) {
+	if !a.Runner.Cancel(held) {
 		t.Fatal("cancel")
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		code, _ := post(t, c, "alice-key", "https://example.com/after")
-		if code == http.StatusAccepted {
-			break
-		}
-		if code != http.StatusTooManyRequests || time.Now().After(deadline) {
-			t.Fatalf("alice on c after her job ended: %d", code)
-		}
-		<-time.After(20 * time.Millisecond) // retrying a submit, as a client would after a 429
+	if code, _ := postUntil(t, c, "alice-key", "https://example.com/after"); code != http.StatusAccepted {
+		t.Fatalf("alice on c after her job ended: %d", code)
 	}
 	w.check(t)
 }
 
+// TestAdmission_ResubmitReusesOnAnyNode: a resubmit of a done job's
+// targets on any node returns that job, unless its node is no member.
 func TestAdmission_ResubmitReusesOnAnyNode(t *testing.T) {
-	watchCaps(t)
-	tc := newTestCluster(t)
-	tc.cfg.JobsPerCaller = 2
-	a, b, c := tc.add("a"), tc.add("b"), tc.add("c")
-	tc.waitMembers(3)
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 2}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
 
-	id := submit(t, a, "alice-key", "https://example.com/same")
-	waitDone(t, a, id)
+	id := a.Submit(t, "alice-key", "https://example.com/same")
+	a.WaitDone(t, id)
 	for _, n := range []*node{b, c, a} {
-		code, got := post(t, n, "alice-key", "https://example.com/same")
+		code, got := n.Post("alice-key", "https://example.com/same")
 		if code != http.StatusAccepted || got != id {
-			t.Fatalf("resubmit on %s: %d %s, want 202 %s", n.name, code, got, id)
+			t.Fatalf("resubmit on %s: %d %s, want 202 %s", n.Name, code, got, id)
 		}
 	}
 	// A job whose node is not a member is not reused: a new job starts.
-	onC := submit(t, c, "alice-key", "https://example.com/on-c")
-	waitDone(t, c, onC)
-	tc.stop(c)
-	tc.waitMembers(2)
-	code, got := post(t, b, "alice-key", "https://example.com/on-c")
+	onC := c.Submit(t, "alice-key", "https://example.com/on-c")
+	c.WaitDone(t, onC)
+	tc.Stop(c)
+	tc.WaitMembers(2)
+	code, got := b.Post("alice-key", "https://example.com/on-c")
 	if code != http.StatusAccepted || got == onC || got == "" {
 		t.Fatalf("resubmit of a job of a node that left: %d %s (its job %s)", code, got, onC)
 	}
+	w.check(t)
 }
 
+// TestAdmission_RetriedAdmitCountsOnce: an admission asked again (as
+// protoactor retries a request) counts once against the cap.
 func TestAdmission_RetriedAdmitCountsOnce(t *testing.T) {
+	t.Parallel()
 	w := watchCaps(t)
-	tc := newTestCluster(t)
-	tc.cfg.JobsPerCaller = 2
-	a, b := tc.add("a"), tc.add("b")
-	tc.waitMembers(2)
+	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 2}}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	carol := w.caller("carol")
 
 	ctx := context.Background()
-	adm := a.node.Admission()
+	adm := a.Node.Admission()
 	tag := fmt.Sprintf("%x", cluster.Tag("a"))
 	id1, id2, id3 := tag+"000000000000000000000001", tag+"000000000000000000000002", tag+"000000000000000000000003"
 	for range 3 { // protoactor retries a request: the same admission, asked again
-		if reuse, err := adm.Admit(ctx, "carol", "k1", id1); err != nil || reuse != "" {
+		if reuse, err := adm.Admit(ctx, carol, "k1", id1); err != nil || reuse != "" {
 			t.Fatalf("admit %s: %q %v", id1, reuse, err)
 		}
 	}
-	if reuse, err := b.node.Admission().Admit(ctx, "carol", "k2", id2); err != nil || reuse != "" {
+	if reuse, err := b.Node.Admission().Admit(ctx, carol, "k2", id2); err != nil || reuse != "" {
 		t.Fatalf("admit %s on b: %q %v", id2, reuse, err)
 	}
-	if _, err := adm.Admit(ctx, "carol", "k3", id3); err != engine.ErrCallerBusy {
+	if _, err := adm.Admit(ctx, carol, "k3", id3); err != engine.ErrCallerBusy {
 		t.Fatalf("a third admission with cap 2: %v, want ErrCallerBusy", err)
 	}
-	adm.Release("carol", id1)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		_, err := adm.Admit(ctx, "carol", "k3", id3)
-		if err == nil {
-			break
-		}
-		if err != engine.ErrCallerBusy || time.Now().After(deadline) {
-			t.Fatalf("admit after a release: %v", err)
-		}
-		<-time.After(20 * time.Millisecond) // the release reaches the grain on a goroutine of its own
-	}
-	adm.Release("carol", id2)
-	adm.Release("carol", id3)
+	adm.Release(carol, id1)
+	admitUntil(t, adm, carol, "k3", id3) // the release reaches the grain on a goroutine of its own
+	adm.Release(carol, id2)
+	adm.Release(carol, id3)
 	w.check(t)
 }
 
@@ -188,26 +297,21 @@ func TestAdmission_RetriedAdmitCountsOnce(t *testing.T) {
 // and each must rebuild its count from the members: a second job of any
 // caller is refused on every node.
 func TestAdmission_GrainsMoveAndRebuild(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	w := watchCaps(t)
-	tc := newTestCluster(t)
-	tc.cfg.JobsPerCaller, tc.cfg.JobsTotal = 1, 64
-	var keys strings.Builder
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(callerKeys(20)), Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
 	for i := range 20 {
-		fmt.Fprintf(&keys, "caller%d key%d\n", i, i)
+		[]*node{a, b}[i%2].Submit(t, fmt.Sprintf("key%d", i), "https://example.com/hold")
 	}
-	tc.keys = keys.String()
-	a, b := tc.add("a"), tc.add("b")
-	tc.waitMembers(2)
-	for i := range 20 {
-		submit(t, []*node{a, b}[i%2], fmt.Sprintf("key%d", i), "https://example.com/hold")
-	}
-	c, d := tc.add("c"), tc.add("d")
-	tc.waitMembers(4)
+	c, d := tc.AddAll("c", "d")[0], tc.Node("d")
+	tc.WaitMembers(4)
 	for i := range 20 {
 		n := []*node{a, b, c, d}[(i+1)%4]
-		code, _ := post(t, n, fmt.Sprintf("key%d", i), fmt.Sprintf("https://example.com/second/%d", i))
+		code, _ := n.Post(fmt.Sprintf("key%d", i), fmt.Sprintf("https://example.com/second/%d", i))
 		if code != http.StatusTooManyRequests {
-			t.Fatalf("caller%d's second job on %s after the grains moved: %d, want 429", i, n.name, code)
+			t.Fatalf("caller%d's second job on %s after the grains moved: %d, want 429", i, n.Name, code)
 		}
 	}
 	w.check(t)
@@ -217,16 +321,11 @@ func TestAdmission_GrainsMoveAndRebuild(t *testing.T) {
 // one node joins and one leaves: the cap is never exceeded, checked at
 // every admission.
 func TestAdmission_Storm(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
 	w := watchCaps(t)
-	tc := newTestCluster(t)
-	tc.cfg.JobsPerCaller = 1
-	var keys strings.Builder
-	for i := range 20 {
-		fmt.Fprintf(&keys, "caller%d key%d\n", i, i)
-	}
-	tc.keys = keys.String()
-	a, b, c := tc.add("a"), tc.add("b"), tc.add("c")
-	tc.waitMembers(3)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(callerKeys(20)), Config: engine.Config{JobsPerCaller: 1}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
 
 	var (
 		mu    sync.Mutex
@@ -244,7 +343,7 @@ func TestAdmission_Storm(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for j := range 25 {
-				code, _ := post(t, pick(), fmt.Sprintf("key%d", i), fmt.Sprintf("https://example.com/%d/%d", i, j))
+				code, _ := pick().Post(fmt.Sprintf("key%d", i), fmt.Sprintf("https://example.com/%d/%d", i, j))
 				mu.Lock()
 				codes[code]++
 				mu.Unlock()
@@ -252,11 +351,11 @@ func TestAdmission_Storm(t *testing.T) {
 		})
 	}
 	close(start)
-	d := tc.add("d") // joins
+	d := tc.Add("d") // joins
 	mu.Lock()
 	nodes = []*node{a, c, d}
 	mu.Unlock()
-	tc.stop(b) // leaves, gracefully
+	tc.Stop(b) // leaves, gracefully
 	wg.Wait()
 	w.check(t)
 	mu.Lock()
@@ -274,4 +373,427 @@ func TestAdmission_Storm(t *testing.T) {
 		t.Fatalf("answers: %v", codes)
 	}
 	t.Logf("answers: %v; admissions seen: %d", codes, w.admissions)
+}
+
+// 30 goroutines, 10 on each of 3 nodes, submit different work for the same
+// caller at once, with JobsPerCaller 1 then 2: the live jobs across every
+// runner never exceed the cap, at any moment sampled and at every admission.
+func TestAdmission_ConcurrentSameCallerNeverOverCap(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprint("cap", limit), func(t *testing.T) {
+			t.Parallel()
+			w := watchCaps(t)
+			alice := w.caller("alice")
+			tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: limit, JobsTotal: 64}}, "a", "b", "c")
+			nodes := tc.Nodes()
+			stop := make(chan struct{})
+			most := sampleLive(tc, alice, stop)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			var accepted atomic.Int32
+			codes := make(chan int, 30)
+			for i := range 30 {
+				wg.Go(func() {
+					<-start
+					code, _ := nodes[i%3].Post("alice-key", fmt.Sprintf("https://example.com/%d/hold", i))
+					codes <- code
+					if code == http.StatusAccepted {
+						accepted.Add(1)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			close(stop)
+			close(codes)
+			for code := range codes {
+				if code != http.StatusAccepted && code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
+					t.Errorf("a submit answered %d", code)
+				}
+			}
+			if m := <-most; m > limit {
+				t.Fatalf("%d live jobs of alice seen at once, cap %d", m, limit)
+			}
+			if n := int(accepted.Load()); n > limit || n == 0 {
+				t.Fatalf("%d submits accepted, cap %d (all holding)", n, limit)
+			}
+			if n := liveOf(tc, alice); n != int(accepted.Load()) {
+				t.Fatalf("%d live jobs, %d accepted", n, accepted.Load())
+			}
+			w.check(t)
+		})
+	}
+}
+
+// The same targets submitted at once on every node, 5 times each: the
+// concurrent first submits may race, but never past the cap; once one has
+// been answered, every resubmit on any node returns one and the same job.
+func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 3, JobsTotal: 64}}, "a", "b", "c")
+	nodes := tc.Nodes()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ids := map[string]int{}
+	for i := range 15 {
+		wg.Go(func() {
+			<-start
+			code, id := nodes[i%3].Post("alice-key", "https://example.com/same/hold")
+			mu.Lock()
+			defer mu.Unlock()
+			if code == http.StatusAccepted {
+				ids[id]++
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(ids) == 0 || len(ids) > 3 {
+		t.Fatalf("jobs created by 15 concurrent identical first submits: %v (cap 3)", ids)
+	}
+	t.Logf("15 concurrent identical first submits created %d job(s): %v", len(ids), ids)
+	if n := liveOf(tc, w.caller("alice")); n > 3 {
+		t.Fatalf("%d live jobs, cap 3", n)
+	}
+	// Sequential resubmits now: the same job on every node.
+	var first string
+	for round := range 2 {
+		for _, n := range nodes {
+			code, id := n.Post("alice-key", "https://example.com/same/hold")
+			if code != http.StatusAccepted || ids[id] == 0 {
+				t.Fatalf("resubmit %d on %s: %d %s, not one of %v", round, n.Name, code, id, ids)
+			}
+			if first == "" {
+				first = id
+			} else if id != first {
+				t.Fatalf("resubmit on %s returned %s, an earlier one %s", n.Name, id, first)
+			}
+		}
+	}
+	w.check(t)
+}
+
+// Done jobs are reused on any node; failed and cancelled ones never; one
+// past its TTL (a fake clock) is not.
+func TestAdmission_ReuseByOutcomeAndTTL(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	clock := testkit.NewClock()
+	clock.Set(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	hold := testkit.NewGate()
+	t.Cleanup(hold.Open)
+	page := clustertest.Fetch(hold)
+	fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.Contains(tg.URL, "/fail") {
+			return engine.Result{}, errors.New("refused")
+		}
+		return page(ctx, c, tg)
+	}
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Fetch: fetch,
+		Config: engine.Config{Now: clock.Now, TTL: time.Hour, JobsPerCaller: 2, JobsTotal: 64}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+
+	// done → reused everywhere
+	done := a.Submit(t, "alice-key", "https://example.com/done")
+	a.WaitDone(t, done)
+	for _, n := range []*node{b, c, a} {
+		if code, id := n.Post("alice-key", "https://example.com/done"); code != http.StatusAccepted || id != done {
+			t.Fatalf("resubmit of a done job on %s: %d %s, want %s", n.Name, code, id, done)
+		}
+	}
+	// failed → never reused
+	failed := b.Submit(t, "alice-key", "https://example.com/fail")
+	b.WaitDone(t, failed)
+	if j, _ := b.Runner.Job(failed); j.Status != engine.StatusFailed {
+		t.Fatalf("job %s: %s, want failed", failed, j.Status)
+	}
+	for _, n := range []*node{c, a, b} {
+		code, id := postUntil(t, n, "alice-key", "https://example.com/fail")
+		if code != http.StatusAccepted || id == failed {
+			t.Fatalf("resubmit of a failed job on %s: %d %s (the failed job %s)", n.Name, code, id, failed)
+		}
+		n.WaitDone(t, id)
+	}
+	// cancelled → never reused, even right after the cancel (the first
+	// submit once the grain has heard of the failed jobs' ends)
+	code, cancelled := postUntil(t, c, "alice-key", "https://example.com/c/hold")
+	if code != http.StatusAccepted {
+		t.Fatalf("submit on c: %d", code)
+	}
+	if !c.Runner.Cancel(cancelled) {
+		t.Fatal("cancel")
+	}
+	for _, n := range []*node{a, b} {
+		code, id := postUntil(t, n, "alice-key", "https://example.com/c/hold")
+		if code != http.StatusAccepted || id == cancelled {
+			t.Fatalf("resubmit of a cancelled job on %s: %d %s (the cancelled job %s)", n.Name, code, id, cancelled)
+		}
+		if !n.Runner.Cancel(id) {
+			t.Fatal("cancel")
+		}
+	}
+	// past the TTL → not reused
+	clock.Advance(2 * time.Hour)
+	// (c's worker may still hold the cancelled job's fetch: the new job may
+	// stay queued, which is reusable too.)
+	code, id := postUntil(t, c, "alice-key", "https://example.com/done")
+	if code != http.StatusAccepted || id == done {
+		t.Fatalf("resubmit of a job past its TTL: %d %s (the old job %s)", code, id, done)
+	}
+	// and the new one is reused in its stead
+	if code, again := a.Post("alice-key", "https://example.com/done"); code != http.StatusAccepted || again != id {
+		t.Fatalf("resubmit after the TTL renewal on a: %d %s, want %s", code, again, id)
+	}
+	w.check(t)
+}
+
+// A node holding a caller's live job stops being a member without ending
+// its jobs (its cluster node closed, its runner left running: as near a
+// crash as one process gets): the caller may submit on another node, and
+// the lost node's job is not reused.
+//
+// No cap observer here: the gone node's job never "ends" for the observer,
+// and the rule does not count it once its node has left.
+func TestAdmission_GoneHolderNotCountedNotReused(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	held := c.Submit(t, "alice-key", "https://example.com/c/hold")
+	for _, n := range []*node{a, b} {
+		if code, _ := n.Post("alice-key", "https://example.com/x"); code != http.StatusTooManyRequests {
+			t.Fatalf("second job on %s while c holds one: %d", n.Name, code)
+		}
+	}
+	_ = c.Node.Close() // leaves; its runner still holds the job
+	for _, n := range []*node{a, b} {
+		clustertest.WaitSees(t, n, 2)
+	}
+	code, id := postUntil(t, a, "alice-key", "https://example.com/c/hold")
+	if code != http.StatusAccepted || id == held {
+		t.Fatalf("resubmit of the gone node's job: %d %s (its job %s)", code, id, held)
+	}
+	if code, again := b.Post("alice-key", "https://example.com/c/hold"); code != http.StatusAccepted || again != id {
+		t.Fatalf("resubmit on b: %d %s, want the new job %s", code, again, id)
+	}
+	if code, _ := b.Post("alice-key", "https://example.com/other"); code != http.StatusTooManyRequests {
+		t.Fatalf("a second live job on b: %d, want 429", code)
+	}
+	// c's own runner may not admit anything: its node is gone.
+	if _, _, err := c.Runner.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: "https://example.com/y"}}); !errors.Is(err, engine.ErrNoAdmission) {
+		t.Fatalf("submit on c's runner after its node closed: %v", err)
+	}
+}
+
+// A node whose grains move away (it leaves gracefully, holding no jobs):
+// every caller at its cap stays at its cap on every node left.
+func TestAdmission_CapsHoldWhenGrainHostLeaves(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(callerKeys(12)), Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	for i := range 12 {
+		[]*node{a, b}[i%2].Submit(t, fmt.Sprintf("key%d", i), "https://example.com/hold")
+	}
+	tc.Stop(c)
+	tc.WaitMembers(2)
+	for i := range 12 {
+		for _, n := range []*node{a, b} {
+			code, _ := postUntil503(t, n, fmt.Sprintf("key%d", i), fmt.Sprintf("https://example.com/second/%d", i))
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("caller%d's second job on %s after c left: %d, want 429", i, n.Name, code)
+			}
+		}
+	}
+	w.check(t)
+}
+
+// Caller names that make odd grain identities: '/', unicode, '$', very
+// long. Each is admitted, capped and reused across nodes, and apart from
+// the others.
+func TestAdmission_OddCallerNames(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	names := []string{"a/b", "a", "a/b/../c", "ünïcødé-名前", "$1", "%2F", strings.Repeat("L", 8000)}
+	var keys strings.Builder
+	for i, nm := range names {
+		fmt.Fprintf(&keys, "%s k%d\n", nm, i)
+	}
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(keys.String()), Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	ids := map[string]string{}
+	for i := range names {
+		ids[names[i]] = []*node{a, b}[i%2].Submit(t, fmt.Sprintf("k%d", i), "https://example.com/n/hold")
+	}
+	for i, nm := range names {
+		other := []*node{b, a}[i%2]
+		if code, id := other.Post(fmt.Sprintf("k%d", i), "https://example.com/n/hold"); code != http.StatusAccepted || id != ids[nm] {
+			t.Errorf("resubmit of %.20q on %s: %d %s, want %s", nm, other.Name, code, id, ids[nm])
+		}
+		if code, _ := other.Post(fmt.Sprintf("k%d", i), "https://example.com/n/second"); code != http.StatusTooManyRequests {
+			t.Errorf("second job of %.20q on %s: %d, want 429", nm, other.Name, code)
+		}
+	}
+	w.check(t)
+}
+
+// Admission called directly with garbage, and after its node closed:
+// errors, never a panic; nothing left behind (TestMain's leak check).
+func TestAdmission_GarbageAndClosedNeverPanic(t *testing.T) {
+	t.Parallel()
+	// A short Timeout: an id that is not UTF-8 cannot cross to a grain on
+	// the other node (protobuf refuses to marshal it), and each attempt
+	// waits it out; the test is about answers, not their time.
+	tc := clustertest.Start(t, clustertest.Options{Timeout: 300 * time.Millisecond, Config: engine.Config{JobsPerCaller: 1}}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	ctx := context.Background()
+	adm := a.Node.Admission()
+	for _, id := range []string{"", "zz", "not-hex-at-all", strings.Repeat("f", 4096), "\x00\xff"} {
+		reuse, err := adm.Admit(ctx, "garbage-caller", "k", id)
+		t.Logf("Admit(id %.12q): %q %v", id, reuse, err)
+		adm.Release("garbage-caller", id)
+		adm.Ended("garbage-caller", id, "bogus-status")
+		adm.Ended("nobody", id, "done")
+	}
+	// A cancelled context: an error or an answer, no panic.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _ = adm.Admit(cctx, "ctx-caller", "k", "x")
+	adm.Release("ctx-caller", "x")
+	// Before start and after close: ErrNoAdmission.
+	fresh, err := cluster.New(cluster.Config{Name: "x", Node: "fresh", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "fresh"), Provider: cluster.ProtoactorProvider(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.Admission().Admit(ctx, "alice", "k", "id"); !errors.Is(err, engine.ErrNoAdmission) {
+		t.Fatalf("Admit before start: %v", err)
+	}
+	fresh.Admission().Release("alice", "id")
+	fresh.Admission().Ended("alice", "id", "done")
+	_ = fresh.Close()
+	tc.Stop(b)
+	if _, err := b.Node.Admission().Admit(ctx, "alice", "k", "id"); !errors.Is(err, engine.ErrNoAdmission) {
+		t.Fatalf("Admit after close: %v", err)
+	}
+	b.Node.Admission().Release("alice", "id")
+	b.Node.Admission().Ended("alice", "id", "done")
+}
+
+// A full node (JobsTotal) answers 429 and gives back the admission it asked
+// for: the caller may submit on another node right after, 20 times over.
+func TestAdmission_FullNodeReleasesAtOnce(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	w := watchCaps(t)
+	alice := w.caller("alice")
+	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 1, JobsTotal: 64}})
+	a := tc.AddWith("a", clustertest.NodeOptions{JobsTotal: 1})
+	b := tc.Add("b")
+	tc.WaitMembers(2)
+	a.Submit(t, "bob-key", "https://example.com/bob/hold") // a is full
+	for i := range 20 {
+		if code, _ := a.Post("alice-key", fmt.Sprintf("https://example.com/full/%d", i)); code != http.StatusTooManyRequests {
+			t.Fatalf("alice on the full node a: %d, want 429", code)
+		}
+		code, id := b.Post("alice-key", fmt.Sprintf("https://example.com/elsewhere/%d/hold", i))
+		if code != http.StatusAccepted {
+			t.Fatalf("round %d: alice on b right after a's 429: %d", i, code)
+		}
+		if !b.Runner.Cancel(id) {
+			t.Fatal("cancel")
+		}
+		// until the grain has heard of the cancel (not the rule under test)
+		code, id = postUntil(t, b, "alice-key", fmt.Sprintf("https://example.com/probe/%d/hold", i))
+		if code != http.StatusAccepted || !b.Runner.Cancel(id) {
+			t.Fatalf("alice stays busy: %d", code)
+		}
+		// And until it has heard of the probe's cancel too (its end, like
+		// every job's, reaches the grain on a goroutine of its own): an
+		// admission taken, then released (Release tells the grain before
+		// it returns), leaves alice's count at 0 for the next round.
+		adm, check := b.Node.Admission(), fmt.Sprintf("%x%024d", cluster.Tag("b"), i)
+		admitUntil(t, adm, alice, "check", check)
+		adm.Release(alice, check)
+	}
+	w.check(t)
+}
+
+// When the grain cannot decide (a member cannot list the caller's jobs: its
+// store is closed), the asking node answers 503 "admission unavailable"
+// with Retry-After, and nothing is created.
+func TestAdmission_Unavailable503(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 2, JobsTotal: 64}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	_ = c.Store.Close() // c stays a member, but cannot answer a rebuild
+	code, h, body := a.Do(t, "POST", "/v1/batch", "bob-key", `{"targets":[{"url":"https://example.com/u"}]}`)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), "admission unavailable") {
+		t.Fatalf("submit while the grain cannot rebuild: %d %q %s", code, h.Get("Retry-After"), body)
+	}
+	for _, n := range []*node{a, b} {
+		if jobs, _, err := n.Runner.List("bob", engine.ListOptions{}); err != nil || len(jobs) != 0 {
+			t.Fatalf("bob's jobs on %s: %v %v", n.Name, jobs, err)
+		}
+	}
+}
+
+// TestAdmission_ResubmitAfterRaceReturnsOneJob: an idempotent resubmit to
+// any node returns the same job while that job's node is a member
+// (docs/CLUSTER.md, "Reuse"), also after two first submits of the same
+// targets raced (allowed: a slow node a holds its admission while b's first
+// submit is admitted too, so two jobs exist, ja on a and jb on b): once jb
+// is cancelled, a resubmit on a returns ja (a's runner's own idempotency),
+// and one on b returns ja too (the grain learnt of it), not a third job.
+func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 4, JobsTotal: 64}})
+	ga := &gatedAdmission{admitted: make(chan struct{}, 1), gate: make(chan struct{})}
+	ga.armed.Store(true)
+	a := tc.AddWith("a", clustertest.NodeOptions{Admission: func(adm engine.Admission) engine.Admission { ga.Admission = adm; return ga }})
+	b := tc.Add("b")
+	tc.WaitMembers(2)
+
+	const url = "https://example.com/same/hold"
+	type answer struct {
+		code int
+		id   string
+	}
+	first := make(chan answer, 1)
+	go func() {
+		code, id := a.Post("alice-key", url)
+		first <- answer{code, id}
+	}()
+	testkit.Recv(t, ga.admitted)          // a's first submit is admitted
+	codeB, jb := b.Post("alice-key", url) // a has not created its job yet
+	close(ga.gate)
+	fa := <-first
+	if fa.code != http.StatusAccepted || codeB != http.StatusAccepted {
+		t.Fatalf("first submits: a %d, b %d", fa.code, codeB)
+	}
+	ja := fa.id
+	t.Logf("two first submits: %s on a, %s on b", ja, jb)
+	if ja == jb {
+		t.Skip("the first submits did not race: one job")
+	}
+	if !b.Runner.Cancel(jb) {
+		t.Fatal("cancel jb")
+	}
+	code, onA := postUntil(t, a, "alice-key", url)
+	if code != http.StatusAccepted {
+		t.Fatalf("resubmit on a: %d", code)
+	}
+	code, onB := postUntil(t, b, "alice-key", url)
+	if code != http.StatusAccepted {
+		t.Fatalf("resubmit on b: %d", code)
+	}
+	if onA != onB {
+		t.Fatalf("resubmits of the same targets: %s on a, %s on b (ja %s live on a, a member; jb %s cancelled)", onA, onB, ja, jb)
+	}
+	w.check(t)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/clustertest"
 	"github.com/sift/batch/persistence"
 )
 
@@ -18,18 +19,14 @@ import (
 //	go test -run '^$' -bench '^BenchmarkCluster_Submit$' -benchtime 200x -count 5 ./engine/cluster
 func BenchmarkCluster_Submit(b *testing.B) {
 	cfg := engine.Config{JobsPerCaller: 1 << 20, JobsTotal: 1 << 20, TargetsPerJob: 64}
-	tc := newTestCluster(b)
-	tc.cfg = cfg
-	a := tc.add("a")
-	tc.add("b")
-	tc.add("c")
-	tc.waitMembers(3)
+	tc := clustertest.Start(b, clustertest.Options{Config: cfg}, "a", "b", "c")
+	a := tc.Node("a")
 
 	store, err := persistence.Open("")
 	if err != nil {
 		b.Fatal(err)
 	}
-	single, err := engine.New(store, tc.fetch, cfg, nil)
+	single, err := engine.New(store, clustertest.Fetch(tc.Hold), cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,14 +42,14 @@ func BenchmarkCluster_Submit(b *testing.B) {
 		}
 	}
 	for i := range 32 { // every caller's grain activated, both runners warm
-		submit(a.runner, i)
+		submit(a.Runner, i)
 		submit(single, i)
 	}
 	var inCluster, alone time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		submit(a.runner, 1000+2*i)
+		submit(a.Runner, 1000+2*i)
 		t1 := time.Now()
 		submit(single, 1000+2*i+1)
 		inCluster += t1.Sub(t0)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/clustertest"
 )
 
 // benchPair starts a cluster of two nodes for a benchmark, logging at
@@ -21,10 +22,8 @@ import (
 // other, which forwards to it.
 func benchPair(b *testing.B) (holder, other *node) {
 	b.Helper()
-	tc := newTestCluster(b)
-	tc.level = slog.LevelInfo
-	holder, other = tc.add("holder"), tc.add("other")
-	tc.waitMembers(2)
+	tc := clustertest.Start(b, clustertest.Options{Level: slog.LevelInfo}, "holder", "other")
+	holder, other = tc.Node("holder"), tc.Node("other")
 	return holder, other
 }
 
@@ -32,19 +31,19 @@ func benchPair(b *testing.B) (holder, other *node) {
 // answer, and returns how long that took and how many bytes it held.
 func timedGet(b *testing.B, n *node, path string) (time.Duration, int64) {
 	start := time.Now()
-	req, err := http.NewRequest(http.MethodGet, n.srv.URL+path, nil)
+	req, err := http.NewRequest(http.MethodGet, n.Srv.URL+path, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer alice-key")
-	res, err := n.srv.Client().Do(req)
+	res, err := n.Srv.Client().Do(req)
 	if err != nil {
 		b.Fatal(err)
 	}
 	size, err := io.Copy(io.Discard, res.Body)
 	_ = res.Body.Close()
 	if err != nil || res.StatusCode != http.StatusOK {
-		b.Fatalf("GET %s on %s: %d, %v", path, n.name, res.StatusCode, err)
+		b.Fatalf("GET %s on %s: %d, %v", path, n.Name, res.StatusCode, err)
 	}
 	return time.Since(start), size
 }
@@ -145,7 +144,7 @@ func (p *pairReads) run(b *testing.B, holder, other *node, path string, want int
 			peak = p.heap.sample() - base
 		}
 		if size != want {
-			b.Fatalf("GET %s on %s: %d bytes, want %d", path, n.name, size, want)
+			b.Fatalf("GET %s on %s: %d bytes, want %d", path, n.Name, size, want)
 		}
 		if n == holder {
 			p.own, p.ownAlloc, p.ownPeak = p.own+d, p.ownAlloc+alloc, max(p.ownPeak, peak)
@@ -192,14 +191,14 @@ func settledLive() uint64 {
 // the most the live heap grew above what it was before the request, that
 // is the most the read held at once, its garbage aside.
 func heldDuring(b *testing.B, n *node, path string, want int64) uint64 {
-	req, err := http.NewRequest(http.MethodGet, n.srv.URL+path, nil)
+	req, err := http.NewRequest(http.MethodGet, n.Srv.URL+path, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer alice-key")
 	buf := make([]byte, 1<<20)
 	base := settledLive()
-	res, err := n.srv.Client().Do(req)
+	res, err := n.Srv.Client().Do(req)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -220,7 +219,7 @@ func heldDuring(b *testing.B, n *node, path string, want int64) uint64 {
 		}
 	}
 	if size != want {
-		b.Fatalf("GET %s on %s: %d bytes, want %d", path, n.name, size, want)
+		b.Fatalf("GET %s on %s: %d bytes, want %d", path, n.Name, size, want)
 	}
 	return most
 }
@@ -235,8 +234,8 @@ func BenchmarkCluster_Poll(b *testing.B) {
 	for i := range 8 {
 		urls = append(urls, fmt.Sprintf("https://example.com/poll/%d", i))
 	}
-	id := submit(b, holder, "alice-key", urls...)
-	waitDone(b, holder, id)
+	id := holder.Submit(b, "alice-key", urls...)
+	holder.WaitDone(b, id)
 	path := "/v1/batch/" + id
 	_, want := timedGet(b, holder, path) // warm: connections, who is who
 	if _, size := timedGet(b, other, path); size != want {
@@ -265,8 +264,8 @@ func BenchmarkCluster_Poll(b *testing.B) {
 // (two reads from each node): what a read holds at once, garbage aside.
 func BenchmarkCluster_Results16MiB(b *testing.B) {
 	holder, other := benchPair(b)
-	id := submit(b, holder, "alice-key", bigURLs("example.com", 16, 1<<20)...)
-	waitDone(b, holder, id)
+	id := holder.Submit(b, "alice-key", bigURLs("example.com", 16, 1<<20)...)
+	holder.WaitDone(b, id)
 	path := "/v1/batch/" + id + "?results=1"
 	_, want := timedGet(b, holder, path)
 	if want < 16<<20 {
@@ -321,16 +320,14 @@ func BenchmarkCluster_Throughput(b *testing.B) {
 func BenchmarkCluster_Transport(b *testing.B) {
 	for _, mode := range []string{"mtls", "insecure"} {
 		b.Run("poll/"+mode, func(b *testing.B) {
-			tc := newTestCluster(b)
-			tc.level, tc.insecure = slog.LevelInfo, mode == "insecure"
-			holder, other := tc.add("holder"), tc.add("other")
-			tc.waitMembers(2)
+			tc := clustertest.Start(b, clustertest.Options{Level: slog.LevelInfo, Insecure: mode == "insecure"}, "holder", "other")
+			holder, other := tc.Node("holder"), tc.Node("other")
 			var urls []string
 			for i := range 8 {
 				urls = append(urls, fmt.Sprintf("https://example.com/poll/%d", i))
 			}
-			id := submit(b, holder, "alice-key", urls...)
-			waitDone(b, holder, id)
+			id := holder.Submit(b, "alice-key", urls...)
+			holder.WaitDone(b, id)
 			path := "/v1/batch/" + id
 			_, want := timedGet(b, holder, path)
 			if _, size := timedGet(b, other, path); size != want { // warm: connections, who is who
@@ -358,21 +355,20 @@ func benchClusterThroughput(b *testing.B, nodes int, insecure bool) {
 	for i := range dirs {
 		dirs[i] = b.TempDir() // before the cluster: removed after its nodes stop
 	}
-	tc := newTestCluster(b)
-	tc.level, tc.insecure = slog.LevelInfo, insecure
 	var stored, want atomic.Int64
 	round := make(chan struct{}, 1)
-	tc.cfg = engine.Config{JobsPerCaller: 1 << 16, JobsTotal: 1 << 16, MaxBytes: 1 << 40,
+	cfg := engine.Config{JobsPerCaller: 1 << 16, JobsTotal: 1 << 16, MaxBytes: 1 << 40,
 		Hooks: engine.Hooks{Target: func(error, time.Duration, int) {
 			if stored.Add(1) == want.Load() {
 				round <- struct{}{}
 			}
 		}}}
-	ns := make([]*node, nodes)
-	for i := range ns {
-		ns[i] = tc.addWith(fmt.Sprintf("n%d", i), nodeOptions{dir: dirs[i]})
+	specs := make([]clustertest.Spec, nodes)
+	for i := range specs {
+		specs[i] = clustertest.Spec{Name: fmt.Sprintf("n%d", i), NodeOptions: clustertest.NodeOptions{Dir: dirs[i]}}
 	}
-	tc.waitMembers(nodes)
+	tc := clustertest.StartSpecs(b, clustertest.Options{Level: slog.LevelInfo, Insecure: insecure, Config: cfg}, specs...)
+	ns := tc.Nodes()
 	batches := make([][]engine.Target, jobs)
 	var took time.Duration
 	var busy float64
@@ -391,8 +387,8 @@ func benchClusterThroughput(b *testing.B, nodes int, insecure bool) {
 			wg.Go(func() {
 				for j := i; j < jobs; j += nodes {
 					c := &engine.Caller{Name: fmt.Sprintf("bench-%d", j%callers)}
-					if _, _, err := n.runner.Submit(context.Background(), c, "", batches[j]); err != nil {
-						b.Errorf("submit to %s: %v", n.name, err)
+					if _, _, err := n.Runner.Submit(context.Background(), c, "", batches[j]); err != nil {
+						b.Errorf("submit to %s: %v", n.Name, err)
 						return
 					}
 				}

@@ -1,595 +1,425 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"fmt"
-	"io"
-	"log/slog"
-	"math/big"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
-	"github.com/asynkron/protoactor-go/remote"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
-	"github.com/sift/batch/engine/cluster/clustertls"
-	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/cluster/kubernetes"
+	"github.com/sift/batch/engine/enginetest/clustertest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 )
 
-const testKeys = `alice alice-key
-bob bob-key
-`
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// node is one node of a test cluster: its own store, runner, API and
-// cluster node, its API served by an httptest server.
-type node struct {
-	name   string
-	store  *persistence.Store
-	runner *engine.Runner
-	node   *cluster.Node
-	api    *httpapi.Handler
-	srv    *httptest.Server
-	closed bool
-}
-
-// testCluster is several nodes in this process, found through protoactor's
-// test provider (one in-memory agent).
-type testCluster struct {
-	t       testing.TB
-	agent   *test.InMemAgent
-	name    string
-	logs    *syncBuffer
-	level   slog.Level // of the logs; Debug unless a test sets it before add
-	release chan struct{}
-	nodes   []*node
-	fetch   engine.FetchFunc
-	cfg     engine.Config // each node's runner's, but NodeTag and Admission
-	keys    string        // the keys file of every node; "" is testKeys
-	// insecure starts every node in plaintext (nodeOptions.insecure).
-	insecure bool
-}
-
-// fetchOf answers from the URL: ".../hold" waits for release, ".../big/N"
-// returns N bytes of content, anything else a short page.
-func fetchOf(release <-chan struct{}) engine.FetchFunc {
-	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
-		switch {
-		case strings.HasSuffix(t.URL, "/hold"):
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return engine.Result{}, ctx.Err()
-			}
-		case strings.Contains(t.URL, "/big/"):
-			var n int
-			_, _ = fmt.Sscanf(t.URL[strings.LastIndex(t.URL, "/")+1:], "%d", &n)
-			return engine.Result{Content: strings.Repeat("x", n)}, nil
+// TestNew_BadConfig: New refuses each bad config with an error.
+func TestNew_BadConfig(t *testing.T) {
+	provider := cluster.Automanaged("127.0.0.1:6000", []string{"127.0.0.1:6000"}, 0)
+	good := cluster.Config{Name: "c", Node: "n", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "n"), Provider: provider}
+	if _, err := cluster.New(good); err != nil {
+		t.Fatalf("a good config: %v", err)
+	}
+	for name, change := range map[string]func(*cluster.Config){
+		"no name":                    func(c *cluster.Config) { c.Name = "" },
+		"no node":                    func(c *cluster.Config) { c.Node = "" },
+		"no provider":                func(c *cluster.Config) { c.Provider = cluster.Provider{} },
+		"no address":                 func(c *cluster.Config) { c.Addr = "" },
+		"no port":                    func(c *cluster.Config) { c.Addr = "127.0.0.1" },
+		"port too big":               func(c *cluster.Config) { c.Addr = "127.0.0.1:65536" },
+		"port not a number":          func(c *cluster.Config) { c.Addr = "127.0.0.1:http" },
+		"negative port":              func(c *cluster.Config) { c.Addr = "127.0.0.1:-1" },
+		"bad advertised":             func(c *cluster.Config) { c.AdvertiseAddr = "somewhere" },
+		"negative timeout":           func(c *cluster.Config) { c.Timeout = -time.Second },
+		"negative retry":             func(c *cluster.Config) { c.RetryAfter = -1 },
+		"negative both":              func(c *cluster.Config) { c.Timeout, c.RetryAfter = -1, -1 },
+		"advertised no port":         func(c *cluster.Config) { c.AdvertiseAddr = "10.0.0.1" },
+		"address with a path":        func(c *cluster.Config) { c.Addr = "127.0.0.1:80/x" },
+		"neither TLS nor insecure":   func(c *cluster.Config) { c.TLS = nil },
+		"both TLS and insecure":      func(c *cluster.Config) { c.Insecure = true },
+		"another node's certificate": func(c *cluster.Config) { c.TLS = clustertest.NodeTLS(t, "another") },
+	} {
+		cfg := good
+		change(&cfg)
+		n, err := cluster.New(cfg)
+		if err == nil || n != nil {
+			t.Errorf("%s: New gave %v, %v; want an error", name, n, err)
 		}
-		return engine.Result{Content: "page " + t.URL}, nil
 	}
 }
 
-func newTestCluster(t testing.TB) *testCluster {
-	tc := &testCluster{t: t, agent: test.NewInMemAgent(), name: fmt.Sprintf("test-%d", time.Now().UnixNano()),
-		logs: &syncBuffer{}, level: slog.LevelDebug, release: make(chan struct{})}
-	tc.fetch = fetchOf(tc.release)
-	t.Cleanup(func() {
-		select {
-		case <-tc.release:
-		default:
-			close(tc.release)
+// TestNode_StartErrors: Start returns an error, having started nothing,
+// on an address in use (the remote's, or the automanaged provider's), on
+// a bad provider config, a provider that fails (giving the remote's port
+// back), a nil runner or handler, a second Start and a Start after Close.
+func TestNode_StartErrors(t *testing.T) {
+	t.Parallel()
+	store, err := persistence.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	r, err := engine.New(store, clustertest.Fetch(testkit.NewGate()), engine.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h := http.NotFoundHandler()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	inUse := taken.Addr().String()
+	free := func(t *testing.T) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		for _, n := range tc.nodes {
-			wg.Go(func() { tc.stop(n) })
+		defer l.Close()
+		return l.Addr().String()
+	}
+	newNode := func(t *testing.T, addr string, p cluster.Provider) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Name: "start-errors", Node: "n", Addr: addr, TLS: clustertest.NodeTLS(t, "n"), Provider: p})
+		if err != nil {
+			t.Fatal(err)
 		}
-		wg.Wait()
+		return n
+	}
+	testProvider := cluster.ProtoactorProvider(test.NewTestProvider(test.NewInMemAgent()))
+
+	for name, n := range map[string]*cluster.Node{
+		"remote address in use":       newNode(t, inUse, testProvider),
+		"manage address in use":       newNode(t, "127.0.0.1:0", cluster.Automanaged(inUse, []string{inUse}, 0)),
+		"manage address without port": newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:0", []string{"127.0.0.1:1"}, 0)),
+		"no peers":                    newNode(t, "127.0.0.1:0", cluster.Automanaged(free(t), nil, 0)),
+		"bad peer":                    newNode(t, "127.0.0.1:0", cluster.Automanaged(free(t), []string{"nowhere"}, 0)),
+		"address of another host":     newNode(t, "192.0.2.1:0", testProvider),
+	} {
+		if err := n.Start(r, h); err == nil {
+			t.Errorf("%s: Start gave no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+		if len(n.Members()) != 0 {
+			t.Errorf("%s: a member after a failed Start", name)
+		}
+		if err := n.Close(); err != nil {
+			t.Errorf("%s: Close: %v", name, err)
+		}
+	}
+
+	// A provider that fails once protoactor's remote has started: the
+	// remote's port is given back.
+	addr := free(t)
+	n := newNode(t, addr, cluster.ProtoactorProvider(failingProvider{}))
+	if err := n.Start(r, h); err == nil || !strings.Contains(err.Error(), "no way in") {
+		t.Errorf("a failing provider: Start gave %v", err)
+	}
+	testkit.WaitFor(t, "the remote's port is free", func() bool {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			_ = l.Close()
+		}
+		return err == nil
 	})
-	return tc
-}
+	_ = n.Close()
 
-// nodeOptions change what addWith starts.
-type nodeOptions struct {
-	now  func() time.Time                // the runner's clock; default time.Now
-	wrap func(http.Handler) http.Handler // wraps the handler that answers the other nodes
-	dir  string                          // the store's directory; default in memory
-	// insecure starts the node in plaintext (Config.Insecure) instead of
-	// with the tests' cluster TLS.
-	insecure bool
-	// provider, if set, replaces the test provider (the cluster's
-	// in-memory agent): Automanaged, say.
-	provider *cluster.Provider
-}
-
-// add starts a node named name.
-func (tc *testCluster) add(name string) *node {
-	tc.t.Helper()
-	return tc.addWith(name, nodeOptions{})
-}
-
-// addWith starts a node named name, changed by o.
-func (tc *testCluster) addWith(name string, o nodeOptions) *node {
-	t := tc.t
-	t.Helper()
-	log := slog.New(slog.NewTextHandler(tc.logs, &slog.HandlerOptions{Level: tc.level}))
-	ccfg := cluster.Config{Name: tc.name, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name),
-		Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.agent)), Timeout: 3 * time.Second, Log: log}
-	if o.insecure || tc.insecure {
-		ccfg.TLS, ccfg.Insecure = nil, true
+	n = newNode(t, "127.0.0.1:0", testProvider)
+	if err := n.Start(nil, h); err == nil {
+		t.Error("Start with no runner gave no error")
 	}
-	if o.provider != nil {
-		ccfg.Provider = *o.provider
+	if err := n.Start(r, nil); err == nil {
+		t.Error("Start with no handler gave no error")
 	}
-	cn, err := cluster.New(ccfg)
+	if err := n.Start(r, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(r, h); err == nil {
+		t.Error("a second Start gave no error")
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(r, h); err == nil {
+		t.Error("Start after Close gave no error")
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("Close again: %v", err)
+	}
+}
+
+// TestNode_ListensOnlyOnGivenHost: a node given 127.0.0.1 addresses
+// listens on 127.0.0.1 only: its remote's port and the automanaged
+// provider's manage port (protoactor's own would listen on every
+// interface), which answers the peers' polls.
+func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := persistence.Open(o.dir)
+	manage := l.Addr().String()
+	managePort := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	one := solo(t)
+	n, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "n"),
+		Provider: cluster.Automanaged(manage, []string{manage}, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := tc.cfg
-	cfg.NodeTag, cfg.Admission = cn.Tag(), cn.Admission()
-	if cfg.JobsPerCaller == 0 {
-		cfg.JobsPerCaller = 4
-	}
-	cfg.TargetsPerJob = 64
-	if o.now != nil {
-		cfg.Now = o.now
-	}
-	r, err := engine.New(store, tc.fetch, cfg, log)
-	if err != nil {
+	if err := n.Start(one.Runner, one.API); err != nil {
 		t.Fatal(err)
 	}
-	keyFile := tc.keys
-	if keyFile == "" {
-		keyFile = testKeys
-	}
-	keys, err := httpapi.ReadKeys(strings.NewReader(keyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(r, keys, httpapi.Options{Cluster: cn, TargetsPerJob: 64, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var answer http.Handler = api
-	if o.wrap != nil {
-		answer = o.wrap(api)
-	}
-	if err := cn.Start(r, answer); err != nil {
-		t.Fatal(err)
-	}
-	n := &node{name: name, store: store, runner: r, node: cn, api: api, srv: httptest.NewServer(api)}
-	tc.nodes = append(tc.nodes, n)
-	return n
-}
+	defer n.Close()
+	testkit.WaitFor(t, "the node is a member", func() bool { return n.Membership().Member })
+	_, p, _ := net.SplitHostPort(n.Address())
+	remotePort, _ := strconv.Atoi(p)
 
-// stop stops n: its server, its runner, its node (gracefully), its store.
-func (tc *testCluster) stop(n *node) {
-	if n.closed {
-		return
-	}
-	n.closed = true
-	n.api.EndWaits()
-	n.srv.Close()
-	n.runner.Close() // its jobs end while the node can still tell their callers' grains
-	_ = n.node.Close()
-	_ = n.store.Close()
-}
-
-// waitMembers waits until every live node sees want members, each of
-// which has said who it is (a member that has not reads as its address).
-func (tc *testCluster) waitMembers(want int) {
-	tc.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for _, n := range tc.nodes {
-		if n.closed {
-			continue
+	socks := listening(t)
+	for name, port := range map[string]int{"remote": remotePort, "manage": managePort} {
+		if len(socks[port]) == 0 {
+			t.Errorf("%s port %d: not listening: the test tests nothing", name, port)
 		}
-		for {
-			changed := n.node.Changed()
-			if ms := n.node.Members(); len(ms) == want && !slices.ContainsFunc(ms, func(m string) bool { return strings.Contains(m, ":") }) {
-				break
-			}
-			select {
-			case <-changed:
-			case <-time.After(time.Until(deadline)):
-				tc.t.Fatalf("node %s sees %d members, want %d", n.name, len(n.node.Members()), want)
+		for _, host := range socks[port] {
+			if host != "0100007F" {
+				t.Errorf("%s port %d: listens on %s, want 127.0.0.1 (0100007F) only", name, port, host)
 			}
 		}
 	}
-}
-
-// do sends a request with key to n's API.
-func do(t testing.TB, n *node, method, path, key, body string) (int, http.Header, []byte) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, n.srv.URL+path, rd)
+	res, err := http.Get("http://" + manage + "/_health")
 	if err != nil {
 		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := n.srv.Client().Do(req)
-	if err != nil {
-		t.Fatalf("%s %s on %s: %v", method, path, n.name, err)
 	}
 	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("%s %s on %s: read: %v", method, path, n.name, err)
+	var who struct {
+		ID          string `json:"id"`
+		ClusterName string `json:"cluster_name"`
+		Port        int    `json:"port"`
 	}
-	return res.StatusCode, res.Header, b
-}
-
-// submit submits urls on n for key's caller and returns the id.
-func submit(t testing.TB, n *node, key string, urls ...string) string {
-	t.Helper()
-	var ts []string
-	for _, u := range urls {
-		ts = append(ts, fmt.Sprintf(`{"url":%q}`, u))
-	}
-	code, _, b := do(t, n, "POST", "/v1/batch", key, `{"targets":[`+strings.Join(ts, ",")+`]}`)
-	if code != http.StatusAccepted {
-		t.Fatalf("submit on %s: %d %s", n.name, code, b)
-	}
-	var out struct{ ID string }
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out.ID
-}
-
-// waitDone waits, through n's runner, until job id has ended.
-func waitDone(t testing.TB, n *node, id string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := n.runner.Wait(ctx, id); err != nil {
-		t.Fatalf("wait %s on %s: %v", id, n.name, err)
+	if err := json.NewDecoder(res.Body).Decode(&who); err != nil || res.StatusCode != http.StatusOK ||
+		who.ClusterName != "listen" || who.Port != remotePort || who.ID == "" {
+		t.Errorf("the manage port's health: %d %+v %v", res.StatusCode, who, err)
 	}
 }
 
-func TestCluster_AnyNodeAnswersAnyJob(t *testing.T) {
-	tc := newTestCluster(t)
-	a, b, c := tc.add("a"), tc.add("b"), tc.add("c")
-	tc.waitMembers(3)
-
-	id := submit(t, a, "alice-key", "https://example.com/1", "https://example.com/2")
-	if !strings.HasPrefix(id, fmt.Sprintf("%x", cluster.Tag("a"))) {
-		t.Fatalf("id %s does not begin with a's tag %x", id, cluster.Tag("a"))
+// TestNode_LifecycleMisuseErrsNeverPanics: bad configs, Start twice, Close twice,
+// Close before Start, Start after Close, Forward before Start and after
+// Close, List after Close, Start on an address in use or with a provider
+// that cannot start: errors (or answers), never panics; and nothing left
+// running (TestMain's leak check).
+func TestNode_LifecycleMisuseErrsNeverPanics(t *testing.T) {
+	t.Parallel()
+	agent := test.NewInMemAgent()
+	prov := cluster.ProtoactorProvider(test.NewTestProvider(agent))
+	good := cluster.Config{Name: "c", Node: "x", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "x"), Provider: prov}
+	bad := map[string]func(*cluster.Config){
+		"no name":            func(c *cluster.Config) { c.Name = "" },
+		"no node":            func(c *cluster.Config) { c.Node = "" },
+		"no provider":        func(c *cluster.Config) { c.Provider = cluster.Provider{} },
+		"no address":         func(c *cluster.Config) { c.Addr = "" },
+		"address, no port":   func(c *cluster.Config) { c.Addr = "127.0.0.1" },
+		"port too big":       func(c *cluster.Config) { c.Addr = "127.0.0.1:65536" },
+		"negative port":      func(c *cluster.Config) { c.Addr = "127.0.0.1:-1" },
+		"port not a number":  func(c *cluster.Config) { c.Addr = "127.0.0.1:http" },
+		"bad IPv6":           func(c *cluster.Config) { c.Addr = "[::1:80" },
+		"bad advertised":     func(c *cluster.Config) { c.AdvertiseAddr = "host" },
+		"advertised port":    func(c *cluster.Config) { c.AdvertiseAddr = "host:99999" },
+		"negative timeout":   func(c *cluster.Config) { c.Timeout = -time.Second },
+		"negative retry":     func(c *cluster.Config) { c.RetryAfter = -1 },
+		"negative both":      func(c *cluster.Config) { c.Timeout, c.RetryAfter = -1, -1 },
+		"timeout, bad addr":  func(c *cluster.Config) { c.Timeout, c.Addr = time.Second, ":"+strings.Repeat("9", 30) },
+		"spaces in address":  func(c *cluster.Config) { c.Addr = " 127.0.0.1:0" + "x" },
+		"nothing but a name": func(c *cluster.Config) { *c = cluster.Config{Name: "c"} },
 	}
-	waitDone(t, a, id)
-
-	for _, path := range []string{"/v1/batch/" + id, "/v1/batch/" + id + "?results=1", "/v1/batch/" + id + "/1", "/v1/batch/" + id + "/9", "/v1/batch/" + id + "?wait=1s"} {
-		wantCode, _, want := do(t, a, "GET", path, "alice-key", "")
-		for _, n := range []*node{b, c} {
-			code, _, got := do(t, n, "GET", path, "alice-key", "")
-			if code != wantCode || !bytes.Equal(got, want) {
-				t.Errorf("GET %s on %s: %d %s; on a: %d %s", path, n.name, code, got, wantCode, want)
+	for what, f := range bad {
+		cfg := good
+		f(&cfg)
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					t.Errorf("New with %s panicked: %v", what, v)
+				}
+			}()
+			if n, err := cluster.New(cfg); err == nil {
+				t.Errorf("New with %s: no error", what)
+				_ = n.Close()
 			}
-		}
-		// Another caller: 404 everywhere, as on the job's node.
-		wantCode, _, want = do(t, a, "GET", path, "bob-key", "")
-		if wantCode != http.StatusNotFound {
-			t.Fatalf("bob reads alice's job on a: %d", wantCode)
-		}
-		code, _, got := do(t, b, "GET", path, "bob-key", "")
-		if code != wantCode || !bytes.Equal(got, want) {
-			t.Errorf("bob GET %s on b: %d %s; on a: %d %s", path, code, got, wantCode, want)
-		}
+		}()
 	}
-	// An unknown key is refused by the node asked, before any forwarding.
-	if code, _, _ := do(t, b, "GET", "/v1/batch/"+id, "nobody", ""); code != http.StatusUnauthorized {
-		t.Errorf("unknown key on b: %d, want 401", code)
-	}
-}
 
-func TestCluster_CancelAndWaitFromAnotherNode(t *testing.T) {
-	tc := newTestCluster(t)
-	a, b := tc.add("a"), tc.add("b")
-	tc.waitMembers(2)
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	id := b.Submit(t, "alice-key", "https://example.com/1")
+	b.WaitDone(t, id)
 
-	id := submit(t, a, "alice-key", "https://example.com/hold", "https://example.com/2")
-	// A wait on b ends when the job, on a, is cancelled from b.
-	type answer struct {
-		code int
-		body []byte
+	// Start twice: an error, and the node goes on.
+	if err := a.Node.Start(a.Runner, a.API); err == nil {
+		t.Error("Start twice: no error")
 	}
-	waited := make(chan answer, 1)
-	go func() {
-		code, _, body := do(t, b, "GET", "/v1/batch/"+id+"?wait=20s", "alice-key", "")
-		waited <- answer{code, body}
-	}()
-	if code, _, body := do(t, b, "DELETE", "/v1/batch/"+id, "bob-key", ""); code != http.StatusNotFound {
-		t.Fatalf("bob cancels alice's job on b: %d %s", code, body)
+	if got := send(context.Background(), a, "GET", "/v1/batch/"+id, bearer("alice-key")); got.code != http.StatusOK {
+		t.Errorf("a after a second Start: %d %s", got.code, got.body)
 	}
-	code, _, body := do(t, b, "DELETE", "/v1/batch/"+id, "alice-key", "")
-	if code != http.StatusOK || !strings.Contains(string(body), `"cancelled":true`) {
-		t.Fatalf("cancel on b: %d %s", code, body)
-	}
-	select {
-	case w := <-waited:
-		if w.code != http.StatusOK || !strings.Contains(string(w.body), `"status":"cancelled"`) {
-			t.Fatalf("wait on b: %d %s", w.code, w.body)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the wait on b did not end with the cancel")
-	}
-	if code, _, body := do(t, b, "DELETE", "/v1/batch/"+id, "alice-key", ""); code != http.StatusConflict {
-		t.Fatalf("cancel again on b: %d %s, want 409", code, body)
-	}
-}
 
-func TestCluster_LargeResultsInParts(t *testing.T) {
-	tc := newTestCluster(t)
-	a, b := tc.add("a"), tc.add("b")
-	tc.waitMembers(2)
-	// 3 results of 1 MiB: each crosses in parts of at most 256 KiB.
-	id := submit(t, a, "alice-key", "https://example.com/big/1048576", "https://example.com/big/1048577", "https://example.com/big/10")
-	waitDone(t, a, id)
-	_, _, want := do(t, a, "GET", "/v1/batch/"+id+"?results=1", "alice-key", "")
-	code, _, got := do(t, b, "GET", "/v1/batch/"+id+"?results=1", "alice-key", "")
-	if code != http.StatusOK || !bytes.Equal(got, want) || len(got) < 2<<20 {
-		t.Fatalf("results on b: %d, %d bytes; on a %d bytes", code, len(got), len(want))
-	}
-	var job struct {
-		Targets []struct {
-			Result struct{ Content string }
-		}
-	}
-	if err := json.Unmarshal(got, &job); err != nil || len(job.Targets[1].Result.Content) != 1048577 {
-		t.Fatalf("results on b do not parse: %v", err)
-	}
-}
-
-func TestCluster_NodeThatLeftAnswers503(t *testing.T) {
-	tc := newTestCluster(t)
-	a, b, c := tc.add("a"), tc.add("b"), tc.add("c")
-	tc.waitMembers(3)
-	id := submit(t, c, "alice-key", "https://example.com/1")
-	waitDone(t, c, id)
-	if code, _, _ := do(t, a, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
-		t.Fatalf("GET on a before c left: %d", code)
-	}
-	tc.stop(c)
-	tc.waitMembers(2)
-	for _, n := range []*node{a, b} {
-		code, h, body := do(t, n, "GET", "/v1/batch/"+id, "alice-key", "")
-		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"node unavailable"`) {
-			t.Errorf("GET on %s after c left: %d %q %s", n.name, code, h.Get("Retry-After"), body)
-		}
-	}
-	// An id no node ever had is answered as before: 404.
-	if code, _, _ := do(t, a, "GET", "/v1/batch/ffffffff00112233445566778899aabb", "alice-key", ""); code != http.StatusNotFound {
-		t.Errorf("unknown id on a: %d, want 404", code)
-	}
-	// The list names the node that left.
-	code, _, body := do(t, a, "GET", "/v1/batch", "alice-key", "")
-	if code != http.StatusOK || !strings.Contains(string(body), `"unavailable_nodes":["c"]`) {
-		t.Errorf("list on a after c left: %d %s", code, body)
-	}
-}
-
-func TestCluster_ListMergesEveryNode(t *testing.T) {
-	tc := newTestCluster(t)
-	a, b, c := tc.add("a"), tc.add("b"), tc.add("c")
-	tc.waitMembers(3)
-	want := map[string]bool{}
-	for i := range 9 {
-		n := []*node{a, b, c}[i%3]
-		id := submit(t, n, "alice-key", fmt.Sprintf("https://example.com/%d", i))
-		waitDone(t, n, id)
-		want[id] = true
-	}
-	bobs := submit(t, b, "bob-key", "https://example.com/bob")
-	waitDone(t, b, bobs)
-
-	// Pages of 4 from c, followed by cursor, hold each of alice's 9 jobs
-	// once, newest first, and none of bob's.
-	var (
-		got    []string
-		cursor string
-	)
-	for page := 0; ; page++ {
-		if page > 5 {
-			t.Fatal("too many pages")
-		}
-		code, _, body := do(t, c, "GET", "/v1/batch?limit=4&cursor="+cursor, "alice-key", "")
-		if code != http.StatusOK {
-			t.Fatalf("list: %d %s", code, body)
-		}
-		var out struct {
-			Jobs []struct {
-				ID        string `json:"id"`
-				CreatedAt int64  `json:"created_at"`
-			} `json:"jobs"`
-			NextCursor  string   `json:"next_cursor"`
-			Unavailable []string `json:"unavailable_nodes"`
-		}
-		if err := json.Unmarshal(body, &out); err != nil {
-			t.Fatal(err)
-		}
-		if len(out.Unavailable) != 0 {
-			t.Fatalf("unavailable nodes: %v", out.Unavailable)
-		}
-		for _, j := range out.Jobs {
-			got = append(got, j.ID)
-		}
-		if out.NextCursor == "" {
-			break
-		}
-		cursor = out.NextCursor
-	}
-	if len(got) != len(want) {
-		t.Fatalf("listed %d jobs, want %d: %v", len(got), len(want), got)
-	}
-	seen := map[string]bool{}
-	for _, id := range got {
-		if !want[id] || seen[id] {
-			t.Fatalf("listed %s: not alice's, or twice", id)
-		}
-		seen[id] = true
-	}
-	// Newest first: the order of ListAt's cursors, across the nodes.
-	var all []engine.Job
-	for _, n := range []*node{a, b, c} {
-		jobs, _, err := n.runner.List("alice", engine.ListOptions{Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, jobs...)
-	}
-	for i := 1; i < len(got); i++ {
-		if createdOf(all, got[i]) > createdOf(all, got[i-1]) {
-			t.Fatalf("job %d is newer than job %d", i, i-1)
-		}
-	}
-}
-
-func createdOf(jobs []engine.Job, id string) int64 {
-	for _, j := range jobs {
-		if j.ID == id {
-			return j.CreatedAt
-		}
-	}
-	return -1
-}
-
-// testCA is the cluster CA of this package's tests, made once, and the TLS
-// configurations it has issued, by node name.
-var testCA struct {
-	once  sync.Once
-	cert  *x509.Certificate
-	key   *ecdsa.PrivateKey
-	pem   []byte
-	err   error
-	mu    sync.Mutex
-	nodes map[string]*clustertls.Config
-}
-
-// nodeTLS returns the TLS configuration of a node named name, its
-// certificate issued by the tests' cluster CA (the same for every test):
-// as `siftbatch cluster-certs` issues it (clustertls.Generate's template).
-func nodeTLS(t testing.TB, name string) *clustertls.Config {
-	t.Helper()
-	testCA.once.Do(func() {
-		set, err := clustertls.Generate([]string{"unused"}, nil, time.Now())
-		if err != nil {
-			testCA.err = err
-			return
-		}
-		testCA.pem = set.CA.Cert
-		block, _ := pem.Decode(set.CA.Cert)
-		if testCA.cert, testCA.err = x509.ParseCertificate(block.Bytes); testCA.err != nil {
-			return
-		}
-		kblock, _ := pem.Decode(set.CA.Key)
-		key, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
-		if err != nil {
-			testCA.err = err
-			return
-		}
-		testCA.key = key.(*ecdsa.PrivateKey)
-		testCA.nodes = map[string]*clustertls.Config{}
-	})
-	if testCA.err != nil {
-		t.Fatal(testCA.err)
-	}
-	testCA.mu.Lock()
-	defer testCA.mu.Unlock()
-	if c, ok := testCA.nodes[name]; ok {
-		return c
-	}
-	c, err := issueTLS(testCA.cert, testCA.key, testCA.pem, name)
+	// A node never started: Close, Forward, Members; then Start is refused.
+	n, err := cluster.New(cluster.Config{Name: tc.Name, Node: "y", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "y"), Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.Agent))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testCA.nodes[name] = c
-	return c
+	if len(n.Members()) != 0 || n.Address() != "127.0.0.1:0" || n.Name() != "y" || len(n.Tag()) != 4 || n.Changed() == nil {
+		t.Errorf("a node not started: members %v, address %q", n.Members(), n.Address())
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/v1/batch/"+id, nil)
+	if n.Forward(rec, req, id) || rec.Body.Len() != 0 || rec.Code != http.StatusOK {
+		t.Errorf("Forward before Start: answered %d %s", rec.Code, rec.Body)
+	}
+	if err := n.Start(nil, a.API); err == nil {
+		t.Error("Start with a nil runner: no error")
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("Close before Start: %v", err)
+	}
+	if err := n.Start(a.Runner, a.API); err == nil {
+		t.Error("Start after Close: no error")
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("Close twice: %v", err)
+	}
+
+	// Start on an address in use: an error, nothing started.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken, err := cluster.New(cluster.Config{Name: tc.Name, Node: "z", Addr: l.Addr().String(), TLS: clustertest.NodeTLS(t, "z"), Provider: cluster.ProtoactorProvider(test.NewTestProvider(tc.Agent))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := taken.Start(a.Runner, a.API); err == nil {
+		t.Error("Start on an address in use: no error")
+	}
+	_ = taken.Close()
+	// The automanaged provider: a manage port in use, no peers, a bad peer.
+	for what, p := range map[string]cluster.Provider{
+		"manage port in use": cluster.Automanaged(l.Addr().String(), []string{l.Addr().String()}, 0),
+		"no peers":           cluster.Automanaged("127.0.0.1:1", nil, 0),
+		"bad peer":           cluster.Automanaged("127.0.0.1:1", []string{"nohost"}, 0),
+		"no manage port":     cluster.Automanaged("127.0.0.1:0", []string{"127.0.0.1:1"}, 0),
+		"kubernetes outside": kubernetes.Provider(),
+	} {
+		m, err := cluster.New(cluster.Config{Name: tc.Name, Node: "w", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "w"), Provider: p})
+		if err != nil {
+			continue // refused already
+		}
+		if err := m.Start(a.Runner, a.API); err == nil {
+			t.Errorf("Start with %s: no error", what)
+		}
+		_ = m.Close()
+	}
+	tc.WaitMembers(2) // none of them joined
+
+	// Close twice at once; then Forward and List on the closed node.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- b.Node.Close() }()
+	}
+	for _, err := range recvN(t, errs, 2) {
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	if len(b.Node.Members()) != 0 {
+		t.Errorf("members of a closed node: %v", b.Node.Members())
+	}
+	rec = httptest.NewRecorder()
+	if b.Node.Forward(rec, httptest.NewRequest("GET", "/v1/batch/"+id, nil), id) {
+		t.Errorf("a closed node forwards its own job: %d %s", rec.Code, rec.Body)
+	}
+	jobs, _, unavailable, err := b.Node.List(context.Background(), "alice", engine.ListOptions{})
+	if err != nil || len(jobs) != 1 || strings.Join(unavailable, ",") != "a" {
+		t.Errorf("List on a closed node: %v, %d jobs, unavailable %v", err, len(jobs), unavailable)
+	}
+	clustertest.WaitSees(t, a, 1)
+	// a, about b's job, b having left: 503, never 404.
+	got := send(context.Background(), a, "GET", "/v1/batch/"+id, bearer("alice-key"))
+	if got.code != http.StatusServiceUnavailable || got.hdr.Get("Retry-After") == "" {
+		t.Errorf("b's job on a after b closed: %d %s", got.code, got.body)
+	}
 }
 
-// issueTLS signs a certificate for node name with the CA (cert, key;
-// caPEM its certificate) and returns its TLS configuration.
-func issueTLS(ca *x509.Certificate, caKey *ecdsa.PrivateKey, caPEM []byte, name string) (*clustertls.Config, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// TestNode_ListBeforeStartNeverPanics: Node.List on a node not yet
+// started (the HTTP API is built with the node before Start, which takes
+// its handler, so a GET /v1/batch served before Start calls List) returns,
+// never panics.
+func TestNode_ListBeforeStartNeverPanics(t *testing.T) {
+	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "a"),
+		Provider: cluster.ProtoactorProvider(test.NewTestProvider(test.NewInMemAgent()))})
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{name, "localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return clustertls.New(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}))
+	defer n.Close()
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				t.Errorf("List before Start panicked: %v", v)
+			}
+		}()
+		_, _, _, _ = n.List(context.Background(), "alice", engine.ListOptions{})
+	}()
 }
 
-// remoteTLS returns the options of protoactor's remote that give a bare
-// protoactor member (a test's fake node) the cluster's mutual TLS as node
-// name.
-func remoteTLS(t testing.TB, name string) []remote.ConfigOption {
-	c := nodeTLS(t, name)
-	return []remote.ConfigOption{
-		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(c.Server()))),
-		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(c.Client()))),
+// TestNode_FailedStartFreesRemote: Start with a provider that fails
+// returns the error having started nothing: protoactor's gRPC remote it
+// started before the provider failed is stopped, its address free for a
+// second Start, its server's goroutines gone. Not parallel: it counts the
+// process's gRPC servers.
+func TestNode_FailedStartFreesRemote(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: addr, TLS: clustertest.NodeTLS(t, "a"), Provider: cluster.ProtoactorProvider(failingProvider{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := solo(t) // a runner and a handler
+	if err := n.Start(one.Runner, one.API); err == nil {
+		t.Fatal("Start with a failing provider: no error")
+	}
+	_ = n.Close()
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("after a failed Start (and Close), the cluster address %s is still bound: %v", addr, err)
+	} else {
+		_ = l.Close()
+	}
+	// gRPC's Serve goroutine ends on its own once the server stopped.
+	waitNone(t, "google.golang.org/grpc.(*Server).Serve") // gRPC gives nothing to wait on
 }
+
+// failingProvider is a cluster provider that cannot join.
+type failingProvider struct{}
+
+func (failingProvider) StartMember(*pacluster.Cluster) error { return errors.New("no way in") }
+
+func (failingProvider) StartClient(*pacluster.Cluster) error { return errors.New("no way in") }
+
+func (failingProvider) Shutdown(bool) error { return nil }
 
 // listening returns the TCP sockets this process listens on, by port:
 // each one's local address as /proc/net/tcp and tcp6 write it (hex; IPv4
@@ -626,57 +456,4 @@ func listening(t *testing.T) map[int][]string {
 		}
 	}
 	return out
-}
-
-// TestNode_ListensOnlyOnGivenHost: a node given 127.0.0.1 addresses
-// listens on 127.0.0.1 only: its remote's port and the automanaged
-// provider's manage port (protoactor's own would listen on every
-// interface), which answers the peers' polls.
-func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	manage := l.Addr().String()
-	managePort := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	one := single(t)
-	n, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: nodeTLS(t, "n"),
-		Provider: cluster.Automanaged(manage, []string{manage}, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(one.runner, one.api); err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	waitUntil(t, "the node is a member", func() bool { return n.Membership().Member })
-	_, p, _ := net.SplitHostPort(n.Address())
-	remotePort, _ := strconv.Atoi(p)
-
-	socks := listening(t)
-	for name, port := range map[string]int{"remote": remotePort, "manage": managePort} {
-		if len(socks[port]) == 0 {
-			t.Errorf("%s port %d: not listening: the test tests nothing", name, port)
-		}
-		for _, host := range socks[port] {
-			if host != "0100007F" {
-				t.Errorf("%s port %d: listens on %s, want 127.0.0.1 (0100007F) only", name, port, host)
-			}
-		}
-	}
-	res, err := http.Get("http://" + manage + "/_health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var who struct {
-		ID          string `json:"id"`
-		ClusterName string `json:"cluster_name"`
-		Port        int    `json:"port"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&who); err != nil || res.StatusCode != http.StatusOK ||
-		who.ClusterName != "listen" || who.Port != remotePort || who.ID == "" {
-		t.Errorf("the manage port's health: %d %+v %v", res.StatusCode, who, err)
-	}
 }

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,14 +30,22 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clusterpb"
 	"github.com/sift/batch/engine/cluster/clustertls"
+	"github.com/sift/batch/engine/enginetest/clustertest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/metrics"
 )
 
 // A node's peer counters feed the metrics' cluster collector.
 var _ metrics.PeerCounters = (*cluster.Node)(nil)
+
+// streamDeadline bounds a test's calls and streams to a node's cluster
+// port: a deadline for one that hung, generous for a loaded machine under
+// the race detector (the test's own waits fail sooner).
+const streamDeadline = 2 * time.Minute
 
 // startStranger starts a bare protoactor actor system with a remote, a
 // member of no cluster: a stranger that reaches the cluster port and
@@ -61,7 +68,7 @@ func startStranger(t *testing.T, opts ...remote.ConfigOption) *actor.ActorSystem
 // protoactor's remote; closed when the test ends.
 func dialNode(t *testing.T, n *node, creds credentials.TransportCredentials) remote.RemotingClient {
 	t.Helper()
-	conn, err := grpc.Dial(n.node.Address(), grpc.WithTransportCredentials(creds))
+	conn, err := grpc.Dial(n.Node.Address(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +82,7 @@ func strangerCreds(t *testing.T, plaintext bool) credentials.TransportCredential
 	if plaintext {
 		return insecure.NewCredentials()
 	}
-	return credentials.NewTLS(nodeTLS(t, "mallory").Client())
+	return credentials.NewTLS(clustertest.NodeTLS(t, "mallory").Client())
 }
 
 // ask sends msg from system to pid and returns the answer.
@@ -88,25 +95,25 @@ func ask(t *testing.T, system *actor.ActorSystem, pid *actor.PID, msg any) any {
 	return res
 }
 
-// TestNode_PeerCallsCannotCrashIt: the calls of protoactor's remote that
+// TestGuard_PeerCallsCannotCrashNode: the calls of protoactor's remote that
 // panic in protoactor (ListProcesses, GetProcessDiagnostics: "implement
 // me") end that call with codes.Internal, counted; a batch whose envelopes
 // index past its arrays is refused, its stream ended, before protoactor
 // reads it; the node serves on. With TLS (a stranger holding a cluster
 // certificate) and in plaintext.
-func TestNode_PeerCallsCannotCrashIt(t *testing.T) {
+func TestGuard_PeerCallsCannotCrashNode(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"tls", "insecure"} {
 		t.Run(mode, func(t *testing.T) {
-			tc := newTestCluster(t)
+			t.Parallel()
 			plain := mode == "insecure"
-			a := tc.addWith("a", nodeOptions{insecure: plain})
-			b := tc.addWith("b", nodeOptions{insecure: plain})
-			tc.waitMembers(2)
-			id := submit(t, a, "alice-key", "http://x/page")
-			waitDone(t, a, id)
+			tc := clustertest.Start(t, clustertest.Options{Insecure: plain}, "a", "b")
+			a, b := tc.Node("a"), tc.Node("b")
+			id := a.Submit(t, "alice-key", "http://x/page")
+			a.WaitDone(t, id)
 
 			client := dialNode(t, a, strangerCreds(t, plain))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 			defer cancel()
 			if _, err := client.ListProcesses(ctx, &remote.ListProcessesRequest{}); status.Code(err) != codes.Internal {
 				t.Errorf("ListProcesses: %v, want codes.Internal", err)
@@ -114,11 +121,11 @@ func TestNode_PeerCallsCannotCrashIt(t *testing.T) {
 			if _, err := client.GetProcessDiagnostics(ctx, &remote.GetProcessDiagnosticsRequest{}); status.Code(err) != codes.Internal {
 				t.Errorf("GetProcessDiagnostics: %v, want codes.Internal", err)
 			}
-			if got := a.node.PeerPanics(); got != 2 {
+			if got := a.Node.PeerPanics(); got != 2 {
 				t.Errorf("PeerPanics = %d, want 2", got)
 			}
 
-			target := []*actor.PID{actor.NewPID(a.node.Address(), cluster.NodeActor)}
+			target := []*actor.PID{actor.NewPID(a.Node.Address(), cluster.NodeActor)}
 			hello := string(proto.MessageName(&clusterpb.Hello{}))
 			for name, batch := range map[string]*remote.MessageBatch{
 				"target 5 of one": {Targets: target, TypeNames: []string{hello}, Envelopes: []*remote.MessageEnvelope{{Target: 5}}},
@@ -131,7 +138,7 @@ func TestNode_PeerCallsCannotCrashIt(t *testing.T) {
 				"second envelope bad": {Targets: target, TypeNames: []string{hello},
 					Envelopes: []*remote.MessageEnvelope{{}, {Target: 1}}},
 			} {
-				refused := a.node.PeerRefusals()
+				refused := a.Node.PeerRefusals()
 				stream, err := client.Receive(ctx)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
@@ -142,36 +149,36 @@ func TestNode_PeerCallsCannotCrashIt(t *testing.T) {
 				if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
 					t.Errorf("%s: the stream ended with %v, want codes.InvalidArgument", name, err)
 				}
-				if got := a.node.PeerRefusals(); got != refused+1 {
+				if got := a.Node.PeerRefusals(); got != refused+1 {
 					t.Errorf("%s: PeerRefusals = %d, want %d", name, got, refused+1)
 				}
 			}
-			if got := a.node.PeerPanics(); got != 2 {
+			if got := a.Node.PeerPanics(); got != 2 {
 				t.Errorf("PeerPanics after the batches = %d, want 2 (refused before protoactor read them)", got)
 			}
 
 			// a serves on: its job, through b; b's, through a.
-			if code, _, body := do(t, b, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
+			if code, _, body := b.Do(t, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
 				t.Errorf("a's job through b after the attack: %d %s", code, body)
 			}
-			idB := submit(t, b, "bob-key", "http://x/page")
-			waitDone(t, b, idB)
-			if code, _, body := do(t, a, "GET", "/v1/batch/"+idB, "bob-key", ""); code != http.StatusOK {
+			idB := b.Submit(t, "bob-key", "http://x/page")
+			b.WaitDone(t, idB)
+			if code, _, body := a.Do(t, "GET", "/v1/batch/"+idB, "bob-key", ""); code != http.StatusOK {
 				t.Errorf("b's job through a after the attack: %d %s", code, body)
 			}
 		})
 	}
 }
 
-// TestNode_HandshakeRefusesStrangers: with TLS, a client without a
+// TestGuard_HandshakeRefusesStrangers: with TLS, a client without a
 // certificate, with a certificate of another CA, or in plaintext is
 // refused at the handshake: its call never reaches protoactor (which
 // would panic on it, counted). A client with a certificate of the
 // cluster's CA reaches it.
-func TestNode_HandshakeRefusesStrangers(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	tc.waitMembers(1)
+func TestGuard_HandshakeRefusesStrangers(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a")
+	a := tc.Node("a")
 	other, err := clustertls.Generate([]string{"mallory"}, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +190,7 @@ func TestNode_HandshakeRefusesStrangers(t *testing.T) {
 	noCert := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} // trusts any server: only the server refuses
 	otherClient := otherCA.Client()
 	otherClient.VerifyPeerCertificate = nil // trusts any server: only the server refuses
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	for name, creds := range map[string]credentials.TransportCredentials{
 		"no certificate":           credentials.NewTLS(noCert),
@@ -195,14 +202,14 @@ func TestNode_HandshakeRefusesStrangers(t *testing.T) {
 			t.Errorf("%s: %v, want codes.Unavailable (refused at the handshake)", name, err)
 		}
 	}
-	if got := a.node.PeerPanics(); got != 0 {
+	if got := a.Node.PeerPanics(); got != 0 {
 		t.Errorf("PeerPanics = %d: a refused client reached protoactor", got)
 	}
 	// The control: a certificate of the cluster's CA reaches protoactor.
 	if _, err := dialNode(t, a, strangerCreds(t, false)).ListProcesses(ctx, &remote.ListProcessesRequest{}); status.Code(err) != codes.Internal {
 		t.Errorf("a cluster certificate: %v, want codes.Internal (protoactor's panic)", err)
 	}
-	if got := a.node.PeerPanics(); got != 1 {
+	if got := a.Node.PeerPanics(); got != 1 {
 		t.Errorf("PeerPanics = %d, want 1", got)
 	}
 }
@@ -213,7 +220,7 @@ func isRetryable(res any) bool {
 	return ok && e.Reason == pacluster.ErrorReason_UNAVAILABLE
 }
 
-// TestCluster_NonMemberRefused: with TLS, a node that holds a certificate
+// TestGuard_NonMemberRefused: with TLS, a node that holds a certificate
 // of the cluster's CA but is not a member (or claims a member's name from
 // another address) gets nothing from the node's actor and the callers'
 // grains, and changes nothing: it lists no caller's jobs, a fake settle
@@ -221,25 +228,24 @@ func isRetryable(res any) bool {
 // out. Its messages are refused, counted, and not answered (it is at no
 // member's address: an answer would have the node dial it), a Hello too
 // (a joining node's Hello is answered once the node sees it among the
-// members: TestCluster_UnknownMemberRetries).
-func TestCluster_NonMemberRefused(t *testing.T) {
-	tc := newTestCluster(t)
-	tc.cfg.JobsPerCaller = 1
-	a := tc.add("a")
-	b := tc.add("b")
-	tc.waitMembers(2)
-	held := submit(t, a, "alice-key", "http://x/hold")
-	if code, _ := post(t, b, "alice-key", "http://x/page"); code != http.StatusTooManyRequests {
+// members: TestGuard_UnknownMemberRetries).
+func TestGuard_NonMemberRefused(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{Config: engine.Config{JobsPerCaller: 1}}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	held := a.Submit(t, "alice-key", "http://x/hold")
+	if code, _ := b.Post("alice-key", "http://x/page"); code != http.StatusTooManyRequests {
 		t.Fatalf("alice's second job, at her cap of 1: %d, want 429", code)
 	}
-	grain := cluster.GrainPID(a.node, "alice")
+	grain := cluster.GrainPID(a.Node, "alice")
 	if grain == nil {
 		t.Fatal("no grain for alice")
 	}
 
 	for _, who := range []string{"mallory", "b"} { // b: a member's name, from another address
-		stranger := startStranger(t, remoteTLS(t, who)...)
-		refused := a.node.PeerRefusals() + b.node.PeerRefusals()
+		stranger := startStranger(t, clustertest.RemoteTLS(t, who)...)
+		refused := a.Node.PeerRefusals() + b.Node.PeerRefusals()
 		type sent struct {
 			what   string
 			answer *actor.Future
@@ -249,13 +255,13 @@ func TestCluster_NonMemberRefused(t *testing.T) {
 			all = append(all, sent{fmt.Sprintf("%T to %s", msg, to.Id), stranger.Root.RequestFuture(to, msg, 2*time.Second)})
 		}
 		for _, n := range []*node{a, b} {
-			to := actor.NewPID(n.node.Address(), cluster.NodeActor)
+			to := actor.NewPID(n.Node.Address(), cluster.NodeActor)
 			send(to, &clusterpb.Hello{})
 			send(to, &clusterpb.ListRequest{Caller: "alice"})
 			send(to, &clusterpb.CallerJobsRequest{Caller: "alice"})
 			send(to, &clusterpb.ReusableRequest{Caller: "alice", Key: "k", Id: held})
 			send(to, &clusterpb.Request{Method: "GET", Uri: "/v1/batch/" + held, Authorization: "Bearer alice-key", Session: 7})
-			send(actor.NewPID(n.node.Address(), disthash.PartitionActivatorActorName),
+			send(actor.NewPID(n.Node.Address(), disthash.PartitionActivatorActorName),
 				&pacluster.ActivationRequest{ClusterIdentity: &pacluster.ClusterIdentity{Identity: "alice", Kind: "siftbatch-caller"}})
 		}
 		for i := range 4 {
@@ -268,98 +274,98 @@ func TestCluster_NonMemberRefused(t *testing.T) {
 				t.Errorf("%s: %s answered %v", who, s.what, res)
 			}
 		}
-		if got := a.node.PeerRefusals() + b.node.PeerRefusals(); got != refused+int64(len(all)) {
+		if got := a.Node.PeerRefusals() + b.Node.PeerRefusals(); got != refused+int64(len(all)) {
 			t.Errorf("%s: %d refusals, want %d", who, got-refused, len(all))
 		}
 	}
 
 	// Nothing changed: alice is still at her cap; once her job ends, she
 	// is not locked out.
-	if code, _ := post(t, b, "alice-key", "http://x/page"); code != http.StatusTooManyRequests {
+	if code, _ := b.Post("alice-key", "http://x/page"); code != http.StatusTooManyRequests {
 		t.Errorf("alice's second job after a stranger's settle: %d, want 429", code)
 	}
-	close(tc.release)
-	waitDone(t, a, held)
-	waitUntil(t, "alice may submit again", func() bool {
-		code, _ := post(t, b, "alice-key", "http://x/page")
+	tc.Hold.Open()
+	a.WaitDone(t, held)
+	testkit.WaitFor(t, "alice may submit again", func() bool {
+		code, _ := b.Post("alice-key", "http://x/page")
 		return code == http.StatusAccepted
 	})
 }
 
-// TestCluster_UnknownMemberRetries: a member that has not said who it is
+// TestGuard_UnknownMemberRetries: a member that has not said who it is
 // yet (this node's view of it differs for a moment) is answered a
 // retryable error by the node's actor, at once; once it has said who it
 // is, it is answered.
-func TestCluster_UnknownMemberRetries(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	tc.waitMembers(1)
+func TestGuard_UnknownMemberRetries(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a")
+	a := tc.Node("a")
 	hello := make(chan struct{})
 	t.Cleanup(func() { closeOnce(hello) })
 	slow := startSlowMember(t, tc, "slow", hello)
-	waitUntil(t, "a sees slow among its members", func() bool { return len(a.node.Members()) == 2 })
-	to := actor.NewPID(a.node.Address(), cluster.NodeActor)
+	testkit.WaitFor(t, "a sees slow among its members", func() bool { return len(a.Node.Members()) == 2 })
+	to := actor.NewPID(a.Node.Address(), cluster.NodeActor)
 	if res := ask(t, slow, to, &clusterpb.ListRequest{Caller: "alice"}); !isRetryable(res) {
 		t.Errorf("a list request of a member not known yet: %v, want a retryable refusal", res)
 	}
 	close(hello)
-	waitUntil(t, "a knows slow", func() bool { return slices.Contains(a.node.Members(), "slow") })
+	testkit.WaitFor(t, "a knows slow", func() bool { return slices.Contains(a.Node.Members(), "slow") })
 	if res, ok := ask(t, slow, to, &clusterpb.ListRequest{Caller: "alice"}).(*clusterpb.ListReply); !ok || res.Error != "" {
 		t.Errorf("a list request of slow, known: %v", res)
 	}
 }
 
-// TestCluster_MemberCannotBeStopped: Stop, PoisonPill and Watch, sent to a
+// TestGuard_MemberCannotBeStopped: Stop, PoisonPill and Watch, sent to a
 // node's actor or a caller's grain by a stranger or by a member, are
 // refused: the node answers on, its jobs through the other node, its
 // grains' admissions.
-func TestCluster_MemberCannotBeStopped(t *testing.T) {
+func TestGuard_MemberCannotBeStopped(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"tls", "insecure"} {
 		t.Run(mode, func(t *testing.T) {
-			tc := newTestCluster(t)
+			t.Parallel()
 			plain := mode == "insecure"
-			a := tc.addWith("a", nodeOptions{insecure: plain})
-			b := tc.addWith("b", nodeOptions{insecure: plain})
-			tc.waitMembers(2)
-			grain := cluster.GrainPID(a.node, "alice")
+			tc := clustertest.Start(t, clustertest.Options{Insecure: plain}, "a", "b")
+			a, b := tc.Node("a"), tc.Node("b")
+			grain := cluster.GrainPID(a.Node, "alice")
 			if grain == nil {
 				t.Fatal("no grain for alice")
 			}
 			// victim holds alice's grain; the member other attacks it.
 			victim, other := a, b
-			if grain.Address == b.node.Address() {
+			if grain.Address == b.Node.Address() {
 				victim, other = b, a
 			}
-			id := submit(t, victim, "alice-key", "http://x/page")
-			waitDone(t, victim, id)
-			victimActor := actor.NewPID(victim.node.Address(), cluster.NodeActor)
+			id := victim.Submit(t, "alice-key", "http://x/page")
+			victim.WaitDone(t, id)
+			victimActor := actor.NewPID(victim.Node.Address(), cluster.NodeActor)
 
 			var opts []remote.ConfigOption
 			if !plain {
-				opts = remoteTLS(t, "mallory")
+				opts = clustertest.RemoteTLS(t, "mallory")
 			}
-			for who, system := range map[string]*actor.ActorSystem{"a stranger": startStranger(t, opts...), "a member": cluster.SystemOf(other.node)} {
-				refused := victim.node.PeerRefusals()
+			for who, system := range map[string]*actor.ActorSystem{"a stranger": startStranger(t, opts...), "a member": cluster.SystemOf(other.Node)} {
+				refused := victim.Node.PeerRefusals()
 				// PIDs of their own: a PID caches the process it was
 				// resolved to.
 				for _, to := range []*actor.PID{actor.NewPID(victimActor.Address, victimActor.Id), actor.NewPID(grain.Address, grain.Id)} {
 					system.Root.Stop(to) // a Stop system message
 					system.Root.Send(to, &actor.Stop{})
 					system.Root.Send(to, &actor.PoisonPill{})
-					system.Root.Send(to, &actor.Watch{Watcher: actor.NewPID(victim.node.Address(), "nobody")})
+					system.Root.Send(to, &actor.Watch{Watcher: actor.NewPID(victim.Node.Address(), "nobody")})
 				}
-				waitUntil(t, who+"'s messages refused", func() bool { return victim.node.PeerRefusals() >= refused+8 })
+				testkit.WaitFor(t, who+"'s messages refused", func() bool { return victim.Node.PeerRefusals() >= refused+8 })
 			}
 
 			// The victim answers on: its job through the other node;
 			// alice's grain admits her jobs on either.
-			if code, _, body := do(t, other, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
+			if code, _, body := other.Do(t, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
 				t.Errorf("the victim's job through the other node: %d %s", code, body)
 			}
 			for _, n := range []*node{victim, other} {
-				waitDone(t, n, submit(t, n, "alice-key", "http://x/page?on="+n.name)) // another body: a resubmit reuses the job
+				n.WaitDone(t, n.Submit(t, "alice-key", "http://x/page?on="+n.Name)) // another body: a resubmit reuses the job
 			}
-			if got := cluster.GrainPID(other.node, "alice"); !proto.Equal(got, grain) {
+			if got := cluster.GrainPID(other.Node, "alice"); !proto.Equal(got, grain) {
 				t.Errorf("alice's grain is %v, was %v: it was stopped", got, grain)
 			}
 		})
@@ -371,7 +377,7 @@ func TestCluster_MemberCannotBeStopped(t *testing.T) {
 // node's member id.
 func memberIDOf(t *testing.T, n *node) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	stream, err := dialNode(t, n, strangerCreds(t, false)).Receive(ctx)
 	if err != nil {
@@ -395,7 +401,7 @@ func memberIDOf(t *testing.T, n *node) string {
 // heartbeatOf returns the sequence number of n's own gossip heartbeat:
 // it grows at each tick of n's gossip loop.
 func heartbeatOf(n *node) int64 {
-	system := cluster.SystemOf(n.node)
+	system := cluster.SystemOf(n.Node)
 	hb, err := pacluster.GetCluster(system).Gossip.GetState(pacluster.HeartbeatKey)
 	if err != nil || hb[system.ID] == nil {
 		return 0
@@ -406,7 +412,7 @@ func heartbeatOf(n *node) int64 {
 // closedAddr returns the i-th loopback address nothing listens on.
 func closedAddr(i int) string { return fmt.Sprintf("127.0.%d.%d:9", 1+i/250, 2+i%250) }
 
-// TestNode_StrangerCannotMakeItDial: a peer that is not a member cannot
+// TestGuard_StrangerCannotMakeNodeDial: a peer that is not a member cannot
 // have the node open connections to addresses of its choosing: a message
 // whose sender is at no member's address is refused and not answered
 // (guard.go's screen), whatever its target, since protoactor's remote
@@ -417,13 +423,13 @@ func closedAddr(i int) string { return fmt.Sprintf("127.0.%d.%d:9", 1+i/250, 2+i
 // gossip actor, any message to an actor that does not exist (its dead
 // letter is answered). With TLS (a certificate of the cluster's CA that
 // names no member) and in plaintext. Loopback addresses only.
-func TestNode_StrangerCannotMakeItDial(t *testing.T) {
+func TestGuard_StrangerCannotMakeNodeDial(t *testing.T) {
+	testkit.Long(t)
 	for _, mode := range []string{"tls", "insecure"} {
 		t.Run(mode, func(t *testing.T) {
 			plain := mode == "insecure"
-			tc := newTestCluster(t)
-			a := tc.addWith("a", nodeOptions{insecure: plain})
-			tc.waitMembers(1)
+			tc := clustertest.Start(t, clustertest.Options{Insecure: plain}, "a")
+			a := tc.Node("a")
 			strangerDials(t, a, strangerCreds(t, plain))
 		})
 	}
@@ -434,7 +440,7 @@ func TestNode_StrangerCannotMakeItDial(t *testing.T) {
 // that each is refused and n dials none of them.
 func strangerDials(t *testing.T, a *node, creds credentials.TransportCredentials) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	stream, err := dialNode(t, a, creds).Receive(ctx)
 	if err != nil {
@@ -461,9 +467,9 @@ func strangerDials(t *testing.T, a *node, creds credentials.TransportCredentials
 		var ms runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
-		heap, dials, refused := ms.HeapAlloc, goroutinesIn(dialLoop), a.node.PeerRefusals()
+		heap, dials, refused := ms.HeapAlloc, goroutinesIn(dialLoop), a.Node.PeerRefusals()
 		for range perWay {
-			batch := &remote.MessageBatch{Targets: []*actor.PID{actor.NewPID(a.node.Address(), way.target)}, TypeNames: []string{way.typ},
+			batch := &remote.MessageBatch{Targets: []*actor.PID{actor.NewPID(a.Node.Address(), way.target)}, TypeNames: []string{way.typ},
 				Senders:   []*actor.PID{actor.NewPID(closedAddr(next), "future$1")},
 				Envelopes: []*remote.MessageEnvelope{{Sender: 1, MessageData: way.data}}}
 			next++
@@ -472,8 +478,8 @@ func strangerDials(t *testing.T, a *node, creds credentials.TransportCredentials
 			}
 		}
 		// Each is refused (counted), or answered: the node dials its sender.
-		waitUntil(t, way.name+": each refused or answered", func() bool {
-			return a.node.PeerRefusals()-refused+int64(goroutinesIn(dialLoop)-dials) >= perWay
+		testkit.WaitFor(t, way.name+": each refused or answered", func() bool {
+			return a.Node.PeerRefusals()-refused+int64(goroutinesIn(dialLoop)-dials) >= perWay
 		})
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
@@ -481,24 +487,23 @@ func strangerDials(t *testing.T, a *node, creds credentials.TransportCredentials
 			t.Errorf("%s: the node dials %d of %d addresses a stranger chose (heap +%d MiB)",
 				way.name, got, perWay, (int64(ms.HeapAlloc)-int64(heap))>>20)
 		}
-		if got := a.node.PeerRefusals() - refused; got != perWay {
+		if got := a.Node.PeerRefusals() - refused; got != perWay {
 			t.Errorf("%s: %d refused, want %d", way.name, got, perWay)
 		}
 	}
 }
 
-// TestNode_StrangerCannotAnswerAnothersRequests: with TLS, a peer that is
+// TestGuard_StrangerCannotAnswerAnothersRequests: with TLS, a peer that is
 // not a member cannot have node a answer a pending request of member b (a
 // reply inbox of b's, named as its message's sender): a refuses its
 // message and answers nobody, so b's request reads what a sends it next.
-func TestNode_StrangerCannotAnswerAnothersRequests(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	b := tc.add("b")
-	tc.waitMembers(2)
-	waitUntil(t, "a knows b", func() bool { return slices.Contains(a.node.Members(), "b") })
-	pending := actor.NewFuture(cluster.SystemOf(b.node), 20*time.Second) // a request of b's, pending
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+func TestGuard_StrangerCannotAnswerAnothersRequests(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	testkit.WaitFor(t, "a knows b", func() bool { return slices.Contains(a.Node.Members(), "b") })
+	pending := actor.NewFuture(cluster.SystemOf(b.Node), 20*time.Second) // a request of b's, pending
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	stream, err := dialNode(t, a, strangerCreds(t, false)).Receive(ctx)
 	if err != nil {
@@ -508,19 +513,19 @@ func TestNode_StrangerCannotAnswerAnothersRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := a.node.PeerRefusals()
-	batch := &remote.MessageBatch{Targets: []*actor.PID{actor.NewPID(a.node.Address(), cluster.NodeActor)},
+	refused := a.Node.PeerRefusals()
+	batch := &remote.MessageBatch{Targets: []*actor.PID{actor.NewPID(a.Node.Address(), cluster.NodeActor)},
 		TypeNames: []string{string(proto.MessageName(&clusterpb.ListRequest{}))},
 		Senders:   []*actor.PID{pending.PID()},
 		Envelopes: []*remote.MessageEnvelope{{Sender: 1, MessageData: list}}}
 	if err := stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: batch}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a refuses it", func() bool { return a.node.PeerRefusals() > refused })
+	testkit.WaitFor(t, "a refuses it", func() bool { return a.Node.PeerRefusals() > refused })
 	// An answer of a's to b's request would have been queued before this
 	// one, on the same connection: b's request reads the first.
 	mark := &clusterpb.NodeInfo{Node: "a", Tag: cluster.Tag("a")}
-	cluster.SystemOf(a.node).Root.Send(pending.PID(), mark)
+	cluster.SystemOf(a.Node).Root.Send(pending.PID(), mark)
 	if res, err := pending.Result(); err != nil || !proto.Equal(res.(proto.Message), mark) {
 		t.Errorf("b's pending request read %v (%v), want a's mark: a answered it for a stranger", res, err)
 	}
@@ -550,7 +555,7 @@ func automanaged(t *testing.T, count int) []cluster.Provider {
 	return out
 }
 
-// TestCluster_GossipCannotEvictMember: a holder of a certificate of the
+// TestGuard_GossipCannotEvictMember: a holder of a certificate of the
 // cluster's CA that is not a member (mallory) cannot take a member out of
 // the membership (CLUSTER.md, Security: a non-member "may only ask who the
 // nodes are"; it cannot "talk to siftbatch-node or the grains"). One
@@ -559,17 +564,19 @@ func automanaged(t *testing.T, count int) []cluster.Provider {
 // believed: the node does not block that member, which keeps answering
 // for its jobs through it. Under the automanaged provider serve runs by
 // default.
-func TestCluster_GossipCannotEvictMember(t *testing.T) {
-	tc := newTestCluster(t)
+func TestGuard_GossipCannotEvictMember(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	tc := clustertest.New(t, clustertest.Options{})
 	ps := automanaged(t, 2)
-	a := tc.addWith("a", nodeOptions{provider: &ps[0]})
-	b := tc.addWith("b", nodeOptions{provider: &ps[1]})
-	tc.waitMembers(2)
-	id := submit(t, b, "alice-key", "http://x/page")
-	waitDone(t, b, id)
+	a, b := tc.AddSpecs(clustertest.Spec{Name: "a", NodeOptions: clustertest.NodeOptions{Provider: &ps[0]}},
+		clustertest.Spec{Name: "b", NodeOptions: clustertest.NodeOptions{Provider: &ps[1]}})[0], tc.Node("b")
+	tc.WaitMembers(2)
+	id := b.Submit(t, "alice-key", "http://x/page")
+	b.WaitDone(t, id)
 	victim := memberIDOf(t, b)
 
-	stranger := startStranger(t, remoteTLS(t, "mallory")...)
+	stranger := startStranger(t, clustertest.RemoteTLS(t, "mallory")...)
 	left, err := anypb.New(&pacluster.MemberHeartbeat{})
 	if err != nil {
 		t.Fatal(err)
@@ -579,44 +586,42 @@ func TestCluster_GossipCannotEvictMember(t *testing.T) {
 	}}}
 	// Sent without a sender (the gossip actor reads the state before it
 	// answers): refused, or believed, which a's next tick acts on.
-	refused := a.node.PeerRefusals()
-	blocks := remote.GetRemote(cluster.SystemOf(a.node)).BlockList()
-	stranger.Root.Send(actor.NewPID(a.node.Address(), pacluster.DefaultGossipActorName), forged)
-	waitUntil(t, "a refuses the gossip, or blocks b", func() bool { return a.node.PeerRefusals() > refused || blocks.IsBlocked(victim) })
+	refused := a.Node.PeerRefusals()
+	blocks := remote.GetRemote(cluster.SystemOf(a.Node)).BlockList()
+	stranger.Root.Send(actor.NewPID(a.Node.Address(), pacluster.DefaultGossipActorName), forged)
+	testkit.WaitFor(t, "a refuses the gossip, or blocks b", func() bool { return a.Node.PeerRefusals() > refused || blocks.IsBlocked(victim) })
 	// Two ticks of a's gossip loop later, a has acted on what it believed
 	// (the loop blocks the members gossip says left, at each tick).
 	hb := heartbeatOf(a)
-	waitUntil(t, "two ticks of a's gossip loop", func() bool { return heartbeatOf(a) >= hb+2 })
+	testkit.WaitFor(t, "two ticks of a's gossip loop", func() bool { return heartbeatOf(a) >= hb+2 })
 	if !blocks.IsBlocked(victim) {
-		if code, _, body := do(t, a, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
+		if code, _, body := a.Do(t, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
 			t.Errorf("b's job through a after the attack: %d %s", code, body)
 		}
-		t.Logf("refused %d", a.node.PeerRefusals()-refused)
+		t.Logf("refused %d", a.Node.PeerRefusals()-refused)
 		return
 	}
 	t.Errorf("a blocks b's member id for good, on the word of a non-member")
-	waitUntil(t, "a drops b from its members", func() bool { return !slices.Contains(a.node.Members(), "b") })
-	code, _, body := do(t, a, "GET", "/v1/batch/"+id, "alice-key", "")
+	testkit.WaitFor(t, "a drops b from its members", func() bool { return !slices.Contains(a.Node.Members(), "b") })
+	code, _, body := a.Do(t, "GET", "/v1/batch/"+id, "alice-key", "")
 	t.Errorf("a's members are now %v (b's own view: %v, b a member of its own list: %v); b's job through a: %d %s",
-		a.node.Members(), b.node.Members(), b.node.Membership().Member, code, body)
+		a.Node.Members(), b.Node.Members(), b.Node.Membership().Member, code, body)
 }
 
-// TestCluster_MemberGossipSpeaksForItself: a member's gossip carries
+// TestGuard_MemberGossipSpeaksForItself: a member's gossip carries
 // "left" and a heartbeat only for that member: one that says another
 // member left, or sets that member's heartbeat far ahead (its real ones
 // would stop counting, and it would be blocked when the forged one
 // expires), is not believed about the other member. Its own state is.
-func TestCluster_MemberGossipSpeaksForItself(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	b := tc.add("b")
-	c := tc.add("c")
-	tc.waitMembers(3)
-	waitUntil(t, "a knows b and c", func() bool {
-		m := a.node.Members()
+func TestGuard_MemberGossipSpeaksForItself(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	testkit.WaitFor(t, "a knows b and c", func() bool {
+		m := a.Node.Members()
 		return slices.Contains(m, "b") && slices.Contains(m, "c")
 	})
-	victim := cluster.SystemOf(c.node).ID
+	victim := cluster.SystemOf(c.Node).ID
 	value, err := anypb.New(&pacluster.MemberHeartbeat{})
 	if err != nil {
 		t.Fatal(err)
@@ -630,24 +635,24 @@ func TestCluster_MemberGossipSpeaksForItself(t *testing.T) {
 	}}}
 	// From b's own actor system: a sender at b's address, under b's
 	// certificate.
-	res, err := cluster.SystemOf(b.node).Root.RequestFuture(actor.NewPID(a.node.Address(), pacluster.DefaultGossipActorName), forged, 5*time.Second).Result()
+	res, err := cluster.SystemOf(b.Node).Root.RequestFuture(actor.NewPID(a.Node.Address(), pacluster.DefaultGossipActorName), forged, 5*time.Second).Result()
 	if _, ok := res.(*pacluster.GossipResponse); err != nil || !ok {
 		t.Fatalf("b's gossip to a: %v, %v: want a GossipResponse (a member's gossip is read)", res, err)
 	}
 	hb := heartbeatOf(a)
-	waitUntil(t, "two ticks of a's gossip loop", func() bool { return heartbeatOf(a) >= hb+2 })
-	gossip := pacluster.GetCluster(cluster.SystemOf(a.node)).Gossip
+	testkit.WaitFor(t, "two ticks of a's gossip loop", func() bool { return heartbeatOf(a) >= hb+2 })
+	gossip := pacluster.GetCluster(cluster.SystemOf(a.Node)).Gossip
 	if left, err := gossip.GetState(pacluster.GracefullyLeftKey); err != nil || left[victim] != nil {
 		t.Errorf("a's gossip says c left (%v): b spoke for c", err)
 	}
 	if beats, err := gossip.GetState(pacluster.HeartbeatKey); err != nil || beats[victim] != nil && beats[victim].SequenceNumber >= far {
 		t.Errorf("c's heartbeat in a's gossip is b's forged one (%v)", err)
 	}
-	if remote.GetRemote(cluster.SystemOf(a.node)).BlockList().IsBlocked(victim) {
+	if remote.GetRemote(cluster.SystemOf(a.Node)).BlockList().IsBlocked(victim) {
 		t.Errorf("a blocks c on b's word")
 	}
-	if !slices.Contains(a.node.Members(), "c") {
-		t.Errorf("a's members %v: c is gone", a.node.Members())
+	if !slices.Contains(a.Node.Members(), "c") {
+		t.Errorf("a's members %v: c is gone", a.Node.Members())
 	}
 }
 
@@ -687,7 +692,7 @@ func nodeTemplate(name string, notBefore, notAfter time.Time) *x509.Certificate 
 	}
 }
 
-// TestNode_HandshakeRefusesBadCertificates: with TLS, a client whose
+// TestGuard_HandshakeRefusesBadCertificates: with TLS, a client whose
 // certificate was signed by the cluster's CA but is expired or not yet
 // valid, names no node (its common name not among its DNS names), or was
 // signed by a node's key rather than the CA's (a node's key is no CA: a
@@ -695,12 +700,11 @@ func nodeTemplate(name string, notBefore, notAfter time.Time) *x509.Certificate 
 // its call never reaches protoactor (CLUSTER.md, Security: a peer is
 // accepted "only if the peer's certificate chains to a CA of its
 // --cluster-ca file and names a node").
-func TestNode_HandshakeRefusesBadCertificates(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	tc.waitMembers(1)
-	nodeTLS(t, "a") // the tests' CA is made
-	ca, caKey := testCA.cert, testCA.key
+func TestGuard_HandshakeRefusesBadCertificates(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a")
+	a := tc.Node("a")
+	ca, caKey, _ := clustertest.CA(t)
 	now := time.Now()
 	valid := func(name string) *x509.Certificate {
 		return nodeTemplate(name, now.Add(-time.Hour), now.Add(time.Hour))
@@ -723,7 +727,7 @@ func TestNode_HandshakeRefusesBadCertificates(t *testing.T) {
 // protoactor.
 func refusedAtHandshake(t *testing.T, a *node, certs map[string]tls.Certificate) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
 	defer cancel()
 	for name, cert := range certs {
 		conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
@@ -733,59 +737,24 @@ func refusedAtHandshake(t *testing.T, a *node, certs map[string]tls.Certificate)
 			t.Errorf("%s: %v, want codes.Unavailable (refused at the handshake)", name, err)
 		}
 	}
-	if got := a.node.PeerPanics(); got != 0 {
+	if got := a.Node.PeerPanics(); got != 0 {
 		t.Errorf("PeerPanics = %d: a refused client reached protoactor", got)
 	}
 }
 
-// TestNode_HandshakeRefusesServerOnlyCertificate: a certificate of the
+// TestGuard_HandshakeRefusesServerOnlyCertificate: a certificate of the
 // cluster's CA that allows server authentication only (what a CA shared
 // with other services, cert-manager's say, issues a web server) is no
 // client's: the node refuses it as a peer's at the handshake (clustertls's
 // verify: "chains to the cluster's CA for client and server use").
-func TestNode_HandshakeRefusesServerOnlyCertificate(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	tc.waitMembers(1)
-	nodeTLS(t, "a") // the tests' CA is made
+func TestGuard_HandshakeRefusesServerOnlyCertificate(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a")
+	a := tc.Node("a")
+	ca, caKey, _ := clustertest.CA(t)
 	now := time.Now()
 	serverOnly := nodeTemplate("web", now.Add(-time.Hour), now.Add(time.Hour))
 	serverOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	cert, _, _ := rawCert(t, serverOnly, testCA.cert, testCA.key)
+	cert, _, _ := rawCert(t, serverOnly, ca, caKey)
 	refusedAtHandshake(t, a, map[string]tls.Certificate{"server authentication only": cert})
-}
-
-// TestNode_ProtoactorLogsOnlyMembersAddresses: in protoactor's log lines,
-// an address (an "address" attribute, a PID's) is kept only if it is the
-// node's own or a current member's: another may be one a peer named as
-// its message's sender. protoactor's line for each failed attempt to
-// connect is logged at most once a second, with how many were left out.
-func TestNode_ProtoactorLogsOnlyMembersAddresses(t *testing.T) {
-	tc := newTestCluster(t)
-	a := tc.add("a")
-	b := tc.add("b")
-	tc.waitMembers(2)
-	var buf syncBuffer
-	l := cluster.PeerLogger(a.node, slog.New(slog.NewTextHandler(&buf, nil)))
-	const stranger = "127.0.9.9:9"
-	l.Info("own", "address", a.node.Address())
-	l.Info("member", "address", b.node.Address(), "pid", actor.NewPID(b.node.Address(), "x"))
-	l.Info("named", "address", stranger, "pid", actor.NewPID(stranger, "x"), "count", 3)
-	l.With("address", stranger).Info("with")
-	for range 5 {
-		l.Error("EndpointWriter failed to connect", "address", b.node.Address())
-	}
-	out := buf.String()
-	if strings.Contains(out, stranger) {
-		t.Errorf("an address of no member logged:\n%s", out)
-	}
-	for _, want := range []string{"msg=own address=" + a.node.Address(), "msg=member address=" + b.node.Address() + " pid=",
-		"msg=named count=3", "msg=with\n"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q in\n%s", want, out)
-		}
-	}
-	if got := strings.Count(out, "failed to connect"); got != 1 {
-		t.Errorf("%d lines of failed connects in a second, want 1:\n%s", got, out)
-	}
 }

@@ -1,23 +1,40 @@
 package cluster_test
 
 import (
+	"flag"
+	"fmt"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 
-	"github.com/sift/batch/engine/enginetest/protoactortest"
+	"github.com/sift/batch/engine/enginetest"
 )
+
+// parallel is how many of the package's parallel tests run at once unless
+// -test.parallel says otherwise: more than the cores, since a test spends
+// most of its time in protoactor's fixed pauses (a second to join, two to
+// leave), not on a CPU.
+const parallel = 6
 
 // TestMain checks that no test leaves a goroutine behind: every node,
 // runner, store and server a test starts is stopped by its end; but the
 // goroutines protoactor-go leaves (docs/CLUSTER.md, "protoactor bugs"):
-// its throttles' timers ([protoactortest.Leaks]), the test provider's TTL
-// loop, which never ends, and gRPC's retries to a peer that has gone.
-// Under the race detector, protoactor's own data races are suppressed
-// (testdata/race.supp): two of them in its remote would fail every test
-// with more than one node.
+// its throttles' timers, the test provider's TTL loop, which never ends,
+// and gRPC's retries to a peer that has gone. Under the race detector,
+// protoactor's own data races are suppressed (testdata/race.supp): two of
+// them in its remote would fail every test with more than one node.
 func TestMain(m *testing.M) {
-	protoactortest.Main(m, "testdata/race.supp",
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", fmt.Sprint(parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	enginetest.ClusterMain(m, "testdata/race.supp",
 		// The test provider's TTL loop ranges over a ticker it stops, but a
 		// stopped ticker's channel is never closed.
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster/clusterproviders/test.(*Provider).startTtlReport.func1"),
@@ -31,5 +48,9 @@ func TestMain(m *testing.M) {
 		// the connection closes (seen once in a CI run after a test's node
 		// stopped while a peer's writer was connecting to it).
 		goleak.IgnoreTopFunction("google.golang.org/grpc.newClientStreamWithParams.func4"),
+		// protoactor's endpoint writer to a peer that stopped as it was
+		// connecting sleeps between its attempts to connect again, and
+		// ends after the last (nodes of a cluster stop at once).
+		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/remote.(*endpointWriter).initialize"),
 	)
 }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
-	"github.com/sift/batch/engine/cluster/clustertls"
+	"github.com/sift/batch/engine/enginetest/clustertest"
 	"github.com/sift/batch/persistence"
 )
 
@@ -77,7 +77,7 @@ func startNode(t *testing.T, name string, p cluster.Provider) (*cluster.Node, er
 // startNodeLogging is startNode, the node logging to log.
 func startNodeLogging(t *testing.T, name string, p cluster.Provider, log *slog.Logger) (*cluster.Node, error) {
 	t.Helper()
-	n, err := cluster.New(cluster.Config{Name: testCluster, Node: name, Addr: "127.0.0.1:0", TLS: nodeTLS(t, name), Provider: p,
+	n, err := cluster.New(cluster.Config{Name: testCluster, Node: name, Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, name), Provider: p,
 		Timeout: 3 * time.Second, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -385,28 +385,4 @@ func (l *lineCounter) wait(t *testing.T, msg string, n int) {
 			t.Fatalf("%d lines %q; want %d", got, msg, n)
 		}
 	}
-}
-
-// testCerts is the cluster's certificates of this package's tests, made
-// once: one per node name the tests start.
-var testCerts = sync.OnceValues(func() (*clustertls.Set, error) {
-	return clustertls.Generate([]string{"siftbatch-0", "siftbatch-1", "siftbatch-2"}, nil, time.Now())
-})
-
-// nodeTLS returns the TLS configuration of node name, one of testCerts'.
-func nodeTLS(t *testing.T, name string) *clustertls.Config {
-	t.Helper()
-	set, err := testCerts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, ok := set.Nodes[name]
-	if !ok {
-		t.Fatalf("no test certificate for node %q: add it to testCerts", name)
-	}
-	c, err := clustertls.New(set.CA.Cert, p.Cert, p.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

@@ -1,0 +1,165 @@
+// Package remote is the siftbatch commands that talk to a running serve
+// through its batch API, on package github.com/sift/batch/engine/client:
+// submit, get, wait, ls and cancel. Each takes --server URL (default
+// http://127.0.0.1:8080, serve's own default) and --key-file FILE (a file
+// that holds the API key alone), and prints text for a person or, with
+// --json, the API's JSON. Each writes its answer to stdout, and notes and
+// wait's progress bar to stderr; submit --targets - reads os.Stdin. Package
+// main wires each to its name.
+//
+// Its functions are safe for concurrent use.
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/engine/client"
+)
+
+// DefaultServer is --server's default: serve's default address.
+const DefaultServer = "http://127.0.0.1:8080"
+
+// maxKeyFile caps the bytes of a key file read: a key is far shorter.
+const maxKeyFile = 4 << 10
+
+// conn is the flags every command takes: where the server is, the key's
+// file, and --json.
+type conn struct {
+	cmd     string
+	server  *string
+	keyFile *string
+	json    *bool
+}
+
+// addConn adds --server, --key-file and --json to fs.
+func addConn(fs *flag.FlagSet) *conn {
+	return &conn{
+		cmd:     fs.Name(),
+		server:  fs.String("server", DefaultServer, "the serve to talk to: its base URL (http:// if none given)"),
+		keyFile: fs.String("key-file", "", "file that holds the API key alone (required)"),
+		json:    fs.Bool("json", false, "print the API's JSON instead of text"),
+	}
+}
+
+// client is the client of the flags' server, with the key from the key
+// file.
+func (c *conn) client() (*client.Client, error) {
+	if *c.keyFile == "" {
+		return nil, cli.CmdUsagef(c.cmd, "--key-file is required: a file that holds the API key alone")
+	}
+	key, err := ReadKeyFile(*c.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	server := *c.server
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	cl, err := client.New(server, key)
+	if err != nil {
+		return nil, cli.CmdUsagef(c.cmd, "--server %q: want a URL such as %s", *c.server, DefaultServer)
+	}
+	return cl, nil
+}
+
+// ReadKeyFile reads an API key from a file that holds it alone (a
+// trailing newline, or spaces around it, are fine). Its errors never hold
+// the file's content.
+func ReadKeyFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("key file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return "", fmt.Errorf("key file %s: %w", path, err)
+	}
+	key := strings.TrimSpace(string(b))
+	switch {
+	case len(b) > maxKeyFile:
+		return "", fmt.Errorf("key file %s: more than %d bytes; it must hold the API key alone", path, maxKeyFile)
+	case key == "":
+		return "", fmt.Errorf("key file %s is empty; it must hold the API key alone", path)
+	case strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return "", fmt.Errorf("key file %s: holds more than one word; it must hold the API key alone (not a serve --keys line)", path)
+	}
+	return key, nil
+}
+
+// printJSON prints v as indented JSON, without HTML escaping (page text
+// keeps its "<").
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printLine prints v as one line of JSON.
+func printLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// summary is a job's one-line summary:
+// "job ID: partial, 2 of 2 stored, 1 failed, created 2026-01-02 03:04:05Z".
+func summary(j client.Job) string {
+	s := fmt.Sprintf("job %s: %s, %d of %d stored, %d failed, created %s", j.ID, j.Status,
+		j.TargetsDone, j.TargetsTotal, j.TargetsFailed, j.Created().UTC().Format(time.DateTime)+"Z")
+	if j.Error != "" {
+		s += " (" + j.Error + ")"
+	}
+	return cleanCell(s)
+}
+
+// cleanText makes page text safe to print on a terminal: every control
+// character but newline and tab (an escape sequence's ESC, a carriage
+// return, C1 controls) becomes U+FFFD, so that a page cannot move the
+// cursor, recolour or retitle the terminal. --json prints text as it is,
+// escaped by JSON.
+func cleanText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+// cleanCell is cleanText for a table cell or a line: newlines and tabs
+// become spaces.
+func cleanCell(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, cleanText(s))
+}
+
+// oneID checks that pos is one job id.
+func oneID(cmd string, pos []string) (string, error) {
+	if len(pos) != 1 || pos[0] == "" {
+		return "", cli.CmdUsagef(cmd, "want one job ID")
+	}
+	return pos[0], nil
+}
+
+// interrupted reports whether err is ctx's end by an interrupt.
+func interrupted(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err())
+}

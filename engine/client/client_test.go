@@ -1,0 +1,178 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/client"
+	"github.com/sift/batch/engine/httpapi"
+)
+
+// TestClient_SessionThroughEveryMethod submits a job, waits for it, reads
+// it, a target and its results, lists it, and checks each answer against
+// the runner's own view.
+func TestClient_SessionThroughEveryMethod(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	ts := append(targets("s", 2), client.Target{URL: "https://example.com/x/fail"})
+
+	sub, err := c.Submit(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.ID == "" || sub.Reused || sub.Location != "/v1/batch/"+sub.ID {
+		t.Fatalf("submit answered %+v", sub)
+	}
+	job, err := c.Wait(ctx, sub.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !job.Ended() || job.Status != engine.StatusPartial || job.TargetsTotal != 3 || job.TargetsDone != 3 || job.TargetsFailed != 1 || len(job.Targets) != 3 {
+		t.Fatalf("wait answered %+v", job)
+	}
+	if job.Targets[2].Status != engine.TargetFailed || job.Targets[2].Error != "HTTP 404 Not Found" || job.Targets[2].Hint != "check the URL" || job.Targets[0].Result != nil {
+		t.Fatalf("wait's targets: %+v", job.Targets)
+	}
+	rj, _ := b.Runner.Job(sub.ID)
+	if job.CreatedAt != rj.CreatedAt || job.Created().Unix() != rj.CreatedAt {
+		t.Fatalf("created_at %d, runner's %d", job.CreatedAt, rj.CreatedAt)
+	}
+
+	again, err := c.Submit(ctx, ts)
+	if err != nil || again.ID != sub.ID || !again.Reused {
+		t.Fatalf("the same targets again: %+v, %v; want job %s reused", again, err, sub.ID)
+	}
+
+	got, err := c.Job(ctx, sub.ID)
+	if err != nil || got.Status != engine.StatusPartial || len(got.Targets) != 3 {
+		t.Fatalf("job: %+v, %v", got, err)
+	}
+	tg, err := c.Target(ctx, sub.ID, 1)
+	if err != nil || tg.Idx != 1 || tg.Status != engine.TargetDone || tg.Result == nil || tg.Result.Content != "page "+ts[1].URL || tg.Result.Meta["status"] != float64(200) {
+		t.Fatalf("target 1: %+v, %v", tg, err)
+	}
+
+	var idx []int
+	for r, err := range c.Results(ctx, sub.ID) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx = append(idx, r.Idx)
+		if want := r.Idx < 2; (r.Result != nil) != want || want && r.Result.Content != "page "+ts[r.Idx].URL {
+			t.Fatalf("result %d: %+v", r.Idx, r)
+		}
+	}
+	if !slices.Equal(idx, []int{0, 1, 2}) {
+		t.Fatalf("results gave targets %v", idx)
+	}
+
+	var ids []string
+	for j, err := range c.List(ctx, client.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	if !slices.Equal(ids, []string{sub.ID}) {
+		t.Fatalf("list: %v", ids)
+	}
+	if err := c.Cancel(ctx, sub.ID); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("cancel of an ended job: %v; want ErrConflict", err)
+	}
+}
+
+// TestClient_CancelAndTypedErrors cancels a live job and checks each
+// error answer's type: 401, 404 (engine.ErrNotFound), 409, 422
+// (engine.ErrInvalid, ErrNoTargets), 429 (engine.ErrCallerBusy).
+func TestClient_CancelAndTypedErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key", client.WithRetry(1, 0))
+	ctx := context.Background()
+
+	held, err := c.Submit(ctx, []client.Target{{URL: "https://example.com/h/hold"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Submit(ctx, targets("other", 1))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 429 || e.RetryAfter <= 0 || !errors.Is(err, client.ErrTooManyRequests) || !errors.Is(err, engine.ErrCallerBusy) || errors.Is(err, engine.ErrBusy) {
+		t.Fatalf("a second live job: %v (%+v); want 429 busy with Retry-After", err, e)
+	}
+	if err := c.Cancel(ctx, held.ID); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.WaitSettled(t, held.ID); j.Status != engine.StatusCancelled {
+		t.Fatalf("cancelled job is %s", j.Status)
+	}
+	if err := c.Cancel(ctx, held.ID); !errors.Is(err, client.ErrConflict) || !errors.As(err, &e) || e.Status != 409 || e.Hint == "" {
+		t.Fatalf("cancel again: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+		is     []error
+		isNot  []error
+	}{
+		{"unknown key", errOf(b.client(t, "nobody").Job(ctx, held.ID)), 401, []error{client.ErrUnauthorized}, []error{engine.ErrNotFound}},
+		{"missing job", errOf(c.Job(ctx, "00112233445566778899aabbccddeeff")), 404, []error{engine.ErrNotFound}, []error{client.ErrUnauthorized}},
+		{"another caller's job", errOf(b.client(t, "bob-key").Job(ctx, held.ID)), 404, []error{engine.ErrNotFound}, nil},
+		{"missing target", errOf(c.Target(ctx, held.ID, 7)), 404, []error{engine.ErrNotFound}, nil},
+		{"no targets", errOf(c.Submit(ctx, nil)), 422, []error{engine.ErrInvalid, engine.ErrNoTargets}, []error{engine.ErrTooManyTargets}},
+		{"bad url", errOf(c.Submit(ctx, []client.Target{{URL: "ftp://x"}})), 422, []error{engine.ErrInvalid}, []error{engine.ErrNoTargets}},
+		{"unhonoured option", errOf(c.Submit(ctx, []client.Target{{URL: "https://example.com/", Options: client.Options{Mode: "summary"}}})), 422, []error{engine.ErrInvalid}, nil},
+		{"too many targets", errOf(c.Submit(ctx, targets("many", engine.DefaultTargetsPerJob+1))), 422, []error{engine.ErrInvalid, engine.ErrTooManyTargets}, nil},
+		{"bad list status", errOf(c.ListPage(ctx, client.ListOptions{Status: "nope"})), 400, []error{client.ErrBadRequest}, nil},
+	} {
+		if !errors.As(tc.err, &e) || e.Status != tc.status || e.Message == "" || e.Hint == "" {
+			t.Errorf("%s: %v; want an *Error %d with a message and a hint", tc.name, tc.err, tc.status)
+			continue
+		}
+		for _, s := range tc.is {
+			if !errors.Is(tc.err, s) {
+				t.Errorf("%s: %v is not %v", tc.name, tc.err, s)
+			}
+		}
+		for _, s := range tc.isNot {
+			if errors.Is(tc.err, s) {
+				t.Errorf("%s: %v is %v", tc.name, tc.err, s)
+			}
+		}
+	}
+}
+
+// errOf is the error of a call's two results.
+func errOf[T any](_ T, err error) error { return err }
+
+// TestClient_SubmitWithSendsTheIdempotencyKey sends a printable UTF-8 key
+// as the Idempotency-Key header, and refuses, without a request, a key
+// the server would refuse.
+func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	key := "agent run 7: café"
+	if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := *b.idemKey.Load(); got != key {
+		t.Fatalf("the server got Idempotency-Key %q; want %q", got, key)
+	}
+	for _, bad := range []string{"a\tb", "line\n", strings.Repeat("k", 256), "\xff\xfe"} {
+		if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: bad}); err == nil {
+			t.Errorf("key %q: no error", bad)
+		}
+	}
+	if n := b.count("POST /v1/batch"); n != 1 {
+		t.Fatalf("%d submits reached the server; want only the good one", n)
+	}
+}

@@ -1,0 +1,147 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/client"
+	"github.com/sift/batch/engine/httpapi"
+)
+
+// waits records the waits a client asked for before its retries, and
+// runs then, if set, during each (without waiting).
+type waits struct {
+	mu   sync.Mutex
+	got  []time.Duration
+	then func(n int)
+}
+
+func (w *waits) sleep(ctx context.Context, d time.Duration) error {
+	w.mu.Lock()
+	w.got = append(w.got, d)
+	n := len(w.got)
+	w.mu.Unlock()
+	if w.then != nil {
+		w.then(n)
+	}
+	return ctx.Err()
+}
+
+func (w *waits) all() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Duration(nil), w.got...)
+}
+
+// TestClient_RetriesA429AfterItsRetryAfter submits while the caller is at
+// its cap: the client asks again after each Retry-After (3 s, plus at most
+// a quarter of jitter), as many times as allowed, and counts as one
+// request each; once the cap frees during a wait, the retry is admitted.
+func TestClient_RetriesA429AfterItsRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{RetryAfter: 3 * time.Second})
+	ctx := context.Background()
+	c := b.client(t, "alice-key", client.WithRetry(3, time.Minute))
+	w := &waits{}
+	client.SetSleep(c, w.sleep)
+
+	held, err := c.Submit(ctx, []client.Target{{URL: "https://example.com/h/hold"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Submit(ctx, targets("second", 1))
+	if !errors.Is(err, engine.ErrCallerBusy) {
+		t.Fatalf("submit at the cap: %v; want busy once the retries are spent", err)
+	}
+	if n := b.count("POST /v1/batch"); n != 1+3 {
+		t.Fatalf("%d submits reached the server; want 1, then 3 for the refused one", n)
+	}
+	got := w.all()
+	if len(got) != 2 {
+		t.Fatalf("waits %v; want 2 (3 attempts)", got)
+	}
+	for _, d := range got {
+		if d < 3*time.Second || d > 3*time.Second+3*time.Second/4 {
+			t.Fatalf("waited %v; want Retry-After 3s plus at most 25%% jitter", d)
+		}
+	}
+
+	// The held job ends during the first wait: the retry is admitted.
+	w2 := &waits{then: func(int) {
+		b.gate.Open()
+		b.WaitSettled(t, held.ID)
+	}}
+	client.SetSleep(c, w2.sleep)
+	sub, err := c.Submit(ctx, targets("second", 1))
+	if err != nil || sub.Reused {
+		t.Fatalf("submit once the cap freed: %+v, %v", sub, err)
+	}
+	if n := b.count("POST /v1/batch"); n != 4+2 {
+		t.Fatalf("%d submits in all; want 4 before, then 2", n)
+	}
+}
+
+// TestClient_DoesNotWaitPastItsBound answers a 429 whose Retry-After is
+// longer than the client's bound at once, after one request.
+func TestClient_DoesNotWaitPastItsBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{RetryAfter: time.Minute})
+	ctx := context.Background()
+	c := b.client(t, "alice-key", client.WithRetry(5, 10*time.Second))
+	w := &waits{}
+	client.SetSleep(c, w.sleep)
+	if _, err := c.Submit(ctx, []client.Target{{URL: "https://example.com/h/hold"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Submit(ctx, targets("second", 1))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 429 || e.RetryAfter != time.Minute {
+		t.Fatalf("submit at the cap: %v; want 429 with Retry-After 1m", err)
+	}
+	if n, got := b.count("POST /v1/batch"), w.all(); n != 2 || len(got) != 0 {
+		t.Fatalf("%d submits, waits %v; want 2 and none", n, got)
+	}
+}
+
+// TestClient_RetriesA503 reads through an authenticator that fails twice
+// (503, no Retry-After): the client backs off 500 ms then 1 s (each plus
+// at most a quarter) and the third read is served.
+func TestClient_RetriesA503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	ctx := context.Background()
+	c := b.client(t, "alice-key")
+	sub, err := c.Submit(ctx, targets("a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	fails := 2
+	f := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails > 0 {
+			fails--
+			return errors.New("directory down")
+		}
+		return nil
+	}
+	b.auth.Store(&f)
+	w := &waits{}
+	client.SetSleep(c, w.sleep)
+	before := b.count("GET /v1/batch/{id}")
+	if _, err := c.Job(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count("GET /v1/batch/{id}") - before; n != 3 {
+		t.Fatalf("%d reads; want 3", n)
+	}
+	got := w.all()
+	if len(got) != 2 || got[0] < 500*time.Millisecond || got[0] > 625*time.Millisecond || got[1] < time.Second || got[1] > 1250*time.Millisecond {
+		t.Fatalf("waits %v; want 500ms then 1s, each plus at most 25%%", got)
+	}
+}
