@@ -109,6 +109,10 @@ var (
 	// ErrCancelled is the cause (context.Cause) of a fetch's context once
 	// its job was cancelled ([Runner.Cancel]) while the fetch ran.
 	ErrCancelled = batchtype.ErrCancelled
+	// ErrIdempotencyMismatch is returned by [Runner.SubmitWith] when its
+	// [SubmitOptions.IdempotencyKey] is bound to a reusable job of other
+	// targets: the caller sent the same key with another body.
+	ErrIdempotencyMismatch = batchtype.ErrIdempotencyMismatch
 )
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
