@@ -110,8 +110,8 @@ var (
 	// its job was cancelled ([Runner.Cancel]) while the fetch ran.
 	ErrCancelled = batchtype.ErrCancelled
 	// ErrIdempotencyMismatch is returned by [Runner.SubmitWith] when its
-	// [SubmitOptions.IdempotencyKey] is bound to a reusable job of other
-	// targets: the caller sent the same key with another body.
+	// idempotency key is bound to a reusable job of other targets: the
+	// caller sent the same key with another body.
 	ErrIdempotencyMismatch = batchtype.ErrIdempotencyMismatch
 )
 
