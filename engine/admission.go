@@ -26,7 +26,11 @@ type AdmittedJob struct {
 // A live job reads as its actor holds it. It never writes; safe for
 // concurrent use. It walks the caller's index: a seek and a point read per
 // job of the caller.
-func (r *Runner) Admitted(caller string) ([]AdmittedJob, error) {
+func (p Peer) Admitted(caller string) ([]AdmittedJob, error) {
+	if p.r == nil {
+		return nil, noRunner("admitted jobs")
+	}
+	r := p.r
 	var out []AdmittedJob
 	now := r.cfg.Now().UnixNano()
 	var after []byte
@@ -56,7 +60,11 @@ func (r *Runner) Admitted(caller string) ([]AdmittedJob, error) {
 // idempotency key key (hex), and may be reused by a resubmit now (SPEC
 // rule 2: queued, running, done or partial, its lease not expired). Safe
 // for concurrent use.
-func (r *Runner) Reusable(caller, key, id string) bool {
+func (p Peer) Reusable(caller, key, id string) bool {
+	if p.r == nil {
+		return false
+	}
+	r := p.r
 	rec, err := r.store.Job(id)
 	if err != nil {
 		return false

@@ -220,7 +220,8 @@ func TestRunner_ShutdownGivesUpOnStubbornFetch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err := b.Runner.Shutdown(ctx)
+	var err error
+	returns(t, "Shutdown", func() { err = b.Runner.Shutdown(ctx) })
 	shutdownDone.Store(true)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	j, ts, ok := b.Runner.Status(id)
@@ -278,7 +279,7 @@ func TestRunner_ShutdownReturnsDespiteBlockingHook(t *testing.T) {
 	testkit.Recv(t, blocked)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_ = b.Runner.Shutdown(ctx) // returns: a hang fails the test at go test's -timeout
+	returns(t, "Shutdown with a hook that blocks", func() { _ = b.Runner.Shutdown(ctx) })
 	unblock()
 	requireSettled(t, b, id)
 }

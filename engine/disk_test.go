@@ -319,7 +319,9 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 	}
 	if b, ok := submit("bob", tgt("block", 0), tgt("ok", 1)); ok {
 		waitRunning(t, r, b, 0)
-		require.True(t, r.Cancel(b))
+		var cancelled bool
+		returns(t, "Cancel", func() { cancelled = r.Cancel(b) })
+		require.True(t, cancelled)
 		close(release)
 		require.Equal(t, engine.StatusCancelled, wait(b).Status)
 		requireReadsAgree(t, r, b)
@@ -330,7 +332,7 @@ func faultScenario(t *testing.T, f *oneFault) int64 {
 		waitRunning(t, r, c, 1)
 		requireReadsAgree(t, r, c)
 	}
-	r.Close()
+	returns(t, "Close", r.Close)
 	for _, id := range ids {
 		requireSettled(t, rig, id)
 	}

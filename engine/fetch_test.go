@@ -203,7 +203,7 @@ func TestRunner_FetchMisbehaving(t *testing.T) {
 				require.False(t, ok)
 			}
 			require.Equal(t, engine.TargetDone, ts[1].Status)
-			b.Runner.Close()
+			returns(t, "Close", b.Runner.Close)
 			require.EqualValues(t, 2, targetErrs.Load(), "Hooks.Target told an error for each failed target")
 			require.EqualValues(t, 1, targetOKs.Load())
 			requireSettled(t, b, id)

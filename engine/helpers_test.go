@@ -117,6 +117,28 @@ func waitJobs(t *testing.T, r *engine.Runner, ids ...string) {
 	}
 }
 
+// returns runs f on a goroutine of its own and fails the test, naming
+// what, if f has not returned within testkit.Deadline: a call that hangs
+// fails its own test, named, rather than the whole package at go test's
+// -timeout. f keeps running if it overruns (the test fails anyway); f must
+// not call t.FailNow itself.
+func returns(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	testkit.WaitFor(t, what+" to return", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
 // waitRunning waits until target idx of job id reads running: its fetch
 // has begun.
 func waitRunning(t *testing.T, r *engine.Runner, id string, idx int) {

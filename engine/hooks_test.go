@@ -200,7 +200,13 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	}
 	submit := func(c string, ts ...engine.Target) string {
 		t.Helper()
-		return rig.Submit(t, c, ts)
+		var id string
+		var reused bool
+		var err error
+		returns(t, "Submit", func() { id, reused, err = r.Submit(ctx, enginetest.Caller(c), "", ts) })
+		require.NoError(t, err)
+		require.False(t, reused)
+		return id
 	}
 
 	a := submit("alice", tgt("ok", 0), tgt("fail", 1))
@@ -217,7 +223,9 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 
 	d := submit("dave", tgt("block", 0), tgt("ok", 1))
 	waitRunning(t, r, d, 0)
-	require.True(t, r.Cancel(d))
+	var cancelled bool
+	returns(t, "Cancel", func() { cancelled = r.Cancel(d) })
+	require.True(t, cancelled)
 	require.False(t, r.Cancel(d), "a second Cancel")
 	jd, ok := r.Job(d)
 	require.True(t, ok)
@@ -235,7 +243,7 @@ func runHookScenario(t *testing.T, hooks engine.Hooks) *enginetest.Bundle {
 	require.ErrorIs(t, err, engine.ErrCallerBusy)
 	waitRunning(t, r, e, 0)
 
-	r.Close()
+	returns(t, "Close", r.Close)
 	je := requireSettled(t, rig, e)
 	require.Equal(t, engine.StatusFailed, je.Status)
 	require.Equal(t, "shutdown", je.Error)

@@ -54,8 +54,11 @@ func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
 // lists a caller's jobs across nodes with it: a merged page's next cursor
 // is the cursor of its last job, good on every node). Safe for concurrent
 // use.
-func (r *Runner) ListAt(caller string, opt ListOptions) (jobs []Job, cursors []string, next string, err error) {
-	return r.list(caller, opt, true)
+func (p Peer) ListAt(caller string, opt ListOptions) (jobs []Job, cursors []string, next string, err error) {
+	if p.r == nil {
+		return nil, nil, "", noRunner("list jobs")
+	}
+	return p.r.list(caller, opt, true)
 }
 
 func (r *Runner) list(caller string, opt ListOptions, withCursors bool) ([]Job, []string, string, error) {
@@ -108,7 +111,7 @@ func (r *Runner) list(caller string, opt ListOptions, withCursors bool) ([]Job, 
 	return jobs, cursors, cursor, nil
 }
 
-// CompareCursors compares two cursors of [Runner.ListAt] by the jobs they
+// CompareCursors compares two cursors of [Peer.ListAt] by the jobs they
 // go on after: negative if a's job comes first in a List (is newer),
 // positive if b's does, 0 if they are the same. A cursor List did not give
 // sorts after every good one.

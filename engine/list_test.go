@@ -166,7 +166,7 @@ func TestRunner_ListAt(t *testing.T) {
 		opt := engine.ListOptions{Limit: limit}
 		for page := 0; ; page++ {
 			require.Less(t, page, 20, "limit %d: the cursor never ended", limit)
-			jobs, cursors, next, err := b.Runner.ListAt("alice", opt)
+			jobs, cursors, next, err := engine.PeerOf(b.Runner).ListAt("alice", opt)
 			require.NoError(t, err)
 			listed, listNext, err := b.Runner.List("alice", opt)
 			require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestRunner_ListAt(t *testing.T) {
 	}
 
 	// A status filter: the cursors page through the jobs it keeps.
-	jobs, cursors, _, err := b.Runner.ListAt("alice", engine.ListOptions{Status: "done", Limit: 3})
+	jobs, cursors, _, err := engine.PeerOf(b.Runner).ListAt("alice", engine.ListOptions{Status: "done", Limit: 3})
 	require.NoError(t, err)
 	require.Len(t, cursors, 3)
 	rest, _, err := b.Runner.List("alice", engine.ListOptions{Status: "done", Limit: 100, Cursor: cursors[2]})
@@ -204,7 +204,7 @@ func TestRunner_ListAt(t *testing.T) {
 
 	// Refused as List refuses.
 	for _, opt := range []engine.ListOptions{{Status: "nope"}, {Limit: -1}, {Limit: engine.MaxListLimit + 1}, {Cursor: "!"}, {Cursor: "AAAA"}} {
-		_, cursors, next, err := b.Runner.ListAt("alice", opt)
+		_, cursors, next, err := engine.PeerOf(b.Runner).ListAt("alice", opt)
 		require.ErrorIs(t, err, engine.ErrBadList, "%+v", opt)
 		require.Nil(t, cursors)
 		require.Empty(t, next)
@@ -247,7 +247,7 @@ func TestCompareCursors_MergesRunners(t *testing.T) {
 	}
 	var merged []entry
 	for _, b := range []*enginetest.Bundle{b1, b2} {
-		jobs, cursors, next, err := b.Runner.ListAt("alice", engine.ListOptions{Limit: 100})
+		jobs, cursors, next, err := engine.PeerOf(b.Runner).ListAt("alice", engine.ListOptions{Limit: 100})
 		require.NoError(t, err)
 		require.Empty(t, next)
 		require.NotEmpty(t, jobs)

@@ -104,11 +104,11 @@ func TestRunner_NodeTag(t *testing.T) {
 func TestRunner_NodeTags(t *testing.T) {
 	t.Parallel()
 	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
-	tags, err := b.Runner.NodeTags()
+	tags, err := engine.PeerOf(b.Runner).NodeTags()
 	require.NoError(t, err)
 	require.Empty(t, tags)
-	require.NoError(t, b.Runner.RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node-a"))
-	tags, err = b.Runner.NodeTags()
+	require.NoError(t, engine.PeerOf(b.Runner).RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node-a"))
+	tags, err = engine.PeerOf(b.Runner).NodeTags()
 	require.NoError(t, err)
 	require.Equal(t, map[[engine.NodeTagLen]byte]string{{1, 2, 3, 4}: "node-a"}, tags)
 	stored, err := b.Store.NodeTags()
@@ -117,5 +117,5 @@ func TestRunner_NodeTags(t *testing.T) {
 	for i := range persistence.MaxNodeTags - 1 { // one is stored already
 		require.NoError(t, b.Store.PutNodeTag([4]byte{9, 9, byte(i >> 8), byte(i)}, "n"))
 	}
-	require.ErrorIs(t, b.Runner.RememberNodeTag([engine.NodeTagLen]byte{5}, "one too many"), persistence.ErrTooManyNodeTags)
+	require.ErrorIs(t, engine.PeerOf(b.Runner).RememberNodeTag([engine.NodeTagLen]byte{5}, "one too many"), persistence.ErrTooManyNodeTags)
 }

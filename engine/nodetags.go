@@ -4,12 +4,15 @@ import (
 	"fmt"
 )
 
-// NodeTags returns the tags of the cluster nodes [Runner.RememberNodeTag]
+// NodeTags returns the tags of the cluster nodes [Peer.RememberNodeTag]
 // stored in the runner's store, each with its node's name: what a cluster
 // node (package github.com/sift/batch/engine/cluster) has met before it
 // started. At most [persistence.MaxNodeTags]. Safe for concurrent use.
-func (r *Runner) NodeTags() (map[[NodeTagLen]byte]string, error) {
-	tags, err := r.store.NodeTags()
+func (p Peer) NodeTags() (map[[NodeTagLen]byte]string, error) {
+	if p.r == nil {
+		return nil, noRunner("node tags")
+	}
+	tags, err := p.r.store.NodeTags()
 	if err != nil {
 		return nil, fmt.Errorf("node tags: %w", err)
 	}
@@ -17,12 +20,15 @@ func (r *Runner) NodeTags() (map[[NodeTagLen]byte]string, error) {
 }
 
 // RememberNodeTag stores in the runner's store that the cluster node named
-// node has tag, for [Runner.NodeTags] after a restart. A tag stored already
+// node has tag, for [Peer.NodeTags] after a restart. A tag stored already
 // with that name is not written again. Past [persistence.MaxNodeTags] tags
 // a new one is refused with an error wrapping
 // [persistence.ErrTooManyNodeTags]. Safe for concurrent use.
-func (r *Runner) RememberNodeTag(tag [NodeTagLen]byte, node string) error {
-	if err := r.store.PutNodeTag(tag, node); err != nil {
+func (p Peer) RememberNodeTag(tag [NodeTagLen]byte, node string) error {
+	if p.r == nil {
+		return noRunner("remember node tag")
+	}
+	if err := p.r.store.PutNodeTag(tag, node); err != nil {
 		return fmt.Errorf("remember node tag: %w", err)
 	}
 	return nil

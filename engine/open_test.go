@@ -468,14 +468,14 @@ func TestOpen_EveryMethodAfterClose(t *testing.T) {
 	if !errors.Is(r.Err(), engine.ErrClosed) {
 		t.Errorf("Err after Close = %v; want ErrClosed", r.Err())
 	}
-	if err := r.RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node"); err == nil {
+	if err := engine.PeerOf(r).RememberNodeTag([engine.NodeTagLen]byte{1, 2, 3, 4}, "node"); err == nil {
 		t.Error("RememberNodeTag after Close = nil; want an error (the store is closed)")
 	}
-	if _, err := r.NodeTags(); err == nil {
+	if _, err := engine.PeerOf(r).NodeTags(); err == nil {
 		t.Error("NodeTags after Close = nil error; want an error (the store is closed)")
 	}
-	_, _ = r.Admitted("alice")
-	_ = r.Reusable("alice", "k", id)
+	_, _ = engine.PeerOf(r).Admitted("alice")
+	_ = engine.PeerOf(r).Reusable("alice", "k", id)
 }
 
 // Wait after Close answers ErrClosed, as its doc says ("even for a job

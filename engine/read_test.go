@@ -277,7 +277,7 @@ func TestRunner_ReadsAgreeWhileWriteHeldOrFailing(t *testing.T) {
 		return err == nil && rec.Status == engine.StatusDone && rec.Settled
 	})
 	requireReadsAgree(t, r, id)
-	r.Close()
+	returns(t, "Close", r.Close)
 	requireSettled(t, rig, id)
 }
 
@@ -446,9 +446,9 @@ func TestRunner_ReadersDuringJobsAndClose(t *testing.T) {
 			require.True(t, err == nil || errors.Is(err, engine.ErrNotFound), "%v", err)
 		}
 	}
-	r.Close()
+	returns(t, "Close among readers", r.Close)
 	close(stop)
-	readers.Wait()
+	returns(t, "the readers", readers.Wait)
 	require.Positive(t, reads.Load())
 	mu.Lock()
 	defer mu.Unlock()
@@ -533,7 +533,7 @@ func TestRunner_WaitUnknownIDsAndContext(t *testing.T) {
 	bg := context.Background()
 	for _, id := range []string{"", "x", strings.Repeat("a", 32), strings.Repeat("A", 32), strings.Repeat("0", 1<<16)} {
 		var err error
-		_, err = r.Wait(bg, id)
+		returns(t, "Wait on an unknown id", func() { _, err = r.Wait(bg, id) })
 		require.ErrorIs(t, err, engine.ErrNotFound)
 	}
 	id, _, err := r.Submit(bg, enginetest.Caller("alice"), "", []engine.Target{tgt("hang", 0)})
@@ -544,7 +544,7 @@ func TestRunner_WaitUnknownIDsAndContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancel()
 	var j engine.Job
-	j, err = r.Wait(ctx, id)
+	returns(t, "Wait on ctx", func() { j, err = r.Wait(ctx, id) })
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, id, j.ID)
 	require.Equal(t, engine.StatusRunning, j.Status)
@@ -556,10 +556,10 @@ func TestRunner_WaitUnknownIDsAndContext(t *testing.T) {
 	// An uppercase spelling of a live job's id.
 	uctx, ucancel := context.WithTimeout(bg, 100*time.Millisecond)
 	defer ucancel()
-	_, err = r.Wait(uctx, strings.ToUpper(id))
+	returns(t, "Wait on an uppercase id", func() { _, err = r.Wait(uctx, strings.ToUpper(id)) })
 	require.Error(t, err)
 
-	r.Close()
+	returns(t, "Close", r.Close)
 	j, err = r.Wait(bg, id)
 	if err != nil { // the doc allows either for a job that ended
 		require.ErrorIs(t, err, engine.ErrClosed)

@@ -109,6 +109,10 @@ var (
 	// ErrCancelled is the cause (context.Cause) of a fetch's context once
 	// its job was cancelled ([Runner.Cancel]) while the fetch ran.
 	ErrCancelled = batchtype.ErrCancelled
+	// ErrIdempotencyMismatch is returned by [Runner.SubmitWith] when its
+	// idempotency key is bound to a reusable job of other targets: the
+	// caller sent the same key with another body.
+	ErrIdempotencyMismatch = batchtype.ErrIdempotencyMismatch
 )
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
@@ -122,10 +126,10 @@ var (
 // order of its changes. Once [Runner.Close] (or Shutdown) returns,
 // every hook has run, unless Close gave up on a hook that blocks.
 //
-// A hook may call [Runner.Close] or [Runner.Shutdown] (to stop on the
-// first failed job, say): the runner stops, and Close returns without
-// waiting for the hooks, which would wait for itself; the hook calling it
-// and the hooks queued after it run after Close has returned.
+// A hook may call [Runner.Close] or Shutdown (to stop on the first
+// failed job, say): the runner stops, and Close returns without waiting
+// for the hooks, which would wait for itself; the hook calling it and the
+// hooks queued after it run after Close has returned.
 //
 // A hook that panics (or calls runtime.Goexit) costs that one call: it is
 // logged at Error with the hook's name and the job id, never the panic

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/sift/batch/actors"
@@ -162,7 +164,44 @@ func (r *Runner) reap(text string) (int, error) {
 // Submit returns.
 //
 // ctx is checked before the job is submitted; a done ctx returns its error.
+// Submit is SubmitWith with no [SubmitOptions].
 func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targets []Target) (id string, reused bool, err error) {
+	return r.SubmitWith(ctx, c, callerClass, targets, SubmitOptions{})
+}
+
+// MaxIdempotencyKey is the longest [SubmitOptions.IdempotencyKey], in bytes.
+const MaxIdempotencyKey = 255
+
+// SubmitOptions are the options of [Runner.SubmitWith]. The zero value is
+// [Runner.Submit]'s behaviour.
+type SubmitOptions struct {
+	// IdempotencyKey, if not empty, is the caller's own key for the job
+	// (an HTTP Idempotency-Key header): it replaces the key derived from
+	// the targets, for that caller only. It is 1 to [MaxIdempotencyKey]
+	// bytes of printable UTF-8 (spaces allowed, no control characters);
+	// another is an error wrapping [ErrInvalid]. While the job it made is
+	// reusable (by the rules of [Runner.Submit]: queued, running, done or
+	// partial, and not expired) the key is bound to that job's targets: the
+	// same key with the same targets returns that job, reused; with other
+	// targets [ErrIdempotencyMismatch]. Once that job failed, was
+	// cancelled or expired, the key is free: it makes a new job. Keys are
+	// hashed apart from derived ones (a prefix of their own), so a key
+	// never matches a job submitted without one. In a cluster, a job its
+	// key names on another node is returned without the targets check
+	// (the caller's grain does not keep a hash of the body yet).
+	//
+	// Default "": the key is derived from the caller and the targets.
+	IdempotencyKey string
+}
+
+// SubmitWith is [Runner.Submit] with options: an idempotency key of the
+// caller's own ([SubmitOptions.IdempotencyKey]). Safe for concurrent use.
+func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, targets []Target, opt SubmitOptions) (id string, reused bool, err error) {
+	if opt.IdempotencyKey != "" {
+		if err := CheckIdempotencyKey(opt.IdempotencyKey); err != nil {
+			return "", false, err
+		}
+	}
 	switch {
 	case c == nil:
 		return "", false, fmt.Errorf("%w: nil caller", ErrInvalid)
@@ -188,7 +227,7 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 	if err := ctx.Err(); err != nil {
 		return "", false, err
 	}
-	m, err := r.newSubmit(c, targets)
+	m, err := r.newSubmit(c, targets, opt.IdempotencyKey)
 	if err != nil {
 		return "", false, err
 	}
@@ -204,6 +243,9 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 		case err != nil:
 			return "", false, fmt.Errorf("admit job: %w", err)
 		case reuse != "":
+			if err := r.sameTargets(reuse, m, opt.IdempotencyKey); err != nil {
+				return "", false, err
+			}
 			r.sys.HookJob(reuse, "reused")
 			return reuse, true, nil
 		}
@@ -227,7 +269,63 @@ func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targ
 	if reply.Err != nil {
 		return "", false, fmt.Errorf("store job: %w", reply.Err)
 	}
+	if reply.Reused {
+		if err := r.sameTargets(reply.ID, m, opt.IdempotencyKey); err != nil {
+			return "", false, err
+		}
+	}
 	return reply.ID, reply.Reused, nil
+}
+
+// CheckIdempotencyKey returns nil if key is a valid
+// [SubmitOptions.IdempotencyKey]: 1 to [MaxIdempotencyKey] bytes of UTF-8
+// whose every rune is printable (unicode.IsPrint: a space is, a tab or a
+// control character is not); else an error wrapping [ErrInvalid] that
+// says why, without the key.
+func CheckIdempotencyKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty idempotency key", ErrInvalid)
+	case len(key) > MaxIdempotencyKey:
+		return fmt.Errorf("%w: idempotency key longer than %d bytes", ErrInvalid, MaxIdempotencyKey)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: idempotency key is not UTF-8", ErrInvalid)
+	}
+	for _, c := range key {
+		if !unicode.IsPrint(c) {
+			return fmt.Errorf("%w: idempotency key has a character that is not printable", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// sameTargets checks, for a submit with an idempotency key that was
+// answered with job id reused, that id's stored targets are the submit's
+// own: the key is bound to the body it came with. Without a key, the
+// derived key is a hash of the targets: nothing to check. The specs are
+// read without results. A job that cannot be read here (deleted since;
+// in a cluster, another node's) is taken as it is: the cluster's caller
+// grain keeps no hash of the body yet.
+func (r *Runner) sameTargets(id string, m *actors.Submit, idemKey string) error {
+	if idemKey == "" {
+		return nil
+	}
+	_, stored, err := r.store.TargetStatuses(id)
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check idempotency key: %w", err)
+	}
+	if len(stored) != len(m.Targets) {
+		return ErrIdempotencyMismatch
+	}
+	for i := range stored {
+		if stored[i].URL != m.Targets[i].URL || !bytes.Equal(stored[i].Options, m.Targets[i].Options) {
+			return ErrIdempotencyMismatch
+		}
+	}
+	return nil
 }
 
 // validUTF8 reports whether t's URL and options are valid UTF-8. Targets are
@@ -239,9 +337,17 @@ func validUTF8(t *Target) bool {
 		utf8.ValidString(o.Pages) && utf8.ValidString(o.Grep) && utf8.ValidString(o.JQ)
 }
 
-// newSubmit builds the job's rows: a fresh id, the idempotency key, the
+// idemPrefix follows the caller's name and a 0 byte in the hash of a key
+// of the caller's own (SubmitOptions.IdempotencyKey). A derived key hashes
+// the name, a 0 byte, then the targets' JSON, which begins with '[': the
+// two never hash the same input (a caller name has no 0 byte: keys files
+// name callers with printable words).
+const idemPrefix = "\x01idempotency-key\x00"
+
+// newSubmit builds the job's rows: a fresh id, the idempotency key (the
+// caller's own, idemKey, if not empty; else derived from the targets), the
 // target specs.
-func (r *Runner) newSubmit(c *Caller, targets []Target) (*actors.Submit, error) {
+func (r *Runner) newSubmit(c *Caller, targets []Target, idemKey string) (*actors.Submit, error) {
 	all, err := json.Marshal(targets)
 	if err != nil {
 		return nil, fmt.Errorf("%w: targets: %v", ErrInvalid, err)
@@ -249,7 +355,12 @@ func (r *Runner) newSubmit(c *Caller, targets []Target) (*actors.Submit, error) 
 	h := sha256.New()
 	h.Write([]byte(c.Name))
 	h.Write([]byte{0})
-	h.Write(all)
+	if idemKey != "" {
+		h.Write([]byte(idemPrefix))
+		h.Write([]byte(idemKey))
+	} else {
+		h.Write(all)
+	}
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, fmt.Errorf("job id: %w", err)

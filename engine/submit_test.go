@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -350,4 +351,161 @@ func TestRunner_NewRefusesBadConfig(t *testing.T) {
 	r, err := engine.New(store, enginetest.OKFetch, engine.Config{Workers: 7}, nil)
 	require.NoError(t, err, "Workers above 2 means 2")
 	r.Close()
+}
+
+// A key of the caller's own replaces the derived key: it is bound to the
+// targets it came with while its job is reusable, kept apart from derived
+// keys and from other callers' keys, and freed once its job failed, was
+// cancelled or expired.
+func TestRunner_SubmitWithIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	fetch := func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if name, _ := jobOf(tg.URL); name == "bad" {
+			return engine.Result{}, errors.New("nope")
+		}
+		return engine.Result{Content: tg.URL}, nil
+	}
+	b := enginetest.Setup(t, fetch, engine.Config{TTL: time.Hour, JobsPerCaller: 16, JobsTotal: 64})
+	ctx := context.Background()
+	alice := enginetest.Caller("alice")
+	with := func(c *engine.Caller, key string, ts []engine.Target) (string, bool, error) {
+		return b.Runner.SubmitWith(ctx, c, "", ts, engine.SubmitOptions{IdempotencyKey: key})
+	}
+
+	id, reused, err := with(alice, "k1", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.False(t, reused)
+	b.WaitStatus(t, id, "done")
+
+	again, reused, err := with(alice, "k1", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.True(t, reused, "the same key and body: the same job")
+	require.Equal(t, id, again)
+
+	_, _, err = with(alice, "k1", enginetest.Targets("a", 3))
+	require.ErrorIs(t, err, engine.ErrIdempotencyMismatch, "the same key with more targets")
+	yes := true
+	opts := enginetest.Targets("a", 2)
+	opts[1].Options.Context = &yes
+	_, _, err = with(alice, "k1", opts)
+	require.ErrorIs(t, err, engine.ErrIdempotencyMismatch, "the same key with other options")
+
+	fresh, reused, err := with(alice, "k2", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.False(t, reused, "a new key asks for a fresh job")
+	require.NotEqual(t, id, fresh)
+
+	derived, reused, err := b.Runner.Submit(ctx, alice, "", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.False(t, reused, "a derived key never matches a job made with a key of the caller's own")
+	require.NotEqual(t, id, derived)
+	require.NotEqual(t, fresh, derived)
+
+	bobs, reused, err := with(enginetest.Caller("bob"), "k1", enginetest.Targets("a", 2))
+	require.NoError(t, err)
+	require.False(t, reused, "keys are each caller's own")
+	require.NotEqual(t, id, bobs)
+
+	// A failed job frees its key: the same key with another body makes a
+	// new job.
+	bad, _, err := with(alice, "k3", enginetest.Targets("bad", 1))
+	require.NoError(t, err)
+	b.WaitStatus(t, bad, "failed")
+	after, reused, err := with(alice, "k3", enginetest.Targets("b", 1))
+	require.NoError(t, err)
+	require.False(t, reused)
+	require.NotEqual(t, bad, after)
+
+	// So does an expired one.
+	b.Clock.Advance(time.Hour)
+	expired, reused, err := with(alice, "k1", enginetest.Targets("c", 1))
+	require.NoError(t, err)
+	require.False(t, reused)
+	require.NotEqual(t, id, expired)
+}
+
+func TestRunner_SubmitWithIdempotencyKeyCancelled(t *testing.T) {
+	t.Parallel()
+	gate := testkit.NewGate()
+	b := enginetest.Setup(t, enginetest.GatedFetch(gate), engine.Config{JobsPerCaller: 2})
+	defer gate.Open()
+	ctx := context.Background()
+	opt := engine.SubmitOptions{IdempotencyKey: "one"}
+	id, _, err := b.Runner.SubmitWith(ctx, enginetest.Caller("alice"), "", enginetest.Targets("a", 2), opt)
+	require.NoError(t, err)
+	_, _, err = b.Runner.SubmitWith(ctx, enginetest.Caller("alice"), "", enginetest.Targets("b", 2), opt)
+	require.ErrorIs(t, err, engine.ErrIdempotencyMismatch, "bound while its job is queued or running")
+	require.True(t, b.Runner.Cancel(id))
+	id2, reused, err := b.Runner.SubmitWith(ctx, enginetest.Caller("alice"), "", enginetest.Targets("b", 2), opt)
+	require.NoError(t, err, "a cancelled job frees its key")
+	require.False(t, reused)
+	require.NotEqual(t, id, id2)
+}
+
+func TestRunner_SubmitWithBadIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{JobsPerCaller: 4})
+	for _, tc := range []struct {
+		name, key string
+		ok        bool
+	}{
+		{"Longest", strings.Repeat("k", engine.MaxIdempotencyKey), true},
+		{"Spaces", "agent 7: run 2026-01-02", true},
+		{"Unicode", "clé-été", true},
+		{"TooLong", strings.Repeat("k", engine.MaxIdempotencyKey+1), false},
+		{"Newline", "a\nb", false},
+		{"Tab", "a\tb", false},
+		{"NUL", "a\x00b", false},
+		{"NotUTF8", "a\xffb", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.ok, engine.CheckIdempotencyKey(tc.key) == nil)
+			_, _, err := b.Runner.SubmitWith(context.Background(), enginetest.Caller("alice"), "",
+				enginetest.Targets(tc.name, 1), engine.SubmitOptions{IdempotencyKey: tc.key})
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, engine.ErrInvalid)
+			require.NotContains(t, err.Error(), tc.key, "the error never holds the key")
+		})
+	}
+	require.ErrorIs(t, engine.CheckIdempotencyKey(""), engine.ErrInvalid)
+}
+
+// BenchmarkRunner_SubmitReused is a submit answered by a reused job: with
+// the derived key (the targets' hash) and with a key of the caller's own,
+// whose reuse also reads the job's stored targets to compare them with the
+// submitted ones (SubmitWith's binding of a key to its body), for jobs of
+// 1 and 100 targets.
+func BenchmarkRunner_SubmitReused(b *testing.B) {
+	bundle := enginetest.Setup(b, enginetest.OKFetch, engine.Config{TargetsPerJob: 100, JobsPerCaller: 8})
+	ctx := context.Background()
+	alice := enginetest.Caller("alice")
+	for _, n := range []int{1, 100} {
+		ts := enginetest.Targets(fmt.Sprintf("reused%d", n), n)
+		opt := engine.SubmitOptions{IdempotencyKey: fmt.Sprintf("bench-%d", n)}
+		derived := bundle.Submit(b, "alice", ts)
+		own, _, err := bundle.Runner.SubmitWith(ctx, alice, "", ts, opt)
+		require.NoError(b, err)
+		bundle.WaitStatus(b, derived, "done")
+		bundle.WaitStatus(b, own, "done")
+		for _, key := range []string{"derived", "own"} {
+			b.Run(fmt.Sprintf("targets=%d/key=%s", n, key), func(b *testing.B) {
+				for b.Loop() {
+					var id string
+					var reused bool
+					var err error
+					if key == "own" {
+						id, reused, err = bundle.Runner.SubmitWith(ctx, alice, "", ts, opt)
+					} else {
+						id, reused, err = bundle.Runner.Submit(ctx, alice, "", ts)
+					}
+					if err != nil || !reused || (id != own && id != derived) {
+						b.Fatalf("%s %v %v", id, reused, err)
+					}
+				}
+			})
+		}
+	}
 }

@@ -94,7 +94,7 @@ func TestRunner_TouchedJobNeverExpiresEarly(t *testing.T) {
 			// The actor gone: the store's path, where Touch coalesces. (A
 			// finished job whose actor still runs: see
 			// TestRunner_TouchAfterEndKeepsJob.)
-			b.Runner.Close()
+			returns(t, "Close", b.Runner.Close)
 			steps := []time.Duration{1, 999 * time.Millisecond, 1, 123456789, time.Second, 500 * time.Millisecond, 1, 999999999, 7, ttl / 3, ttl / 2}
 			for i, d := range steps {
 				b.Clock.Advance(min(d, ttl-1))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -83,5 +84,27 @@ func requireGone(t *testing.T, text string) {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("process %d is still there (%v)", pid, err)
 		}
+	}
+}
+
+// TestDemo_KeptStoreReadByJobs runs the demo command to its end with
+// --data: it returns no error, says where the store is kept, and jobs
+// reads that store (a header and one line per job).
+func TestDemo_KeptStoreReadByJobs(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "store")
+	out, _, err := run(t, "demo", "--jobs", "2", "--targets", "3", "--workers", "1", "--data", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "The store is kept in "+dir) {
+		t.Fatalf("output:\n%s", out)
+	}
+	out, _, err = run(t, "jobs", "--data", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 {
+		t.Fatalf("jobs, want a header and 2 jobs:\n%s", out)
 	}
 }

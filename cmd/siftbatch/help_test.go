@@ -34,6 +34,7 @@ func TestHelp(t *testing.T) {
 		"wait":          {"server", "key-file", "json", "timeout"},
 		"ls":            {"server", "key-file", "json", "status", "limit"},
 		"cancel":        {"server", "key-file", "json"},
+		"mcp":           {"server", "key-file"},
 	}
 	for name, want := range flags {
 		for _, args := range [][]string{{name, "--help"}, {"help", name}} {
@@ -74,6 +75,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"show"}, `"siftbatch show --help"`},
 		{[]string{"submit", "https://example.com/"}, `"siftbatch submit --help"`},
 		{[]string{"get", "--key-file", "k"}, `"siftbatch get --help"`},
+		{[]string{"mcp"}, `"siftbatch mcp --help"`},
 	} {
 		_, _, err := run(t, tc.args...)
 		var ue *cli.UsageError

@@ -65,6 +65,7 @@ func init() {
 		{"wait", "wait for a job of yours on a running serve to end, with a progress bar", runWait},
 		{"ls", "list your jobs on a running serve, newest first", runLs},
 		{"cancel", "cancel a live job of yours on a running serve", runCancel},
+		{"mcp", "serve the batch API as MCP tools over stdio, calling a running serve (--server, --key-file)", runMCP},
 		{"help", "list the commands, or show one command's flags", runHelp},
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/mcpserver"
 	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
 )
@@ -34,6 +35,7 @@ const (
 	routeMetrics = "GET /metrics"
 	routeHealth  = "GET /healthz"
 	routeUI      = dashboard.Prefix
+	routeMCP     = "/mcp"
 )
 
 // Server timeouts. shutdownTimeout is how long a stop waits for requests in
@@ -121,7 +123,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	var f serveFlags
 	fs := cli.NewFlagSet("serve", "serve --keys FILE [flags]",
-		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, and the dashboard at /ui/\n(sign in with a key). Numbers and durations\nmust be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nThe nodes speak mutual TLS 1.3: each presents its certificate (--cluster-cert,\nnaming --node) and accepts only peers whose certificates chain to the cluster's\nCA (--cluster-ca); siftbatch cluster-certs makes them. Loopback, three nodes\n(then 2 and 3 alike, with their own ports and files):\n  siftbatch cluster-certs --dir certs --nodes n1,n2,n3\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203 \\\n    --cluster-ca certs/ca.crt --cluster-cert certs/n1.crt --cluster-key certs/n1.key")
+		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, the API as MCP tools at\n/mcp (streamable HTTP, the same keys) and the dashboard at /ui/ (sign in with a\nkey). Numbers and durations must be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nThe nodes speak mutual TLS 1.3: each presents its certificate (--cluster-cert,\nnaming --node) and accepts only peers whose certificates chain to the cluster's\nCA (--cluster-ca); siftbatch cluster-certs makes them. Loopback, three nodes\n(then 2 and 3 alike, with their own ports and files):\n  siftbatch cluster-certs --dir certs --nodes n1,n2,n3\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203 \\\n    --cluster-ca certs/ca.crt --cluster-cert certs/n1.crt --cluster-key certs/n1.key")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
 	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
@@ -269,6 +271,13 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
+	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{Log: log})
+	if err != nil {
+		runner.Close()
+		fetch.Close()
+		_ = store.Close()
+		return nil, err
+	}
 	ui, err := dashboard.New(runner, keys, dashboard.Options{
 		SessionTTL: f.uiSession,
 		TLSProxy:   f.tlsProxy,
@@ -294,6 +303,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle(routeUI, m.Middleware(routeUI, ui))
+	mux.Handle(routeMCP, m.Middleware(routeMCP, mcpH)) // MCP over streamable HTTP, stateless, through the API
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
 	var self health.Member // a nil *cluster.Node in it would not be nil
 	if node != nil {
@@ -309,8 +319,9 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	hs.RegisterOnShutdown(api.EndWaits) // a pending long-poll answers at once: it never holds up a stop
-	hs.RegisterOnShutdown(ui.Close)     // and so does a dashboard's event stream
+	hs.RegisterOnShutdown(api.EndWaits)  // a pending long-poll answers at once: it never holds up a stop
+	hs.RegisterOnShutdown(ui.Close)      // and so does a dashboard's event stream
+	hs.RegisterOnShutdown(mcpH.EndWaits) // and an MCP batch_wait
 	if node != nil {
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}

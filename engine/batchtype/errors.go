@@ -38,4 +38,8 @@ var (
 	// ErrCancelled is the cause (context.Cause) of a fetch's context once
 	// its job was cancelled (engine.Runner.Cancel) while the fetch ran.
 	ErrCancelled = errors.New("job cancelled")
+	// ErrIdempotencyMismatch is returned by engine.Runner.SubmitWith when its
+	// idempotency key is bound to a reusable job of other targets: the
+	// caller sent the same key with another body.
+	ErrIdempotencyMismatch = errors.New("idempotency key reused with other targets")
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,26 +18,37 @@ import (
 // it gives up on a submission (503 to the client).
 const admitAttempts = 8
 
-// Admission returns the node's [engine.Admission], for the runner's
-// [engine.Config].Admission: each new job is admitted by its caller's
-// grain, against JobsPerCaller across the cluster, and an idempotent
-// resubmit on any node returns the same job while that job's node is a
-// member.
-func (n *Node) Admission() engine.Admission { return admission{n} }
+// admitter is a node's admission component, and its [engine.Admission]
+// ([Node.Admission]): it asks each caller's grain (grain.go) to admit the
+// caller's new jobs, holds the admissions given to this node's jobs being
+// created, and tells the grains of the jobs that end. It is safe for
+// concurrent use.
+type admitter struct {
+	timeout time.Duration
+	tag     [engine.NodeTagLen]byte // this node's
+	log     *slog.Logger
+	life    *lifecycle
+	members *memberList
+	fwd     *forwarder // asks the other members
 
-type admission struct{ n *Node }
+	mu      sync.Mutex
+	pending map[string]pending // by job id: admissions held for jobs being created
+}
 
 // pending is an admission a node holds for a job it is creating.
 type pending struct{ caller, key string }
 
+func newAdmitter(timeout time.Duration, tag [engine.NodeTagLen]byte, log *slog.Logger, life *lifecycle, members *memberList, fwd *forwarder) *admitter {
+	return &admitter{timeout: timeout, tag: tag, log: log, life: life, members: members, fwd: fwd, pending: map[string]pending{}}
+}
+
 // Admit asks caller's grain; see [engine.Admission].
-func (a admission) Admit(ctx context.Context, caller, key, id string) (string, error) {
-	n := a.n
-	c := n.cluster()
+func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, error) {
+	c := a.life.cluster()
 	if c == nil {
 		return "", engine.ErrNoAdmission
 	}
-	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(n.runnerCap())}
+	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller)}
 	for attempt := range admitAttempts {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt*attempt) * 50 * time.Millisecond)
@@ -47,7 +59,7 @@ func (a admission) Admit(ctx context.Context, caller, key, id string) (string, e
 				return "", ctx.Err()
 			}
 		}
-		res, err := n.grainRequest(ctx, c, caller, msg)
+		res, err := a.grainRequest(ctx, c, caller, msg)
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
@@ -68,62 +80,57 @@ func (a admission) Admit(ctx context.Context, caller, key, id string) (string, e
 			// node has seen the topology change since, a newer activation may
 			// already count without this job. Give the admission back and
 			// ask again.
-			n.admitMu.Lock()
-			if n.topologyHash() == adm.Epoch {
-				n.pending[id] = pending{caller: caller, key: key}
-				n.admitMu.Unlock()
+			a.mu.Lock()
+			if a.members.topologyHash() == adm.Epoch {
+				a.pending[id] = pending{caller: caller, key: key}
+				a.mu.Unlock()
 				return "", nil
 			}
-			n.admitMu.Unlock()
-			n.settle(caller, id, "")
+			a.mu.Unlock()
+			a.settle(caller, id, "")
 		}
 	}
-	n.log.Warn("admission unavailable", slog.String(logKeyJobID, id))
+	a.log.Warn("admission unavailable", slog.String(logKeyJobID, id))
 	return "", engine.ErrNoAdmission
 }
 
 // Release gives an admission back: its job was not created.
 // It tells the caller's grain before it returns: the caller may submit
 // again at once (on a full node's 429, say).
-func (a admission) Release(caller, id string) {
-	n := a.n
-	n.admitMu.Lock()
-	delete(n.pending, id)
-	n.admitMu.Unlock()
+func (a *admitter) Release(caller, id string) {
+	a.mu.Lock()
+	delete(a.pending, id)
+	a.mu.Unlock()
 	observe("end", caller, id, 0)
-	n.settle(caller, id, "")
+	a.settle(caller, id, "")
 }
 
 // Reused tells the caller's grain that this node reused its job id for key
 // on its own. It tells it before it returns (waiting at most the Timeout),
 // as Release does: the caller's next resubmit, on any node, returns the
 // same job.
-func (a admission) Reused(caller, key, id string) {
-	n := a.n
-	if c := n.cluster(); c != nil {
-		_, _ = n.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
+func (a *admitter) Reused(caller, key, id string) {
+	if c := a.life.cluster(); c != nil {
+		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
 	}
 }
 
-// Ended tells the caller's grain that a job is no longer live.
-func (a admission) Ended(caller, id, status string) { a.n.end(caller, id, status) }
-
-// end forgets an admission held and tells the caller's grain, on a
-// goroutine of its own.
-func (n *Node) end(caller, id, status string) {
-	n.admitMu.Lock()
-	delete(n.pending, id)
-	n.admitMu.Unlock()
+// Ended tells the caller's grain that a job is no longer live: it forgets
+// the admission held, and tells the grain on a goroutine of its own.
+func (a *admitter) Ended(caller, id, status string) {
+	a.mu.Lock()
+	delete(a.pending, id)
+	a.mu.Unlock()
 	observe("end", caller, id, 0)
-	n.goWork(func() { n.settle(caller, id, status) })
+	a.life.goWork(func() { a.settle(caller, id, status) })
 }
 
 // settle tells caller's grain that job id is no longer live (or was never
 // created, status ""). If it cannot be told, its next rebuild learns it
 // from the members.
-func (n *Node) settle(caller, id, status string) {
-	if c := n.cluster(); c != nil {
-		_, _ = n.grainRequest(context.Background(), c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
+func (a *admitter) settle(caller, id, status string) {
+	if c := a.life.cluster(); c != nil {
+		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
 	}
 }
 
@@ -139,8 +146,8 @@ var errClosing = errors.New("the node is closing")
 // (disthash's placement request, whatever the timeout); it goes on, on a
 // goroutine of its own that Close waits for, and its answer, if any, is
 // dropped.
-func (n *Node) grainRequest(ctx context.Context, c *pacluster.Cluster, caller string, msg any) (any, error) {
-	topo := n.topo.Load()
+func (a *admitter) grainRequest(ctx context.Context, c *pacluster.Cluster, caller string, msg any) (any, error) {
+	topo := a.members.topology()
 	var next <-chan struct{} // nil (never ready) before the first topology
 	if topo != nil {
 		next = topo.next
@@ -150,24 +157,24 @@ func (n *Node) grainRequest(ctx context.Context, c *pacluster.Cluster, caller st
 		err error
 	}
 	answers := make(chan answer, 1)
-	if !n.goWork(func() {
-		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(n.cfg.Timeout))
+	if !a.life.goWork(func() {
+		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(a.timeout))
 		answers <- answer{res, err}
 	}) {
 		return nil, errClosing
 	}
-	timer := time.NewTimer(n.cfg.Timeout)
+	timer := time.NewTimer(a.timeout)
 	defer timer.Stop()
 	for {
 		select {
-		case a := <-answers:
-			return a.res, a.err
+		case ans := <-answers:
+			return ans.res, ans.err
 		case <-timer.C:
 			return nil, errTimeout
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-next:
-			now := n.topo.Load()
+			now := a.members.topology()
 			for _, m := range topo.members {
 				if !now.hasAddress(m.Address()) {
 					return nil, errLeft
@@ -178,41 +185,10 @@ func (n *Node) grainRequest(ctx context.Context, c *pacluster.Cluster, caller st
 	}
 }
 
-// cluster returns protoactor's cluster once started; nil before, or once
-// closing.
-func (n *Node) cluster() *pacluster.Cluster {
-	n.mu.Lock()
-	c, ok := n.c, n.started
-	n.mu.Unlock()
-	n.workMu.Lock()
-	closed := n.closed
-	n.workMu.Unlock()
-	if !ok || closed {
-		return nil
-	}
-	return c
-}
-
-// topologyHash is the hash of the members as this node sees them now.
-func (n *Node) topologyHash() uint64 {
-	t := n.topo.Load()
-	if t == nil || n.cluster() == nil {
-		return 0
-	}
-	return t.hash
-}
-
-// runnerCap is the runner's JobsPerCaller.
-func (n *Node) runnerCap() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.jobsPerCaller
-}
-
 // callerJobsHere answers a CallerJobsRequest from this node's runner and
 // the admissions it holds.
-func (n *Node) callerJobsHere(caller string) *clusterpb.CallerJobsReply {
-	jobs, err := n.runner.Admitted(caller)
+func (a *admitter) callerJobsHere(caller string) *clusterpb.CallerJobsReply {
+	jobs, err := a.life.run.runner.Admitted(caller)
 	if err != nil {
 		return &clusterpb.CallerJobsReply{Error: "store failed"}
 	}
@@ -220,26 +196,26 @@ func (n *Node) callerJobsHere(caller string) *clusterpb.CallerJobsReply {
 	for _, j := range jobs {
 		out.Jobs = append(out.Jobs, &clusterpb.CallerJob{Id: j.ID, Key: j.Key, Live: j.Live, Reusable: j.Reusable})
 	}
-	n.admitMu.Lock()
-	// Under admitMu: an admission this node fences (Admit) either is in
+	a.mu.Lock()
+	// Under a.mu: an admission this node fences (Admit) either is in
 	// pending here, or sees a topology other than the one answered.
-	out.Topology = n.topologyHash()
-	for id, p := range n.pending {
+	out.Topology = a.members.topologyHash()
+	for id, p := range a.pending {
 		if p.caller == caller {
 			out.Jobs = append(out.Jobs, &clusterpb.CallerJob{Id: id, Key: p.key, Live: true})
 		}
 	}
-	n.admitMu.Unlock()
+	a.mu.Unlock()
 	return out
 }
 
 // callerJobs asks member m (this node, without a message) for caller's
 // jobs.
-func (n *Node) callerJobs(ctx context.Context, m *pacluster.Member, caller string) (*clusterpb.CallerJobsReply, error) {
-	if n.me().is(m) {
-		return n.callerJobsHere(caller), nil
+func (a *admitter) callerJobs(ctx context.Context, m *pacluster.Member, caller string) (*clusterpb.CallerJobsReply, error) {
+	if a.life.me().is(m) {
+		return a.callerJobsHere(caller), nil
 	}
-	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), &clusterpb.CallerJobsRequest{Caller: caller}, n.cfg.Timeout, nil)
+	res, err := a.fwd.request(ctx, a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.CallerJobsRequest{Caller: caller}, a.timeout, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -252,19 +228,19 @@ func (n *Node) callerJobs(ctx context.Context, m *pacluster.Member, caller strin
 
 // reusable asks the node that holds job id whether a resubmit may reuse
 // it: false if that node is not a member.
-func (n *Node) reusable(caller, key, id string) bool {
+func (a *admitter) reusable(caller, key, id string) bool {
 	tag, ok := idTag(id)
 	if !ok {
 		return false
 	}
-	if tag == n.tag {
-		return n.runner.Reusable(caller, key, id)
+	if tag == a.tag {
+		return a.life.run.runner.Reusable(caller, key, id)
 	}
-	m, _ := n.holder(tag)
+	m, _ := a.members.holder(tag)
 	if m == nil {
 		return false
 	}
-	res, err := n.request(context.Background(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, n.cfg.Timeout, nil)
+	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, a.timeout, nil)
 	if err != nil {
 		return false
 	}

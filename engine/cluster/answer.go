@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -23,50 +24,58 @@ const partSize = 256 << 10
 // part for that long (the asking node died, or its client left).
 const idleTimeout = 30 * time.Second
 
+// answerer is a node's answering component: the node's actor, which
+// answers the other members (who this node is, a page of a caller's jobs,
+// the caller's jobs for a grain, whether a job may be reused), and the
+// answers it gives to requests they forward, each written by the API's
+// handler on a goroutine of its own and sent a part at a time as the
+// asking node pulls it. Its state is those answers (sessions). It is safe
+// for concurrent use.
+type answerer struct {
+	name  string                  // this node's
+	tag   [engine.NodeTagLen]byte // this node's
+	log   *slog.Logger
+	life  *lifecycle
+	admit *admitter // answers a grain's CallerJobsRequest
+
+	sessions sync.Map // uint64 → *session: answers this node is giving
+}
+
 // receive is the node's actor: it answers the other nodes. It never
 // blocks: answers are written by goroutines of their own, which send their
 // parts to whoever pulls them.
-func (n *Node) receive(ctx actor.Context) {
+func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
-		ctx.Respond(&clusterpb.NodeInfo{Node: n.cfg.Node, Tag: n.tag[:]})
+		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:]})
 	case *clusterpb.Request:
-		n.answer(ctx.Sender(), m)
+		a.answer(ctx.Sender(), m)
 	case *clusterpb.Pull:
-		if s, ok := n.sessions.Load(m.Session); ok {
+		if s, ok := a.sessions.Load(m.Session); ok {
 			s.(*session).pull(ctx.Sender())
 		} else {
 			ctx.Respond(&clusterpb.Part{Session: m.Session, Last: true, Aborted: true})
 		}
 	case *clusterpb.Release:
-		if s, ok := n.sessions.Load(m.Session); ok {
+		if s, ok := a.sessions.Load(m.Session); ok {
 			s.(*session).cancel()
 		}
 	case *clusterpb.ListRequest:
 		sender := ctx.Sender()
-		n.goWork(func() { n.system.Root.Send(sender, n.listHere(m)) })
+		a.life.goWork(func() { a.send(sender, a.listHere(m)) })
 	case *clusterpb.CallerJobsRequest:
 		sender := ctx.Sender()
-		n.goWork(func() { n.system.Root.Send(sender, n.callerJobsHere(m.Caller)) })
+		a.life.goWork(func() { a.send(sender, a.admit.callerJobsHere(m.Caller)) })
 	case *clusterpb.ReusableRequest:
 		sender := ctx.Sender()
-		n.goWork(func() {
-			n.system.Root.Send(sender, &clusterpb.ReusableReply{Reusable: n.runner.Reusable(m.Caller, m.Key, m.Id)})
+		a.life.goWork(func() {
+			a.send(sender, &clusterpb.ReusableReply{Reusable: a.life.run.runner.Reusable(m.Caller, m.Key, m.Id)})
 		})
 	}
 }
 
-// goWork runs fn on a goroutine Close waits for; false, without running
-// it, once the node is closing.
-func (n *Node) goWork(fn func()) bool {
-	n.workMu.Lock()
-	defer n.workMu.Unlock()
-	if n.closed {
-		return false
-	}
-	n.work.Go(fn)
-	return true
-}
+// send sends msg to the asking node's future to.
+func (a *answerer) send(to *actor.PID, msg any) { a.life.system().Root.Send(to, msg) }
 
 // forwardedKey marks the context of a request another node forwarded.
 type forwardedKey struct{}
@@ -75,11 +84,13 @@ type forwardedKey struct{}
 // a goroutine of its own, a part at a time, each sent to the asking
 // node's next Pull (the Request being the first).
 type session struct {
-	n      *Node
-	id     uint64
-	pulls  chan *actor.PID // the futures waiting for the next part
-	ctx    context.Context
-	cancel context.CancelFunc
+	a       *answerer
+	sys     *actor.ActorSystem // the node's (lifecycle.run)
+	handler http.Handler       // the API's, as sys
+	id      uint64
+	pulls   chan *actor.PID // the futures waiting for the next part
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	// Written by the handler's goroutine only.
 	header   http.Header
@@ -91,19 +102,20 @@ type session struct {
 }
 
 // answer starts answering req for the asking node's future to.
-func (n *Node) answer(to *actor.PID, req *clusterpb.Request) {
-	ctx, cancel := context.WithCancel(context.WithValue(n.ctx, forwardedKey{}, true))
-	s := &session{n: n, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
-	if _, dup := n.sessions.LoadOrStore(s.id, s); dup {
+func (a *answerer) answer(to *actor.PID, req *clusterpb.Request) {
+	b := a.life.run
+	ctx, cancel := context.WithCancel(context.WithValue(a.life.ctx, forwardedKey{}, true))
+	s := &session{a: a, sys: b.system, handler: b.handler, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
+	if _, dup := a.sessions.LoadOrStore(s.id, s); dup {
 		cancel()
-		n.system.Root.Send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
+		a.send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
 		return
 	}
 	s.pulls <- to
-	if !n.goWork(func() { s.serve(req) }) {
-		n.sessions.Delete(s.id)
+	if !a.life.goWork(func() { s.serve(req) }) {
+		a.sessions.Delete(s.id)
 		cancel()
-		n.system.Root.Send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
+		a.send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
 	}
 }
 
@@ -113,13 +125,13 @@ func (s *session) pull(to *actor.PID) {
 	select {
 	case s.pulls <- to:
 	default:
-		s.n.system.Root.Send(to, &clusterpb.Part{Session: s.id, Last: true, Aborted: true})
+		s.sys.Root.Send(to, &clusterpb.Part{Session: s.id, Last: true, Aborted: true})
 	}
 }
 
 // serve runs the handler on req and sends its answer's last part.
 func (s *session) serve(req *clusterpb.Request) {
-	defer s.n.sessions.Delete(s.id)
+	defer s.a.sessions.Delete(s.id)
 	defer s.cancel()
 	r, err := http.NewRequestWithContext(s.ctx, req.Method, "http://siftbatch"+req.Uri, nil)
 	if err != nil {
@@ -134,7 +146,7 @@ func (s *session) serve(req *clusterpb.Request) {
 		r.Header.Set("Authorization", req.Authorization)
 	}
 	aborted := s.run(r)
-	if s.n.ctx.Err() != nil {
+	if s.a.life.ctx.Err() != nil {
 		// The node is closing: whatever the handler wrote (a long-poll
 		// ended with nothing, the rest of a job's results cut) is not
 		// the answer.
@@ -154,11 +166,11 @@ func (s *session) run(r *http.Request) (aborted bool) {
 		case v == http.ErrAbortHandler:
 			aborted = true
 		default:
-			s.n.log.Error("forwarded request: handler panicked")
+			s.a.log.Error("forwarded request: handler panicked")
 			aborted = true
 		}
 	}()
-	s.n.handler.ServeHTTP(s, r)
+	s.handler.ServeHTTP(s, r)
 	return false
 }
 
@@ -235,19 +247,19 @@ func (s *session) send(last, aborted bool) bool {
 		}
 		s.sentHead = true
 	}
-	s.n.system.Root.Send(to, part)
+	s.sys.Root.Send(to, part)
 	s.buf = make([]byte, 0, min(partSize, 4<<10)) // the part sent owns the old one
 	return true
 }
 
 // listHere answers a page of a caller's jobs from this node's runner.
-func (n *Node) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
-	jobs, cursors, next, err := n.runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
+func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
+	jobs, cursors, next, err := a.life.run.runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
 	switch {
 	case errors.Is(err, engine.ErrBadList):
 		return &clusterpb.ListReply{BadRequest: err.Error()}
 	case err != nil:
-		n.log.Warn("list for another node", slog.String(logKeyErr, "store failed"))
+		a.log.Warn("list for another node", slog.String(logKeyErr, "store failed"))
 		return &clusterpb.ListReply{Error: "store failed"}
 	}
 	out := &clusterpb.ListReply{Jobs: make([]*clusterpb.ListedJob, len(jobs)), More: next != ""}

@@ -28,22 +28,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
-	"github.com/labstack/echo"
 
 	"github.com/sift/batch/actors"
 	"github.com/sift/batch/engine"
@@ -146,133 +140,6 @@ type Config struct {
 	Insecure bool
 }
 
-// Provider is how the nodes of a cluster find each other: one of
-// protoactor's cluster providers. Make one with [Automanaged],
-// [Kubernetes] or [ProtoactorProvider].
-type Provider struct {
-	name string
-	make func() (pacluster.ClusterProvider, error)
-	// check runs before the node starts: a manage port in use, say.
-	check func() error
-}
-
-// Automanaged is protoactor's automanaged provider: static peers, nothing
-// else to run. manageAddr is this node's HOST:PORT for it (serve's
-// --manage-addr) and peers the manage addresses of every node, this one
-// included (serve's --peers). Each node serves a health endpoint on
-// manageAddr (its host too: protoactor's own would listen on every
-// interface, so the node serves it itself, through protoactor's
-// NewWithTesting) and polls every peer's every refresh (default
-// [DefaultRefresh], 2s, which is also each poll's timeout). The endpoint
-// says who the node is (its member id, address and port: what protoactor's
-// says), in plain HTTP: it carries membership health only; every message
-// between the nodes goes over the remote, under the cluster's TLS.
-//
-// Known behaviour of protoactor's automanaged provider, designed around: a
-// member that misses one poll is dropped for good by the node that polled
-// it (it comes back after a restart, under a new member id); there is no
-// consensus between the nodes' views of the membership.
-func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provider {
-	return Provider{
-		name: "automanaged",
-		check: func() error {
-			if len(peers) == 0 {
-				return errors.New("automanaged: no peers")
-			}
-			for _, p := range peers {
-				if _, _, err := splitHostPort(p); err != nil {
-					return fmt.Errorf("automanaged: peer: %w", err)
-				}
-			}
-			_, port, err := splitHostPort(manageAddr)
-			if err != nil {
-				return fmt.Errorf("automanaged: manage address: %w", err)
-			}
-			if port == 0 {
-				return errors.New("automanaged: the manage address needs a port")
-			}
-			return nil
-		},
-		make: func() (pacluster.ClusterProvider, error) {
-			_, port, err := splitHostPort(manageAddr)
-			if err != nil {
-				return nil, err
-			}
-			if refresh <= 0 {
-				refresh = DefaultRefresh
-			}
-			l, err := net.Listen("tcp", manageAddr)
-			if err != nil {
-				return nil, fmt.Errorf("automanaged: manage port: %w", err)
-			}
-			p := &automanagedProvider{port: port}
-			p.echo = healthServer(l, p.health)
-			p.AutoManagedProvider = automanaged.NewWithTesting(refresh, port, p.echo, peers...)
-			return p, nil
-		},
-	}
-}
-
-// automanagedProvider is protoactor's automanaged provider, its health
-// endpoint served by the node on a listener of its own: bound to the
-// manage address's host.
-type automanagedProvider struct {
-	*automanaged.AutoManagedProvider
-	port    int
-	echo    *echo.Echo
-	cluster atomic.Pointer[pacluster.Cluster]
-}
-
-// StartMember starts protoactor's provider, which serves p.echo.
-func (p *automanagedProvider) StartMember(c *pacluster.Cluster) error {
-	p.cluster.Store(c)
-	return p.AutoManagedProvider.StartMember(c)
-}
-
-// health answers a peer's poll as protoactor's own endpoint does: who this
-// node is; 503 before it starts.
-func (p *automanagedProvider) health(ctx echo.Context) error {
-	c := p.cluster.Load()
-	if c == nil {
-		return ctx.NoContent(http.StatusServiceUnavailable)
-	}
-	host, port, err := c.ActorSystem.GetHostPort()
-	if err != nil {
-		return ctx.NoContent(http.StatusServiceUnavailable)
-	}
-	return ctx.JSON(http.StatusOK, automanaged.NewNode(c.Config.Name, c.ActorSystem.ID, host, port, p.port, c.GetClusterKinds()))
-}
-
-// release closes the health endpoint's listener, when the node did not
-// start (protoactor's provider closes it when the node stops).
-func (p *automanagedProvider) release() { _ = p.echo.Close() }
-
-// healthServer is an echo server of the health endpoint on l, silent (no
-// banner, no address printed, no log).
-func healthServer(l net.Listener, health echo.HandlerFunc) *echo.Echo {
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Logger.SetOutput(io.Discard)
-	e.StdLogger = stdlog.New(io.Discard, "", 0)
-	e.Listener = l
-	e.GET("/_health", health)
-	return e
-}
-
-// NewProvider is a provider made by make when the node starts: for a
-// provider whose making needs its environment (package
-// github.com/sift/batch/engine/cluster/kubernetes's, say). name is for the
-// logs.
-func NewProvider(name string, make func() (pacluster.ClusterProvider, error)) Provider {
-	return Provider{name: name, make: make}
-}
-
-// ProtoactorProvider is any protoactor cluster provider: the test
-// provider, Consul, etcd.
-func ProtoactorProvider(p pacluster.ClusterProvider) Provider {
-	return Provider{name: "protoactor", make: func() (pacluster.ClusterProvider, error) { return p, nil }}
-}
-
 // Tag returns node's tag: the first 4 bytes of SHA-256 of its name.
 func Tag(node string) []byte {
 	h := sha256.Sum256([]byte(node))
@@ -285,60 +152,18 @@ func Tag(node string) []byte {
 // API's handler. It is safe for concurrent use.
 type Node struct {
 	cfg Config
-	tag [engine.NodeTagLen]byte
 	log *slog.Logger
 
-	mu      sync.Mutex
-	started bool
-
-	workMu  sync.Mutex // guards closed and work.Add; apart from mu, which Start holds while protoactor publishes
-	closed  bool
-	runner  *engine.Runner
-	handler http.Handler
-	system  *actor.ActorSystem
-	c       *pacluster.Cluster
-	infos   map[string]nodeInfo                // by member id: who each member is
-	asked   map[string]time.Time               // by member id: when it may be asked who it is again
-	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
-	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
-	stored  map[[engine.NodeTagLen]byte]string // every node met before, by tag: the runner's store's, and those stored since
-	refused int                                // tags not remembered: past persistence.MaxNodeTags
-	self    membership                         // whether this node is in its own member list
-
-	changed chan struct{} // closed at the next change of the members (Changed)
-	ending  chan struct{} // closed by EndWaits
-	endOnce sync.Once
-	// topo is the members of the last topology protoactor published: its
-	// MemberList.Members reads them without the lock its provider writes
-	// them under, a data race.
-	topo          atomic.Pointer[topology]
-	admitMu       sync.Mutex
-	pending       map[string]pending // by job id: admissions held for jobs being created
-	jobsPerCaller int                // the runner's, for the grains
-	sessions      sync.Map           // uint64 → *session: answers this node is giving
-	work          sync.WaitGroup
-	peerPanics    atomic.Int64 // calls of peers that panicked (PeerPanics)
-	peerRefusals  atomic.Int64 // messages of peers refused (PeerRefusals)
-	panicLogged   atomic.Int64 // when a peer's panic was last logged (UnixNano)
-	refusalLogged atomic.Int64 // when a refusal was last logged (UnixNano)
-	// actorSystem is system, for the gRPC server's guards, which must not
-	// take mu (Start holds it while protoactor starts).
-	actorSystem atomic.Pointer[actor.ActorSystem]
-	// names is infos' names, by member id (string → string), for the
-	// guards as actorSystem.
-	names sync.Map
-	// dialled is, by address dialled (HOST:PORT), the node whose
-	// certificate answered there at the last TLS handshake (string →
-	// string), for the guards: who may answer a Hello sent there.
-	dialled sync.Map
-	ctx     context.Context // cancelled by Close: ends every answer given
-	cancel  context.CancelFunc
-}
-
-// nodeInfo is who a member is.
-type nodeInfo struct {
-	name string
-	tag  [engine.NodeTagLen]byte
+	// A Node wires components, each with its own state and lock, as
+	// protoactor's own Cluster composes its member list, identity lookup
+	// and gossip. They share the node's lifecycle: Start's lock, what
+	// Start bound, and the goroutines Close waits for (lifecycle.go).
+	life    *lifecycle
+	members *memberList // who each member is, and the topology (members.go)
+	admit   *admitter   // the callers' grains and the admissions held (admission.go, grain.go)
+	fwd     *forwarder  // what it asks the other members: Forward, List (forward.go, list.go)
+	ans     *answerer   // the node's actor, which answers them (answer.go)
+	guard   *guard      // the gRPC server's guards: what peers send (guard.go)
 }
 
 // New checks cfg and returns a node not yet started.
@@ -374,15 +199,19 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, pending: map[string]pending{}, infos: map[string]nodeInfo{}, asked: map[string]time.Time{},
-		asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{}), ending: make(chan struct{})}
-	if n.log == nil {
-		n.log = slog.New(slog.DiscardHandler)
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	copy(n.tag[:], Tag(cfg.Node))
-	n.seen[n.tag] = cfg.Node
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	return n, nil
+	var tag [engine.NodeTagLen]byte
+	copy(tag[:], Tag(cfg.Node))
+	life := newLifecycle()
+	members := newMemberList(cfg.Node, tag, log, life)
+	fwd := newForwarder(cfg.Timeout, cfg.RetryAfter, tag, log, life, members)
+	admit := newAdmitter(cfg.Timeout, tag, log, life, members, fwd)
+	return &Node{cfg: cfg, log: log, life: life, members: members, admit: admit, fwd: fwd,
+		ans:   &answerer{name: cfg.Node, tag: tag, log: log, life: life, admit: admit},
+		guard: &guard{tls: cfg.TLS, node: cfg.Node, log: log, life: life, members: members}}, nil
 }
 
 // Tag returns the node's tag, for [engine.Config.NodeTag].
@@ -394,12 +223,11 @@ func (n *Node) Name() string { return n.cfg.Node }
 // Address returns the address the other nodes reach this one at: the
 // remote's, once started (with the port it picked if Addr's was 0).
 func (n *Node) Address() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.system == nil {
+	b := n.life.settled()
+	if b == nil {
 		return n.cfg.AdvertiseAddr
 	}
-	return n.system.Address()
+	return b.system.Address()
 }
 
 // Start joins the cluster: it starts protoactor's remote and cluster
@@ -409,18 +237,15 @@ func (n *Node) Address() string {
 // NodeTag. Start returns once the node is a member (about a second: what
 // protoactor takes), or an error (an address in use, say), having started
 // nothing. The node remembers in r's store the tag of each node it meets,
-// and Start reads them back ([engine.Runner.NodeTags]): a job of a node met
+// and Start reads them back ([engine.Peer.NodeTags]): a job of a node met
 // before a restart still answers 503 while that node is away.
 func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	if r == nil || h == nil {
 		return errors.New("start node: nil runner or handler")
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.workMu.Lock()
-	closed := n.closed
-	n.workMu.Unlock()
-	if n.started || closed {
+	n.life.startMu.Lock()
+	defer n.life.startMu.Unlock()
+	if n.life.started || n.life.isClosed() {
 		return errors.New("start node: started already")
 	}
 	if n.cfg.Provider.check != nil {
@@ -452,7 +277,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			p.release()
 		}
 	}()
-	log := n.peerLogger(actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...))
+	log := peerLogger(actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...), n.members)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	// At most 8 messages to a gRPC message: protoactor's endpoint writer
 	// batches up to 1,000 queued messages into one, and 17 parts of an
@@ -463,10 +288,9 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// entries, not protoactor's 1,000,000 (16 MiB of slots, for each
 	// address it ever sends to): its ring buffer doubles when full, so a
 	// member with much to send loses nothing.
-	remoteCfg := remote.Configure(host, port, append(n.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8),
+	remoteCfg := remote.Configure(host, port, append(n.guard.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8),
 		remote.WithEndpointWriterQueueSize(endpointQueue), remote.WithEndpointManagerQueueSize(endpointQueue))...)
-	n.jobsPerCaller = r.Config().JobsPerCaller
-	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{n: n} })
+	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{a: n.admit} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
 		pacluster.WithRequestTimeout(n.cfg.Timeout), pacluster.WithKinds(pacluster.NewKind(callerKind, grain)))
 	// Each member's gossip goes to every other member at each tick: the
@@ -474,47 +298,12 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// (screenGossip), so it is not relayed.
 	ccfg.GossipFanOut = gossipFanOut
 	c := pacluster.New(system, ccfg)
-	n.runner, n.handler, n.system, n.c = r, h, system, c
-	n.actorSystem.Store(system)
-	n.stored = n.loadTags(r)
-	// Each change of the members: learn who the new ones are, then tell
-	// whoever waits on Changed.
-	system.EventStream.Subscribe(func(evt any) {
-		if t, ok := evt.(*pacluster.ClusterTopology); ok {
-			members := t.Members
-			// Our own copy: protoactor's MemberList.Members reads its
-			// member set without the lock its writer holds (a data race).
-			// The one it replaces is closed: a wait on a member that
-			// has left ends (Node.request).
-			if old := n.topo.Swap(&topology{hash: t.TopologyHash, members: members, next: make(chan struct{})}); old != nil {
-				close(old.next)
-			}
-			n.self.note(selfOf(system), members, time.Now())
-			n.goWork(func() {
-				// A member that did not say who it is in time is asked
-				// again, a few times, until this node closes or the
-				// members change again.
-				for attempt := 0; ; attempt++ {
-					n.learn(members)
-					n.mu.Lock()
-					close(n.changed)
-					n.changed = make(chan struct{})
-					n.mu.Unlock()
-					if n.knowsAll(members) || attempt == 10 || n.topologyHash() != t.TopologyHash {
-						return
-					}
-					retry := time.NewTimer(helloTimeout)
-					select {
-					case <-retry.C:
-					case <-n.ctx.Done():
-						retry.Stop()
-						return
-					}
-				}
-			})
-		}
-	})
-	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.receive), nodeActor); err != nil {
+	peer := engine.PeerOf(r)
+	n.life.run = &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c}
+	n.life.bound.Store(n.life.run)
+	n.members.loadTags(peer)
+	system.EventStream.Subscribe(n.members.onTopology)
+	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.ans.receive), nodeActor); err != nil {
 		system.Shutdown()
 		return fmt.Errorf("start node: %w", err)
 	}
@@ -526,7 +315,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		waitFreed(net.JoinHostPort(host, strconv.Itoa(port)))
 		return fmt.Errorf("start node: %w", err)
 	}
-	n.started, started = true, true
+	n.life.started, started = true, true
 	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, system.Address()),
 		slog.String("provider", n.cfg.Provider.name))
 	return nil
@@ -569,20 +358,14 @@ func waitFreed(addr string) {
 // hand over) and ends every answer the node was giving another node. It
 // does not close the runner. It is idempotent.
 func (n *Node) Close() error {
-	n.workMu.Lock()
-	if n.closed {
-		n.workMu.Unlock()
+	if !n.life.close() {
 		return nil
 	}
-	n.closed = true
-	n.workMu.Unlock()
-	n.mu.Lock() // waits for a Start under way
-	started := n.started
-	n.mu.Unlock()
-	n.cancel()
-	n.work.Wait()
+	started := n.life.isStarted() // waits for a Start under way
+	n.life.cancel()
+	n.life.work.Wait()
 	if started {
-		if !shutdown(n.c) {
+		if !shutdown(n.life.run.c) {
 			n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
 		}
 		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))
@@ -612,83 +395,74 @@ func shutdown(c *pacluster.Cluster) (ok bool) {
 // none holds up a graceful stop: register it with the server's
 // [http.Server.RegisterOnShutdown], as the API's own EndWaits. It is
 // idempotent and safe for concurrent use.
-func (n *Node) EndWaits() { n.endOnce.Do(func() { close(n.ending) }) }
+func (n *Node) EndWaits() { n.fwd.endWaits() }
 
 // Members returns the names of the nodes that are members now, as this
 // node knows them (a member not yet asked who it is reads as its address).
-func (n *Node) Members() []string {
-	ms := n.members()
-	out := make([]string, 0, len(ms))
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, m := range ms {
-		if info, ok := n.infos[m.Id]; ok {
-			out = append(out, info.name)
-		} else if selfOf(n.system).is(m) {
-			out = append(out, n.cfg.Node)
-		} else {
-			out = append(out, m.Address())
-		}
-	}
-	return out
-}
-
-// knowsAll reports whether every one of members has said who it is.
-func (n *Node) knowsAll(members []*pacluster.Member) bool {
-	self := n.me()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, m := range members {
-		if _, ok := n.infos[m.Id]; !ok && !self.is(m) {
-			return false
-		}
-	}
-	return true
-}
+func (n *Node) Members() []string { return n.members.names() }
 
 // Changed returns a channel closed at the next change of the cluster's
 // members, once this node has asked the new ones who they are: wait on it,
 // then read [Node.Members].
-func (n *Node) Changed() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.changed
+func (n *Node) Changed() <-chan struct{} { return n.members.changes() }
+
+// Membership returns whether this node is in its own member list now, and
+// since when (the members as protoactor last published them to this
+// node). A node that has joined and has been out of its own list for long
+// is out for good under the Kubernetes provider (docs/CLUSTER.md,
+// Kubernetes): a liveness check may restart it. It is safe for concurrent
+// use.
+func (n *Node) Membership() Membership { return n.members.self.get() }
+
+// Admission returns the node's [engine.Admission], for the runner's
+// [engine.Config].Admission: each new job is admitted by its caller's
+// grain, against JobsPerCaller across the cluster, and an idempotent
+// resubmit on any node returns the same job while that job's node is a
+// member.
+func (n *Node) Admission() engine.Admission { return n.admit }
+
+// Forward answers r, a request about job id, when that job is another
+// node's: it forwards r to that node, which answers it as it answers its
+// own requests (authenticating the caller again, with the same keys), and
+// writes that answer as it comes, a part at a time; or it answers 503
+// "node unavailable", with Retry-After, when that node is not a member or
+// does not answer within the Timeout (or when a member has not said who it
+// is: it may hold the job). A long-poll (GET ?wait=) still
+// waiting when [Node.EndWaits] is called is answered at once with the job
+// as it stands, as a node answers its own. It returns false, having written
+// nothing, when the job is this node's to answer: its id has this node's
+// tag, or a tag of no node this node ever met (since it started, or before:
+// the tags its store remembers), or r was itself
+// forwarded (a node never forwards twice). An answer the other node cut
+// short, or that stops coming, is cut short here too: the connection is
+// dropped (net/http's [http.ErrAbortHandler]) before the end of its body.
+func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
+	return n.fwd.forward(w, r, id)
 }
 
-// members returns the members now, as protoactor last published them;
-// none before Start or after Close.
-func (n *Node) members() []*pacluster.Member {
-	n.mu.Lock()
-	ok := n.started
-	n.mu.Unlock()
-	n.workMu.Lock()
-	closed := n.closed
-	n.workMu.Unlock()
-	if !ok || closed {
-		return nil
-	}
-	if t := n.topo.Load(); t != nil {
-		return t.members
-	}
-	return nil
+// List returns a page of caller's jobs across the cluster, as
+// [engine.Runner.List] does on one node: newest first, filtered by
+// opt.Status, at most opt.Limit, and the cursor of the next page ("" on
+// the last). Each member lists its own page after the cursor; the pages
+// merge into one, whose cursor (the cursor of its last job) is good on
+// every node. unavailable names the nodes whose jobs the page may lack:
+// members that did not answer within the Timeout, and nodes met since this
+// one started that are not members now. A bad status, limit or cursor is
+// an error wrapping [engine.ErrBadList]. Safe for concurrent use.
+func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
+	return n.fwd.list(ctx, caller, opt)
 }
 
-// topology is the members as this node last heard of them.
-type topology struct {
-	hash    uint64
-	members []*pacluster.Member
-	next    chan struct{} // closed once a newer topology replaces this one
-}
+// PeerPanics returns how many calls of peers to this node's gRPC server
+// have panicked (in protoactor's remote, on what a peer sent) since it
+// started: each ended that call or stream, and the node went on. It is
+// safe for concurrent use.
+func (n *Node) PeerPanics() int64 { return n.guard.peerPanics.Load() }
 
-// hasAddress reports whether a member of t has address addr.
-func (t *topology) hasAddress(addr string) bool {
-	for _, m := range t.members {
-		if m.Address() == addr {
-			return true
-		}
-	}
-	return false
-}
+// PeerRefusals returns how many messages of peers this node's gRPC server
+// has refused since it started (see the guard's screen, guard.go). It is
+// safe for concurrent use.
+func (n *Node) PeerRefusals() int64 { return n.guard.peerRefusals.Load() }
 
 // idTag returns the tag at the start of a job id; false if id is not 32
 // hex digits.

@@ -26,7 +26,7 @@ func SetObserver(fn func(event, caller, id string, cap int)) {
 func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (int, []byte, error) {
 	pid := actor.NewPID(to.Address(), nodeActor)
 	req := &clusterpb.Request{Method: method, Uri: uri, Authorization: authorization, Session: newSession()}
-	part, err := n.ask(ctx, pid, req, n.cfg.Timeout, nil)
+	part, err := n.fwd.ask(ctx, n.life.system(), pid, req, n.cfg.Timeout, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -40,7 +40,7 @@ func Ask(ctx context.Context, n, to *Node, method, uri, authorization string) (i
 		case part.Last:
 			return status, body, nil
 		}
-		if part, err = n.ask(ctx, pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
+		if part, err = n.fwd.ask(ctx, n.life.system(), pid, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
 			return status, body, err
 		}
 	}
@@ -54,7 +54,11 @@ const NodeActor = nodeActor
 // PID caches the process it was resolved to (here, n's), and a stranger's
 // message must go its own way.
 func GrainPID(n *Node, caller string) *actor.PID {
-	pid := n.cluster().Get(caller, callerKind)
+	c := n.life.cluster()
+	if c == nil {
+		return nil
+	}
+	pid := c.Get(caller, callerKind)
 	if pid == nil {
 		return nil
 	}
@@ -64,11 +68,12 @@ func GrainPID(n *Node, caller string) *actor.PID {
 // SystemOf returns n's actor system: for tests that play a member sending
 // what a siftbatch node never sends.
 func SystemOf(n *Node) *actor.ActorSystem {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.system
+	if b := n.life.settled(); b != nil {
+		return b.system
+	}
+	return nil
 }
 
 // PeerLogger returns l behind the filter n puts before protoactor's
 // logger.
-func PeerLogger(n *Node, l *slog.Logger) *slog.Logger { return n.peerLogger(l) }
+func PeerLogger(n *Node, l *slog.Logger) *slog.Logger { return peerLogger(l, n.members) }

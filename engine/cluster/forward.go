@@ -9,80 +9,95 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster/clusterpb"
 )
 
 // maxWait bounds the long-poll wait a forwarded request may announce.
 const maxWait = 10 * time.Minute
 
-// Forward answers r, a request about job id, when that job is another
-// node's: it forwards r to that node, which answers it as it answers its
-// own requests (authenticating the caller again, with the same keys), and
-// writes that answer as it comes, a part at a time; or it answers 503
-// "node unavailable", with Retry-After, when that node is not a member or
-// does not answer within the Timeout (or when a member has not said who it
-// is: it may hold the job). A long-poll (GET ?wait=) still
-// waiting when [Node.EndWaits] is called is answered at once with the job
-// as it stands, as a node answers its own. It returns false, having written
-// nothing, when the job is this node's to answer: its id has this node's
-// tag, or a tag of no node this node ever met (since it started, or before:
-// the tags its store remembers), or r was itself
-// forwarded (a node never forwards twice). An answer the other node cut
-// short, or that stops coming, is cut short here too: the connection is
-// dropped (net/http's [http.ErrAbortHandler]) before the end of its body.
-func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
+// forwarder is a node's forwarding component: what it asks the other
+// members. It forwards a request about another node's job to that node
+// ([Node.Forward]), merges the members' pages of a caller's list
+// ([Node.List], list.go), and sends the other components' requests
+// (request), each ending when the member asked leaves. Its state is the
+// end of the long-polls it forwards (EndWaits). It is safe for concurrent
+// use.
+type forwarder struct {
+	timeout    time.Duration
+	retryAfter time.Duration
+	tag        [engine.NodeTagLen]byte // this node's
+	log        *slog.Logger
+	life       *lifecycle
+	members    *memberList
+
+	ending  chan struct{} // closed by endWaits
+	endOnce sync.Once
+}
+
+func newForwarder(timeout, retryAfter time.Duration, tag [engine.NodeTagLen]byte, log *slog.Logger, life *lifecycle, members *memberList) *forwarder {
+	return &forwarder{timeout: timeout, retryAfter: retryAfter, tag: tag, log: log, life: life, members: members, ending: make(chan struct{})}
+}
+
+// endWaits ends every long-poll forwarded, and later ones ([Node.EndWaits]).
+func (f *forwarder) endWaits() { f.endOnce.Do(func() { close(f.ending) }) }
+
+// forward is [Node.Forward].
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	if r.Context().Value(forwardedKey{}) != nil {
 		return false
 	}
 	tag, ok := idTag(id)
-	if !ok || tag == n.tag {
+	if !ok || tag == f.tag {
 		return false
 	}
-	m, known := n.holder(tag)
+	m, known := f.members.holder(tag)
+	sys := f.life.system()
 	if m == nil {
 		if !known {
 			return false
 		}
-		n.unavailable(w, "")
+		f.unavailable(w, "")
 		return true
 	}
-	name := n.nameOf(m)
+	name := f.members.nameOf(m)
 	to := actor.NewPID(m.Address(), nodeActor)
 	wait := announcedWait(r)
 	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),
 		WaitMs: wait.Milliseconds(), Session: newSession()}
 	var ending <-chan struct{} // only a long-poll ends early: anything else might be done twice
 	if wait > 0 && r.Method == http.MethodGet {
-		ending = n.ending
+		ending = f.ending
 	}
-	part, err := n.ask(r.Context(), to, req, n.cfg.Timeout+wait, ending)
+	part, err := f.ask(r.Context(), sys, to, req, f.timeout+wait, ending)
 	if errors.Is(err, errEnding) {
 		// The server is stopping: the job as it stands, asked again
 		// without the wait.
-		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+		sys.Root.Send(to, &clusterpb.Release{Session: req.Session})
 		u := *r.URL
 		q := u.Query()
 		q.Del("wait")
 		u.RawQuery = q.Encode()
 		req = &clusterpb.Request{Method: r.Method, Uri: u.RequestURI(), Authorization: req.Authorization, Session: newSession()}
-		part, err = n.ask(r.Context(), to, req, n.cfg.Timeout, nil)
+		part, err = f.ask(r.Context(), sys, to, req, f.timeout, nil)
 	}
 	if err != nil {
 		if r.Context().Err() == nil {
-			n.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
-			n.unavailable(w, name)
+			f.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
+			f.unavailable(w, name)
 		}
-		n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+		sys.Root.Send(to, &clusterpb.Release{Session: req.Session})
 		return true
 	}
 	if part.Status == 0 { // the holder stopped before its answer began
-		n.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
-		n.unavailable(w, name)
+		f.log.Info("node did not answer", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
+		f.unavailable(w, name)
 		return true
 	}
 	h := w.Header()
@@ -93,7 +108,7 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 	for {
 		if len(part.Body) > 0 {
 			if _, err := w.Write(part.Body); err != nil {
-				n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+				sys.Root.Send(to, &clusterpb.Release{Session: req.Session})
 				return true // the client has gone
 			}
 		}
@@ -103,10 +118,10 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 		if part.Last {
 			return true
 		}
-		if part, err = n.ask(r.Context(), to, &clusterpb.Pull{Session: req.Session}, n.cfg.Timeout, nil); err != nil {
-			n.system.Root.Send(to, &clusterpb.Release{Session: req.Session})
+		if part, err = f.ask(r.Context(), sys, to, &clusterpb.Pull{Session: req.Session}, f.timeout, nil); err != nil {
+			sys.Root.Send(to, &clusterpb.Release{Session: req.Session})
 			if r.Context().Err() == nil {
-				n.log.Info("answer cut short: the node stopped answering", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
+				f.log.Info("answer cut short: the node stopped answering", slog.String(logKeyNode, name), slog.String(logKeyJobID, id))
 				panic(http.ErrAbortHandler)
 			}
 			return true
@@ -116,8 +131,8 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 
 // ask sends msg to the node actor to and waits for its Part, at most d,
 // until ctx is done, or until ending (if not nil) is closed.
-func (n *Node) ask(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
-	res, err := n.request(ctx, to, msg, d, ending)
+func (f *forwarder) ask(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (*clusterpb.Part, error) {
+	res, err := f.request(ctx, sys, to, msg, d, ending)
 	if err != nil {
 		return nil, err
 	}
@@ -147,15 +162,21 @@ var errLeft = errors.New("the node left the cluster")
 // to's node, a member when asked, leaves the membership (a node killed is
 // found out by the provider before d, often). The answer comes to an actor
 // of its own, stopped on return: unlike a protoactor future, nothing is
-// left waiting once the caller has gone.
-func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
-	topo := n.topo.Load()
+// left waiting once the caller has gone. sys is the node's actor system
+// (lifecycle.system), read once by the caller: a Forward reads it once for
+// all its parts (an atomic load for each part of each answer costs much
+// under the race detector).
+func (f *forwarder) request(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, d time.Duration, ending <-chan struct{}) (any, error) {
+	if sys == nil {
+		return nil, errClosing
+	}
+	topo := f.members.topology()
 	var next <-chan struct{} // nil (never ready) unless to's node is a member
 	if topo != nil && topo.hasAddress(to.Address) {
 		next = topo.next
 	}
 	answers := make(chan any, 1)
-	inbox := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+	inbox := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply,
 			*pacluster.GrainErrorResponse:
@@ -165,8 +186,8 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 			}
 		}
 	}))
-	defer n.system.Root.Stop(inbox)
-	n.system.Root.RequestWithCustomSender(to, msg, inbox)
+	defer sys.Root.Stop(inbox)
+	sys.Root.RequestWithCustomSender(to, msg, inbox)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
@@ -183,7 +204,7 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 		case <-ending:
 			return nil, errEnding
 		case <-next:
-			if topo = n.topo.Load(); !topo.hasAddress(to.Address) {
+			if topo = f.members.topology(); !topo.hasAddress(to.Address) {
 				return nil, errLeft
 			}
 			next = topo.next
@@ -192,12 +213,12 @@ func (n *Node) request(ctx context.Context, to *actor.PID, msg any, d time.Durat
 }
 
 // unavailable answers 503 "node unavailable".
-func (n *Node) unavailable(w http.ResponseWriter, node string) {
+func (f *forwarder) unavailable(w http.ResponseWriter, node string) {
 	hint := "the node that holds this job is not in the cluster now, or not yet known to this one; try again in a while"
 	if node != "" {
 		hint = "node " + node + " holds this job and did not answer; try again in a while"
 	}
-	w.Header().Set("Retry-After", strconv.Itoa(int((n.cfg.RetryAfter+time.Second-1)/time.Second)))
+	w.Header().Set("Retry-After", strconv.Itoa(int((f.retryAfter+time.Second-1)/time.Second)))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusServiceUnavailable)

@@ -21,10 +21,10 @@ const callerKind = "siftbatch-caller"
 // change: it asks every member, once the members agree on the topology,
 // and records that topology's hash as its epoch. An admission carries the
 // epoch, and a node creates the job only if its topology is still that
-// epoch (Node.admit): an activation left from an older topology cannot
+// epoch (admitter.Admit): an activation left from an older topology cannot
 // admit past the cap.
 type callerGrain struct {
-	n      *Node
+	a      *admitter
 	caller string
 	ready  bool
 	epoch  uint64
@@ -63,7 +63,7 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 	if m.Caller != g.caller {
 		return retry
 	}
-	if !g.ready || g.n.topologyHash() != g.epoch {
+	if !g.ready || g.a.members.topologyHash() != g.epoch {
 		if !g.rebuild(ctx) {
 			return retry
 		}
@@ -72,7 +72,7 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
 	}
 	if id, ok := g.reuse[m.Key]; ok {
-		if g.n.reusable(m.Caller, m.Key, id) {
+		if g.a.reusable(m.Caller, m.Key, id) {
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
 		}
 		delete(g.reuse, m.Key)
@@ -94,7 +94,7 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 // version: docs/CLUSTER.md, "protoactor bugs"). false if any of that fails:
 // the admission is asked again.
 func (g *callerGrain) rebuild(ctx actor.Context) bool {
-	t := g.n.topo.Load()
+	t := g.a.members.topology()
 	if t == nil {
 		return false
 	}
@@ -106,7 +106,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 		ctx.Poison(ctx.Self()) // moved: the owner under this topology answers
 		return false
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), g.n.cfg.Timeout)
+	cctx, cancel := context.WithTimeout(context.Background(), g.a.timeout)
 	defer cancel()
 	live, reuse := map[string]bool{}, map[string]string{}
 	var (
@@ -116,7 +116,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 	)
 	for _, m := range t.members {
 		wg.Go(func() {
-			reply, err := g.n.callerJobs(cctx, m, g.caller)
+			reply, err := g.a.callerJobs(cctx, m, g.caller)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || reply.Topology != hash {
@@ -134,7 +134,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 		})
 	}
 	wg.Wait()
-	if failed || g.n.topologyHash() != hash {
+	if failed || g.a.members.topologyHash() != hash {
 		return false
 	}
 	g.live, g.reuse, g.epoch, g.ready = live, reuse, hash, true

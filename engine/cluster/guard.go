@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,33 +23,58 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/sift/batch/engine/cluster/clusterpb"
+	"github.com/sift/batch/engine/cluster/clustertls"
 )
+
+// guard is a node's guard component: the gRPC server's interceptors,
+// which contain a peer's panics and screen each batch of messages a peer
+// sends before protoactor reads it, and the TLS handshakes of the node's
+// dials, which record the node found at each address dialled. Its state is
+// counters and that record, all read and written without a lock: the
+// guards run on the gRPC server's goroutines while Start holds the
+// lifecycle's lock.
+type guard struct {
+	tls     *clustertls.Config // nil: Insecure
+	node    string             // this node's name
+	log     *slog.Logger
+	life    *lifecycle
+	members *memberList
+
+	peerPanics    atomic.Int64 // calls of peers that panicked (Node.PeerPanics)
+	peerRefusals  atomic.Int64 // messages of peers refused (Node.PeerRefusals)
+	panicLogged   atomic.Int64 // when a peer's panic was last logged (UnixNano)
+	refusalLogged atomic.Int64 // when a refusal was last logged (UnixNano)
+	// dialled is, by address dialled (HOST:PORT), the node whose
+	// certificate answered there at the last TLS handshake (string →
+	// string): who may answer a Hello sent there.
+	dialled sync.Map
+}
 
 // transport returns the options of protoactor's remote that make its gRPC
 // server and its dials this node's: the cluster's mutual TLS, unless
 // Insecure (protoactor's default dial option is plaintext, replaced here,
 // not added to), and the guards of the server, whatever the mode.
-func (n *Node) transport() []remote.ConfigOption {
+func (g *guard) transport() []remote.ConfigOption {
 	server := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(n.unaryGuard),
-		grpc.ChainStreamInterceptor(n.streamGuard),
+		grpc.ChainUnaryInterceptor(g.unaryGuard),
+		grpc.ChainStreamInterceptor(g.streamGuard),
 	}
-	if n.cfg.TLS == nil {
+	if g.tls == nil {
 		return []remote.ConfigOption{remote.WithServerOptions(server...)}
 	}
-	server = append(server, grpc.Creds(credentials.NewTLS(n.cfg.TLS.Server())))
+	server = append(server, grpc.Creds(credentials.NewTLS(g.tls.Server())))
 	return []remote.ConfigOption{
 		remote.WithServerOptions(server...),
-		remote.WithDialOptions(grpc.WithTransportCredentials(&dialCreds{TransportCredentials: credentials.NewTLS(n.cfg.TLS.Client()), n: n})),
+		remote.WithDialOptions(grpc.WithTransportCredentials(&dialCreds{TransportCredentials: credentials.NewTLS(g.tls.Client()), g: g})),
 	}
 }
 
 // dialCreds are the TLS credentials of the node's dials: each handshake's
 // server certificate, verified, tells which node answers at the address
-// dialled (Node.dialled).
+// dialled (guard.dialled).
 type dialCreds struct {
 	credentials.TransportCredentials
-	n *Node
+	g *guard
 }
 
 // ClientHandshake is the TLS handshake, that records which node the
@@ -57,8 +83,8 @@ func (c *dialCreds) ClientHandshake(ctx context.Context, authority string, conn 
 	out, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, conn)
 	if err == nil {
 		if tlsInfo, ok := info.(credentials.TLSInfo); ok {
-			if name, ok := c.n.cfg.TLS.PeerNode(tlsInfo.State); ok {
-				c.n.dialled.Store(authority, name)
+			if name, ok := c.g.tls.PeerNode(tlsInfo.State); ok {
+				c.g.dialled.Store(authority, name)
 			}
 		}
 	}
@@ -66,50 +92,39 @@ func (c *dialCreds) ClientHandshake(ctx context.Context, authority string, conn 
 }
 
 func (c *dialCreds) Clone() credentials.TransportCredentials {
-	return &dialCreds{TransportCredentials: c.TransportCredentials.Clone(), n: c.n}
+	return &dialCreds{TransportCredentials: c.TransportCredentials.Clone(), g: c.g}
 }
 
 // dialledAs reports whether this node has dialled a current member of t
 // and found node name answering there.
-func (n *Node) dialledAs(t *topology, name string) bool {
+func (g *guard) dialledAs(t *topology, name string) bool {
 	if t == nil {
 		return false
 	}
 	for _, m := range t.members {
-		if v, ok := n.dialled.Load(m.Address()); ok && v.(string) == name {
+		if v, ok := g.dialled.Load(m.Address()); ok && v.(string) == name {
 			return true
 		}
 	}
 	return false
 }
 
-// PeerPanics returns how many calls of peers to this node's gRPC server
-// have panicked (in protoactor's remote, on what a peer sent) since it
-// started: each ended that call or stream, and the node went on. It is
-// safe for concurrent use.
-func (n *Node) PeerPanics() int64 { return n.peerPanics.Load() }
-
 // unaryGuard is the gRPC server's unary interceptor: a panic ends the call
 // with codes.Internal.
-func (n *Node) unaryGuard(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-	defer n.recoverPeer(&err)
+func (g *guard) unaryGuard(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer g.recoverPeer(&err)
 	return handler(ctx, req)
 }
-
-// PeerRefusals returns how many messages of peers this node's gRPC server
-// has refused since it started (see [Node.streamGuard]). It is safe for
-// concurrent use.
-func (n *Node) PeerRefusals() int64 { return n.peerRefusals.Load() }
 
 // streamGuard is the gRPC server's stream interceptor: a panic ends the
 // stream with codes.Internal, and each batch of messages a peer sends on
 // protoactor's stream is screened before protoactor reads it
-// ([Node.screen]). With TLS, the peer is the node its client certificate
+// ([guard.screen]). With TLS, the peer is the node its client certificate
 // names, whatever the messages claim.
-func (n *Node) streamGuard(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-	defer n.recoverPeer(&err)
-	g := &guardedStream{ServerStream: ss, n: n}
-	if n.cfg.TLS != nil {
+func (g *guard) streamGuard(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer g.recoverPeer(&err)
+	gs := &guardedStream{ServerStream: ss, g: g}
+	if g.tls != nil {
 		p, ok := peer.FromContext(ss.Context())
 		if !ok {
 			return status.Error(codes.Unauthenticated, "no peer")
@@ -118,21 +133,21 @@ func (n *Node) streamGuard(srv any, ss grpc.ServerStream, _ *grpc.StreamServerIn
 		if !ok {
 			return status.Error(codes.Unauthenticated, "no TLS")
 		}
-		if g.peer, ok = n.cfg.TLS.PeerNode(tlsInfo.State); !ok {
+		if gs.peer, ok = g.tls.PeerNode(tlsInfo.State); !ok {
 			return status.Error(codes.Unauthenticated, "no node certificate")
 		}
 	}
-	return handler(srv, g)
+	return handler(srv, gs)
 }
 
 // recoverPeer, deferred, turns a panic of a peer's call into err
 // (codes.Internal), counted and logged without its value (it may carry
 // what the peer sent).
-func (n *Node) recoverPeer(err *error) {
+func (g *guard) recoverPeer(err *error) {
 	if v := recover(); v != nil {
-		count := n.peerPanics.Add(1)
-		if n.logNow(&n.panicLogged) {
-			n.log.Warn("cluster peer call panicked: ended", slog.String(logKeyNode, n.cfg.Node), slog.Int64(logKeyCount, count))
+		count := g.peerPanics.Add(1)
+		if logNow(&g.panicLogged) {
+			g.log.Warn("cluster peer call panicked: ended", slog.String(logKeyNode, g.node), slog.Int64(logKeyCount, count))
 		}
 		*err = status.Error(codes.Internal, "internal error")
 	}
@@ -140,7 +155,7 @@ func (n *Node) recoverPeer(err *error) {
 
 // logNow reports whether a line of a kind last logged at *last may be
 // logged now: at most one a second, so that a peer cannot flood the log.
-func (n *Node) logNow(last *atomic.Int64) bool {
+func logNow(last *atomic.Int64) bool {
 	now := time.Now().UnixNano()
 	prev := last.Load()
 	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
@@ -216,7 +231,7 @@ func knownType(name string) bool {
 // receives screened.
 type guardedStream struct {
 	grpc.ServerStream
-	n    *Node
+	g    *guard
 	peer string // the node the peer's certificate names; "" without TLS
 }
 
@@ -228,7 +243,7 @@ func (s *guardedStream) RecvMsg(m any) error {
 	}
 	if rm, ok := m.(*remote.RemoteMessage); ok {
 		if batch := rm.GetMessageBatch(); batch != nil {
-			return s.n.screen(s.peer, batch)
+			return s.g.screen(s.peer, batch)
 		}
 	}
 	return nil
@@ -271,24 +286,24 @@ var errMalformed = status.Error(codes.InvalidArgument, "malformed message batch"
 //     is (or has, as peer) is answered a retryable error; one from
 //     elsewhere is not answered. A NodeInfo must name peer. A member's
 //     gossip speaks for itself only about leaving and its heartbeat
-//     ([Node.screenGossip]).
+//     ([guard.screenGossip]).
 //
 // Each refusal is counted ([Node.PeerRefusals]) and logged, at most once a
 // second, without what the message carries.
-func (n *Node) screen(peer string, b *remote.MessageBatch) error {
+func (g *guard) screen(peer string, b *remote.MessageBatch) error {
 	for _, e := range b.Envelopes {
 		if e.Target < 0 || int(e.Target) >= len(b.Targets) || e.Sender < 0 || int(e.Sender) > len(b.Senders) ||
 			e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames) || e.SerializerId < 0 || e.SerializerId >= serializers ||
 			b.Targets[e.Target] == nil || e.Sender > 0 && b.Senders[e.Sender-1] == nil || !knownType(b.TypeNames[e.TypeId]) {
-			n.refuse(reasonMalformed, peer)
+			g.refuse(reasonMalformed, peer)
 			return errMalformed
 		}
 	}
-	sys := n.actorSystem.Load()
+	sys := g.life.system()
 	kept := b.Envelopes[:0]
 	for _, e := range b.Envelopes {
-		if reason := n.screenOne(sys, peer, b, e); reason != "" {
-			n.refuse(reason, peer)
+		if reason := g.screenOne(sys, peer, b, e); reason != "" {
+			g.refuse(reason, peer)
 			continue
 		}
 		kept = append(kept, e)
@@ -300,7 +315,7 @@ func (n *Node) screen(peer string, b *remote.MessageBatch) error {
 
 // screenOne returns why envelope e of batch b is refused; "" if it is
 // not.
-func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageBatch, e *remote.MessageEnvelope) string {
+func (g *guard) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageBatch, e *remote.MessageEnvelope) string {
 	typ := b.TypeNames[e.TypeId]
 	if systemTypes[typ] {
 		return reasonSystem
@@ -312,7 +327,7 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 			return reasonOwnAddress
 		}
 	}
-	t := n.topo.Load()
+	t := g.members.topology()
 	if peer == "" {
 		if sender != nil && (t == nil || !t.hasAddress(sender.Address)) {
 			return reasonSenderElsewhere
@@ -330,17 +345,17 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 		// member whose address this node dialled (the Hello went there)
 		// and found peer's certificate at. Not from a certificate holder
 		// elsewhere, who would answer a joining node's Hello in its place.
-		if !strings.HasPrefix(target, futurePrefix) || !n.dialledAs(t, peer) {
+		if !strings.HasPrefix(target, futurePrefix) || !g.dialledAs(t, peer) {
 			return reasonNotAnswer
 		}
 		return ""
 	case target == nodeActor && typ == typeHello:
-		if sender != nil && !n.answerable(t, peer, sender.Address) {
+		if sender != nil && !g.answerable(t, peer, sender.Address) {
 			return reasonSenderNotMe
 		}
 		return ""
 	}
-	addrs := n.memberAddresses(peer)
+	addrs := g.memberAddresses(peer)
 	reason := ""
 	switch {
 	case len(addrs) == 0:
@@ -348,7 +363,7 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 	case sender != nil && !contains(addrs, sender.Address):
 		reason = reasonSenderNotMe
 	case typ == typeGossipRequest || typ == typeGossipResponse:
-		return n.screenGossip(peer, t, typ, e)
+		return g.screenGossip(peer, t, typ, e)
 	default:
 		return ""
 	}
@@ -357,7 +372,7 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 	// to answer), and only by the node's actor and the grains, whose
 	// callers read it as "try again".
 	guarded := target == nodeActor || target == disthash.PartitionActivatorActorName || strings.HasPrefix(target, grainActorPrefix)
-	if guarded && sender != nil && sys != nil && n.answerable(t, peer, sender.Address) {
+	if guarded && sender != nil && sys != nil && g.answerable(t, peer, sender.Address) {
 		to := sender
 		if e.SenderRequestId > 0 {
 			to = proto.Clone(sender).(*actor.PID)
@@ -374,7 +389,7 @@ func (n *Node) screenOne(sys *actor.ActorSystem, peer string, b *remote.MessageB
 // Not at another address: protoactor's remote would dial it (an address of
 // the peer's choosing), nor at that of a member that said it is another
 // node (its pending requests would read the answer).
-func (n *Node) answerable(t *topology, peer, addr string) bool {
+func (g *guard) answerable(t *topology, peer, addr string) bool {
 	if t == nil {
 		return false
 	}
@@ -382,7 +397,7 @@ func (n *Node) answerable(t *topology, peer, addr string) bool {
 		if m.Address() != addr {
 			continue
 		}
-		if v, ok := n.names.Load(m.Id); !ok || v.(string) == peer {
+		if name, ok := g.members.saidName(m.Id); !ok || name == peer {
 			return true
 		}
 	}
@@ -400,13 +415,13 @@ func (n *Node) answerable(t *topology, peer, addr string) bool {
 // them. Each member gossips its own state to every other member at each
 // tick (Start sets the gossip's fan-out past any cluster's size), so its
 // heartbeat needs no relay. A gossip message in JSON is refused.
-func (n *Node) screenGossip(peer string, t *topology, typ string, e *remote.MessageEnvelope) string {
+func (g *guard) screenGossip(peer string, t *topology, typ string, e *remote.MessageEnvelope) string {
 	if e.SerializerId != 0 {
 		return reasonMalformed
 	}
 	own := map[string]bool{}
 	for _, m := range t.members {
-		if v, ok := n.names.Load(m.Id); ok && v.(string) == peer {
+		if name, ok := g.members.saidName(m.Id); ok && name == peer {
 			own[m.Id] = true
 		}
 	}
@@ -465,14 +480,14 @@ func contains(list []string, s string) bool {
 // node name, as this node sees the members now; none if name is not a
 // member (or this node). It takes no lock that Start holds: it runs on
 // the gRPC server's goroutines, while Start waits on protoactor.
-func (n *Node) memberAddresses(name string) []string {
-	t := n.topo.Load()
-	if t == nil || name == n.cfg.Node {
+func (g *guard) memberAddresses(name string) []string {
+	t := g.members.topology()
+	if t == nil || name == g.node {
 		return nil
 	}
 	var out []string
 	for _, m := range t.members {
-		if v, ok := n.names.Load(m.Id); ok && v.(string) == name {
+		if said, ok := g.members.saidName(m.Id); ok && said == name {
 			out = append(out, m.Address())
 		}
 	}
@@ -480,13 +495,13 @@ func (n *Node) memberAddresses(name string) []string {
 }
 
 // refuse counts a message refused, and logs it at most once a second.
-func (n *Node) refuse(reason, peer string) {
-	count := n.peerRefusals.Add(1)
-	if n.logNow(&n.refusalLogged) {
-		attrs := []any{slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyReason, reason), slog.Int64(logKeyCount, count)}
+func (g *guard) refuse(reason, peer string) {
+	count := g.peerRefusals.Add(1)
+	if logNow(&g.refusalLogged) {
+		attrs := []any{slog.String(logKeyNode, g.node), slog.String(logKeyReason, reason), slog.Int64(logKeyCount, count)}
 		if peer != "" {
 			attrs = append(attrs, slog.String(logKeyPeer, peer))
 		}
-		n.log.Warn("cluster peer message refused", attrs...)
+		g.log.Warn("cluster peer message refused", attrs...)
 	}
 }

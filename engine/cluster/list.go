@@ -14,27 +14,17 @@ import (
 	"github.com/sift/batch/engine/cluster/clusterpb"
 )
 
-// List returns a page of caller's jobs across the cluster, as
-// [engine.Runner.List] does on one node: newest first, filtered by
-// opt.Status, at most opt.Limit, and the cursor of the next page ("" on
-// the last). Each member lists its own page after the cursor; the pages
-// merge into one, whose cursor (the cursor of its last job) is good on
-// every node. unavailable names the nodes whose jobs the page may lack:
-// members that did not answer within the Timeout, and nodes met since this
-// one started that are not members now. A bad status, limit or cursor is
-// an error wrapping [engine.ErrBadList]. Safe for concurrent use.
-func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
+// list is [Node.List].
+func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
 	type entry struct {
 		job    engine.Job
 		cursor string
 	}
-	n.mu.Lock()
-	started := n.runner != nil
-	n.mu.Unlock()
-	if !started {
+	b := f.life.bound.Load()
+	if b == nil {
 		return nil, "", nil, errors.New("list jobs: the node is not started")
 	}
-	local, cursors, localNext, err := n.runner.ListAt(caller, opt)
+	local, cursors, localNext, err := b.runner.ListAt(caller, opt)
 	if err != nil {
 		return nil, "", nil, err // a bad request is refused here, before any member is asked
 	}
@@ -43,8 +33,8 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 		all = append(all, entry{j, cursors[i]})
 	}
 	more := localNext != ""
-	members := n.members()
-	self := n.me()
+	members := f.members.current()
+	self := f.life.me()
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -55,11 +45,11 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 			continue
 		}
 		wg.Go(func() {
-			reply, err := n.listThere(ctx, m, req)
+			reply, err := f.listThere(ctx, m, req)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				unavailable = append(unavailable, n.nameOf(m))
+				unavailable = append(unavailable, f.members.nameOf(m))
 				return
 			}
 			for _, j := range reply.Jobs {
@@ -71,7 +61,7 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 		})
 	}
 	wg.Wait()
-	unavailable = append(unavailable, n.absent(members)...)
+	unavailable = append(unavailable, f.members.absent(members)...)
 	slices.Sort(unavailable)
 	unavailable = slices.Compact(unavailable)
 	slices.SortFunc(all, func(a, b entry) int { return engine.CompareCursors(a.cursor, b.cursor) })
@@ -94,8 +84,8 @@ func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) 
 }
 
 // listThere asks member m for its page.
-func (n *Node) listThere(ctx context.Context, m *pacluster.Member, req *clusterpb.ListRequest) (*clusterpb.ListReply, error) {
-	res, err := n.request(ctx, actor.NewPID(m.Address(), nodeActor), req, n.cfg.Timeout, nil)
+func (f *forwarder) listThere(ctx context.Context, m *pacluster.Member, req *clusterpb.ListRequest) (*clusterpb.ListReply, error) {
+	res, err := f.request(ctx, f.life.system(), actor.NewPID(m.Address(), nodeActor), req, f.timeout, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -283,7 +283,7 @@ func TestNode_ListMergePagesAcrossNodes(t *testing.T) {
 	if err := json.Unmarshal(bobPage.body, &bp); err != nil || len(bp.Jobs) != 1 || bp.Jobs[0].ID != bobs {
 		t.Fatalf("bob's list: %s", bobPage.body)
 	}
-	jobs, cursors, _, err := c.Runner.ListAt("bob", engine.ListOptions{Limit: 1})
+	jobs, cursors, _, err := engine.PeerOf(c.Runner).ListAt("bob", engine.ListOptions{Limit: 1})
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(err)
 	}

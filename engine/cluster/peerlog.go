@@ -22,8 +22,8 @@ const failedConnect = "EndpointWriter failed to connect"
 // those left out), since it repeats for each address it cannot reach. It
 // is safe for concurrent use.
 type peerLogHandler struct {
-	h slog.Handler
-	n *Node
+	h       slog.Handler
+	members *memberList
 	// failedLogged is when a failed connect was last logged (UnixNano),
 	// shared by the handlers WithAttrs makes; failedQuiet counts those
 	// left out since.
@@ -31,16 +31,17 @@ type peerLogHandler struct {
 	failedQuiet  *atomic.Int64
 }
 
-// peerLogger returns l (protoactor's logger) behind a [peerLogHandler].
-func (n *Node) peerLogger(l *slog.Logger) *slog.Logger {
-	return slog.New(&peerLogHandler{h: l.Handler(), n: n, failedLogged: new(atomic.Int64), failedQuiet: new(atomic.Int64)})
+// peerLogger returns l (protoactor's logger) behind a [peerLogHandler] of
+// members.
+func peerLogger(l *slog.Logger, members *memberList) *slog.Logger {
+	return slog.New(&peerLogHandler{h: l.Handler(), members: members, failedLogged: new(atomic.Int64), failedQuiet: new(atomic.Int64)})
 }
 
 func (p *peerLogHandler) Enabled(ctx context.Context, l slog.Level) bool { return p.h.Enabled(ctx, l) }
 
 func (p *peerLogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Message == failedConnect {
-		if !p.n.logNow(p.failedLogged) {
+		if !logNow(p.failedLogged) {
 			p.failedQuiet.Add(1)
 			return nil
 		}
@@ -64,11 +65,11 @@ func (p *peerLogHandler) WithAttrs(as []slog.Attr) slog.Handler {
 			kept = append(kept, at)
 		}
 	}
-	return &peerLogHandler{h: p.h.WithAttrs(kept), n: p.n, failedLogged: p.failedLogged, failedQuiet: p.failedQuiet}
+	return &peerLogHandler{h: p.h.WithAttrs(kept), members: p.members, failedLogged: p.failedLogged, failedQuiet: p.failedQuiet}
 }
 
 func (p *peerLogHandler) WithGroup(name string) slog.Handler {
-	return &peerLogHandler{h: p.h.WithGroup(name), n: p.n, failedLogged: p.failedLogged, failedQuiet: p.failedQuiet}
+	return &peerLogHandler{h: p.h.WithGroup(name), members: p.members, failedLogged: p.failedLogged, failedQuiet: p.failedQuiet}
 }
 
 // known reports whether attribute at may be logged: it names no address,
@@ -77,23 +78,13 @@ func (p *peerLogHandler) known(at slog.Attr) bool {
 	v := at.Value.Resolve()
 	switch {
 	case at.Key == logKeyAddress && v.Kind() == slog.KindString:
-		return p.n.knownAddress(v.String())
+		return p.members.knownAddress(v.String())
 	case at.Key == logKeyAddress:
 		return false
 	case v.Kind() == slog.KindAny:
 		if pid, ok := v.Any().(*actor.PID); ok && pid != nil {
-			return p.n.knownAddress(pid.Address)
+			return p.members.knownAddress(pid.Address)
 		}
 	}
 	return true
-}
-
-// knownAddress reports whether addr is this node's address or a current
-// member's. It takes no lock (protoactor logs under its own).
-func (n *Node) knownAddress(addr string) bool {
-	if sys := n.actorSystem.Load(); sys != nil && addr == sys.Address() {
-		return true
-	}
-	t := n.topo.Load()
-	return t != nil && t.hasAddress(addr)
 }

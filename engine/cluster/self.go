@@ -32,13 +32,6 @@ func (s self) is(m *pacluster.Member) bool {
 	return s.id != "" && m.Id == s.id || s.addr != "" && m.Address() == s.addr
 }
 
-// me returns who this node is among the members. It takes n.mu.
-func (n *Node) me() self {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return selfOf(n.system)
-}
-
 // Membership is whether a node is in its own member list: whether the
 // members protoactor last published, as the node sees them, include it.
 type Membership struct {
@@ -73,14 +66,9 @@ func (ms *membership) note(me self, members []*pacluster.Member, now time.Time) 
 	ms.m.Joined = ms.m.Joined || in
 }
 
-// Membership returns whether this node is in its own member list now, and
-// since when (the members as protoactor last published them to this
-// node). A node that has joined and has been out of its own list for long
-// is out for good under the Kubernetes provider (docs/CLUSTER.md,
-// Kubernetes): a liveness check may restart it. It is safe for concurrent
-// use.
-func (n *Node) Membership() Membership {
-	n.self.mu.Lock()
-	defer n.self.mu.Unlock()
-	return n.self.m
+// get returns the membership now.
+func (ms *membership) get() Membership {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return ms.m
 }

@@ -328,7 +328,8 @@ func (c forwardingCluster) Forward(w http.ResponseWriter, r *http.Request, id st
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write([]byte(`{"id":"` + remoteID + `","pad":"` + strings.Repeat("x", 64<<10) + `"}`)); err == nil {
+	if _, err := w.Write([]byte(`{"id":"` + remoteID + `","status":"failed","error":"` + strings.Repeat("x", 64<<10) +
+		`","targets_total":0,"targets_done":0,"targets_failed":0,"created_at":0,"targets":[]}`)); err == nil {
 		c.parts <- 1
 	}
 	return true

@@ -2,20 +2,31 @@
 // [Handler] built from an [engine.Runner], an [Authenticator] that tells
 // who presents each API key ([Keys] reads a key file), and [Options].
 //
-// Every request carries "Authorization: Bearer KEY"; a missing, unknown or
-// otherwise presented key (a cookie, Basic auth) is answered 401. Errors
-// are JSON {"error": "...", "hint": "..."}. The routes:
+// Every request but GET /v1/openapi.json carries "Authorization: Bearer
+// KEY"; a missing, unknown or otherwise presented key (a cookie, Basic
+// auth) is answered 401. Errors are JSON {"error": "...", "hint": "..."}.
+// The routes:
 //
 //	POST   /v1/batch            {"targets":[{"url":"…","options":{…}}]} → 202 {"id","reused","status"}
+//	GET    /v1/batch            200 a page of the caller's jobs (?status=, ?limit=, ?cursor=)
 //	GET    /v1/batch/{id}       200 the job and its targets (?results=1: with results;
 //	                            ?wait=30s: once the job has ended or the wait is over)
 //	GET    /v1/batch/{id}/{idx} 200 one target with its result
 //	DELETE /v1/batch/{id}       200 {"cancelled":true}; 409 once the job has ended
+//	GET    /v1/openapi.json     200 the API's OpenAPI 3.1 document ([OpenAPI]), without a key
+//
+// Query parameters are strict: each route takes its own, once each; an
+// unknown one, one given twice or a malformed value (results is 1, true,
+// 0 or false) is 400 naming it. A path with a trailing slash is the
+// resource without it. A submit may carry an Idempotency-Key header (1 to
+// 255 printable characters): the job's key instead of its targets
+// ([engine.SubmitOptions]); malformed, 400; bound to other targets, 422.
 //
 // A POST body over [Options.MaxBody] is 413; a body that stops coming
 // (the server's read timeout) 408; a malformed body encoding (bad chunked)
-// 400 "bad request body"; bad JSON or an unknown field 400; no targets, too
-// many, a URL that is not absolute http(s) or whose port is not 1 to
+// 400 "bad request body"; bad JSON or an unknown field 400 (a key inside
+// a target's options that names no option is 422, naming it); no targets,
+// too many, a URL that is not absolute http(s) or whose port is not 1 to
 // 65535, a target option the FetchFunc does not honour
 // ([Options.Honoured]) or whose value it refuses ([Options.Check]) 422; a
 // caller or the server at its cap of live jobs 429 with Retry-After. A

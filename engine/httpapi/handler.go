@@ -3,15 +3,17 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"github.com/sift/batch/engine/internal/httpx"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/internal/httpx"
 )
 
 // The defaults a zero [Options] field takes.
@@ -35,6 +37,8 @@ const (
 	routeTarget = "GET /v1/batch/{id}/{idx}"
 	routeCancel = "DELETE /v1/batch/{id}"
 	routeOther  = "/v1/"
+	// routeOpenAPI is served without a key.
+	routeOpenAPI = "GET " + pathOpenAPI
 )
 
 // Log keys. No attribute the handler logs ever holds a URL, a host, an API
@@ -152,7 +156,7 @@ type Cluster interface {
 // runner is what the handler asks of an [*engine.Runner]. Tests wrap it to
 // count the work an answer does.
 type runner interface {
-	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
+	SubmitWith(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target, opt engine.SubmitOptions) (string, bool, error)
 	Cancel(id string) bool
 	Job(id string) (engine.Job, bool)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
@@ -249,11 +253,28 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 	handle(routeTarget, h.target, true)
 	handle(routeCancel, h.cancel, true)
 	handle(routeOther, h.other, true)
+	var doc http.Handler = h.guard(routeOpenAPI, http.HandlerFunc(h.openapi))
+	if o.Wrap != nil {
+		doc = o.Wrap(routeOpenAPI, doc)
+	}
+	h.mux.Handle(routeOpenAPI, doc)
 	return h, nil
 }
 
-// ServeHTTP answers one API request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP answers one API request. A path that ends in a slash is the
+// resource of the path without it: GET /v1/batch/ lists, as GET /v1/batch
+// does (the route's label for Options.Wrap is the resource's).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; len(p) > len("/v1/") && strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "//") {
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path, u.RawPath = strings.TrimSuffix(p, "/"), strings.TrimSuffix(u.RawPath, "/")
+		r2.URL = &u
+		r = r2
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // EndWaits ends every pending long-poll (GET /v1/batch/{id}?wait=…) with
 // the job as it stands, and has later ones answer at once, so that none
@@ -464,4 +485,30 @@ func waiting(r *http.Request, wait func()) bool {
 	t.give()
 	wait()
 	return t.take(r.Context())
+}
+
+// queryOf parses r's query, of a route that takes the parameters named:
+// a query that does not parse, a parameter not named, or one given twice
+// is answered 400 naming it, and false returned.
+func queryOf(w http.ResponseWriter, r *http.Request, takes ...string) (url.Values, bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad query", "encode the query as name=value pairs joined by &, with %XX escapes")
+		return nil, false
+	}
+	hint := "this route takes no query parameters"
+	if len(takes) > 0 {
+		hint = "this route takes " + strings.Join(takes, ", ")
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case !slices.Contains(takes, k):
+			writeError(w, http.StatusBadRequest, "unknown parameter "+quoteName(k), hint)
+			return nil, false
+		case len(q[k]) > 1:
+			writeError(w, http.StatusBadRequest, "parameter "+quoteName(k)+" given more than once", "give it once")
+			return nil, false
+		}
+	}
+	return q, true
 }

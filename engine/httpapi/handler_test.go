@@ -305,7 +305,7 @@ func TestAPI_MetricsRouteLabelsFixed(t *testing.T) {
 		}
 	}
 	fixed := map[string]bool{"POST /v1/batch": true, "GET /v1/batch": true, "GET /v1/batch/{id}": true, "GET /v1/batch/{id}/{idx}": true,
-		"DELETE /v1/batch/{id}": true, "/v1/": true}
+		"DELETE /v1/batch/{id}": true, "/v1/": true, "GET /v1/openapi.json": true}
 	for r := range routes {
 		if !fixed[r] {
 			t.Errorf("route label %q is not one of the fixed ones", r)
@@ -491,5 +491,133 @@ func TestAPI_NilBody(t *testing.T) {
 	}
 	if l := b.Logs.String(); strings.Contains(l, "panicked") {
 		t.Fatalf("a handler panicked:\n%s", l)
+	}
+}
+
+// TestAPI_QueryParameters: each route takes its own query parameters,
+// once each, in their spellings: an unknown parameter (a typo too), one
+// given twice, a malformed value or query is 400 naming it, and does
+// nothing; results is 1, true, 0 or false.
+func TestAPI_QueryParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	job := "/v1/batch/" + id
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		msg          string // the error's text; for a 200, whether results are in ("result" or "")
+	}{
+		{http.MethodGet, job + "?results=1", 200, "result"},
+		{http.MethodGet, job + "?results=true", 200, "result"},
+		{http.MethodGet, job + "?results=0", 200, ""},
+		{http.MethodGet, job + "?results=false", 200, ""},
+		{http.MethodGet, job + "?results=1&wait=0s", 200, "result"},
+		{http.MethodGet, job + "?results=yes", 400, "bad results"},
+		{http.MethodGet, job + "?results", 400, "bad results"},
+		{http.MethodGet, job + "?results=", 400, "bad results"},
+		{http.MethodGet, job + "?results=TRUE", 400, "bad results"},
+		{http.MethodGet, job + "?result=1", 400, `unknown parameter "result"`},
+		{http.MethodGet, job + "?results=1&results=0", 400, `parameter "results" given more than once`},
+		{http.MethodGet, job + "?wait=", 400, "bad wait"},
+		{http.MethodGet, job + "?wait=1s&wait=2s", 400, `parameter "wait" given more than once`},
+		{http.MethodGet, job + "?%zz", 400, "bad query"},
+		{http.MethodGet, job + "/0?results=1", 400, `unknown parameter "results"`},
+		{http.MethodGet, job + "/0?", 200, "result"},
+		{http.MethodDelete, job + "?force=1", 400, `unknown parameter "force"`},
+		{http.MethodGet, "/v1/batch?color=red", 400, `unknown parameter "color"`},
+		{http.MethodGet, "/v1/batch?status=", 400, "bad status"},
+		{http.MethodGet, "/v1/batch?limit=", 400, "bad limit"},
+		{http.MethodGet, "/v1/batch?limit=1&limit=2", 400, `parameter "limit" given more than once`},
+		{http.MethodGet, "/v1/batch?cursor=", 200, ""},
+		{http.MethodGet, "/v1/batch?status=done&limit=5", 200, ""},
+		{http.MethodGet, "/v1/openapi.json?v=2", 400, `unknown parameter "v"`},
+		{http.MethodPost, "/v1/batch?priority=high", 400, `unknown parameter "priority"`},
+	} {
+		t.Run(tc.method+" "+strings.TrimPrefix(tc.path, job), func(t *testing.T) {
+			var body *strings.Reader
+			if tc.method == http.MethodPost {
+				body = strings.NewReader(targetsBody("https://example.com/other"))
+			}
+			var r response
+			if body != nil {
+				r = b.do(t, tc.method, tc.path, "alice-key", body)
+			} else {
+				r = b.do(t, tc.method, tc.path, "alice-key", nil)
+			}
+			if tc.code != http.StatusOK {
+				wantError(t, r, tc.code, tc.msg)
+				return
+			}
+			wantCode(t, r, http.StatusOK)
+			if got := bytes.Contains(r.body, []byte(`"result":`)); got != (tc.msg == "result") {
+				t.Fatalf("results in the answer: %v, want %v: %.300s", got, tc.msg == "result", r.body)
+			}
+		})
+	}
+	// The refused DELETE cancelled nothing and the refused POST created
+	// nothing.
+	list := b.do(t, http.MethodGet, "/v1/batch", "alice-key", nil)
+	wantCode(t, list, http.StatusOK)
+	if jobs := list.json(t)["jobs"].([]any); len(jobs) != 1 || jobs[0].(map[string]any)["status"] != engine.StatusDone {
+		t.Fatalf("jobs after refused requests: %s", list.body)
+	}
+}
+
+// TestAPI_TrailingSlash: a path with a trailing slash is the resource
+// without it (never a 405 for a method the resource takes); a 405 names
+// the methods the resource takes; a path of no resource is 404, slash or
+// not; 202's Location is the job's path without a slash.
+func TestAPI_TrailingSlash(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	live := b.submit(t, "bob-key", holdURL)
+	b.waitRunning(t, live)
+	for _, tc := range []struct {
+		method, path, key string
+		code              int
+		allow             string
+	}{
+		{http.MethodGet, "/v1/batch/", "alice-key", 200, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/", "alice-key", 200, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/0/", "alice-key", 200, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/?results=1", "alice-key", 200, ""},
+		{http.MethodGet, "/v1/openapi.json/", "", 200, ""},
+		{http.MethodDelete, "/v1/batch/" + live + "/", "bob-key", 200, ""},
+		{http.MethodDelete, "/v1/batch/" + id + "/", "alice-key", 409, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/1/", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/0/x/", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/jobs/", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/", "alice-key", 404, ""},
+		{http.MethodPut, "/v1/batch/", "alice-key", 405, "GET, POST"},
+		{http.MethodPut, "/v1/batch", "alice-key", 405, "GET, POST"},
+		{http.MethodPost, "/v1/batch/" + id + "/", "alice-key", 405, "GET, DELETE"},
+		{http.MethodDelete, "/v1/batch/" + id + "/0/", "alice-key", 405, "GET"},
+		{http.MethodPost, "/v1/openapi.json", "alice-key", 405, "GET"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			r := b.do(t, tc.method, tc.path, tc.key, nil)
+			wantCode(t, r, tc.code)
+			if got := r.header.Get("Allow"); got != tc.allow {
+				t.Fatalf("Allow %q, want %q", got, tc.allow)
+			}
+		})
+	}
+	// The same answers with and without the slash.
+	for _, p := range []string{"/v1/batch", "/v1/batch/" + id, "/v1/batch/" + id + "/0"} {
+		with, without := b.do(t, http.MethodGet, p+"/", "alice-key", nil), b.do(t, http.MethodGet, p, "alice-key", nil)
+		if !bytes.Equal(with.body, without.body) {
+			t.Errorf("%s/ answers %s; %s answers %s", p, with.body, p, without.body)
+		}
+	}
+	// A submit to /v1/batch/ is a submit; its Location has no slash.
+	r := b.do(t, http.MethodPost, "/v1/batch/", "carol-key", strings.NewReader(targetsBody("https://example.com/b")))
+	wantCode(t, r, http.StatusAccepted)
+	newID, _ := r.json(t)["id"].(string)
+	if loc := r.header.Get("Location"); newID == "" || loc != "/v1/batch/"+newID {
+		t.Fatalf("Location %q for %s", loc, r.body)
 	}
 }

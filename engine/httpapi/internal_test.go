@@ -15,6 +15,7 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/engine/httpapi/internal/apispec"
 )
 
 // countingRunner records each call the handler makes into the runner, so
@@ -25,9 +26,9 @@ type countingRunner struct {
 	calls *[]string
 }
 
-func (c countingRunner) Submit(ctx context.Context, ca *engine.Caller, class string, ts []engine.Target) (string, bool, error) {
+func (c countingRunner) SubmitWith(ctx context.Context, ca *engine.Caller, class string, ts []engine.Target, opt engine.SubmitOptions) (string, bool, error) {
 	*c.calls = append(*c.calls, "Submit")
-	return c.runner.Submit(ctx, ca, class, ts)
+	return c.runner.SubmitWith(ctx, ca, class, ts, opt)
 }
 
 func (c countingRunner) Cancel(id string) bool {
@@ -136,11 +137,12 @@ func TestAPI_NotYoursSameWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	api := apispec.Conform(t, openAPI, h) // each exchange checked against the OpenAPI document
 	serve := func(method, path, key string) []string {
 		calls = nil
 		req := httptest.NewRequest(method, path, nil)
 		req.Header.Set("Authorization", "Bearer "+key)
-		h.ServeHTTP(httptest.NewRecorder(), req)
+		api.ServeHTTP(httptest.NewRecorder(), req)
 		return slices.Clone(calls)
 	}
 	for _, rt := range []struct{ method, path string }{
@@ -259,7 +261,7 @@ func TestAPI_StreamsOneResultAtATime(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?results=1", nil)
 	req.Header.Set("Authorization", "Bearer alice-key")
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(eventWriter{rec, &events}, req)
+	apispec.Conform(t, openAPI, h).ServeHTTP(eventWriter{rec, &events}, req)
 	if rec.Code != http.StatusOK || !json.Valid(rec.Body.Bytes()) {
 		t.Fatalf("answer %d, valid JSON %v", rec.Code, json.Valid(rec.Body.Bytes()))
 	}
@@ -319,12 +321,13 @@ func TestAPI_LongPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := func(h *Handler, id, wait string) <-chan *httptest.ResponseRecorder {
+		api := apispec.Conform(t, openAPI, h)
 		done := make(chan *httptest.ResponseRecorder, 1)
 		go func() {
 			req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"?wait="+wait, nil)
 			req.Header.Set("Authorization", "Bearer alice-key")
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
+			api.ServeHTTP(rec, req)
 			done <- rec
 		}()
 		return done
@@ -425,6 +428,7 @@ func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	api := apispec.Conform(t, openAPI, h) // each exchange checked against the OpenAPI document
 	request := func(path string) *http.Request {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		req.Header.Set("Authorization", "Bearer alice-key")
@@ -434,14 +438,14 @@ func TestAPI_RefusedAnswerReadsNoResult(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		h.ServeHTTP(stuck, request("/v1/batch/"+id+"/0"))
+		api.ServeHTTP(stuck, request("/v1/batch/"+id+"/0"))
 	}()
 	defer func() { stuck.Release(); <-served }()
 	testkit.RequireClosed(t, stuck.Entered())
 	for _, path := range []string{"/v1/batch/" + id + "/0", "/v1/batch/" + id + "?results=1"} {
 		calls = nil
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, request(path))
+		api.ServeHTTP(rec, request(path))
 		if rec.Code != http.StatusTooManyRequests {
 			t.Fatalf("GET %s: %d, want 429", path, rec.Code)
 		}

@@ -20,20 +20,20 @@ type jobList struct {
 
 // list is GET /v1/batch?status=S&limit=N&cursor=C: the caller's own jobs,
 // newest first, as summaries. A bad status, limit or cursor is 400 with a
-// hint. Only the caller's jobs are listed, whatever cursor it sends.
+// hint (an empty status or limit too; an empty cursor is the first
+// page). Only the caller's jobs are listed, whatever cursor it sends.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
-	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "status", "limit", "cursor":
-		default:
-			writeError(w, http.StatusBadRequest, "unknown parameter "+strconv.Quote(k), "list takes status, limit and cursor")
-			return
-		}
+	q, ok := queryOf(w, r, "status", "limit", "cursor")
+	if !ok {
+		return
+	}
+	if vs, given := q["status"]; given && vs[0] == "" {
+		writeError(w, http.StatusBadRequest, "bad status: empty", "give status as one of live, queued, running, done, partial, failed, cancelled, terminal, or leave it out")
+		return
 	}
 	opt := engine.ListOptions{Status: q.Get("status"), Cursor: q.Get("cursor")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
+	if s, given := q["limit"]; given {
+		n, err := strconv.Atoi(s[0])
 		if err != nil || n < 1 || n > engine.MaxListLimit {
 			writeError(w, http.StatusBadRequest, "bad limit", "give limit as a whole number from 1 to "+strconv.Itoa(engine.MaxListLimit))
 			return

@@ -21,6 +21,7 @@ import (
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/httpapi/internal/apispec"
 	"github.com/sift/batch/engine/metrics"
 )
 
@@ -131,8 +132,10 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	b.handler, b.api = mux, api
-	srv := httptest.NewServer(mux)
+	// Every request to /v1/ and its answer are checked against the
+	// OpenAPI document (package apispec).
+	b.handler, b.api = apispec.Conform(t, httpapi.OpenAPI(), mux), api
+	srv := httptest.NewServer(b.handler)
 	b.url = srv.URL
 	transport := &http.Transport{}
 	b.client = &http.Client{Transport: transport, Timeout: testkit.Deadline}
@@ -146,11 +149,12 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	return b
 }
 
-// newServer serves h on a loopback test server that configure (if not
-// nil) sets up before it starts, and closes it when the test ends.
+// newServer serves h, under the OpenAPI conformance check, on a loopback
+// test server that configure (if not nil) sets up before it starts, and
+// closes it when the test ends.
 func newServer(t testing.TB, h http.Handler, configure func(*httptest.Server)) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
+	srv := httptest.NewUnstartedServer(apispec.Conform(t, httpapi.OpenAPI(), h))
 	if configure != nil {
 		configure(srv)
 	}

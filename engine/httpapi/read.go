@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,12 +77,25 @@ func writeJobNotFound(w http.ResponseWriter) {
 
 // job is GET /v1/batch/{id}; ?results=1 includes the results; ?wait=D
 // answers once the job has ended or D has passed, whichever comes first.
+// The owner check comes first (the same work and answer for a job that is
+// not the caller's, whatever its query); then a parameter given twice,
+// one the route does not take, or a value that is not one of its
+// spellings is 400 naming it.
 func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
 	j, ok := h.owned(w, r, c)
 	if !ok {
 		return
 	}
-	wait, err := parseWait(r.URL.Query().Get("wait"), h.o.MaxWait)
+	q, ok := queryOf(w, r, "results", "wait")
+	if !ok {
+		return
+	}
+	withResults, ok := parseResults(q)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "bad results: give 1, true, 0 or false", "give results=1 for the results, or leave it out")
+		return
+	}
+	wait, err := parseWait(q, h.o.MaxWait)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error(), fmt.Sprintf("give wait as a duration of at most %s, such as wait=30s", h.o.MaxWait))
 		return
@@ -105,7 +119,6 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 			return // the client has gone
 		}
 	}
-	withResults, _ := strconv.ParseBool(r.URL.Query().Get("results"))
 	if withResults && !h.roomFor(w, r, 1) {
 		return
 	}
@@ -244,6 +257,9 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	if !ok {
 		return
 	}
+	if _, ok := queryOf(w, r); !ok {
+		return
+	}
 	idx, ok := parseIdx(r.PathValue("idx"))
 	if !ok || idx >= j.TargetsTotal {
 		writeError(w, http.StatusNotFound, "target not found", fmt.Sprintf("this job's targets are 0 to %d", j.TargetsTotal-1))
@@ -295,12 +311,31 @@ func appendResult(b, result []byte) []byte {
 	return append(b, '}')
 }
 
-// parseWait parses a ?wait= value: a duration ("30s", "1m") or whole
-// seconds ("30"), from 0 to max; "" is 0.
-func parseWait(s string, max time.Duration) (time.Duration, error) {
-	if s == "" {
+// parseResults parses ?results=: 1 or true include the results; 0,
+// false or no results parameter do not; anything else (an empty value
+// too) is false, not ok.
+func parseResults(q url.Values) (with, ok bool) {
+	vs, given := q["results"]
+	if !given {
+		return false, true
+	}
+	switch vs[0] {
+	case "1", "true":
+		return true, true
+	case "0", "false":
+		return false, true
+	}
+	return false, false
+}
+
+// parseWait parses ?wait=: a duration ("30s", "1m") or whole seconds
+// ("30"), from 0 to max; no wait parameter is 0, an empty one an error.
+func parseWait(q url.Values, max time.Duration) (time.Duration, error) {
+	vs, given := q["wait"]
+	if !given {
 		return 0, nil
 	}
+	s := vs[0]
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		n, nerr := strconv.ParseUint(s, 10, 16)
@@ -340,6 +375,9 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	if !ok {
 		return
 	}
+	if _, ok := queryOf(w, r); !ok {
+		return
+	}
 	if !h.r.Cancel(j.ID) {
 		if _, ok := h.r.Job(j.ID); !ok {
 			writeJobNotFound(w) // expired, or swept since the owner check
@@ -353,9 +391,16 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Calle
 }
 
 // other answers every other /v1/ request: 405 on a known path, else 404.
+// A path with a trailing slash is its resource's (ServeHTTP), so no
+// empty segment is taken for one: /v1/batch//x is 404.
 func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller, _ string) {
-	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if r.URL.Path == pathOpenAPI {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed", "use GET")
+		return
+	}
+	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" && !slices.Contains(parts, "") {
 		allow := ""
 		switch len(parts) {
 		case 2:

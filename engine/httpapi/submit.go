@@ -36,10 +36,21 @@ type submitResponse struct {
 // net/http read off a connection, which always has one, but one a cluster
 // forwarded, whose message carries no body) is answered 405: a submit is
 // never forwarded, any node takes it.
+//
+// An Idempotency-Key header, if given, is the job's key instead of the
+// one derived from the targets ([engine.SubmitOptions.IdempotencyKey]):
+// once, 1 to 255 printable characters, else 400.
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
 	if r.Body == nil {
 		w.Header().Set("Allow", "GET")
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed", "submit to any node: POST is not forwarded")
+		return
+	}
+	if _, ok := queryOf(w, r); !ok {
+		return
+	}
+	idemKey, ok := idempotencyKey(w, r)
+	if !ok {
 		return
 	}
 	var body []byte
@@ -73,7 +84,12 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		return
 	}
 	var req submitRequest
-	if err := decodeSubmit(body, &req); err != nil {
+	var unknown *unknownOptionError
+	if err := decodeSubmit(body, &req); errors.As(err, &unknown) {
+		writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("target %d: unknown option %s", unknown.target, quoteName(unknown.name)),
+			fmt.Sprintf("the options are %s; this server honours %s", strings.Join(optionNames, ", "), h.honoured()))
+		return
+	} else if err != nil {
 		writeError(w, http.StatusBadRequest, "bad json: "+describeJSONError(err), shape)
 		return
 	}
@@ -104,9 +120,13 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 			}
 		}
 	}
-	id, reused, err := h.r.Submit(r.Context(), c, class, req.Targets)
+	id, reused, err := h.r.SubmitWith(r.Context(), c, class, req.Targets, engine.SubmitOptions{IdempotencyKey: idemKey})
 	switch {
 	case err == nil:
+	case errors.Is(err, engine.ErrIdempotencyMismatch):
+		writeError(w, http.StatusUnprocessableEntity, "idempotency key reused with other targets",
+			"this Idempotency-Key is bound to a job of other targets while that job is reusable; send a new key for a new job")
+		return
 	case errors.Is(err, engine.ErrNoTargets):
 		writeError(w, http.StatusUnprocessableEntity, "no targets", "send at least one target")
 		return
@@ -142,6 +162,52 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	loc := "/v1/batch/" + id
 	w.Header().Set("Location", loc)
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: id, Reused: reused, Status: loc})
+}
+
+// idempotencyKey returns r's Idempotency-Key header ("" if none), or
+// writes 400 and returns false if it is given twice or is not 1 to
+// [engine.MaxIdempotencyKey] printable characters.
+func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	vs := r.Header.Values(headerIdempotencyKey)
+	switch {
+	case len(vs) == 0:
+		return "", true
+	case len(vs) > 1:
+		writeError(w, http.StatusBadRequest, "bad Idempotency-Key header: given more than once", "send one Idempotency-Key header")
+		return "", false
+	}
+	if err := engine.CheckIdempotencyKey(vs[0]); err != nil {
+		writeError(w, http.StatusBadRequest, "bad Idempotency-Key header",
+			fmt.Sprintf("give 1 to %d bytes of printable characters (no tab or control character)", engine.MaxIdempotencyKey))
+		return "", false
+	}
+	return vs[0], true
+}
+
+// headerIdempotencyKey is the header of a caller's own idempotency key.
+const headerIdempotencyKey = "Idempotency-Key"
+
+// optionNames are the names of [engine.Options] as spelled in JSON.
+var optionNames = []string{"mode", "question", "pages", "grep", "jq", "context", "recover"}
+
+// unknownOptionError is a submit body whose target sets an option that
+// has no name in [engine.Options]: answered 422, naming it.
+type unknownOptionError struct {
+	target int
+	name   string
+}
+
+func (e *unknownOptionError) Error() string {
+	return fmt.Sprintf("target %d: unknown option %s", e.target, quoteName(e.name))
+}
+
+// quoteName quotes a name taken from a request for an error answer, cut
+// to 64 bytes.
+func quoteName(s string) string {
+	if len(s) > 64 {
+		s = strings.ToValidUTF8(s[:64], "") + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // unhonoured returns the name of the first option o sets that the
@@ -202,16 +268,21 @@ func checkURL(raw string) error {
 // once per object. encoding/json alone would take "URL" for "url" (it
 // matches names without regard to case), keep the last of two "url"s (a
 // proxy may have read the first), and turn bytes that are not UTF-8 into
-// U+FFFD.
+// U+FFFD. A body otherwise well formed whose target sets an option with
+// no name in [engine.Options] is an *unknownOptionError (422, not 400:
+// the body is valid, the option is not one).
 func decodeSubmit(body []byte, req *submitRequest) error {
 	if !utf8.Valid(body) {
 		return errors.New("body is not UTF-8")
 	}
-	if err := checkFieldNames(body); err != nil {
+	unknown, err := checkFieldNames(body)
+	if err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
+	if unknown == nil {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(req); err != nil {
 		return err
 	}
@@ -221,6 +292,9 @@ func decodeSubmit(body []byte, req *submitRequest) error {
 			return err
 		}
 		return errors.New("data after the JSON object")
+	}
+	if unknown != nil {
+		return unknown
 	}
 	return nil
 }
@@ -264,56 +338,116 @@ func isSyntaxError(err error) bool {
 	return errors.As(err, &se)
 }
 
-// submitFields are the field names a submit body may use, at any depth
-// (the body has no free-form objects): those of [submitRequest],
-// [engine.Target] and [engine.Options].
-var submitFields = map[string]bool{
-	"targets": true, "url": true, "options": true,
-	"mode": true, "question": true, "pages": true, "grep": true, "jq": true, "context": true, "recover": true,
-}
+// The field names a submit body may use: those of [submitRequest] at the
+// top, of [engine.Target] in a target, of [engine.Options] in a target's
+// options; submitFields are all of them, for an object found elsewhere
+// (the decoder refuses its type).
+var (
+	topFields    = map[string]bool{"targets": true}
+	targetFields = map[string]bool{"url": true, "options": true}
+	optionFields = map[string]bool{"mode": true, "question": true, "pages": true, "grep": true, "jq": true, "context": true, "recover": true}
+	submitFields = map[string]bool{
+		"targets": true, "url": true, "options": true,
+		"mode": true, "question": true, "pages": true, "grep": true, "jq": true, "context": true, "recover": true,
+	}
+)
 
-// checkFieldNames refuses an object key that is not one of submitFields
-// exactly, or that an object has twice. It leaves syntax errors to the
-// decoder, which reports them better.
-func checkFieldNames(body []byte) error {
+// The kinds of JSON containers in a submit body.
+const (
+	inOther   = iota // an object or array where the body has none (a wrong type)
+	inTop            // the body
+	inTargets        // the targets array
+	inTarget         // a target
+	inOptions        // a target's options
+	inSkipped        // the value of an unknown option, and all within it: not checked
+)
+
+// checkFieldNames refuses an object key that is not one of its object's
+// fields exactly (400), or that an object has twice. The first key inside
+// a target's options that names no option is returned, not refused, for
+// a 422 once the rest of the body is known good. It leaves syntax errors
+// to the decoder, which reports them better.
+func checkFieldNames(body []byte) (*unknownOptionError, error) {
 	type container struct {
+		kind   int
 		object bool
-		atKey  bool // an object, before a key (or its end)
+		atKey  bool   // an object, before a key (or its end)
+		key    string // an object's last key
+		n      int    // an array's values so far
 		seen   map[string]bool
 	}
-	var stack []*container
+	var (
+		stack   []*container
+		unknown *unknownOptionError
+		target  = -1 // the index of the target being read
+	)
 	dec := json.NewDecoder(bytes.NewReader(body))
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil // io.EOF, or a syntax error for Decode to report
+			return unknown, nil // io.EOF, or a syntax error for Decode to report
 		}
 		if n := len(stack); n > 0 && stack[n-1].atKey {
 			if key, ok := tok.(string); ok {
 				c := stack[n-1]
-				switch {
-				case !submitFields[key]:
-					return fmt.Errorf("unknown field %q", key)
-				case c.seen[key]:
-					return fmt.Errorf("duplicate field %q", key)
+				fields := submitFields
+				switch c.kind {
+				case inTop:
+					fields = topFields
+				case inTarget:
+					fields = targetFields
+				case inOptions:
+					fields = optionFields
 				}
-				c.seen[key], c.atKey = true, false
+				switch {
+				case c.kind == inSkipped:
+				case c.seen[key]:
+					return nil, fmt.Errorf("duplicate field %q", key)
+				case c.kind == inOptions && !fields[key]:
+					if unknown == nil {
+						unknown = &unknownOptionError{target: target, name: key}
+					}
+				case !fields[key]:
+					return nil, fmt.Errorf("unknown field %q", key)
+				}
+				c.seen[key], c.atKey, c.key = true, false, key
 				continue
+			}
+		}
+		// What a container opened here is: known by where it is.
+		kind := inOther
+		if n := len(stack); n == 0 {
+			kind = inTop
+		} else {
+			switch p := stack[n-1]; {
+			case p.kind == inSkipped || p.kind == inOptions && !optionFields[p.key]:
+				kind = inSkipped
+			case p.kind == inTop && p.key == "targets" && tok == json.Delim('['):
+				kind = inTargets
+			case p.kind == inTargets && tok == json.Delim('{'):
+				kind, target = inTarget, p.n
+			case p.kind == inTarget && p.key == "options" && tok == json.Delim('{'):
+				kind = inOptions
 			}
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, &container{object: true, atKey: true, seen: map[string]bool{}})
+			stack = append(stack, &container{kind: kind, object: true, atKey: true, seen: map[string]bool{}})
 			continue
 		case json.Delim('['):
-			stack = append(stack, &container{})
+			stack = append(stack, &container{kind: kind})
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
 		}
-		// A value has ended: an object around it wants its next key.
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].atKey = true
+		// A value has ended: an object around it wants its next key; an
+		// array counts it.
+		if n := len(stack); n > 0 {
+			if stack[n-1].object {
+				stack[n-1].atKey = true
+			} else {
+				stack[n-1].n++
+			}
 		}
 	}
 }

@@ -52,7 +52,7 @@ func TestAPI_Submit(t *testing.T) {
 			{"wrong type", `{"targets":"https://example.com/"}`, http.StatusBadRequest, "bad json"},
 			{"unknown field", `{"targets":[{"url":"https://example.com/"}],"priority":1}`, http.StatusBadRequest, "unknown field"},
 			{"unknown target field", `{"targets":[{"url":"https://example.com/","method":"POST"}]}`, http.StatusBadRequest, "unknown field"},
-			{"unknown option", `{"targets":[{"url":"https://example.com/","options":{"speed":"fast"}}]}`, http.StatusBadRequest, "unknown field"},
+			{"unknown option", `{"targets":[{"url":"https://example.com/","options":{"speed":"fast"}}]}`, http.StatusUnprocessableEntity, `unknown option "speed"`},
 			{"two objects", `{"targets":[{"url":"https://example.com/"}]}{}`, http.StatusBadRequest, "after the JSON"},
 			{"trailing garbage", `{"targets":[{"url":"https://example.com/"}]} x`, http.StatusBadRequest, "after the JSON"},
 			{"257 KiB", huge, http.StatusRequestEntityTooLarge, "too large"},
@@ -154,7 +154,7 @@ func TestAPI_SubmitRefusesHostileBodies(t *testing.T) {
 	}{
 		{"unknown top field", `{"targets":[{"url":"https://example.com"}],"priority":9}`, 400},
 		{"unknown target field", `{"targets":[{"url":"https://example.com","method":"POST"}]}`, 400},
-		{"unknown option", `{"targets":[{"url":"https://example.com","options":{"headers":{"X":"1"}}}]}`, 400},
+		{"unknown option", `{"targets":[{"url":"https://example.com","options":{"headers":{"X":"1"}}}]}`, 422},
 		{"field in other case", `{"targets":[{"URL":"https://example.com"}]}`, 400},
 		{"field Targets", `{"Targets":[{"url":"https://example.com"}]}`, 400},
 		{"duplicate targets", `{"targets":[{"url":"https://a.example"}],"targets":[{"url":"https://b.example"}]}`, 400},
@@ -461,4 +461,155 @@ func TestAPI_SubmitCannotKillTheServer(t *testing.T) {
 		}
 		t.Fatalf("one POST /v1/batch killed the server process (%v): %s", err, first)
 	}
+}
+
+// TestAPI_SubmitUnknownOption: a key inside a target's options that names
+// no option is 422 naming it and the target, whatever its value, and
+// creates nothing; the rest of the body stays strict: an unknown top-level
+// or target field, or bad JSON anywhere, is 400 even beside it.
+func TestAPI_SubmitUnknownOption(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, nil, httpapi.Options{Honoured: []string{"mode"}})
+	for _, tc := range []struct {
+		name, body string
+		code       int
+		msg        string
+	}{
+		{"bool", `{"targets":[{"url":"https://a.example","options":{"summarize":true}}]}`, 422, `target 0: unknown option "summarize"`},
+		{"object value", `{"targets":[{"url":"https://a.example","options":{"headers":{"X":"1","X":"2"}}}]}`, 422, `unknown option "headers"`},
+		{"second target", `{"targets":[{"url":"https://a.example"},{"url":"https://b.example","options":{"mode":"x","depth":3}}]}`, 422, `target 1: unknown option "depth"`},
+		{"other case", `{"targets":[{"url":"https://a.example","options":{"MODE":"x"}}]}`, 422, `unknown option "MODE"`},
+		{"first of two", `{"targets":[{"url":"https://a.example","options":{"a":1,"b":2}}]}`, 422, `unknown option "a"`},
+		{"long name cut", `{"targets":[{"url":"https://a.example","options":{"` + strings.Repeat("n", 300) + `":1}}]}`, 422, `unknown option "` + strings.Repeat("n", 64) + `…"`},
+		{"known, not honoured", `{"targets":[{"url":"https://a.example","options":{"grep":"x"}}]}`, 422, "option grep is not supported"},
+		{"with unknown top field", `{"targets":[{"url":"https://a.example","options":{"summarize":true}}],"priority":1}`, 400, `unknown field "priority"`},
+		{"with unknown target field", `{"targets":[{"url":"https://a.example","method":"GET","options":{"summarize":true}}]}`, 400, `unknown field "method"`},
+		{"with a later syntax error", `{"targets":[{"url":"https://a.example","options":{"summarize":true}}],}`, 400, "bad json"},
+		{"with a wrong type", `{"targets":[{"url":"https://a.example","options":{"summarize":true,"mode":1}}]}`, 400, "option mode must be a string"},
+		{"option at the top", `{"targets":[{"url":"https://a.example"}],"mode":"x"}`, 400, `unknown field "mode"`},
+		{"option in a target", `{"targets":[{"url":"https://a.example","mode":"x"}]}`, 400, `unknown field "mode"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(tc.body))
+			wantError(t, r, tc.code, tc.msg)
+			wantNoLeak(t, tc.name, r.body)
+		})
+	}
+	list := b.do(t, http.MethodGet, "/v1/batch", "alice-key", nil)
+	wantCode(t, list, http.StatusOK)
+	if jobs := list.json(t)["jobs"].([]any); len(jobs) != 0 {
+		t.Fatalf("refused submits created %d jobs", len(jobs))
+	}
+	// An option known and honoured still submits.
+	r := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(`{"targets":[{"url":"https://a.example","options":{"mode":"x"}}]}`))
+	wantCode(t, r, http.StatusAccepted)
+}
+
+// TestAPI_SubmitIdempotencyKey: an Idempotency-Key header names the job
+// instead of its targets, for its caller: the same key and body is the
+// same job (reused); the same key and another body 422 while that job is
+// reusable; a new key a new job of the same targets; a failed job frees
+// its key. A malformed key is 400 and creates nothing.
+func TestAPI_SubmitIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	post := func(key, idem string, urls ...string) response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/batch", strings.NewReader(targetsBody(urls...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		if idem != "" {
+			req.Header.Set("Idempotency-Key", idem)
+		}
+		return send(t, b.client, req)
+	}
+	type answer struct {
+		ID     string `json:"id"`
+		Reused bool   `json:"reused"`
+	}
+	accepted := func(r response) answer {
+		t.Helper()
+		wantCode(t, r, http.StatusAccepted)
+		var a answer
+		if err := json.Unmarshal(r.body, &a); err != nil {
+			t.Fatal(err)
+		}
+		if loc := r.header.Get("Location"); loc != "/v1/batch/"+a.ID {
+			t.Fatalf("Location %q for job %s", loc, a.ID)
+		}
+		return a
+	}
+	const a, c = "https://example.com/a", "https://example.com/c"
+
+	first := accepted(post("alice-key", "run-1", a))
+	if first.Reused {
+		t.Fatal("a new key reused a job")
+	}
+	b.waitTerminal(t, first.ID)
+	for _, step := range []struct {
+		name      string
+		key, idem string
+		urls      []string
+		code      int
+		same      bool // the answer is first's job, reused
+	}{
+		{"same key and body", "alice-key", "run-1", []string{a}, 202, true},
+		{"same key, other body", "alice-key", "run-1", []string{c}, 422, false},
+		{"same key, more targets", "alice-key", "run-1", []string{a, c}, 422, false},
+		{"new key, same body", "alice-key", "run-2", []string{a}, 202, false},
+		{"no key, same body", "alice-key", "", []string{a}, 202, false},
+		{"another caller's same key", "bob-key", "run-1", []string{a}, 202, false},
+	} {
+		r := post(step.key, step.idem, step.urls...)
+		if step.code != http.StatusAccepted {
+			wantError(t, r, step.code, "idempotency key reused with other targets")
+			continue
+		}
+		got := accepted(r)
+		if step.same != (got.ID == first.ID) || step.same != got.Reused {
+			t.Fatalf("%s: job %s reused %v; first job %s", step.name, got.ID, got.Reused, first.ID)
+		}
+		b.waitTerminal(t, got.ID)
+	}
+
+	// A failed job frees its key.
+	failed := accepted(post("alice-key", "run-3", "https://example.com/fail"))
+	if j := b.waitTerminal(t, failed.ID); j.Status != engine.StatusFailed {
+		t.Fatalf("job %s", j.Status)
+	}
+	again := accepted(post("alice-key", "run-3", c))
+	if again.Reused || again.ID == failed.ID {
+		t.Fatalf("a failed job's key still bound: %+v", again)
+	}
+	b.waitTerminal(t, again.ID)
+
+	// Malformed keys: 400, nothing created.
+	before := len(b.do(t, http.MethodGet, "/v1/batch?limit=100", "alice-key", nil).json(t)["jobs"].([]any))
+	for name, header := range map[string][]string{
+		"too long":    {strings.Repeat("k", 256)},
+		"tab":         {"secret\tkey"},
+		"not UTF-8":   {"secret\xffkey"},
+		"empty":       {""},
+		"given twice": {"secret-one", "secret-two"},
+	} {
+		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/batch", strings.NewReader(targetsBody("https://example.com/new")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer alice-key")
+		req.Header["Idempotency-Key"] = header
+		r := send(t, b.client, req)
+		wantError(t, r, http.StatusBadRequest, "bad Idempotency-Key header")
+		if header[0] != "" {
+			wantNoLeak(t, name, r.body, header...) // the key is never echoed
+		}
+	}
+	if after := len(b.do(t, http.MethodGet, "/v1/batch?limit=100", "alice-key", nil).json(t)["jobs"].([]any)); after != before {
+		t.Fatalf("malformed keys created %d jobs", after-before)
+	}
+	// The longest key is taken.
+	b.waitTerminal(t, accepted(post("alice-key", strings.Repeat("k", 255), a)).ID)
 }

@@ -497,7 +497,7 @@ func (x *Release) GetSession() uint64 {
 	return 0
 }
 
-// ListRequest asks a node for a page of a caller's jobs (engine.Runner.ListAt).
+// ListRequest asks a node for a page of a caller's jobs (engine.Peer.ListAt).
 // The asking node has authenticated the caller.
 type ListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
