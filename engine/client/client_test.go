@@ -159,7 +159,8 @@ func errOf[T any](_ T, err error) error { return err }
 
 // TestClient_SubmitWithSendsTheIdempotencyKey sends a printable UTF-8 key
 // as the Idempotency-Key header, and refuses, without a request, a key
-// the server would refuse.
+// the server would refuse; the key with other targets is
+// engine.ErrIdempotencyMismatch.
 func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{}, httpapi.Options{})
@@ -179,6 +180,16 @@ func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
 	}
 	if n := b.count("POST /v1/batch"); n != 1 {
 		t.Fatalf("%d submits reached the server; want only the good one", n)
+	}
+	// The key is bound to its targets while their job is reusable.
+	again, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: key})
+	if err != nil || !again.Reused {
+		t.Fatalf("the key with its targets again: %+v, %v; want the job reused", again, err)
+	}
+	_, err = c.SubmitWith(ctx, targets("other", 1), client.SubmitOptions{IdempotencyKey: key})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 422 || !errors.Is(err, engine.ErrIdempotencyMismatch) || !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("the key with other targets: %v; want 422 ErrIdempotencyMismatch", err)
 	}
 }
 

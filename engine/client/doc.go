@@ -20,8 +20,9 @@
 // for 429, [ErrUnavailable] for 503, [ErrBadRequest] for 400, 408 and 413)
 // and the engine's sentinel where one exists (engine.ErrNotFound for 404,
 // engine.ErrInvalid for every 422, and by the API's text
-// engine.ErrNoTargets, engine.ErrTooManyTargets, engine.ErrCallerBusy,
-// engine.ErrBusy, engine.ErrClosed, engine.ErrNoAdmission).
+// engine.ErrNoTargets, engine.ErrTooManyTargets,
+// engine.ErrIdempotencyMismatch, engine.ErrCallerBusy, engine.ErrBusy,
+// engine.ErrClosed, engine.ErrNoAdmission).
 //
 // Retries: a request answered 429 or 503 is sent again, after the
 // answer's Retry-After (or, without one, a backoff from 500 ms doubling),

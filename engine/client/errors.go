@@ -81,6 +81,7 @@ var named = []struct {
 	{http.StatusTooManyRequests, batchtype.ErrBusy.Error(), batchtype.ErrBusy},
 	{http.StatusServiceUnavailable, "shutting down", batchtype.ErrClosed},
 	{http.StatusServiceUnavailable, batchtype.ErrNoAdmission.Error(), batchtype.ErrNoAdmission},
+	{http.StatusUnprocessableEntity, batchtype.ErrIdempotencyMismatch.Error(), batchtype.ErrIdempotencyMismatch},
 }
 
 // Is reports whether target is the sentinel of e's status class, or the
