@@ -49,6 +49,11 @@ var (
 	// ErrTooManyNodeTags is returned by [Store.PutNodeTag] for a new tag
 	// once the store holds [MaxNodeTags] of them.
 	ErrTooManyNodeTags = errors.New("too many node tags")
+	// ErrNotSynced is wrapped by a write of a durable store
+	// ([Store.SetDurable]) that committed but whose sync to stable storage
+	// failed: it is readable, but may not survive a power cut. An owner
+	// write that fails so is retried (written and synced again).
+	ErrNotSynced = errors.New("write not synced to disk")
 )
 
 // errTruncateNeeded is Badger's refusal, read-only, of a memtable log with
@@ -61,7 +66,7 @@ func convert(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge),
-		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags):
+		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags), errors.Is(err, ErrNotSynced):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, badger.ErrReadOnlyTxn):
 		return fmt.Errorf("%s: %w", op, ErrReadOnly)

@@ -120,8 +120,15 @@ type Store struct {
 	fault    atomic.Pointer[func() error] // see SetWriteFault
 	// The writer goroutine's own (writer.go): the retried writes it holds,
 	// per job in order, and whether the store is closing.
-	held      map[[idLen]byte][]*ownerWrite
-	stopping  bool
+	held     map[[idLen]byte][]*ownerWrite
+	stopping bool
+	inGroup  bool // s.mu is held for the whole group (durable.go)
+	// durable: every acknowledging write is synced (durable.go); syncs
+	// counts the syncs; syncFault, set by tests before any write, fails
+	// a sync that succeeded.
+	durable   atomic.Bool
+	syncs     atomic.Int64
+	syncFault func() error
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -135,7 +142,12 @@ type Store struct {
 // damaged store an error wrapping [ErrCorrupt] too. A store written before the caller index
 // gets its index here, once (a walk of every job row). Badger's own log
 // lines are dropped until [Store.SetLogger].
-func Open(dir string) (s *Store, err error) {
+func Open(dir string) (*Store, error) { return open(dir, false) }
+
+// open is Open; syncWrites sets Badger's own SyncWrites (a sync in every
+// commit, whatever it writes), which the benchmarks weigh against a
+// durable store's one sync per group (durable.go).
+func open(dir string, syncWrites bool) (s *Store, err error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
@@ -150,13 +162,13 @@ func Open(dir string) (s *Store, err error) {
 		}
 	}
 	log := &badgerLogger{}
-	db, err := openBadger(badgerOptions(dir, log))
+	db, err := openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
 		if rerr := prepareDir(dir); rerr != nil {
 			return nil, rerr
 		}
-		db, err = openBadger(badgerOptions(dir, log))
+		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	}
 	if err != nil {
 		return nil, err
@@ -249,7 +261,7 @@ func (s *Store) gcLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for s.db.RunValueLogGC(0.5) == nil {
+			for s.runGC() == nil {
 				select {
 				case <-s.stop:
 					return
@@ -258,6 +270,17 @@ func (s *Store) gcLoop() {
 			}
 		}
 	}
+}
+
+// runGC collects one value-log file's garbage, under the write lock on a
+// durable store: the entries it moves are Badger's own commits, which must
+// not come between a group's commit and its sync (durable.go).
+func (s *Store) runGC() error {
+	if s.durable.Load() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	return s.db.RunValueLogGC(0.5)
 }
 
 // badgerLogger adapts Badger's logger to slog, quietly.

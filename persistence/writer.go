@@ -37,6 +37,10 @@ import (
 // again, late, once the write has committed, or has been given up (the
 // store closing, [Store.AbandonRetries]). The held writes are the writer's
 // alone: no lock.
+//
+// On a durable store ([Store.SetDurable]) each group is synced to stable
+// storage after its commit and before its writes are answered, and the
+// writer takes the next group only then: see durable.go.
 
 // Batch bounds: a group commit takes at most groupWrites writes and about
 // groupBytes of rows, far below Badger's largest transaction (15% of a
@@ -76,6 +80,9 @@ type ownerWrite struct {
 	doneR WriteDone
 	retry bool
 	late  bool
+	// committed: a group committed the write but its sync failed
+	// (durable.go); the byte total counts its outcome already.
+	committed bool
 }
 
 // WriteDone is how a retried owner write answers: err is nil once it has
@@ -216,13 +223,13 @@ func (s *Store) retryHeld(giveUp bool) {
 		// The heads are tried as new writes; those that fail again go back
 		// to the front of their job's queue.
 		var failed []*ownerWrite
+		s.beginGroup()
 		group := s.writeResultsInto(heads, func(w *ownerWrite, _ error) { failed = append(failed, w) })
 		var errs []error
 		if len(group) > 0 {
-			s.mu.Lock()
-			errs = s.commitLocked(group)
-			s.mu.Unlock()
+			errs = s.commitSynced(group)
 		}
+		s.endGroup()
 		for i, w := range group {
 			var err error
 			if errs != nil {
@@ -317,7 +324,9 @@ func (s *Store) apply(txn *badger.Txn, w *ownerWrite) (int64, error) {
 		if err := txn.Set(w.outKey, w.outcome); err != nil {
 			return 0, err
 		}
-		delta = w.delta
+		if !w.committed {
+			delta = w.delta
+		}
 	}
 	if w.row == nil {
 		return delta, nil
@@ -387,9 +396,7 @@ func (s *Store) writeLoop() {
 		s.q.mu.Unlock()
 		for len(batch) > 0 {
 			n := groupSize(batch, s.valueThreshold)
-			if group := s.writeResults(batch[:n]); len(group) > 0 {
-				s.commitGroup(group)
-			}
+			s.writeGroup(batch[:n])
 			clear(batch[:n])
 			batch = batch[n:]
 		}
@@ -417,6 +424,53 @@ func groupSize(ws []*ownerWrite, valueThreshold int) int {
 		n++
 	}
 	return n
+}
+
+// writeGroup writes ws: their results' chunks, then one transaction (see
+// commitGroup), synced on a durable store, then answers each. A durable
+// store's writer holds the write lock from the first chunk to the sync
+// (durable.go), and takes the next group only once this one is synced.
+func (s *Store) writeGroup(ws []*ownerWrite) {
+	s.beginGroup()
+	group := s.writeResults(ws)
+	var errs []error
+	if len(group) > 0 {
+		errs = s.commitSynced(group)
+	}
+	s.endGroup()
+	s.answer(group, errs)
+}
+
+// beginGroup takes the write lock for a whole group on a durable store:
+// until endGroup, lockWrite and unlockWrite do nothing. Writer goroutine
+// only.
+func (s *Store) beginGroup() {
+	if s.durable.Load() {
+		s.mu.Lock()
+		s.inGroup = true
+	}
+}
+
+// endGroup releases what beginGroup took.
+func (s *Store) endGroup() {
+	if s.inGroup {
+		s.inGroup = false
+		s.mu.Unlock()
+	}
+}
+
+// lockWrite takes the write lock for one transaction, unless the writer
+// holds it for the group (beginGroup). Writer goroutine only.
+func (s *Store) lockWrite() {
+	if !s.inGroup {
+		s.mu.Lock()
+	}
+}
+
+func (s *Store) unlockWrite() {
+	if !s.inGroup {
+		s.mu.Unlock()
+	}
 }
 
 // writeResults writes the chunks of every result in ws that is not inline,
@@ -460,14 +514,14 @@ func (s *Store) writeResultsInto(ws []*ownerWrite, failed func(*ownerWrite, erro
 
 // writeChunks writes w's result in chunk rows, chunkTxnBytes to a
 // transaction, taking the write lock for each transaction so that other
-// writes go between them.
+// writes go between them (not on a durable store: see writeGroup).
 func (s *Store) writeChunks(w *ownerWrite) error {
 	res, chunk := w.result, 0
 	for len(res) > 0 {
 		n := min(len(res), chunkTxnBytes)
-		s.mu.Lock()
+		s.lockWrite()
 		err := s.chunkTxn(w, chunk, res[:n])
-		s.mu.Unlock()
+		s.unlockWrite()
 		if err != nil {
 			return err
 		}
@@ -497,14 +551,45 @@ func (s *Store) chunkTxn(w *ownerWrite, chunk int, res []byte) error {
 	return convert(w.op, txn.Commit())
 }
 
-// commitGroup commits ws in one transaction and tells each how it went (a
-// retried write that failed is held: see fail). If the group fails, each
-// write is tried again in a transaction of its own, so that one write's
-// failure (a row too large, say) is its alone.
-func (s *Store) commitGroup(ws []*ownerWrite) {
-	s.mu.Lock()
+// commitSynced commits ws (commitLocked) and, on a durable store, syncs
+// what committed before any other commit: it returns nil when all were
+// committed and synced, or each one's error. A write whose commit
+// succeeded but whose sync failed is marked committed, and fails with an
+// error wrapping ErrNotSynced (retried writes are held, written and synced
+// again).
+func (s *Store) commitSynced(ws []*ownerWrite) []error {
+	s.lockWrite()
+	defer s.unlockWrite()
 	errs := s.commitLocked(ws)
-	s.mu.Unlock()
+	if !s.durable.Load() {
+		return errs
+	}
+	some := errs == nil
+	for _, err := range errs {
+		some = some || err == nil
+	}
+	if !some {
+		return errs
+	}
+	serr := s.syncLocked(ws[0].op)
+	if serr == nil {
+		return errs
+	}
+	if errs == nil {
+		errs = make([]error, len(ws))
+	}
+	for i, w := range ws {
+		if errs[i] == nil {
+			w.committed = true
+			errs[i] = serr
+		}
+	}
+	return errs
+}
+
+// answer tells each write of a committed group how it went (a retried
+// write that failed is held: see fail); errs as commitSynced returns.
+func (s *Store) answer(ws []*ownerWrite, errs []error) {
 	for i, w := range ws {
 		if errs != nil && errs[i] != nil {
 			s.fail(w, errs[i])
@@ -514,8 +599,10 @@ func (s *Store) commitGroup(ws []*ownerWrite) {
 	}
 }
 
-// commitLocked commits ws; it returns nil when all were committed, or each
-// one's error. A retried write whose job's earlier write in ws failed is
+// commitLocked commits ws in one transaction; it returns nil when all were
+// committed, or each one's error. If the group fails, each write is tried
+// again in a transaction of its own, so that one write's failure (a row
+// too large, say) is its alone. A retried write whose job's earlier write in ws failed is
 // not tried: it fails with errHeldBehind, so that a job's writes never
 // commit out of order. s.mu is held.
 func (s *Store) commitLocked(ws []*ownerWrite) []error {

@@ -26,6 +26,17 @@ func (s *Store) update(op string, fn func(txn *badger.Txn) (int64, error)) error
 	return s.updateLocked(op, fn)
 }
 
+// updateSynced is update, synced to stable storage on a durable store
+// before it returns (durable.go).
+func (s *Store) updateSynced(op string, fn func(txn *badger.Txn) (int64, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.updateLocked(op, fn); err != nil {
+		return err
+	}
+	return s.syncLocked(op)
+}
+
 func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error)) error {
 	if s.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
@@ -64,6 +75,9 @@ func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 // its entry in its caller's index ([Store.CallerJobs]) and its unsettled
 // entry. j.ID must be 32 hex characters; targets are in
 // idx order (targets[i] is target i, whatever its Idx), at most 0xffff.
+// On a durable store ([Store.SetDurable]) the write is synced before
+// CreateJob returns; if that sync fails, the job is stored (readable) and
+// the error wraps [ErrNotSynced].
 func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
@@ -72,7 +86,7 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	if len(targets) > 0xffff {
 		return fmt.Errorf("store job: %w: %d targets", ErrTooLarge, len(targets))
 	}
-	return s.update("store job", func(txn *badger.Txn) (int64, error) {
+	return s.updateSynced("store job", func(txn *badger.Txn) (int64, error) {
 		row := encodeJob(j)
 		if err := txn.Set(jobKey(id), row); err != nil {
 			return 0, err

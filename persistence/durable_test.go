@@ -1,0 +1,142 @@
+package persistence
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A store in memory or read-only cannot be durable; turning it off always
+// works, and a store opens not durable.
+func TestStore_SetDurableRefused(t *testing.T) {
+	t.Parallel()
+	mem := mustOpen(t, "")
+	require.False(t, mem.Durable())
+	require.ErrorIs(t, mem.SetDurable(true), errDurableInMemory)
+	require.False(t, mem.Durable())
+	require.NoError(t, mem.SetDurable(false))
+
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	ro, err := OpenReadOnly(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ro.Close()) })
+	require.ErrorIs(t, ro.SetDurable(true), ErrReadOnly)
+	require.False(t, ro.Durable())
+}
+
+// A durable store syncs once per group commit, after its commit and before
+// any write of the group is answered, holding the write lock so that no
+// other commit comes between; a job's creation is synced on its own. A
+// store that is not durable never syncs.
+func TestStore_DurableSyncsEachGroupOnce(t *testing.T) {
+	t.Parallel()
+	for _, durable := range []bool{false, true} {
+		s := mustOpen(t, t.TempDir())
+		require.NoError(t, s.SetDurable(durable))
+		var syncs atomic.Int64
+		var lockFree atomic.Bool
+		s.syncFault = func() error {
+			if s.mu.TryLock() { // another commit could come in: a defect
+				lockFree.Store(true)
+				s.mu.Unlock()
+			}
+			syncs.Add(1)
+			return nil
+		}
+		const jobs = 12
+		recs := make([]JobRecord, jobs)
+		for i := range recs {
+			recs[i] = putJobRecord(t, s, i, 1, 1, false)
+		}
+		want := int64(0)
+		if durable {
+			want = jobs // one per CreateJob
+		}
+		require.Equal(t, want, s.Syncs())
+
+		// The first write is held inside its commit while the others
+		// queue: they make a second group.
+		entered, release := holdWrites(s)
+		// Each answer notes the syncs made by then: the first group's
+		// write must see its sync, the second group's writes theirs.
+		got := make(answers, jobs)
+		seen := make(chan int64, jobs)
+		done := func(what string) WriteDone {
+			return func(err error, late bool) {
+				seen <- s.Syncs()
+				got.done(what)(err, late)
+			}
+		}
+		s.SaveOutcomeRetried(recs[0].ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte(`"a"`)}, done("first"))
+		<-entered
+		for i := 1; i < jobs; i++ {
+			s.SaveOutcomeRetried(recs[i].ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte(`"b"`)}, done("rest"))
+		}
+		release()
+		for i := range jobs {
+			a := got.next(t)
+			require.NoError(t, a.err)
+			n := <-seen
+			if durable {
+				group := int64(1)
+				if i > 0 {
+					group = 2
+				}
+				require.Equal(t, want+group, n, "%s answered before its group's sync", a.what)
+			}
+		}
+		if durable {
+			want += 2
+		}
+		require.Equal(t, want, s.Syncs(), "one sync per group")
+		require.Equal(t, want, syncs.Load())
+		require.False(t, lockFree.Load(), "the write lock was free during a sync")
+	}
+}
+
+// A sync that fails answers the writes it covered with ErrNotSynced: a
+// retried write is held, written again and synced, and its bytes are
+// counted once; a job's creation returns the error, the job stored.
+func TestStore_DurableSyncFailure(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir())
+	require.NoError(t, s.SetDurable(true))
+	s.SetRetryWait(1)
+	a := putJobRecord(t, s, 1, 1, 1, false)
+	var fails atomic.Int64
+	fails.Store(1)
+	s.syncFault = func() error {
+		if fails.Add(-1) >= 0 {
+			return errDiskGone
+		}
+		return nil
+	}
+	got := make(answers, 2)
+	s.SaveOutcomeRetried(a.ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: make([]byte, 2000)}, got.done("outcome"))
+	first := got.next(t)
+	require.ErrorIs(t, first.err, ErrRetrying)
+	require.ErrorIs(t, first.err, ErrNotSynced)
+	require.NotContains(t, first.err.Error(), s.Dir())
+	require.Equal(t, answer{"outcome", nil, true}, got.next(t))
+	counted, err := s.CountBytes()
+	require.NoError(t, err)
+	require.Equal(t, counted, s.Bytes(), "the outcome's bytes counted once")
+	_, ts, err := s.JobWithTargets(a.ID)
+	require.NoError(t, err)
+	require.Equal(t, TargetDone, ts[0].Status)
+	require.Len(t, ts[0].Result, 2000)
+
+	fails.Store(1)
+	j := JobRecord{ID: testID(2), Caller: "bob", Status: StatusQueued, TargetsTotal: 1, Created: 1, Lease: 1}
+	err = s.CreateJob(&j, []TargetRecord{{Idx: 0, URL: "http://c"}})
+	require.ErrorIs(t, err, ErrNotSynced)
+	_, err = s.Job(j.ID)
+	require.NoError(t, err, "committed, only not synced")
+}
+
+var errDiskGone = errors.New("input/output error")
