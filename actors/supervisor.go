@@ -218,6 +218,12 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		return &SubmitReply{Refused: batchtype.ErrBusy}
 	}
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
+		if errors.Is(err, persistence.ErrNotSynced) {
+			// Stored but not synced: the caller is told it failed, so the
+			// job must not run (nor stay queued with no actor).
+			m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
+			_ = s.cfg.Store.SaveJob(&m.Job)
+		}
 		return &SubmitReply{Err: err}
 	}
 	view := s.cfg.Views.add(&m.Job)

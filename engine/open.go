@@ -22,7 +22,7 @@ var (
 // package engine alone: it opens the store in dir ("" for an in-memory
 // store, gone when the runner closes; otherwise a Badger directory, created
 // if missing) and starts the runner on it as [New] does, with the same
-// rules for fetch, cfg and log. A dir that cannot be opened is an error
+// rules for fetch, cfg and log ([DurabilitySync] with dir "" is an error). A dir that cannot be opened is an error
 // naming it (wrapping [ErrStoreInUse] when another process holds it,
 // [ErrStoreCorrupt] when it is not a store, such as a directory of other
 // files, which Open leaves as they are); if the runner cannot start, the
@@ -36,6 +36,9 @@ var (
 func Open(dir string, fetch FetchFunc, cfg Config, log *slog.Logger) (*Runner, error) {
 	if fetch == nil { // before the store: nothing to open and close again
 		return nil, errors.New("open runner: nil fetch func")
+	}
+	if dir == "" && cfg.Durability == DurabilitySync {
+		return nil, errors.New("open runner: config Durability sync needs a store on disk, not in memory")
 	}
 	store, err := persistence.Open(dir)
 	if err != nil {

@@ -67,9 +67,11 @@ type submission struct {
 	targets []Target
 }
 
-// New starts a runner on store. A nil store or fetch, or a negative [Config]
-// field, is an error; zero fields take their defaults; a nil log logs
-// nothing. Badger's own log lines go to log too, quietly.
+// New starts a runner on store. A nil store or fetch, a negative [Config]
+// field, or [DurabilitySync] with a store in memory is an error; zero
+// fields take their defaults; a nil log logs nothing. Badger's own log
+// lines go to log too, quietly. New makes the store durable, or not, as
+// cfg.Durability says ([persistence.Store.SetDurable]).
 //
 // Before it returns, every job the store holds as queued or running (left by
 // a crash: jobs never resume) is set failed with the error "restart"; its
@@ -84,6 +86,12 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("new runner: %w", err)
+	}
+	if cfg.Durability == DurabilitySync && store.Dir() == "" {
+		return nil, errors.New("new runner: config Durability sync needs a store on disk, not in memory")
+	}
+	if err := store.SetDurable(cfg.Durability == DurabilitySync); err != nil {
+		return nil, fmt.Errorf("new runner: config Durability: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -239,3 +239,54 @@ func TestRunner_Retry(t *testing.T) {
 		mu.Unlock()
 	})
 }
+
+// A durable runner syncs a job's creation before Submit returns and each
+// target's outcome before the job's next target starts: each fetch sees
+// one more sync than the one before. The default runner never syncs.
+func TestRunner_DurableSyncsBeforeTheNextTarget(t *testing.T) {
+	t.Parallel()
+	for _, d := range []engine.Durability{engine.DurabilityProcess, engine.DurabilitySync} {
+		t.Run(d.String(), func(t *testing.T) {
+			store := enginetest.OpenStore(t, t.TempDir())
+			var seen []int64 // Syncs() as each fetch starts; one worker: in order
+			var mu sync.Mutex
+			fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+				mu.Lock()
+				seen = append(seen, store.Syncs())
+				mu.Unlock()
+				return enginetest.OKFetch(ctx, c, tg)
+			}
+			b := enginetest.SetupOn(t, store, fetch, engine.Config{Durability: d})
+			require.Equal(t, d == engine.DurabilitySync, store.Durable())
+			id := b.Submit(t, "alice", enginetest.Targets("alice", 4))
+			b.WaitSettled(t, id)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, seen, 4)
+			if d == engine.DurabilityProcess {
+				require.Equal(t, []int64{0, 0, 0, 0}, seen)
+				require.Zero(t, store.Syncs())
+				return
+			}
+			for i := 1; i < len(seen); i++ {
+				require.Greater(t, seen[i], seen[i-1], "target %d fetched before target %d's outcome was synced", i, i-1)
+			}
+			require.GreaterOrEqual(t, seen[0], int64(1), "the job's creation synced before its first fetch")
+			require.GreaterOrEqual(t, store.Syncs(), seen[3]+1, "the last outcome synced")
+		})
+	}
+}
+
+// Durability sync needs a store on disk; a Durability that is neither mode
+// is refused too.
+func TestRunner_DurableInMemoryIsAConfigError(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, "")
+	_, err := engine.New(store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync}, nil)
+	require.ErrorContains(t, err, "Durability")
+	require.False(t, store.Durable())
+	_, err = engine.New(store, enginetest.OKFetch, engine.Config{Durability: 7}, nil)
+	require.ErrorContains(t, err, "Durability")
+	_, err = engine.Open("", enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync}, nil)
+	require.ErrorContains(t, err, "Durability")
+}

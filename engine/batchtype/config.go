@@ -75,6 +75,48 @@ type Config struct {
 	// Admission, if set, admits each new job against caps wider than this
 	// runner: see [Admission]. Default nil: the runner admits on its own.
 	Admission Admission
+	// Durability is what the runner's acknowledged writes survive: see
+	// [DurabilityProcess] (the default) and [DurabilitySync]. Sync with a
+	// store in memory makes engine.New fail.
+	Durability Durability
+}
+
+// Durability is what a runner's acknowledged writes survive: a job and its
+// targets once Submit has returned its id, each target's outcome once the
+// job's next target has started (or the job has ended), each status change
+// once a reader can see it.
+type Durability int
+
+const (
+	// DurabilityProcess (the zero value) answers a write once Badger has
+	// committed it to its memory-mapped logs, without a sync. It survives
+	// the process crashing or being killed (SIGKILL, an OOM kill, a panic):
+	// the pages are the kernel's, which writes them back within about 30
+	// seconds. A kernel crash or a power cut loses what was not written
+	// back yet: a job answered 202 may be gone after the restart (a read
+	// is then 404), a target done may run again. The store is never left
+	// damaged by it: the restart reopens it as of some earlier moment.
+	DurabilityProcess Durability = iota
+	// DurabilitySync answers a write only once it is on stable storage (an
+	// msync of Badger's logs, that is an fsync, after its commit): it
+	// survives a process crash, a kernel crash and a power cut, as far as
+	// the disk honours a flush. One sync covers a whole group commit of the
+	// store's writer (every live job's outcome that came in meanwhile) and
+	// each job's creation syncs on its own: Submit pays one sync, a target
+	// a share of one. A Touch and a sweep are not synced (they are not
+	// acknowledgements). Reads are unchanged. It needs a store on disk.
+	DurabilitySync
+)
+
+// String returns "process" or "sync" (what serve's --durable sets).
+func (d Durability) String() string {
+	switch d {
+	case DurabilityProcess:
+		return "process"
+	case DurabilitySync:
+		return "sync"
+	}
+	return fmt.Sprintf("Durability(%d)", int(d))
 }
 
 // NodeTagLen is the length of a [Config.NodeTag].
@@ -99,6 +141,9 @@ func (c Config) WithDefaults() (Config, error) {
 		if f.v < 0 {
 			return c, fmt.Errorf("config %s must not be negative", f.name)
 		}
+	}
+	if c.Durability != DurabilityProcess && c.Durability != DurabilitySync {
+		return c, fmt.Errorf("config Durability must be DurabilityProcess or DurabilitySync, not %d", int(c.Durability))
 	}
 	if len(c.NodeTag) != 0 && len(c.NodeTag) != NodeTagLen {
 		return c, fmt.Errorf("config NodeTag must be %d bytes or none", NodeTagLen)
