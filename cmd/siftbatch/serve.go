@@ -66,6 +66,7 @@ type serveFlags struct {
 	maxAnswer    int64
 	uiSession    time.Duration
 	tlsProxy     bool
+	durable      bool
 	cfg          engine.Config
 	cluster      clusterflags.Flags
 
@@ -113,7 +114,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "siftbatch serve: listening on http://%s\n", ln.Addr())
-	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers))
+	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers),
+		slog.String(logKeyDurability, f.cfg.Durability.String()))
 	return srv.serve(ctx, ln)
 }
 
@@ -135,6 +137,7 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.Int64Var(&f.maxAnswer, "max-answer-bytes", httpapi.DefaultMaxAnswerBytes, "bytes of one caller's answers held while they are written to its clients; past it its reads answer 429 until it reads them (an answer larger than this is served alone)")
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
+	fs.BoolVar(&f.durable, "durable", defaultDurable, "sync every acknowledged write to disk before answering it (a job before its 202, each target before the job's next one): it survives a power cut or kernel crash, not only a crash of serve; needs --data on disk (see docs/PERFORMANCE.md for its cost)")
 	addConfigFlags(fs, &f.cfg)
 	f.cluster.Add(fs)
 	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
@@ -145,10 +148,32 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.setDurability(set["durable"]); err != nil {
+		return serveFlags{}, err
+	}
 	if err := f.cluster.Validate(set, f.addr); err != nil {
 		return serveFlags{}, err
 	}
 	return f, nil
+}
+
+// defaultDurable is --durable's default: see docs/PERFORMANCE.md
+// (durable mode) for the figures it was chosen by.
+const defaultDurable = false
+
+// setDurability sets the runner's Durability from --durable: a store in
+// memory (--data "") cannot be durable, a usage error when --durable was
+// given, and not durable when it is only the default.
+func (f *serveFlags) setDurability(given bool) error {
+	switch {
+	case f.durable && f.data == "" && given:
+		return cli.CmdUsagef("serve", `--durable needs a store on disk: --data "" keeps it in memory`)
+	case f.durable && f.data != "":
+		f.cfg.Durability = engine.DurabilitySync
+	default:
+		f.cfg.Durability = engine.DurabilityProcess
+	}
+	return nil
 }
 
 // maxMaxBody is the largest --max-body.
@@ -377,9 +402,10 @@ func (s *server) close() error {
 // Log keys. Every attribute the command logs uses one of these; none of them
 // ever holds a URL, a host, an API key or a panic value.
 const (
-	logKeyAddr    = "addr"
-	logKeyErr     = "err"
-	logKeyWorkers = "workers"
+	logKeyAddr       = "addr"
+	logKeyErr        = "err"
+	logKeyWorkers    = "workers"
+	logKeyDurability = "durability"
 )
 
 // newLogger returns a text logger on w at the named level.

@@ -263,6 +263,9 @@ func TestK8sManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve refuses the manifest's args %q: %v", args[1:], err)
 	}
+	if f.cfg.Durability != engine.DurabilitySync || f.data == "" {
+		t.Errorf("durability %s, --data %q: want --durable on a volume", f.cfg.Durability, f.data)
+	}
 	if f.cluster.Name == "" || f.cluster.Provider != clusterflags.ProviderK8s {
 		t.Errorf("--cluster %q --cluster-provider %q: want a cluster, provider %s", f.cluster.Name, f.cluster.Provider, clusterflags.ProviderK8s)
 	}

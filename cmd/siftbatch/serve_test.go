@@ -1093,3 +1093,36 @@ func TestServe_Health(t *testing.T) {
 		}
 	}
 }
+
+// --durable sets the runner's Durability; with --data "" (in memory) it is
+// a usage error, and the default (not given) is then not durable.
+func TestServe_DurableFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want engine.Durability
+		err  string
+	}{
+		{[]string{"--data", "d", "--durable"}, engine.DurabilitySync, ""},
+		{[]string{"--data", "d", "--durable=false"}, engine.DurabilityProcess, ""},
+		{[]string{"--data", ""}, engine.DurabilityProcess, ""},
+		{[]string{"--data", "", "--durable"}, 0, `--durable needs a store on disk: --data "" keeps it in memory`},
+		{[]string{"--data", "", "--durable=true"}, 0, `--durable needs a store on disk`},
+	} {
+		f, err := parseServe(append([]string{"--keys", "k"}, tc.args...), io.Discard)
+		if tc.err != "" {
+			var ue *cli.UsageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: got %v, want a usage error with %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || f.cfg.Durability != tc.want {
+			t.Errorf("%q: durability %s, %v; want %s", tc.args, f.cfg.Durability, err, tc.want)
+		}
+	}
+	f, err := parseServe([]string{"--keys", "k"}, io.Discard)
+	if want := map[bool]engine.Durability{false: engine.DurabilityProcess, true: engine.DurabilitySync}[defaultDurable]; err != nil || f.cfg.Durability != want {
+		t.Errorf("default: durability %s, %v; want %s (defaultDurable %v)", f.cfg.Durability, err, want, defaultDurable)
+	}
+}
