@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -1125,4 +1126,313 @@ func TestServe_DurableFlag(t *testing.T) {
 	if want := map[bool]engine.Durability{false: engine.DurabilityProcess, true: engine.DurabilitySync}[defaultDurable]; err != nil || f.cfg.Durability != want {
 		t.Errorf("default: durability %s, %v; want %s (defaultDurable %v)", f.cfg.Durability, err, want, defaultDurable)
 	}
+}
+
+// The order of syscalls proves durable mode: serve --durable runs under
+// strace -f -y, a job of 3 targets is submitted and waited for, and the
+// trace must show a sync of a store file (msync MS_SYNC on a range the
+// trace's mmap lines tie to a file in --data, or fsync/fdatasync of one)
+// completed after the POST was read and before the 202 was written; after
+// each target's fetch started (the GET written to the fixture) and before
+// the next target's fetch started; after the last one's and before the
+// answer that reads the job done. Without --durable the same check finds
+// none of those syncs: it can fail.
+func TestServe_DurableSyncsBeforeAnswering(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("strace is Linux's")
+	}
+	if _, err := exec.LookPath("strace"); err != nil {
+		t.Skip("strace not installed (apt-get install -y strace; .ci/run installs it)")
+	}
+	t.Parallel()
+	const targets = 3
+	for _, durable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			tr := traceServeJob(t, durable, targets)
+			missing := tr.check(targets)
+			if durable {
+				if len(missing) > 0 || tr.syncs == 0 {
+					t.Fatalf("durable: %d store syncs; no sync %s\ntrace: %s", tr.syncs, strings.Join(missing, "; "), tr.file)
+				}
+				return
+			}
+			if len(missing) != targets+1 {
+				t.Fatalf("not durable: a store sync found %d times of %d (%s)\ntrace: %s", targets+1-len(missing), targets+1, strings.Join(missing, "; "), tr.file)
+			}
+		})
+	}
+}
+
+// syscallTrace is what TestServe_DurableSyncsBeforeAnswering reads from a
+// trace, in the trace's order: the completion of each sync of a store file,
+// and the points it must come between.
+type syscallTrace struct {
+	file       string
+	syncs      int   // store syncs in all
+	syncAt     []int // line of each store sync's completion
+	postRead   int   // the POST /v1/batch read
+	accepted   int   // the 202 written
+	fetches    []int // the start of each target's GET, by idx (-1: none)
+	doneAnswer int   // the first answer that reads the job done
+}
+
+// check returns what is missing: each interval with no store sync
+// completed in it.
+func (tr *syscallTrace) check(targets int) []string {
+	synced := func(from, to int) bool {
+		for _, at := range tr.syncAt {
+			if at > from && at < to {
+				return true
+			}
+		}
+		return false
+	}
+	var missing []string
+	points := append(append([]int{tr.postRead, tr.accepted}, tr.fetches...), tr.doneAnswer)
+	for i, p := range points {
+		if p < 0 {
+			return []string{fmt.Sprintf("event %d not in the trace", i)}
+		}
+	}
+	if !synced(tr.postRead, tr.accepted) {
+		missing = append(missing, "between the POST read and the 202")
+	}
+	for i := range targets {
+		next, what := tr.doneAnswer, "the answer that reads the job done"
+		if i+1 < targets {
+			next, what = tr.fetches[i+1], fmt.Sprintf("target %d's fetch", i+1)
+		}
+		if !synced(tr.fetches[i], next) {
+			missing = append(missing, fmt.Sprintf("between target %d's fetch and %s", i, what))
+		}
+	}
+	return missing
+}
+
+// traceServeJob runs serve (--durable or not) on a store in a new
+// directory under strace, submits a job of n targets on a fixture server
+// and waits for it, stops serve, and reads the trace.
+func traceServeJob(t *testing.T, durable bool, n int) *syscallTrace {
+	t.Helper()
+	fixture := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer fixture.Close()
+	dir := t.TempDir()
+	data, keys, trace := filepath.Join(dir, "data"), filepath.Join(dir, "keys"), filepath.Join(dir, "trace")
+	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-f", "-y", "-s", "4096", "-o", trace,
+		"-e", "trace=execve,mmap,mremap,munmap,msync,fsync,fdatasync,read,write",
+		clitest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data", data, "--keys", keys, "--allow-private", "--log-level", "warn"}
+	if durable {
+		args = append(args, "--durable")
+	} else {
+		args = append(args, "--durable=false")
+	}
+	cmd := exec.Command("strace", args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		// serve is strace's child: the first line of the trace is its
+		// execve. SIGTERM stops it cleanly; strace exits with it.
+		if pid := tracedPID(trace); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		} else {
+			_ = cmd.Process.Kill()
+		}
+		_ = cmd.Wait()
+	}
+	defer stop()
+	_, base, ok := strings.Cut(strings.TrimSpace(testkit.Recv(t, line)), "listening on ")
+	if !ok {
+		t.Fatal("serve did not say where it listens")
+	}
+	c := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
+	defer c.CloseIdleConnections()
+	var body strings.Builder
+	body.WriteString(`{"targets":[`)
+	for i := range n {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		fmt.Fprintf(&body, `{"url":%q}`, fmt.Sprintf("%s/t/%d", fixture.URL, i))
+	}
+	body.WriteString(`]}`)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/batch", strings.NewReader(body.String()))
+	req.Header.Set("Authorization", "Bearer alice-key")
+	r := send(t, c, req)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.code, r.body)
+	}
+	var sub struct{ ID string }
+	if err := json.Unmarshal([]byte(r.body), &sub); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/batch/"+sub.ID+"?wait=10s", nil)
+		req.Header.Set("Authorization", "Bearer alice-key")
+		var job struct{ Status string }
+		if r := send(t, c, req); json.Unmarshal([]byte(r.body), &job) == nil && job.Status == "done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job is not done after a minute")
+		}
+	}
+	c.CloseIdleConnections()
+	stop()
+	return readTrace(t, trace, data, fixture.URL, sub.ID, n)
+}
+
+// tracedPID is the pid of strace's tracee, from the trace's first line
+// (its execve), or 0.
+func tracedPID(trace string) int {
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), " ")
+	pid, _ := strconv.Atoi(first)
+	return pid
+}
+
+// traceLine is one line of strace -f output: "PID name(args) = ret", or a
+// call split in two, "PID name(args <unfinished ...>" then "PID <... name
+// resumed>args) = ret".
+var (
+	traceCall    = regexp.MustCompile(`^(\d+) +(\w+)\((.*)$`)
+	traceResumed = regexp.MustCompile(`^(\d+) +<\.\.\. (\w+) resumed>(.*)$`)
+	traceRet     = regexp.MustCompile(`\) += (-?\w+)(?: .*)?$`)
+	traceFD      = regexp.MustCompile(`^\d+<([^>]*)>`)
+)
+
+// readTrace reads the trace of traceServeJob: store files are those under
+// data; a store mapping is a range an mmap of one of them returned (moved
+// by mremap, dropped by munmap).
+func readTrace(t *testing.T, trace, data, fixture, id string, n int) *syscallTrace {
+	t.Helper()
+	f, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := &syscallTrace{file: trace, postRead: -1, accepted: -1, doneAnswer: -1, fetches: make([]int, n)}
+	for i := range tr.fetches {
+		tr.fetches[i] = -1
+	}
+	inStore := func(path string) bool {
+		return path == data || strings.HasPrefix(path, data+string(filepath.Separator))
+	}
+	type mapping struct{ start, end uint64 }
+	var maps []mapping
+	mapped := func(addr uint64) int {
+		for i, m := range maps {
+			if addr >= m.start && addr < m.end {
+				return i
+			}
+		}
+		return -1
+	}
+	num := func(s string) uint64 {
+		v, _ := strconv.ParseUint(strings.TrimSpace(s), 0, 64)
+		return v
+	}
+	pending := map[string]string{} // pid → the start of an unfinished call
+	_, fixturePort, _ := strings.Cut(strings.TrimPrefix(fixture, "http://"), ":")
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for at := 0; sc.Scan(); at++ {
+		text := sc.Text()
+		var pid, name, rest string
+		if m := traceResumed.FindStringSubmatch(text); m != nil {
+			pid, name, rest = m[1], m[2], pending[m[1]]+m[3]
+			delete(pending, pid)
+		} else if m := traceCall.FindStringSubmatch(text); m != nil {
+			pid, name, rest = m[1], m[2], m[3]
+			if start, ok := strings.CutSuffix(rest, " <unfinished ...>"); ok {
+				pending[pid] = start
+				// A write's start is where it begins: the points are
+				// writes (the 202, a GET); a sync counts where it ends.
+				if name != "write" {
+					continue
+				}
+				rest = start
+			}
+		} else {
+			continue
+		}
+		ret := ""
+		if m := traceRet.FindStringSubmatch(rest); m != nil {
+			ret = m[1]
+		}
+		args := strings.Split(rest, ", ")
+		switch name {
+		case "mmap":
+			if len(args) >= 5 && ret != "" && strings.HasPrefix(ret, "0x") {
+				if m := traceFD.FindStringSubmatch(args[4]); m != nil && inStore(m[1]) {
+					start := num(ret)
+					maps = append(maps, mapping{start, start + num(args[1])})
+				}
+			}
+		case "mremap":
+			if len(args) >= 3 && strings.HasPrefix(ret, "0x") {
+				if i := mapped(num(args[0])); i >= 0 {
+					start := num(ret)
+					maps[i] = mapping{start, start + num(args[2])}
+				}
+			}
+		case "munmap":
+			if i := mapped(num(args[0])); i >= 0 && ret == "0" {
+				maps = append(maps[:i], maps[i+1:]...)
+			}
+		case "msync":
+			if len(args) >= 3 && strings.Contains(args[2], "MS_SYNC") && ret == "0" && mapped(num(args[0])) >= 0 {
+				tr.syncs++
+				tr.syncAt = append(tr.syncAt, at)
+			}
+		case "fsync", "fdatasync":
+			if m := traceFD.FindStringSubmatch(args[0]); m != nil && inStore(m[1]) && ret == "0" {
+				tr.syncs++
+				tr.syncAt = append(tr.syncAt, at)
+			}
+		case "read":
+			if tr.postRead < 0 && strings.Contains(rest, `"POST /v1/batch HTTP/1.1`) {
+				tr.postRead = at
+			}
+		case "write":
+			switch {
+			case tr.accepted < 0 && strings.Contains(rest, `"HTTP/1.1 202 Accepted`):
+				tr.accepted = at
+			case tr.doneAnswer < 0 && strings.Contains(rest, `{\"id\":\"`+id+`\",\"status\":\"done\"`):
+				tr.doneAnswer = at
+			case strings.Contains(rest, `"GET /t/`) && strings.Contains(rest, ":"+fixturePort):
+				for i := range tr.fetches {
+					if tr.fetches[i] < 0 && strings.Contains(rest, fmt.Sprintf(`"GET /t/%d HTTP/1.1`, i)) {
+						tr.fetches[i] = at
+					}
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }

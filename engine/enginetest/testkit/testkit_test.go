@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -350,4 +352,21 @@ func TestRequireNoneOf_NamesTheSecretFound(t *testing.T) {
 	requirePassed(t, run(t, func(tb testing.TB) { RequireNoneOf(tb, logs, "", "alice-key") }))
 	f := run(t, func(tb testing.TB) { RequireNoneOf(tb, logs, "alice-key", "secret.example") })
 	requireFailed(t, f, `"secret.example"`)
+}
+
+// DiskSyncRate measures a positive rate and leaves nothing in the
+// directory; a directory it cannot write is an error.
+func TestDiskSyncRate_MeasuresAndCleansUp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rate, err := DiskSyncRate(dir, 0)
+	if err != nil || rate <= 0 {
+		t.Fatalf("DiskSyncRate = %v, %v; want a positive rate", rate, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("left %d files in the directory", len(left))
+	}
+	if _, err := DiskSyncRate(filepath.Join(dir, "missing"), 0); err == nil {
+		t.Fatal("DiskSyncRate in a missing directory: no error")
+	}
 }
