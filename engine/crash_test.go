@@ -34,6 +34,8 @@ const (
 	envCrashSeed  = "SIFTBATCH_CRASH_SEED"
 	envCrashRound = "SIFTBATCH_CRASH_ROUND"
 	envCrashFill  = "SIFTBATCH_CRASH_FILL" // large results (TestRunner_DiskFull)
+	// envCrashDurable runs the child's runner with DurabilitySync.
+	envCrashDurable = "SIFTBATCH_CRASH_DURABLE"
 )
 
 // crashRounds and the seed of the kill schedule; CRASH_SEED overrides the
@@ -127,6 +129,7 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 	var (
 		reported        = map[target]bool{}
 		kills, notReady int
+		durableRounds   int
 		checks, lost    int
 		reaped, cleaned int
 		logLines        int
@@ -141,7 +144,13 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 			delay = time.Duration(rng.Int64N(int64(crashEarly)))
 		}
 		logFile := filepath.Join(logDir, fmt.Sprintf("child-%d.log", round))
-		lines, killedEarly := runCrashChild(t, dir, seed, round, early, delay, logFile)
+		// Both durabilities, every other round, on the same store: a kill
+		// in either leaves a store the other reopens.
+		durable := round%2 == 1
+		if durable {
+			durableRounds++
+		}
+		lines, killedEarly := runCrashChild(t, dir, seed, round, early, durable, delay, logFile)
 		kills++
 		if killedEarly {
 			notReady++
@@ -194,9 +203,9 @@ func TestRunner_CrashAtRandomPoints(t *testing.T) {
 		require.NoError(t, store.Close())
 		logLines += log.check(t)
 	}
-	t.Logf("crash: %d rounds, %d kills (%d before the child was ready), %d targets reported stored, "+
+	t.Logf("crash: %d rounds (%d durable), %d kills (%d before the child was ready), %d targets reported stored, "+
 		"%d target checks, %d targets lost, %d live jobs reaped, %d cancelled jobs settled, %d log lines scanned, seed %d, %s (%s in the children)",
-		crashRounds, kills, notReady, len(reported), checks, lost, reaped, cleaned, logLines, seed, time.Since(start).Round(time.Millisecond), childTime.Round(time.Millisecond))
+		crashRounds, durableRounds, kills, notReady, len(reported), checks, lost, reaped, cleaned, logLines, seed, time.Since(start).Round(time.Millisecond), childTime.Round(time.Millisecond))
 	require.Zero(t, lost, "targets lost")
 	require.NotEmpty(t, reported)
 }
@@ -214,13 +223,16 @@ func requireBytesCounted(t *testing.T, store *persistence.Store, msg string, arg
 // runCrashChild starts the child, kills it delay after it started (early)
 // or after it printed "ready", and returns the "stored" lines it printed in
 // full, and whether it was killed before it printed "ready".
-func runCrashChild(t *testing.T, dir string, seed uint64, round int, early bool, delay time.Duration, logFile string) ([]string, bool) {
+func runCrashChild(t *testing.T, dir string, seed uint64, round int, early, durable bool, delay time.Duration, logFile string) ([]string, bool) {
 	t.Helper()
 	logOut, err := os.Create(logFile)
 	require.NoError(t, err)
 	defer logOut.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRunner_CrashAtRandomPoints$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashSeed+"="+strconv.FormatUint(seed, 10), envCrashRound+"="+strconv.Itoa(round))
+	if durable {
+		cmd.Env = append(cmd.Env, envCrashDurable+"=1")
+	}
 	cmd.Stderr = logOut
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -405,7 +417,7 @@ func crashChild(dir string) {
 		default:
 		}
 	}
-	cfg := engine.Config{Workers: 2, JobsPerCaller: 2, JobsTotal: 6, MaxBytes: 1 << 40, Hooks: engine.Hooks{
+	cfg := engine.Config{Workers: 2, JobsPerCaller: 2, JobsTotal: 6, MaxBytes: 1 << 40, Durability: crashDurability(), Hooks: engine.Hooks{
 		Target: func(error, time.Duration, int) { signal(stored) },
 		Job: func(o string) {
 			if o != "created" && o != "reused" {
@@ -568,4 +580,13 @@ func TestRunner_Restart(t *testing.T) {
 	left, err := reopened.Unsettled()
 	require.NoError(t, err)
 	require.Empty(t, left)
+}
+
+// crashDurability is the crash child's Durability: DurabilitySync when
+// the test set envCrashDurable.
+func crashDurability() engine.Durability {
+	if os.Getenv(envCrashDurable) != "" {
+		return engine.DurabilitySync
+	}
+	return engine.DurabilityProcess
 }

@@ -368,6 +368,16 @@ func TestRunner_DiskFull(t *testing.T) {
 		t.Skip("mounting a tmpfs needs root")
 	}
 	t.Parallel()
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			t.Parallel()
+			diskFull(t, durable)
+		})
+	}
+}
+
+// diskFull is TestRunner_DiskFull with the child's runner durable or not.
+func diskFull(t *testing.T, durable bool) {
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
@@ -379,7 +389,7 @@ func TestRunner_DiskFull(t *testing.T) {
 	})
 	dir := filepath.Join(mnt, "store")
 	logFile := filepath.Join(t.TempDir(), "child.log")
-	lines, ended := runFillChild(t, dir, mnt, logFile)
+	lines, ended := runFillChild(t, dir, mnt, durable, logFile)
 	logs, err := os.ReadFile(logFile)
 	require.NoError(t, err)
 	scanLogText(t, string(logs))
@@ -428,7 +438,7 @@ func TestRunner_DiskFull(t *testing.T) {
 // runFillChild runs the crash child with large results on dir until it
 // dies, or until it has outlived a full disk by fillGrace; it returns the
 // "stored" lines and how the child ended.
-func runFillChild(t *testing.T, dir, mnt, logFile string) ([]string, string) {
+func runFillChild(t *testing.T, dir, mnt string, durable bool, logFile string) ([]string, string) {
 	t.Helper()
 	const fillGrace = 3 * time.Second
 	logOut, err := os.Create(logFile)
@@ -436,6 +446,9 @@ func runFillChild(t *testing.T, dir, mnt, logFile string) ([]string, string) {
 	defer logOut.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRunner_CrashAtRandomPoints$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashSeed+"=1", envCrashRound+"=0", envCrashFill+"=1")
+	if durable {
+		cmd.Env = append(cmd.Env, envCrashDurable+"=1")
+	}
 	cmd.Stderr = logOut
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
