@@ -1138,11 +1138,12 @@ func TestServe_DurableFlag(t *testing.T) {
 // answer that reads the job done. Without --durable the same check finds
 // none of those syncs: it can fail.
 func TestServe_DurableSyncsBeforeAnswering(t *testing.T) {
+	testkit.RequireTier(t, "strace")
 	if runtime.GOOS != "linux" {
 		t.Skip("strace is Linux's")
 	}
 	if _, err := exec.LookPath("strace"); err != nil {
-		t.Skip("strace not installed (apt-get install -y strace; .ci/run installs it)")
+		t.Fatal("tier strace without strace: apt-get install -y strace (.ci/run installs it)")
 	}
 	t.Parallel()
 	const targets = 3
