@@ -20,9 +20,19 @@ package persistence
 //
 // A Touch, a sweep, an eviction, the callers index and the node tags are
 // not acknowledgements and are not synced (they are made durable by the
-// next sync, or by Badger's own flushes). Value-log garbage collection
-// rewrites entries through Badger's own writes: on a durable store it runs
-// under the write lock too.
+// next sync, or by Badger's own flushes).
+//
+// Value-log garbage collection moves the live entries of an old value-log
+// file through Badger's own writes (not synced) and then deletes the old
+// file: a power cut after the delete would lose entries that were durable.
+// On a durable store it runs under the write lock (its writes must not come
+// between a group's commit and its sync either) with an iterator open,
+// which makes Badger defer the delete until the last iterator closes; once
+// the moved entries are durable (every memtable they may have filled is
+// flushed to a synced table, and the current one synced), the iterator is
+// closed and the file goes. If that cannot be made sure (a sync fails, a
+// flush takes longer than gcFlushWait), the iterator stays open, and the
+// old file with it, until the store closes.
 //
 // A sync that fails leaves the writes committed (readable) but not known
 // to be on disk: they are answered with an error wrapping [ErrNotSynced],
@@ -32,6 +42,11 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // errDurableInMemory is why a store in memory cannot be durable.
@@ -78,4 +93,98 @@ func (s *Store) syncLocked(op string) error {
 	}
 	s.syncs.Add(1)
 	return nil
+}
+
+// gcFlushWait bounds how long a durable store's value-log GC waits for
+// Badger to flush the memtables its moves may have filled; gcFlushPoll is
+// how often it looks.
+const (
+	gcFlushWait = 30 * time.Second
+	gcFlushPoll = 5 * time.Millisecond
+)
+
+// gcHold is an iterator a durable GC holds open, so that Badger keeps the
+// value-log file it collected (see the top of durable.go).
+type gcHold struct {
+	txn *badger.Txn
+	it  *badger.Iterator
+}
+
+func (h gcHold) release() {
+	h.it.Close()
+	h.txn.Discard()
+}
+
+// durableGC is one value-log GC of a durable store (see the top of
+// durable.go). gcLoop's goroutine only.
+func (s *Store) durableGC() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	txn := s.db.NewTransaction(false)
+	h := gcHold{txn, txn.NewIterator(badger.IteratorOptions{})}
+	err := s.db.RunValueLogGC(0.5)
+	if err != nil { // nothing moved, nothing deleted
+		h.release()
+		return err
+	}
+	if err := s.gcDurableLocked(); err != nil {
+		s.gcHolds = append(s.gcHolds, h)
+		s.log.Warningf("value-log gc: the collected file is kept until the store closes (its moved entries not known durable)")
+		return err
+	}
+	h.release()
+	return nil
+}
+
+// gcDurableLocked makes what a GC moved durable: it waits until Badger has
+// flushed every memtable but the current one (a flush syncs its table
+// before it deletes the memtable's log), then syncs. s.mu is held.
+func (s *Store) gcDurableLocked() error {
+	for deadline := time.Now().Add(gcFlushWait); ; time.Sleep(gcFlushPoll) {
+		n, err := memtableLogs(s.dir)
+		if err != nil {
+			return err
+		}
+		if n <= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("value-log gc: %d memtables not flushed after %s", n-1, gcFlushWait)
+		}
+	}
+	return s.syncLocked("value-log gc")
+}
+
+// memtableLogs counts the memtable logs (*.mem) in dir: the current
+// memtable's, and one per memtable not yet flushed.
+func memtableLogs(dir string) (int, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("value-log gc: %w", err)
+	}
+	n := 0
+	for _, e := range es {
+		if filepath.Ext(e.Name()) == ".mem" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// releaseGC closes the iterators durable GCs kept open, as the store
+// closes: once more it makes what they moved durable first (Badger's Close
+// then flushes and syncs the rest). gcLoop's goroutine only.
+func (s *Store) releaseGC() {
+	if len(s.gcHolds) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.gcDurableLocked(); err != nil {
+		s.log.Warningf("value-log gc: closing with collected files whose moved entries are not known durable")
+	}
+	for _, h := range s.gcHolds {
+		h.release()
+	}
+	s.gcHolds = nil
 }

@@ -129,6 +129,8 @@ type Store struct {
 	durable   atomic.Bool
 	syncs     atomic.Int64
 	syncFault func() error
+	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
+	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -256,6 +258,7 @@ func (s *Store) gcLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(gcInterval)
 	defer t.Stop()
+	defer s.releaseGC()
 	for {
 		select {
 		case <-s.stop:
@@ -272,13 +275,11 @@ func (s *Store) gcLoop() {
 	}
 }
 
-// runGC collects one value-log file's garbage, under the write lock on a
-// durable store: the entries it moves are Badger's own commits, which must
-// not come between a group's commit and its sync (durable.go).
+// runGC collects one value-log file's garbage. On a durable store it is
+// durableGC (durable.go).
 func (s *Store) runGC() error {
 	if s.durable.Load() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		return s.durableGC()
 	}
 	return s.db.RunValueLogGC(0.5)
 }
