@@ -90,7 +90,9 @@ type ownerWrite struct {
 // [ErrRetrying] says the writer holds it and will answer again (late true)
 // with nil, or with the error that made it give up. Any other error is
 // final. It is called from the store's writer goroutine (or the caller's,
-// for a write refused before it is queued) and must not block.
+// for a write refused before it is queued) and must not block, nor write
+// to the store (on a durable store it may be called with the store's
+// write lock held).
 type WriteDone func(err error, late bool)
 
 var writePool = sync.Pool{New: func() any { return new(ownerWrite) }}
