@@ -509,3 +509,36 @@ func BenchmarkRunner_SubmitReused(b *testing.B) {
 		}
 	}
 }
+
+// A durable runner whose sync of a new job fails answers Submit an error
+// (wrapping persistence.ErrNotSynced) and settles the job failed: it was
+// stored but must not run, nor be reused by the same targets submitted
+// again, which make a new job that runs.
+func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	var fail atomic.Bool
+	fail.Store(true)
+	store.SetSyncFault(func() error {
+		if fail.CompareAndSwap(true, false) {
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	ts := enginetest.Targets("alice", 2)
+	_, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
+	require.ErrorIs(t, err, persistence.ErrNotSynced)
+	var jobs []persistence.JobRecord
+	require.NoError(t, store.Jobs(func(j persistence.JobRecord) bool { jobs = append(jobs, j); return true }))
+	require.Len(t, jobs, 1)
+	require.Equal(t, persistence.StatusFailed, jobs[0].Status)
+	require.True(t, jobs[0].Settled)
+	left, err := store.Unsettled()
+	require.NoError(t, err)
+	require.Empty(t, left)
+
+	id := b.Submit(t, "alice", ts)
+	require.NotEqual(t, jobs[0].ID, id, "the failed job is not reused")
+	b.WaitStatus(t, id, "done")
+}

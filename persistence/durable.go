@@ -70,6 +70,18 @@ func (s *Store) SetDurable(on bool) error {
 	return nil
 }
 
+// SetSyncFault makes each sync of a durable store fail, after Badger's
+// own sync, with the error fault returns, while fault is set and returns
+// non-nil; a nil fault clears it. It stands in for a disk whose writeback
+// fails (tests). Safe to call at any time.
+func (s *Store) SetSyncFault(fault func() error) {
+	if fault == nil {
+		s.syncFault.Store(nil)
+		return
+	}
+	s.syncFault.Store(&fault)
+}
+
 // Durable reports whether the store is durable ([Store.SetDurable]).
 func (s *Store) Durable() bool { return s.durable.Load() }
 
@@ -85,8 +97,8 @@ func (s *Store) syncLocked(op string) error {
 		return nil
 	}
 	err := s.db.Sync()
-	if err == nil && s.syncFault != nil {
-		err = s.syncFault()
+	if f := s.syncFault.Load(); err == nil && f != nil {
+		err = (*f)()
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", op, ErrNotSynced, firstLine(err.Error()))

@@ -43,14 +43,14 @@ func TestStore_DurableSyncsEachGroupOnce(t *testing.T) {
 		require.NoError(t, s.SetDurable(durable))
 		var syncs atomic.Int64
 		var lockFree atomic.Bool
-		s.syncFault = func() error {
+		s.SetSyncFault(func() error {
 			if s.mu.TryLock() { // another commit could come in: a defect
 				lockFree.Store(true)
 				s.mu.Unlock()
 			}
 			syncs.Add(1)
 			return nil
-		}
+		})
 		const jobs = 12
 		recs := make([]JobRecord, jobs)
 		for i := range recs {
@@ -113,12 +113,12 @@ func TestStore_DurableSyncFailure(t *testing.T) {
 	a := putJobRecord(t, s, 1, 1, 1, false)
 	var fails atomic.Int64
 	fails.Store(1)
-	s.syncFault = func() error {
+	s.SetSyncFault(func() error {
 		if fails.Add(-1) >= 0 {
 			return errDiskGone
 		}
 		return nil
-	}
+	})
 	got := make(answers, 2)
 	s.SaveOutcomeRetried(a.ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: make([]byte, 2000)}, got.done("outcome"))
 	first := got.next(t)

@@ -124,11 +124,11 @@ type Store struct {
 	stopping bool
 	inGroup  bool // s.mu is held for the whole group (durable.go)
 	// durable: every acknowledging write is synced (durable.go); syncs
-	// counts the syncs; syncFault, set by tests before any write, fails
+	// counts the syncs; syncFault (SetSyncFault) fails
 	// a sync that succeeded.
 	durable   atomic.Bool
 	syncs     atomic.Int64
-	syncFault func() error
+	syncFault atomic.Pointer[func() error]
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
