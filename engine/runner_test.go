@@ -290,3 +290,31 @@ func TestRunner_DurableInMemoryIsAConfigError(t *testing.T) {
 	_, err = engine.Open("", enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync}, nil)
 	require.ErrorContains(t, err, "Durability")
 }
+
+// A durable runner whose sync of a target's outcome fails goes on: the
+// store's writer writes the outcome again and syncs it, the job ends done
+// with every target, and the byte total counts each outcome once.
+func TestRunner_DurableTargetSyncFailureRewritten(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	store.SetRetryWait(time.Millisecond)
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync, RetryWait: time.Millisecond})
+	var calls atomic.Int64
+	store.SetSyncFault(func() error {
+		if calls.Add(1) == 3 { // a sync after the job's creation: one of its targets' groups
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	id := b.Submit(t, "alice", enginetest.Targets("alice", 4))
+	job, ts := b.WaitStatus(t, id, "done")
+	require.Equal(t, 4, job.TargetsDone)
+	for _, tg := range ts {
+		require.Equal(t, "done", tg.Status)
+	}
+	require.GreaterOrEqual(t, calls.Load(), int64(3), "the failing sync was reached")
+	require.Eventually(t, func() bool {
+		n, err := store.CountBytes()
+		return err == nil && n == store.Bytes()
+	}, 10*time.Second, time.Millisecond, "the byte total is the count of the rows")
+}
