@@ -17,7 +17,8 @@ const callerKind = "siftbatch-caller"
 
 // callerGrain admits one caller's jobs: it counts the caller's live jobs on
 // every node against JobsPerCaller, and knows its reusable jobs by
-// idempotency key. Its state is rebuilt, never trusted across a topology
+// idempotency key, each with the hash of its targets when the key is the
+// caller's own (an Idempotency-Key is bound to its body). Its state is rebuilt, never trusted across a topology
 // change: it asks every member, once the members agree on the topology,
 // and records that topology's hash as its epoch. An admission carries the
 // epoch, and a node creates the job only if its topology is still that
@@ -28,9 +29,15 @@ type callerGrain struct {
 	caller string
 	ready  bool
 	epoch  uint64
-	live   map[string]bool   // ids of the caller's live jobs and admissions held, on every node
-	reuse  map[string]string // idempotency key → id of a reusable job
+	live   map[string]bool       // ids of the caller's live jobs and admissions held, on every node
+	reuse  map[string]reuseEntry // idempotency key → a reusable job
 }
+
+// reuseEntry is a reusable job of a caller's grain: its id and, for a key
+// of the caller's own, the hash of its targets ("" for a derived key, or
+// not known yet: a rebuild learns keys, not bodies; the job's node tells it
+// when a resubmit needs it).
+type reuseEntry struct{ id, body string }
 
 // Receive implements actor.Actor.
 func (g *callerGrain) Receive(ctx actor.Context) {
@@ -41,14 +48,14 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 		ctx.Respond(g.admit(ctx, m))
 	case *clusterpb.Remember:
 		if g.ready && m.Caller == g.caller {
-			g.reuse[m.Key] = m.Id
+			g.reuse[m.Key] = reuseEntry{id: m.Id, body: m.Body}
 		}
 		ctx.Respond(&clusterpb.Settled{})
 	case *clusterpb.Settle:
 		delete(g.live, m.Id)
 		if m.Status != "done" && m.Status != "partial" {
-			for k, id := range g.reuse {
-				if id == m.Id {
+			for k, e := range g.reuse {
+				if e.id == m.Id {
 					delete(g.reuse, k)
 				}
 			}
@@ -71,9 +78,20 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 	if g.live[m.Id] { // asked again: protoactor's requests are retried
 		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
 	}
-	if id, ok := g.reuse[m.Key]; ok {
-		if g.a.reusable(m.Caller, m.Key, id) {
-			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
+	if e, ok := g.reuse[m.Key]; ok {
+		wantBody := m.Body != "" && e.body == ""
+		if ok, body := g.a.reusable(m.Caller, m.Key, e.id, wantBody); ok {
+			if wantBody && body != "" {
+				e.body = body
+				g.reuse[m.Key] = e
+			}
+			// The key is bound to its job's body. A body still unknown (its
+			// node could not read it) is left to the asking runner, which
+			// checks the targets of a job of its own.
+			if m.Body != "" && e.body != "" && m.Body != e.body {
+				return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_MISMATCH}
+			}
+			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: e.id}
 		}
 		delete(g.reuse, m.Key)
 	}
@@ -81,7 +99,7 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_BUSY}
 	}
 	g.live[m.Id] = true
-	g.reuse[m.Key] = m.Id
+	g.reuse[m.Key] = reuseEntry{id: m.Id, body: m.Body}
 	observe("admit", m.Caller, m.Id, int(m.Cap))
 	return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
 }
@@ -108,7 +126,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), g.a.timeout)
 	defer cancel()
-	live, reuse := map[string]bool{}, map[string]string{}
+	live, reuse := map[string]bool{}, map[string]reuseEntry{}
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup
@@ -128,7 +146,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 					live[j.Id] = true
 				}
 				if j.Reusable {
-					reuse[j.Key] = j.Id
+					reuse[j.Key] = reuseEntry{id: j.Id}
 				}
 			}
 		})
