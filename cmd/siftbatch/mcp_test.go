@@ -55,8 +55,9 @@ func mcpCall(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]a
 }
 
 // TestMCP_ServeAndStdioCommand drives a real serve process with the
-// official Go SDK's client: over streamable HTTP at /mcp, and through the
-// siftbatch mcp command over stdio, each tool as an agent uses it; another
+// official Go SDK's client: over streamable HTTP at /mcp (every tool), and
+// through the siftbatch mcp command over stdio, each tool as an agent uses
+// it (batch_submit and batch_wait: TestMCP_StdioWaitSendsProgress); another
 // key sees none of the job, and a caller at its cap of live jobs gets 429
 // as a tool error that says when to retry.
 func TestMCP_ServeAndStdioCommand(t *testing.T) {
@@ -108,8 +109,20 @@ func TestMCP_ServeAndStdioCommand(t *testing.T) {
 	if !res.IsError || !strings.Contains(text, "429") || !strings.Contains(text, "retry after 5 seconds") {
 		t.Fatalf("submit at the cap: %v %q", res.IsError, text)
 	}
+	// The other tools over HTTP too: status, list, cancel of the held job.
+	if _, job, _ := mcpCall(t, alice, "batch_status", map[string]any{"id": id}); job["status"] != "done" || job["targets_done"] != 1.0 {
+		t.Fatalf("status over HTTP: %v", job)
+	}
+	if _, list, _ := mcpCall(t, alice, "batch_list", nil); len(list["jobs"].([]any)) != 2 {
+		t.Fatalf("list over HTTP: %v", list)
+	}
+	if _, c, text := mcpCall(t, alice, "batch_cancel", map[string]any{"id": held["id"]}); c["cancelled"] != true {
+		t.Fatalf("cancel over HTTP: %v %q", c, text)
+	}
 	close(release)
-	mcpCall(t, alice, "batch_wait", map[string]any{"id": held["id"]})
+	if _, job, _ := mcpCall(t, alice, "batch_wait", map[string]any{"id": held["id"]}); job["status"] != "cancelled" {
+		t.Fatalf("wait of the cancelled job: %v", job)
+	}
 
 	// The stdio command, with a key file that holds the key alone.
 	dir := t.TempDir()
