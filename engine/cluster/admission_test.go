@@ -661,6 +661,16 @@ func TestAdmission_GarbageAndClosedNeverPanic(t *testing.T) {
 		adm.Ended("garbage-caller", id, "bogus-status")
 		adm.Ended("nobody", id, "done")
 	}
+	// A body that is no hash of targets is never admitted (its grain
+	// answers RETRY until the asking node gives up, or its ctx ends).
+	for _, body := range []string{"not-a-hash", strings.Repeat("A", 64), strings.Repeat("f", 4096)} {
+		bctx, cancel := context.WithTimeout(ctx, time.Second)
+		reuse, err := adm.Admit(bctx, "body-caller", "k", body, fmt.Sprintf("%x", rand.Uint64()))
+		cancel()
+		if err == nil || reuse != "" {
+			t.Errorf("Admit with body %.12q: %q %v, want no admission", body, reuse, err)
+		}
+	}
 	// A cancelled context: an error or an answer, no panic.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

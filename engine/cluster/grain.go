@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -48,7 +49,11 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 		ctx.Respond(g.admit(ctx, m))
 	case *clusterpb.Remember:
 		if g.ready && m.Caller == g.caller {
-			g.reuse[m.Key] = reuseEntry{id: m.Id, body: m.Body}
+			e := reuseEntry{id: m.Id}
+			if validBody(m.Body) {
+				e.body = m.Body
+			}
+			g.reuse[m.Key] = e
 		}
 		ctx.Respond(&clusterpb.Settled{})
 	case *clusterpb.Settle:
@@ -67,8 +72,8 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 // admit decides an Admit.
 func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Admission {
 	retry := &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_RETRY}
-	if m.Caller != g.caller {
-		return retry
+	if m.Caller != g.caller || !validBody(m.Body) {
+		return retry // another caller's, or a body no node sends
 	}
 	if !g.ready || g.a.members.topologyHash() != g.epoch {
 		if !g.rebuild(ctx) {
@@ -81,7 +86,7 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 	if e, ok := g.reuse[m.Key]; ok {
 		wantBody := m.Body != "" && e.body == ""
 		if ok, body := g.a.reusable(m.Caller, m.Key, e.id, wantBody); ok {
-			if wantBody && body != "" {
+			if wantBody && body != "" && validBody(body) {
 				e.body = body
 				g.reuse[m.Key] = e
 			}
@@ -156,6 +161,23 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 		return false
 	}
 	g.live, g.reuse, g.epoch, g.ready = live, reuse, hash, true
+	return true
+}
+
+// validBody reports whether body is a hash of targets as a node sends it
+// (engine.Peer.TargetsHash: 64 lowercase hex digits), or "" (none).
+func validBody(body string) bool {
+	if body == "" {
+		return true
+	}
+	if len(body) != 2*sha256.Size {
+		return false
+	}
+	for i := range len(body) {
+		if c := body[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
 	return true
 }
 
