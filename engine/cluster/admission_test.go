@@ -958,3 +958,46 @@ func TestAdmission_IdempotencyKeyBoundAcrossNodes(t *testing.T) {
 	}
 	w.check(t)
 }
+
+// TestAdmission_IdempotencyKeyBoundWhileJobIsCreated: a key is bound from
+// its admission, before its job exists: while a slow node holds its
+// admission for key k-1 (its job not created yet), the same key with
+// other targets on another node answers 422 at once; once the job
+// exists, the same key and targets on that node return it.
+func TestAdmission_IdempotencyKeyBoundWhileJobIsCreated(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 4, JobsTotal: 64}})
+	ga := &gatedAdmission{admitted: make(chan struct{}, 1), gate: make(chan struct{})}
+	ga.armed.Store(true)
+	a := tc.AddWith("a", clustertest.NodeOptions{Admission: func(adm engine.Admission) engine.Admission { ga.Admission = adm; return ga }})
+	b := tc.Add("b")
+	tc.WaitMembers(2)
+
+	const x, y = "https://example.com/x/hold", "https://example.com/y/hold"
+	type answer struct {
+		code int
+		id   string
+		body []byte
+	}
+	first := make(chan answer, 1)
+	go func() {
+		code, id, body := submitIdem(a, "alice-key", "k-1", x)
+		first <- answer{code, id, body}
+	}()
+	testkit.Recv(t, ga.admitted) // a's submit is admitted; its job is not created
+	if code, id, body := submitIdem(b, "alice-key", "k-1", y); code != http.StatusUnprocessableEntity {
+		close(ga.gate)
+		t.Fatalf("key k-1 with other targets while its job is created: %d %s %s, want 422", code, id, body)
+	}
+	close(ga.gate)
+	fa := testkit.Recv(t, first)
+	if fa.code != http.StatusAccepted {
+		t.Fatalf("the first submit on a: %d %s", fa.code, fa.body)
+	}
+	code, id, body := submitIdemUntil(t, b, "alice-key", "k-1", x)
+	if code != http.StatusAccepted || id != fa.id {
+		t.Fatalf("key k-1 with its targets on b: %d %s, want %s", code, body, fa.id)
+	}
+	w.check(t)
+}

@@ -84,8 +84,9 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
 	}
 	if e, ok := g.reuse[m.Key]; ok {
+		id := e.id
 		wantBody := m.Body != "" && e.body == ""
-		if ok, body := g.a.reusable(m.Caller, m.Key, e.id, wantBody); ok {
+		if ok, body := g.a.reusable(m.Caller, m.Key, id, wantBody); ok {
 			if wantBody && body != "" && validBody(body) {
 				e.body = body
 				g.reuse[m.Key] = e
@@ -96,7 +97,12 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 			if m.Body != "" && e.body != "" && m.Body != e.body {
 				return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_MISMATCH}
 			}
-			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: e.id}
+			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
+		}
+		if g.live[id] && m.Body != "" && e.body != "" && m.Body != e.body {
+			// Bound to a job admitted and not yet created (or whose node
+			// did not answer), of another body: a mismatch now as later.
+			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_MISMATCH}
 		}
 		delete(g.reuse, m.Key)
 	}
