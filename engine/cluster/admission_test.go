@@ -30,6 +30,7 @@ type capWatch struct {
 	mu         sync.Mutex
 	live       map[string]map[string]bool // caller → ids admitted, not ended
 	admissions int
+	retries    int // submits asked again: their key bound to a job of another body
 	violations []string
 }
 
@@ -77,6 +78,8 @@ func observe(event, caller, id string, limit int) {
 		}
 	case "end":
 		delete(w.live[caller], id)
+	case "retry":
+		w.retries++
 	}
 }
 
@@ -962,8 +965,9 @@ func TestAdmission_IdempotencyKeyBoundAcrossNodes(t *testing.T) {
 // TestAdmission_IdempotencyKeyBoundWhileJobIsCreated: a key is bound from
 // its admission, before its job exists: while a slow node holds its
 // admission for key k-1 (its job not created yet), the same key with
-// other targets on another node answers 422 at once; once the job
-// exists, the same key and targets on that node return it.
+// other targets on another node is held (asked again) and, once the job
+// exists, answers 422; never a second job of the key. The same key and
+// targets on that node then return the job.
 func TestAdmission_IdempotencyKeyBoundWhileJobIsCreated(t *testing.T) {
 	t.Parallel()
 	w := watchCaps(t)
@@ -980,21 +984,43 @@ func TestAdmission_IdempotencyKeyBoundWhileJobIsCreated(t *testing.T) {
 		id   string
 		body []byte
 	}
-	first := make(chan answer, 1)
+	first, second := make(chan answer, 1), make(chan answer, 1)
 	go func() {
 		code, id, body := submitIdem(a, "alice-key", "k-1", x)
 		first <- answer{code, id, body}
 	}()
 	testkit.Recv(t, ga.admitted) // a's submit is admitted; its job is not created
-	if code, id, body := submitIdem(b, "alice-key", "k-1", y); code != http.StatusUnprocessableEntity {
-		close(ga.gate)
-		t.Fatalf("key k-1 with other targets while its job is created: %d %s %s, want 422", code, id, body)
-	}
+	w.mu.Lock()
+	asked := w.admissions
+	w.mu.Unlock()
+	go func() {
+		code, id, body := submitIdem(b, "alice-key", "k-1", y)
+		second <- answer{code, id, body}
+	}()
+	testkit.WaitFor(t, "b's submit asked again by the grain", func() bool {
+		select {
+		case s := <-second:
+			close(ga.gate)
+			t.Fatalf("key k-1 with other targets while its job is created: %d %s %s, want it held until the job exists", s.code, s.id, s.body)
+		default:
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.retries > 0
+	})
 	close(ga.gate)
 	fa := testkit.Recv(t, first)
 	if fa.code != http.StatusAccepted {
 		t.Fatalf("the first submit on a: %d %s", fa.code, fa.body)
 	}
+	if s := testkit.Recv(t, second); s.code != http.StatusUnprocessableEntity {
+		t.Fatalf("key k-1 with other targets once its job exists: %d %s %s, want 422", s.code, s.id, s.body)
+	}
+	w.mu.Lock()
+	if w.admissions != asked {
+		t.Errorf("the held submit was admitted: %d admissions, want %d", w.admissions, asked)
+	}
+	w.mu.Unlock()
 	code, id, body := submitIdemUntil(t, b, "alice-key", "k-1", x)
 	if code != http.StatusAccepted || id != fa.id {
 		t.Fatalf("key k-1 with its targets on b: %d %s, want %s", code, body, fa.id)

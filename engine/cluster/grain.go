@@ -100,9 +100,13 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
 		}
 		if g.live[id] && m.Body != "" && e.body != "" && m.Body != e.body {
-			// Bound to a job admitted and not yet created (or whose node
-			// did not answer), of another body: a mismatch now as later.
-			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_MISMATCH}
+			// Bound to a job of another body that is admitted and not yet
+			// created, or has ended and its node has not told yet, or
+			// whose node did not answer: asked again (the asking node
+			// backs off) until the job exists (MISMATCH) or its end frees
+			// the key. Never a second job of the key.
+			observe("retry", m.Caller, m.Id, 0)
+			return retry
 		}
 		delete(g.reuse, m.Key)
 	}
@@ -188,7 +192,9 @@ func validBody(body string) bool {
 }
 
 // observeFn, set by tests only, sees each admission a grain makes and each
-// end of an admitted job a node reports (with the cap, for admissions).
+// end of an admitted job a node reports (with the cap, for admissions),
+// and each submit asked again because its key is bound to a job of
+// another body not yet known reusable ("retry").
 var observeFn struct {
 	sync.RWMutex
 	fn func(event, caller, id string, cap int)
