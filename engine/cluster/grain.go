@@ -19,12 +19,12 @@ const callerKind = "siftbatch-caller"
 // callerGrain admits one caller's jobs: it counts the caller's live jobs on
 // every node against JobsPerCaller, and knows its reusable jobs by
 // idempotency key, each with the hash of its targets when the key is the
-// caller's own (an Idempotency-Key is bound to its body). Its state is rebuilt, never trusted across a topology
-// change: it asks every member, once the members agree on the topology,
-// and records that topology's hash as its epoch. An admission carries the
-// epoch, and a node creates the job only if its topology is still that
-// epoch (admitter.Admit): an activation left from an older topology cannot
-// admit past the cap.
+// caller's own (an Idempotency-Key is bound to its body). Its state is
+// rebuilt, never trusted across a topology change: it asks every member,
+// once the members agree on the topology, and records that topology's hash
+// as its epoch. An admission carries the epoch, and a node creates the job
+// only if its topology is still that epoch (admitter.Admit): an activation
+// left from an older topology cannot admit past the cap.
 type callerGrain struct {
 	a      *admitter
 	caller string
