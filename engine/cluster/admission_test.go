@@ -1027,3 +1027,62 @@ func TestAdmission_IdempotencyKeyBoundWhileJobIsCreated(t *testing.T) {
 	}
 	w.check(t)
 }
+
+// TestAdmission_IdempotencyKeyCrowdMakesOneJob: 12 first submits of one
+// Idempotency-Key at once over 3 nodes, half with one body, half with
+// another, make one job: the submits of its body answer it (202), the
+// others 422; none answers another job.
+func TestAdmission_IdempotencyKeyCrowdMakesOneJob(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 8, JobsTotal: 64}}, "a", "b", "c")
+	nodes := tc.Nodes()
+	urls := [2]string{"https://example.com/crowd/x/hold", "https://example.com/crowd/y/hold"}
+	type answer struct {
+		body int // which of urls
+		code int
+		id   string
+		text []byte
+	}
+	answers := make(chan answer, 12)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			<-start
+			code, id, text := submitIdem(nodes[i%3], "alice-key", "k-crowd", urls[i%2])
+			answers <- answer{i % 2, code, id, text}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	ids := map[string]bool{}
+	accepted := map[int]int{} // body → 202s
+	for a := range answers {
+		switch a.code {
+		case http.StatusAccepted:
+			ids[a.id] = true
+			accepted[a.body]++
+		case http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
+		default:
+			t.Errorf("a submit of body %d: %d %s", a.body, a.code, a.text)
+		}
+	}
+	if len(ids) != 1 || len(accepted) != 1 {
+		t.Fatalf("12 submits of one key made jobs %v, accepted by body %v: want one job, of one body", ids, accepted)
+	}
+	t.Logf("one job, 202 to %v submits of its body", accepted)
+	jobs := 0
+	for _, n := range nodes {
+		list, _, err := n.Runner.List(w.caller("alice"), engine.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs += len(list)
+	}
+	if jobs != 1 {
+		t.Fatalf("alice has %d jobs on the nodes, want 1", jobs)
+	}
+	w.check(t)
+}

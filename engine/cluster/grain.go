@@ -99,12 +99,12 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 			}
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
 		}
-		if g.live[id] && m.Body != "" && e.body != "" && m.Body != e.body {
-			// Bound to a job of another body that is admitted and not yet
-			// created, or has ended and its node has not told yet, or
-			// whose node did not answer: asked again (the asking node
-			// backs off) until the job exists (MISMATCH) or its end frees
-			// the key. Never a second job of the key.
+		if g.live[id] && m.Body != "" {
+			// A key of the caller's own bound to a job that is admitted and
+			// not yet created, or has ended and its node has not told yet,
+			// or whose node did not answer: asked again (the asking node
+			// backs off) until the job exists (REUSE or MISMATCH) or its
+			// end frees the key. Never a second job of the key.
 			observe("retry", m.Caller, m.Id, 0)
 			return retry
 		}
@@ -193,8 +193,8 @@ func validBody(body string) bool {
 
 // observeFn, set by tests only, sees each admission a grain makes and each
 // end of an admitted job a node reports (with the cap, for admissions),
-// and each submit asked again because its key is bound to a job of
-// another body not yet known reusable ("retry").
+// and each submit asked again because its key is bound to a job not yet
+// known reusable ("retry").
 var observeFn struct {
 	sync.RWMutex
 	fn func(event, caller, id string, cap int)
