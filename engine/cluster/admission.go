@@ -43,12 +43,12 @@ func newAdmitter(timeout time.Duration, tag [engine.NodeTagLen]byte, log *slog.L
 }
 
 // Admit asks caller's grain; see [engine.Admission].
-func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, error) {
+func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (string, error) {
 	c := a.life.cluster()
 	if c == nil {
 		return "", engine.ErrNoAdmission
 	}
-	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller)}
+	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller), Body: body}
 	for attempt := range admitAttempts {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt*attempt) * 50 * time.Millisecond)
@@ -75,6 +75,8 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 			return "", engine.ErrCallerBusy
 		case clusterpb.Verdict_VERDICT_REUSE:
 			return adm.ReuseId, nil
+		case clusterpb.Verdict_VERDICT_MISMATCH:
+			return "", engine.ErrIdempotencyMismatch
 		case clusterpb.Verdict_VERDICT_ADMIT:
 			// The fence: the grain decided under topology adm.Epoch; if this
 			// node has seen the topology change since, a newer activation may
@@ -106,12 +108,12 @@ func (a *admitter) Release(caller, id string) {
 }
 
 // Reused tells the caller's grain that this node reused its job id for key
-// on its own. It tells it before it returns (waiting at most the Timeout),
-// as Release does: the caller's next resubmit, on any node, returns the
-// same job.
-func (a *admitter) Reused(caller, key, id string) {
+// (bound to targets of hash body, if not "") on its own. It tells it before
+// it returns (waiting at most the Timeout), as Release does: the caller's
+// next resubmit, on any node, returns the same job.
+func (a *admitter) Reused(caller, key, body, id string) {
 	if c := a.life.cluster(); c != nil {
-		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
+		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id, Body: body})
 	}
 }
 
@@ -227,23 +229,44 @@ func (a *admitter) callerJobs(ctx context.Context, m *pacluster.Member, caller s
 }
 
 // reusable asks the node that holds job id whether a resubmit may reuse
-// it: false if that node is not a member.
-func (a *admitter) reusable(caller, key, id string) bool {
+// it: false if that node is not a member. With wantBody, it asks for the
+// hash of the job's targets too: body is "" if the node could not tell it.
+func (a *admitter) reusable(caller, key, id string, wantBody bool) (ok bool, body string) {
 	tag, ok := idTag(id)
 	if !ok {
-		return false
+		return false, ""
 	}
 	if tag == a.tag {
-		return a.life.run.runner.Reusable(caller, key, id)
+		return reusableHere(a.life.run.runner, &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody})
 	}
 	m, _ := a.members.holder(tag)
 	if m == nil {
-		return false
+		return false, ""
 	}
-	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, a.timeout, nil)
+	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody}, a.timeout, nil)
 	if err != nil {
-		return false
+		return false, ""
 	}
 	reply, ok := res.(*clusterpb.ReusableReply)
-	return ok && reply.Reusable
+	if !ok || !reply.Reusable {
+		return false, ""
+	}
+	return true, reply.Body
+}
+
+// reusableHere answers a ReusableRequest from this node's runner: whether
+// the job may be reused and, if asked, the hash of its targets ("" if it
+// could not be read).
+func reusableHere(run engine.Peer, m *clusterpb.ReusableRequest) (bool, string) {
+	if !run.Reusable(m.Caller, m.Key, m.Id) {
+		return false, ""
+	}
+	if !m.WantBody {
+		return true, ""
+	}
+	body, err := run.TargetsHash(m.Caller, m.Id)
+	if err != nil {
+		return true, ""
+	}
+	return true, body
 }

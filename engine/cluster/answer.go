@@ -69,7 +69,8 @@ func (a *answerer) receive(ctx actor.Context) {
 	case *clusterpb.ReusableRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() {
-			a.send(sender, &clusterpb.ReusableReply{Reusable: a.life.run.runner.Reusable(m.Caller, m.Key, m.Id)})
+			ok, body := reusableHere(a.life.run.runner, m)
+			a.send(sender, &clusterpb.ReusableReply{Reusable: ok, Body: body})
 		})
 	}
 }

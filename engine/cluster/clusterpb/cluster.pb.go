@@ -39,6 +39,9 @@ const (
 	// VERDICT_RETRY: the grain cannot decide now (the topology is changing,
 	// a member did not answer, the grain moved): ask again.
 	Verdict_VERDICT_RETRY Verdict = 4
+	// VERDICT_MISMATCH: the key is bound to a reusable job of other targets
+	// (engine.ErrIdempotencyMismatch).
+	Verdict_VERDICT_MISMATCH Verdict = 5
 )
 
 // Enum value maps for Verdict.
@@ -49,6 +52,7 @@ var (
 		2: "VERDICT_BUSY",
 		3: "VERDICT_REUSE",
 		4: "VERDICT_RETRY",
+		5: "VERDICT_MISMATCH",
 	}
 	Verdict_value = map[string]int32{
 		"VERDICT_UNSPECIFIED": 0,
@@ -56,6 +60,7 @@ var (
 		"VERDICT_BUSY":        2,
 		"VERDICT_REUSE":       3,
 		"VERDICT_RETRY":       4,
+		"VERDICT_MISMATCH":    5,
 	}
 )
 
@@ -751,7 +756,12 @@ type Admit struct {
 	// id is the job's id, with the asking node's tag.
 	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	// cap is the asking node's JobsPerCaller.
-	Cap           int32 `protobuf:"varint,4,opt,name=cap,proto3" json:"cap,omitempty"`
+	Cap int32 `protobuf:"varint,4,opt,name=cap,proto3" json:"cap,omitempty"`
+	// body is, for a key of the caller's own (an Idempotency-Key), the hash
+	// of the submission's targets (hex; engine.Peer.TargetsHash): the grain
+	// binds the key to it while its job is reusable. Empty for a key derived
+	// from the targets, which hashes them already.
+	Body          string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +822,13 @@ func (x *Admit) GetCap() int32 {
 		return x.Cap
 	}
 	return 0
+}
+
+func (x *Admit) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
 }
 
 // Admission answers Admit.
@@ -1156,10 +1173,13 @@ func (x *CallerJobsReply) GetTopology() uint64 {
 // ReusableRequest asks the node that holds job id whether a resubmit may
 // reuse it.
 type ReusableRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Id     string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// want_body asks for the hash of the job's targets too (a grain that
+	// rebuilt knows the job's key, not its body).
+	WantBody      bool `protobuf:"varint,4,opt,name=want_body,json=wantBody,proto3" json:"want_body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1215,10 +1235,19 @@ func (x *ReusableRequest) GetId() string {
 	return ""
 }
 
+func (x *ReusableRequest) GetWantBody() bool {
+	if x != nil {
+		return x.WantBody
+	}
+	return false
+}
+
 // ReusableReply answers ReusableRequest.
 type ReusableReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reusable      bool                   `protobuf:"varint,1,opt,name=reusable,proto3" json:"reusable,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Reusable bool                   `protobuf:"varint,1,opt,name=reusable,proto3" json:"reusable,omitempty"`
+	// body is the hash of the job's targets (hex), if asked and reusable.
+	Body          string `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,14 +1289,25 @@ func (x *ReusableReply) GetReusable() bool {
 	return false
 }
 
+func (x *ReusableReply) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
 // Remember tells a caller's grain that job id, submitted with idempotency
 // key key, was reused by its node on its own (the node's runner found it
 // first): the grain reuses it too. Answered by Settled.
 type Remember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Id     string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// body is the hash of the job's targets (hex) when the key is the
+	// caller's own and the node checked them; else empty (the grain asks the
+	// job's node when it needs it).
+	Body          string `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1323,6 +1363,13 @@ func (x *Remember) GetId() string {
 	return ""
 }
 
+func (x *Remember) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
 var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
@@ -1372,12 +1419,13 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1f\n" +
 	"\vbad_request\x18\x03 \x01(\tR\n" +
 	"badRequest\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"S\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"g\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x10\n" +
-	"\x03cap\x18\x04 \x01(\x05R\x03cap\"u\n" +
+	"\x03cap\x18\x04 \x01(\x05R\x03cap\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\tR\x04body\"u\n" +
 	"\tAdmission\x127\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x1d.siftbatch.cluster.v1.VerdictR\averdict\x12\x19\n" +
 	"\breuse_id\x18\x02 \x01(\tR\areuseId\x12\x14\n" +
@@ -1397,23 +1445,27 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x0fCallerJobsReply\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.CallerJobR\x04jobs\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
-	"\btopology\x18\x03 \x01(\x04R\btopology\"K\n" +
+	"\btopology\x18\x03 \x01(\x04R\btopology\"h\n" +
 	"\x0fReusableRequest\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id\"+\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1b\n" +
+	"\twant_body\x18\x04 \x01(\bR\bwantBody\"?\n" +
 	"\rReusableReply\x12\x1a\n" +
-	"\breusable\x18\x01 \x01(\bR\breusable\"D\n" +
+	"\breusable\x18\x01 \x01(\bR\breusable\x12\x12\n" +
+	"\x04body\x18\x02 \x01(\tR\x04body\"X\n" +
 	"\bRemember\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id*m\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\tR\x04body*\x83\x01\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ADMIT\x10\x01\x12\x10\n" +
 	"\fVERDICT_BUSY\x10\x02\x12\x11\n" +
 	"\rVERDICT_REUSE\x10\x03\x12\x11\n" +
-	"\rVERDICT_RETRY\x10\x04B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
+	"\rVERDICT_RETRY\x10\x04\x12\x14\n" +
+	"\x10VERDICT_MISMATCH\x10\x05B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
 
 var (
 	file_engine_cluster_clusterpb_cluster_proto_rawDescOnce sync.Once
