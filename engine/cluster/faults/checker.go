@@ -30,7 +30,7 @@ type Model struct {
 
 // Violation is one guarantee a history broke.
 type Violation struct {
-	Rule   string // lost, 404, cap, over-cap-after-heal, live-after-heal, duplicate
+	Rule   string // lost, 404, cap, over-cap, live-after-heal, duplicate
 	Detail string
 }
 
@@ -38,12 +38,12 @@ func (v Violation) String() string { return v.Rule + ": " + v.Detail }
 
 // The rules of [Check].
 const (
-	RuleLost      = "lost"                // an acknowledged job not readable everywhere once healed, or a target read done no longer done
-	Rule404       = "404"                 // a read answered 404 for a job that exists
-	RuleCap       = "cap"                 // a caller's live jobs over Cap × the sides at that moment
-	RuleOverCap   = "over-cap-after-heal" // after the heal, a caller admitted while its live jobs already filled its cap
-	RuleLive      = "live-after-heal"     // a job still live after Healed + RetryFor + JobWork
-	RuleDuplicate = "duplicate"           // concurrent first submits of the same targets on one side made two jobs
+	RuleLost      = "lost"            // an acknowledged job not readable everywhere once healed, or a target read done no longer done
+	Rule404       = "404"             // a read answered 404 for a job that exists
+	RuleCap       = "cap"             // a caller's live jobs over Cap × the sides at that moment
+	RuleOverCap   = "over-cap"        // a caller admitted, every node seeing every node, while its live jobs already filled its cap; or the views never whole again after the heal
+	RuleLive      = "live-after-heal" // a job still live after Healed + RetryFor + JobWork
+	RuleDuplicate = "duplicate"       // concurrent first submits of the same targets on one side made two jobs
 )
 
 // job is what the checker gathers of one acknowledged job.
@@ -66,9 +66,11 @@ type job struct {
 //     answer to the last request whose answer read it queued or running)
 //     never outnumber Cap × the cluster's sides then (the distinct member
 //     lists the nodes saw, within Lag);
-//   - over-cap-after-heal: once every node sees every node again after
-//     Healed, no submit is answered 202 (a new job) while the caller's
-//     other jobs certainly live throughout the request already fill Cap;
+//   - over-cap: no submit is answered 202 (a new job) while every node
+//     sees every node (from Lag before the request to Lag after its
+//     answer) and the caller's other jobs certainly live throughout the
+//     request already fill Cap: after a heal too, the count comes down as
+//     jobs end; and after Healed, the views show every node again;
 //   - live-after-heal: no job is read live after its submit + JobWork, or
 //     after Healed + RetryFor + JobWork;
 //   - duplicate: the two submits of a pair (the same new targets, at once,
@@ -184,13 +186,12 @@ func Check(ops []Op, views []View, m Model) []Violation {
 		}
 	}
 
-	// over-cap-after-heal: new jobs admitted after the views are whole.
-	whole, ok := sides.wholeAfter(m.Healed)
-	if !ok && !m.Healed.IsZero() {
+	// over-cap: new jobs admitted while every view was whole.
+	if _, ok := sides.wholeAfter(m.Healed); !ok && !m.Healed.IsZero() {
 		add(RuleOverCap, "the nodes' views never showed every node again after the heal at %s", stamp(m.Healed))
 	}
 	for _, op := range ops {
-		if !ok || op.Kind != Submit || op.Code != 202 || op.Reused || op.Invoke.Before(whole.Add(m.Lag)) {
+		if op.Kind != Submit || op.Code != 202 || op.Reused || !sides.whole(op.Invoke.Add(-m.Lag), op.Complete.Add(m.Lag)) {
 			continue
 		}
 		var filling []string
@@ -200,7 +201,7 @@ func Check(ops []Op, views []View, m Model) []Violation {
 			}
 		}
 		if len(filling) >= m.Cap {
-			add(RuleOverCap, "%s admitted job %s on %s at %s while %d of its jobs were live (%s): cap %d", op.Client, op.ID, op.Node, stamp(op.Invoke), len(filling), strings.Join(filling, ","), m.Cap)
+			add(RuleOverCap, "%s admitted job %s on %s at %s, every node seeing every node, while %d of its jobs were live (%s): cap %d", op.Client, op.ID, op.Node, stamp(op.Invoke), len(filling), strings.Join(filling, ","), m.Cap)
 		}
 	}
 
@@ -279,6 +280,30 @@ func (s *sides) at(t time.Time) int {
 		}
 	}
 	return n
+}
+
+// whole reports whether every node's view held every node from lo to hi.
+func (s *sides) whole(lo, hi time.Time) bool {
+	all := slices.Clone(s.nodes)
+	slices.Sort(all)
+	isWhole := func(at time.Time) bool {
+		now := s.inForce(at)
+		for _, n := range s.nodes {
+			if !slices.Equal(now[n], all) {
+				return false
+			}
+		}
+		return true
+	}
+	if !isWhole(lo) {
+		return false
+	}
+	for _, v := range s.views {
+		if v.At.After(lo) && !v.At.After(hi) && !isWhole(v.At) {
+			return false
+		}
+	}
+	return true
 }
 
 // wholeAfter returns the first time from t on at which every node's view
