@@ -227,7 +227,7 @@ func (n *Node) Address() string {
 	if b == nil {
 		return n.cfg.AdvertiseAddr
 	}
-	return b.system.Address()
+	return b.advertise
 }
 
 // Start joins the cluster: it starts protoactor's remote and cluster
@@ -267,16 +267,40 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		ahost, _, _ := splitHostPort(advertise)
 		advertise = net.JoinHostPort(ahost, strconv.Itoa(port))
 	}
-	provider, err := n.cfg.Provider.make()
+	peer := engine.PeerOf(r)
+	b := &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, host: host, port: port, advertise: advertise}
+	n.life.run = b
+	n.life.bound.Store(b)
+	n.members.loadTags(peer)
+	inc, err := n.incarnate(b)
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
+	n.life.started = true
+	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, inc.system.Address()),
+		slog.String("provider", n.cfg.Provider.name))
+	n.life.goWork(n.watchRejoin)
+	return nil
+}
+
+// incarnate makes the node's incarnation (rejoin.go): a provider, an actor
+// system, protoactor's cluster on them, and the node's actor; it sets it
+// as the node's, and starts its member. An error if any of that fails,
+// having left nothing started.
+func (n *Node) incarnate(b *bound) (*incarnation, error) {
+	provider, err := n.cfg.Provider.make()
+	if err != nil {
+		return nil, err
+	}
 	started := false
-	defer func() {
-		if p, ok := provider.(*automanagedProvider); ok && !started {
-			p.release()
-		}
-	}()
+	if p, ok := provider.(*automanagedProvider); ok {
+		p.members = n.members.memberIDs
+		defer func() {
+			if !started {
+				p.release()
+			}
+		}()
+	}
 	log := peerLogger(actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...), n.members)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	// At most 8 messages to a gRPC message: protoactor's endpoint writer
@@ -288,7 +312,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// entries, not protoactor's 1,000,000 (16 MiB of slots, for each
 	// address it ever sends to): its ring buffer doubles when full, so a
 	// member with much to send loses nothing.
-	remoteCfg := remote.Configure(host, port, append(n.guard.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8),
+	remoteCfg := remote.Configure(b.host, b.port, append(n.guard.transport(), remote.WithAdvertisedHost(b.advertise), remote.WithEndpointWriterBatchSize(8),
 		remote.WithEndpointWriterQueueSize(endpointQueue), remote.WithEndpointManagerQueueSize(endpointQueue))...)
 	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{a: n.admit} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
@@ -298,27 +322,33 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// (screenGossip), so it is not relayed.
 	ccfg.GossipFanOut = gossipFanOut
 	c := pacluster.New(system, ccfg)
-	peer := engine.PeerOf(r)
-	n.life.run = &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c}
-	n.life.bound.Store(n.life.run)
-	n.members.loadTags(peer)
-	system.EventStream.Subscribe(n.members.onTopology)
+	inc := &incarnation{system: system, c: c}
+	inc.ctx, inc.cancel = context.WithCancel(n.life.ctx)
+	n.life.inc.Store(inc)
+	system.EventStream.Subscribe(func(evt any) {
+		if n.life.inc.Load() == inc { // a retired incarnation's events are its own
+			n.members.onTopology(evt)
+		}
+	})
+	fail := func(err error) (*incarnation, error) {
+		n.life.inc.CompareAndSwap(inc, nil)
+		inc.cancel()
+		return nil, err
+	}
 	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.ans.receive), nodeActor); err != nil {
 		system.Shutdown()
-		return fmt.Errorf("start node: %w", err)
+		return fail(err)
 	}
 	// protoactor panics where it could return an error (a port taken since
 	// the check above, a provider that fails): this is its boundary.
 	if err := startMember(c); err != nil {
 		stopRemote(c) // else its server keeps the port, and goroutines, for good
 		system.Shutdown()
-		waitFreed(net.JoinHostPort(host, strconv.Itoa(port)))
-		return fmt.Errorf("start node: %w", err)
+		waitFreed(net.JoinHostPort(b.host, strconv.Itoa(b.port)))
+		return fail(err)
 	}
-	n.life.started, started = true, true
-	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, system.Address()),
-		slog.String("provider", n.cfg.Provider.name))
-	return nil
+	started = true
+	return inc, nil
 }
 
 // startMember is protoactor's StartMember, its panics turned into errors.
@@ -365,8 +395,11 @@ func (n *Node) Close() error {
 	n.life.cancel()
 	n.life.work.Wait()
 	if started {
-		if !shutdown(n.life.run.c) {
-			n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
+		if inc := n.life.inc.Swap(nil); inc != nil {
+			inc.cancel()
+			if !shutdown(inc.c) {
+				n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
+			}
 		}
 		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))
 	}

@@ -68,10 +68,8 @@ func GrainPID(n *Node, caller string) *actor.PID {
 // SystemOf returns n's actor system: for tests that play a member sending
 // what a siftbatch node never sends.
 func SystemOf(n *Node) *actor.ActorSystem {
-	if b := n.life.settled(); b != nil {
-		return b.system
-	}
-	return nil
+	n.life.settled() // waits for a Start under way
+	return n.life.system()
 }
 
 // PeerLogger returns l behind the filter n puts before protoactor's

@@ -137,6 +137,29 @@ func (l *memberList) current() []*pacluster.Member {
 	return nil
 }
 
+// retire forgets the members of an incarnation the node retires
+// (rejoin.go): until the next publishes its own, the node knows no member,
+// and every wait on one ends (the topology's next is closed).
+func (l *memberList) retire() {
+	if old := l.topo.Swap(&topology{next: make(chan struct{})}); old != nil {
+		close(old.next)
+	}
+}
+
+// memberIDs returns the member ids of the members as protoactor last
+// published them to this node.
+func (l *memberList) memberIDs() []string {
+	t := l.topo.Load()
+	if t == nil {
+		return nil
+	}
+	ids := make([]string, len(t.members))
+	for i, m := range t.members {
+		ids[i] = m.Id
+	}
+	return ids
+}
+
 // topology returns the members as protoactor last published them, with
 // their hash; nil before the first. It takes no lock.
 func (l *memberList) topology() *topology { return l.topo.Load() }
@@ -164,7 +187,7 @@ func (l *memberList) saidName(id string) (string, bool) {
 // knownAddress reports whether addr is this node's address or a current
 // member's. It takes no lock (protoactor logs under its own).
 func (l *memberList) knownAddress(addr string) bool {
-	if b := l.life.bound.Load(); b != nil && addr == b.system.Address() {
+	if b := l.life.bound.Load(); b != nil && addr == b.advertise {
 		return true
 	}
 	t := l.topo.Load()
@@ -380,7 +403,11 @@ func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
 // hello asks member m who it is; nil if it does not say within
 // helloTimeout.
 func (l *memberList) hello(m *pacluster.Member) *clusterpb.NodeInfo {
-	res, err := l.life.system().Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
+	sys := l.life.system()
+	if sys == nil { // between two incarnations (rejoin.go)
+		return nil
+	}
+	res, err := sys.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
 	info, ok := res.(*clusterpb.NodeInfo)
 	if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
 		return nil
