@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
@@ -796,4 +800,92 @@ func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
 		t.Fatalf("resubmits of the same targets: %s on a, %s on b (ja %s live on a, a member; jb %s cancelled)", onA, onB, ja, jb)
 	}
 	w.check(t)
+}
+
+// TestAdmission_HangingGrainMemberBounded: a member that hangs with its
+// ports open (it accepts connections and never answers) and owns the
+// caller's grain costs a submit at most cluster.AdmitBudget in all, not
+// every attempt's whole Timeout (8 attempts of 3 s here: 24 s), then 503
+// "admission unavailable", nothing created. Not parallel: it observes
+// every admission's attempts.
+func TestAdmission_HangingGrainMemberBounded(t *testing.T) {
+	testkit.Long(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var heldMu sync.Mutex
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			heldMu.Lock()
+			held = append(held, c) // never read, never answered
+			heldMu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-accepted
+		heldMu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		heldMu.Unlock()
+	})
+	hangAddr := l.Addr().(*net.TCPAddr)
+	var keys strings.Builder
+	for i := range 32 {
+		fmt.Fprintf(&keys, "hang%d hang%d-key\n", i, i)
+	}
+	tc := clustertest.Start(t, clustertest.Options{Keys: keys.String(), Timeout: 3 * time.Second}, "a")
+	a := tc.Node("a")
+	tc.Agent.RegisterService(test.NewAgentServiceStatus("hanging", hangAddr.IP.String(), hangAddr.Port, []string{"siftbatch-caller"}))
+	clustertest.WaitSees(t, a, 2)
+	// A caller whose grain the hanging member owns.
+	sys := cluster.SystemOf(a.Node)
+	host, port, _ := sys.GetHostPort()
+	rdv := pacluster.NewRendezvous()
+	rdv.UpdateMembers([]*pacluster.Member{
+		{Id: sys.ID, Host: host, Port: int32(port), Kinds: []string{"siftbatch-caller"}},
+		{Id: "hanging", Host: hangAddr.IP.String(), Port: int32(hangAddr.Port), Kinds: []string{"siftbatch-caller"}},
+	})
+	caller := ""
+	for i := range 32 {
+		name := fmt.Sprintf("hang%d", i)
+		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: name, Kind: "siftbatch-caller"}) == hangAddr.String() {
+			caller = name
+			break
+		}
+	}
+	if caller == "" {
+		t.Fatal("no caller's grain on the hanging member")
+	}
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+	)
+	cluster.SetAttemptObserver(func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() })
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+	code, h, body := a.Do(t, "POST", "/v1/batch", caller+"-key", `{"targets":[{"url":"https://example.com/u"}]}`)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), "admission unavailable") {
+		t.Fatalf("submit whose grain hangs: %d %q %s", code, h.Get("Retry-After"), body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var total time.Duration
+	for _, d := range waits {
+		total += d
+	}
+	if len(waits) < 2 || total > cluster.AdmitBudget {
+		t.Fatalf("the admission's attempts waited %v (%d attempts, %v in all); want 2 or more, at most %v in all", waits, len(waits), total, cluster.AdmitBudget)
+	}
+	if jobs, _, err := a.Runner.List(caller, engine.ListOptions{}); err != nil || len(jobs) != 0 {
+		t.Fatalf("%s's jobs: %v %v", caller, jobs, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -18,6 +19,17 @@ func SetObserver(fn func(event, caller, id string, cap int)) {
 	observeFn.fn = fn
 	observeFn.Unlock()
 }
+
+// SetAttemptObserver sets the test-only observer that sees the longest
+// wait of each attempt of an admission; nil removes it.
+func SetAttemptObserver(fn func(wait time.Duration)) {
+	observeAttemptFn.Lock()
+	observeAttemptFn.fn = fn
+	observeAttemptFn.Unlock()
+}
+
+// AdmitBudget bounds an admission in all.
+const AdmitBudget = admitBudget
 
 // Ask has n send node to the request another node forwards (Forward's
 // protocol: a Request, then a Pull per part), as if n forwarded a

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
@@ -146,6 +147,22 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 var observeFn struct {
 	sync.RWMutex
 	fn func(event, caller, id string, cap int)
+}
+
+// observeAttemptFn, set by tests only, sees the longest wait of each
+// attempt of an admission.
+var observeAttemptFn struct {
+	sync.RWMutex
+	fn func(wait time.Duration)
+}
+
+func observeAttempt(wait time.Duration) {
+	observeAttemptFn.RLock()
+	fn := observeAttemptFn.fn
+	observeAttemptFn.RUnlock()
+	if fn != nil {
+		fn(wait)
+	}
 }
 
 func observe(event, caller, id string, cap int) {
