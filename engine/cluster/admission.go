@@ -128,7 +128,7 @@ func (a *admitter) Release(caller, id string) {
 // same job.
 func (a *admitter) Reused(caller, key, id string) {
 	if c := a.life.cluster(); c != nil {
-		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
+		_, _ = a.grainRequest(a.life.ctx, c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
 	}
 }
 
@@ -143,11 +143,12 @@ func (a *admitter) Ended(caller, id, status string) {
 }
 
 // settle tells caller's grain that job id is no longer live (or was never
-// created, status ""). If it cannot be told, its next rebuild learns it
+// created, status ""), giving up when the node closes. If it cannot be
+// told, its next rebuild learns it
 // from the members.
 func (a *admitter) settle(caller, id, status string) {
 	if c := a.life.cluster(); c != nil {
-		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
+		_, _ = a.grainRequest(a.life.ctx, c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
 	}
 }
 
@@ -162,7 +163,7 @@ var errClosing = errors.New("the node is closing")
 // member has died and not yet left, finding the grain waits 5s on it
 // (disthash's placement request, whatever the timeout); it goes on, on a
 // goroutine of its own that Close waits for, and its answer, if any, is
-// dropped.
+// dropped. Close does not wait for it: it ends by itself.
 func (a *admitter) grainRequest(ctx context.Context, c *pacluster.Cluster, caller string, msg any) (any, error) {
 	return a.grainRequestFor(ctx, c, caller, msg, a.timeout)
 }
@@ -179,7 +180,7 @@ func (a *admitter) grainRequestFor(ctx context.Context, c *pacluster.Cluster, ca
 		err error
 	}
 	answers := make(chan answer, 1)
-	if !a.life.goWork(func() {
+	if !a.life.goCall(func() {
 		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(d))
 		answers <- answer{res, err}
 	}) {

@@ -810,62 +810,7 @@ func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
 // every admission's attempts.
 func TestAdmission_HangingGrainMemberBounded(t *testing.T) {
 	testkit.Long(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var held []net.Conn
-	var heldMu sync.Mutex
-	accepted := make(chan struct{})
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			heldMu.Lock()
-			held = append(held, c) // never read, never answered
-			heldMu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		<-accepted
-		heldMu.Lock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-		heldMu.Unlock()
-	})
-	hangAddr := l.Addr().(*net.TCPAddr)
-	var keys strings.Builder
-	for i := range 32 {
-		fmt.Fprintf(&keys, "hang%d hang%d-key\n", i, i)
-	}
-	tc := clustertest.Start(t, clustertest.Options{Keys: keys.String(), Timeout: 3 * time.Second}, "a")
-	a := tc.Node("a")
-	tc.Agent.RegisterService(test.NewAgentServiceStatus("hanging", hangAddr.IP.String(), hangAddr.Port, []string{"siftbatch-caller"}))
-	clustertest.WaitSees(t, a, 2)
-	// A caller whose grain the hanging member owns.
-	sys := cluster.SystemOf(a.Node)
-	host, port, _ := sys.GetHostPort()
-	rdv := pacluster.NewRendezvous()
-	rdv.UpdateMembers([]*pacluster.Member{
-		{Id: sys.ID, Host: host, Port: int32(port), Kinds: []string{"siftbatch-caller"}},
-		{Id: "hanging", Host: hangAddr.IP.String(), Port: int32(hangAddr.Port), Kinds: []string{"siftbatch-caller"}},
-	})
-	caller := ""
-	for i := range 32 {
-		name := fmt.Sprintf("hang%d", i)
-		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: name, Kind: "siftbatch-caller"}) == hangAddr.String() {
-			caller = name
-			break
-		}
-	}
-	if caller == "" {
-		t.Fatal("no caller's grain on the hanging member")
-	}
+	_, a, caller := hangingGrainCluster(t)
 	var (
 		mu    sync.Mutex
 		waits []time.Duration
@@ -888,4 +833,73 @@ func TestAdmission_HangingGrainMemberBounded(t *testing.T) {
 	if jobs, _, err := a.Runner.List(caller, engine.ListOptions{}); err != nil || len(jobs) != 0 {
 		t.Fatalf("%s's jobs: %v %v", caller, jobs, err)
 	}
+}
+
+// hangingMember listens on loopback, accepts connections and never reads
+// nor answers them: a member that hangs with its ports open. It stops at
+// the test's end.
+func hangingMember(t *testing.T) *net.TCPAddr {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		held []net.Conn
+	)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-accepted
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	return l.Addr().(*net.TCPAddr)
+}
+
+// hangingGrainCluster starts node a (timeout 3 s) in a cluster whose other
+// member hangs with its ports open, and returns a caller (of the keys
+// "NAME NAME-key") whose grain the hanging member owns.
+func hangingGrainCluster(t *testing.T) (*clustertest.Cluster, *node, string) {
+	t.Helper()
+	hang := hangingMember(t)
+	var keys strings.Builder
+	for i := range 32 {
+		fmt.Fprintf(&keys, "hang%d hang%d-key\n", i, i)
+	}
+	tc := clustertest.Start(t, clustertest.Options{Keys: keys.String(), Timeout: 3 * time.Second}, "a")
+	a := tc.Node("a")
+	tc.Agent.RegisterService(test.NewAgentServiceStatus("hanging", hang.IP.String(), hang.Port, []string{"siftbatch-caller"}))
+	clustertest.WaitSees(t, a, 2)
+	sys := cluster.SystemOf(a.Node)
+	host, port, _ := sys.GetHostPort()
+	rdv := pacluster.NewRendezvous()
+	rdv.UpdateMembers([]*pacluster.Member{
+		{Id: sys.ID, Host: host, Port: int32(port), Kinds: []string{"siftbatch-caller"}},
+		{Id: "hanging", Host: hang.IP.String(), Port: int32(hang.Port), Kinds: []string{"siftbatch-caller"}},
+	})
+	for i := range 32 {
+		name := fmt.Sprintf("hang%d", i)
+		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: name, Kind: "siftbatch-caller"}) == hang.String() {
+			return tc, a, name
+		}
+	}
+	t.Fatal("no caller's grain on the hanging member")
+	return nil, nil, ""
 }

@@ -38,6 +38,7 @@ import (
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sift/batch/actors"
 	"github.com/sift/batch/engine"
@@ -406,11 +407,30 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// shutdown is protoactor's graceful Shutdown, which panics (send on a
-// closed channel, in its endpoint manager's stop) when a peer's stream
-// ends while it stops: two nodes stopping at once (docs/CLUSTER.md,
-// protoactor bug 8). The gRPC server of its remote is then stopped hard,
-// so that it frees the port. false if it panicked.
+const (
+	// leaveWait is how long a node that stops lets its gossip tell its
+	// peers that it leaves (protoactor's own stop waits 2 s; the gossip
+	// goes out every 300 ms). The peers' providers drop it anyway: the
+	// automanaged provider at its next poll of the health endpoint, closed
+	// by now; the Kubernetes provider when the pod's labels go.
+	leaveWait = 500 * time.Millisecond
+	// remoteStopWait bounds the graceful stop of the gossip and the
+	// remote: protoactor's endpoint manager waits for each peer's endpoint
+	// writer to stop, and one that is trying to connect to a dead peer
+	// stops only after its attempts (about 8 s after a peer's SIGKILL).
+	// Past it the remote's gRPC server is stopped hard (its port freed,
+	// its streams ended), and protoactor's stop ends by itself, on a
+	// goroutine of its own.
+	remoteStopWait = time.Second
+)
+
+// shutdown is protoactor's graceful Shutdown, bounded: about leaveWait
+// plus remoteStopWait at most, where protoactor's own waits 2 s, then up
+// to 10 s more while a peer it was connecting to is dead. protoactor's stop
+// panics (send on a closed channel, in its endpoint manager's stop) when a
+// peer's stream ends while it stops: two nodes stopping at once
+// (docs/CLUSTER.md, protoactor bug 8); the gRPC server of its remote is
+// then stopped hard, so that it frees the port. false if it panicked.
 func shutdown(c *pacluster.Cluster) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -418,7 +438,35 @@ func shutdown(c *pacluster.Cluster) (ok bool) {
 			stopRemote(c)
 		}
 	}()
-	c.Shutdown(true)
+	c.Gossip.SetState(pacluster.GracefullyLeftKey, &emptypb.Empty{})
+	c.ActorSystem.Shutdown()
+	_ = c.Config.ClusterProvider.Shutdown(true)
+	c.IdentityLookup.Shutdown()
+	time.Sleep(leaveWait) // the gossip's next ticks: nothing to wait on
+	done := make(chan bool, 1)
+	go func() { done <- stopGracefully(c) }()
+	t := time.NewTimer(remoteStopWait)
+	defer t.Stop()
+	select {
+	case ok = <-done:
+		return ok
+	case <-t.C:
+		stopRemote(c)
+		return true
+	}
+}
+
+// stopGracefully stops protoactor's gossip and remote, as its graceful
+// Shutdown does; false if it panicked (the remote is then stopped hard).
+func stopGracefully(c *pacluster.Cluster) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			stopRemote(c)
+		}
+	}()
+	c.Gossip.Shutdown()
+	c.Remote.Shutdown(true)
 	return true
 }
 

@@ -141,6 +141,21 @@ func (l *lifecycle) system() *actor.ActorSystem {
 // It takes no lock.
 func (l *lifecycle) me() self { return selfOf(l.system()) }
 
+// goCall runs fn, a call into protoactor that ends by itself (within its
+// own timeouts), on a goroutine Close does not wait for; false, without
+// running it, once the node is closing. A call to a member that hangs
+// would hold up Close for protoactor's fixed 5 s (disthash's placement
+// request): a node stops whatever its peers do.
+func (l *lifecycle) goCall(fn func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	go fn()
+	return true
+}
+
 // goWork runs fn on a goroutine Close waits for; false, without running
 // it, once the node is closing.
 func (l *lifecycle) goWork(fn func()) bool {
