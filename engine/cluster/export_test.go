@@ -87,3 +87,12 @@ func SystemOf(n *Node) *actor.ActorSystem {
 // PeerLogger returns l behind the filter n puts before protoactor's
 // logger.
 func PeerLogger(n *Node, l *slog.Logger) *slog.Logger { return peerLogger(l, n.members) }
+
+// PeerLoggerAt is PeerLogger on the clock now.
+func PeerLoggerAt(n *Node, l *slog.Logger, now func() time.Time) *slog.Logger {
+	return peerLoggerAt(l, n.members, now)
+}
+
+// PeerWarnEvery is the period in which a protoactor line at Warn or above
+// is logged at most once per message and peer address.
+const PeerWarnEvery = peerWarnEvery
