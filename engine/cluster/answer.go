@@ -32,11 +32,12 @@ const idleTimeout = 30 * time.Second
 // asking node pulls it. Its state is those answers (sessions). It is safe
 // for concurrent use.
 type answerer struct {
-	name  string                  // this node's
-	tag   [engine.NodeTagLen]byte // this node's
-	log   *slog.Logger
-	life  *lifecycle
-	admit *admitter // answers a grain's CallerJobsRequest
+	name    string                  // this node's
+	tag     [engine.NodeTagLen]byte // this node's
+	log     *slog.Logger
+	life    *lifecycle
+	admit   *admitter   // answers a grain's CallerJobsRequest
+	members *memberList // learns the nodes a Hello tells of
 
 	sessions sync.Map // uint64 → *session: answers this node is giving
 }
@@ -47,6 +48,7 @@ type answerer struct {
 func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
+		a.members.tell(m.Known)
 		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:]})
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)

@@ -211,7 +211,7 @@ func New(cfg Config) (*Node, error) {
 	fwd := newForwarder(cfg.Timeout, cfg.RetryAfter, tag, log, life, members)
 	admit := newAdmitter(cfg.Timeout, tag, log, life, members, fwd)
 	return &Node{cfg: cfg, log: log, life: life, members: members, admit: admit, fwd: fwd,
-		ans:   &answerer{name: cfg.Node, tag: tag, log: log, life: life, admit: admit},
+		ans:   &answerer{name: cfg.Node, tag: tag, log: log, life: life, admit: admit, members: members},
 		guard: &guard{tls: cfg.TLS, node: cfg.Node, log: log, life: life, members: members}}, nil
 }
 

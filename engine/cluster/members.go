@@ -44,6 +44,7 @@ type memberList struct {
 	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 	stored  map[[engine.NodeTagLen]byte]string // every node met before, by tag: the runner's store's, and those stored since
+	told    map[[engine.NodeTagLen]byte]string // nodes never met that peers told of in their Hellos, by tag: in memory only, at most persistence.MaxNodeTags
 	refused int                                // tags not remembered: past persistence.MaxNodeTags
 	changed chan struct{}                      // closed at the next change of the members (Changed)
 }
@@ -74,7 +75,7 @@ func (t *topology) hasAddress(addr string) bool {
 func newMemberList(name string, tag [engine.NodeTagLen]byte, log *slog.Logger, life *lifecycle) *memberList {
 	return &memberList{name: name, tag: tag, log: log, life: life, infos: map[string]nodeInfo{}, asked: map[string]time.Time{},
 		asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{tag: name},
-		stored: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
+		stored: map[[engine.NodeTagLen]byte]string{}, told: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
 }
 
 // onTopology is the node's subscriber to protoactor's event stream (Start
@@ -261,6 +262,9 @@ func (l *memberList) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, k
 	if !known {
 		_, known = l.stored[tag]
 	}
+	if !known {
+		_, known = l.told[tag]
+	}
 	return nil, known || unknown
 }
 
@@ -407,12 +411,63 @@ func (l *memberList) hello(m *pacluster.Member) *clusterpb.NodeInfo {
 	if sys == nil { // between two incarnations (rejoin.go)
 		return nil
 	}
-	res, err := sys.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
+	res, err := sys.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{Known: l.known()}, helloTimeout).Result()
 	info, ok := res.(*clusterpb.NodeInfo)
 	if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
 		return nil
 	}
 	return info
+}
+
+// maxNodeName bounds the name of a node a peer tells of (a DNS label's
+// bound: a pod's name is one).
+const maxNodeName = 253
+
+// known returns the nodes this node knows, for a Hello: met (since the
+// start, or before), and told of by its peers; at most
+// persistence.MaxNodeTags, this node among them.
+func (l *memberList) known() []*clusterpb.NodeInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*clusterpb.NodeInfo, 0, len(l.seen)+len(l.stored)+len(l.told))
+	done := map[[engine.NodeTagLen]byte]bool{}
+	for _, m := range []map[[engine.NodeTagLen]byte]string{l.seen, l.stored, l.told} {
+		for tag, name := range m {
+			if done[tag] || len(out) == persistence.MaxNodeTags {
+				continue
+			}
+			done[tag] = true
+			out = append(out, &clusterpb.NodeInfo{Node: name, Tag: tag[:]})
+		}
+	}
+	return out
+}
+
+// tell learns the nodes a peer's Hello tells of (that peer a member, as the
+// guard checked): a tag this node never met is kept in memory, apart from
+// the tags it met (so that they do not use up the store's
+// persistence.MaxNodeTags), at most persistence.MaxNodeTags of them; a job
+// of such a node answers 503 "node unavailable" while the node is not a
+// member, not 404. A malformed entry is skipped.
+func (l *memberList) tell(known []*clusterpb.NodeInfo) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range known {
+		if k == nil || len(k.Tag) != engine.NodeTagLen || k.Node == "" || len(k.Node) > maxNodeName {
+			continue
+		}
+		tag := [engine.NodeTagLen]byte(k.Tag)
+		if _, ok := l.seen[tag]; ok {
+			continue
+		}
+		if _, ok := l.stored[tag]; ok {
+			continue
+		}
+		if _, ok := l.told[tag]; ok || len(l.told) >= persistence.MaxNodeTags {
+			continue
+		}
+		l.told[tag] = k.Node
+	}
 }
 
 // nameOf returns a member's node name, or its address if it never said.
