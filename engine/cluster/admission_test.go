@@ -432,8 +432,9 @@ func TestAdmission_ConcurrentSameCallerNeverOverCap(t *testing.T) {
 }
 
 // The same targets submitted at once on every node, 5 times each: the
-// concurrent first submits may race, but never past the cap; once one has
-// been answered, every resubmit on any node returns one and the same job.
+// concurrent first submits make one job (each asked again until the first
+// admitted exists), never past the cap; every resubmit on any node returns
+// that job.
 func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
 	t.Parallel()
 	w := watchCaps(t)
@@ -456,8 +457,8 @@ func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if len(ids) == 0 || len(ids) > 3 {
-		t.Fatalf("jobs created by 15 concurrent identical first submits: %v (cap 3)", ids)
+	if len(ids) != 1 {
+		t.Fatalf("jobs created by 15 concurrent identical first submits: %v; want one", ids)
 	}
 	t.Logf("15 concurrent identical first submits created %d job(s): %v", len(ids), ids)
 	if n := liveOf(tc, w.caller("alice")); n > 3 {
@@ -746,15 +747,13 @@ func TestAdmission_Unavailable503(t *testing.T) {
 	}
 }
 
-// TestAdmission_ResubmitAfterRaceReturnsOneJob: an idempotent resubmit to
-// any node returns the same job while that job's node is a member
-// (docs/CLUSTER.md, "Reuse"), also after two first submits of the same
-// targets raced (allowed: a slow node a holds its admission while b's first
-// submit is admitted too, so two jobs exist, ja on a and jb on b): once jb
-// is cancelled, a resubmit on a returns ja (a's runner's own idempotency),
-// and one on b returns ja too (the grain learnt of it), not a third job.
-func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
-	t.Parallel()
+// TestAdmission_ConcurrentFirstSubmitsMakeOneJob: two first submits of the
+// same targets on two nodes at once make one job: while a's job, admitted,
+// is not yet created (a slow node holds it), b's submit is asked again
+// (its attempts observed), not admitted; once a's job exists, b's submit
+// returns it, and so does a resubmit on either node. Not parallel: it
+// observes every admission's attempts.
+func TestAdmission_ConcurrentFirstSubmitsMakeOneJob(t *testing.T) {
 	w := watchCaps(t)
 	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 4, JobsTotal: 64}})
 	ga := &gatedAdmission{admitted: make(chan struct{}, 1), gate: make(chan struct{})}
@@ -768,36 +767,35 @@ func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
 		code int
 		id   string
 	}
-	first := make(chan answer, 1)
+	first, second := make(chan answer, 1), make(chan answer, 1)
 	go func() {
 		code, id := a.Post("alice-key", url)
 		first <- answer{code, id}
 	}()
-	testkit.Recv(t, ga.admitted)          // a's first submit is admitted
-	codeB, jb := b.Post("alice-key", url) // a has not created its job yet
+	testkit.Recv(t, ga.admitted) // a's first submit is admitted, its job not created
+	attempts := make(chan struct{}, 64)
+	cluster.SetAttemptObserver(func(time.Duration) {
+		select {
+		case attempts <- struct{}{}:
+		default:
+		}
+	})
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+	go func() {
+		code, id := b.Post("alice-key", url)
+		second <- answer{code, id}
+	}()
+	testkit.Recv(t, attempts)
+	testkit.Recv(t, attempts) // b's submit was asked again: not admitted while a's job is not there
 	close(ga.gate)
-	fa := <-first
-	if fa.code != http.StatusAccepted || codeB != http.StatusAccepted {
-		t.Fatalf("first submits: a %d, b %d", fa.code, codeB)
+	fa, fb := testkit.Recv(t, first), testkit.Recv(t, second)
+	if fa.code != http.StatusAccepted || fb.code != http.StatusAccepted || fa.id != fb.id {
+		t.Fatalf("first submits at once: a %d %s, b %d %s; want one job, 202 on both", fa.code, fa.id, fb.code, fb.id)
 	}
-	ja := fa.id
-	t.Logf("two first submits: %s on a, %s on b", ja, jb)
-	if ja == jb {
-		t.Skip("the first submits did not race: one job")
-	}
-	if !b.Runner.Cancel(jb) {
-		t.Fatal("cancel jb")
-	}
-	code, onA := postUntil(t, a, "alice-key", url)
-	if code != http.StatusAccepted {
-		t.Fatalf("resubmit on a: %d", code)
-	}
-	code, onB := postUntil(t, b, "alice-key", url)
-	if code != http.StatusAccepted {
-		t.Fatalf("resubmit on b: %d", code)
-	}
-	if onA != onB {
-		t.Fatalf("resubmits of the same targets: %s on a, %s on b (ja %s live on a, a member; jb %s cancelled)", onA, onB, ja, jb)
+	for _, n := range []*node{a, b} {
+		if code, id := n.Post("alice-key", url); code != http.StatusAccepted || id != fa.id {
+			t.Fatalf("resubmit on %s: %d %s, want %s", n.Name, code, id, fa.id)
+		}
 	}
 	w.check(t)
 }

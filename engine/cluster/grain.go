@@ -76,6 +76,13 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 		if g.a.reusable(m.Caller, m.Key, id) {
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
 		}
+		if g.live[id] {
+			// Admitted, and not yet created (or its node did not answer):
+			// a concurrent first submit of the same targets is asked again
+			// (the asking node backs off) until that job exists, and is
+			// reused, or its admission ends. Never a second job.
+			return retry
+		}
 		delete(g.reuse, m.Key)
 	}
 	if len(g.live) >= int(m.Cap) {
