@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
@@ -75,6 +76,13 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 		if g.a.reusable(m.Caller, m.Key, id) {
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
 		}
+		if g.live[id] {
+			// Admitted, and not yet created (or its node did not answer):
+			// a concurrent first submit of the same targets is asked again
+			// (the asking node backs off) until that job exists, and is
+			// reused, or its admission ends. Never a second job.
+			return retry
+		}
 		delete(g.reuse, m.Key)
 	}
 	if len(g.live) >= int(m.Cap) {
@@ -146,6 +154,22 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 var observeFn struct {
 	sync.RWMutex
 	fn func(event, caller, id string, cap int)
+}
+
+// observeAttemptFn, set by tests only, sees the longest wait of each
+// attempt of an admission.
+var observeAttemptFn struct {
+	sync.RWMutex
+	fn func(wait time.Duration)
+}
+
+func observeAttempt(wait time.Duration) {
+	observeAttemptFn.RLock()
+	fn := observeAttemptFn.fn
+	observeAttemptFn.RUnlock()
+	if fn != nil {
+		fn(wait)
+	}
 }
 
 func observe(event, caller, id string, cap int) {
