@@ -14,7 +14,6 @@ import (
 func TestFaults_PartitionOneNode(t *testing.T) {
 	runFault(t, fault{
 		name:   "partition of one node",
-		known:  rejoinBug,
 		during: during,
 		inject: func(r *rig) { r.nw.link(3, false) },
 		heal:   func(r *rig) { r.nw.link(3, true) },
@@ -28,7 +27,6 @@ func TestFaults_PartitionOneNode(t *testing.T) {
 func TestFaults_Split2To1(t *testing.T) {
 	runFault(t, fault{
 		name:   "split 2|1",
-		known:  rejoinBug,
 		during: during,
 		inject: func(r *rig) {
 			for _, peer := range []int{1, 2} {
@@ -46,7 +44,6 @@ func TestFaults_Split2To1(t *testing.T) {
 func TestFaults_OneWay(t *testing.T) {
 	runFault(t, fault{
 		name:   "one-way partition",
-		known:  rejoinBug,
 		during: during,
 		inject: func(r *rig) {
 			for _, peer := range []int{1, 2} {
@@ -112,23 +109,8 @@ func TestFaults_Pause(t *testing.T) {
 	}
 	runFault(t, fault{
 		name:   "n3 paused",
-		known:  rejoinBug,
 		during: during,
 		inject: func(r *rig) { signal(r, syscall.SIGSTOP) },
 		heal:   func(r *rig) { signal(r, syscall.SIGCONT) },
 	})
-}
-
-// rejoinBug is the known failure of the faults after which a node must
-// rejoin (findings25.md F1): protoactor blocks a member id that failed
-// its health checks for good, so the cluster stays split after the heal.
-// cluster25 fixes it (a fresh cluster actor system under a new member
-// id); until then these faults skip with this reason.
-const rejoinBug = "F1: after the heal the cluster stays split (protoactor blocks the member id for good; cluster25's rejoin fix)"
-
-// knownRules are the checker's rules that any fault may break today, each
-// with its finding: a run whose only violations are of these skips with
-// the reason, instead of failing. Only until the fix lands.
-var knownRules = map[string]string{
-	RuleDuplicate: "F2: concurrent first submits of the same targets on two nodes may make two jobs, on a whole cluster too (docs/CLUSTER.md's Reuse allows it; the issue does not)",
 }
