@@ -212,17 +212,21 @@ func newRig(t *testing.T, proxied bool) *rig {
 	for i := 1; i <= 3; i++ {
 		peers = append(peers, fmt.Sprintf("%s:%d", nodeIP(i), managePort))
 	}
+	// Every address first: the nodes' observers read names from the start.
+	advertised := make([]string, 4)
 	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("n%d", i)
-		advertise := fmt.Sprintf("%s:%d", nodeIP(i), clusterPort)
+		advertised[i] = fmt.Sprintf("%s:%d", nodeIP(i), clusterPort)
 		if proxied {
 			ln := r.nw.listen(clusterPort + 20 + i)
-			p := newDelayProxy(ln, advertise, r.nw.dial)
+			p := newDelayProxy(ln, advertised[i], r.nw.dial)
 			r.proxies = append(r.proxies, p)
 			t.Cleanup(p.close)
-			advertise = ln.Addr().String()
+			advertised[i] = ln.Addr().String()
 		}
-		r.names[advertise] = name
+		r.names[advertised[i]] = fmt.Sprintf("n%d", i)
+	}
+	for i := 1; i <= 3; i++ {
+		name, advertise := fmt.Sprintf("n%d", i), advertised[i]
 		args := []string{"netns", "exec", r.nw.nodes[i-1], bin, "serve",
 			"--keys", keys, "--data", filepath.Join(dir, name), "--addr", fmt.Sprintf("%s:%d", nodeIP(i), apiPort),
 			"--allow-private", "--jobs-per-caller", strconv.Itoa(jobsPerCaller),
