@@ -399,7 +399,7 @@ func (n *Node) Close() error {
 	if started {
 		if inc := n.life.inc.Swap(nil); inc != nil {
 			inc.cancel()
-			if !shutdown(inc.c) {
+			if ok, _ := shutdown(inc.c); !ok {
 				n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
 			}
 		}
@@ -432,11 +432,16 @@ const (
 // peer's stream ends while it stops: two nodes stopping at once
 // (docs/CLUSTER.md, protoactor bug 8); the gRPC server of its remote is
 // then stopped hard, so that it frees the port. false if it panicked.
-func shutdown(c *pacluster.Cluster) (ok bool) {
+// stopped is closed once protoactor's stop has ended (its connections
+// closed), maybe after shutdown returns.
+func shutdown(c *pacluster.Cluster) (ok bool, stopped <-chan struct{}) {
+	ended := make(chan struct{})
+	stopped = ended
 	defer func() {
 		if v := recover(); v != nil {
 			ok = false
 			stopRemote(c)
+			close(ended)
 		}
 	}()
 	c.Gossip.SetState(pacluster.GracefullyLeftKey, &emptypb.Empty{})
@@ -445,15 +450,18 @@ func shutdown(c *pacluster.Cluster) (ok bool) {
 	c.IdentityLookup.Shutdown()
 	time.Sleep(leaveWait) // the gossip's next ticks: nothing to wait on
 	done := make(chan bool, 1)
-	go func() { done <- stopGracefully(c) }()
+	go func() {
+		defer close(ended)
+		done <- stopGracefully(c)
+	}()
 	t := time.NewTimer(remoteStopWait)
 	defer t.Stop()
 	select {
 	case ok = <-done:
-		return ok
+		return ok, stopped
 	case <-t.C:
 		stopRemote(c)
-		return true
+		return true, stopped
 	}
 }
 

@@ -64,7 +64,7 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 	return Provider{
 		name:    "automanaged",
 		refresh: refresh,
-		views:   func(ctx context.Context) []peerView { return peerViews(ctx, peers, refresh) },
+		views:   func(ctx context.Context) []peerView { return peerViews(ctx, peers, max(refresh, viewTimeout)) },
 		check: func() error {
 			if len(peers) == 0 {
 				return errors.New("automanaged: no peers")

@@ -35,9 +35,16 @@ const (
 	// a provider that does not poll (the automanaged provider's refresh
 	// otherwise).
 	rejoinCheck = time.Second
+	// viewTimeout is the least time a check gives the peers' health
+	// endpoints to answer.
+	viewTimeout = time.Second
 	// rejoinPause is the pause between two attempts to make an
 	// incarnation, when one failed (a port not free yet, say).
 	rejoinPause = time.Second
+	// rejoinStopWait bounds how long a rejoin waits for protoactor's stop
+	// of the retired incarnation to end (its graceful stop waits up to 10 s
+	// for a writer to a peer that died).
+	rejoinStopWait = 15 * time.Second
 )
 
 // watchRejoin checks, until the node closes, whether its peers block it,
@@ -80,7 +87,9 @@ func (n *Node) watchRejoin() {
 // those that answer counts this node among its members (the side that
 // all the others have dropped is the side that rejoins: a node that some
 // peer still counts waits for the others to come back under new ids).
-// Under a provider that cannot tell (Kubernetes): the node has joined,
+// And every peer this node counts among its members has answered: one
+// that did not (a loaded machine, a slow network) may count it. Under a
+// provider that cannot tell (Kubernetes): the node has joined,
 // and has been out of its own member list for out.
 func (n *Node) blocked(out time.Duration) bool {
 	me := n.life.me()
@@ -88,8 +97,12 @@ func (n *Node) blocked(out time.Duration) bool {
 		return false
 	}
 	if n.cfg.Provider.views != nil {
-		ctx, cancel := context.WithTimeout(n.life.ctx, n.cfg.Provider.refresh)
+		ctx, cancel := context.WithTimeout(n.life.ctx, max(n.cfg.Provider.refresh, viewTimeout))
 		defer cancel()
+		counted := map[string]bool{} // the peers this node counts, until they answer
+		for _, id := range n.members.memberIDs() {
+			counted[id] = id != me.id
+		}
 		answered := false
 		for _, v := range n.cfg.Provider.views(ctx) {
 			if v.ID == me.id {
@@ -98,7 +111,12 @@ func (n *Node) blocked(out time.Duration) bool {
 			if slices.Contains(v.Members, me.id) {
 				return false
 			}
-			answered = true
+			answered, counted[v.ID] = true, false
+		}
+		for _, waiting := range counted {
+			if waiting { // a peer this node counts did not answer: it may count this one
+				return false
+			}
 		}
 		return answered
 	}
@@ -121,9 +139,20 @@ func (n *Node) rejoin() {
 		slog.String("member", old.system.ID))
 	n.members.retire()
 	old.cancel()
-	if !shutdown(old.c) {
+	ok, stopped := shutdown(old.c)
+	if !ok {
 		n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
 	}
+	// The old incarnation's connections close before the new one opens
+	// its own: nothing of it is left (a writer to a peer that died ends
+	// after its attempts, about 8 s).
+	wait := time.NewTimer(rejoinStopWait)
+	select {
+	case <-stopped:
+	case <-wait.C:
+	case <-n.life.ctx.Done():
+	}
+	wait.Stop()
 	if p, ok := old.c.Config.ClusterProvider.(*automanagedProvider); ok {
 		p.release() // its manage port, if protoactor's stop did not get to it
 	}
