@@ -68,6 +68,7 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
+				a.giveUp(caller, id)
 				return "", ctx.Err()
 			}
 		}
@@ -78,6 +79,7 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 		observeAttempt(wait)
 		res, err := a.grainRequestFor(ctx, c, caller, msg, wait)
 		if ctx.Err() != nil {
+			a.giveUp(caller, id)
 			return "", ctx.Err()
 		}
 		if err != nil {
@@ -108,7 +110,16 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 		}
 	}
 	a.log.Warn("admission unavailable", slog.String(logKeyJobID, id))
+	a.giveUp(caller, id)
 	return "", engine.ErrNoAdmission
+}
+
+// giveUp gives back, on a goroutine of its own, an admission the grain may
+// have made though its answer did not come in time: the job is not
+// created, and the grain should not count it until its next rebuild.
+func (a *admitter) giveUp(caller, id string) {
+	observe("end", caller, id, 0)
+	a.life.goWork(func() { a.settle(caller, id, "") })
 }
 
 // Release gives an admission back: its job was not created.
