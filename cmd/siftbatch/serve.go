@@ -235,6 +235,7 @@ type server struct {
 	http    *http.Server
 	ui      *dashboard.Handler
 	node    *cluster.Node // nil without --cluster
+	members *membersLog   // nil without --cluster
 	runner  *engine.Runner
 	fetcher *fetcher.Fetcher
 	store   *persistence.Store
@@ -350,7 +351,11 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	if node != nil {
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}
-	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
+	srv := &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}
+	if node != nil {
+		srv.members = startMembersLog(node, log)
+	}
+	return srv, nil
 }
 
 // serve serves on ln until ctx is cancelled or the listener fails, then
@@ -390,6 +395,7 @@ func (s *server) close() error {
 	s.ui.Close()
 	s.runner.Close()
 	if s.node != nil {
+		s.members.stop()
 		_ = s.node.Close() // it never fails
 	}
 	s.fetcher.Close()

@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
@@ -433,8 +437,9 @@ func TestAdmission_ConcurrentSameCallerNeverOverCap(t *testing.T) {
 }
 
 // The same targets submitted at once on every node, 5 times each: the
-// concurrent first submits may race, but never past the cap; once one has
-// been answered, every resubmit on any node returns one and the same job.
+// concurrent first submits make one job (each asked again until the first
+// admitted exists), never past the cap; every resubmit on any node returns
+// that job.
 func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
 	t.Parallel()
 	w := watchCaps(t)
@@ -457,8 +462,8 @@ func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if len(ids) == 0 || len(ids) > 3 {
-		t.Fatalf("jobs created by 15 concurrent identical first submits: %v (cap 3)", ids)
+	if len(ids) != 1 {
+		t.Fatalf("jobs created by 15 concurrent identical first submits: %v; want one", ids)
 	}
 	t.Logf("15 concurrent identical first submits created %d job(s): %v", len(ids), ids)
 	if n := liveOf(tc, w.caller("alice")); n > 3 {
@@ -757,15 +762,13 @@ func TestAdmission_Unavailable503(t *testing.T) {
 	}
 }
 
-// TestAdmission_ResubmitAfterRaceReturnsOneJob: an idempotent resubmit to
-// any node returns the same job while that job's node is a member
-// (docs/CLUSTER.md, "Reuse"), also after two first submits of the same
-// targets raced (allowed: a slow node a holds its admission while b's first
-// submit is admitted too, so two jobs exist, ja on a and jb on b): once jb
-// is cancelled, a resubmit on a returns ja (a's runner's own idempotency),
-// and one on b returns ja too (the grain learnt of it), not a third job.
-func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
-	t.Parallel()
+// TestAdmission_ConcurrentFirstSubmitsMakeOneJob: two first submits of the
+// same targets on two nodes at once make one job: while a's job, admitted,
+// is not yet created (a slow node holds it), b's submit is asked again
+// (its attempts observed), not admitted; once a's job exists, b's submit
+// returns it, and so does a resubmit on either node. Not parallel: it
+// observes every admission's attempts.
+func TestAdmission_ConcurrentFirstSubmitsMakeOneJob(t *testing.T) {
 	w := watchCaps(t)
 	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 4, JobsTotal: 64}})
 	ga := &gatedAdmission{admitted: make(chan struct{}, 1), gate: make(chan struct{})}
@@ -779,36 +782,35 @@ func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
 		code int
 		id   string
 	}
-	first := make(chan answer, 1)
+	first, second := make(chan answer, 1), make(chan answer, 1)
 	go func() {
 		code, id := a.Post("alice-key", url)
 		first <- answer{code, id}
 	}()
-	testkit.Recv(t, ga.admitted)          // a's first submit is admitted
-	codeB, jb := b.Post("alice-key", url) // a has not created its job yet
+	testkit.Recv(t, ga.admitted) // a's first submit is admitted, its job not created
+	attempts := make(chan struct{}, 64)
+	cluster.SetAttemptObserver(func(time.Duration) {
+		select {
+		case attempts <- struct{}{}:
+		default:
+		}
+	})
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+	go func() {
+		code, id := b.Post("alice-key", url)
+		second <- answer{code, id}
+	}()
+	testkit.Recv(t, attempts)
+	testkit.Recv(t, attempts) // b's submit was asked again: not admitted while a's job is not there
 	close(ga.gate)
-	fa := <-first
-	if fa.code != http.StatusAccepted || codeB != http.StatusAccepted {
-		t.Fatalf("first submits: a %d, b %d", fa.code, codeB)
+	fa, fb := testkit.Recv(t, first), testkit.Recv(t, second)
+	if fa.code != http.StatusAccepted || fb.code != http.StatusAccepted || fa.id != fb.id {
+		t.Fatalf("first submits at once: a %d %s, b %d %s; want one job, 202 on both", fa.code, fa.id, fb.code, fb.id)
 	}
-	ja := fa.id
-	t.Logf("two first submits: %s on a, %s on b", ja, jb)
-	if ja == jb {
-		t.Skip("the first submits did not race: one job")
-	}
-	if !b.Runner.Cancel(jb) {
-		t.Fatal("cancel jb")
-	}
-	code, onA := postUntil(t, a, "alice-key", url)
-	if code != http.StatusAccepted {
-		t.Fatalf("resubmit on a: %d", code)
-	}
-	code, onB := postUntil(t, b, "alice-key", url)
-	if code != http.StatusAccepted {
-		t.Fatalf("resubmit on b: %d", code)
-	}
-	if onA != onB {
-		t.Fatalf("resubmits of the same targets: %s on a, %s on b (ja %s live on a, a member; jb %s cancelled)", onA, onB, ja, jb)
+	for _, n := range []*node{a, b} {
+		if code, id := n.Post("alice-key", url); code != http.StatusAccepted || id != fa.id {
+			t.Fatalf("resubmit on %s: %d %s, want %s", n.Name, code, id, fa.id)
+		}
 	}
 	w.check(t)
 }
@@ -1085,4 +1087,106 @@ func TestAdmission_IdempotencyKeyCrowdMakesOneJob(t *testing.T) {
 		t.Fatalf("alice has %d jobs on the nodes, want 1", jobs)
 	}
 	w.check(t)
+}
+
+// TestAdmission_HangingGrainMemberBounded: a member that hangs with its
+// ports open (it accepts connections and never answers) and owns the
+// caller's grain costs a submit at most cluster.AdmitBudget in all, not
+// every attempt's whole Timeout (8 attempts of 3 s here: 24 s), then 503
+// "admission unavailable", nothing created. Not parallel: it observes
+// every admission's attempts.
+func TestAdmission_HangingGrainMemberBounded(t *testing.T) {
+	testkit.Long(t)
+	_, a, caller := hangingGrainCluster(t)
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+	)
+	cluster.SetAttemptObserver(func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() })
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+	code, h, body := a.Do(t, "POST", "/v1/batch", caller+"-key", `{"targets":[{"url":"https://example.com/u"}]}`)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), "admission unavailable") {
+		t.Fatalf("submit whose grain hangs: %d %q %s", code, h.Get("Retry-After"), body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var total time.Duration
+	for _, d := range waits {
+		total += d
+	}
+	if len(waits) < 2 || total > cluster.AdmitBudget {
+		t.Fatalf("the admission's attempts waited %v (%d attempts, %v in all); want 2 or more, at most %v in all", waits, len(waits), total, cluster.AdmitBudget)
+	}
+	if jobs, _, err := a.Runner.List(caller, engine.ListOptions{}); err != nil || len(jobs) != 0 {
+		t.Fatalf("%s's jobs: %v %v", caller, jobs, err)
+	}
+}
+
+// hangingMember listens on loopback, accepts connections and never reads
+// nor answers them: a member that hangs with its ports open. It stops at
+// the test's end.
+func hangingMember(t *testing.T) *net.TCPAddr {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		held []net.Conn
+	)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-accepted
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	return l.Addr().(*net.TCPAddr)
+}
+
+// hangingGrainCluster starts node a (timeout 3 s) in a cluster whose other
+// member hangs with its ports open, and returns a caller (of the keys
+// "NAME NAME-key") whose grain the hanging member owns.
+func hangingGrainCluster(t *testing.T) (*clustertest.Cluster, *node, string) {
+	t.Helper()
+	hang := hangingMember(t)
+	var keys strings.Builder
+	for i := range 32 {
+		fmt.Fprintf(&keys, "hang%d hang%d-key\n", i, i)
+	}
+	tc := clustertest.Start(t, clustertest.Options{Keys: keys.String(), Timeout: 3 * time.Second}, "a")
+	a := tc.Node("a")
+	tc.Agent.RegisterService(test.NewAgentServiceStatus("hanging", hang.IP.String(), hang.Port, []string{"siftbatch-caller"}))
+	clustertest.WaitSees(t, a, 2)
+	sys := cluster.SystemOf(a.Node)
+	host, port, _ := sys.GetHostPort()
+	rdv := pacluster.NewRendezvous()
+	rdv.UpdateMembers([]*pacluster.Member{
+		{Id: sys.ID, Host: host, Port: int32(port), Kinds: []string{"siftbatch-caller"}},
+		{Id: "hanging", Host: hang.IP.String(), Port: int32(hang.Port), Kinds: []string{"siftbatch-caller"}},
+	})
+	for i := range 32 {
+		name := fmt.Sprintf("hang%d", i)
+		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: name, Kind: "siftbatch-caller"}) == hang.String() {
+			return tc, a, name
+		}
+	}
+	t.Fatal("no caller's grain on the hanging member")
+	return nil, nil, ""
 }

@@ -32,11 +32,12 @@ const idleTimeout = 30 * time.Second
 // asking node pulls it. Its state is those answers (sessions). It is safe
 // for concurrent use.
 type answerer struct {
-	name  string                  // this node's
-	tag   [engine.NodeTagLen]byte // this node's
-	log   *slog.Logger
-	life  *lifecycle
-	admit *admitter // answers a grain's CallerJobsRequest
+	name    string                  // this node's
+	tag     [engine.NodeTagLen]byte // this node's
+	log     *slog.Logger
+	life    *lifecycle
+	admit   *admitter   // answers a grain's CallerJobsRequest
+	members *memberList // learns the nodes a Hello tells of
 
 	sessions sync.Map // uint64 → *session: answers this node is giving
 }
@@ -47,6 +48,7 @@ type answerer struct {
 func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
+		a.members.tell(m.Known)
 		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:]})
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)
@@ -76,7 +78,11 @@ func (a *answerer) receive(ctx actor.Context) {
 }
 
 // send sends msg to the asking node's future to.
-func (a *answerer) send(to *actor.PID, msg any) { a.life.system().Root.Send(to, msg) }
+func (a *answerer) send(to *actor.PID, msg any) {
+	if sys := a.life.system(); sys != nil { // none between two incarnations (rejoin.go): the asker's wait ends
+		sys.Root.Send(to, msg)
+	}
+}
 
 // forwardedKey marks the context of a request another node forwarded.
 type forwardedKey struct{}
@@ -86,7 +92,8 @@ type forwardedKey struct{}
 // node's next Pull (the Request being the first).
 type session struct {
 	a       *answerer
-	sys     *actor.ActorSystem // the node's (lifecycle.run)
+	inc     *incarnation       // the node's, when the answer began: its retirement ends the answer
+	sys     *actor.ActorSystem // inc's
 	handler http.Handler       // the API's, as sys
 	id      uint64
 	pulls   chan *actor.PID // the futures waiting for the next part
@@ -104,9 +111,12 @@ type session struct {
 
 // answer starts answering req for the asking node's future to.
 func (a *answerer) answer(to *actor.PID, req *clusterpb.Request) {
-	b := a.life.run
-	ctx, cancel := context.WithCancel(context.WithValue(a.life.ctx, forwardedKey{}, true))
-	s := &session{a: a, sys: b.system, handler: b.handler, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
+	inc := a.life.inc.Load()
+	if inc == nil { // between two incarnations (rejoin.go): the asker's wait ends
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(inc.ctx, forwardedKey{}, true))
+	s := &session{a: a, inc: inc, sys: inc.system, handler: a.life.run.handler, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
 	if _, dup := a.sessions.LoadOrStore(s.id, s); dup {
 		cancel()
 		a.send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
@@ -147,8 +157,8 @@ func (s *session) serve(req *clusterpb.Request) {
 		r.Header.Set("Authorization", req.Authorization)
 	}
 	aborted := s.run(r)
-	if s.a.life.ctx.Err() != nil {
-		// The node is closing: whatever the handler wrote (a long-poll
+	if s.inc.ctx.Err() != nil {
+		// The node is closing, or its incarnation retired: whatever the handler wrote (a long-poll
 		// ended with nothing, the rest of a job's results cut) is not
 		// the answer.
 		s.closing, aborted = true, true

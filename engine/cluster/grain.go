@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
@@ -99,12 +100,11 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 			}
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
 		}
-		if g.live[id] && m.Body != "" {
-			// A key of the caller's own bound to a job that is admitted and
-			// not yet created, or has ended and its node has not told yet,
-			// or whose node did not answer: asked again (the asking node
-			// backs off) until the job exists (REUSE or MISMATCH) or its
-			// end frees the key. Never a second job of the key.
+		if g.live[id] {
+			// Admitted, and not yet created (or its node did not answer):
+			// a concurrent first submit of the same targets is asked again
+			// (the asking node backs off) until that job exists, and is
+			// reused, or its admission ends. Never a second job.
 			observe("retry", m.Caller, m.Id, 0)
 			return retry
 		}
@@ -198,6 +198,22 @@ func validBody(body string) bool {
 var observeFn struct {
 	sync.RWMutex
 	fn func(event, caller, id string, cap int)
+}
+
+// observeAttemptFn, set by tests only, sees the longest wait of each
+// attempt of an admission.
+var observeAttemptFn struct {
+	sync.RWMutex
+	fn func(wait time.Duration)
+}
+
+func observeAttempt(wait time.Duration) {
+	observeAttemptFn.RLock()
+	fn := observeAttemptFn.fn
+	observeAttemptFn.RUnlock()
+	if fn != nil {
+		fn(wait)
+	}
 }
 
 func observe(event, caller, id string, cap int) {

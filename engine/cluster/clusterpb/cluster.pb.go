@@ -91,9 +91,15 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{0}
 }
 
-// Hello asks a node who it is.
+// Hello asks a node who it is. It tells the node asked the nodes the
+// asking node knows (met, or heard of from its peers), by tag: a node new
+// to the cluster learns the tags of nodes that left before it joined, and
+// answers their jobs 503 "node unavailable", not 404.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// known is the nodes the asking node knows: each its name and tag (at
+	// most 1,024).
+	Known         []*NodeInfo `protobuf:"bytes,1,rep,name=known,proto3" json:"known,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -126,6 +132,13 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
 	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Hello) GetKnown() []*NodeInfo {
+	if x != nil {
+		return x.Known
+	}
+	return nil
 }
 
 // NodeInfo answers Hello.
@@ -1374,8 +1387,9 @@ var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\n" +
-	"&engine/cluster/clusterpb/cluster.proto\x12\x14siftbatch.cluster.v1\"\a\n" +
-	"\x05Hello\"0\n" +
+	"&engine/cluster/clusterpb/cluster.proto\x12\x14siftbatch.cluster.v1\"=\n" +
+	"\x05Hello\x124\n" +
+	"\x05known\x18\x01 \x03(\v2\x1e.siftbatch.cluster.v1.NodeInfoR\x05known\"0\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\fR\x03tag\"\x8c\x01\n" +
@@ -1505,15 +1519,16 @@ var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
 	(*Remember)(nil),          // 20: siftbatch.cluster.v1.Remember
 }
 var file_engine_cluster_clusterpb_cluster_proto_depIdxs = []int32{
-	4,  // 0: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
-	9,  // 1: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
-	0,  // 2: siftbatch.cluster.v1.Admission.verdict:type_name -> siftbatch.cluster.v1.Verdict
-	16, // 3: siftbatch.cluster.v1.CallerJobsReply.jobs:type_name -> siftbatch.cluster.v1.CallerJob
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	2,  // 0: siftbatch.cluster.v1.Hello.known:type_name -> siftbatch.cluster.v1.NodeInfo
+	4,  // 1: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
+	9,  // 2: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
+	0,  // 3: siftbatch.cluster.v1.Admission.verdict:type_name -> siftbatch.cluster.v1.Verdict
+	16, // 4: siftbatch.cluster.v1.CallerJobsReply.jobs:type_name -> siftbatch.cluster.v1.CallerJob
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_engine_cluster_clusterpb_cluster_proto_init() }
