@@ -174,8 +174,6 @@ func newestFirstID(k []byte, n int) ([idLen]byte, bool) {
 	return id, true
 }
 
-// callerKeyID returns the id at the end of a c key.
-func callerKeyID(k []byte) ([idLen]byte, bool) { return newestFirstID(k, callerKeyLen) }
 
 // nodeKey is a node tag's n key.
 func nodeKey(tag [nodeTagLen]byte) []byte {
