@@ -13,8 +13,10 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -757,4 +759,39 @@ func TestGuard_HandshakeRefusesServerOnlyCertificate(t *testing.T) {
 	serverOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	cert, _, _ := rawCert(t, serverOnly, ca, caKey)
 	refusedAtHandshake(t, a, map[string]tls.Certificate{"server authentication only": cert})
+}
+
+// TestGuard_StrangerHelloTellsNoTags: a holder of a cluster certificate
+// that is no member may send a Hello (a joining node asks who its peers
+// are), but what its Hello tells of is a member's word only: a sender-less
+// Hello of a stranger, telling of 1,024 forged node tags, is refused (and
+// counted), and a job id of a forged tag still answers 404, not 503 "node
+// unavailable" (nor does it fill the bound on the tags told, which would
+// keep a fresh node from learning the real tags of nodes that left).
+func TestGuard_StrangerHelloTellsNoTags(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: a non-member's sender-less Hello passes the guard, and the node learns the tags it tells of")
+	}
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	a := tc.Node("a")
+	ghost := "deadbeef" + strings.Repeat("0", 24)
+	if code, _, body := a.Do(t, "GET", "/v1/batch/"+ghost, "alice-key", ""); code != http.StatusNotFound {
+		t.Fatalf("a job of no node before the Hello: %d %s, want 404", code, body)
+	}
+	known := []*clusterpb.NodeInfo{{Node: "ghost", Tag: []byte{0xde, 0xad, 0xbe, 0xef}}}
+	for i := range 1023 {
+		known = append(known, &clusterpb.NodeInfo{Node: "forged", Tag: []byte{0xee, 0xed, byte(i >> 8), byte(i)}})
+	}
+	stranger := startStranger(t, clustertest.RemoteTLS(t, "mallory")...)
+	refused := a.Node.PeerRefusals()
+	stranger.Root.Send(actor.NewPID(a.Node.Address(), cluster.NodeActor), &clusterpb.Hello{Known: known})
+	var code int
+	testkit.WaitFor(t, "the stranger's Hello refused, or its tags learnt", func() bool {
+		code, _, _ = a.Do(t, "GET", "/v1/batch/"+ghost, "alice-key", "")
+		return a.Node.PeerRefusals() > refused || code == http.StatusServiceUnavailable
+	})
+	if code != http.StatusNotFound {
+		t.Errorf("a job of a tag a stranger told of: %d, want 404 (the stranger's Hello refused: %d refusals)", code, a.Node.PeerRefusals()-refused)
+	}
 }

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +203,50 @@ func TestCheck_Duplicate(t *testing.T) {
 	m.Healed = time.Time{}
 	if vs := Check(ops, split, m); len(vs) > 0 {
 		t.Fatalf("two sides: %v", vs)
+	}
+}
+
+// TestCheck_CapPerSide: docs/CLUSTER.md promises up to JobsPerCaller per
+// side of a partition. During a 2|1 split (n1 and n2 together, n3 alone),
+// two jobs of a caller live at once, both admitted on the side of n1 and
+// n2 (cap 1), break it on that side whatever n3 does.
+func TestCheck_CapPerSide(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: the cap rule counts a caller's jobs against Cap × the number of sides, so one side admitting past its own cap passes")
+	}
+	split := append(whole(),
+		View{Node: "n1", At: at(1), Members: []string{"n1", "n2"}},
+		View{Node: "n2", At: at(1), Members: []string{"n1", "n2"}},
+		View{Node: "n3", At: at(1), Members: []string{"n3"}})
+	ops := []Op{
+		submitted("a", "n1", "j1", 5), read(Read, "a", "n1", "j1", 7, 200, "running"),
+		submitted("a", "n2", "j2", 5.5), read(Read, "a", "n2", "j2", 7, 200, "running"),
+	}
+	for _, id := range []string{"j1", "j2"} {
+		ops = append(ops, finals("a", id, 20)...)
+	}
+	m := model()
+	m.Healed = time.Time{}
+	if vs := Check(ops, split, m); !slices.Contains(rules(vs), RuleCap) {
+		t.Fatalf("got %v, want the cap broken on n1 and n2's side (2 jobs there, cap 1)", vs)
+	}
+}
+
+// TestCheck_LostBetweenFinalReads: a target a final read found done on
+// one node and a later final read on another no longer has is lost: the
+// rule holds for every read, the final ones too.
+func TestCheck_LostBetweenFinalReads(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: targets that only final reads found done are not held against the later final reads")
+	}
+	ops := []Op{
+		submitted("a", "n1", "j1", 1),
+		read(Final, "a", "n1", "j1", 20, 200, "done", 0, 1),
+		read(Final, "a", "n2", "j1", 21, 200, "done", 0),
+		read(Final, "a", "n3", "j1", 22, 200, "done", 0),
+	}
+	vs := Check(ops, whole(), model())
+	if !slices.Contains(rules(vs), RuleLost) {
+		t.Fatalf("got %v, want target 1 lost after n1's final read found it done", vs)
 	}
 }
