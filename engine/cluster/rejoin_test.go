@@ -407,3 +407,71 @@ func TestNode_RejoinsAfterPartitionPeersDisagreeOn(t *testing.T) {
 	}
 	tc.WaitMembers(3)
 }
+
+// TestNode_RequestsAndCloseDuringRejoin: while n3 rejoins (its old
+// incarnation retired, the new one not there yet), reads of n3's job
+// through n1 and of n1's job through n3 answer 200 or 503, never 404 nor
+// another error, and each returns; then a Close of n3 while it rejoins
+// again returns, and leaves no goroutine of the node's rejoin behind.
+func TestNode_RequestsAndCloseDuringRejoin(t *testing.T) {
+	testkit.Long(t)
+	tc, links := partitionable(t, 500*time.Millisecond, "n1", "n2", "n3")
+	n1, n2, n3 := tc.Node("n1"), tc.Node("n2"), tc.Node("n3")
+	tc.WaitMembers(3)
+	id3 := n3.Submit(t, "alice-key", "https://example.test/3")
+	id1 := n1.Submit(t, "bob-key", "https://example.test/1")
+	n3.WaitDone(t, id3)
+	n1.WaitDone(t, id1)
+	rejoins := func() int { return strings.Count(nodeLog(tc, "n3"), "rejoining under a new member id") }
+	cutAll := func() {
+		isolate(links, "n3", true)
+		clustertest.WaitSees(t, n3, 1)
+		clustertest.WaitSees(t, n1, 2)
+		clustertest.WaitSees(t, n2, 2)
+	}
+
+	cutAll()
+	isolate(links, "n3", false)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	codes := make(chan string, 1<<16)
+	reader := func(n *clustertest.Node, id, key string) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			code, _, b := n.Do(t, "GET", "/v1/batch/"+id+"?results=1", key, "")
+			if code != http.StatusOK && code != http.StatusServiceUnavailable {
+				codes <- fmt.Sprintf("%s on %s: %d %s", id, n.Name, code, b)
+			}
+		}
+	}
+	for range 2 {
+		wg.Add(2)
+		go reader(n1, id3, "alice-key")
+		go reader(n3, id1, "bob-key")
+	}
+	testkit.WaitFor(t, "n3 rejoining", func() bool { return rejoins() > 0 })
+	tc.WaitMembers(3)
+	close(stop)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		t.Errorf("a read during the rejoin: %s", c)
+	}
+
+	// Close during the next rejoin.
+	cutAll()
+	r := rejoins()
+	isolate(links, "n3", false)
+	testkit.WaitFor(t, "n3 rejoining again", func() bool { return rejoins() > r })
+	watchers := goroutinesIn("cluster.(*Node).watchRejoin(")
+	tc.Stop(n3)
+	waitNone(t, "cluster.(*Node).rejoin(")
+	testkit.WaitFor(t, "n3's watch of its rejoins ended", func() bool {
+		return goroutinesIn("cluster.(*Node).watchRejoin(") == watchers-1
+	})
+}

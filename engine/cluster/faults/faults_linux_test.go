@@ -4,6 +4,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // TestFaults_PartitionOneNode: n3's link is cut (ip link down on its
@@ -113,4 +115,43 @@ func TestFaults_Pause(t *testing.T) {
 		inject: func(r *rig) { signal(r, syscall.SIGSTOP) },
 		heal:   func(r *rig) { signal(r, syscall.SIGCONT) },
 	})
+}
+
+// TestFaults_SigtermDuringPartition: SIGTERM reaches nodes while n3's link
+// is down (its packets lost, not refused: a peer's connections to it hang):
+// n1 right after the cut, before it has dropped n3; then n3 itself, cut
+// off from every peer; then n2, both its peers gone. Each exits 0 (waited for: docs/CLUSTER.md, "A node
+// stops", gives about 2 s whatever its peers do; the times are logged).
+// No client request is in flight.
+func TestFaults_SigtermDuringPartition(t *testing.T) {
+	r := newRig(t, false)
+	term := func(n *node) {
+		start := time.Now()
+		if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-n.exited:
+		case <-time.After(testkit.Deadline):
+			t.Fatalf("%s did not exit on SIGTERM", n.name)
+		}
+		t.Logf("%s: SIGTERM → exit %s, %v", n.name, time.Since(start).Round(10*time.Millisecond), n.cmd.ProcessState)
+		if !n.cmd.ProcessState.Success() {
+			t.Errorf("%s exited %v, want 0; its log:\n%s", n.name, n.cmd.ProcessState, n.log.String())
+		}
+	}
+	r.nw.link(3, false)
+	term(r.nodes[0])
+	testkit.WaitFor(t, "n3 sees itself alone", func() bool {
+		var last []string
+		for _, v := range r.views.All() {
+			if v.Node == "n3" {
+				last = v.Members
+			}
+		}
+		return len(last) == 1
+	})
+	term(r.nodes[2])
+	r.nw.link(3, true)
+	term(r.nodes[1]) // the last: both its peers gone, one of them while cut off
 }
