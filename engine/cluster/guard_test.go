@@ -795,3 +795,48 @@ func TestGuard_StrangerHelloTellsNoTags(t *testing.T) {
 		t.Errorf("a job of a tag a stranger told of: %d, want 404 (the stranger's Hello refused: %d refusals)", code, a.Node.PeerRefusals()-refused)
 	}
 }
+
+// TestGuard_MalformedHelloCannotCrashNode: a Hello whose bytes are not a
+// Hello (garbage under the protobuf serializer, and under the JSON one),
+// sent by a stranger holding a cluster certificate, does not crash the
+// node nor panic in protoactor; the node serves on.
+func TestGuard_MalformedHelloCannotCrashNode(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	id := a.Submit(t, "alice-key", "http://x/page")
+	a.WaitDone(t, id)
+	client := dialNode(t, a, strangerCreds(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), streamDeadline)
+	defer cancel()
+	target := []*actor.PID{actor.NewPID(a.Node.Address(), cluster.NodeActor)}
+	hello := string(proto.MessageName(&clusterpb.Hello{}))
+	panics := a.Node.PeerPanics()
+	garbage := [][]byte{{0xff, 0xff, 0xff, 0xff, 0x0f}, {0x0a, 0xff, 0xff, 0xff, 0xff, 0x7f}, []byte("{not json"), make([]byte, 1<<20)}
+	for i, data := range garbage {
+		for _, ser := range []int32{0, 1} {
+			stream, err := client.Receive(ctx)
+			if err != nil {
+				t.Fatalf("garbage %d, serializer %d: %v", i, ser, err)
+			}
+			batch := &remote.MessageBatch{Targets: target, TypeNames: []string{hello},
+				Envelopes: []*remote.MessageEnvelope{{MessageData: data, SerializerId: ser}}}
+			if err := stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: batch}}); err != nil {
+				t.Fatalf("garbage %d, serializer %d: send: %v", i, ser, err)
+			}
+			_ = stream.CloseSend()
+			_, _ = stream.Recv()
+		}
+	}
+	if got := a.Node.PeerPanics(); got != panics {
+		t.Errorf("PeerPanics = %d after malformed Hellos, want %d", got, panics)
+	}
+	if code, _, body := b.Do(t, "GET", "/v1/batch/"+id, "alice-key", ""); code != http.StatusOK {
+		t.Errorf("a's job through b after the malformed Hellos: %d %s", code, body)
+	}
+	idB := b.Submit(t, "bob-key", "http://x/page")
+	b.WaitDone(t, idB)
+	if code, _, body := a.Do(t, "GET", "/v1/batch/"+idB, "bob-key", ""); code != http.StatusOK {
+		t.Errorf("b's job through a after the malformed Hellos: %d %s", code, body)
+	}
+}
