@@ -412,7 +412,8 @@ func TestNode_RejoinsAfterPartitionPeersDisagreeOn(t *testing.T) {
 // incarnation retired, the new one not there yet), reads of n3's job
 // through n1 and of n1's job through n3 answer 200 or 503, never 404 nor
 // another error, and each returns; then a Close of n3 while it rejoins
-// again returns, and leaves no goroutine of the node's rejoin behind.
+// again returns, and leaves no goroutine of the node's rejoin behind, nor
+// a listener on its cluster port.
 func TestNode_RequestsAndCloseDuringRejoin(t *testing.T) {
 	testkit.Long(t)
 	tc, links := partitionable(t, 500*time.Millisecond, "n1", "n2", "n3")
@@ -469,9 +470,57 @@ func TestNode_RequestsAndCloseDuringRejoin(t *testing.T) {
 	isolate(links, "n3", false)
 	testkit.WaitFor(t, "n3 rejoining again", func() bool { return rejoins() > r })
 	watchers := goroutinesIn("cluster.(*Node).watchRejoin(")
+	addr := n3.Node.Address()
 	tc.Stop(n3)
+	// Nothing of an incarnation made as it closed is left: its port is free.
+	testkit.WaitFor(t, "n3's cluster port free", func() bool {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			_ = l.Close()
+		}
+		return err == nil
+	})
 	waitNone(t, "cluster.(*Node).rejoin(")
 	testkit.WaitFor(t, "n3's watch of its rejoins ended", func() bool {
 		return goroutinesIn("cluster.(*Node).watchRejoin(") == watchers-1
 	})
+}
+
+// TestNode_RejoinsAfterEveryNodeCutOff: two nodes blocked at once, and
+// the third alone too (every node cut off from every other, each dropping
+// both peers), come back together once the network is whole: each reads
+// the others' jobs again (docs/CLUSTER.md, "A partition heals": each
+// rejoins, and the first new ids are taken in by the others).
+func TestNode_RejoinsAfterEveryNodeCutOff(t *testing.T) {
+	testkit.Long(t)
+	tc, links := partitionable(t, 500*time.Millisecond, "n1", "n2", "n3")
+	tc.WaitMembers(3)
+	ids := map[string]string{}
+	for i, n := range tc.Nodes() {
+		key := []string{"alice-key", "bob-key", "root-key"}[i]
+		ids[key] = n.Submit(t, key, "https://example.test/"+n.Name)
+		n.WaitDone(t, ids[key])
+	}
+	for _, to := range links {
+		for _, k := range to {
+			k.setCut(true)
+		}
+	}
+	for _, n := range tc.Nodes() {
+		clustertest.WaitSees(t, n, 1)
+	}
+	for _, to := range links {
+		for _, k := range to {
+			k.setCut(false)
+		}
+	}
+	tc.WaitMembers(3)
+	for _, n := range tc.Nodes() {
+		for key, id := range ids {
+			testkit.WaitFor(t, n.Name+" reads "+id, func() bool {
+				code, _, _ := n.Do(t, "GET", "/v1/batch/"+id, key, "")
+				return code == http.StatusOK
+			})
+		}
+	}
 }

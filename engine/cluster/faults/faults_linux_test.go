@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -154,4 +155,39 @@ func TestFaults_SigtermDuringPartition(t *testing.T) {
 	term(r.nodes[2])
 	r.nw.link(3, true)
 	term(r.nodes[1]) // the last: both its peers gone, one of them while cut off
+}
+
+// TestFaults_SigtermDuringRejoin: n3's link cut long enough for every
+// side to drop the other, then restored; SIGTERM reaches n3 as soon as it
+// logs that it rejoins (its old incarnation stopping, the new one
+// starting). It exits 0 (waited for; the time is logged: docs/CLUSTER.md,
+// "A node stops", about 2 s whatever its peers do).
+func TestFaults_SigtermDuringRejoin(t *testing.T) {
+	r := newRig(t, false)
+	n3 := r.nodes[2]
+	r.nw.link(3, false)
+	testkit.WaitFor(t, "n1 and n3 drop each other", func() bool {
+		last := map[string][]string{}
+		for _, v := range r.views.All() {
+			last[v.Node] = v.Members
+		}
+		return len(last["n1"]) == 2 && len(last["n2"]) == 2 && len(last["n3"]) == 1
+	})
+	r.nw.link(3, true)
+	testkit.WaitFor(t, "n3 rejoining", func() bool {
+		return strings.Contains(n3.log.String(), "rejoining under a new member id")
+	})
+	start := time.Now()
+	if err := n3.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n3.exited:
+	case <-time.After(testkit.Deadline):
+		t.Fatal("n3 did not exit on SIGTERM during its rejoin")
+	}
+	t.Logf("n3: SIGTERM during its rejoin → exit %s, %v", time.Since(start).Round(10*time.Millisecond), n3.cmd.ProcessState)
+	if !n3.cmd.ProcessState.Success() {
+		t.Errorf("n3 exited %v, want 0; its log:\n%s", n3.cmd.ProcessState, n3.log.String())
+	}
 }
