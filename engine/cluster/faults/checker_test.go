@@ -209,7 +209,8 @@ func TestCheck_Duplicate(t *testing.T) {
 // TestCheck_CapPerSide: docs/CLUSTER.md promises up to JobsPerCaller per
 // side of a partition. During a 2|1 split (n1 and n2 together, n3 alone),
 // two jobs of a caller live at once, both admitted on the side of n1 and
-// n2 (cap 1), break it on that side whatever n3 does.
+// n2 (cap 1), break it on that side whatever n3 does; and a paused n3's
+// stale view is no side at all.
 func TestCheck_CapPerSide(t *testing.T) {
 	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
 		t.Skip("finding: the cap rule counts a caller's jobs against Cap × the number of sides, so one side admitting past its own cap passes")
@@ -228,7 +229,15 @@ func TestCheck_CapPerSide(t *testing.T) {
 	m := model()
 	m.Healed = time.Time{}
 	if vs := Check(ops, split, m); !slices.Contains(rules(vs), RuleCap) {
-		t.Fatalf("got %v, want the cap broken on n1 and n2's side (2 jobs there, cap 1)", vs)
+		t.Errorf("got %v, want the cap broken on n1 and n2's side (2 jobs there, cap 1)", vs)
+	}
+	// n3 paused: it logs nothing, its last view (all three) stands, and
+	// is no side of its own: n1 and n2 are the only side that admits.
+	paused := append(whole(),
+		View{Node: "n1", At: at(1), Members: []string{"n1", "n2"}},
+		View{Node: "n2", At: at(1), Members: []string{"n1", "n2"}})
+	if vs := Check(ops, paused, m); !slices.Contains(rules(vs), RuleCap) {
+		t.Errorf("n3 paused: got %v, want the cap broken on n1 and n2's side", vs)
 	}
 }
 
