@@ -31,7 +31,14 @@ type callerGrain struct {
 	epoch  uint64
 	live   map[string]bool   // ids of the caller's live jobs and admissions held, on every node
 	reuse  map[string]string // idempotency key → id of a reusable job
+	// abandoned is the ids whose admissions their nodes gave up
+	// (statusAbandoned), at most maxAbandoned: an Admit of one comes from
+	// an attempt its node no longer waits for, and is not admitted.
+	abandoned map[string]bool
 }
+
+// maxAbandoned bounds a grain's abandoned ids; past it they are forgotten.
+const maxAbandoned = 4096
 
 // Receive implements actor.Actor.
 func (g *callerGrain) Receive(ctx actor.Context) {
@@ -46,7 +53,16 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(&clusterpb.Settled{})
 	case *clusterpb.Settle:
+		if g.live[m.Id] {
+			observe("end", m.Caller, m.Id, 0) // as the node did: the grain no longer counts it
+		}
 		delete(g.live, m.Id)
+		if m.Status == statusAbandoned {
+			if g.abandoned == nil || len(g.abandoned) >= maxAbandoned {
+				g.abandoned = map[string]bool{}
+			}
+			g.abandoned[m.Id] = true
+		}
 		if m.Status != "done" && m.Status != "partial" {
 			for k, id := range g.reuse {
 				if id == m.Id {
@@ -61,7 +77,7 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 // admit decides an Admit.
 func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Admission {
 	retry := &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_RETRY}
-	if m.Caller != g.caller {
+	if m.Caller != g.caller || g.abandoned[m.Id] {
 		return retry
 	}
 	if !g.ready || g.a.members.topologyHash() != g.epoch {
