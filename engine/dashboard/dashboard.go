@@ -199,7 +199,7 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 	h.mux.HandleFunc("GET "+Prefix+"{$}", h.overview)
 	h.mux.HandleFunc("POST "+Prefix+"signin", h.signIn)
 	h.mux.HandleFunc("POST "+Prefix+"signout", h.signedIn(h.signOut))
-	h.mux.HandleFunc("GET "+Prefix+"jobs", h.signedIn(h.findJob))
+	h.mux.HandleFunc("GET "+Prefix+"jobs", h.signedIn(h.jobsPage))
 	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}", h.signedIn(h.jobPage))
 	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}/{idx}", h.signedIn(h.resultPage))
 	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/cancel", h.signedIn(h.cancelJob))

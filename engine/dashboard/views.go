@@ -88,6 +88,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 // jobView is one job as a row of the overview shows it.
 type jobView struct {
 	ID         string
+	Short      string // the short id every list shows and "Open a job" takes
 	Caller     string
 	ShowCaller bool
 	Status     string
@@ -101,8 +102,8 @@ type jobView struct {
 }
 
 // barView is a progress bar: succeeded, failed, the target in flight
-// (the next one, while the job runs: a job's targets go one at a time),
-// and the pending rest, as percentages of the SVG's width.
+// (the next one, while it is at a worker: a job's targets go one at a
+// time), and the pending rest, as percentages of the SVG's width.
 type barView struct {
 	OkPct, FailPct      float64
 	FlightX, FlightPct  float64
@@ -110,7 +111,10 @@ type barView struct {
 	Ok, Failed, Pending int
 }
 
-func newBar(j engine.Job) barView {
+// newBar is j's bar; atWorker says that one of its targets is at a
+// worker now (a running job waits its turn in the rotation most of the
+// time: it shows no target in flight then).
+func newBar(j engine.Job, atWorker bool) barView {
 	b := barView{Ok: j.TargetsDone - j.TargetsFailed, Failed: j.TargetsFailed, Pending: j.TargetsTotal - j.TargetsDone}
 	if j.TargetsTotal <= 0 {
 		return b
@@ -118,7 +122,7 @@ func newBar(j engine.Job) barView {
 	unit := 100 / float64(j.TargetsTotal)
 	b.OkPct = round2(float64(b.Ok) * unit)
 	b.FailPct = round2(float64(b.Failed) * unit)
-	if j.Status == engine.StatusRunning && b.Pending > 0 {
+	if atWorker && engine.IsLive(j.Status) && b.Pending > 0 {
 		b.Flight, b.FlightX, b.FlightPct = true, round2(b.OkPct+b.FailPct), round2(unit)
 	}
 	return b
@@ -126,12 +130,13 @@ func newBar(j engine.Job) barView {
 
 func round2(f float64) float64 { return float64(int(f*100+0.5)) / 100 }
 
-func newJobView(j engine.Job, showCaller bool) jobView {
+// newJobView is j as a row shows it; atWorker as for [newBar].
+func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
 	return jobView{
-		ID: j.ID, Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
+		ID: j.ID, Short: shortID(j.ID), Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
 		Created: time.Unix(j.CreatedAt, 0).UTC().Format("Jan 2 15:04:05 UTC"),
 		Total:   j.TargetsTotal, Done: j.TargetsDone, Failed: j.TargetsFailed,
-		Live: engine.IsLive(j.Status), Bar: newBar(j),
+		Live: engine.IsLive(j.Status), Bar: newBar(j, atWorker),
 	}
 }
 
@@ -173,14 +178,14 @@ func (h *Handler) overviewView(ss *session) overviewView {
 		if !ss.admin && j.Caller != ss.name {
 			continue
 		}
-		v.Live = append(v.Live, newJobView(j, ss.admin))
+		v.Live = append(v.Live, newJobView(j, ss.admin, h.atWorker(j)))
 		if j.Status == engine.StatusQueued {
 			v.Queued++
 		}
 	}
 	v.Mine = counts[ss.name]
 	for _, j := range h.finished(ss) {
-		v.Recent = append(v.Recent, newJobView(j, ss.admin))
+		v.Recent = append(v.Recent, newJobView(j, ss.admin, false))
 	}
 	if !ss.admin {
 		return v
@@ -204,6 +209,27 @@ func (h *Handler) overviewView(ss *session) overviewView {
 	return v
 }
 
+// atWorker reports whether one of the live job j's targets is at a worker
+// now: read with [engine.Runner.Targets], which a live job answers from
+// its actor's latest snapshot (the store is read once per change of it,
+// not once per page). A queued job has none.
+func (h *Handler) atWorker(j engine.Job) bool {
+	if j.Status != engine.StatusRunning {
+		return false
+	}
+	_, ts, ok := h.r.Targets(j.ID)
+	return ok && anyAtWorker(ts)
+}
+
+func anyAtWorker(ts []engine.TargetStatus) bool {
+	for _, t := range ts {
+		if t.Status == engine.TargetRunning {
+			return true
+		}
+	}
+	return false
+}
+
 // finished returns the recently finished jobs the session may see: a
 // caller's from [engine.Runner.List]; for an admin, the ones the
 // dashboard has seen live or opened, since the engine has no listing
@@ -219,16 +245,6 @@ func (h *Handler) finished(ss *session) []engine.Job {
 
 // validID matches a job id: 32 lowercase hex digits.
 var validID = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
-// findJob is GET /ui/jobs?id=ID, the overview's "open a job" form.
-func (h *Handler) findJob(w http.ResponseWriter, r *http.Request, _ *session) {
-	id := r.URL.Query().Get("id")
-	if !validID.MatchString(id) {
-		h.jobNotFound(w)
-		return
-	}
-	http.Redirect(w, r, Prefix+"jobs/"+id, http.StatusSeeOther)
-}
 
 // targetView is one target as the job page shows it.
 type targetView struct {
@@ -257,7 +273,7 @@ func (h *Handler) jobPageView(id string, ss *session) (jobPageView, bool) {
 	if !ok {
 		return jobPageView{}, false
 	}
-	v := jobPageView{Job: newJobView(j, true), CSRF: ss.csrf}
+	v := jobPageView{Job: newJobView(j, true, anyAtWorker(ts)), CSRF: ss.csrf}
 	for _, t := range ts {
 		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
 		if t.Status == engine.TargetDone {

@@ -1,0 +1,292 @@
+package dashboard
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/sift/batch/engine"
+)
+
+// The jobs page's bounds.
+const (
+	// jobsPerPage is how many jobs a page of /ui/jobs lists.
+	jobsPerPage = 25
+	// urlScanJobs is how many of the newest visible jobs a search by URL
+	// reads the targets of, at most.
+	urlScanJobs = 5000
+	// urlMatches is how many jobs a search by URL lists, at most.
+	urlMatches = 100
+	// idMatches is how many jobs a search by id prefix lists, at most.
+	idMatches = 50
+	// minPrefix is the fewest hex digits an id prefix may have.
+	minPrefix = 4
+)
+
+// statusChoices are the jobs page's status filter, as [engine.ListOptions]
+// takes them ("" is every status).
+var statusChoices = []string{"", "live", "terminal", "queued", "running", "done", "partial", "failed", "cancelled"}
+
+// hexPrefix matches what may be an id or its beginning.
+var hexPrefix = regexp.MustCompile(`^[0-9a-f]{4,32}$`)
+
+// jobsQuery is the jobs page's query: its filters, search and page.
+type jobsQuery struct {
+	Status string
+	Caller string // admin only: "" is every caller
+	Q      string
+	Cursor string
+}
+
+// url is the page of q, at cursor.
+func (q jobsQuery) url(cursor string) string {
+	v := url.Values{}
+	for k, s := range map[string]string{"status": q.Status, "caller": q.Caller, "q": q.Q, "cursor": cursor} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if len(v) == 0 {
+		return Prefix + "jobs"
+	}
+	return Prefix + "jobs?" + v.Encode()
+}
+
+// jobsPageView is the jobs page.
+type jobsPageView struct {
+	Admin    bool
+	Query    jobsQuery
+	Statuses []string
+	Jobs     []jobView
+	// Title says what is listed: "Jobs", "Jobs whose id begins with …".
+	Title string
+	// Note says how a search went: what it scanned, what it left out.
+	Note  string
+	Msg   string // a refusal: a bad filter or cursor
+	Next  string // the next page's URL, "" on the last
+	First string // the first page's URL, "" on the first
+}
+
+// jobsPage is GET /ui/jobs: every job the session may see, newest first,
+// a page at a time, with filters for status and (for an admin) caller, and
+// a search by id prefix or URL substring. ?id=ID (the overview's "Open a
+// job") opens a job by its id or short id.
+func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) {
+	qs := r.URL.Query()
+	if qs.Has("id") {
+		h.openJob(w, r, ss, strings.ToLower(strings.TrimSpace(qs.Get("id"))))
+		return
+	}
+	q := jobsQuery{Status: qs.Get("status"), Q: strings.TrimSpace(qs.Get("q")), Cursor: qs.Get("cursor")}
+	if ss.admin {
+		q.Caller = strings.TrimSpace(qs.Get("caller"))
+	}
+	v := h.jobsView(ss, q)
+	code := http.StatusOK
+	if v.Msg != "" {
+		code = http.StatusBadRequest
+	}
+	h.render(w, code, "jobs", pageData{Title: "Jobs", User: user(ss), Body: v})
+}
+
+// jobsView lists the jobs of q that ss may see.
+func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
+	v := jobsPageView{Admin: ss.admin, Query: q, Statuses: statusChoices, Title: "Jobs"}
+	if !validStatus(q.Status) {
+		v.Msg = "No such status: choose one from the list."
+		v.Query.Status = ""
+		return v
+	}
+	if q.Cursor != "" {
+		v.First = q.url("")
+	}
+	switch {
+	case q.Q == "":
+		jobs, next, err := h.listPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: jobsPerPage, Cursor: q.Cursor})
+		if err != nil {
+			v.Msg = listErrText(err)
+			return v
+		}
+		v.Jobs = h.rows(ss, jobs)
+		if next != "" {
+			v.Next = q.url(next)
+		}
+	case hexPrefix.MatchString(strings.ToLower(q.Q)):
+		v.Title = "Jobs whose id begins with " + strings.ToLower(q.Q)
+		jobs, err := h.findByPrefix(ss, strings.ToLower(q.Q), idMatches)
+		if err != nil {
+			v.Msg = listErrText(err)
+			return v
+		}
+		var keep []engine.Job
+		for _, j := range jobs {
+			if statusMatches(q.Status, j.Status) && (q.Caller == "" || j.Caller == q.Caller) {
+				keep = append(keep, j)
+			}
+		}
+		v.Jobs = h.rows(ss, keep)
+		if len(keep) == 0 {
+			// Hex digits may be part of a URL too.
+			return h.urlSearch(ss, q, v)
+		}
+		v.First = ""
+	default:
+		return h.urlSearch(ss, q, v)
+	}
+	return v
+}
+
+// urlSearch lists the jobs, among the newest urlScanJobs the session may
+// see (with q's filters), that have a target whose URL holds q.Q (case
+// aside): the first urlMatches of them.
+func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageView {
+	v.Title, v.First, v.Next = "Jobs with a URL that holds “"+q.Q+"”", "", ""
+	needle := strings.ToLower(q.Q)
+	scanned, cursor := 0, ""
+	var found []engine.Job
+	more := false
+	for scanned < urlScanJobs && len(found) < urlMatches {
+		jobs, next, err := h.listPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: engine.MaxListLimit, Cursor: cursor})
+		if err != nil {
+			v.Msg = listErrText(err)
+			return v
+		}
+		for i, j := range jobs {
+			if scanned == urlScanJobs || len(found) == urlMatches {
+				more = more || i < len(jobs) || next != ""
+				break
+			}
+			scanned++
+			if _, ts, ok := h.r.Targets(j.ID); ok && anyURLHolds(ts, needle) {
+				found = append(found, j)
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+		more = true
+	}
+	if len(found) < urlMatches && scanned < urlScanJobs {
+		more = false
+	}
+	v.Jobs = h.rows(ss, found)
+	switch {
+	case more && len(found) == urlMatches:
+		v.Note = "The first " + itoa(urlMatches) + " matches shown, from the newest " + itoa(scanned) + " jobs: narrow the search, or filter by status."
+	case more:
+		v.Note = "Searched the URLs of the newest " + itoa(scanned) + " jobs only (a search reads at most " + itoa(urlScanJobs) + "): filter by status or caller to reach older ones."
+	default:
+		v.Note = "Searched the URLs of all " + itoa(scanned) + " jobs."
+	}
+	return v
+}
+
+func anyURLHolds(ts []engine.TargetStatus, needle string) bool {
+	for _, t := range ts {
+		if strings.Contains(strings.ToLower(t.URL), needle) {
+			return true
+		}
+	}
+	return false
+}
+
+// rows are jobs as the jobs page lists them.
+func (h *Handler) rows(ss *session, jobs []engine.Job) []jobView {
+	out := make([]jobView, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, newJobView(j, ss.admin, h.atWorker(j)))
+	}
+	return out
+}
+
+// openJob is GET /ui/jobs?id=ID: a whole id, or a short one (≥ minPrefix
+// hex digits, the beginning of the id as every list shows it), opens the
+// job; several jobs that begin so are listed; none, or another caller's
+// (for all but an admin), is answered as a missing job.
+func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, id string) {
+	if validID.MatchString(id) {
+		http.Redirect(w, r, Prefix+"jobs/"+id, http.StatusSeeOther)
+		return
+	}
+	if !hexPrefix.MatchString(id) {
+		h.jobNotFound(w)
+		return
+	}
+	jobs, err := h.findByPrefix(ss, id, idMatches)
+	switch {
+	case err != nil || len(jobs) == 0:
+		h.jobNotFound(w)
+	case len(jobs) == 1:
+		http.Redirect(w, r, Prefix+"jobs/"+jobs[0].ID, http.StatusSeeOther)
+	default:
+		v := jobsPageView{Admin: ss.admin, Statuses: statusChoices, Query: jobsQuery{Q: id},
+			Title: "Jobs whose id begins with " + id, Note: "More than one job begins with these digits: choose one.", Jobs: h.rows(ss, jobs)}
+		h.render(w, http.StatusOK, "jobs", pageData{Title: "Jobs", User: user(ss), Body: v})
+	}
+}
+
+// listPage is a page of the jobs ss may see: its own; for an admin, caller's,
+// or every caller's when caller is "".
+func (h *Handler) listPage(ss *session, caller string, opt engine.ListOptions) ([]engine.Job, string, error) {
+	switch {
+	case !ss.admin:
+		return h.r.List(ss.name, opt)
+	case caller != "":
+		return h.r.List(caller, opt)
+	}
+	return listAll(h.r, opt)
+}
+
+// findByPrefix returns the jobs ss may see whose short id (or id) begins
+// with prefix, newest first, at most limit.
+func (h *Handler) findByPrefix(ss *session, prefix string, limit int) ([]engine.Job, error) {
+	caller := ss.name
+	if ss.admin {
+		caller = ""
+	}
+	return findJobs(h.r, caller, prefix, limit)
+}
+
+// itoa writes n with a comma between thousands: 5,000.
+func itoa(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func validStatus(s string) bool {
+	for _, c := range statusChoices {
+		if s == c {
+			return true
+		}
+	}
+	return false
+}
+
+// statusMatches reports whether a job's status passes the filter f, as
+// [engine.ListOptions.Status] would.
+func statusMatches(f, status string) bool {
+	switch f {
+	case "":
+		return true
+	case "live":
+		return engine.IsLive(status)
+	case "terminal":
+		return !engine.IsLive(status)
+	}
+	return f == status
+}
+
+// listErrText is a list's error as the page says it.
+func listErrText(err error) string {
+	if errors.Is(err, engine.ErrBadList) {
+		return "This page's link is not one the dashboard gave (a bad cursor or filter): start again from the first page."
+	}
+	return "The jobs cannot be read right now: try again later."
+}
