@@ -331,3 +331,83 @@ func TestDashboard_Browser(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", br.shot)
 }
+
+// layoutProblems is a JavaScript expression that lists what is wrong with
+// the page's layout, as strings: two boxes of the header, or two items of
+// a summary, or an item's label and value, that overlap; a label or value
+// outside its item or wider than it; a time in a summary that wraps; a
+// page wider than the window. Boxes are compared by their bounding
+// rectangles (a pixel of slack for rounding).
+const layoutProblems = `(() => {
+  const out = [];
+  const r = el => el.getBoundingClientRect();
+  const name = el => el.id ? '#' + el.id : el.tagName.toLowerCase() + (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ').join('.') : '') + ' "' + el.textContent.trim().slice(0, 24) + '"';
+  const overlap = (a, b) => { const p = r(a), q = r(b); return Math.min(p.right, q.right) - Math.max(p.left, q.left) > 1 && Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top) > 1; };
+  const inside = (a, b) => { const p = r(a), q = r(b); return p.left >= q.left - 1 && p.right <= q.right + 1 && p.top >= q.top - 1 && p.bottom <= q.bottom + 1; };
+  const pairs = (els, what) => { for (let i = 0; i < els.length; i++) for (let j = i + 1; j < els.length; j++) if (overlap(els[i], els[j])) out.push(what + ': ' + name(els[i]) + ' overlaps ' + name(els[j])); };
+  const header = [...document.querySelectorAll('.top .brand, .top .links a, .top .who, .top #signout')];
+  pairs(header, 'header');
+  for (const el of header) if (r(el).right > window.innerWidth + 1 || r(el).left < -1) out.push('header: ' + name(el) + ' outside the window');
+  for (const dl of document.querySelectorAll('dl.summary')) {
+    const items = [...dl.children];
+    pairs(items, 'summary');
+    for (const it of items) {
+      const dt = it.querySelector('dt'), dd = it.querySelector('dd');
+      if (!dt || !dd) continue;
+      if (overlap(dt, dd)) out.push('summary item ' + name(dt) + ': label overlaps value');
+      for (const el of [dt, dd]) {
+        if (!inside(el, it)) out.push('summary ' + name(el) + ' outside its item');
+        if (el.scrollWidth > el.clientWidth + 1) out.push('summary ' + name(el) + ' wider than its item');
+      }
+      for (const t of dd.querySelectorAll('time')) if (t.getClientRects().length > 1 || r(t).height > 1.6 * parseFloat(getComputedStyle(t).lineHeight || '20')) out.push('summary ' + name(t) + ' wraps');
+    }
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth) out.push('the page is wider than the window: ' + document.documentElement.scrollWidth + ' > ' + window.innerWidth);
+  return out;
+})()`
+
+// setScheme makes the page prefer a dark or light colour scheme.
+func setScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+		return err
+	})
+}
+
+// TestDashboard_BrowserHeaderLayout: the header and the job page's summary
+// at 1280, 1440 and 390 px, light and dark, for a caller and an admin: no
+// two boxes overlap (their bounding rectangles compared), no label runs
+// into its value, no time wraps, nothing is wider than the window.
+func TestDashboard_BrowserHeaderLayout(t *testing.T) {
+	testkit.RequireTier(t, "browser")
+	b := setup(t)
+	br := startBrowser(t)
+	id := b.submit(t, "alice", "https://example.com/a/ok", "https://example.com/a/fail")
+	b.waitTerminal(t, id)
+	for _, who := range []string{"alice", "root"} {
+		br.run(t, "sign in", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), who+"-key"+kb.Enter))
+		br.wait(t, "the overview", `!!document.querySelector('#live') && !!document.querySelector('#signout')`)
+		for _, scheme := range []string{"light", "dark"} {
+			for _, width := range []int64{1280, 1440, 390} {
+				for _, page := range []string{"/ui/jobs/" + id, "/ui/", "/ui/jobs"} {
+					br.run(t, "viewport", chromedp.EmulateViewport(width, 900), setScheme(scheme), chromedp.Navigate(b.url+page))
+					br.wait(t, "the page "+page, `document.readyState === 'complete' && !!document.querySelector('.top #signout') && !!document.querySelector('main .card')`)
+					if problems := eval[[]string](t, br, layoutProblems); len(problems) > 0 {
+						t.Errorf("%s at %d px, %s, as %s:\n%s", page, width, scheme, who, strings.Join(problems, "\n"))
+					}
+					if page == "/ui/jobs/"+id {
+						br.screenshot(t, fmt.Sprintf("job-%s-%d-%s", who, width, scheme))
+					}
+				}
+			}
+		}
+		br.run(t, "desktop", chromedp.EmulateViewport(1280, 800))
+		br.click(t, "sign out", "#signout")
+		br.wait(t, "the sign-in form", `!!document.querySelector('#key')`)
+	}
+	// Not vacuous: the summary was there to check, with a time in it.
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
