@@ -166,6 +166,10 @@ type overviewView struct {
 	State      string
 	HookPanics uint64
 	Charts     []chartView
+	// FetchP50 and FetchP95 are the fetch time's quantiles over the last
+	// 15 minutes ("" when no target was stored then), of FetchN targets.
+	FetchP50, FetchP95 string
+	FetchN             int
 }
 
 func (h *Handler) overviewView(ss *session) overviewView {
@@ -206,6 +210,9 @@ func (h *Handler) overviewView(ss *session) overviewView {
 		v.Busy = strconv.Itoa(int(busy))
 	}
 	v.Charts = h.stats.charts()
+	if p50, p95, n, ok := h.stats.fetchQuantiles(); ok {
+		v.FetchP50, v.FetchP95, v.FetchN = fmtSeconds(p50), fmtSeconds(p95), n
+	}
 	return v
 }
 
