@@ -89,6 +89,13 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	store.SetLogger(log)
+	rememberTag(cfg.NodeTag) // for ShortID
+	// A store that cannot list its tags fails the reads below as well.
+	if tags, err := store.NodeTags(); err == nil {
+		for tag := range tags {
+			rememberTag(tag[:])
+		}
+	}
 	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log, views: &actors.Views{},
 		done: make(chan struct{}), failDone: make(chan struct{}), shutDone: make(chan struct{})}
 	if n, err := r.reap(reapRestart); err != nil {
@@ -137,10 +144,11 @@ func (r *Runner) reap(text string) (int, error) {
 		return 0, fmt.Errorf("reap: %w", err)
 	}
 	failed := 0
+	now := r.cfg.Now().UnixNano()
 	for i := range left {
 		j := &left[i]
 		if persistence.IsLive(j.Status) {
-			j.Status, j.Error = persistence.StatusFailed, text
+			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, now
 			failed++
 		}
 		j.Settled = true

@@ -292,10 +292,8 @@ func TestStore_ReadsVersion2(t *testing.T) {
 			}
 			id := mustID(t, j.ID)
 			require.NoError(t, s.update("write v2 rows", func(txn *badger.Txn) (int64, error) {
-				row := encodeJob(&j)
-				row[0] = formatVersion2
-				specRow := encodeSpecs(specs)
-				specRow[0] = formatVersion2
+				row := encodeJobAs(formatVersion2, &j)
+				specRow := encodeSpecsAs(formatVersion2, specs)
 				for _, kv := range [][2][]byte{
 					{jobKey(id), row}, {specsKey(id), specRow}, {idemKey(j.Key), id[:]},
 					{indexKey(prefixLease, j.Lease, id), nil}, {indexKey(prefixAge, j.Created, id), nil},
