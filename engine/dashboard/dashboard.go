@@ -53,6 +53,13 @@ const (
 	logKeyCaller = "caller"
 	logKeyAdmin  = "admin"
 	logKeyJobID  = "job_id"
+	// A resubmit's: the job's owner, the new job, how many targets,
+	// whether Submit reused a job, why it was refused.
+	logKeyOwner    = "owner"
+	logKeyNewJobID = "new_job_id"
+	logKeyTargets  = "targets"
+	logKeyReused   = "reused"
+	logKeyReason   = "reason"
 )
 
 // Options configure a [Handler]. The zero value takes the defaults above;
@@ -100,6 +107,9 @@ type Options struct {
 type runner interface {
 	Live() []engine.Job
 	List(caller string, opt engine.ListOptions) ([]engine.Job, string, error)
+	ListAll(opt engine.ListOptions) ([]engine.Job, string, error)
+	FindJobs(caller, prefix string, limit int) ([]engine.Job, error)
+	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
 	Job(id string) (engine.Job, bool)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	Result(id string, idx int) (*engine.Result, bool)
@@ -126,7 +136,6 @@ type Handler struct {
 	sessions sessions
 	streams  callerStreams
 	throttle throttle
-	recent   recent
 	stats    stats
 	sizes    sizes
 	ticks    ticker
@@ -203,6 +212,7 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}", h.signedIn(h.jobPage))
 	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}/{idx}", h.signedIn(h.resultPage))
 	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/cancel", h.signedIn(h.cancelJob))
+	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/resubmit", h.signedIn(h.resubmitJob))
 	h.mux.HandleFunc("GET "+Prefix+"events", h.signedIn(h.events))
 	h.mux.HandleFunc(Prefix, h.notFound)
 
@@ -361,7 +371,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	admin := class == httpapi.ClassAdmin
-	token, _ := h.sessions.create(c.Name, admin, now.Add(h.o.SessionTTL), now)
+	token, _ := h.sessions.createAs(*c, class, admin, now.Add(h.o.SessionTTL), now)
 	h.setCookie(w, r, token, int(h.o.SessionTTL/time.Second))
 	h.log.Info("dashboard sign-in", slog.String(logKeyCaller, c.Name), slog.Bool(logKeyAdmin, admin))
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)

@@ -238,7 +238,7 @@ func (h *Handler) listPage(ss *session, caller string, opt engine.ListOptions) (
 	case caller != "":
 		return h.r.List(caller, opt)
 	}
-	return listAll(h.r, opt)
+	return h.r.ListAll(opt)
 }
 
 // findByPrefix returns the jobs ss may see whose short id (or id) begins
@@ -248,7 +248,7 @@ func (h *Handler) findByPrefix(ss *session, prefix string, limit int) ([]engine.
 	if ss.admin {
 		caller = ""
 	}
-	return findJobs(h.r, caller, prefix, limit)
+	return h.r.FindJobs(caller, prefix, limit)
 }
 
 // itoa writes n with a comma between thousands: 5,000.

@@ -99,6 +99,10 @@ type jobView struct {
 	Failed     int
 	Live       bool
 	Bar        barView
+	// Started and Ended are the job's times ("" when unknown: not yet, or
+	// stored before siftbatch kept them); Took is its duration, or how
+	// long it has run so far while live ("" when unknown).
+	Started, Ended, Took string
 }
 
 // barView is a progress bar: succeeded, failed, the target in flight
@@ -132,12 +136,49 @@ func round2(f float64) float64 { return float64(int(f*100+0.5)) / 100 }
 
 // newJobView is j as a row shows it; atWorker as for [newBar].
 func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
-	return jobView{
-		ID: j.ID, Short: shortID(j.ID), Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
+	v := jobView{
+		ID: j.ID, Short: engine.ShortID(j.ID), Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
 		Created: time.Unix(j.CreatedAt, 0).UTC().Format("Jan 2 15:04:05 UTC"),
 		Total:   j.TargetsTotal, Done: j.TargetsDone, Failed: j.TargetsFailed,
 		Live: engine.IsLive(j.Status), Bar: newBar(j, atWorker),
+		Started: fmtWhen(j.StartedAt), Ended: fmtWhen(j.EndedAt),
 	}
+	if j.StartedAt > 0 && j.EndedAt >= j.StartedAt {
+		v.Took = fmtDuration(time.Duration(j.EndedAt-j.StartedAt) * time.Second)
+	}
+	return v
+}
+
+// withRunning sets v.Took to how long a live job has run by now.
+func (v jobView) withRunning(j engine.Job, now time.Time) jobView {
+	if v.Live && j.StartedAt > 0 {
+		v.Took = fmtDuration(now.Sub(time.Unix(j.StartedAt, 0)).Truncate(time.Second)) + " so far"
+	}
+	return v
+}
+
+// fmtWhen is a unix time as the pages show it; "" for 0 (unknown).
+func fmtWhen(unix int64) string {
+	if unix <= 0 {
+		return ""
+	}
+	return time.Unix(unix, 0).UTC().Format("Jan 2 15:04:05 UTC")
+}
+
+// fmtDuration is a duration as the pages show it: 85 ms, 4.2 s, 3m 04s,
+// 2h 05m.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
 }
 
 // callerCount is one caller's live jobs, for the admin's caps.
@@ -176,7 +217,6 @@ func (h *Handler) overviewView(ss *session) overviewView {
 	v := overviewView{Admin: ss.admin, JobsPerCaller: h.o.Config.JobsPerCaller}
 	counts := map[string]int{}
 	live := h.r.Live()
-	h.recent.note(live)
 	for _, j := range live {
 		counts[j.Caller]++
 		if !ss.admin && j.Caller != ss.name {
@@ -237,17 +277,25 @@ func anyAtWorker(ts []engine.TargetStatus) bool {
 	return false
 }
 
-// finished returns the recently finished jobs the session may see: a
-// caller's from [engine.Runner.List]; for an admin, the ones the
-// dashboard has seen live or opened, since the engine has no listing
-// across callers.
+// finished returns the newest finished jobs the session may see, from
+// the store's indexes (so they are right after a restart): a caller's
+// own ([engine.Runner.List]); every caller's for an admin
+// ([engine.Runner.ListAll]). None when the store cannot be read.
 func (h *Handler) finished(ss *session) []engine.Job {
-	if !ss.admin {
-		if jobs, _, err := h.r.List(ss.name, engine.ListOptions{Status: "terminal", Limit: recentRows}); err == nil {
-			return jobs
-		}
+	opt := engine.ListOptions{Status: "terminal", Limit: recentRows}
+	var (
+		jobs []engine.Job
+		err  error
+	)
+	if ss.admin {
+		jobs, _, err = h.r.ListAll(opt)
+	} else {
+		jobs, _, err = h.r.List(ss.name, opt)
 	}
-	return h.recent.finished(func(j engine.Job) bool { return ss.admin || j.Caller == ss.name }, recentRows)
+	if err != nil {
+		return nil
+	}
+	return jobs
 }
 
 // validID matches a job id: 32 lowercase hex digits.
@@ -261,6 +309,11 @@ type targetView struct {
 	Error  string
 	Hint   string
 	Size   string // the stored result's size, "" when none
+	// Options are the options the target ran with, those set.
+	Options []metaPair
+	// Took is the fetch's duration, Stored when its outcome was stored
+	// ("" when unknown).
+	Took, Stored string
 }
 
 // jobPageView is the job page's live part.
@@ -268,6 +321,30 @@ type jobPageView struct {
 	Job     jobView
 	Targets []targetView
 	CSRF    string
+	// Resubmit offers "Resubmit failed targets": the job has ended with
+	// failed targets.
+	Resubmit bool
+	// From is the job this one was resubmitted from (its page only, not
+	// its stream); Reused says that Submit gave back a job that was there.
+	From, FromShort string
+	Reused          bool
+}
+
+// targetOptions are the options set in o, by their JSON names.
+func targetOptions(o engine.Options) []metaPair {
+	var out []metaPair
+	for _, p := range []metaPair{{"mode", o.Mode}, {"question", o.Question}, {"pages", o.Pages}, {"grep", o.Grep}, {"jq", o.JQ}} {
+		if p.Value != "" {
+			out = append(out, p)
+		}
+	}
+	if o.Context != nil {
+		out = append(out, metaPair{"context", strconv.FormatBool(*o.Context)})
+	}
+	if o.Recover {
+		out = append(out, metaPair{"recover", "true"})
+	}
+	return out
 }
 
 // jobPageView returns the job page of id, false if the session may not
@@ -280,9 +357,14 @@ func (h *Handler) jobPageView(id string, ss *session) (jobPageView, bool) {
 	if !ok {
 		return jobPageView{}, false
 	}
-	v := jobPageView{Job: newJobView(j, true, anyAtWorker(ts)), CSRF: ss.csrf}
+	v := jobPageView{Job: newJobView(j, true, anyAtWorker(ts)).withRunning(j, h.o.Now()), CSRF: ss.csrf}
+	v.Resubmit = !engine.IsLive(j.Status) && j.TargetsFailed > 0
 	for _, t := range ts {
-		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+			Options: targetOptions(t.Options), Stored: fmtWhen(t.StoredAt)}
+		if t.Duration > 0 {
+			tv.Took = fmtDuration(t.Duration)
+		}
 		if t.Status == engine.TargetDone {
 			if n, ok := h.sizes.get(h.r, id, t.Idx); ok {
 				tv.Size = humanBytes(n)
@@ -302,13 +384,18 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, ss *session) {
 		h.jobNotFound(w)
 		return
 	}
-	h.recent.add(h.r, id)
-	h.render(w, http.StatusOK, "job", pageData{Title: "Job " + shortID(id), User: user(ss), Stream: Prefix + "events?job=" + id, Body: v})
+	if from := r.URL.Query().Get("from"); validID.MatchString(from) {
+		if _, ok := h.visible(from, ss); ok {
+			v.From, v.FromShort, v.Reused = from, engine.ShortID(from), r.URL.Query().Get("reused") == "1"
+		}
+	}
+	h.render(w, http.StatusOK, "job", pageData{Title: "Job " + engine.ShortID(id), User: user(ss), Stream: Prefix + "events?job=" + id, Body: v})
 }
 
 // resultView is the result page.
 type resultView struct {
 	JobID     string
+	JobShort  string
 	Idx       int
 	URL       string
 	Meta      []metaPair
@@ -335,7 +422,7 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 		h.page(w, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
 		return
 	}
-	v := resultView{JobID: id, Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
+	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
 	v.Content = res.Content
 	if len(v.Content) > previewBytes {
 		cut := previewBytes
@@ -352,14 +439,7 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 	for _, k := range keys {
 		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.Meta[k])})
 	}
-	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, shortID(id)), User: user(ss), Body: v})
-}
-
-func shortID(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
+	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, engine.ShortID(id)), User: user(ss), Body: v})
 }
 
 func humanBytes(n int) string {
