@@ -31,7 +31,7 @@ type session struct {
 	admin     bool
 	caller    engine.Caller // who signed in, as the key names them: what a resubmit runs as
 	class     string        // the key's class (httpapi.ClassStandard, …)
-	csrf      string // the token every state-changing form carries
+	csrf      string        // the token every state-changing form carries
 	expires   time.Time
 	tokenHash [sha256.Size]byte
 	streams   atomic.Int32 // event streams open (at most maxStreams)
