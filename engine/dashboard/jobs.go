@@ -83,6 +83,9 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	q := jobsQuery{Status: qs.Get("status"), Q: strings.TrimSpace(qs.Get("q")), Cursor: qs.Get("cursor")}
 	if ss.admin {
 		q.Caller = strings.TrimSpace(qs.Get("caller"))
+		if q.Caller == "*" {
+			q.Caller = "" // every caller, as the API's ?caller=*
+		}
 	}
 	v := h.jobsView(ss, q)
 	code := http.StatusOK

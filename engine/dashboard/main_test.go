@@ -20,6 +20,7 @@ import (
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/metrics"
+	"github.com/sift/batch/persistence"
 )
 
 // TestMain checks that no test leaves a goroutine behind: every runner,
@@ -70,8 +71,9 @@ func (b *bundle) release() { b.gate.Open() }
 // panicText, anything else succeeds with hostile content and meta.
 // Elsewhere: ".../hold" waits at g (or until the runner's close),
 // ".../stuck" until the runner's close, ".../fail" fails with a hint,
+// ".../slow" moves the clock (once set) on by 1.5 s and succeeds,
 // anything else succeeds.
-func fakeFetch(g *testkit.Gate) engine.FetchFunc {
+func fakeFetch(g *testkit.Gate, clock *atomic.Pointer[testkit.Clock]) engine.FetchFunc {
 	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
 		if strings.Contains(t.URL, "hostile.example") {
 			switch {
@@ -95,6 +97,10 @@ func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 			return engine.Result{}, ctx.Err()
 		case strings.HasSuffix(t.URL, "/fail"):
 			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
+		case strings.HasSuffix(t.URL, "/slow"):
+			if c := clock.Load(); c != nil {
+				c.Advance(1500 * time.Millisecond)
+			}
 		}
 		return engine.Result{Content: "<h1>page</h1> of " + t.URL, Meta: map[string]any{"status": 200}}, nil
 	}
@@ -113,6 +119,13 @@ func setup(t testing.TB) *bundle {
 // metrics', the bundle's, its clock's, 10ms).
 func setupWith(t testing.TB, o dashboard.Options) *bundle {
 	t.Helper()
+	return setupOn(t, enginetest.OpenStore(t, ""), o)
+}
+
+// setupOn is setupWith on a store the test opened (on disk, to open it
+// again after a restart).
+func setupOn(t testing.TB, store *persistence.Store, o dashboard.Options) *bundle {
+	t.Helper()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +135,9 @@ func setupWith(t testing.TB, o dashboard.Options) *bundle {
 	reg.MustRegister(m)
 	gate := testkit.NewGate()
 	cfg := engine.Config{JobsPerCaller: 4, JobsTotal: 8, Workers: 2, Hooks: m.Hooks()}
-	b := &bundle{Bundle: enginetest.Setup(t, fakeFetch(gate), cfg), gate: gate}
+	var clock atomic.Pointer[testkit.Clock]
+	b := &bundle{Bundle: enginetest.SetupOn(t, store, fakeFetch(gate, &clock), cfg), gate: gate}
+	clock.Store(b.Clock)
 	m.Attach(b.Runner)
 	if o.Log == nil {
 		o.Log = b.Log
