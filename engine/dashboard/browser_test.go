@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
@@ -407,6 +410,109 @@ func TestDashboard_BrowserHeaderLayout(t *testing.T) {
 		br.wait(t, "the sign-in form", `!!document.querySelector('#key')`)
 	}
 	// Not vacuous: the summary was there to check, with a time in it.
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestDashboard_BrowserJobsPage: in Chromium, a caller pages through her
+// jobs, filters them by status, searches by id prefix and by URL, and
+// opens one by its short id from the overview's "Open a job"; none of
+// bob's jobs shows.
+func TestDashboard_BrowserJobsPage(t *testing.T) {
+	testkit.RequireTier(t, "browser")
+	b := setup(t)
+	var mine []string
+	for i := range 27 {
+		u := fmt.Sprintf("https://example.com/alice/%d", i)
+		if i == 13 {
+			u += "/fail"
+		}
+		mine = append(mine, b.submitRun(t, "alice", u))
+	}
+	bobs := b.submitRun(t, "bob", "https://example.com/bob/1")
+	br := startBrowser(t)
+	br.run(t, "sign in", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), "alice-key"+kb.Enter))
+	br.wait(t, "the overview", `!!document.querySelector('#nav-jobs')`)
+	rows := `[...document.querySelectorAll('#jobs-list .job a.id')].map(a => a.getAttribute('href').slice(9))`
+	br.open(t, "the jobs page", "#nav-jobs", `!!document.querySelector('#jobs-list')`)
+	if got := eval[[]string](t, br, rows); len(got) != 25 || got[0] != mine[26] || got[24] != mine[2] {
+		t.Fatalf("the first page lists %d jobs from %v, want the newest 25", len(got), got[:min(1, len(got))])
+	}
+	br.screenshot(t, "jobs-desktop")
+	br.open(t, "the older page", "#page-next", `!!document.querySelector('#page-first')`)
+	if got := eval[[]string](t, br, rows); len(got) != 2 || got[0] != mine[1] || got[1] != mine[0] {
+		t.Fatalf("the second page lists %v, want the two oldest", got)
+	}
+	// Filter by status with the form.
+	br.run(t, "filter failed", chromedp.SetValue(chromedp.CSS("#f-status"), "failed"))
+	br.open(t, "the failed jobs", "#f-go", `location.search.includes('status=failed')`)
+	if got := eval[[]string](t, br, rows); len(got) != 1 || got[0] != mine[13] {
+		t.Fatalf("status failed lists %v, want %s", got, mine[13])
+	}
+	// Search by id prefix, then by URL.
+	br.run(t, "search by id", chromedp.SetValue(chromedp.CSS("#f-status"), ""), chromedp.SetValue(chromedp.CSS("#f-q"), mine[7][:6]))
+	br.open(t, "the id search", "#f-go", `location.search.includes('q=`+mine[7][:6]+`')`)
+	if got := eval[[]string](t, br, rows); !slices.Contains(got, mine[7]) || slices.Contains(got, bobs) {
+		t.Fatalf("the id search lists %v", got)
+	}
+	br.run(t, "search by URL", chromedp.SetValue(chromedp.CSS("#f-q"), "alice/20"))
+	br.open(t, "the URL search", "#f-go", `location.search.includes('q=alice')`)
+	if got := eval[[]string](t, br, rows); len(got) != 1 || got[0] != mine[20] {
+		t.Fatalf("the URL search lists %v, want %s", got, mine[20])
+	}
+	if note := eval[string](t, br, `document.querySelector('#jobs-note').textContent`); !strings.Contains(note, "Searched the URLs") {
+		t.Fatalf("the URL search's note: %q", note)
+	}
+	// Open a job by its short id, as the lists show it.
+	short := eval[string](t, br, `document.querySelector('#jobs-list .job a.id code').textContent`)
+	if short != engine.ShortID(mine[20]) {
+		t.Fatalf("the list shows %q, want the short id %q", short, engine.ShortID(mine[20]))
+	}
+	br.run(t, "the overview", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#job-id")), chromedp.SendKeys(chromedp.CSS("#job-id"), short+kb.Enter))
+	br.wait(t, "the job page", fmt.Sprintf(`location.pathname === '/ui/jobs/%s' && !!document.querySelector('#job-status')`, mine[20]))
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestDashboard_BrowserAdminFinishedAndTimings: in Chromium, a job of
+// bob's that started and ended while no page was open is on the admin's
+// overview under Recently finished; its page shows when it started and
+// ended, how long it and each target took, and the options; the admin
+// resubmits its failed target as a new job of bob's.
+func TestDashboard_BrowserAdminFinishedAndTimings(t *testing.T) {
+	testkit.RequireTier(t, "browser")
+	b := setup(t)
+	id, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("bob"), "", []engine.Target{
+		{URL: "https://example.com/bob/slow", Options: engine.Options{Grep: "price"}},
+		{URL: "https://example.com/bob/fail"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitTerminal(t, id)
+	br := startBrowser(t)
+	br.run(t, "sign in", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), "root-key"+kb.Enter))
+	br.wait(t, "bob's job under Recently finished", fmt.Sprintf(`[...document.querySelectorAll('#recent-h ~ ol .job a.id')].some(a => a.getAttribute('href') === '/ui/jobs/%s')`, id))
+	br.open(t, "bob's job", fmt.Sprintf(`#recent-h ~ ol a[href="/ui/jobs/%s"]`, id), `!!document.querySelector('#job-took')`)
+	text := func(sel string) string {
+		return eval[string](t, br, fmt.Sprintf(`(document.querySelector(%q) || {textContent: ''}).textContent.trim()`, sel))
+	}
+	for sel, want := range map[string]string{
+		"#job-started": "Jan 2 03:04:05 UTC", "#job-ended": "Jan 2 03:04:06 UTC", "#job-took": "1.0 s",
+		"tbody tr:first-child .took": "1.5 s", "tbody tr:first-child .opt": "grep: price", "tbody tr:nth-child(2) .hint": "check the URL",
+	} {
+		if got := text(sel); got != want {
+			t.Errorf("%s reads %q, want %q", sel, got, want)
+		}
+	}
+	br.screenshot(t, "job-timings")
+	br.open(t, "resubmit", "#resubmit", `!!document.querySelector('#resubmitted')`)
+	newID := strings.TrimPrefix(eval[string](t, br, `location.pathname`), "/ui/jobs/")
+	if j, ok := b.Runner.Job(newID); !ok || j.Caller != "bob" || j.TargetsTotal != 1 {
+		t.Fatalf("the resubmitted job %s: %+v", newID, j)
+	}
 	if errs := br.consoleErrors(); len(errs) > 0 {
 		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
 	}
