@@ -158,11 +158,11 @@ func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []pers
 	return job, targets, true
 }
 
-// overlay lays a job actor's snapshot over what the store has: its status
-// and error, its running target, its unsaved outcomes; and counts the
+// overlay lays a job actor's snapshot over what the store has: its status,
+// error and times, its running target, its unsaved outcomes; and counts the
 // progress from the result.
 func overlay(rec *persistence.JobRecord, ts []persistence.TargetRecord, s *actors.Snapshot) {
-	rec.Status, rec.Error = s.Job.Status, s.Job.Error
+	rec.Status, rec.Error, rec.Started, rec.Ended = s.Job.Status, s.Job.Error, s.Job.Started, s.Job.Ended
 	for _, u := range s.Unsaved {
 		if u.Idx >= 0 && u.Idx < len(ts) {
 			u.URL, u.Options = ts[u.Idx].URL, ts[u.Idx].Options

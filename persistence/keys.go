@@ -174,7 +174,6 @@ func newestFirstID(k []byte, n int) ([idLen]byte, bool) {
 	return id, true
 }
 
-
 // nodeKey is a node tag's n key.
 func nodeKey(tag [nodeTagLen]byte) []byte {
 	k := make([]byte, 0, nodeKeyLen)

@@ -252,9 +252,21 @@ func (s *session) send(last, aborted bool) bool {
 	return true
 }
 
-// listHere answers a page of a caller's jobs from this node's runner.
+// listHere answers a page of a caller's jobs, or of every caller's (m.All),
+// from this node's runner.
 func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
-	jobs, cursors, next, err := a.life.run.runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
+	opt := engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor}
+	var (
+		jobs    []engine.Job
+		cursors []string
+		next    string
+		err     error
+	)
+	if m.All {
+		jobs, cursors, next, err = a.life.run.runner.ListAllAt(opt)
+	} else {
+		jobs, cursors, next, err = a.life.run.runner.ListAt(m.Caller, opt)
+	}
 	switch {
 	case errors.Is(err, engine.ErrBadList):
 		return &clusterpb.ListReply{BadRequest: err.Error()}
@@ -265,7 +277,8 @@ func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
 	out := &clusterpb.ListReply{Jobs: make([]*clusterpb.ListedJob, len(jobs)), More: next != ""}
 	for i, j := range jobs {
 		out.Jobs[i] = &clusterpb.ListedJob{Id: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: int32(j.TargetsTotal),
-			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i]}
+			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i],
+			Caller: j.Caller, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
 	}
 	return out
 }

@@ -450,7 +450,16 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 // one started that are not members now. A bad status, limit or cursor is
 // an error wrapping [engine.ErrBadList]. Safe for concurrent use.
 func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
-	return n.fwd.list(ctx, caller, opt)
+	return n.fwd.list(ctx, caller, false, opt)
+}
+
+// ListAll is [Node.List] over every caller's jobs, as
+// [engine.Runner.ListAll] lists them on one node: each member lists its
+// own page of every caller's jobs after the cursor, and the pages merge
+// into one, each job with its caller. A member older than ListAll answers
+// no job. Safe for concurrent use.
+func (n *Node) ListAll(ctx context.Context, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
+	return n.fwd.list(ctx, "", true, opt)
 }
 
 // PeerPanics returns how many calls of peers to this node's gRPC server

@@ -500,11 +500,14 @@ func (x *Release) GetSession() uint64 {
 // ListRequest asks a node for a page of a caller's jobs (engine.Peer.ListAt).
 // The asking node has authenticated the caller.
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Limit         int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	Cursor        string                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Status string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Limit  int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Cursor string                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// all lists every caller's jobs (engine.Runner.ListAll); caller is then
+	// ignored. A node older than it lists caller "": no job.
+	All           bool `protobuf:"varint,5,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +570,13 @@ func (x *ListRequest) GetCursor() string {
 	return ""
 }
 
+func (x *ListRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
 // ListedJob is a job's summary in a ListReply.
 type ListedJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -578,7 +588,12 @@ type ListedJob struct {
 	TargetsFailed int32                  `protobuf:"varint,6,opt,name=targets_failed,json=targetsFailed,proto3" json:"targets_failed,omitempty"`
 	CreatedAt     int64                  `protobuf:"varint,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// cursor is the cursor of the page that goes on after this job.
-	Cursor        string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Cursor string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// caller is the job's caller name.
+	Caller string `protobuf:"bytes,9,opt,name=caller,proto3" json:"caller,omitempty"`
+	// started_at and ended_at are unix seconds; 0 when unknown.
+	StartedAt     int64 `protobuf:"varint,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt       int64 `protobuf:"varint,11,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +682,27 @@ func (x *ListedJob) GetCursor() string {
 		return x.Cursor
 	}
 	return ""
+}
+
+func (x *ListedJob) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *ListedJob) GetStartedAt() int64 {
+	if x != nil {
+		return x.StartedAt
+	}
+	return 0
+}
+
+func (x *ListedJob) GetEndedAt() int64 {
+	if x != nil {
+		return x.EndedAt
+	}
+	return 0
 }
 
 // ListReply answers ListRequest.
@@ -1351,12 +1387,13 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x04Pull\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\"#\n" +
 	"\aRelease\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"k\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"}\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
-	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\xef\x01\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\x12\x10\n" +
+	"\x03all\x18\x05 \x01(\bR\x03all\"\xc1\x02\n" +
 	"\tListedJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -1366,7 +1403,12 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x0etargets_failed\x18\x06 \x01(\x05R\rtargetsFailed\x12\x1d\n" +
 	"\n" +
 	"created_at\x18\a \x01(\x03R\tcreatedAt\x12\x16\n" +
-	"\x06cursor\x18\b \x01(\tR\x06cursor\"\x8b\x01\n" +
+	"\x06cursor\x18\b \x01(\tR\x06cursor\x12\x16\n" +
+	"\x06caller\x18\t \x01(\tR\x06caller\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\n" +
+	" \x01(\x03R\tstartedAt\x12\x19\n" +
+	"\bended_at\x18\v \x01(\x03R\aendedAt\"\x8b\x01\n" +
 	"\tListReply\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.ListedJobR\x04jobs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1f\n" +
