@@ -144,7 +144,7 @@ func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
 		Started: fmtWhen(j.StartedAt), Ended: fmtWhen(j.EndedAt),
 	}
 	if j.StartedAt > 0 && j.EndedAt >= j.StartedAt {
-		v.Took = fmtDuration(time.Duration(j.EndedAt-j.StartedAt) * time.Second)
+		v.Took = fmtSpan(time.Duration(j.EndedAt-j.StartedAt) * time.Second)
 	}
 	return v
 }
@@ -152,7 +152,7 @@ func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
 // withRunning sets v.Took to how long a live job has run by now.
 func (v jobView) withRunning(j engine.Job, now time.Time) jobView {
 	if v.Live && j.StartedAt > 0 {
-		v.Took = fmtDuration(now.Sub(time.Unix(j.StartedAt, 0)).Truncate(time.Second)) + " so far"
+		v.Took = fmtSpan(now.Sub(time.Unix(j.StartedAt, 0))) + " so far"
 	}
 	return v
 }
@@ -165,12 +165,28 @@ func fmtWhen(unix int64) string {
 	return time.Unix(unix, 0).UTC().Format("Jan 2 15:04:05 UTC")
 }
 
-// fmtDuration is a duration as the pages show it: 85 ms, 4.2 s, 3m 04s,
+// fmtSpan is a job's duration, known to the second: < 1 s, 8 s, 3m 04s,
 // 2h 05m.
+func fmtSpan(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Second:
+		return "< 1 s"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + " s"
+	}
+	return fmtDuration(d)
+}
+
+// fmtDuration is a duration as the pages show it: < 1 ms, 85 ms, 4.2 s,
+// 3m 04s, 2h 05m.
 func fmtDuration(d time.Duration) string {
 	switch {
 	case d < 0:
 		return ""
+	case d < time.Millisecond:
+		return "< 1 ms"
 	case d < time.Second:
 		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
 	case d < time.Minute:
