@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
 )
@@ -22,15 +23,16 @@ const (
 	urlMatches = 100
 	// idMatches is how many jobs a search by id prefix lists, at most.
 	idMatches = 50
-	// minPrefix is the fewest hex digits an id prefix may have.
-	minPrefix = 4
+	// maxQuery is the longest search the page takes, in bytes.
+	maxQuery = 512
 )
 
 // statusChoices are the jobs page's status filter, as [engine.ListOptions]
 // takes them ("" is every status).
 var statusChoices = []string{"", "live", "terminal", "queued", "running", "done", "partial", "failed", "cancelled"}
 
-// hexPrefix matches what may be an id or its beginning.
+// hexPrefix matches what may be an id or its beginning: at least
+// engine.MinShortPrefix (4) hex digits.
 var hexPrefix = regexp.MustCompile(`^[0-9a-f]{4,32}$`)
 
 // jobsQuery is the jobs page's query: its filters, search and page.
@@ -98,6 +100,11 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 // jobsView lists the jobs of q that ss may see.
 func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 	v := jobsPageView{Admin: ss.admin, Query: q, Statuses: statusChoices, Title: "Jobs"}
+	if len(q.Q) > maxQuery || len(q.Caller) > maxQuery || !utf8.ValidString(q.Q+q.Caller) {
+		v.Msg = "A search or caller is at most " + itoa(maxQuery) + " characters of text."
+		v.Query.Q, v.Query.Caller = "", ""
+		return v
+	}
 	if !validStatus(q.Status) {
 		v.Msg = "No such status: choose one from the list."
 		v.Query.Status = ""
@@ -206,8 +213,8 @@ func (h *Handler) rows(ss *session, jobs []engine.Job) []jobView {
 	return out
 }
 
-// openJob is GET /ui/jobs?id=ID: a whole id, or a short one (≥ minPrefix
-// hex digits, the beginning of the id as every list shows it), opens the
+// openJob is GET /ui/jobs?id=ID: a whole id, or a short one (≥ 4 hex
+// digits, the beginning of the id as every list shows it), opens the
 // job; several jobs that begin so are listed; none, or another caller's
 // (for all but an admin), is answered as a missing job.
 func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, id string) {

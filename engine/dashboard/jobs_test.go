@@ -453,3 +453,45 @@ func TestDashboard_Resubmit(t *testing.T) {
 		t.Fatalf("a resubmit past alice's cap: %d %s", r.code, r.body)
 	}
 }
+
+// TestDashboard_JobsHostileQuery: hostile filters and searches (markup,
+// huge, not UTF-8, bad cursors) on the jobs page answer no 5xx, echo
+// nothing unescaped, and a search past 512 bytes is refused with a
+// message rather than echoed.
+func TestDashboard_JobsHostileQuery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.signIn(t, "alice-key")
+	root := b.signIn(t, "root-key")
+	b.submitRun(t, "alice", "https://example.com/h/"+url.PathEscape(hostileScript))
+	huge := strings.Repeat("q", 60<<10)
+	for _, h := range []string{hostileScript, hostileImg, hostileJSURL, "%ff%fe", huge, "*", "..%2f..", strings.Repeat("ab", 40)} {
+		for _, br := range []*browser{alice, root} {
+			for _, key := range []string{"q", "caller", "status", "cursor", "id"} {
+				path := "/ui/jobs?" + key + "=" + url.QueryEscape(h)
+				if h == "%ff%fe" {
+					path = "/ui/jobs?" + key + "=" + h
+				}
+				r := b.raw(t, br.cookie, http.MethodGet, path, "", nil)
+				if r.code >= 500 {
+					t.Errorf("GET %.80s: %d", path, r.code)
+				}
+				for _, bad := range []string{"<script>alert", "<img src=x", `"><img`, `href="javascript:`} {
+					if strings.Contains(r.body, bad) {
+						t.Errorf("GET %.80s holds unescaped %q", path, bad)
+					}
+				}
+				if strings.Contains(r.body, huge[:1000]) {
+					t.Errorf("GET %.80s echoes a 60 KiB search", path)
+				}
+			}
+		}
+	}
+	if r := b.do(t, alice, http.MethodGet, "/ui/jobs?q="+url.QueryEscape(huge), nil); r.code != http.StatusBadRequest || !strings.Contains(r.body, "at most 512") {
+		t.Errorf("a 60 KiB search: %d", r.code)
+	}
+	// The hostile URL is found, escaped.
+	if r := b.do(t, alice, http.MethodGet, "/ui/jobs?q="+url.QueryEscape("script"), nil); len(listed(r.body)) != 1 {
+		t.Errorf("a search for part of a hostile URL lists %d jobs", len(listed(r.body)))
+	}
+}
