@@ -678,3 +678,76 @@ func TestRunner_ReadsRefuseHostileIDs(t *testing.T) {
 	_, err = r.Wait(context.Background(), id)
 	require.ErrorIs(t, err, engine.ErrNotFound)
 }
+
+// TestRunner_Timings: a job's started and ended times, each target's
+// fetch time (by Config.Now), stored time and options, in Status and
+// Targets, while live and once ended; a cancelled job ends when it is
+// cancelled; a queued job has no start yet.
+func TestRunner_Timings(t *testing.T) {
+	t.Parallel()
+	clk := testkit.NewClock()
+	gate := testkit.NewGate()
+	b := enginetest.Setup(t, func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch {
+		case strings.Contains(tg.URL, "/held"):
+			return enginetest.GatedFetch(gate)(ctx, c, tg)
+		case strings.Contains(tg.URL, "/two"):
+			clk.Advance(2 * time.Second)
+		case strings.Contains(tg.URL, "/three"):
+			clk.Advance(3 * time.Second)
+			return engine.Result{}, &engine.TargetError{Msg: "gone", Hint: "check the URL"}
+		}
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{Now: clk.Now, Workers: 1, JobsPerCaller: 8})
+	t0 := clk.Now().Unix()
+	yes := true
+	targets := []engine.Target{
+		{URL: "https://example.com/two", Options: engine.Options{Grep: "needle", JQ: ".a"}},
+		{URL: "https://example.com/three", Options: engine.Options{Mode: "m", Context: &yes}},
+	}
+	id := b.Submit(t, "alice", targets)
+	j := waitJob(t, b.Runner, id)
+	require.Equal(t, t0, j.CreatedAt)
+	require.Equal(t, t0, j.StartedAt)
+	require.Equal(t, t0+5, j.EndedAt)
+	for _, read := range []func(string) (engine.Job, []engine.TargetStatus, bool){b.Runner.Status, b.Runner.Targets} {
+		job, ts, ok := read(id)
+		require.True(t, ok)
+		require.Equal(t, j, job)
+		require.Equal(t, 2*time.Second, ts[0].Duration)
+		require.Equal(t, 3*time.Second, ts[1].Duration)
+		require.Equal(t, t0+2, ts[0].StoredAt)
+		require.Equal(t, t0+5, ts[1].StoredAt)
+		require.Equal(t, targets[0].Options, ts[0].Options)
+		require.Equal(t, targets[1].Options, ts[1].Options)
+		require.Equal(t, "check the URL", ts[1].Hint)
+	}
+	listed, _, err := b.Runner.ListAll(engine.ListOptions{})
+	require.NoError(t, err)
+	require.Equal(t, j, listed[0], "the list has the times too")
+
+	// Live: started, not ended; the target at the worker has no time yet.
+	clk.Advance(time.Minute)
+	held := b.Submit(t, "alice", enginetest.Targets("held", 2))
+	job, ts := b.WaitStatus(t, held, "running")
+	require.Equal(t, t0+65, job.StartedAt)
+	require.Zero(t, job.EndedAt)
+	require.Zero(t, ts[0].Duration)
+	require.Zero(t, ts[0].StoredAt)
+	// Queued behind it (one worker): not started.
+	queued := b.Submit(t, "bob", enginetest.Targets("held", 1))
+	job, ok := b.Runner.Job(queued)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusQueued, job.Status)
+	require.Zero(t, job.StartedAt)
+	clk.Advance(time.Minute)
+	require.True(t, b.Runner.Cancel(queued))
+	job, ok = b.Runner.Job(queued)
+	require.True(t, ok)
+	require.Zero(t, job.StartedAt, "never started")
+	require.Equal(t, t0+125, job.EndedAt, "ended when cancelled")
+	gate.Open()
+	job = waitJob(t, b.Runner, held)
+	require.Equal(t, t0+65, job.StartedAt)
+	require.Equal(t, t0+125, job.EndedAt)
+}
