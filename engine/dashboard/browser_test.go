@@ -350,6 +350,8 @@ const layoutProblems = `(() => {
   const pairs = (els, what) => { for (let i = 0; i < els.length; i++) for (let j = i + 1; j < els.length; j++) if (overlap(els[i], els[j])) out.push(what + ': ' + name(els[i]) + ' overlaps ' + name(els[j])); };
   const header = [...document.querySelectorAll('.top .brand, .top .links a, .top .who, .top #signout')];
   pairs(header, 'header');
+  pairs([...document.querySelectorAll('form.filters > *')], 'filters');
+  pairs([...document.querySelectorAll('.jobline > *')].filter(el => el.closest('li') && el.getClientRects().length), 'job row');
   for (const el of header) if (r(el).right > window.innerWidth + 1 || r(el).left < -1) out.push('header: ' + name(el) + ' outside the window');
   for (const dl of document.querySelectorAll('dl.summary')) {
     const items = [...dl.children];
@@ -378,10 +380,11 @@ func setScheme(scheme string) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// TestDashboard_BrowserHeaderLayout: the header and the job page's summary
-// at 1280, 1440 and 390 px, light and dark, for a caller and an admin: no
-// two boxes overlap (their bounding rectangles compared), no label runs
-// into its value, no time wraps, nothing is wider than the window.
+// TestDashboard_BrowserHeaderLayout: the header, the job page's summary,
+// the jobs page's filters and the job rows at 1280, 1440 and 390 px, light
+// and dark, for a caller and an admin: no two boxes overlap (their
+// bounding rectangles compared), no label runs into its value, no time
+// wraps, nothing is wider than the window.
 func TestDashboard_BrowserHeaderLayout(t *testing.T) {
 	testkit.RequireTier(t, "browser")
 	b := setup(t)
