@@ -66,10 +66,12 @@ type jobsPageView struct {
 	// Title says what is listed: "Jobs", "Jobs whose id begins with …".
 	Title string
 	// Note says how a search went: what it scanned, what it left out.
-	Note  string
-	Msg   string // a refusal: a bad filter or cursor
-	Next  string // the next page's URL, "" on the last
-	First string // the first page's URL, "" on the first
+	Note string
+	Msg  string // a refusal: a bad filter or cursor; or the store unread
+	// Unavailable says that the store could not be read (503, not 400).
+	Unavailable bool
+	Next        string // the next page's URL, "" on the last
+	First       string // the first page's URL, "" on the first
 }
 
 // jobsPage is GET /ui/jobs: every job the session may see, newest first,
@@ -91,7 +93,10 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	}
 	v := h.jobsView(ss, q)
 	code := http.StatusOK
-	if v.Msg != "" {
+	switch {
+	case v.Unavailable:
+		code = http.StatusServiceUnavailable
+	case v.Msg != "":
 		code = http.StatusBadRequest
 	}
 	h.render(w, code, "jobs", pageData{Title: "Jobs", User: user(ss), Body: v})
@@ -117,7 +122,7 @@ func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 	case q.Q == "":
 		jobs, next, err := h.listPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: jobsPerPage, Cursor: q.Cursor})
 		if err != nil {
-			v.Msg = listErrText(err)
+			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
 		}
 		v.Jobs = h.rows(ss, jobs)
@@ -128,7 +133,7 @@ func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 		v.Title = "Jobs whose id begins with " + strings.ToLower(q.Q)
 		jobs, err := h.findByPrefix(ss, strings.ToLower(q.Q), idMatches)
 		if err != nil {
-			v.Msg = listErrText(err)
+			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
 		}
 		var keep []engine.Job
@@ -161,7 +166,7 @@ func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageVi
 	for scanned < urlScanJobs && len(found) < urlMatches {
 		jobs, next, err := h.listPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: engine.MaxListLimit, Cursor: cursor})
 		if err != nil {
-			v.Msg = listErrText(err)
+			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
 		}
 		for i, j := range jobs {

@@ -495,3 +495,31 @@ func TestDashboard_JobsHostileQuery(t *testing.T) {
 		t.Errorf("a search for part of a hostile URL lists %d jobs", len(listed(r.body)))
 	}
 }
+
+// TestDashboard_JobsStoreUnreadable: when the store cannot be read, the
+// jobs page answers 503 with a message, lists nothing and names no error
+// of the store's; the overview still renders, without finished jobs.
+func TestDashboard_JobsStoreUnreadable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.signIn(t, "alice-key")
+	root := b.signIn(t, "root-key")
+	b.submitRun(t, "alice", "https://example.com/u/1")
+	if err := b.Store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, br := range []*browser{alice, root} {
+		for _, path := range []string{"/ui/jobs", "/ui/jobs?q=example", "/ui/jobs?q=abcd"} {
+			r := b.do(t, br, http.MethodGet, path, nil)
+			if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "cannot be read right now") || len(listed(r.body)) != 0 {
+				t.Errorf("GET %s with the store closed: %d", path, r.code)
+			}
+			if strings.Contains(strings.ToLower(r.body), "badger") || strings.Contains(r.body, "closed") {
+				t.Errorf("GET %s names the store's error", path)
+			}
+		}
+		if r := b.do(t, br, http.MethodGet, "/ui/", nil); r.code != http.StatusOK || !strings.Contains(r.body, "No finished jobs") {
+			t.Errorf("the overview with the store closed: %d", r.code)
+		}
+	}
+}
