@@ -139,6 +139,9 @@ type Handler struct {
 	stats    stats
 	sizes    sizes
 	ticks    ticker
+	// searches holds a token for each search by URL running (at most
+	// urlSearches).
+	searches chan struct{}
 
 	// ctx is cancelled by Close: it ends the background loop and every
 	// event stream.
@@ -199,6 +202,7 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.sessions.m = make(map[[sha256.Size]byte]*session)
+	h.searches = make(chan struct{}, urlSearches)
 	h.throttle = throttle{perMinute: o.SignInsPerMinute, m: make(map[string]*bucket)}
 	h.ticks.init()
 	h.ctx, h.cancel = context.WithCancel(context.Background())

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 )
@@ -142,5 +143,50 @@ func TestStats_FetchQuantiles(t *testing.T) {
 	}
 	if len(s.hist) > int(quantileWindow/step)+2 {
 		t.Fatalf("%d readings kept for a %s window of %s steps", len(s.hist), quantileWindow, step)
+	}
+}
+
+// TestDashboard_URLSearchesBounded: at most urlSearches searches by URL
+// run at once across every session; past it the page answers 429 with
+// Retry-After, reading nothing, and a search runs again once one ends.
+// A search by id or a plain page is never held up by them.
+func TestDashboard_URLSearchesBounded(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
+	b.Submit(t, "alice", enginetest.Targets("a", 1))
+	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := newHandler(b.Runner, keys, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	token, _ := h.sessions.create("alice", false, time.Now().Add(time.Hour), time.Now())
+	get := func(path string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.AddCookie(&http.Cookie{Name: cookieName, Value: token})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for range urlSearches {
+		h.searches <- struct{}{} // searches running elsewhere
+	}
+	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "try again in a moment") {
+		t.Fatalf("a search past the bound: %d %v", rec.Code, rec.Header())
+	}
+	for _, path := range []string{Prefix + "jobs", Prefix + "jobs?q=" + "abcd"} {
+		if rec := get(path); rec.Code == http.StatusTooManyRequests {
+			t.Errorf("GET %s held up by the searches by URL", path)
+		}
+	}
+	<-h.searches
+	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "Searched the URLs of all 1 jobs") {
+		t.Fatalf("a search once one ended: %d", rec.Code)
+	}
+	if len(h.searches) != urlSearches-1 {
+		t.Fatalf("the search left %d tokens taken, want %d", len(h.searches), urlSearches-1)
 	}
 }

@@ -25,6 +25,9 @@ const (
 	idMatches = 50
 	// maxQuery is the longest search the page takes, in bytes.
 	maxQuery = 512
+	// urlSearches is how many searches by URL run at once, across every
+	// session: each reads up to urlScanJobs jobs' targets. Past it, 429.
+	urlSearches = 2
 )
 
 // statusChoices are the jobs page's status filter, as [engine.ListOptions]
@@ -70,8 +73,10 @@ type jobsPageView struct {
 	Msg  string // a refusal: a bad filter or cursor; or the store unread
 	// Unavailable says that the store could not be read (503, not 400).
 	Unavailable bool
-	Next        string // the next page's URL, "" on the last
-	First       string // the first page's URL, "" on the first
+	// Busy says that too many searches by URL run already (429).
+	Busy  bool
+	Next  string // the next page's URL, "" on the last
+	First string // the first page's URL, "" on the first
 }
 
 // jobsPage is GET /ui/jobs: every job the session may see, newest first,
@@ -94,6 +99,9 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	v := h.jobsView(ss, q)
 	code := http.StatusOK
 	switch {
+	case v.Busy:
+		code = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", "2")
 	case v.Unavailable:
 		code = http.StatusServiceUnavailable
 	case v.Msg != "":
@@ -145,7 +153,10 @@ func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 		v.Jobs = h.rows(ss, keep)
 		if len(keep) == 0 {
 			// Hex digits may be part of a URL too.
-			return h.urlSearch(ss, q, v)
+			if u := h.urlSearch(ss, q, v); !u.Busy {
+				return u
+			}
+			v.Note = "No job's id begins with these digits (a search of the URLs for them is not possible right now: try again in a moment)."
 		}
 		v.First = ""
 	default:
@@ -159,6 +170,13 @@ func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 // aside): the first urlMatches of them.
 func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageView {
 	v.Title, v.First, v.Next = "Jobs with a URL that holds “"+q.Q+"”", "", ""
+	select {
+	case h.searches <- struct{}{}:
+		defer func() { <-h.searches }()
+	default:
+		v.Msg, v.Busy = "Other searches by URL are running: try again in a moment, or search by id.", true
+		return v
+	}
 	needle := strings.ToLower(q.Q)
 	scanned, cursor := 0, ""
 	var found []engine.Job
