@@ -53,23 +53,25 @@ func TestRun_BrowserUI(t *testing.T) {
 	); err != nil {
 		t.Fatalf("sign in with the printed key: %v", err)
 	}
-	// The form's POST and its redirect navigate: a poll they cut short is
-	// started again on the new page.
-	for {
-		err := chromedp.Do(ctx, poll(`!!document.querySelector('#signout') && document.querySelector('.badge').textContent === 'admin'`))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "context with specified id")) {
-			t.Fatalf("signed in as the admin: %v", err)
+	// A navigation (the form's POST and its redirect, a page loading)
+	// cuts a poll short: it is started again on the new page.
+	waitFor := func(what, expr string) {
+		t.Helper()
+		for {
+			err := chromedp.Do(ctx, poll(expr))
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "context with specified id")) {
+				t.Fatalf("%s: %v", what, err)
+			}
 		}
 	}
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(base+"jobs"),
-		poll(`['alice', 'bob', 'carol'].every(n => [...document.querySelectorAll('#jobs-list .caller')].some(c => c.textContent === n))`),
-	); err != nil {
-		t.Fatalf("sign in with the printed key and list the demo's jobs: %v", err)
+	waitFor("signed in as the admin", `document.readyState === 'complete' && !!document.querySelector('#signout') && document.querySelector('.badge').textContent === 'admin'`)
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"jobs")); err != nil {
+		t.Fatalf("open the jobs page: %v", err)
 	}
+	waitFor("every caller's jobs on the jobs page", `location.pathname === '/ui/jobs' && ['alice', 'bob', 'carol'].every(n => [...document.querySelectorAll('#jobs-list .caller')].some(c => c.textContent === n))`)
 	if err := stop(); err != nil {
 		t.Fatalf("the demo returned %v", err)
 	}
