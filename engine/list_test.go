@@ -433,17 +433,23 @@ func TestRunner_ListAllAcrossRestart(t *testing.T) {
 	held := b.Submit(t, "carol", enginetest.Targets("held", 1))
 	testkit.WaitFor(t, "held running", func() bool { j, _ := b.Runner.Job(held); return j.Status == "running" })
 	before := pageAll(t, b.Runner, engine.ListOptions{Limit: 3})
-	require.Len(t, before, 7)
-	gate.Open()
-	b.Runner.Close()
+	want := []string{held}
+	for i := range ids {
+		want = append(want, ids[len(ids)-1-i])
+	}
+	require.Equal(t, want, jobIDs(before))
+	defer gate.Open()
+	b.Runner.Close() // the held job is failed by the shutdown
 	require.NoError(t, store.Close())
 
 	b2 := enginetest.SetupOn(t, enginetest.OpenStore(t, dir), enginetest.OKFetch, engine.Config{Now: b.Clock.Now})
 	after := pageAll(t, b2.Runner, engine.ListOptions{Limit: 3})
-	require.Equal(t, jobIDs(before), jobIDs(after))
+	require.Equal(t, want, jobIDs(after))
 	for _, j := range after {
 		require.False(t, engine.IsLive(j.Status), "%s: %s", j.ID, j.Status)
+		require.NotZero(t, j.EndedAt, "%s ended", j.ID)
 	}
+	require.Equal(t, engine.StatusFailed, after[0].Status)
 }
 
 // TestRunner_ListAllUnderEviction: jobs evicted past MaxBytes leave the

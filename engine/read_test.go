@@ -751,3 +751,24 @@ func TestRunner_Timings(t *testing.T) {
 	require.Equal(t, t0+65, job.StartedAt)
 	require.Equal(t, t0+125, job.EndedAt)
 }
+
+// TestRunner_TimingsOfAReapedJob: a job a previous process left running
+// (its row says so) is failed by the next runner, and ends then; its
+// start is kept.
+func TestRunner_TimingsOfAReapedJob(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, "")
+	clk := testkit.NewClock()
+	at := clk.Now().Add(-time.Minute).UnixNano()
+	rec := persistence.JobRecord{ID: "0123456789abcdef0123456789abcdef", Caller: "alice", Status: persistence.StatusQueued, TargetsTotal: 2, Created: at, Lease: at}
+	require.NoError(t, store.CreateJob(&rec, make([]persistence.TargetRecord, 2)))
+	rec.Status, rec.Started = persistence.StatusRunning, at+int64(time.Second)
+	require.NoError(t, store.SaveJob(&rec))
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Now: clk.Now})
+	j, ok := b.Runner.Job(rec.ID)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusFailed, j.Status)
+	require.Equal(t, "restart", j.Error)
+	require.Equal(t, (at+int64(time.Second))/1e9, j.StartedAt)
+	require.Equal(t, clk.Now().Unix(), j.EndedAt)
+}

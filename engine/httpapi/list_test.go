@@ -84,38 +84,54 @@ func TestAPI_List(t *testing.T) {
 }
 
 // FuzzAPI_List fuzzes the list's query: any query is a 200 with the
-// caller's own jobs only, or a 400 with an error and a hint; never a 5xx.
+// caller's own jobs only, a 400 with an error and a hint, or (a caller
+// parameter from a standard key) a 403; never a 5xx. The same query from
+// an admin key is never a 403, and without a caller parameter lists its
+// own jobs only.
 func FuzzAPI_List(f *testing.F) {
 	b := setupWith(f, nil, httpapi.Options{})
 	own := b.submit(f, "alice-key", "https://example.com/a")
 	b.waitTerminal(f, own)
 	other := b.submit(f, "bob-key", "https://example.com/b")
 	b.waitTerminal(f, other)
-	for _, seed := range []string{"", "status=live", "status=terminal&limit=1", "limit=100", "cursor=AAAA", "cursor=%zz", "limit=-1", "status=", "limit=1&limit=2", "status=done;x"} {
+	for _, seed := range []string{"", "status=live", "status=terminal&limit=1", "limit=100", "cursor=AAAA", "cursor=%zz", "limit=-1", "status=", "limit=1&limit=2", "status=done;x",
+		"caller=*", "caller=alice", "caller=", "caller=%ff", "caller=*&status=done&limit=1", "caller=bob&caller=alice"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, query string) {
-		if _, err := url.Parse("http://h/v1/batch?" + query); err != nil {
+		u, err := url.Parse("http://h/v1/batch?" + query)
+		if err != nil {
 			t.Skip("no client sends it")
 		}
-		r := b.do(t, http.MethodGet, "/v1/batch?"+query, "alice-key", nil)
-		switch r.code {
-		case http.StatusOK:
-			for _, j := range r.json(t)["jobs"].([]any) {
-				if j.(map[string]any)["id"] == other {
-					t.Fatalf("alice listed bob's job with %q", query)
+		q, qerr := url.ParseQuery(u.RawQuery) // what is sent: no fragment
+		_, byCaller := q["caller"]
+		for _, key := range []string{"alice-key", "root-key"} {
+			r := b.do(t, http.MethodGet, "/v1/batch?"+query, key, nil)
+			switch r.code {
+			case http.StatusOK:
+				if key == "alice-key" && byCaller {
+					t.Fatalf("alice listed with %q", query)
 				}
+				for _, j := range r.json(t)["jobs"].([]any) {
+					id := j.(map[string]any)["id"]
+					if (key == "alice-key" && id == other) || (key == "root-key" && !byCaller && (id == own || id == other)) {
+						t.Fatalf("%s listed another caller's job with %q", key, query)
+					}
+				}
+			case http.StatusBadRequest, http.StatusForbidden:
+				if strings.HasPrefix(string(r.body), "400 Bad Request") {
+					return // net/http refused the request line before the handler
+				}
+				if r.code == http.StatusForbidden && (key == "root-key" || !byCaller || qerr != nil) {
+					t.Fatalf("%s: 403 for %q", key, query)
+				}
+				m := r.json(t)
+				if m["error"] == "" || m["hint"] == "" {
+					t.Fatalf("%d without error and hint: %s", r.code, r.body)
+				}
+			default:
+				t.Fatalf("%s %q: %d %s", key, query, r.code, r.body)
 			}
-		case http.StatusBadRequest:
-			if strings.HasPrefix(string(r.body), "400 Bad Request") {
-				return // net/http refused the request line before the handler
-			}
-			m := r.json(t)
-			if m["error"] == "" || m["hint"] == "" {
-				t.Fatalf("400 without error and hint: %s", r.body)
-			}
-		default:
-			t.Fatalf("%q: %d %s", query, r.code, r.body)
 		}
 	})
 }
