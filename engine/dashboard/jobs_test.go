@@ -523,3 +523,55 @@ func TestDashboard_JobsStoreUnreadable(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboard_ShortIDsOfANode: on a cluster node, whose every id begins
+// with its 4-byte tag, lists show hex digits 9-16 as the short id, and
+// "Open a job" takes them; a prefix that several jobs share lists them to
+// choose from (for their owner; for another caller it is a missing job).
+func TestDashboard_ShortIDsOfANode(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, dashboard.Options{Config: engine.Config{NodeTag: []byte{0xd0, 0x0d, 0xfe, 0xed}}})
+	alice := b.signIn(t, "alice-key")
+	bob := b.signIn(t, "bob-key")
+	var ids []string
+	for i := range 17 {
+		ids = append(ids, b.submitRun(t, "alice", fmt.Sprintf("https://example.com/n/%d", i)))
+	}
+	page := b.do(t, alice, http.MethodGet, "/ui/jobs", nil).body
+	for _, id := range ids {
+		if !strings.HasPrefix(id, "d00dfeed") || engine.ShortID(id) != id[8:16] {
+			t.Fatalf("job %s on a node tagged d00dfeed: short id %s", id, engine.ShortID(id))
+		}
+		if !strings.Contains(page, "<code>"+id[8:16]+"</code>") {
+			t.Errorf("the jobs page does not show %s's short id %s", id, id[8:16])
+		}
+		if r := b.do(t, alice, http.MethodGet, "/ui/jobs?id="+id[8:16], nil); r.code != http.StatusSeeOther || r.header.Get("Location") != "/ui/jobs/"+id {
+			t.Errorf("open %s: %d %s", id[8:16], r.code, r.header.Get("Location"))
+		}
+	}
+	if strings.Contains(page, "<code>d00dfeed</code>") {
+		t.Error("the jobs page shows the node's tag as a short id")
+	}
+	// 17 jobs, 16 hex digits: two share their 9th digit.
+	byDigit := map[byte][]string{}
+	for _, id := range ids {
+		byDigit[id[8]] = append(byDigit[id[8]], id)
+	}
+	var shared []string
+	for _, group := range byDigit {
+		if len(group) > len(shared) {
+			shared = group
+		}
+	}
+	prefix := shared[0][:9]
+	r := b.do(t, alice, http.MethodGet, "/ui/jobs?id="+prefix, nil)
+	got := listed(r.body)
+	slices.Sort(got)
+	slices.Sort(shared)
+	if r.code != http.StatusOK || !slices.Equal(got, shared) || !strings.Contains(r.body, "More than one job begins with these digits") {
+		t.Fatalf("open the shared prefix %s: %d, lists %v, want the candidates %v", prefix, r.code, got, shared)
+	}
+	if r := b.do(t, bob, http.MethodGet, "/ui/jobs?id="+prefix, nil); r.code != http.StatusNotFound {
+		t.Errorf("bob opens alice's shared prefix: %d", r.code)
+	}
+}

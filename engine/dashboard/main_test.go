@@ -116,7 +116,8 @@ func setup(t testing.TB) *bundle {
 
 // setupWith is setup with options of its own (Config, Gatherer, Log, Now,
 // Refresh and ChartStep are set for it when zero: the runner's, the
-// metrics', the bundle's, its clock's, 10ms).
+// metrics', the bundle's, its clock's, 10ms; of Config only NodeTag is
+// taken, for a cluster node's ids).
 func setupWith(t testing.TB, o dashboard.Options) *bundle {
 	t.Helper()
 	return setupOn(t, enginetest.OpenStore(t, ""), o)
@@ -134,7 +135,7 @@ func setupOn(t testing.TB, store *persistence.Store, o dashboard.Options) *bundl
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	gate := testkit.NewGate()
-	cfg := engine.Config{JobsPerCaller: 4, JobsTotal: 8, Workers: 2, Hooks: m.Hooks()}
+	cfg := engine.Config{JobsPerCaller: 4, JobsTotal: 8, Workers: 2, Hooks: m.Hooks(), NodeTag: o.Config.NodeTag}
 	var clock atomic.Pointer[testkit.Clock]
 	b := &bundle{Bundle: enginetest.SetupOn(t, store, fakeFetch(gate, &clock), cfg), gate: gate}
 	clock.Store(b.Clock)
