@@ -85,7 +85,7 @@ type jobsPageView struct {
 // job") opens a job by its id or short id.
 func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	qs := r.URL.Query()
-	if qs.Has("id") {
+	if qs.Has("id") && strings.TrimSpace(qs.Get("id")) != "" {
 		h.openJob(w, r, ss, strings.ToLower(strings.TrimSpace(qs.Get("id"))))
 		return
 	}

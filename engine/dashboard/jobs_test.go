@@ -167,6 +167,9 @@ func TestDashboard_JobsPage(t *testing.T) {
 				t.Errorf("open %q: %d %s", q, r.code, r.header.Get("Location"))
 			}
 		}
+		if r := b.do(t, alice, http.MethodGet, "/ui/jobs?id=", nil); r.code != http.StatusOK || len(listed(r.body)) != 25 {
+			t.Errorf("an empty Open a job: %d, want the jobs page", r.code)
+		}
 		for _, q := range []string{"abc", "zzzzzzzz", missingID[:8]} {
 			if r := b.do(t, alice, http.MethodGet, "/ui/jobs?id="+q, nil); r.code != http.StatusNotFound {
 				t.Errorf("open %q: %d, want 404", q, r.code)
