@@ -89,13 +89,7 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 		h.openJob(w, r, ss, strings.ToLower(strings.TrimSpace(qs.Get("id"))))
 		return
 	}
-	q := jobsQuery{Status: qs.Get("status"), Q: strings.TrimSpace(qs.Get("q")), Cursor: qs.Get("cursor")}
-	if ss.admin {
-		q.Caller = strings.TrimSpace(qs.Get("caller"))
-		if q.Caller == "*" {
-			q.Caller = "" // every caller, as the API's ?caller=*
-		}
-	}
+	q := parseJobsQuery(qs, ss)
 	v := h.jobsView(ss, q)
 	code := http.StatusOK
 	switch {
@@ -107,7 +101,41 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	case v.Msg != "":
 		code = http.StatusBadRequest
 	}
-	h.render(w, code, "jobs", pageData{Title: "Jobs", User: user(ss), Body: v})
+	stream := ""
+	if code == http.StatusOK {
+		stream = q.stream()
+	}
+	h.render(w, code, "jobs", pageData{Title: "Jobs", User: user(ss), Stream: stream, Body: v})
+}
+
+// parseJobsQuery reads the jobs page's query: the caller filter is an
+// admin's only (another session's is dropped: it lists its own jobs).
+func parseJobsQuery(qs url.Values, ss *session) jobsQuery {
+	q := jobsQuery{Status: qs.Get("status"), Q: strings.TrimSpace(qs.Get("q")), Cursor: qs.Get("cursor")}
+	if ss.admin {
+		q.Caller = strings.TrimSpace(qs.Get("caller"))
+		if q.Caller == "*" {
+			q.Caller = "" // every caller, as the API's ?caller=*
+		}
+	}
+	return q
+}
+
+// stream is the event stream of q's page, when it is live: a list's first
+// page, without a search ("" otherwise: a search or an older page stays as
+// it was read).
+func (q jobsQuery) stream() string {
+	if q.Q != "" || q.Cursor != "" {
+		return ""
+	}
+	v := url.Values{"list": {"1"}}
+	if q.Status != "" {
+		v.Set("status", q.Status)
+	}
+	if q.Caller != "" {
+		v.Set("caller", q.Caller)
+	}
+	return Prefix + "events?" + v.Encode()
 }
 
 // jobsView lists the jobs of q that ss may see.

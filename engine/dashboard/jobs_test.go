@@ -578,3 +578,43 @@ func TestDashboard_ShortIDsOfANode(t *testing.T) {
 		t.Errorf("bob opens alice's shared prefix: %d", r.code)
 	}
 }
+
+// TestDashboard_JobsPageLive: a list's first page is live (an event
+// stream with its filters): a job submitted after it opened shows without
+// a reload, and its progress moves. Bob's stream, even with a caller
+// filter naming alice, never carries her jobs; a search or an older page
+// has no stream.
+func TestDashboard_JobsPageLive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.signIn(t, "alice-key")
+	bob := b.signIn(t, "bob-key")
+	page := b.do(t, alice, http.MethodGet, "/ui/jobs?status=live", nil)
+	if !strings.Contains(page.body, `data-stream="/ui/events?list=1&amp;status=live"`) {
+		t.Fatalf("the jobs page has no stream: %s", page.body)
+	}
+	s := b.openStream(t, alice, "/ui/events?list=1&status=live")
+	s.until(t, "the first update", func(ev event) bool { return ev.name == "update" && strings.Contains(ev.data, "No jobs match") })
+	bobs := b.openStream(t, bob, "/ui/events?list=1&caller=alice")
+	bobs.until(t, "bob's first update", func(ev event) bool { return ev.name == "update" })
+	id := b.submit(t, "alice", "https://example.com/live/hold")
+	s.until(t, "the new job, live", func(ev event) bool { return strings.Contains(ev.data, engine.ShortID(id)) })
+	b.release()
+	b.waitTerminal(t, id)
+	s.until(t, "the job gone from the live list", func(ev event) bool { return ev.name == "update" && !strings.Contains(ev.data, engine.ShortID(id)) })
+	own := b.submitRun(t, "bob", "https://example.com/bob/live")
+	ev := bobs.until(t, "bob's own job", func(ev event) bool { return strings.Contains(ev.data, engine.ShortID(own)) })
+	if strings.Contains(ev.data, id) || strings.Contains(ev.data, "alice") {
+		t.Fatalf("bob's stream carries alice's job: %s", ev.data)
+	}
+	s.close()
+	bobs.close()
+	for _, path := range []string{"/ui/jobs?q=example", "/ui/jobs?cursor=abc"} {
+		if r := b.do(t, alice, http.MethodGet, path, nil); strings.Contains(r.body, "data-stream") {
+			t.Errorf("GET %s is live", path)
+		}
+	}
+	if code := b.streamCode(t, alice, "/ui/events?list=1&q=example"); code != http.StatusNotFound {
+		t.Errorf("a stream of a search: %d, want 404", code)
+	}
+}

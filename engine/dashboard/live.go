@@ -54,7 +54,8 @@ func (h *Handler) tick(now time.Time) {
 	h.ticks.fire()
 }
 
-// events is GET /ui/events (?job=ID for a job page): Server-Sent Events,
+// events is GET /ui/events (?job=ID for a job page; ?list=1 with the jobs
+// page's status and caller for its first page): Server-Sent Events,
 // an "update" event with the page's live part, rendered again every
 // Refresh and sent when it has changed. The stream ends when the client
 // leaves, when the session ends (a "signedout" event), when the job is
@@ -77,12 +78,24 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 	}
 	defer h.streams.give(ss.name)
 	jobID := r.URL.Query().Get("job")
+	list := r.URL.Query().Get("list") == "1"
 	render := func(ss *session) ([]byte, bool) {
 		var buf bytes.Buffer
 		var err error
-		if jobID == "" {
+		switch {
+		case list:
+			q := parseJobsQuery(r.URL.Query(), ss)
+			if q.stream() == "" {
+				return nil, false
+			}
+			v := h.jobsView(ss, q)
+			if v.Msg != "" {
+				return nil, false
+			}
+			err = h.tpl.ExecuteTemplate(&buf, "jobs-main", v)
+		case jobID == "":
 			err = h.tpl.ExecuteTemplate(&buf, "overview-main", h.overviewView(ss))
-		} else {
+		default:
 			v, ok := h.jobPageView(jobID, ss)
 			if !ok {
 				return nil, false
