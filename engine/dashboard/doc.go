@@ -47,6 +47,7 @@
 //	POST /ui/jobs/{id}/cancel      form field csrf
 //	POST /ui/jobs/{id}/resubmit    form field csrf: a new job of the failed targets
 //	GET  /ui/events[?job=ID]       Server-Sent Events: the page's live part, when it changes
+//	     /ui/events?list=1…        (the jobs page's first page, with its status and caller)
 //	GET  /ui/static/{file}         the embedded styles, script and icon; a directory is 404,
 //	                               never a listing
 //
