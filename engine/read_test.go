@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -771,4 +773,42 @@ func TestRunner_TimingsOfAReapedJob(t *testing.T) {
 	require.Equal(t, "restart", j.Error)
 	require.Equal(t, (at+int64(time.Second))/1e9, j.StartedAt)
 	require.Equal(t, clk.Now().Unix(), j.EndedAt)
+}
+
+// TestRunner_ReadsAStoreOfAnOlderVersion: a store written before the
+// timings and the index of every job (persistence/testdata/v2store: alice's
+// partial job, bob's job left running) is listed by ListAll once opened;
+// its times read as unknown (0), but the end of the job the restart fails.
+func TestRunner_ReadsAStoreOfAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS(filepath.Join("..", "persistence", "testdata", "v2store"))))
+	clk := testkit.NewClock()
+	clk.Set(time.Unix(100, 0))
+	b := enginetest.SetupOn(t, enginetest.OpenStore(t, dir), enginetest.OKFetch, engine.Config{Now: clk.Now, TTL: time.Hour})
+	jobs, next, err := b.Runner.ListAll(engine.ListOptions{})
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Len(t, jobs, 2)
+	bob, alice := jobs[0], jobs[1]
+	require.Equal(t, "bob", bob.Caller)
+	require.Equal(t, engine.StatusFailed, bob.Status, "left running: failed by the restart")
+	require.Zero(t, bob.StartedAt, "unknown")
+	require.Equal(t, int64(100), bob.EndedAt, "ended by the restart")
+	require.Equal(t, "alice", alice.Caller)
+	require.Equal(t, engine.StatusPartial, alice.Status)
+	require.Zero(t, alice.StartedAt)
+	require.Zero(t, alice.EndedAt)
+	_, ts, ok := b.Runner.Status(alice.ID)
+	require.True(t, ok)
+	for _, tg := range ts {
+		require.Zero(t, tg.Duration, "unknown")
+	}
+	require.Equal(t, engine.Options{Mode: "m"}, ts[0].Options)
+	found, err := b.Runner.FindJobs("", engine.ShortID(alice.ID), 0) // 00000000: both
+	require.NoError(t, err)
+	require.Equal(t, []string{bob.ID, alice.ID}, jobIDs(found))
+	found, err = b.Runner.FindJobs("alice", alice.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{alice.ID}, jobIDs(found))
 }
