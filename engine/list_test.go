@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -482,4 +484,91 @@ func TestRunner_ListAllUnderEviction(t *testing.T) {
 	}
 	require.Less(t, len(kept), len(ids), "some were evicted")
 	require.Equal(t, append(kept, live), jobIDs(pageAll(t, b.Runner, engine.ListOptions{Limit: 2})))
+}
+
+// TestRunner_ListAllWhileJobsComeAndGo: readers page through every
+// caller's jobs while jobs are submitted, run, and are evicted past
+// MaxBytes: no page fails, and each walk goes strictly from newer to older
+// (its cursors increase), so no job is listed twice in a walk.
+func TestRunner_ListAllWhileJobsComeAndGo(t *testing.T) {
+	t.Parallel()
+	content := strings.Repeat("x", 500)
+	b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{Content: content}, nil
+	}, engine.Config{MaxBytes: 20_000, JobsPerCaller: 64, JobsTotal: 256, Workers: 2})
+	peer := engine.PeerOf(b.Runner)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := range 40 {
+				caller := fmt.Sprintf("c%d", (w+i)%5)
+				if _, _, err := b.Runner.Submit(context.Background(), enginetest.Caller(caller), "", enginetest.Targets(fmt.Sprintf("come%d-%d", w, i), 1+i%3)); err != nil {
+					t.Errorf("submit: %v", err)
+					return
+				}
+				if i%7 == 0 {
+					b.Clock.Advance(time.Millisecond)
+				}
+			}
+		})
+	}
+	var walks atomic.Int64
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				opt := engine.ListOptions{Limit: 3, Status: []string{"", "terminal", "live"}[walks.Load()%3]}
+				var last string
+				seen := map[string]bool{}
+				for page := 0; ; page++ {
+					if page > 1000 {
+						t.Error("the walk never ended")
+						return
+					}
+					jobs, cursors, next, err := peer.ListAllAt(opt)
+					if err != nil {
+						t.Errorf("page %d: %v", page, err)
+						return
+					}
+					for i, c := range cursors {
+						if last != "" && engine.CompareCursors(last, c) >= 0 {
+							t.Errorf("a walk went back: %q then %q", last, c)
+							return
+						}
+						if seen[jobs[i].ID] {
+							t.Errorf("job %s listed twice in a walk", jobs[i].ID)
+							return
+						}
+						seen[jobs[i].ID], last = true, c
+					}
+					if next == "" {
+						break
+					}
+					opt.Cursor = next
+				}
+				walks.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	testkit.WaitFor(t, "every job ended", func() bool {
+		live, _, err := b.Runner.ListAll(engine.ListOptions{Status: "live"})
+		return err == nil && len(live) == 0
+	})
+	close(done)
+	readers.Wait()
+	require.Positive(t, walks.Load())
+	require.LessOrEqual(t, b.Store.Bytes(), int64(20_000), "evicted")
+	all := pageAll(t, b.Runner, engine.ListOptions{Limit: 100})
+	require.Less(t, len(all), 120, "some were evicted")
+	for _, j := range all {
+		_, ok := b.Runner.Job(j.ID)
+		require.True(t, ok, "a listed job reads")
+	}
 }
