@@ -24,27 +24,41 @@ import (
 // (bench-0 … bench-99), one a nanosecond apart, straight into store.
 func benchFill(b *testing.B, store *persistence.Store, n int) {
 	b.Helper()
+	fillJobs(b, store, n, time.Now(), nil, func(i int) string { return "bench-" + strconv.Itoa(i%100) })
+}
+
+// fillJobs stores n settled done jobs of 2 targets each (URLs
+// https://example.com/bench/I/a and …/b) straight into store, job i made
+// an hour before now plus i nanoseconds (so the last is the newest), its
+// lease a year on: id(i) is its id (random when id is nil), caller(i) its
+// caller.
+func fillJobs(tb testing.TB, store *persistence.Store, n int, now time.Time, id func(int) string, caller func(int) string) {
+	tb.Helper()
 	rng := rand.New(rand.NewPCG(uint64(n), 26))
-	created := time.Now().Add(-time.Hour).UnixNano()
-	lease := time.Now().Add(365 * 24 * time.Hour).UnixNano()
-	var id [16]byte
+	created := now.Add(-time.Hour).UnixNano()
+	lease := now.Add(365 * 24 * time.Hour).UnixNano()
+	var raw [16]byte
 	for i := range n {
-		for k := 0; k < len(id); k += 8 {
-			binary.BigEndian.PutUint64(id[k:], rng.Uint64())
+		for k := 0; k < len(raw); k += 8 {
+			binary.BigEndian.PutUint64(raw[k:], rng.Uint64())
+		}
+		jobID := hex.EncodeToString(raw[:])
+		if id != nil {
+			jobID = id(i)
 		}
 		ts := []persistence.TargetRecord{
 			{Idx: 0, URL: fmt.Sprintf("https://example.com/bench/%d/a", i), Options: []byte("{}")},
 			{Idx: 1, URL: fmt.Sprintf("https://example.com/bench/%d/b", i), Options: []byte("{}")},
 		}
 		j := persistence.JobRecord{
-			ID: hex.EncodeToString(id[:]), Caller: "bench-" + strconv.Itoa(i%100), Status: persistence.StatusDone,
+			ID: jobID, Caller: caller(i), Status: persistence.StatusDone,
 			TargetsTotal: 2, TargetsDone: 2, Created: created + int64(i), Lease: lease + int64(i), Settled: true,
 		}
 		for k := 0; k < len(j.Key); k += 8 {
 			binary.BigEndian.PutUint64(j.Key[k:], rng.Uint64())
 		}
 		if err := store.CreateJob(&j, ts); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 }

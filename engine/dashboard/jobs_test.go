@@ -618,3 +618,154 @@ func TestDashboard_JobsPageLive(t *testing.T) {
 		t.Errorf("a stream of a search: %d, want 404", code)
 	}
 }
+
+// TestDashboard_ResubmitReused: when Submit gives back a job that is
+// there (a resubmit, pressed twice, of a target whose fetch succeeded the
+// second time), the page opened is that job's, and it says so; no new job
+// is made.
+func TestDashboard_ResubmitReused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.signIn(t, "alice-key")
+	root := b.signIn(t, "root-key")
+	id := b.submit(t, "alice", "https://example.com/again/ok", "https://example.com/again/flaky")
+	if j := b.waitTerminal(t, id); j.Status != engine.StatusPartial {
+		t.Fatalf("the first job: %s, want partial", j.Status)
+	}
+	resubmit := func(br *browser) (string, string) {
+		t.Helper()
+		r := b.do(t, br, http.MethodPost, "/ui/jobs/"+id+"/resubmit", url.Values{"csrf": {br.csrf}})
+		loc := r.header.Get("Location")
+		m := resubmittedRE.FindStringSubmatch(loc)
+		if r.code != http.StatusSeeOther || m == nil || m[2] != id {
+			t.Fatalf("resubmit: %d %q", r.code, loc)
+		}
+		return m[1], loc
+	}
+	first, loc := resubmit(alice)
+	if strings.Contains(loc, "reused") {
+		t.Fatalf("the first resubmit: %s, want a new job", loc)
+	}
+	if j := b.waitTerminal(t, first); j.Status != engine.StatusDone {
+		t.Fatalf("the resubmitted job: %s, want done (the fetch succeeds the second time)", j.Status)
+	}
+	page := b.do(t, alice, http.MethodGet, loc, nil).body
+	if !strings.Contains(page, "Resubmitted: the failed targets of job") {
+		t.Errorf("a new job's page does not say it was resubmitted: %s", page)
+	}
+	// Pressed again, by the owner and by an admin: Submit gives back the
+	// done job of the same targets.
+	for _, br := range []*browser{alice, root} {
+		again, loc := resubmit(br)
+		if again != first || !strings.Contains(loc, "reused=1") {
+			t.Fatalf("the resubmit pressed again: %s, want job %s reused", loc, first)
+		}
+		page := b.do(t, br, http.MethodGet, loc, nil)
+		if page.code != http.StatusOK || !strings.Contains(page.body, `id="resubmitted"`) ||
+			!strings.Contains(page.body, "are already in this job (the same targets, submitted before): it is shown instead of a new one") {
+			t.Fatalf("the reused job's page: %d, does not say it was reused: %s", page.code, page.body)
+		}
+	}
+	if jobs, _, _ := b.Runner.List("alice", engine.ListOptions{}); len(jobs) != 2 {
+		t.Fatalf("alice has %d jobs, want 2 (the resubmit reused the second)", len(jobs))
+	}
+	if !strings.Contains(b.Logs.String(), "reused=true") {
+		t.Error("no log line says that the resubmit reused a job")
+	}
+}
+
+// TestDashboard_AmbiguousShortID: plain ids (a single node, no tag) that
+// share their first 4+ digits: "Open a job" with those digits lists the
+// candidates the session may see (a caller's own, an admin's every
+// caller's), and with enough digits to tell them apart opens the one.
+func TestDashboard_AmbiguousShortID(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, "")
+	ids := []string{
+		"7d1181fb00000000000000000000a001", // alice
+		"7d1181fc00000000000000000000a002", // alice
+		"7d11aa0000000000000000000000a003", // alice
+		"7d11bb0000000000000000000000b001", // bob
+		"7d2000000000000000000000000a0004", // alice
+	}
+	owners := []string{"alice", "alice", "alice", "bob", "alice"}
+	fillJobs(t, store, len(ids), testkit.Start, func(i int) string { return ids[i] }, func(i int) string { return owners[i] })
+	b := setupOn(t, store, dashboard.Options{})
+	alice := b.signIn(t, "alice-key")
+	bob := b.signIn(t, "bob-key")
+	root := b.signIn(t, "root-key")
+	for _, c := range []struct {
+		who    string
+		br     *browser
+		prefix string
+		want   []string // the candidates; one: opened
+	}{
+		{"alice", alice, "7d11", []string{ids[0], ids[1], ids[2]}},
+		{"alice", alice, "7D1181F", []string{ids[0], ids[1]}},
+		{"alice", alice, "7d1181fc", []string{ids[1]}},
+		{"alice", alice, "7d11a", []string{ids[2]}},
+		{"bob", bob, "7d11", []string{ids[3]}},
+		{"root", root, "7d11", []string{ids[0], ids[1], ids[2], ids[3]}},
+		{"root", root, "7d1", nil}, // too short: no search
+	} {
+		r := b.do(t, c.br, http.MethodGet, "/ui/jobs?id="+url.QueryEscape(c.prefix), nil)
+		switch len(c.want) {
+		case 0:
+			if r.code != http.StatusNotFound {
+				t.Errorf("%s opens %s: %d, want 404", c.who, c.prefix, r.code)
+			}
+		case 1:
+			if r.code != http.StatusSeeOther || r.header.Get("Location") != "/ui/jobs/"+c.want[0] {
+				t.Errorf("%s opens %s: %d %q, want job %s", c.who, c.prefix, r.code, r.header.Get("Location"), c.want[0])
+			}
+		default:
+			got := listed(r.body)
+			slices.Sort(got)
+			if r.code != http.StatusOK || !slices.Equal(got, c.want) || !strings.Contains(r.body, "More than one job begins with these digits: choose one.") {
+				t.Errorf("%s opens %s: %d, lists %v, want the candidates %v", c.who, c.prefix, r.code, got, c.want)
+			}
+			for _, id := range c.want {
+				if !strings.Contains(r.body, "<code>"+id[:8]+"</code>") {
+					t.Errorf("%s opens %s: candidate %s is not shown by its short id", c.who, c.prefix, id)
+				}
+			}
+		}
+	}
+	// The search field finds the same candidates, newest first.
+	r := b.do(t, alice, http.MethodGet, "/ui/jobs?q=7d11", nil)
+	if got := listed(r.body); r.code != http.StatusOK || !slices.Equal(got, []string{ids[2], ids[1], ids[0]}) {
+		t.Errorf("alice searches 7d11: %d, lists %v", r.code, got)
+	}
+}
+
+// TestDashboard_URLSearchScansNewest5000: with more than 5,000 jobs
+// stored, a search by URL reads the newest 5,000 only and says so: a job
+// among them is found, the one just older is not.
+func TestDashboard_URLSearchScansNewest5000(t *testing.T) {
+	t.Parallel()
+	const n = 5_100
+	store := enginetest.OpenStore(t, "")
+	fillJobs(t, store, n, testkit.Start, nil, func(int) string { return "alice" })
+	b := setupOn(t, store, dashboard.Options{})
+	for _, br := range []*browser{b.signIn(t, "alice-key"), b.signIn(t, "root-key")} {
+		// Job n-5000 is the 5,000th newest; job n-5001 the next older.
+		in := b.do(t, br, http.MethodGet, "/ui/jobs?q="+url.QueryEscape(fmt.Sprintf("bench/%d/a", n-5000)), nil)
+		if got := listed(in.body); in.code != http.StatusOK || len(got) != 1 {
+			t.Fatalf("search for the 5,000th newest job's URL: %d, lists %v", in.code, got)
+		}
+		out := b.do(t, br, http.MethodGet, "/ui/jobs?q="+url.QueryEscape(fmt.Sprintf("bench/%d/a", n-5001)), nil)
+		if got := listed(out.body); out.code != http.StatusOK || len(got) != 0 {
+			t.Fatalf("search for the 5,001st newest job's URL: %d, lists %v", out.code, got)
+		}
+		for _, r := range []response{in, out} {
+			if !strings.Contains(r.body, "Searched the URLs of the newest 5,000 jobs only (a search reads at most 5,000): filter by status or caller to reach older ones.") {
+				t.Errorf("the search does not say it read the newest 5,000 jobs only: %s", r.body)
+			}
+		}
+	}
+	// A narrower list (a status none of them has) is read whole.
+	r := b.do(t, b.signIn(t, "alice-key"), http.MethodGet, "/ui/jobs?status=failed&q=bench", nil)
+	if !strings.Contains(r.body, "Searched the URLs of all 0 jobs.") {
+		t.Errorf("a search of no job: %s", r.body)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,8 +73,10 @@ func (b *bundle) release() { b.gate.Open() }
 // Elsewhere: ".../hold" waits at g (or until the runner's close),
 // ".../stuck" until the runner's close, ".../fail" fails with a hint,
 // ".../slow" moves the clock (once set) on by 1.5 s and succeeds,
+// ".../flaky" fails the first time that URL is fetched and succeeds after,
 // anything else succeeds.
 func fakeFetch(g *testkit.Gate, clock *atomic.Pointer[testkit.Clock]) engine.FetchFunc {
+	var fetched sync.Map // URL → true: the flaky URLs fetched once
 	return func(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
 		if strings.Contains(t.URL, "hostile.example") {
 			switch {
@@ -97,6 +100,10 @@ func fakeFetch(g *testkit.Gate, clock *atomic.Pointer[testkit.Clock]) engine.Fet
 			return engine.Result{}, ctx.Err()
 		case strings.HasSuffix(t.URL, "/fail"):
 			return engine.Result{}, &engine.TargetError{Status: 404, Msg: "HTTP 404 Not Found", Hint: "check the URL"}
+		case strings.HasSuffix(t.URL, "/flaky"):
+			if _, again := fetched.LoadOrStore(t.URL, true); !again {
+				return engine.Result{}, &engine.TargetError{Status: 503, Msg: "HTTP 503 Service Unavailable", Hint: "try again later"}
+			}
 		case strings.HasSuffix(t.URL, "/slow"):
 			if c := clock.Load(); c != nil {
 				c.Advance(1500 * time.Millisecond)
