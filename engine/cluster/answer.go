@@ -63,6 +63,9 @@ func (a *answerer) receive(ctx actor.Context) {
 	case *clusterpb.ListRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() { a.send(sender, a.listHere(m)) })
+	case *clusterpb.JobRequest:
+		sender := ctx.Sender()
+		a.life.goWork(func() { a.send(sender, a.jobHere(m)) })
 	case *clusterpb.CallerJobsRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() { a.send(sender, a.admit.callerJobsHere(m.Caller)) })

@@ -299,7 +299,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	ccfg.GossipFanOut = gossipFanOut
 	c := pacluster.New(system, ccfg)
 	peer := engine.PeerOf(r)
-	n.life.run = &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c}
+	n.life.run = &bound{runner: peer, jobs: r, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c}
 	n.life.bound.Store(n.life.run)
 	n.members.loadTags(peer)
 	system.EventStream.Subscribe(n.members.onTopology)

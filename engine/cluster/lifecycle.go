@@ -48,7 +48,8 @@ type lifecycle struct {
 // another.
 type bound struct {
 	runner        engine.Peer
-	jobsPerCaller int // the runner's, for the grains
+	jobs          *engine.Runner // the same runner, for a job's reads (JobRequest)
+	jobsPerCaller int            // the runner's, for the grains
 	handler       http.Handler
 	system        *actor.ActorSystem
 	c             *pacluster.Cluster

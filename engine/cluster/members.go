@@ -417,3 +417,14 @@ func (l *memberList) absent(members []*pacluster.Member) []string {
 	}
 	return out
 }
+
+// tagName is the name of the node with tag, as this node met it (since it
+// started, or before: its store's); "" if it never did.
+func (l *memberList) tagName(tag [engine.NodeTagLen]byte) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if name, ok := l.seen[tag]; ok {
+		return name
+	}
+	return l.stored[tag]
+}

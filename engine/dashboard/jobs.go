@@ -1,10 +1,13 @@
 package dashboard
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -74,9 +77,12 @@ type jobsPageView struct {
 	// Unavailable says that the store could not be read (503, not 400).
 	Unavailable bool
 	// Busy says that too many searches by URL run already (429).
-	Busy  bool
-	Next  string // the next page's URL, "" on the last
-	First string // the first page's URL, "" on the first
+	Busy bool
+	// Missing names the cluster's nodes whose jobs the list may lack:
+	// they did not answer.
+	Missing []string
+	Next    string // the next page's URL, "" on the last
+	First   string // the first page's URL, "" on the first
 }
 
 // jobsPage is GET /ui/jobs: every job the session may see, newest first,
@@ -90,7 +96,7 @@ func (h *Handler) jobsPage(w http.ResponseWriter, r *http.Request, ss *session) 
 		return
 	}
 	q := parseJobsQuery(qs, ss)
-	v := h.jobsView(ss, q)
+	v := h.jobsView(r.Context(), ss, q)
 	code := http.StatusOK
 	switch {
 	case v.Busy:
@@ -139,7 +145,7 @@ func (q jobsQuery) stream() string {
 }
 
 // jobsView lists the jobs of q that ss may see.
-func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
+func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPageView {
 	v := jobsPageView{Admin: ss.admin, Query: q, Statuses: statusChoices, Title: "Jobs"}
 	if len(q.Q) > maxQuery || len(q.Caller) > maxQuery || !utf8.ValidString(q.Q+q.Caller) {
 		v.Msg = "A search or caller is at most " + itoa(maxQuery) + " characters of text."
@@ -156,21 +162,26 @@ func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 	}
 	switch {
 	case q.Q == "":
-		jobs, next, err := h.listPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: jobsPerPage, Cursor: q.Cursor})
+		jobs, next, missing, err := h.listPage(ctx, ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: jobsPerPage, Cursor: q.Cursor})
 		if err != nil {
 			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
 		}
+		v.Missing = missing
 		v.Jobs = h.rows(ss, jobs)
 		if next != "" {
 			v.Next = q.url(next)
 		}
 	case hexPrefix.MatchString(strings.ToLower(q.Q)):
 		v.Title = "Jobs whose id begins with " + strings.ToLower(q.Q)
-		jobs, err := h.findByPrefix(ss, strings.ToLower(q.Q), idMatches)
+		jobs, missing, bounded, err := h.findByPrefix(ctx, ss, strings.ToLower(q.Q), idMatches)
 		if err != nil {
 			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
+		}
+		v.Missing = missing
+		if bounded {
+			v.Note = "This node's jobs searched whole; the other nodes' among the newest " + itoa(urlScanJobs) + " jobs only."
 		}
 		var keep []engine.Job
 		for _, j := range jobs {
@@ -195,7 +206,9 @@ func (h *Handler) jobsView(ss *session, q jobsQuery) jobsPageView {
 
 // urlSearch lists the jobs, among the newest urlScanJobs the session may
 // see (with q's filters), that have a target whose URL holds q.Q (case
-// aside): the first urlMatches of them.
+// aside): the first urlMatches of them. In a cluster, this node's jobs
+// only (the other nodes' targets are not read: as many requests as jobs),
+// and the page says so.
 func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageView {
 	v.Title, v.First, v.Next = "Jobs with a URL that holds “"+q.Q+"”", "", ""
 	select {
@@ -210,7 +223,7 @@ func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageVi
 	var found []engine.Job
 	more := false
 	for scanned < urlScanJobs && len(found) < urlMatches {
-		jobs, next, err := h.listPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: engine.MaxListLimit, Cursor: cursor})
+		jobs, next, err := h.localPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: engine.MaxListLimit, Cursor: cursor})
 		if err != nil {
 			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
@@ -242,6 +255,9 @@ func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageVi
 		v.Note = "Searched the URLs of the newest " + itoa(scanned) + " jobs only (a search reads at most " + itoa(urlScanJobs) + "): filter by status or caller to reach older ones."
 	default:
 		v.Note = "Searched the URLs of all " + itoa(scanned) + " jobs."
+	}
+	if h.o.Cluster != nil {
+		v.Note += " Only this node's jobs are searched by URL: search the other nodes' from their own dashboards."
 	}
 	return v
 }
@@ -277,22 +293,43 @@ func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, i
 		h.jobNotFound(w)
 		return
 	}
-	jobs, err := h.findByPrefix(ss, id, idMatches)
+	jobs, missing, _, err := h.findByPrefix(r.Context(), ss, id, idMatches)
 	switch {
+	case err == nil && len(jobs) == 0 && len(missing) > 0:
+		// The job may be on a node that did not answer.
+		w.Header().Set("Retry-After", "5")
+		h.page(w, http.StatusServiceUnavailable, "error", errorPage{Title: "Node unavailable",
+			Msg: "No job found with these digits, but node " + strings.Join(missing, ", ") + " did not answer: its jobs were not searched. Try again in a while.", Back: Prefix})
 	case err != nil || len(jobs) == 0:
 		h.jobNotFound(w)
 	case len(jobs) == 1:
 		http.Redirect(w, r, Prefix+"jobs/"+jobs[0].ID, http.StatusSeeOther)
 	default:
-		v := jobsPageView{Admin: ss.admin, Statuses: statusChoices, Query: jobsQuery{Q: id},
+		v := jobsPageView{Admin: ss.admin, Statuses: statusChoices, Query: jobsQuery{Q: id}, Missing: missing,
 			Title: "Jobs whose id begins with " + id, Note: "More than one job begins with these digits: choose one.", Jobs: h.rows(ss, jobs)}
 		h.render(w, http.StatusOK, "jobs", pageData{Title: "Jobs", User: user(ss), Body: v})
 	}
 }
 
-// listPage is a page of the jobs ss may see: its own; for an admin, caller's,
-// or every caller's when caller is "".
-func (h *Handler) listPage(ss *session, caller string, opt engine.ListOptions) ([]engine.Job, string, error) {
+// listPage is a page of the jobs ss may see: its own; for an admin,
+// caller's, or every caller's when caller is "". In a cluster, every
+// node's, and missing names the nodes whose jobs the page may lack.
+func (h *Handler) listPage(ctx context.Context, ss *session, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, missing []string, err error) {
+	if !ss.admin {
+		caller = ss.name
+	}
+	switch c := h.o.Cluster; {
+	case c != nil && caller != "":
+		return c.List(ctx, caller, opt)
+	case c != nil:
+		return c.ListAll(ctx, opt)
+	}
+	jobs, next, err = h.localPage(ss, caller, opt)
+	return jobs, next, nil, err
+}
+
+// localPage is listPage on this node's runner only.
+func (h *Handler) localPage(ss *session, caller string, opt engine.ListOptions) ([]engine.Job, string, error) {
 	switch {
 	case !ss.admin:
 		return h.r.List(ss.name, opt)
@@ -303,13 +340,58 @@ func (h *Handler) listPage(ss *session, caller string, opt engine.ListOptions) (
 }
 
 // findByPrefix returns the jobs ss may see whose short id (or id) begins
-// with prefix, newest first, at most limit.
-func (h *Handler) findByPrefix(ss *session, prefix string, limit int) ([]engine.Job, error) {
+// with prefix, newest first, at most limit. In a cluster, this node's
+// store is searched whole ([engine.Runner.FindJobs]) and the other nodes'
+// jobs among the newest urlScanJobs the session may see (scanned reports
+// that the bound was reached); missing names the nodes that did not
+// answer.
+func (h *Handler) findByPrefix(ctx context.Context, ss *session, prefix string, limit int) (jobs []engine.Job, missing []string, bounded bool, err error) {
 	caller := ss.name
 	if ss.admin {
 		caller = ""
 	}
-	return h.r.FindJobs(caller, prefix, limit)
+	jobs, err = h.r.FindJobs(caller, prefix, limit)
+	if err != nil || h.o.Cluster == nil {
+		return jobs, nil, false, err
+	}
+	long := len(prefix) > engine.ShortIDLen
+	matches := func(id string) bool {
+		if long {
+			return strings.HasPrefix(id, prefix)
+		}
+		return strings.HasPrefix(engine.ShortID(id), prefix)
+	}
+	scanned, cursor := 0, ""
+	for scanned < urlScanJobs {
+		page, next, miss, err := h.listPage(ctx, ss, "", engine.ListOptions{Limit: engine.MaxListLimit, Cursor: cursor})
+		if err != nil {
+			return nil, nil, false, err
+		}
+		missing = mergeNames(missing, miss)
+		for _, j := range page {
+			if scanned == urlScanJobs {
+				bounded = true
+				break
+			}
+			scanned++
+			if matches(j.ID) {
+				jobs = append(jobs, j)
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+		bounded = bounded || scanned == urlScanJobs
+	}
+	slices.SortFunc(jobs, func(a, b engine.Job) int {
+		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.ID, a.ID))
+	})
+	jobs = slices.CompactFunc(jobs, func(a, b engine.Job) bool { return a.ID == b.ID })
+	if limit > 0 && len(jobs) > limit {
+		jobs = jobs[:limit]
+	}
+	return jobs, missing, bounded, nil
 }
 
 // itoa writes n with a comma between thousands: 5,000.

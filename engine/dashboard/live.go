@@ -79,34 +79,46 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 	defer h.streams.give(ss.name)
 	jobID := r.URL.Query().Get("job")
 	list := r.URL.Query().Get("list") == "1"
-	render := func(ss *session) ([]byte, bool) {
+	ctx := r.Context()
+	// render renders the page's live part: ok false when it is gone;
+	// skip when it cannot be read now (a job of a node that did not
+	// answer): nothing is sent then.
+	render := func(ss *session) (b []byte, ok, skip bool) {
 		var buf bytes.Buffer
 		var err error
 		switch {
 		case list:
 			q := parseJobsQuery(r.URL.Query(), ss)
 			if q.stream() == "" {
-				return nil, false
+				return nil, false, false
 			}
-			v := h.jobsView(ss, q)
+			v := h.jobsView(ctx, ss, q)
 			if v.Msg != "" {
-				return nil, false
+				return nil, false, false
 			}
 			err = h.tpl.ExecuteTemplate(&buf, "jobs-main", v)
 		case jobID == "":
-			err = h.tpl.ExecuteTemplate(&buf, "overview-main", h.overviewView(ss))
+			err = h.tpl.ExecuteTemplate(&buf, "overview-main", h.overviewView(ctx, ss))
 		default:
-			v, ok := h.jobPageView(jobID, ss)
-			if !ok {
-				return nil, false
+			v, ok, rerr := h.jobPageView(ctx, jobID, ss)
+			switch {
+			case !ok:
+				return nil, false, false
+			case rerr != nil:
+				return nil, true, true
 			}
 			err = h.tpl.ExecuteTemplate(&buf, "job-main", v)
 		}
-		return buf.Bytes(), err == nil
+		return buf.Bytes(), err == nil, false
 	}
-	first, ok := render(ss)
-	if !ok {
+	first, ok, skip := render(ss)
+	switch {
+	case !ok:
 		h.jobNotFound(w)
+		return
+	case skip:
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "the node that holds this job did not answer: try again in a while", http.StatusServiceUnavailable)
 		return
 	}
 	hd := w.Header()
@@ -150,10 +162,13 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 			send("signedout", nil)
 			return
 		}
-		b, ok := render(cur)
-		if !ok {
+		b, ok, skip := render(cur)
+		switch {
+		case !ok:
 			send("gone", nil)
 			return
+		case skip:
+			continue
 		}
 		if !bytes.Equal(b, last) {
 			if !send("update", b) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/dashboard"
@@ -26,9 +27,20 @@ import (
 
 // TestMain checks that no test leaves a goroutine behind: every runner,
 // store, dashboard, server, event stream and browser a test starts is
-// stopped by its end. No allow-list is needed.
+// stopped by its end; but the goroutines protoactor-go leaves behind the
+// clusters of cluster_test.go (enginetest.ClusterMain, and as
+// engine/cluster's TestMain ignores them: the test provider's TTL loop,
+// gRPC's connections to a peer that has gone). Under the race detector,
+// protoactor's own data races are suppressed (engine/cluster's
+// testdata/race.supp).
 func TestMain(m *testing.M) {
-	enginetest.Main(m)
+	enginetest.ClusterMain(m, "../cluster/testdata/race.supp",
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster/clusterproviders/test.(*Provider).startTtlReport.func1"),
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("google.golang.org/grpc.(*addrConn).resetTransport"),
+		goleak.IgnoreTopFunction("google.golang.org/grpc.newClientStreamWithParams.func4"),
+		goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/remote.(*endpointWriter).initialize"),
+	)
 }
 
 // Test keys: alice and bob are callers, root is an admin.

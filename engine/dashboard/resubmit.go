@@ -19,22 +19,33 @@ import (
 // in (name and class); by an admin, it runs under the owner's name with
 // the standard class (the owner's key is never stored), and the log names
 // the admin. It redirects to the new job's page (or to the job Submit
-// reused).
+// reused). In a cluster, a job of another node is read from that node, and
+// the new job is this node's (any node takes a job).
 func (h *Handler) resubmitJob(w http.ResponseWriter, r *http.Request, ss *session) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if !ss.validCSRF(r.PostFormValue("csrf")) {
 		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
 		return
 	}
-	j, ok := h.visible(r.PathValue("id"), ss)
-	if !ok {
+	jr, ok := h.read(r.Context(), r.PathValue("id"), ss)
+	switch {
+	case !ok:
 		h.jobNotFound(w)
 		return
+	case jr.err != nil:
+		h.nodeUnavailable(w, jr)
+		return
 	}
+	j, ts := jr.job, jr.targets
 	back := Prefix + "jobs/" + j.ID
-	_, ts, ok := h.r.Targets(j.ID)
-	if !ok {
-		h.jobNotFound(w)
+	if jr.node == "" {
+		if _, ts, ok = h.r.Targets(j.ID); !ok {
+			h.jobNotFound(w)
+			return
+		}
+	} else if len(ts) < j.TargetsTotal {
+		h.page(w, http.StatusConflict, "error", errorPage{Title: "Not resubmitted", Msg: "This job, on node " + jr.node +
+			", has too many targets to be read from this node whole: resubmit its failed targets from node " + jr.node + "'s dashboard.", Back: back})
 		return
 	}
 	var failed []engine.Target

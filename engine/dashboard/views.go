@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -82,7 +83,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.page(w, http.StatusOK, "signin", signInPage{})
 		return
 	}
-	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(ss)})
+	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(r.Context(), ss)})
 }
 
 // jobView is one job as a row of the overview shows it.
@@ -227,14 +228,23 @@ type overviewView struct {
 	// 15 minutes ("" when no target was stored then), of FetchN targets.
 	FetchP50, FetchP95 string
 	FetchN             int
+	// Missing names the cluster's nodes whose jobs the lists may lack:
+	// they did not answer.
+	Missing []string
 }
 
-func (h *Handler) overviewView(ss *session) overviewView {
+// clusterLiveRows is how many live jobs of the other nodes of a cluster
+// the overview lists, at most.
+const clusterLiveRows = 100
+
+func (h *Handler) overviewView(ctx context.Context, ss *session) overviewView {
 	v := overviewView{Admin: ss.admin, JobsPerCaller: h.o.Config.JobsPerCaller}
 	counts := map[string]int{}
 	live := h.r.Live()
+	here := make(map[string]bool, len(live))
 	for _, j := range live {
 		counts[j.Caller]++
+		here[j.ID] = true
 		if !ss.admin && j.Caller != ss.name {
 			continue
 		}
@@ -244,9 +254,27 @@ func (h *Handler) overviewView(ss *session) overviewView {
 		}
 	}
 	v.Mine = counts[ss.name]
-	for _, j := range h.finished(ss) {
+	if h.o.Cluster != nil {
+		// The other nodes' live jobs, after this node's (which are in
+		// rotation order): newest first.
+		jobs, _, missing, err := h.listPage(ctx, ss, "", engine.ListOptions{Status: "live", Limit: clusterLiveRows})
+		if err == nil {
+			for _, j := range jobs {
+				if !here[j.ID] {
+					v.Live = append(v.Live, newJobView(j, ss.admin, false))
+					if j.Status == engine.StatusQueued {
+						v.Queued++
+					}
+				}
+			}
+		}
+		v.Missing = missing
+	}
+	recent, missing := h.finished(ctx, ss)
+	for _, j := range recent {
 		v.Recent = append(v.Recent, newJobView(j, ss.admin, false))
 	}
+	v.Missing = mergeNames(v.Missing, missing)
 	if !ss.admin {
 		return v
 	}
@@ -296,22 +324,21 @@ func anyAtWorker(ts []engine.TargetStatus) bool {
 // finished returns the newest finished jobs the session may see, from
 // the store's indexes (so they are right after a restart): a caller's
 // own ([engine.Runner.List]); every caller's for an admin
-// ([engine.Runner.ListAll]). None when the store cannot be read.
-func (h *Handler) finished(ss *session) []engine.Job {
-	opt := engine.ListOptions{Status: "terminal", Limit: recentRows}
-	var (
-		jobs []engine.Job
-		err  error
-	)
-	if ss.admin {
-		jobs, _, err = h.r.ListAll(opt)
-	} else {
-		jobs, _, err = h.r.List(ss.name, opt)
-	}
+// ([engine.Runner.ListAll]); in a cluster, every node's, with the names of
+// the nodes that did not answer. None when the store cannot be read.
+func (h *Handler) finished(ctx context.Context, ss *session) ([]engine.Job, []string) {
+	jobs, _, missing, err := h.listPage(ctx, ss, "", engine.ListOptions{Status: "terminal", Limit: recentRows})
 	if err != nil {
-		return nil
+		return nil, missing
 	}
-	return jobs
+	return jobs, missing
+}
+
+// mergeNames is the sorted union of two lists of names.
+func mergeNames(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // validID matches a job id: 32 lowercase hex digits.
@@ -344,6 +371,11 @@ type jobPageView struct {
 	// its stream); Reused says that Submit gave back a job that was there.
 	From, FromShort string
 	Reused          bool
+	// Node is the node that holds the job, when another (a cluster): it
+	// is cancelled there, and its results are read there. Unlisted is how
+	// many of its targets were too many to read from it.
+	Node     string
+	Unlisted int
 }
 
 // targetOptions are the options set in o, by their JSON names.
@@ -363,45 +395,60 @@ func targetOptions(o engine.Options) []metaPair {
 	return out
 }
 
-// jobPageView returns the job page of id, false if the session may not
-// see it (or it is gone).
-func (h *Handler) jobPageView(id string, ss *session) (jobPageView, bool) {
-	if _, ok := h.visible(id, ss); !ok {
-		return jobPageView{}, false
+// jobPageView returns the job page of id: ok false if the session may
+// not see it (or it is gone); an error if it is another node's that
+// cannot be read now.
+func (h *Handler) jobPageView(ctx context.Context, id string, ss *session) (v jobPageView, ok bool, err error) {
+	jr, ok := h.read(ctx, id, ss)
+	switch {
+	case !ok:
+		return jobPageView{}, false, nil
+	case jr.err != nil:
+		return jobPageView{}, true, jr.err
 	}
-	j, ts, ok := h.r.Targets(id)
-	if !ok {
-		return jobPageView{}, false
+	j, ts := jr.job, jr.targets
+	if jr.node == "" {
+		if j, ts, ok = h.r.Targets(id); !ok {
+			return jobPageView{}, false, nil
+		}
 	}
-	v := jobPageView{Job: newJobView(j, true, anyAtWorker(ts)).withRunning(j, h.o.Now()), CSRF: ss.csrf}
+	v = jobPageView{Job: newJobView(j, true, anyAtWorker(ts)).withRunning(j, h.o.Now()), CSRF: ss.csrf, Node: jr.node}
 	v.Resubmit = !engine.IsLive(j.Status) && j.TargetsFailed > 0
+	if jr.node != "" {
+		v.Unlisted = j.TargetsTotal - len(ts)
+	}
 	for _, t := range ts {
 		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
 			Options: targetOptions(t.Options), Stored: fmtWhen(t.StoredAt)}
 		if t.Duration > 0 {
 			tv.Took = fmtDuration(t.Duration)
 		}
-		if t.Status == engine.TargetDone {
+		if t.Status == engine.TargetDone && jr.node == "" {
 			if n, ok := h.sizes.get(h.r, id, t.Idx); ok {
 				tv.Size = humanBytes(n)
 			}
 		}
 		v.Targets = append(v.Targets, tv)
 	}
-	return v, true
+	return v, true, nil
 }
 
 // jobPage is GET /ui/jobs/{id}: every target of a job the session may
-// see; 404 for another caller's job, exactly as for a missing one.
+// see; 404 for another caller's job, exactly as for a missing one; 503
+// for another node's job when that node cannot be read now.
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	id := r.PathValue("id")
-	v, ok := h.jobPageView(id, ss)
-	if !ok {
+	v, ok, err := h.jobPageView(r.Context(), id, ss)
+	switch {
+	case !ok:
 		h.jobNotFound(w)
+		return
+	case err != nil:
+		h.nodeUnavailable(w, jobRead{err: err})
 		return
 	}
 	if from := r.URL.Query().Get("from"); validID.MatchString(from) {
-		if _, ok := h.visible(from, ss); ok {
+		if jr, ok := h.read(r.Context(), from, ss); ok && jr.err == nil {
 			v.From, v.FromShort, v.Reused = from, engine.ShortID(from), r.URL.Query().Get("reused") == "1"
 		}
 	}
@@ -426,10 +473,19 @@ type metaPair struct{ Key, Value string }
 // result.
 func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	id := r.PathValue("id")
-	j, ok := h.visible(id, ss)
+	jr, ok := h.read(r.Context(), id, ss)
+	j := jr.job
 	idx, err := strconv.Atoi(r.PathValue("idx"))
-	if !ok || err != nil || idx < 0 || idx >= j.TargetsTotal {
+	switch {
+	case ok && jr.err != nil:
+		h.nodeUnavailable(w, jr)
+		return
+	case !ok || err != nil || idx < 0 || idx >= j.TargetsTotal:
 		h.jobNotFound(w)
+		return
+	case jr.node != "":
+		h.page(w, http.StatusNotImplemented, "error", errorPage{Title: "On another node", Msg: "This job's results are stored on node " + jr.node +
+			": open them from node " + jr.node + "'s dashboard, or over the API (GET /v1/batch/" + id + "/" + strconv.Itoa(idx) + " with its owner's key, on any node).", Back: Prefix + "jobs/" + id})
 		return
 	}
 	_, ts, ok := h.r.Targets(id)
