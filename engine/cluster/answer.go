@@ -47,7 +47,7 @@ type answerer struct {
 func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
-		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:]})
+		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:], JobReads: true})
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)
 	case *clusterpb.Pull:

@@ -77,3 +77,14 @@ func SystemOf(n *Node) *actor.ActorSystem {
 // PeerLogger returns l behind the filter n puts before protoactor's
 // logger.
 func PeerLogger(n *Node, l *slog.Logger) *slog.Logger { return peerLogger(l, n.members) }
+
+// ForgetJobReads has n take every member it has met for a node older than
+// Node.ReadJob (its NodeInfo without job_reads), until it meets them again.
+func ForgetJobReads(n *Node) {
+	n.members.mu.Lock()
+	defer n.members.mu.Unlock()
+	for id, info := range n.members.infos {
+		info.jobReads = false
+		n.members.infos[id] = info
+	}
+}

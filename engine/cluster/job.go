@@ -34,8 +34,9 @@ const jobReplyBytes = 2 << 20
 //     was asked, read it from the runner;
 //   - job zero (no ID) and no error: that node has no such job;
 //   - an error wrapping [ErrNodeUnavailable]: that node is not a member
-//     now, or did not answer within the Timeout (its text names the node
-//     when it is known); the job may be there;
+//     now, or did not answer within the Timeout, or runs a siftbatch older
+//     than ReadJob (its text names the node when it is known); the job may
+//     be there;
 //   - else the job, with its caller, and its targets in order, as
 //     [engine.Runner.Targets] reads them there: the first of them only
 //     (fewer than job.TargetsTotal) when their text passes about 2 MiB.
@@ -60,6 +61,9 @@ func (f *forwarder) readJob(ctx context.Context, id string) (job engine.Job, tar
 		return engine.Job{}, nil, name, unavailableErr(name)
 	}
 	name := f.members.nameOf(m)
+	if !f.members.readsJobs(m) {
+		return engine.Job{}, nil, name, fmt.Errorf("%w: node %s runs an older siftbatch, whose jobs cannot be read from another node", ErrNodeUnavailable, name)
+	}
 	res, err := f.request(ctx, f.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.JobRequest{Id: id}, f.timeout, nil)
 	if err != nil {
 		if ctx.Err() == nil {

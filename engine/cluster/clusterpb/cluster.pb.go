@@ -129,7 +129,10 @@ type NodeInfo struct {
 	// node is the node's name (serve's --node).
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// tag is the first 4 bytes of the ids of the jobs it creates.
-	Tag           []byte `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	Tag []byte `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	// job_reads is set by a node that answers JobRequest: a node older than
+	// it would take one for a malformed batch and end the stream.
+	JobReads      bool `protobuf:"varint,3,opt,name=job_reads,json=jobReads,proto3" json:"job_reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -176,6 +179,13 @@ func (x *NodeInfo) GetTag() []byte {
 		return x.Tag
 	}
 	return nil
+}
+
+func (x *NodeInfo) GetJobReads() bool {
+	if x != nil {
+		return x.JobReads
+	}
+	return false
 }
 
 // Request is an HTTP request about a job, forwarded by the node that got it
@@ -1587,10 +1597,11 @@ var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"&engine/cluster/clusterpb/cluster.proto\x12\x14siftbatch.cluster.v1\"\a\n" +
-	"\x05Hello\"0\n" +
+	"\x05Hello\"M\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
-	"\x03tag\x18\x02 \x01(\fR\x03tag\"\x8c\x01\n" +
+	"\x03tag\x18\x02 \x01(\fR\x03tag\x12\x1b\n" +
+	"\tjob_reads\x18\x03 \x01(\bR\bjobReads\"\x8c\x01\n" +
 	"\aRequest\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x10\n" +
 	"\x03uri\x18\x02 \x01(\tR\x03uri\x12$\n" +
