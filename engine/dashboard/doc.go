@@ -51,6 +51,15 @@
 //	GET  /ui/static/{file}         the embedded styles, script and icon; a directory is 404,
 //	                               never a listing
 //
+// In a cluster ([Options.Cluster]: package cluster's *Node), the lists,
+// the searches by id and the overview take in every node's jobs, and a
+// page names the nodes that did not answer; a job of another node opens,
+// read from that node (503 naming it when it cannot be read, never a
+// missing job's 404); its failed targets resubmit as a job of this node;
+// its cancel and its results' page are refused (409, 501) with where to
+// go. A search by URL reads this node's jobs only, and says so. Sessions
+// are this node's.
+//
 // Pages update themselves over Server-Sent Events (a few lines of plain
 // JavaScript, embedded with the styles: no build step, no CDN); with
 // JavaScript off they refresh every 5 s. An event stream ends when the
