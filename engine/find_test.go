@@ -131,3 +131,44 @@ func TestRunner_FindJobsByShortIDOfANode(t *testing.T) {
 		require.Equal(t, []string{id}, jobIDs(jobs), "the whole id")
 	}
 }
+
+// FuzzRunner_FindJobs: any prefix is refused with ErrBadList, or finds
+// only jobs whose short id (or, past 8 digits, whole id) starts with it,
+// of the caller asked for; never a panic.
+func FuzzRunner_FindJobs(f *testing.F) {
+	b := enginetest.Setup(f, enginetest.OKFetch, engine.Config{JobsPerCaller: 8})
+	var ids []string
+	for i, caller := range []string{"alice", "bob", "alice"} {
+		id := b.Submit(f, caller, enginetest.Targets("fuzz"+string(rune('a'+i)), 1))
+		b.WaitSettled(f, id)
+		ids = append(ids, id)
+	}
+	for _, seed := range []string{ids[0][:4], strings.ToUpper(ids[1][:8]), ids[2], ids[0][:9], "", "abc", "zzzz", "0000", ids[0] + "0", "ａｂｃｄ", "\xff\xfe\xfd\xfc"} {
+		f.Add(seed, true)
+		f.Add(seed, false)
+	}
+	f.Fuzz(func(t *testing.T, prefix string, own bool) {
+		caller := ""
+		if own {
+			caller = "alice"
+		}
+		jobs, err := b.Runner.FindJobs(caller, prefix, 0)
+		if err != nil {
+			require.ErrorIs(t, err, engine.ErrBadList)
+			require.Nil(t, jobs)
+			return
+		}
+		p := strings.ToLower(prefix)
+		require.GreaterOrEqual(t, len(p), engine.MinShortPrefix)
+		for _, j := range jobs {
+			if len(p) > engine.ShortIDLen {
+				require.True(t, strings.HasPrefix(j.ID, p), "%s for %q", j.ID, prefix)
+			} else {
+				require.True(t, strings.HasPrefix(engine.ShortID(j.ID), p), "%s for %q", j.ID, prefix)
+			}
+			if own {
+				require.Equal(t, "alice", j.Caller)
+			}
+		}
+	})
+}

@@ -96,9 +96,10 @@ type TargetStatus struct {
 	Hint   string
 	// Options are the options the target was submitted with.
 	Options Options
-	// Duration is how long the target's fetch took, by [Config.Now]; 0
-	// while pending or running, and for an outcome stored before the
-	// timings were (unknown).
+	// Duration is how long the target's fetch took, by [Config.Now] (its
+	// last try, for a target answered busy before); 0 while pending or
+	// running, and for an outcome stored before the timings were
+	// (unknown).
 	Duration time.Duration
 	// StoredAt is when the target's outcome was stored, in unix seconds by
 	// [Config.Now]; 0 while pending or running.

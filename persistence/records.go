@@ -72,8 +72,9 @@ type TargetRecord struct {
 	Error  string
 	Hint   string
 	Stored int64 // unix nanoseconds when its outcome was stored; 0 while pending
-	// Took is how long the fetch of the target took; 0 while pending, and
-	// in outcomes written before format version 4 (unknown).
+	// Took is how long the fetch of the target took (its last try); 0
+	// while pending, and in outcomes written before format version 4
+	// (unknown).
 	Took time.Duration
 	// ResultSize is the stored result's length in bytes, set by every read
 	// of a stored outcome, whether or not it returns the result. Writes
