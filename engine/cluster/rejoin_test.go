@@ -408,31 +408,41 @@ func TestNode_RejoinsAfterPartitionPeersDisagreeOn(t *testing.T) {
 	tc.WaitMembers(3)
 }
 
-// TestNode_RequestsAndCloseDuringRejoin: while n3 rejoins (its old
-// incarnation retired, the new one not there yet), reads of n3's job
-// through n1 and of n1's job through n3 answer 200 or 503, never 404 nor
-// another error, and each returns; then a Close of n3 while it rejoins
-// again returns, and leaves no goroutine of the node's rejoin behind, nor
-// a listener on its cluster port.
-func TestNode_RequestsAndCloseDuringRejoin(t *testing.T) {
-	testkit.Long(t)
+// rejoinRig is a partitionable cluster of n1, n2, n3 with a finished job
+// on n3 (alice's) and on n1 (bob's); cutAll isolates n3 until every side
+// has dropped the other, and rejoins counts n3's rejoins logged.
+func rejoinRig(t *testing.T) (tc *clustertest.Cluster, id3, id1 string, cutAll func(), heal func(), rejoins func() int) {
 	tc, links := partitionable(t, 500*time.Millisecond, "n1", "n2", "n3")
 	n1, n2, n3 := tc.Node("n1"), tc.Node("n2"), tc.Node("n3")
 	tc.WaitMembers(3)
-	id3 := n3.Submit(t, "alice-key", "https://example.test/3")
-	id1 := n1.Submit(t, "bob-key", "https://example.test/1")
+	id3 = n3.Submit(t, "alice-key", "https://example.test/3")
+	id1 = n1.Submit(t, "bob-key", "https://example.test/1")
 	n3.WaitDone(t, id3)
 	n1.WaitDone(t, id1)
-	rejoins := func() int { return strings.Count(nodeLog(tc, "n3"), "rejoining under a new member id") }
-	cutAll := func() {
+	rejoins = func() int { return strings.Count(nodeLog(tc, "n3"), "rejoining under a new member id") }
+	cutAll = func() {
 		isolate(links, "n3", true)
 		clustertest.WaitSees(t, n3, 1)
 		clustertest.WaitSees(t, n1, 2)
 		clustertest.WaitSees(t, n2, 2)
 	}
+	heal = func() { isolate(links, "n3", false) }
+	return tc, id3, id1, cutAll, heal, rejoins
+}
 
+// TestNode_ReadsDuringRejoin: while n3 rejoins (its old incarnation
+// retired, the new one starting), reads of n3's job through n1 and of
+// n1's job through n3 answer 200 or 503, never 404 nor another error,
+// each returns, and nothing races (go test -race).
+func TestNode_ReadsDuringRejoin(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: under -race, a read on a rejoining node races with its new incarnation's remote.Start (life.me reads system.Address while StartMember sets it)")
+	}
+	testkit.Long(t)
+	tc, id3, id1, cutAll, heal, rejoins := rejoinRig(t)
+	n1, n3 := tc.Node("n1"), tc.Node("n3")
 	cutAll()
-	isolate(links, "n3", false)
+	heal()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	codes := make(chan string, 1<<16)
@@ -463,15 +473,25 @@ func TestNode_RequestsAndCloseDuringRejoin(t *testing.T) {
 	for c := range codes {
 		t.Errorf("a read during the rejoin: %s", c)
 	}
+}
 
-	// Close during the next rejoin.
+// TestNode_CloseDuringRejoin: a Close of n3 while it rejoins returns, and
+// leaves no goroutine of the node's rejoin behind, nor a listener on its
+// cluster port.
+func TestNode_CloseDuringRejoin(t *testing.T) {
+	testkit.Long(t)
+	tc, _, _, cutAll, heal, rejoins := rejoinRig(t)
+	n3 := tc.Node("n3")
 	cutAll()
-	r := rejoins()
-	isolate(links, "n3", false)
-	testkit.WaitFor(t, "n3 rejoining again", func() bool { return rejoins() > r })
+	heal()
+	testkit.WaitFor(t, "n3 rejoining", func() bool { return rejoins() > 0 })
 	watchers := goroutinesIn("cluster.(*Node).watchRejoin(")
 	addr := n3.Node.Address()
 	tc.Stop(n3)
+	waitNone(t, "cluster.(*Node).rejoin(")
+	testkit.WaitFor(t, "n3's watch of its rejoins ended", func() bool {
+		return goroutinesIn("cluster.(*Node).watchRejoin(") == watchers-1
+	})
 	// Nothing of an incarnation made as it closed is left: its port is free.
 	testkit.WaitFor(t, "n3's cluster port free", func() bool {
 		l, err := net.Listen("tcp", addr)
@@ -479,10 +499,6 @@ func TestNode_RequestsAndCloseDuringRejoin(t *testing.T) {
 			_ = l.Close()
 		}
 		return err == nil
-	})
-	waitNone(t, "cluster.(*Node).rejoin(")
-	testkit.WaitFor(t, "n3's watch of its rejoins ended", func() bool {
-		return goroutinesIn("cluster.(*Node).watchRejoin(") == watchers-1
 	})
 }
 
