@@ -132,10 +132,23 @@ func Check(ops []Op, views []View, m Model) []Violation {
 				add(RuleLost, "job %s of %s (acknowledged at %s) never read 200 on %s once healed", id, j.client, stamp(j.acked), node)
 				continue
 			}
+			// Every target read done before this final read began must
+			// still be done: those of the clients' reads (j.done), and
+			// those of the final reads, on any node, answered before it.
 			var gone []int
 			for i := range j.done {
 				if !slices.Contains(final.Done, i) {
 					gone = append(gone, i)
+				}
+			}
+			for _, op := range ops {
+				if op.Kind != Final || op.ID != id || op.Code != 200 || !op.Complete.Before(final.Invoke) {
+					continue
+				}
+				for _, i := range op.Done {
+					if !slices.Contains(final.Done, i) && !slices.Contains(gone, i) {
+						gone = append(gone, i)
+					}
 				}
 			}
 			if len(gone) > 0 {

@@ -245,9 +245,6 @@ func TestCheck_CapPerSide(t *testing.T) {
 // one node and a later final read on another no longer has is lost: the
 // rule holds for every read, the final ones too.
 func TestCheck_LostBetweenFinalReads(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: targets that only final reads found done are not held against the later final reads")
-	}
 	ops := []Op{
 		submitted("a", "n1", "j1", 1),
 		read(Final, "a", "n1", "j1", 20, 200, "done", 0, 1),
