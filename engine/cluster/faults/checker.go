@@ -40,7 +40,7 @@ func (v Violation) String() string { return v.Rule + ": " + v.Detail }
 const (
 	RuleLost      = "lost"            // an acknowledged job not readable everywhere once healed, or a target read done no longer done
 	Rule404       = "404"             // a read answered 404 for a job that exists
-	RuleCap       = "cap"             // a caller's live jobs over Cap × the sides at that moment
+	RuleCap       = "cap"             // a caller's live jobs over Cap × the sides at that moment, or over Cap on one side
 	RuleOverCap   = "over-cap"        // a caller admitted, every node seeing every node, while its live jobs already filled its cap; or the views never whole again after the heal
 	RuleLive      = "live-after-heal" // a job still live after Healed + RetryFor + JobWork
 	RuleDuplicate = "duplicate"       // concurrent first submits of the same targets on one side made two jobs
@@ -49,6 +49,7 @@ const (
 // job is what the checker gathers of one acknowledged job.
 type job struct {
 	id, client string
+	node       string    // the node whose first 202 admitted it
 	acked      time.Time // the first 202's answer
 	submitted  time.Time // the first 202's request
 	lastLive   time.Time // the latest request whose answer read it live
@@ -65,7 +66,9 @@ type job struct {
 //   - cap: a caller's jobs certainly live at one moment (from the 202's
 //     answer to the last request whose answer read it queued or running)
 //     never outnumber Cap × the cluster's sides then (the distinct member
-//     lists the nodes saw, within Lag);
+//     lists the nodes saw, within Lag), nor Cap on one side: the jobs
+//     admitted on nodes that saw one and the same member list
+//     throughout the Lag around the newest one's admission;
 //   - over-cap: no submit is answered 202 (a new job) while every node
 //     sees every node (from Lag before the request to Lag after its
 //     answer) and the caller's other jobs certainly live throughout the
@@ -88,11 +91,11 @@ func Check(ops []Op, views []View, m Model) []Violation {
 		}
 		j := jobs[op.ID]
 		if j == nil {
-			j = &job{id: op.ID, client: op.Client, acked: op.Complete, submitted: op.Invoke, done: map[int]bool{}}
+			j = &job{id: op.ID, client: op.Client, node: op.Node, acked: op.Complete, submitted: op.Invoke, done: map[int]bool{}}
 			jobs[op.ID] = j
 		}
 		if op.Complete.Before(j.acked) {
-			j.acked, j.submitted = op.Complete, op.Invoke
+			j.acked, j.submitted, j.node = op.Complete, op.Invoke, op.Node
 		}
 	}
 	ids := make([]string, 0, len(jobs))
@@ -195,6 +198,20 @@ func Check(ops []Op, views []View, m Model) []Violation {
 			n := sides.at(s.acked)
 			if len(at) > m.Cap*n {
 				add(RuleCap, "%s had %d jobs live at %s (%s) with %d side(s): cap %d × %d", c, len(at), stamp(s.acked), strings.Join(at, ","), n, m.Cap, n)
+				continue
+			}
+			// Per side: the jobs admitted on s's node, or on a node
+			// that saw the same members as s's node throughout the Lag
+			// around s's admission, are on one side and share one cap.
+			lo, hi := s.acked.Add(-m.Lag), s.acked.Add(m.Lag)
+			var side []string
+			for _, j := range js {
+				if slices.Contains(at, j.id) && (j.node == s.node || sides.together(s.node, j.node, lo, hi)) {
+					side = append(side, j.id)
+				}
+			}
+			if len(side) > m.Cap {
+				add(RuleCap, "%s had %d jobs live at %s (%s) admitted on the side of %s: cap %d per side", c, len(side), stamp(s.acked), strings.Join(side, ","), s.node, m.Cap)
 			}
 		}
 	}
