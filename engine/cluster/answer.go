@@ -48,7 +48,13 @@ type answerer struct {
 func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
-		a.members.tell(m.Known)
+		// The tags a Hello tells of are learnt from a member's Hello only:
+		// one with a sender the guard found at a member's address (with
+		// TLS, the guard refuses a Hello without one; without TLS, it
+		// lets one through, to be answered to nobody).
+		if ctx.Sender() != nil {
+			a.members.tell(m.Known)
+		}
 		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:], JobReads: true})
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)

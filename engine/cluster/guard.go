@@ -181,6 +181,9 @@ const (
 	// reasonNotAnswer: a NodeInfo (a Hello's answer) to another actor
 	// than a reply inbox.
 	reasonNotAnswer = "not an answer"
+	// reasonNoSender: a Hello without a sender (a member's Hello is a
+	// request, answered to its sender).
+	reasonNoSender = "hello without a sender"
 )
 
 const (
@@ -277,7 +280,10 @@ var errMalformed = status.Error(codes.InvalidArgument, "malformed message batch"
 //     membership differ for a moment). A peer that is not a current member
 //     (a member that said who it is with that name, as this node sees the
 //     members now) may send only a Hello to the node's actor (a joining
-//     node asks who its peers are before they know it) and a NodeInfo (a
+//     node asks who its peers are before they know it; its sender at
+//     the address of a member that has not said who it is, or has, as
+//     peer: a Hello without a sender is refused, whoever sends it, for
+//     the tags it tells of are a member's word only) and a NodeInfo (a
 //     Hello's answer, from a node this node dialled at a member's address
 //     and found peer's certificate at) to a reply inbox; every other message is refused, to
 //     any actor: the node's, the grains', protoactor's gossip and
@@ -350,7 +356,13 @@ func (g *guard) screenOne(sys *actor.ActorSystem, peer string, b *remote.Message
 		}
 		return ""
 	case target == nodeActor && typ == typeHello:
-		if sender != nil && !g.answerable(t, peer, sender.Address) {
+		// A Hello is a member's (or a joining node's) question, sent to
+		// be answered: with no sender it proves no membership, and the
+		// tags it tells of would be a stranger's word.
+		if sender == nil {
+			return reasonNoSender
+		}
+		if !g.answerable(t, peer, sender.Address) {
 			return reasonSenderNotMe
 		}
 		return ""
