@@ -138,9 +138,17 @@ func (l *lifecycle) system() *actor.ActorSystem {
 	return nil
 }
 
-// me returns who this node is among the members, in its incarnation now.
-// It takes no lock.
-func (l *lifecycle) me() self { return selfOf(l.system()) }
+// me returns who this node is among the members, in its incarnation now:
+// its member id, and the address its remote advertises (what Start bound,
+// never changed: the remote advertises it, WithAdvertisedHost). It takes
+// no lock.
+func (l *lifecycle) me() self {
+	sys, b := l.system(), l.bound.Load()
+	if sys == nil || b == nil {
+		return self{}
+	}
+	return selfOf(sys, b.advertise)
+}
 
 // goCall runs fn, a call into protoactor that ends by itself (within its
 // own timeouts), on a goroutine Close does not wait for; false, without

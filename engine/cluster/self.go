@@ -16,13 +16,16 @@ import (
 // publishes a member at the address the node advertises.
 type self struct{ id, addr string }
 
-// selfOf returns who system is among the members; no one for a nil system
-// (a node not started).
-func selfOf(system *actor.ActorSystem) self {
+// selfOf returns who system is among the members, advertising addr (the
+// address its remote advertises: [bound.advertise]); no one for a nil
+// system (a node not started). It does not read system.Address: remote's
+// Start sets it while the node's requests already ask who it is (a new
+// incarnation is published before its member starts: rejoin.go).
+func selfOf(system *actor.ActorSystem, addr string) self {
 	if system == nil {
 		return self{}
 	}
-	return self{id: system.ID, addr: system.Address()}
+	return self{id: system.ID, addr: addr}
 }
 
 // is reports whether m is this node: m has its member id, or its address

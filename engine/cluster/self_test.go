@@ -26,7 +26,7 @@ func TestSelf(t *testing.T) {
 			t.Errorf("%s at %s: is %v; want %v", c.m.Id, c.m.Address(), got, c.want)
 		}
 	}
-	if (self{}).is(&pacluster.Member{}) || selfOf(nil).is(&pacluster.Member{Id: "", Host: "", Port: 0}) {
+	if (self{}).is(&pacluster.Member{}) || selfOf(nil, "").is(&pacluster.Member{Id: "", Host: "", Port: 0}) {
 		t.Error("a node not started is a member")
 	}
 }
