@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/asynkron/protoactor-go/remote"
 )
 
 // A node's peers block its member id for good once they have dropped it
@@ -94,9 +96,12 @@ func (n *Node) watchRejoin() {
 // blocked reports whether the node's peers block it for good, as far as
 // it can tell now. Under the automanaged provider: at least one peer
 // answers its health endpoint (the network to it is whole), and none of
-// those that answer counts this node among its members (the side that
-// all the others have dropped is the side that rejoins: a node that some
-// peer still counts waits for the others to come back under new ids).
+// those that answer counts this node among its members, but for peers
+// this node has blocked itself (it dropped them: they will never be its
+// members again, whatever they count). The side that all the others have
+// dropped is the side that rejoins, and so is a node that dropped every
+// peer still counting it: a node that a peer it has not dropped counts
+// waits for the others to come back under new ids.
 // And every peer this node counts among its members has answered: one
 // that did not (a loaded machine, a slow network) may count it. Under a
 // provider that cannot tell (Kubernetes): the node has joined,
@@ -117,12 +122,22 @@ func (n *Node) blocked(out time.Duration) (blocked, counted bool) {
 		for _, id := range n.members.memberIDs() {
 			counted[id] = id != me.id
 		}
+		// A peer this node has blocked (it dropped the peer: protoactor
+		// never lets it back in) is one it will never count again, so its
+		// counting this node does not make it a member of this node's
+		// cluster: the peer drops it only by its gossip's heartbeat
+		// expiry (20 s). The peer keeps its id and takes this node's new
+		// one in; the peer itself, counted by the others, stays.
+		var blocks *remote.BlockList
+		if inc := n.life.inc.Load(); inc != nil && inc.c.Remote != nil {
+			blocks = inc.c.Remote.BlockList()
+		}
 		answered := false
 		for _, v := range n.cfg.Provider.views(ctx) {
 			if v.ID == me.id {
 				continue // this node's own endpoint
 			}
-			if slices.Contains(v.Members, me.id) {
+			if slices.Contains(v.Members, me.id) && (blocks == nil || !blocks.IsBlocked(v.ID)) {
 				return false, true
 			}
 			answered, counted[v.ID] = true, false
