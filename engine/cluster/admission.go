@@ -57,8 +57,13 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 	}
 	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller), Body: body}
 	deadline := time.Now().Add(admitBudget)
+	var changed <-chan struct{} // closed at the next change of the members after the last attempt began
 	for attempt := range admitAttempts {
 		if attempt > 0 {
+			// The pause ends early when the members change (one has said
+			// who it is, say): right after a cluster forms, a grain's
+			// rebuild fails until every node knows every other, and the
+			// next attempt is worth making as soon as they do.
 			pause := time.Duration(attempt*attempt) * 50 * time.Millisecond
 			if time.Until(deadline) <= pause {
 				break
@@ -66,6 +71,8 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
+			case <-changed:
+				t.Stop()
 			case <-ctx.Done():
 				t.Stop()
 				a.giveUp(caller, id)
@@ -76,6 +83,7 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 		if wait <= 0 {
 			break
 		}
+		changed = a.members.changes()
 		observeAttempt(wait)
 		res, err := a.grainRequestFor(ctx, c, caller, msg, wait)
 		if ctx.Err() != nil {

@@ -56,6 +56,9 @@ func (a *answerer) receive(ctx actor.Context) {
 			a.members.tell(m.Known)
 		}
 		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:], JobReads: true})
+		if s := ctx.Sender(); s != nil {
+			a.members.greeted(s.Address) // its sender counts this node now
+		}
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)
 	case *clusterpb.Pull:

@@ -118,3 +118,7 @@ func LearnJobReads(n *Node) {
 		n.members.infos[id] = info
 	}
 }
+
+// SetHelloWait sets how long a node waits for a member to say who it is,
+// and before it asks again one that did not; 0 restores the default.
+func SetHelloWait(d time.Duration) { helloWaitNanos.Store(int64(d)) }

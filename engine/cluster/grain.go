@@ -148,6 +148,13 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 		return false
 	}
 	hash := t.hash
+	// The answer of a member this node does not know yet is refused here
+	// (guard.screen: not a member): the rebuild would wait its whole
+	// timeout. Wait for its Hello's answer (at most helloWait) instead,
+	// and give up at once if it did not say who it is.
+	if g.a.members.learn(t.members); !g.a.members.knowsAll(t.members) {
+		return false
+	}
 	rdv := pacluster.NewRendezvous()
 	rdv.UpdateMembers(t.members)
 	if owner := rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: g.caller, Kind: callerKind}); owner != ctx.ActorSystem().Address() {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -15,8 +16,21 @@ import (
 	"github.com/sift/batch/persistence"
 )
 
-// helloTimeout bounds how long a node waits for a member to say who it is.
+// helloTimeout bounds how long a node waits for a member to say who it
+// is, and how long it waits before it asks again one that did not (a
+// test may set helloWaitNanos instead: helloWait).
 const helloTimeout = 2 * time.Second
+
+// helloWaitNanos, if set (by tests only), replaces helloTimeout.
+var helloWaitNanos atomic.Int64
+
+// helloWait is helloTimeout, or what a test set instead.
+func helloWait() time.Duration {
+	if d := helloWaitNanos.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return helloTimeout
+}
 
 // memberList is a node's membership component: the members as protoactor
 // last published them (its own copy), who each member is (its node's name
@@ -42,6 +56,7 @@ type memberList struct {
 	infos   map[string]nodeInfo                // by member id: who each member is
 	asked   map[string]time.Time               // by member id: when it may be asked who it is again
 	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
+	again   map[string]bool                    // by member id: asked again, at its own Hello (greeted), not answered yet
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 	stored  map[[engine.NodeTagLen]byte]string // every node met before, by tag: the runner's store's, and those stored since
 	told    map[[engine.NodeTagLen]byte]string // nodes never met that peers told of in their Hellos, by tag: in memory only, at most persistence.MaxNodeTags
@@ -76,7 +91,7 @@ func (t *topology) hasAddress(addr string) bool {
 
 func newMemberList(name string, tag [engine.NodeTagLen]byte, log *slog.Logger, life *lifecycle) *memberList {
 	return &memberList{name: name, tag: tag, log: log, life: life, infos: map[string]nodeInfo{}, asked: map[string]time.Time{},
-		asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{tag: name},
+		asking: map[string]chan struct{}{}, again: map[string]bool{}, seen: map[[engine.NodeTagLen]byte]string{tag: name},
 		stored: map[[engine.NodeTagLen]byte]string{}, told: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
 }
 
@@ -118,7 +133,7 @@ func (l *memberList) learnAll(members []*pacluster.Member, hash uint64) {
 		if l.knowsAll(members) || attempt == 10 || l.topologyHash() != hash {
 			return
 		}
-		retry := time.NewTimer(helloTimeout)
+		retry := time.NewTimer(helloWait())
 		select {
 		case <-retry.C:
 		case <-l.life.ctx.Done():
@@ -150,10 +165,13 @@ func (l *memberList) retire() {
 }
 
 // memberIDs returns the member ids of the members as protoactor last
-// published them to this node.
+// published them to this node; nil (not empty) before the first, and
+// between two incarnations (a published topology has this node at least):
+// a node that has just started, or rejoined, has no view yet, and its
+// health endpoint says so (rejoin.go: it blocks no one).
 func (l *memberList) memberIDs() []string {
 	t := l.topo.Load()
-	if t == nil {
+	if t == nil || len(t.members) == 0 {
 		return nil
 	}
 	ids := make([]string, len(t.members))
@@ -344,14 +362,14 @@ func (l *memberList) learn(members []*pacluster.Member) {
 			continue
 		}
 		if asking, ok := l.asking[m.Id]; ok {
-			wait = append(wait, asking) // its answer comes within helloTimeout
+			wait = append(wait, asking) // its answer comes within helloWait
 			continue
 		}
 		// A member that did not answer is asked again after a while, not
 		// by every request: a dead one would hold each up.
 		if now.After(l.asked[m.Id]) {
 			ask = append(ask, m)
-			l.asked[m.Id] = now.Add(helloTimeout)
+			l.asked[m.Id] = now.Add(helloWait())
 			l.asking[m.Id] = make(chan struct{})
 		}
 	}
@@ -385,7 +403,8 @@ func (l *memberList) learn(members []*pacluster.Member) {
 
 // heard records member m's answer to a Hello: who it is (remembered), or
 // nil if it did not say in time; either ends the wait of whoever waits on
-// its answer.
+// its answer. A Hello not answered once the member has said who it is (to
+// a Hello sent again: greeted) is nothing to log.
 func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
 	l.mu.Lock()
 	if asking, ok := l.asking[m.Id]; ok {
@@ -393,8 +412,11 @@ func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
 		delete(l.asking, m.Id)
 	}
 	if info == nil {
+		_, known := l.infos[m.Id]
 		l.mu.Unlock()
-		l.log.Info("cluster member did not say who it is", slog.String(logKeyAddress, m.Address()))
+		if !known {
+			l.log.Info("cluster member did not say who it is", slog.String(logKeyAddress, m.Address()))
+		}
 		return
 	}
 	var tag [engine.NodeTagLen]byte
@@ -406,14 +428,62 @@ func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
 	}
 }
 
+// greeted is told that a peer at addr said Hello to this node: that peer
+// counts this node among its members now. If it is a member this node
+// does not know yet, this node asks it who it is at once, on a goroutine
+// of its own, whether or not a Hello of its own is still waiting: that one
+// may have gone before the peer counted this node, and been refused
+// (guard.answerable), unanswered until helloWait. Right after a cluster
+// forms, when the members' views differ for a moment, the nodes so know
+// each other as soon as both count both, not a Hello's timeout and a retry
+// later; until then each refuses the other's requests (the grains'
+// rebuilds fail: the submits wait). One such Hello at a time per member.
+func (l *memberList) greeted(addr string) {
+	t := l.topology()
+	if t == nil {
+		return
+	}
+	for _, m := range t.members {
+		if m.Address() != addr || l.life.me().is(m) {
+			continue
+		}
+		l.mu.Lock()
+		_, known := l.infos[m.Id]
+		if known || l.again[m.Id] {
+			l.mu.Unlock()
+			return
+		}
+		l.again[m.Id] = true
+		l.mu.Unlock()
+		l.life.goWork(func() {
+			info := l.hello(m)
+			l.mu.Lock()
+			delete(l.again, m.Id)
+			l.mu.Unlock()
+			if info == nil {
+				return // the Hello of its own, or the next learn, tells
+			}
+			l.heard(m, info)
+			l.mu.Lock()
+			close(l.changed)
+			l.changed = make(chan struct{})
+			l.mu.Unlock()
+		})
+		return
+	}
+}
+
 // hello asks member m who it is; nil if it does not say within
-// helloTimeout.
+// helloWait, or the node closes first.
 func (l *memberList) hello(m *pacluster.Member) *clusterpb.NodeInfo {
 	sys := l.life.system()
 	if sys == nil { // between two incarnations (rejoin.go)
 		return nil
 	}
-	res, err := sys.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{Known: l.known()}, helloTimeout).Result()
+	f := sys.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{Known: l.known()}, helloWait())
+	stop := context.AfterFunc(l.life.ctx, func() { sys.Root.Stop(f.PID()) }) // ends the wait: no answer
+	defer stop()
+	res, err := f.Result()
 	info, ok := res.(*clusterpb.NodeInfo)
 	if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
 		return nil

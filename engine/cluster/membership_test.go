@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
@@ -252,5 +254,49 @@ func closeOnce(ch chan struct{}) {
 	case <-ch:
 	default:
 		close(ch)
+	}
+}
+
+// TestNode_FreshClusterKnowsEachOtherAtOnce: right after a cluster forms
+// the members' views differ for a moment: b, started alone, does not count
+// a yet when a (which counts b) asks b who it is, and that Hello is
+// refused. a knows b as soon as b counts a and says Hello to it, not a
+// Hello's timeout and a retry later: with that timeout set past the test's
+// deadline, the two still know each other. Then a first submit on each
+// node is admitted at its first attempt (counted through the admission's
+// observer), its caller's grain rebuilt on the spot. Under the automanaged
+// provider serve runs by default. Not parallel: it sets the package's
+// Hello timeout and admission observer.
+func TestNode_FreshClusterKnowsEachOtherAtOnce(t *testing.T) {
+	cluster.SetHelloWait(10 * time.Minute)
+	t.Cleanup(func() { cluster.SetHelloWait(0) })
+	var attempts atomic.Int64
+	cluster.SetAttemptObserver(func(time.Duration) { attempts.Add(1) })
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+
+	tc := clustertest.New(t, clustertest.Options{Keys: callerKeys(8)})
+	ps := automanaged(t, 2)
+	b := tc.AddWith("b", clustertest.NodeOptions{Provider: &ps[1]})
+	refused := b.Node.PeerRefusals()
+	a := tc.AddWith("a", clustertest.NodeOptions{Provider: &ps[0]})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", tc.Logs.String())
+		}
+	})
+	tc.WaitMembers(2)
+	if b.Node.PeerRefusals() == refused {
+		t.Log("b counted a before a's first Hello: the case under test did not arise this time")
+	}
+	for i, n := range []*node{a, b} {
+		for c := range 4 {
+			before := attempts.Load()
+			if code, _ := n.Post(fmt.Sprintf("key%d", c), fmt.Sprintf("https://example.com/%d/%d", i, c)); code != http.StatusAccepted {
+				t.Fatalf("first submit of caller%d on %s: %d, want 202", c, n.Name, code)
+			}
+			if got := attempts.Load() - before; got != 1 {
+				t.Errorf("first submit of caller%d on %s: admitted after %d attempts, want 1", c, n.Name, got)
+			}
+		}
 	}
 }

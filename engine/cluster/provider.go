@@ -35,7 +35,8 @@ type Provider struct {
 }
 
 // peerView is what a peer's health endpoint says: its member id, and the
-// member ids of the members it counts now.
+// member ids of the members it counts now (nil: it has no view yet, having
+// just started; an older node says nothing of them either).
 type peerView struct {
 	ID      string   `json:"id"`
 	Members []string `json:"siftbatch_members"`

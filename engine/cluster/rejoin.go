@@ -137,6 +137,14 @@ func (n *Node) blocked(out time.Duration) (blocked, counted bool) {
 			if v.ID == me.id {
 				continue // this node's own endpoint
 			}
+			if v.Members == nil {
+				// No view yet: a peer that has just started (or
+				// rejoined), before its provider published its first
+				// members. It drops no one; it may count this node at its
+				// first poll. Not an answer: if this node counts it, it
+				// waits for it.
+				continue
+			}
 			if slices.Contains(v.Members, me.id) && (blocks == nil || !blocks.IsBlocked(v.ID)) {
 				return false, true
 			}
