@@ -122,7 +122,7 @@ func TestFaults_Pause(t *testing.T) {
 // is down (its packets lost, not refused: a peer's connections to it hang):
 // n1 right after the cut, before it has dropped n3; then n3 itself, cut
 // off from every peer; then n2, both its peers gone. Each exits 0 (waited for: docs/CLUSTER.md, "A node
-// stops", gives about 2 s whatever its peers do; the times are logged).
+// stops", gives 0.5–2.9 s whatever its peers do; the times are logged).
 // No client request is in flight.
 func TestFaults_SigtermDuringPartition(t *testing.T) {
 	r := newRig(t, false)
@@ -161,7 +161,7 @@ func TestFaults_SigtermDuringPartition(t *testing.T) {
 // side to drop the other, then restored; SIGTERM reaches n3 as soon as it
 // logs that it rejoins (its old incarnation stopping, the new one
 // starting). It exits 0 (waited for; the time is logged: docs/CLUSTER.md,
-// "A node stops", about 2 s whatever its peers do).
+// "A node stops", 0.5–2.9 s whatever its peers do).
 func TestFaults_SigtermDuringRejoin(t *testing.T) {
 	r := newRig(t, false)
 	n3 := r.nodes[2]
