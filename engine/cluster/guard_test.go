@@ -274,6 +274,12 @@ func TestGuard_NonMemberRefused(t *testing.T) {
 				t.Errorf("%s: %s answered %v", who, s.what, res)
 			}
 		}
+		// A future's timeout says nothing of its message's delivery: on a
+		// loaded machine the stranger's remote may still be connecting.
+		// Each message is refused (counted) once it arrives.
+		testkit.WaitFor(t, who+"'s messages all refused", func() bool {
+			return a.Node.PeerRefusals()+b.Node.PeerRefusals() >= refused+int64(len(all))
+		})
 		if got := a.Node.PeerRefusals() + b.Node.PeerRefusals(); got != refused+int64(len(all)) {
 			t.Errorf("%s: %d refusals, want %d", who, got-refused, len(all))
 		}
