@@ -208,7 +208,10 @@ func TestNode_ListAllMergesEveryNode(t *testing.T) {
 func TestNode_ListMergePagesAcrossNodes(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()
-	tc := clustertest.New(t, clustertest.Options{})
+	// A long Timeout: the test is about the pages' merge, not about how
+	// fast; under -race on a loaded machine a node's page took longer than
+	// the default 3 s (listed as unavailable).
+	tc := clustertest.New(t, clustertest.Options{Timeout: 20 * time.Second})
 	clock := testkit.NewClock()
 	clock.Set(time.Unix(1_800_000_000, 0))
 	o := clustertest.NodeOptions{Now: clock.Now, JobsPerCaller: 8}

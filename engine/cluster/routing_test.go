@@ -452,7 +452,10 @@ func TestNode_ForwardedPostRefused(t *testing.T) {
 func TestNode_OtherNodesAnswerAsHolder(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()
-	tc := clustertest.Start(t, clustertest.Options{}, "a", "b", "c")
+	// A long Timeout: the test is about what a node answers for another,
+	// not about how fast; under -race on a loaded machine a holder's
+	// answer took longer than the default 3 s (503 "node unavailable").
+	tc := clustertest.Start(t, clustertest.Options{Timeout: 20 * time.Second}, "a", "b", "c")
 	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
 	one := solo(t)
 	ctx := context.Background()

@@ -552,10 +552,21 @@ func body(urls []string) string {
 }
 
 // Submit submits urls on n for key's caller and returns the job's id,
-// failing the test unless the answer is 202.
+// failing the test unless the answer is 202. A 503 "admission
+// unavailable" (the caller's grain not reached within the node's
+// admission budget: a topology change under way, or a loaded machine) is
+// submitted again, as a client does after Retry-After, until
+// [testkit.Deadline].
 func (n *Node) Submit(t testing.TB, key string, urls ...string) string {
 	t.Helper()
-	code, _, b := n.Do(t, "POST", "/v1/batch", key, body(urls))
+	var (
+		code int
+		b    []byte
+	)
+	testkit.WaitFor(t, "a submit on "+n.Name+" not 503", func() bool {
+		code, _, b = n.Do(t, "POST", "/v1/batch", key, body(urls))
+		return code != http.StatusServiceUnavailable || !strings.Contains(string(b), "admission unavailable")
+	})
 	if code != http.StatusAccepted {
 		t.Fatalf("submit on %s: %d %s", n.Name, code, b)
 	}
