@@ -2,10 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
@@ -125,4 +127,36 @@ func TestRunner_CancelQueued(t *testing.T) {
 	require.Equal(t, "pending", ts[0].Status)
 	_, was := fetched.Load("http://h/q/0")
 	require.False(t, was, "a cancelled queued job fetches nothing")
+}
+
+// A durable runner acknowledges a Cancel (true) only once the cancelled
+// status is on stable storage, also when the disk fails to sync it for a
+// while: here the syncs fail (20 in a row, retried every millisecond) from
+// just before the Cancel; when Cancel returns true, a sync must have
+// succeeded since.
+func TestRunner_DurableCancelAcknowledgedOnlyOnceSynced(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: a durable Cancel whose write fails to sync still returns true (the retried write counts as stored)")
+	}
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	store.SetRetryWait(time.Millisecond)
+	started := make(chan int, 4)
+	b := enginetest.SetupOn(t, store, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		_, idx := jobOf(tg.URL)
+		started <- idx
+		<-ctx.Done()
+		return engine.Result{}, context.Cause(ctx)
+	}, engine.Config{Durability: engine.DurabilitySync, RetryWait: time.Millisecond})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	require.Equal(t, 0, testkit.Recv(t, started))
+	var disk failingSyncs
+	disk.arm(store, 20)
+	acked := b.Runner.Cancel(id)
+	okAtAck := disk.ok.Load()
+	b.WaitSettled(t, id)
+	require.Positive(t, disk.failed.Load(), "a sync failed")
+	if acked {
+		require.Positive(t, okAtAck, "Cancel returned true before the cancelled status was synced")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -540,5 +541,46 @@ func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 
 	id := b.Submit(t, "alice", ts)
 	require.NotEqual(t, jobs[0].ID, id, "the failed job is not reused")
+	b.WaitStatus(t, id, "done")
+}
+
+// A durable runner whose disk fails a new job's sync and then the write
+// that settles it failed leaves the job queued in the store, with no
+// actor. The same targets submitted again must not be answered with that
+// job (its creation was never synced, and it never runs): they make a new
+// job, which runs.
+func TestSubmit_DurableUnsyncedJobNotReused(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: a job whose creation's sync failed (and whose settling write failed) stays queued with no actor, and a resubmit reuses it: acknowledged, never synced, never run")
+	}
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	var syncFail, writeFail atomic.Bool
+	syncFail.Store(true)
+	store.SetWriteFault(func() error {
+		if writeFail.CompareAndSwap(true, false) {
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	store.SetSyncFault(func() error {
+		if syncFail.CompareAndSwap(true, false) {
+			writeFail.Store(true) // the disk is going: the next write fails too
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	ts := enginetest.Targets("alice", 2)
+	_, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
+	require.ErrorIs(t, err, persistence.ErrNotSynced)
+	var first []persistence.JobRecord
+	require.NoError(t, store.Jobs(func(j persistence.JobRecord) bool { first = append(first, j); return true }))
+	require.Len(t, first, 1)
+
+	id, reused, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
+	require.NoError(t, err)
+	require.False(t, reused, "the resubmit reused job %s (stored %s, its creation never synced)", first[0].ID, first[0].Status)
+	require.NotEqual(t, first[0].ID, id)
 	b.WaitStatus(t, id, "done")
 }
