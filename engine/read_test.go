@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -677,4 +678,34 @@ func TestRunner_ReadsRefuseHostileIDs(t *testing.T) {
 	require.False(t, r.Cancel(id))
 	_, err = r.Wait(context.Background(), id)
 	require.ErrorIs(t, err, engine.ErrNotFound)
+}
+
+// A durable runner shows a status change to readers only once it is on
+// stable storage (README, "Durability": "each status change before a
+// reader sees it"): once the job has been created (synced), the next sync
+// is held in the store's sync fault hook; meanwhile nothing since the
+// creation is durable, so Runner.Job must still read the job queued.
+func TestRunner_DurableJobShowsRunningOnlyOnceSynced(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: a durable job reads running (published at its first dispatch) before the running row is synced, and its first fetch starts before it too")
+	}
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var syncs atomic.Int64
+	store.SetSyncFault(func() error {
+		if syncs.Add(1) == 2 { // the first is the job's creation
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	testkit.Recv(t, entered)
+	j, ok := b.Runner.Job(id)
+	close(release)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusQueued, j.Status, "the job read %s while nothing since its creation was synced", j.Status)
+	b.WaitStatus(t, id, "done")
 }
