@@ -12,6 +12,7 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
@@ -158,5 +159,42 @@ func TestRunner_DurableCancelAcknowledgedOnlyOnceSynced(t *testing.T) {
 	require.Positive(t, disk.failed.Load(), "a sync failed")
 	if acked {
 		require.Positive(t, okAtAck, "Cancel returned true before the cancelled status was synced")
+	}
+}
+
+// A durable runner's Cancel returns true only once a completed sync has
+// seen the job cancelled (read right after each sync, in the store's sync
+// fault hook, under its write lock): a queued job behind another's fetch,
+// and the job whose target is being fetched.
+func TestRunner_DurableCancelSyncedBeforeItReturns(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	var mu sync.Mutex
+	status := map[string]string{} // job → its status as a completed sync saw it
+	store.SetSyncFault(func() error {
+		return store.Jobs(func(j persistence.JobRecord) bool {
+			mu.Lock()
+			status[j.ID] = j.Status
+			mu.Unlock()
+			return true
+		})
+	})
+	started := make(chan string, 4)
+	b := enginetest.SetupOn(t, store, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		name, _ := jobOf(tg.URL)
+		started <- name
+		<-ctx.Done()
+		return engine.Result{}, context.Cause(ctx)
+	}, engine.Config{Durability: engine.DurabilitySync, Workers: 1, JobsTotal: 4})
+	fetching := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	require.Equal(t, "a", testkit.Recv(t, started))
+	queued := b.Submit(t, "bob", enginetest.Targets("b", 2))
+	for _, id := range []string{queued, fetching} {
+		require.True(t, b.Runner.Cancel(id))
+		mu.Lock()
+		seen := status[id]
+		mu.Unlock()
+		require.Equal(t, persistence.StatusCancelled, seen, "Cancel of %s returned before a sync saw it cancelled", id)
+		b.WaitSettled(t, id)
 	}
 }
