@@ -336,6 +336,7 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	queued := j.rec.Status == persistence.StatusQueued
 	if queued {
 		j.setStatus(persistence.StatusRunning)
+		j.rec.Started = j.now()
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext
@@ -399,16 +400,16 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	// of a live job's progress (SaveOutcomeRetried).
 	p := &j.slot // one write at a time: reused
 	*p = inFlight{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
-	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now}
+	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now, Took: m.clocked}
 	if out.Err != nil {
-		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now}
+		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now, Took: m.clocked}
 	}
 	next := &p.next
 	next.CountOutcome(p.t.Status, int64(len(p.t.Result)), now)
 	next.Lease = max(next.Lease, j.view.Touched())
 	if persistence.IsLive(next.Status) {
 		if st := next.TerminalStatus(); st != "" {
-			next.Status = st
+			next.Status, next.Ended = st, now
 		}
 	}
 	if !persistence.IsLive(next.Status) {
@@ -494,7 +495,7 @@ func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
 	if t.Status == persistence.TargetDone {
 		rec.UncountResult(int64(len(t.Result)))
 	}
-	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: errTooLarge.Error(), Stored: t.Stored}
+	*t = persistence.TargetRecord{Idx: t.Idx, Status: persistence.TargetFailed, Error: errTooLarge.Error(), Stored: t.Stored, Took: t.Took}
 }
 
 // ended reports a job that has just become terminal to the hooks.
@@ -521,6 +522,7 @@ func (j *job) cancel(ctx actor.Context) bool {
 		return false
 	}
 	j.setStatus(persistence.StatusCancelled)
+	j.rec.Ended = j.now()
 	j.rec.Settled = !j.inFlight()
 	if j.slot.stop != nil { // the fetch in flight stops; its outcome settles the job
 		j.slot.stop(batchtype.ErrCancelled)
@@ -550,7 +552,7 @@ func (j *job) shutdown(ctx actor.Context) {
 		return
 	}
 	j.setStatus(persistence.StatusFailed)
-	j.rec.Error = "shutdown"
+	j.rec.Error, j.rec.Ended = "shutdown", j.now()
 	j.rec.Settled = !j.inFlight()
 	j.save("shutdown")
 	if j.rec.Settled {

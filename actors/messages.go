@@ -91,10 +91,13 @@ type fetch struct {
 // fetched is one target's outcome, sent to its job; abandoned: the runner
 // gave up on the fetch at shutdown, and the target stays pending.
 type fetched struct {
-	worker    *actor.PID
-	idx       int
-	outcome   Outcome
-	took      time.Duration
+	worker  *actor.PID
+	idx     int
+	outcome Outcome
+	took    time.Duration
+	// clocked is took by Config.Now: what is stored as the target's
+	// fetch time.
+	clocked   time.Duration
 	abandoned bool
 }
 

@@ -28,9 +28,10 @@ type worker struct {
 
 // fetchReturn is how one FetchFunc call ended.
 type fetchReturn struct {
-	out    Outcome
-	took   time.Duration
-	failed error // errFetchPanicked or errGoexit; nil: it returned
+	out     Outcome
+	took    time.Duration
+	clocked time.Duration // took by Config.Now
+	failed  error         // errFetchPanicked or errGoexit; nil: it returned
 }
 
 // fetchFailure is the panic a worker raises for a FetchFunc that panicked
@@ -68,7 +69,7 @@ func (w *worker) fetch(ctx actor.Context, m *fetch) {
 			}
 			panic(&fetchFailure{took: r.took, err: r.failed}) // to the supervisor's strategy
 		}
-		ctx.Send(m.job, &fetched{worker: ctx.Self(), idx: m.idx, outcome: r.out, took: r.took})
+		ctx.Send(m.job, &fetched{worker: ctx.Self(), idx: m.idx, outcome: r.out, took: r.took, clocked: r.clocked})
 	case <-w.cfg.Abort:
 		w.gone.Store(true)
 		w.stopLoop()
@@ -133,6 +134,7 @@ func fetchOnce(cfg *Config, m *fetch, start time.Time) (r fetchReturn) {
 	if fctx == nil {
 		fctx = cfg.FetchContext
 	}
+	clock := cfg.Now()
 	out := cfg.Fetch(fctx, m.payload, m.idx)
-	return fetchReturn{out: out, took: time.Since(start)}
+	return fetchReturn{out: out, took: time.Since(start), clocked: max(cfg.Now().Sub(clock), 0)}
 }

@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/sift/batch/engine/batchtype"
+	"github.com/sift/batch/persistence"
 )
 
 // Admission admits a runner's new jobs against caps wider than the runner
@@ -72,6 +76,45 @@ func (p Peer) Reusable(caller, key, id string) bool {
 	j, ok := r.readable(&rec)
 	return ok && j.Caller == caller && hex.EncodeToString(j.Key[:]) == key &&
 		j.Reusable(r.cfg.TTL, r.cfg.Now().UnixNano())
+}
+
+// TargetsHash returns the hash of the targets of caller's job id (hex),
+// as a submission with an idempotency key of the caller's own gives it to
+// [Admission.Admit]: an [Admission] binds the key to it. A job that is not
+// caller's (or is gone) is an error wrapping [ErrNotFound]. It reads the
+// job's target specs, not their results; it never writes; safe for
+// concurrent use.
+func (p Peer) TargetsHash(caller, id string) (string, error) {
+	if p.r == nil {
+		return "", noRunner("targets hash")
+	}
+	j, ts, err := p.r.store.TargetStatuses(id)
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		return "", fmt.Errorf("targets hash: %w", ErrNotFound)
+	case err != nil:
+		return "", fmt.Errorf("targets hash: %w", err)
+	case j.Caller != caller:
+		return "", fmt.Errorf("targets hash: %w", ErrNotFound)
+	}
+	return targetsHash(ts), nil
+}
+
+// targetsHash is the hash of targets' URLs and options (their stored
+// JSON), each length-prefixed, in order (hex SHA-256): the same for the
+// targets of a submission and the specs stored from them.
+func targetsHash(targets []persistence.TargetRecord) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	field := func(b []byte) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+		h.Write(b)
+	}
+	for i := range targets {
+		field([]byte(targets[i].URL))
+		field(targets[i].Options)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Config returns the runner's Config as it runs: every zero field

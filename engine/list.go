@@ -43,9 +43,46 @@ var ErrBadList = errors.New("bad list request")
 // for concurrent use. It reads the caller's index: each page costs a seek
 // and a point read per job looked at.
 func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
-	jobs, _, next, err := r.list(caller, opt, false)
+	jobs, _, next, err := r.list(r.callerJobs(caller), opt, false)
 	return jobs, next, err
 }
+
+// ListAll is [Runner.List] over every caller's jobs: newest first (by
+// creation time, then id), filtered by opt.Status, a page of at most
+// opt.Limit, and the cursor of the next page ("" on the last page), with
+// the same rules for a bad status, limit or cursor (an error wrapping
+// [ErrBadList]). It is for an administrator: it does not check who asks.
+// Expired jobs never appear. It reads an index of every job, newest
+// first: each page costs a seek and a point read per job looked at,
+// whatever the number of jobs stored. Its cursors and List's mark a
+// position in the same order: one taken from either pages on in the
+// other. It never writes; safe for concurrent use.
+func (r *Runner) ListAll(opt ListOptions) ([]Job, string, error) {
+	jobs, _, next, err := r.list(r.store.AllJobs, opt, false)
+	return jobs, next, err
+}
+
+// ListAllAt is [Runner.ListAll] that also returns, for each job, the
+// cursor of the page that goes on after it, as [Peer.ListAt] does for a
+// caller's jobs: so a cluster merges every node's pages across callers.
+// Safe for concurrent use.
+func (p Peer) ListAllAt(opt ListOptions) (jobs []Job, cursors []string, next string, err error) {
+	if p.r == nil {
+		return nil, nil, "", noRunner("list jobs")
+	}
+	return p.r.list(p.r.store.AllJobs, opt, true)
+}
+
+// callerJobs is caller's index, as list reads an index.
+func (r *Runner) callerJobs(caller string) indexReader {
+	return func(after []byte, limit int, keep func(*persistence.JobRecord) bool) ([]persistence.JobRecord, []byte, error) {
+		return r.store.CallerJobs(caller, after, limit, keep)
+	}
+}
+
+// indexReader reads a page of a newest-first index of the store
+// ([persistence.Store.CallerJobs], [persistence.Store.AllJobs]).
+type indexReader func(after []byte, limit int, keep func(*persistence.JobRecord) bool) ([]persistence.JobRecord, []byte, error)
 
 // ListAt is [Runner.List] that also returns, for each job, the cursor of
 // the page that goes on after it. Cursors compare ([CompareCursors]) in the
@@ -58,10 +95,10 @@ func (p Peer) ListAt(caller string, opt ListOptions) (jobs []Job, cursors []stri
 	if p.r == nil {
 		return nil, nil, "", noRunner("list jobs")
 	}
-	return p.r.list(caller, opt, true)
+	return p.r.list(p.r.callerJobs(caller), opt, true)
 }
 
-func (r *Runner) list(caller string, opt ListOptions, withCursors bool) ([]Job, []string, string, error) {
+func (r *Runner) list(index indexReader, opt ListOptions, withCursors bool) ([]Job, []string, string, error) {
 	match, ok := statusFilters[opt.Status]
 	if !ok {
 		return nil, nil, "", fmt.Errorf("%w: status %q is none of live, queued, running, done, partial, failed, cancelled, terminal", ErrBadList, opt.Status)
@@ -80,7 +117,7 @@ func (r *Runner) list(caller string, opt ListOptions, withCursors bool) ([]Job, 
 			return nil, nil, "", fmt.Errorf("%w: cursor is not one List gave", ErrBadList)
 		}
 	}
-	recs, next, err := r.store.CallerJobs(caller, after, limit, func(rec *persistence.JobRecord) bool {
+	recs, next, err := index(after, limit, func(rec *persistence.JobRecord) bool {
 		j, ok := r.readable(rec)
 		return ok && match(j.Status)
 	})

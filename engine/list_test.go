@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -334,4 +335,279 @@ func TestList_DurableShowsNoJobBeforeItsSync(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, jobs, "List showed job %s while its creation's sync was under way", id)
 	b.WaitStatus(t, id, "done")
+}
+
+// pageAll pages through every caller's jobs with opt (ListAll).
+func pageAll(t *testing.T, r *engine.Runner, opt engine.ListOptions) []engine.Job {
+	t.Helper()
+	var all []engine.Job
+	for range 1000 {
+		jobs, next, err := r.ListAll(opt)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(jobs), max(opt.Limit, 1))
+		all = append(all, jobs...)
+		if next == "" {
+			return all
+		}
+		opt.Cursor = next
+	}
+	t.Fatal("the cursor never ended")
+	return nil
+}
+
+// TestRunner_ListAll: every caller's jobs, newest first across callers
+// (ties by id), a page at a time, each with its caller, every status
+// filter; ListAllAt gives the same pages with cursors that page on; a
+// List cursor pages on in ListAll's order; expired jobs absent, live ones
+// kept; bad requests refused as List refuses them.
+func TestRunner_ListAll(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	b := enginetest.Setup(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.Contains(tg.URL, "/slow") {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+		if strings.Contains(tg.URL, "/bad") {
+			return engine.Result{}, errors.New("nope")
+		}
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{JobsPerCaller: 16, JobsTotal: 32, TTL: time.Hour, Workers: 2})
+	var ids []string // oldest first
+	callerOf := map[string]string{}
+	for i := range 12 {
+		caller := []string{"alice", "bob", "carol"}[i%3]
+		name := fmt.Sprintf("ok%d", i)
+		if i%4 == 0 {
+			name = fmt.Sprintf("bad%d", i)
+		}
+		id := b.Submit(t, caller, enginetest.Targets(name, 1))
+		waitJob(t, b.Runner, id)
+		ids, callerOf[id] = append(ids, id), caller
+		if i%2 == 1 {
+			b.Clock.Advance(time.Millisecond) // two jobs a time: ties broken by id
+		}
+	}
+	running := b.Submit(t, "dave", enginetest.Targets("slowr", 1))
+	ids, callerOf[running] = append(ids, running), "dave"
+	testkit.WaitFor(t, "running", func() bool { j, _ := b.Runner.Job(running); return j.Status == "running" })
+
+	all := pageAll(t, b.Runner, engine.ListOptions{Limit: 100})
+	require.Len(t, all, len(ids))
+	for i := 1; i < len(all); i++ {
+		require.GreaterOrEqual(t, all[i-1].CreatedAt, all[i].CreatedAt, "newest first")
+	}
+	for _, j := range all {
+		require.Equal(t, callerOf[j.ID], j.Caller, "each job with its caller")
+	}
+	require.Equal(t, running, all[0].ID, "the newest first")
+	want := jobIDs(all)
+	require.ElementsMatch(t, ids, want)
+	for _, limit := range []int{1, 2, 5} {
+		require.Equal(t, want, jobIDs(pageAll(t, b.Runner, engine.ListOptions{Limit: limit})), "limit %d", limit)
+	}
+	first, _, err := b.Runner.ListAll(engine.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, first, len(ids), "default limit 20")
+
+	for status, n := range map[string]int{"live": 1, "running": 1, "queued": 0, "terminal": 12, "done": 9, "failed": 3, "cancelled": 0} {
+		got := pageAll(t, b.Runner, engine.ListOptions{Status: status, Limit: 2})
+		require.Len(t, got, n, status)
+	}
+
+	// ListAllAt: the same pages, and each job's cursor lists what follows.
+	jobs, cursors, next, err := engine.PeerOf(b.Runner).ListAllAt(engine.ListOptions{Limit: 5})
+	require.NoError(t, err)
+	require.Equal(t, want[:5], jobIDs(jobs))
+	require.Equal(t, cursors[4], next)
+	for i, c := range cursors {
+		after := pageAll(t, b.Runner, engine.ListOptions{Limit: 100, Cursor: c})
+		require.Equal(t, want[i+1:], jobIDs(after))
+	}
+	_, _, _, err = engine.PeerOf(nil).ListAllAt(engine.ListOptions{})
+	require.ErrorIs(t, err, engine.ErrInvalid)
+
+	// A cursor of alice's list goes on after her job, in everyone's order.
+	_, aliceNext, err := b.Runner.List("alice", engine.ListOptions{Limit: 1})
+	require.NoError(t, err)
+	newestAlice := slices.IndexFunc(all, func(j engine.Job) bool { return j.Caller == "alice" })
+	require.Equal(t, want[newestAlice+1:], jobIDs(pageAll(t, b.Runner, engine.ListOptions{Limit: 100, Cursor: aliceNext})))
+
+	for _, opt := range []engine.ListOptions{{Status: "nope"}, {Limit: -1}, {Limit: 101}, {Cursor: "!!"}, {Cursor: "AAAA"}} {
+		_, _, err := b.Runner.ListAll(opt)
+		require.ErrorIs(t, err, engine.ErrBadList, "%+v", opt)
+	}
+
+	// Expired jobs never appear, swept or not; the live one does.
+	b.Clock.Advance(time.Hour + time.Second)
+	require.Equal(t, []string{running}, jobIDs(pageAll(t, b.Runner, engine.ListOptions{})))
+	n, _, err := b.Store.Sweep(b.Clock.Now().Add(-time.Hour).UnixNano(), 100)
+	require.NoError(t, err)
+	require.Equal(t, 12, n)
+	require.Equal(t, []string{running}, jobIDs(pageAll(t, b.Runner, engine.ListOptions{})), "the sweep took their entries")
+	close(gate)
+}
+
+// TestRunner_ListAllAcrossRestart: the index of every job is on disk: a
+// runner on the reopened store lists the same jobs, the one left live
+// failed by the restart.
+func TestRunner_ListAllAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gate := testkit.NewGate()
+	store := enginetest.OpenStore(t, dir)
+	b := enginetest.SetupOn(t, store, func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.Contains(tg.URL, "/held") {
+			return enginetest.GatedFetch(gate)(ctx, c, tg)
+		}
+		return enginetest.OKFetch(ctx, c, tg)
+	}, engine.Config{JobsPerCaller: 8, Workers: 1})
+	var ids []string
+	for i := range 6 {
+		id := b.Submit(t, []string{"alice", "bob"}[i%2], enginetest.Targets(fmt.Sprintf("r%d", i), 1))
+		waitJob(t, b.Runner, id)
+		ids = append(ids, id)
+		b.Clock.Advance(time.Second)
+	}
+	held := b.Submit(t, "carol", enginetest.Targets("held", 1))
+	testkit.WaitFor(t, "held running", func() bool { j, _ := b.Runner.Job(held); return j.Status == "running" })
+	before := pageAll(t, b.Runner, engine.ListOptions{Limit: 3})
+	want := []string{held}
+	for i := range ids {
+		want = append(want, ids[len(ids)-1-i])
+	}
+	require.Equal(t, want, jobIDs(before))
+	defer gate.Open()
+	b.Runner.Close() // the held job is failed by the shutdown
+	require.NoError(t, store.Close())
+
+	b2 := enginetest.SetupOn(t, enginetest.OpenStore(t, dir), enginetest.OKFetch, engine.Config{Now: b.Clock.Now})
+	after := pageAll(t, b2.Runner, engine.ListOptions{Limit: 3})
+	require.Equal(t, want, jobIDs(after))
+	for _, j := range after {
+		require.False(t, engine.IsLive(j.Status), "%s: %s", j.ID, j.Status)
+		require.NotZero(t, j.EndedAt, "%s ended", j.ID)
+	}
+	require.Equal(t, engine.StatusFailed, after[0].Status)
+}
+
+// TestRunner_ListAllUnderEviction: jobs evicted past MaxBytes leave the
+// list with their rows; the ones kept and the live one stay.
+func TestRunner_ListAllUnderEviction(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	content := strings.Repeat("x", 1000)
+	b := enginetest.Setup(t, func(_ context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if name, _ := jobOf(tg.URL); name == "live" {
+			<-gate
+		}
+		return engine.Result{Content: content}, nil
+	}, engine.Config{MaxBytes: 3800, JobsPerCaller: 8, Workers: 2})
+	defer close(gate)
+	live := b.Submit(t, "alice", enginetest.Targets("live", 2))
+	var ids []string
+	for i := range 5 {
+		id := b.Submit(t, []string{"bob", "carol"}[i%2], enginetest.Targets(fmt.Sprintf("old%d", i), 1))
+		b.WaitStatus(t, id, "done")
+		ids = append(ids, id)
+		b.Clock.Advance(time.Second)
+	}
+	testkit.WaitFor(t, "eviction", func() bool { return b.Store.Bytes() <= 3800 })
+	var kept []string
+	for _, id := range ids {
+		if _, ok := b.Runner.Job(id); ok {
+			kept = append([]string{id}, kept...)
+		}
+	}
+	require.Less(t, len(kept), len(ids), "some were evicted")
+	require.Equal(t, append(kept, live), jobIDs(pageAll(t, b.Runner, engine.ListOptions{Limit: 2})))
+}
+
+// TestRunner_ListAllWhileJobsComeAndGo: readers page through every
+// caller's jobs while jobs are submitted, run, and are evicted past
+// MaxBytes: no page fails, and each walk goes strictly from newer to older
+// (its cursors increase), so no job is listed twice in a walk.
+func TestRunner_ListAllWhileJobsComeAndGo(t *testing.T) {
+	t.Parallel()
+	content := strings.Repeat("x", 500)
+	b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{Content: content}, nil
+	}, engine.Config{MaxBytes: 20_000, JobsPerCaller: 64, JobsTotal: 256, Workers: 2})
+	peer := engine.PeerOf(b.Runner)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := range 40 {
+				caller := fmt.Sprintf("c%d", (w+i)%5)
+				if _, _, err := b.Runner.Submit(context.Background(), enginetest.Caller(caller), "", enginetest.Targets(fmt.Sprintf("come%d-%d", w, i), 1+i%3)); err != nil {
+					t.Errorf("submit: %v", err)
+					return
+				}
+				if i%7 == 0 {
+					b.Clock.Advance(time.Millisecond)
+				}
+			}
+		})
+	}
+	var walks atomic.Int64
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				opt := engine.ListOptions{Limit: 3, Status: []string{"", "terminal", "live"}[walks.Load()%3]}
+				var last string
+				seen := map[string]bool{}
+				for page := 0; ; page++ {
+					if page > 1000 {
+						t.Error("the walk never ended")
+						return
+					}
+					jobs, cursors, next, err := peer.ListAllAt(opt)
+					if err != nil {
+						t.Errorf("page %d: %v", page, err)
+						return
+					}
+					for i, c := range cursors {
+						if last != "" && engine.CompareCursors(last, c) >= 0 {
+							t.Errorf("a walk went back: %q then %q", last, c)
+							return
+						}
+						if seen[jobs[i].ID] {
+							t.Errorf("job %s listed twice in a walk", jobs[i].ID)
+							return
+						}
+						seen[jobs[i].ID], last = true, c
+					}
+					if next == "" {
+						break
+					}
+					opt.Cursor = next
+				}
+				walks.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	testkit.WaitFor(t, "every job ended", func() bool {
+		live, _, err := b.Runner.ListAll(engine.ListOptions{Status: "live"})
+		return err == nil && len(live) == 0
+	})
+	close(done)
+	readers.Wait()
+	require.Positive(t, walks.Load())
+	require.LessOrEqual(t, b.Store.Bytes(), int64(20_000), "evicted")
+	all := pageAll(t, b.Runner, engine.ListOptions{Limit: 100})
+	require.Less(t, len(all), 120, "some were evicted")
+	for _, j := range all {
+		_, ok := b.Runner.Job(j.ID)
+		require.True(t, ok, "a listed job reads")
+	}
 }

@@ -7,7 +7,8 @@ import (
 // NodeTags returns the tags of the cluster nodes [Peer.RememberNodeTag]
 // stored in the runner's store, each with its node's name: what a cluster
 // node (package github.com/sift/batch/engine/cluster) has met before it
-// started. At most [persistence.MaxNodeTags]. Safe for concurrent use.
+// started. At most [persistence.MaxNodeTags]. [ShortID] knows them from
+// then on. Safe for concurrent use.
 func (p Peer) NodeTags() (map[[NodeTagLen]byte]string, error) {
 	if p.r == nil {
 		return nil, noRunner("node tags")
@@ -16,6 +17,9 @@ func (p Peer) NodeTags() (map[[NodeTagLen]byte]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node tags: %w", err)
 	}
+	for tag := range tags {
+		rememberTag(tag[:])
+	}
 	return tags, nil
 }
 
@@ -23,7 +27,8 @@ func (p Peer) NodeTags() (map[[NodeTagLen]byte]string, error) {
 // node has tag, for [Peer.NodeTags] after a restart. A tag stored already
 // with that name is not written again. Past [persistence.MaxNodeTags] tags
 // a new one is refused with an error wrapping
-// [persistence.ErrTooManyNodeTags]. Safe for concurrent use.
+// [persistence.ErrTooManyNodeTags]. [ShortID] knows the tag from then on.
+// Safe for concurrent use.
 func (p Peer) RememberNodeTag(tag [NodeTagLen]byte, node string) error {
 	if p.r == nil {
 		return noRunner("remember node tag")
@@ -31,5 +36,6 @@ func (p Peer) RememberNodeTag(tag [NodeTagLen]byte, node string) error {
 	if err := p.r.store.PutNodeTag(tag, node); err != nil {
 		return fmt.Errorf("remember node tag: %w", err)
 	}
+	rememberTag(tag[:])
 	return nil
 }

@@ -158,11 +158,11 @@ func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []pers
 	return job, targets, true
 }
 
-// overlay lays a job actor's snapshot over what the store has: its status
-// and error, its running target, its unsaved outcomes; and counts the
+// overlay lays a job actor's snapshot over what the store has: its status,
+// error and times, its running target, its unsaved outcomes; and counts the
 // progress from the result.
 func overlay(rec *persistence.JobRecord, ts []persistence.TargetRecord, s *actors.Snapshot) {
-	rec.Status, rec.Error = s.Job.Status, s.Job.Error
+	rec.Status, rec.Error, rec.Started, rec.Ended = s.Job.Status, s.Job.Error, s.Job.Started, s.Job.Ended
 	for _, u := range s.Unsaved {
 		if u.Idx >= 0 && u.Idx < len(ts) {
 			u.URL, u.Options = ts[u.Idx].URL, ts[u.Idx].Options
@@ -186,6 +186,8 @@ func toJob(j *persistence.JobRecord) Job {
 		TargetsDone:   j.TargetsDone,
 		TargetsFailed: j.TargetsFailed,
 		CreatedAt:     j.Created / 1e9,
+		StartedAt:     j.Started / 1e9,
+		EndedAt:       j.Ended / 1e9,
 	}
 }
 
@@ -193,12 +195,27 @@ func toTargets(ts []persistence.TargetRecord, results bool) []TargetStatus {
 	out := make([]TargetStatus, len(ts))
 	for i := range ts {
 		t := &ts[i]
-		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+			Options: decodeOptions(t.Options), Duration: t.Took, StoredAt: t.Stored / 1e9}
 		if results && t.Status == persistence.TargetDone && t.Result != nil {
 			out[i].Result = decodeResult(t.Result)
 		}
 	}
 	return out
+}
+
+// decodeOptions decodes a target's stored options; none ("{}", the
+// common case, costs no decoding) and options that do not decode read as
+// the zero Options.
+func decodeOptions(b []byte) Options {
+	var o Options
+	if len(b) == 0 || string(b) == "{}" {
+		return o
+	}
+	if json.Unmarshal(b, &o) != nil {
+		return Options{}
+	}
+	return o
 }
 
 func decodeResult(b []byte) *Result {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -708,4 +709,136 @@ func TestRunner_DurableJobShowsRunningOnlyOnceSynced(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, engine.StatusQueued, j.Status, "the job read %s while nothing since its creation was synced", j.Status)
 	b.WaitStatus(t, id, "done")
+}
+
+// TestRunner_Timings: a job's started and ended times, each target's
+// fetch time (by Config.Now), stored time and options, in Status and
+// Targets, while live and once ended; a cancelled job ends when it is
+// cancelled; a queued job has no start yet.
+func TestRunner_Timings(t *testing.T) {
+	t.Parallel()
+	clk := testkit.NewClock()
+	gate := testkit.NewGate()
+	b := enginetest.Setup(t, func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch {
+		case strings.Contains(tg.URL, "/held"):
+			return enginetest.GatedFetch(gate)(ctx, c, tg)
+		case strings.Contains(tg.URL, "/two"):
+			clk.Advance(2 * time.Second)
+		case strings.Contains(tg.URL, "/three"):
+			clk.Advance(3 * time.Second)
+			return engine.Result{}, &engine.TargetError{Msg: "gone", Hint: "check the URL"}
+		}
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{Now: clk.Now, Workers: 1, JobsPerCaller: 8})
+	t0 := clk.Now().Unix()
+	yes := true
+	targets := []engine.Target{
+		{URL: "https://example.com/two", Options: engine.Options{Grep: "needle", JQ: ".a"}},
+		{URL: "https://example.com/three", Options: engine.Options{Mode: "m", Context: &yes}},
+	}
+	id := b.Submit(t, "alice", targets)
+	j := waitJob(t, b.Runner, id)
+	require.Equal(t, t0, j.CreatedAt)
+	require.Equal(t, t0, j.StartedAt)
+	require.Equal(t, t0+5, j.EndedAt)
+	for _, read := range []func(string) (engine.Job, []engine.TargetStatus, bool){b.Runner.Status, b.Runner.Targets} {
+		job, ts, ok := read(id)
+		require.True(t, ok)
+		require.Equal(t, j, job)
+		require.Equal(t, 2*time.Second, ts[0].Duration)
+		require.Equal(t, 3*time.Second, ts[1].Duration)
+		require.Equal(t, t0+2, ts[0].StoredAt)
+		require.Equal(t, t0+5, ts[1].StoredAt)
+		require.Equal(t, targets[0].Options, ts[0].Options)
+		require.Equal(t, targets[1].Options, ts[1].Options)
+		require.Equal(t, "check the URL", ts[1].Hint)
+	}
+	listed, _, err := b.Runner.ListAll(engine.ListOptions{})
+	require.NoError(t, err)
+	require.Equal(t, j, listed[0], "the list has the times too")
+
+	// Live: started, not ended; the target at the worker has no time yet.
+	clk.Advance(time.Minute)
+	held := b.Submit(t, "alice", enginetest.Targets("held", 2))
+	job, ts := b.WaitStatus(t, held, "running")
+	require.Equal(t, t0+65, job.StartedAt)
+	require.Zero(t, job.EndedAt)
+	require.Zero(t, ts[0].Duration)
+	require.Zero(t, ts[0].StoredAt)
+	// Queued behind it (one worker): not started.
+	queued := b.Submit(t, "bob", enginetest.Targets("held", 1))
+	job, ok := b.Runner.Job(queued)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusQueued, job.Status)
+	require.Zero(t, job.StartedAt)
+	clk.Advance(time.Minute)
+	require.True(t, b.Runner.Cancel(queued))
+	job, ok = b.Runner.Job(queued)
+	require.True(t, ok)
+	require.Zero(t, job.StartedAt, "never started")
+	require.Equal(t, t0+125, job.EndedAt, "ended when cancelled")
+	gate.Open()
+	job = waitJob(t, b.Runner, held)
+	require.Equal(t, t0+65, job.StartedAt)
+	require.Equal(t, t0+125, job.EndedAt)
+}
+
+// TestRunner_TimingsOfAReapedJob: a job a previous process left running
+// (its row says so) is failed by the next runner, and ends then; its
+// start is kept.
+func TestRunner_TimingsOfAReapedJob(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, "")
+	clk := testkit.NewClock()
+	at := clk.Now().Add(-time.Minute).UnixNano()
+	rec := persistence.JobRecord{ID: "0123456789abcdef0123456789abcdef", Caller: "alice", Status: persistence.StatusQueued, TargetsTotal: 2, Created: at, Lease: at}
+	require.NoError(t, store.CreateJob(&rec, make([]persistence.TargetRecord, 2)))
+	rec.Status, rec.Started = persistence.StatusRunning, at+int64(time.Second)
+	require.NoError(t, store.SaveJob(&rec))
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Now: clk.Now})
+	j, ok := b.Runner.Job(rec.ID)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusFailed, j.Status)
+	require.Equal(t, "restart", j.Error)
+	require.Equal(t, (at+int64(time.Second))/1e9, j.StartedAt)
+	require.Equal(t, clk.Now().Unix(), j.EndedAt)
+}
+
+// TestRunner_ReadsAStoreOfAnOlderVersion: a store written before the
+// timings and the index of every job (persistence/testdata/v2store: alice's
+// partial job, bob's job left running) is listed by ListAll once opened;
+// its times read as unknown (0), but the end of the job the restart fails.
+func TestRunner_ReadsAStoreOfAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS(filepath.Join("..", "persistence", "testdata", "v2store"))))
+	clk := testkit.NewClock()
+	clk.Set(time.Unix(100, 0))
+	b := enginetest.SetupOn(t, enginetest.OpenStore(t, dir), enginetest.OKFetch, engine.Config{Now: clk.Now, TTL: time.Hour})
+	jobs, next, err := b.Runner.ListAll(engine.ListOptions{})
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Len(t, jobs, 2)
+	bob, alice := jobs[0], jobs[1]
+	require.Equal(t, "bob", bob.Caller)
+	require.Equal(t, engine.StatusFailed, bob.Status, "left running: failed by the restart")
+	require.Zero(t, bob.StartedAt, "unknown")
+	require.Equal(t, int64(100), bob.EndedAt, "ended by the restart")
+	require.Equal(t, "alice", alice.Caller)
+	require.Equal(t, engine.StatusPartial, alice.Status)
+	require.Zero(t, alice.StartedAt)
+	require.Zero(t, alice.EndedAt)
+	_, ts, ok := b.Runner.Status(alice.ID)
+	require.True(t, ok)
+	for _, tg := range ts {
+		require.Zero(t, tg.Duration, "unknown")
+	}
+	require.Equal(t, engine.Options{Mode: "m"}, ts[0].Options)
+	found, err := b.Runner.FindJobs("", engine.ShortID(alice.ID), 0) // 00000000: both
+	require.NoError(t, err)
+	require.Equal(t, []string{bob.ID, alice.ID}, jobIDs(found))
+	found, err = b.Runner.FindJobs("alice", alice.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{alice.ID}, jobIDs(found))
 }

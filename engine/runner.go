@@ -97,6 +97,13 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	store.SetLogger(log)
+	rememberTag(cfg.NodeTag) // for ShortID
+	// A store that cannot list its tags fails the reads below as well.
+	if tags, err := store.NodeTags(); err == nil {
+		for tag := range tags {
+			rememberTag(tag[:])
+		}
+	}
 	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log, views: &actors.Views{},
 		done: make(chan struct{}), failDone: make(chan struct{}), shutDone: make(chan struct{})}
 	if n, err := r.reap(reapRestart); err != nil {
@@ -145,10 +152,11 @@ func (r *Runner) reap(text string) (int, error) {
 		return 0, fmt.Errorf("reap: %w", err)
 	}
 	failed := 0
+	now := r.cfg.Now().UnixNano()
 	for i := range left {
 		j := &left[i]
 		if persistence.IsLive(j.Status) {
-			j.Status, j.Error = persistence.StatusFailed, text
+			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, now
 			failed++
 		}
 		j.Settled = true
@@ -194,9 +202,10 @@ type SubmitOptions struct {
 	// targets [ErrIdempotencyMismatch]. Once that job failed, was
 	// cancelled or expired, the key is free: it makes a new job. Keys are
 	// hashed apart from derived ones (a prefix of their own), so a key
-	// never matches a job submitted without one. In a cluster, a job its
-	// key names on another node is returned without the targets check
-	// (the caller's grain does not keep a hash of the body yet).
+	// never matches a job submitted without one. In a cluster the rule
+	// holds across nodes: the caller's grain keeps the key with a hash of
+	// its targets ([Peer.TargetsHash]) and answers ErrIdempotencyMismatch
+	// for another body, whichever node the key's job is on.
 	//
 	// Default "": the key is derived from the caller and the targets.
 	IdempotencyKey string
@@ -240,14 +249,20 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		return "", false, err
 	}
 	adm := r.cfg.Admission
+	var body string // the hash of the targets a key of the caller's own is bound to
+	if adm != nil && opt.IdempotencyKey != "" {
+		body = targetsHash(m.Targets)
+	}
 	if adm != nil {
 		if len(targets) > r.cfg.TargetsPerJob {
 			return "", false, ErrTooManyTargets // before asking: a job that cannot be is no one's to admit
 		}
-		reuse, err := adm.Admit(ctx, c.Name, hex.EncodeToString(m.Job.Key[:]), m.Job.ID)
+		reuse, err := adm.Admit(ctx, c.Name, hex.EncodeToString(m.Job.Key[:]), body, m.Job.ID)
 		switch {
 		case errors.Is(err, ErrCallerBusy):
 			return "", false, ErrCallerBusy
+		case errors.Is(err, ErrIdempotencyMismatch):
+			return "", false, ErrIdempotencyMismatch
 		case err != nil:
 			return "", false, fmt.Errorf("admit job: %w", err)
 		case reuse != "":
@@ -259,10 +274,18 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		}
 	}
 	reply, err := r.sys.Submit(m)
+	var mismatch error // a job of the caller's own key reused here, bound to other targets
+	if err == nil && reply.Reused {
+		mismatch = r.sameTargets(reply.ID, m, opt.IdempotencyKey)
+	}
 	if adm != nil && (err != nil || reply.ID != m.Job.ID || reply.Refused != nil || reply.Err != nil) {
 		adm.Release(c.Name, m.Job.ID) // not created: its admission goes back
 		if err == nil && reply.Reused {
-			adm.Reused(c.Name, hex.EncodeToString(m.Job.Key[:]), reply.ID)
+			bound := body
+			if mismatch != nil {
+				bound = "" // the job's own targets are not m's: the grain asks its node
+			}
+			adm.Reused(c.Name, hex.EncodeToString(m.Job.Key[:]), bound, reply.ID)
 		}
 	}
 	if errors.Is(err, actors.ErrFailed) {
@@ -277,10 +300,8 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 	if reply.Err != nil {
 		return "", false, fmt.Errorf("store job: %w", reply.Err)
 	}
-	if reply.Reused {
-		if err := r.sameTargets(reply.ID, m, opt.IdempotencyKey); err != nil {
-			return "", false, err
-		}
+	if mismatch != nil {
+		return "", false, mismatch
 	}
 	return reply.ID, reply.Reused, nil
 }
@@ -312,8 +333,8 @@ func CheckIdempotencyKey(key string) error {
 // own: the key is bound to the body it came with. Without a key, the
 // derived key is a hash of the targets: nothing to check. The specs are
 // read without results. A job that cannot be read here (deleted since;
-// in a cluster, another node's) is taken as it is: the cluster's caller
-// grain keeps no hash of the body yet.
+// in a cluster, another node's) is taken as it is: in a cluster the
+// caller's grain checked the hash of its targets before it answered.
 func (r *Runner) sameTargets(id string, m *actors.Submit, idemKey string) error {
 	if idemKey == "" {
 		return nil

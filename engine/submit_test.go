@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -472,6 +473,36 @@ func TestRunner_SubmitWithBadIdempotencyKey(t *testing.T) {
 		})
 	}
 	require.ErrorIs(t, engine.CheckIdempotencyKey(""), engine.ErrInvalid)
+}
+
+// BenchmarkRunner_Submit is a submit that creates a job of 1 target,
+// from one of 100 callers in turn: its time and allocations, the job's
+// rows and index entries written in its one transaction. The one worker
+// is held by the first job, so the jobs submitted wait, queued, and none
+// runs while the submits are timed. Issue 26 compares it with and without
+// the index of every job (docs/PERFORMANCE.md).
+func BenchmarkRunner_Submit(b *testing.B) {
+	gate := testkit.NewGate()
+	defer gate.Open()
+	bundle := enginetest.Setup(b, enginetest.GatedFetch(gate), engine.Config{Workers: 1, JobsPerCaller: 1 << 20, JobsTotal: 1 << 20, Now: time.Now})
+	ctx := context.Background()
+	callers := make([]*engine.Caller, 100)
+	for i := range callers {
+		callers[i] = enginetest.Caller(fmt.Sprintf("caller-%d", i))
+	}
+	ts := enginetest.Targets("submit", 1)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		ts[0].URL = "https://example.com/submit/" + strconv.Itoa(i) // a new job each time
+		if _, reused, err := bundle.Runner.Submit(ctx, callers[i%len(callers)], "", ts); err != nil || reused {
+			b.Fatal(reused, err)
+		}
+		i++
+	}
+	b.StopTimer()
+	gate.Open()
+	bundle.Runner.Close() // the queued jobs fail as the benchmark ends, untimed
 }
 
 // BenchmarkRunner_SubmitReused is a submit answered by a reused job: with

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 )
 
 // Caller is who submitted a job. Name keys idempotency and the per-caller cap
@@ -75,6 +76,14 @@ type Job struct {
 	TargetsDone   int
 	TargetsFailed int   // targets stored failed
 	CreatedAt     int64 // unix seconds
+	// StartedAt is when the job's first target went to a worker, in unix
+	// seconds by [Config.Now]; 0 while queued, and for a job stored before
+	// the timings were (unknown).
+	StartedAt int64
+	// EndedAt is when the job became terminal (done, partial, failed or
+	// cancelled), in unix seconds by [Config.Now]; 0 while live, and for a
+	// job stored before the timings were (unknown).
+	EndedAt int64
 }
 
 // TargetStatus is one target of a job as [Runner.Status] reports it.
@@ -85,4 +94,14 @@ type TargetStatus struct {
 	Result *Result
 	Error  string
 	Hint   string
+	// Options are the options the target was submitted with.
+	Options Options
+	// Duration is how long the target's fetch took, by [Config.Now] (its
+	// last try, for a target answered busy before); 0 while pending or
+	// running, and for an outcome stored before the timings were
+	// (unknown).
+	Duration time.Duration
+	// StoredAt is when the target's outcome was stored, in unix seconds by
+	// [Config.Now]; 0 while pending or running.
+	StoredAt int64
 }

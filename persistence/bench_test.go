@@ -378,3 +378,41 @@ func BenchmarkStore_CallerJobs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStore_CreateJob is one job's creation ([persistence.Store.CreateJob]):
+// a job of 1 target from one of 100 callers, with its idempotency, caller,
+// every-job and unsettled entries, in one transaction, on the in-memory
+// store and on a directory. Issue 26 compares it with and without the
+// index of every job (docs/PERFORMANCE.md).
+func BenchmarkStore_CreateJob(b *testing.B) {
+	for _, mode := range []string{"memory", "disk"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			dir := ""
+			if mode == "disk" {
+				dir = b.TempDir()
+			}
+			s, err := persistence.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			rng := rand.New(rand.NewPCG(5, 6))
+			ts := []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/create/page", Options: []byte("{}")}}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				var id [16]byte
+				binary.BigEndian.PutUint64(id[:], rng.Uint64())
+				binary.BigEndian.PutUint64(id[8:], rng.Uint64())
+				at := time.Now().UnixNano()
+				j := persistence.JobRecord{ID: hex.EncodeToString(id[:]), Caller: "caller-" + strconv.Itoa(i%100), Status: persistence.StatusQueued,
+					TargetsTotal: 1, Created: at, Lease: at}
+				binary.BigEndian.PutUint64(j.Key[:], rng.Uint64())
+				if err := s.CreateJob(&j, ts); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"slices"
 	"sort"
 	"testing"
 
@@ -139,4 +140,179 @@ func TestStore_CallerIndexWrittenByOpen(t *testing.T) {
 	require.Len(t, ids, 10)
 	require.Equal(t, testID(9), ids[0])
 	require.Equal(t, 10, keysByPrefix(t, s)[prefixCaller])
+}
+
+// allPages lists every job, limit a page, and returns their ids and the
+// number of pages.
+func allPages(t *testing.T, s *Store, limit int, keep func(*JobRecord) bool) ([]string, int) {
+	t.Helper()
+	var ids []string
+	var after []byte
+	for n := 1; ; n++ {
+		jobs, next, err := s.AllJobs(after, limit, keep)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(jobs), limit)
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
+		if next == nil {
+			return ids, n
+		}
+		after = next
+	}
+}
+
+// TestStore_AllJobs: every caller's jobs come newest first (created, then
+// id, both descending), a page at a time, filtered by keep, as Job reads
+// them; a cursor of CallerJobs is a position in the same order; deleting
+// a job (the sweep) deletes its entry.
+func TestStore_AllJobs(t *testing.T) {
+	s := mustOpen(t, "")
+	var all []JobRecord
+	for n := range 30 {
+		caller := []string{"alice", "bob", "carol"}[n%3]
+		all = append(all, callerJob(t, s, n, caller, int64(100+n/4), n%2 == 0)) // four jobs a time: ties broken by id
+	}
+	sorted := append([]JobRecord(nil), all...)
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a].Created != sorted[b].Created {
+			return sorted[a].Created > sorted[b].Created
+		}
+		return sorted[a].ID > sorted[b].ID
+	})
+	want := make([]string, len(sorted))
+	for i := range sorted {
+		want[i] = sorted[i].ID
+	}
+	for _, limit := range []int{1, 4, 30, 100} {
+		got, n := allPages(t, s, limit, nil)
+		require.Equal(t, want, got, "limit %d", limit)
+		require.Equal(t, max(1, (len(want)+limit-1)/limit), n, "no empty page at the end")
+	}
+
+	// keep sees every job, as Job reads it.
+	require.NoError(t, s.SaveOutcome(all[1].ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("{}"), Stored: 500}))
+	jobs, _, err := s.AllJobs(nil, 100, func(j *JobRecord) bool { return j.ID == all[1].ID })
+	require.NoError(t, err)
+	one, err := s.Job(all[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, []JobRecord{one}, jobs)
+	require.Equal(t, 1, one.TargetsDone)
+	bobs, _ := allPages(t, s, 3, func(j *JobRecord) bool { return j.Caller == "bob" })
+	require.Len(t, bobs, 10)
+
+	// A CallerJobs cursor goes on after its job in this order too.
+	_, next, err := s.CallerJobs("alice", nil, 1, nil)
+	require.NoError(t, err)
+	after, _, err := s.AllJobs(next, 100, nil)
+	require.NoError(t, err)
+	newest := slices.IndexFunc(sorted, func(j JobRecord) bool { return j.Caller == "alice" })
+	var afterIDs []string
+	for _, j := range after {
+		afterIDs = append(afterIDs, j.ID)
+	}
+	require.Equal(t, want[newest+1:], afterIDs)
+
+	_, _, err = s.AllJobs([]byte("not a cursor"), 3, nil)
+	require.ErrorIs(t, err, ErrBadCursor)
+
+	// Deleted with its job: the sweep takes the settled ones.
+	n, _, err := s.Sweep(1<<62, 100)
+	require.NoError(t, err)
+	require.Equal(t, 15, n)
+	left, _ := allPages(t, s, 100, nil)
+	require.Len(t, left, 15)
+	require.Equal(t, 15, keysByPrefix(t, s)[prefixEvery])
+}
+
+// TestStore_EveryIndexWrittenByOpen: a store whose jobs have no e keys
+// (written before format 4) is indexed by the next Open, once; a store
+// opened read-only is not written.
+func TestStore_EveryIndexWrittenByOpen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	require.NoError(t, err)
+	for n := range 10 {
+		callerJob(t, s, n, []string{"alice", "bob"}[n%2], int64(n), n%2 == 0)
+	}
+	// As a store of format 3 was: no e keys, no marker.
+	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
+		for n := range 10 {
+			if err := txn.Delete(everyKey(int64(n), mustID(t, testID(n)))); err != nil {
+				return 0, err
+			}
+		}
+		return 0, txn.Delete(keyEvery)
+	}))
+	ids, _ := allPages(t, s, 100, nil)
+	require.Empty(t, ids)
+	require.NoError(t, s.Close())
+
+	ro, err := OpenReadOnly(dir)
+	require.NoError(t, err)
+	ids, _ = allPages(t, ro, 100, nil)
+	require.Empty(t, ids, "a read-only store is not indexed")
+	require.NoError(t, ro.Close())
+
+	s = mustOpen(t, dir)
+	ids, _ = allPages(t, s, 3, nil)
+	require.Len(t, ids, 10)
+	require.Equal(t, testID(9), ids[0])
+	require.Equal(t, 10, keysByPrefix(t, s)[prefixEvery])
+	require.NoError(t, s.Close())
+
+	// Once: a job that lost its entry now is not indexed again (the
+	// marker is stored).
+	s, err = Open(dir)
+	require.NoError(t, err)
+	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
+		return 0, txn.Delete(everyKey(0, mustID(t, testID(0))))
+	}))
+	require.NoError(t, s.Close())
+	s = mustOpen(t, dir)
+	ids, _ = allPages(t, s, 100, nil)
+	require.Len(t, ids, 9)
+}
+
+// TestStore_JobsByIDPrefix: the jobs whose id starts with a prefix, in id
+// order, filtered by keep, at most scan looked at.
+func TestStore_JobsByIDPrefix(t *testing.T) {
+	s := mustOpen(t, "")
+	ids := []string{
+		"abcd0000000000000000000000000001",
+		"abcd0000000000000000000000000002",
+		"abce0000000000000000000000000003",
+		"0bcd0000000000000000000000000004",
+	}
+	for i, id := range ids {
+		j := JobRecord{ID: id, Caller: []string{"alice", "bob"}[i%2], Status: StatusQueued, TargetsTotal: 1, Created: int64(i), Lease: int64(i)}
+		j.Key[0] = byte(i)
+		require.NoError(t, s.CreateJob(&j, []TargetRecord{{Idx: 0, URL: "http://a"}}))
+	}
+	idsOf := func(jobs []JobRecord) []string {
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	jobs, truncated, err := s.JobsByIDPrefix([]byte{0xab, 0xcd}, 100, nil)
+	require.NoError(t, err)
+	require.False(t, truncated)
+	require.Equal(t, ids[:2], idsOf(jobs))
+	jobs, _, err = s.JobsByIDPrefix([]byte{0xab}, 100, func(j *JobRecord) bool { return j.Caller == "alice" })
+	require.NoError(t, err)
+	require.Equal(t, []string{ids[0], ids[2]}, idsOf(jobs))
+	jobs, truncated, err = s.JobsByIDPrefix([]byte{0xab}, 2, nil)
+	require.NoError(t, err)
+	require.True(t, truncated)
+	require.Equal(t, ids[:2], idsOf(jobs))
+	jobs, _, err = s.JobsByIDPrefix(nil, 100, nil)
+	require.NoError(t, err)
+	require.Len(t, jobs, 4)
+	jobs, _, err = s.JobsByIDPrefix([]byte{0xff}, 100, nil)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	_, _, err = s.JobsByIDPrefix(make([]byte, 17), 100, nil)
+	require.ErrorIs(t, err, ErrBadCursor)
 }

@@ -14,9 +14,11 @@ package persistence
 //	x <lease:8> <id:16>          → "" — settled jobs by lease, for the sweep (lease + TTL ≤ now)
 //	a <created:8> <id:16>        → "" — settled jobs by age, for eviction (oldest first)
 //	c <caller:8> <^created:8> <^id:16> → "" — a caller's jobs, newest first: caller is SHA-256(caller name)[:8]; created and id bit-inverted, so that key order is created, then id, both descending
+//	e <^created:8> <^id:16>      → "" — every job, newest first (for listing across callers): created and id bit-inverted, as in c keys
 //	m stored                     → uint64 big-endian: stored bytes in all, what MaxBytes bounds: the value bytes of every job's rows (j, t, r, and the b rows its r rows name; stored.go); written with every write that moves it; absent: a store written before it, counted once by Open (a walk of every j, t and r row), which then writes it
 //	m bytes                      → uint64 big-endian: stored result bytes in all, before m stored (results only); Open deletes it when it writes m stored
 //	m callers                    → "" — every job has its c key (the index came after format 2: Open writes the missing ones once)
+//	m every                      → "" — every job has its e key (the index came with format 4: Open writes the missing ones once)
 //	n <tag:4>                    → 1 <node name> — a cluster node met, by its tag (the first 4 bytes of its jobs' ids): format byte 1, then the name; at most MaxNodeTags keys (nodetags.go)
 //
 // A result longer than 512 bytes is not in its r row but in b rows of
@@ -59,6 +61,7 @@ const (
 	prefixMeta    = 'm'
 	prefixCaller  = 'c'
 	prefixNode    = 'n'
+	prefixEvery   = 'e'
 	idLen         = 16
 	idemKeyLen    = 32
 	targetKeyLen  = 1 + idLen + 2
@@ -71,6 +74,7 @@ const (
 	// CallerJobs's cursor holds.
 	callerCursorLen = 8 + idLen
 	callerKeyLen    = 1 + callerHashLen + callerCursorLen
+	everyKeyLen     = 1 + callerCursorLen
 	nodeTagLen      = 4
 	nodeKeyLen      = 1 + nodeTagLen
 )
@@ -79,6 +83,7 @@ var (
 	keyStored      = []byte{prefixMeta, 's', 't', 'o', 'r', 'e', 'd'}
 	keyResultBytes = []byte{prefixMeta, 'b', 'y', 't', 'e', 's'} // before keyStored
 	keyCallers     = []byte{prefixMeta, 'c', 'a', 'l', 'l', 'e', 'r', 's'}
+	keyEvery       = []byte{prefixMeta, 'e', 'v', 'e', 'r', 'y'}
 )
 
 func jobKey(id [idLen]byte) []byte {
@@ -139,20 +144,31 @@ func callerPrefix(caller string) []byte {
 
 // callerKey is a job's c key.
 func callerKey(caller string, created int64, id [idLen]byte) []byte {
-	k := binary.BigEndian.AppendUint64(callerPrefix(caller), ^uint64(created))
+	return appendNewestFirst(callerPrefix(caller), created, id)
+}
+
+// appendNewestFirst appends created and id bit-inverted: the position of
+// a job in the c and e indexes, and their cursors.
+func appendNewestFirst(k []byte, created int64, id [idLen]byte) []byte {
+	k = binary.BigEndian.AppendUint64(k, ^uint64(created))
 	for _, b := range id {
 		k = append(k, ^b)
 	}
 	return k
 }
 
-// callerKeyID returns the id at the end of a c key.
-func callerKeyID(k []byte) ([idLen]byte, bool) {
+// everyKey is a job's e key.
+func everyKey(created int64, id [idLen]byte) []byte {
+	return appendNewestFirst(append(make([]byte, 0, everyKeyLen), prefixEvery), created, id)
+}
+
+// newestFirstID returns the id at the end of a c or e key of length n.
+func newestFirstID(k []byte, n int) ([idLen]byte, bool) {
 	var id [idLen]byte
-	if len(k) != callerKeyLen {
+	if len(k) != n {
 		return id, false
 	}
-	for i, b := range k[callerKeyLen-idLen:] {
+	for i, b := range k[n-idLen:] {
 		id[i] = ^b
 	}
 	return id, true

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/sift/batch/engine/batchtype"
 )
@@ -44,6 +46,13 @@ type JobRecord struct {
 	Created       int64 // unix nanoseconds
 	Lease         int64 // unix nanoseconds
 	ResultBytes   int64 // bytes of result JSON stored for this job
+	// Started is when the job's first target was handed to a worker
+	// (unix nanoseconds); 0 while queued, and in rows written before
+	// format version 4 (unknown).
+	Started int64
+	// Ended is when the job became terminal (unix nanoseconds); 0 while
+	// live, and in rows written before format version 4 (unknown).
+	Ended int64
 	// Settled is true once the job is terminal and has no target in flight:
 	// from then on it may be swept or evicted.
 	Settled bool
@@ -63,6 +72,10 @@ type TargetRecord struct {
 	Error  string
 	Hint   string
 	Stored int64 // unix nanoseconds when its outcome was stored; 0 while pending
+	// Took is how long the fetch of the target took (its last try); 0
+	// while pending, and in outcomes written before format version 4
+	// (unknown).
+	Took time.Duration
 	// ResultSize is the stored result's length in bytes, set by every read
 	// of a stored outcome, whether or not it returns the result. Writes
 	// ignore it: they store len(Result).
@@ -74,18 +87,21 @@ type TargetRecord struct {
 // written, with an error wrapping [ErrTooLarge].
 const MaxResultSize = 32 << 20
 
-// Value encodings, format version 3. Integers are big-endian; strings and
+// Value encodings, format version 4. Integers are big-endian; strings and
 // byte slices are a uvarint length then the bytes. Every row the store
-// writes starts with the version it was written in; rows of version 2 are
-// read as well (1 had a row per target spec and no stored time).
+// writes starts with the version it was written in; rows of versions 3 and
+// 2 are read as well (1 had a row per target spec and no stored time).
 //
-//	job:     v | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error
+//	job:     4 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error | started:8 | ended:8
 //	specs:   v | count:2 | count × (url | options)     — target idx i is the i-th
-//	outcome: 3 | status:1 | stored:8 | size:8 | error | hint | inline
+//	outcome: 4 | status:1 | stored:8 | size:8 | took:8 | error | hint | inline
 //	chunk:   the result's bytes from chunk × 512 KiB on: 512 KiB, the last chunk the rest (no version byte)
 //
-// Job and specs rows are the same in versions 2 and 3 but for the version
-// byte v. An outcome of version 3 holds the result's length (size) and, for
+// Version 4 added the timings: a job's started and ended times (unix
+// nanoseconds, 0 unknown) and an outcome's fetch time (took, nanoseconds).
+// A job row of version 2 or 3 ends at error, an outcome of version 3 has
+// no took: they read as 0, unknown. Specs rows are the same in versions 2
+// to 4 but for the version byte v. An outcome of version 3 or 4 holds the result's length (size) and, for
 // a result of at most inlineResultMax (512) bytes, the result itself: the
 // rest of the row (inline: exactly size bytes, or nothing). A longer result
 // is in its own rows, the chunks (b keys, see keys.go): ceil(size / 512 KiB)
@@ -101,7 +117,10 @@ const MaxResultSize = 32 << 20
 // over its threshold (1 MiB), so there a job's specs are capped at 1 MiB.
 // Results are not: a chunk is half of that.
 const (
-	formatVersion = 3
+	formatVersion = 4
+	// formatVersion3 is the version before the timings (JobRecord.Started,
+	// JobRecord.Ended, TargetRecord.Took).
+	formatVersion3 = 3
 	// formatVersion2 is the version before results moved to chunks.
 	formatVersion2 = 2
 	// inlineResultMax is the longest result kept in its outcome row: a
@@ -120,7 +139,9 @@ const (
 )
 
 // knownVersion reports whether a row's version byte is one the store reads.
-func knownVersion(v byte) bool { return v == formatVersion || v == formatVersion2 }
+func knownVersion(v byte) bool {
+	return v == formatVersion || v == formatVersion3 || v == formatVersion2
+}
 
 // chunkCount is how many chunks a result of size bytes is stored in: none
 // when it is inline.
@@ -152,7 +173,7 @@ func encodeJob(j *JobRecord) []byte {
 
 // jobSize is at least the length of j's row.
 func jobSize(j *JobRecord) int {
-	return jobFixedLen + 2*binary.MaxVarintLen32 + len(j.Caller) + len(j.Error)
+	return jobFixedLen + 2*binary.MaxVarintLen32 + len(j.Caller) + len(j.Error) + jobTimesLen
 }
 
 func appendJob(b []byte, j *JobRecord) []byte {
@@ -170,10 +191,17 @@ func appendJob(b []byte, j *JobRecord) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(j.ResultBytes))
 	b = append(b, j.Key[:]...)
 	b = appendString(b, j.Caller)
-	return appendString(b, j.Error)
+	b = appendString(b, j.Error)
+	b = binary.BigEndian.AppendUint64(b, uint64(j.Started))
+	return binary.BigEndian.AppendUint64(b, uint64(j.Ended))
 }
 
-const jobFixedLen = 3 + 6 + 24 + 32
+const (
+	jobFixedLen = 3 + 6 + 24 + 32
+	// jobTimesLen is the length of a version 4 job row's tail: started
+	// and ended.
+	jobTimesLen = 16
+)
 
 func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
 	var j JobRecord
@@ -198,7 +226,18 @@ func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
 	if j.Caller, rest, ok = readString(rest); !ok {
 		return j, fmt.Errorf("job row: %w", ErrCorrupt)
 	}
-	if j.Error, rest, ok = readString(rest); !ok || len(rest) != 0 {
+	if j.Error, rest, ok = readString(rest); !ok {
+		return j, fmt.Errorf("job row: %w", ErrCorrupt)
+	}
+	if b[0] == formatVersion {
+		if len(rest) != jobTimesLen {
+			return j, fmt.Errorf("job row: %w", ErrCorrupt)
+		}
+		j.Started = int64(binary.BigEndian.Uint64(rest))
+		j.Ended = int64(binary.BigEndian.Uint64(rest[8:]))
+		rest = rest[jobTimesLen:]
+	}
+	if len(rest) != 0 {
 		return j, fmt.Errorf("job row: %w", ErrCorrupt)
 	}
 	return j, nil
@@ -236,7 +275,11 @@ func outcomeSize(t *TargetRecord) int {
 	return n
 }
 
-const outcomeFixedLen = 2 + 8 + 8
+const (
+	outcomeFixedLen = 2 + 8 + 8 + 8
+	// outcomeFixedLen3 is outcomeFixedLen in version 3: no took.
+	outcomeFixedLen3 = 2 + 8 + 8
+)
 
 func appendOutcome(b []byte, t *TargetRecord) []byte {
 	return appendOutcomeOf(b, t, int64(len(t.Result)), t.Result)
@@ -248,6 +291,7 @@ func appendOutcomeOf(b []byte, t *TargetRecord, size int64, result []byte) []byt
 	b = append(b, formatVersion, statusCode(targetStatusCodes, t.Status))
 	b = binary.BigEndian.AppendUint64(b, uint64(t.Stored))
 	b = binary.BigEndian.AppendUint64(b, uint64(size))
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Took))
 	b = appendString(b, t.Error)
 	b = appendString(b, t.Hint)
 	if size <= inlineResultMax {
@@ -329,10 +373,11 @@ func scanSpecs(b []byte, count func(n int), fn func(i int, url, opts []byte)) er
 type outcome struct {
 	status    string
 	stored    int64
-	size      int64  // the result's length
-	msg, hint []byte // the error and the hint
-	inline    []byte // the result when it is in the row; nil when chunked or empty
-	chunked   bool   // the result is in chunk rows
+	took      time.Duration // the fetch's time; 0 before version 4
+	size      int64         // the result's length
+	msg, hint []byte        // the error and the hint
+	inline    []byte        // the result when it is in the row; nil when chunked or empty
+	chunked   bool          // the result is in chunk rows
 }
 
 // parseOutcome decodes an outcome row of version 3 or 2 without copying.
@@ -350,14 +395,25 @@ func parseOutcome(b []byte) (outcome, error) {
 		}
 		o.size = int64(len(o.inline))
 	} else {
-		if len(b) < outcomeFixedLen {
+		fixed := outcomeFixedLen
+		if b[0] == formatVersion3 {
+			fixed = outcomeFixedLen3
+		}
+		if len(b) < fixed {
 			return o, fmt.Errorf("target outcome: %w", ErrCorrupt)
 		}
 		size := binary.BigEndian.Uint64(b[10:18])
 		if size > MaxResultSize {
 			return o, fmt.Errorf("target outcome: %w", ErrCorrupt)
 		}
-		o.size, rest = int64(size), b[18:]
+		if b[0] == formatVersion {
+			took := binary.BigEndian.Uint64(b[18:26])
+			if took > math.MaxInt64 {
+				return o, fmt.Errorf("target outcome: %w", ErrCorrupt)
+			}
+			o.took = time.Duration(took)
+		}
+		o.size, rest = int64(size), b[fixed:]
 	}
 	if o.msg, rest, ok = readRaw(rest); !ok {
 		return o, fmt.Errorf("target outcome: %w", ErrCorrupt)
@@ -389,7 +445,7 @@ func parseOutcome(b []byte) (outcome, error) {
 // fill sets t's outcome fields from o, and t.Result to a copy of an
 // inline result when withResult (a chunked result is read apart).
 func (o *outcome) fill(t *TargetRecord, withResult bool) {
-	t.Status, t.Stored, t.ResultSize = o.status, o.stored, o.size
+	t.Status, t.Stored, t.ResultSize, t.Took = o.status, o.stored, o.size, o.took
 	t.Error, t.Hint = string(o.msg), string(o.hint)
 	t.Result = nil
 	if withResult && o.inline != nil {

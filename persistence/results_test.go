@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/sift/batch/engine/enginetest/testkit"
@@ -292,10 +293,8 @@ func TestStore_ReadsVersion2(t *testing.T) {
 			}
 			id := mustID(t, j.ID)
 			require.NoError(t, s.update("write v2 rows", func(txn *badger.Txn) (int64, error) {
-				row := encodeJob(&j)
-				row[0] = formatVersion2
-				specRow := encodeSpecs(specs)
-				specRow[0] = formatVersion2
+				row := encodeJobAs(formatVersion2, &j)
+				specRow := encodeSpecsAs(formatVersion2, specs)
 				for _, kv := range [][2][]byte{
 					{jobKey(id), row}, {specsKey(id), specRow}, {idemKey(j.Key), id[:]},
 					{indexKey(prefixLease, j.Lease, id), nil}, {indexKey(prefixAge, j.Created, id), nil},
@@ -355,7 +354,7 @@ func TestStore_ReadsVersion2(t *testing.T) {
 // TestStore_OpensVersion2Store opens a store written by the code before
 // chunks (testdata/v2store, see testdata/v2gen): a settled job with a small
 // and a 100,000-byte result inline and a failure; an unsettled one with a
-// 2,000-byte result. Everything reads as it did; new writes are version 3
+// 2,000-byte result. Everything reads as it did (no times: unknown); new writes are version 4
 // and read beside the old rows; the sweep deletes both.
 func TestStore_OpensVersion2Store(t *testing.T) {
 	dir := t.TempDir()
@@ -407,14 +406,26 @@ func TestStore_OpensVersion2Store(t *testing.T) {
 		require.Len(t, jobs, 1)
 		require.Equal(t, id, jobs[0].ID)
 	}
+	// And the entries of the index of every job; its rows have no times.
+	all, _, err := s.AllJobs(nil, 10, nil)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	for _, j := range all {
+		require.Zero(t, j.Started, "unknown")
+		require.Zero(t, j.Ended, "unknown")
+	}
+	for _, t2 := range ts {
+		require.Zero(t, t2.Took, "unknown")
+	}
 
-	// A version 3 outcome, chunked, beside the version 2 one.
+	// A version 4 outcome, chunked, beside the version 2 one.
 	long := result(resultChunkSize+100, 3)
-	require.NoError(t, s.SaveOutcome(k.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: long, Stored: 2002}))
+	require.NoError(t, s.SaveOutcome(k.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: long, Stored: 2002, Took: 7}))
 	_, ts, err = s.JobWithTargets(k.ID)
 	require.NoError(t, err)
 	require.Equal(t, mid, ts[0].Result)
 	require.Equal(t, long, ts[1].Result)
+	require.Equal(t, time.Duration(7), ts[1].Took)
 	k.Status, k.Settled, k.TargetsDone, k.TargetsFailed, k.ResultBytes, k.Lease = StatusPartial, true, 3, 1, int64(len(mid)+len(long)), 2003
 	require.NoError(t, s.SaveTarget(&k, &TargetRecord{Idx: 2, Status: TargetFailed, Error: "e", Stored: 2003}))
 
@@ -423,6 +434,75 @@ func TestStore_OpensVersion2Store(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.Zero(t, requireCounted(t, s))
 	require.Equal(t, emptyStore, keysByPrefix(t, s))
+}
+
+// TestStore_Timings: a job's started and ended times and a target's fetch
+// time are stored with the row and the outcome (inline or chunked) and
+// read by every read; rows of version 3 (before them) read as 0, unknown,
+// beside version 4 ones.
+func TestStore_Timings(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			s := mustOpen(t, mode.dir(t))
+			j := JobRecord{ID: testID(1), Caller: "alice", Status: StatusQueued, TargetsTotal: 3, Created: 10, Lease: 10}
+			require.NoError(t, s.CreateJob(&j, make([]TargetRecord, 3)))
+			j.Status, j.Started = StatusRunning, 11
+			require.NoError(t, s.SaveJob(&j))
+			require.NoError(t, s.SaveOutcome(j.ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("{}"), Stored: 20, Took: 3 * time.Millisecond}))
+			long := result(inlineResultMax+1, 1)
+			j.Status, j.Ended, j.Settled, j.TargetsDone, j.TargetsFailed, j.ResultBytes = StatusPartial, 30, true, 2, 1, int64(2+len(long))
+			require.NoError(t, s.SaveOutcome(j.ID, &TargetRecord{Idx: 1, Status: TargetDone, Result: long, Stored: 25, Took: time.Hour}))
+			require.NoError(t, s.SaveTarget(&j, &TargetRecord{Idx: 2, Status: TargetFailed, Error: "e", Stored: 30, Took: 1}))
+
+			got, ts, err := s.JobWithTargets(j.ID)
+			require.NoError(t, err)
+			require.Equal(t, int64(11), got.Started)
+			require.Equal(t, int64(30), got.Ended)
+			require.Equal(t, []time.Duration{3 * time.Millisecond, time.Hour, 1}, []time.Duration{ts[0].Took, ts[1].Took, ts[2].Took})
+			_, statuses, err := s.TargetStatuses(j.ID)
+			require.NoError(t, err)
+			for i := range ts {
+				require.Equal(t, ts[i].Took, statuses[i].Took)
+			}
+			one, err := s.Target(j.ID, 1)
+			require.NoError(t, err)
+			require.Equal(t, time.Hour, one.Took)
+
+			// Version 3 rows beside them: the same but for the times.
+			k := JobRecord{ID: testID(2), Caller: "bob", Status: StatusDone, TargetsTotal: 1, TargetsDone: 1, Created: 40, Lease: 40, Settled: true, ResultBytes: 2}
+			id := mustID(t, k.ID)
+			out := TargetRecord{Idx: 0, Status: TargetDone, Result: []byte("{}"), Stored: 41, ResultSize: 2}
+			require.NoError(t, s.update("write v3 rows", func(txn *badger.Txn) (int64, error) {
+				for _, kv := range [][2][]byte{
+					{jobKey(id), encodeJobAs(formatVersion3, &k)}, {specsKey(id), encodeSpecsAs(formatVersion3, []TargetRecord{{URL: "http://a"}})},
+					{outcomeKey(id, 0), encodeOutcomeAs(formatVersion3, &out)},
+					{indexKey(prefixLease, k.Lease, id), nil}, {indexKey(prefixAge, k.Created, id), nil}, {everyKey(k.Created, id), nil},
+				} {
+					if err := txn.Set(kv[0], kv[1]); err != nil {
+						return 0, err
+					}
+				}
+				return 0, nil
+			}))
+			got, ts, err = s.JobWithTargets(k.ID)
+			require.NoError(t, err)
+			require.Equal(t, k, got)
+			require.Zero(t, got.Started)
+			require.Zero(t, got.Ended)
+			require.Equal(t, []byte("{}"), ts[0].Result)
+			require.Equal(t, int64(41), ts[0].Stored)
+			require.Zero(t, ts[0].Took)
+			all, _, err := s.AllJobs(nil, 10, nil)
+			require.NoError(t, err)
+			require.Equal(t, []string{k.ID, j.ID}, []string{all[0].ID, all[1].ID})
+
+			// A version 4 outcome of a fetch time that does not fit an
+			// int64 is corrupt.
+			bad := encodeOutcome(&TargetRecord{Status: TargetDone, Result: []byte("{}"), Stored: 1})
+			bad[18] = 0x80
+			require.ErrorIs(t, decodeOutcome(&TargetRecord{}, bad), ErrCorrupt)
+		})
+	}
 }
 
 // A deleted job leaves a tombstone for each outcome and chunk row it had,

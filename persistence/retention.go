@@ -242,14 +242,14 @@ func (s *Store) deleteLocked(op string, jobs []doomed) (int, error) {
 }
 
 // deleteKeys is how many keys deleting d writes: its outcome and chunk rows,
-// the specs, job, live, lease, age, caller and idempotency keys, plus one
-// for the write's byte total, counted with each job.
+// the specs, job, live, lease, age, caller, every-job and idempotency
+// keys, plus one for the write's byte total, counted with each job.
 func deleteKeys(d *doomed) int {
-	return len(d.rows) + 8
+	return len(d.rows) + 9
 }
 
-// deleteJob deletes j's own keys (its row, specs, index entries and caller
-// entry, and its idempotency entry if it still names j); its outcome and chunk rows are
+// deleteJob deletes j's own keys (its row, specs, index entries, caller
+// and every-job entries, and its idempotency entry if it still names j); its outcome and chunk rows are
 // deleted by key (rowKeys).
 func deleteJob(txn *badger.Txn, j *JobRecord) error {
 	id, ok := parseID(j.ID)
@@ -257,7 +257,7 @@ func deleteJob(txn *badger.Txn, j *JobRecord) error {
 		return ErrCorrupt
 	}
 	for _, k := range [][]byte{specsKey(id), jobKey(id), liveKey(id), indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id),
-		callerKey(j.Caller, j.Created, id)} {
+		callerKey(j.Caller, j.Created, id), everyKey(j.Created, id)} {
 		if err := txn.Delete(k); err != nil {
 			return err
 		}

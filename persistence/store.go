@@ -142,7 +142,8 @@ type Store struct {
 // one that is not a store (no Badger MANIFEST, and other files in it) an
 // error wrapping [ErrCorrupt], with nothing in it deleted or written; a
 // damaged store an error wrapping [ErrCorrupt] too. A store written before the caller index
-// gets its index here, once (a walk of every job row). Badger's own log
+// or the index of every job ([Store.AllJobs]) gets it here, once (a walk
+// of every job row). Badger's own log
 // lines are dropped until [Store.SetLogger].
 func Open(dir string) (*Store, error) { return open(dir, false) }
 
@@ -181,6 +182,10 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		return nil, err
 	}
 	if err := s.indexCallers(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.indexEvery(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}

@@ -219,7 +219,7 @@ func TestStore_Targets(t *testing.T) {
 		ts[i] = TargetRecord{Idx: i, URL: fmt.Sprintf("https://example.com/%d", i), Options: []byte(fmt.Sprintf(`{"n":%d}`, i)), Status: TargetPending}
 	}
 	require.NoError(t, s.CreateJob(&j, ts))
-	require.Equal(t, map[byte]int{prefixJob: 1, prefixSpecs: 1, prefixIdem: 1, prefixLive: 1, prefixCaller: 1, prefixMeta: 2}, keysByPrefix(t, s),
+	require.Equal(t, map[byte]int{prefixJob: 1, prefixSpecs: 1, prefixIdem: 1, prefixLive: 1, prefixCaller: 1, prefixEvery: 1, prefixMeta: 3}, keysByPrefix(t, s),
 		"one specs row for all the targets")
 
 	j.Status, j.TargetsDone, j.TargetsFailed, j.ResultBytes = StatusRunning, 2, 1, 2
@@ -272,9 +272,9 @@ func TestStore_Targets(t *testing.T) {
 }
 
 // emptyStore is what keysByPrefix gives for a store whose jobs are all
-// deleted: the byte total and the key that says the caller index is
-// complete.
-var emptyStore = map[byte]int{prefixMeta: 2}
+// deleted: the byte total and the keys that say the caller index and the
+// index of every job are complete.
+var emptyStore = map[byte]int{prefixMeta: 3}
 
 // keysByPrefix counts the store's keys by their first byte.
 func keysByPrefix(t *testing.T, s *Store) map[byte]int {
@@ -305,19 +305,15 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encodeOutcome(&TargetRecord{Status: TargetDone, Result: bytes.Repeat([]byte("x"), inlineResultMax+1)}))
 	f.Add(encodeOutcomeV2(&tr))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		// A row of version 2 is written again in version 3: compare
-		// what follows the version byte, or use the version 2 encoder.
-		asWritten := b
-		if len(b) > 0 && b[0] == formatVersion2 {
-			asWritten = append([]byte{formatVersion}, b[1:]...)
-		}
+		// A row of an older version is written again in the current
+		// one: compare with the encoders of that version.
 		var id [idLen]byte
 		if j, err := decodeJob(id, b); err == nil {
-			require.Equal(t, asWritten, encodeJob(&j), "a decoded job encodes back to the same bytes")
+			require.Equal(t, b, encodeJobAs(b[0], &j), "a decoded job encodes back to the same bytes")
 		}
 		ts, err := decodeSpecs(b)
 		if err == nil {
-			require.Equal(t, asWritten, encodeSpecs(ts))
+			require.Equal(t, b, encodeSpecsAs(b[0], ts))
 		}
 		for _, idx := range []int{0, 1, len(ts) - 1, len(ts)} {
 			one, found, err2 := decodeSpecAt(b, idx)
@@ -329,11 +325,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		var t2 TargetRecord
 		if err := decodeOutcome(&t2, b); err == nil {
-			if b[0] == formatVersion2 {
-				require.Equal(t, b, encodeOutcomeV2(&t2))
-			} else {
-				require.Equal(t, b, appendOutcomeOf(nil, &t2, t2.ResultSize, t2.Result))
-			}
+			require.Equal(t, b, encodeOutcomeAs(b[0], &t2))
 			require.Equal(t, int64(len(t2.Result)) == t2.ResultSize, t2.ResultSize <= inlineResultMax || b[0] == formatVersion2,
 				"a result is inline or in chunks by its length")
 		}

@@ -72,7 +72,8 @@ func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 
 // CreateJob stores a new job and its targets' specs (URL and options) in
 // one write, with its idempotency entry (which from now on names this job),
-// its entry in its caller's index ([Store.CallerJobs]) and its unsettled
+// its entries in its caller's index ([Store.CallerJobs]) and in the index
+// of every job ([Store.AllJobs]), and its unsettled
 // entry. j.ID must be 32 hex characters; targets are in
 // idx order (targets[i] is target i, whatever its Idx), at most 0xffff.
 // On a durable store ([Store.SetDurable]) the write is synced before
@@ -103,6 +104,9 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 			return 0, err
 		}
 		if err := txn.Set(callerKey(j.Caller, j.Created, id), nil); err != nil {
+			return 0, err
+		}
+		if err := txn.Set(everyKey(j.Created, id), nil); err != nil {
 			return 0, err
 		}
 		if j.Settled {

@@ -10,16 +10,40 @@ import (
 	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/persistence"
 )
 
+// statusFilters are the values of jobs --status, as the API's ?status=
+// takes them: a job status, or live (queued or running) or terminal (the
+// others).
+var statusFilters = map[string]func(string) bool{
+	"live":     engine.IsLive,
+	"terminal": func(s string) bool { return !engine.IsLive(s) },
+}
+
+func init() {
+	for _, st := range []string{engine.StatusQueued, engine.StatusRunning, engine.StatusDone, engine.StatusPartial, engine.StatusFailed, engine.StatusCancelled} {
+		statusFilters[st] = func(s string) bool { return s == st }
+	}
+}
+
 // runJobs is the jobs command: a table of the jobs stored in a directory.
 func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
-	fs := cli.NewFlagSet("jobs", "jobs [--data DIR]",
-		"List the jobs stored in a store directory, oldest first. DONE/TOTAL counts the\ntargets with a stored outcome, done or failed; FAILED the failed ones. LAST\nACTIVE is a job's last stored target or read: it stays readable for the --ttl\nof the serve that stored it (24h by default) after that. The store must not be\nin use by a running serve.")
+	fs := cli.NewFlagSet("jobs", "jobs [--data DIR] [--status S] [--caller NAME]",
+		"List the jobs stored in a store directory, newest first (as the API lists\nthem). DONE/TOTAL counts the targets with a stored outcome, done or failed;\nFAILED the failed ones. LAST ACTIVE is a job's last stored target or read: it\nstays readable for the --ttl of the serve that stored it (24h by default)\nafter that. The store must not be in use by a running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
+	status := fs.String("status", "", "only the jobs with this status: queued, running, done, partial, failed, cancelled,\nor live (queued or running) or terminal (the others)")
+	caller := fs.String("caller", "", "only the jobs of the caller with this name")
 	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
 		return err
+	}
+	match := func(string) bool { return true }
+	if *status != "" {
+		var ok bool
+		if match, ok = statusFilters[*status]; !ok {
+			return cli.CmdUsagef("jobs", "--status %q is none of live, queued, running, done, partial, failed, cancelled, terminal", *status)
+		}
 	}
 	store, err := cli.OpenForInspection(*data)
 	if err != nil {
@@ -28,18 +52,22 @@ func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 	defer store.Close()
 	var jobs []persistence.JobRecord
 	if err := store.Jobs(func(j persistence.JobRecord) bool {
-		jobs = append(jobs, j)
+		if match(j.Status) && (*caller == "" || j.Caller == *caller) {
+			jobs = append(jobs, j)
+		}
 		return true
 	}); err != nil {
 		return err
 	}
 	if len(jobs) == 0 {
+		if *status != "" || *caller != "" {
+			fmt.Fprintf(stdout, "no jobs in %s that match\n", *data)
+			return nil
+		}
 		fmt.Fprintf(stdout, "no jobs in %s\n", *data)
 		return nil
 	}
-	slices.SortStableFunc(jobs, func(a, b persistence.JobRecord) int {
-		return cmp.Or(cmp.Compare(a.Created, b.Created), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortStableFunc(jobs, newestFirst)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tCREATED\tLAST ACTIVE\tERROR")
 	for _, j := range jobs {
@@ -47,6 +75,12 @@ func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 			j.TargetsDone, j.TargetsTotal, j.TargetsFailed, formatNanos(j.Created), formatNanos(j.Lease), j.Error)
 	}
 	return tw.Flush()
+}
+
+// newestFirst orders jobs as the API lists them: by creation time, then
+// id, both descending.
+func newestFirst(a, b persistence.JobRecord) int {
+	return cmp.Or(cmp.Compare(b.Created, a.Created), cmp.Compare(b.ID, a.ID))
 }
 
 // formatNanos formats unix nanoseconds as UTC, to the second.

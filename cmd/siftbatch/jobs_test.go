@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
@@ -87,17 +89,57 @@ func TestJobs(t *testing.T) {
 		ids[1]: {"alice", "done", "1/1"},
 		ids[2]: {"bob", "done", "1/1"},
 	}
-	for _, l := range lines[1:] {
+	for i, l := range lines[1:] {
 		f := strings.Fields(l)
 		w, ok := want[f[0]]
 		if !ok || f[1] != w[0] || f[2] != w[1] || f[3] != w[2] {
 			t.Errorf("row %q, want %v", l, w)
+		}
+		if f[0] != ids[len(ids)-1-i] {
+			t.Errorf("row %d is %s, want %s: newest first", i, f[0], ids[len(ids)-1-i])
 		}
 		delete(want, f[0])
 	}
 	if len(want) != 0 {
 		t.Errorf("jobs missing: %v", want)
 	}
+
+	t.Run("filters", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want []string // newest first
+		}{
+			{[]string{"--status", "done"}, []string{ids[2], ids[1]}},
+			{[]string{"--status", "terminal"}, []string{ids[2], ids[1], ids[0]}},
+			{[]string{"--status", "partial"}, []string{ids[0]}},
+			{[]string{"--caller", "alice"}, []string{ids[1], ids[0]}},
+			{[]string{"--caller", "bob", "--status", "done"}, []string{ids[2]}},
+			{[]string{"--caller", "alice", "--status", "live"}, nil},
+			{[]string{"--caller", "carol"}, nil},
+		} {
+			out, _, err := run(t, append([]string{"jobs", "--data", dir}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("%v: %v", tc.args, err)
+			}
+			if tc.want == nil {
+				if !strings.HasPrefix(out, "no jobs in ") || !strings.Contains(out, "that match") {
+					t.Fatalf("%v: %q", tc.args, out)
+				}
+				continue
+			}
+			var got []string
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+				got = append(got, strings.Fields(l)[0])
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%v: %v, want %v", tc.args, got, tc.want)
+			}
+		}
+		var ue *cli.UsageError
+		if _, _, err := run(t, "jobs", "--data", dir, "--status", "finished"); !errors.As(err, &ue) || !strings.Contains(err.Error(), "finished") {
+			t.Fatalf("--status finished: %v, want a usage error", err)
+		}
+	})
 
 	t.Run("empty store", func(t *testing.T) {
 		empty := t.TempDir()

@@ -128,7 +128,7 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 		"Serve the batch HTTP API: POST /v1/batch, GET and DELETE /v1/batch/{id},\nGET /v1/batch/{id}/{idx}, GET /metrics, GET /healthz, the API as MCP tools at\n/mcp (streamable HTTP, the same keys) and the dashboard at /ui/ (sign in with a\nkey). Numbers and durations must be positive; jobs left running by a crash read failed (\"restart\") when\nserve starts again: jobs never resume.\n\nWith --cluster NAME, serve is one node of a cluster (protoactor's, over gRPC):\na job runs on the node it was submitted to, and any node answers for it; a\njob whose node has left answers 503 \"node unavailable\" with Retry-After.\nGET /healthz?cluster=1 (a liveness probe's) also answers 503 once the node has\nbeen out of its own member list for 30s after it joined (a restart rejoins it).\nThe nodes speak mutual TLS 1.3: each presents its certificate (--cluster-cert,\nnaming --node) and accepts only peers whose certificates chain to the cluster's\nCA (--cluster-ca); siftbatch cluster-certs makes them. Loopback, three nodes\n(then 2 and 3 alike, with their own ports and files):\n  siftbatch cluster-certs --dir certs --nodes n1,n2,n3\n  serve --keys K --addr 127.0.0.1:8081 --cluster c --node n1 \\\n    --cluster-addr 127.0.0.1:7101 --manage-addr 127.0.0.1:7201 \\\n    --peers 127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203 \\\n    --cluster-ca certs/ca.crt --cluster-cert certs/n1.crt --cluster-key certs/n1.key")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.data, "data", defaultDataDir, `store directory ("" keeps the store in memory)`)
-	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nthe API treats them alike; in the dashboard an admin sees and may cancel every job")
+	fs.StringVar(&f.keys, "keys", "", "API keys file, one key a line: NAME KEY [restricted|admin] (required). A key's\nclass (standard, restricted or admin) is passed to the runner for sift's own use;\nan admin may also list any caller's jobs (GET /v1/batch?caller=NAME or *), and in\nthe dashboard sees and may cancel every job")
 	fs.BoolVar(&f.allowPrivate, "allow-private", false, "let the fetcher reach loopback, private and link-local addresses")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.fetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "deadline of one target's fetch")
@@ -235,6 +235,7 @@ type server struct {
 	http    *http.Server
 	ui      *dashboard.Handler
 	node    *cluster.Node // nil without --cluster
+	members *membersLog   // nil without --cluster
 	runner  *engine.Runner
 	fetcher *fetcher.Fetcher
 	store   *persistence.Store
@@ -350,7 +351,11 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	if node != nil {
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}
-	return &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}, nil
+	srv := &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}
+	if node != nil {
+		srv.members = startMembersLog(node, log)
+	}
+	return srv, nil
 }
 
 // serve serves on ln until ctx is cancelled or the listener fails, then
@@ -390,6 +395,7 @@ func (s *server) close() error {
 	s.ui.Close()
 	s.runner.Close()
 	if s.node != nil {
+		s.members.stop()
 		_ = s.node.Close() // it never fails
 	}
 	s.fetcher.Close()

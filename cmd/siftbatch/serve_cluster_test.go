@@ -605,6 +605,12 @@ func TestServe_Cluster(t *testing.T) {
 		return slices.Equal(unavailable, []string{"n3"})
 	})
 	t.Logf("n3's jobs unavailable %s after its SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	// Each survivor logs its members without n3 (members.go).
+	for _, n := range []*clusterNode{n1, n2} {
+		poll(15*time.Second, n.name+" to log its members without n3", func() bool {
+			return strings.Contains(n.stderr.String(), `msg="cluster members" count=2 nodes=n1,n2`)
+		})
+	}
 	// n1's jobs still answer through n2.
 	wantCode(t, do(n2, http.MethodGet, "/v1/batch/"+a, clusterAlice, ""), http.StatusOK)
 
@@ -624,7 +630,8 @@ func TestServe_Cluster(t *testing.T) {
 				t.Errorf("%s's log holds %q:\n%s", n.name, secret, l)
 			}
 		}
-		for _, want := range []string{"cluster node started", "cluster node stopped", "node=" + n.name, "cluster traffic is mutually authenticated and encrypted"} {
+		for _, want := range []string{"cluster node started", "cluster node stopped", "node=" + n.name, "cluster traffic is mutually authenticated and encrypted",
+			`msg="cluster members" count=3 nodes=n1,n2,n3`} {
 			if !strings.Contains(l, want) {
 				t.Errorf("%s's log lacks %q:\n%s", n.name, want, l)
 			}

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine"
@@ -24,6 +27,8 @@ type storedJobJSON struct {
 	TargetsDone   int                `json:"targets_done"`
 	TargetsFailed int                `json:"targets_failed"`
 	CreatedAt     int64              `json:"created_at"`
+	StartedAt     int64              `json:"started_at,omitempty"`
+	EndedAt       int64              `json:"ended_at,omitempty"`
 	Lease         int64              `json:"lease"`
 	ResultBytes   int64              `json:"result_bytes"`
 	Targets       []storedTargetJSON `json:"targets"`
@@ -37,13 +42,30 @@ type storedTargetJSON struct {
 	Status  string          `json:"status"`
 	Error   string          `json:"error,omitempty"`
 	Hint    string          `json:"hint,omitempty"`
-	Result  *engine.Result  `json:"result,omitempty"`
+	// DurationMS is the fetch's time in milliseconds, rounded up, as the
+	// API gives it; StoredAt when the outcome was stored, unix seconds.
+	DurationMS int64          `json:"duration_ms,omitempty"`
+	StoredAt   int64          `json:"stored_at,omitempty"`
+	Result     *engine.Result `json:"result,omitempty"`
+}
+
+// durationMS is d in whole milliseconds, rounded up, as the API's
+// duration_ms (engine/httpapi); 0 for d ≤ 0 (unknown).
+func durationMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // runShow is the show command: one stored job and its targets as JSON.
 func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := cli.NewFlagSet("show", "show [--data DIR] [--results] ID",
-		"Print one stored job and its targets as JSON. The store must not be in use by\na running serve.")
+		"Print one stored job and its targets as JSON. ID is a job's whole id, or the\nstart of one (at least 4 hex digits): of its first 8 digits, the short id the\nlists show, or of digits 9 to 16 for a job of a cluster node (whose ids begin\nwith the node's tag). A start that more than one job has lists them and fails.\nThe store must not be in use by a running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
 	results := fs.Bool("results", false, "include each target's result")
 	pos, err := cli.ParseFlags(fs, args, stdout)
@@ -59,6 +81,9 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	defer store.Close()
+	if id, err = resolveID(store, id, *data); err != nil {
+		return err
+	}
 	j, targets, err := store.JobWithTargets(id)
 	if errors.Is(err, persistence.ErrNotFound) {
 		return fmt.Errorf("no job %s in %s", id, *data)
@@ -75,12 +100,15 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		TargetsDone:   j.TargetsDone,
 		TargetsFailed: j.TargetsFailed,
 		CreatedAt:     j.Created / 1e9,
+		StartedAt:     j.Started / 1e9,
+		EndedAt:       j.Ended / 1e9,
 		Lease:         j.Lease / 1e9,
 		ResultBytes:   j.ResultBytes,
 		Targets:       make([]storedTargetJSON, 0, len(targets)),
 	}
 	for _, t := range targets {
-		st := storedTargetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
+		st := storedTargetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+			DurationMS: durationMS(t.Took), StoredAt: t.Stored / 1e9}
 		if json.Valid(t.Options) && string(t.Options) != "{}" {
 			st.Options = t.Options
 		}
@@ -99,4 +127,38 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
+}
+
+// resolveID returns the id of the one stored job that arg names: arg
+// itself if it is not the start of an id (4 to 31 hex digits), else the
+// job whose id, or (for 8 digits or fewer) whose digits from the 9th on,
+// start with it. None, or more than one, is an error; the one for more
+// lists them, newest first.
+func resolveID(store *persistence.Store, arg, dir string) (string, error) {
+	p := strings.ToLower(arg)
+	if len(p) < engine.MinShortPrefix || len(p) >= 32 || strings.Trim(p, "0123456789abcdef") != "" {
+		return arg, nil
+	}
+	var found []persistence.JobRecord
+	if err := store.Jobs(func(j persistence.JobRecord) bool {
+		if strings.HasPrefix(j.ID, p) || (len(p) <= engine.ShortIDLen && strings.HasPrefix(j.ID[2*engine.NodeTagLen:], p)) {
+			found = append(found, j)
+		}
+		return true
+	}); err != nil {
+		return "", err
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no job %s in %s", arg, dir)
+	case 1:
+		return found[0].ID, nil
+	}
+	slices.SortStableFunc(found, newestFirst)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d jobs in %s begin with %s; give more digits:", len(found), dir, arg)
+	for _, j := range found {
+		fmt.Fprintf(&b, "\n  %s  %s  %s  %s", j.ID, j.Caller, j.Status, formatNanos(j.Created))
+	}
+	return "", errors.New(b.String())
 }

@@ -63,6 +63,61 @@ func TestShow(t *testing.T) {
 	}
 }
 
+// TestShow_ShortIDs: show takes the start of an id (4 digits or more, any
+// case): of its first 8 digits, or of digits 9 to 16 (a cluster node's
+// short id); a start more than one job has lists them, newest first, and
+// fails; none is "no job".
+func TestShow_ShortIDs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{
+		"abcd0000000000000000000000000001",
+		"abcd1000000000000000000000000002",
+		"5e1f7a90c0ffee000000000000000003", // a node's: its short id is c0ffee00
+	}
+	for i, id := range ids {
+		j := persistence.JobRecord{ID: id, Caller: "alice", Status: persistence.StatusDone, TargetsTotal: 1, TargetsDone: 1,
+			Created: int64(i+1) * 1e9, Lease: int64(i+1) * 1e9, Settled: true}
+		j.Key[0] = byte(i)
+		if err := store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/" + id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for arg, want := range map[string]string{
+		"abcd0": ids[0], "ABCD1": ids[1], "abcd10000000": ids[1], ids[0]: ids[0],
+		"c0ffee00": ids[2], "c0ff": ids[2], "5e1f7a90c0": ids[2],
+	} {
+		out, _, err := run(t, "show", "--data", dir, arg)
+		if err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		var job storedJobJSON
+		if err := json.Unmarshal([]byte(out), &job); err != nil || job.ID != want {
+			t.Fatalf("%s: %v %s, want %s", arg, err, job.ID, want)
+		}
+	}
+	_, _, err = run(t, "show", "--data", dir, "abcd")
+	if err == nil {
+		t.Fatal("abcd: two jobs, no error")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "2 jobs") || strings.Index(msg, ids[1]) > strings.Index(msg, ids[0]) || !strings.Contains(msg, ids[0]) {
+		t.Fatalf("abcd: %q, want both candidates, newest first", msg)
+	}
+	for _, arg := range []string{"ffff", "abc", "c0ffee001", "zzzz"} {
+		if _, _, err := run(t, "show", "--data", dir, arg); err == nil || !strings.Contains(err.Error(), "no job") {
+			t.Fatalf("%s: %v, want no job", arg, err)
+		}
+	}
+}
+
 // TestShow_SameFieldsAsAPI: every field show and the API's GET
 // /v1/batch/{id}?results=1 share has the same name, type and value (times
 // in unix seconds, results as objects, HTML not escaped); show adds the

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -89,6 +90,61 @@ func TestClient_SessionThroughEveryMethod(t *testing.T) {
 	}
 	if err := c.Cancel(ctx, sub.ID); !errors.Is(err, client.ErrConflict) {
 		t.Fatalf("cancel of an ended job: %v; want ErrConflict", err)
+	}
+}
+
+// TestClient_ListByCallerAndTimes: an admin key lists a caller's jobs and
+// every caller's, each with its caller and times; a standard key's list
+// by caller is ErrForbidden; a job's times are decoded.
+func TestClient_ListByCallerAndTimes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{JobsPerCaller: 4}, httpapi.Options{})
+	ctx := context.Background()
+	var want []string // newest first
+	for i, key := range []string{"alice-key", "bob-key", "alice-key"} {
+		sub, err := b.client(t, key).Submit(ctx, targets(fmt.Sprintf("l%d", i), 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.client(t, key).Wait(ctx, sub.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{sub.ID}, want...)
+		b.Clock.Advance(time.Second)
+	}
+	root := b.client(t, "root-key")
+	list := func(c *client.Client, opt client.ListOptions) (ids, callers []string, err error) {
+		for j, err := range c.List(ctx, opt) {
+			if err != nil {
+				return nil, nil, err
+			}
+			if j.StartedAt == 0 || j.EndedAt == 0 {
+				t.Fatalf("job %s without its times: %+v", j.ID, j)
+			}
+			ids, callers = append(ids, j.ID), append(callers, j.Caller)
+		}
+		return ids, callers, nil
+	}
+	ids, callers, err := list(root, client.ListOptions{Caller: "*", Limit: 2})
+	if err != nil || !slices.Equal(ids, want) || !slices.Equal(callers, []string{"alice", "bob", "alice"}) {
+		t.Fatalf("caller=*: %v %v %v, want %v", ids, callers, err, want)
+	}
+	ids, _, err = list(root, client.ListOptions{Caller: "bob"})
+	if err != nil || !slices.Equal(ids, want[1:2]) {
+		t.Fatalf("caller=bob: %v %v", ids, err)
+	}
+	ids, _, err = list(root, client.ListOptions{})
+	if err != nil || len(ids) != 0 {
+		t.Fatalf("the admin's own: %v %v", ids, err)
+	}
+	_, _, err = list(b.client(t, "alice-key"), client.ListOptions{Caller: "alice"})
+	var ce *client.Error
+	if !errors.Is(err, client.ErrForbidden) || !errors.As(err, &ce) || ce.Status != http.StatusForbidden {
+		t.Fatalf("alice's list by caller: %v, want ErrForbidden", err)
+	}
+	job, err := b.client(t, "alice-key").Job(ctx, want[0])
+	if err != nil || job.StartedAt == 0 || job.EndedAt < job.StartedAt || job.Caller != "" {
+		t.Fatalf("job: %+v %v", job, err)
 	}
 }
 

@@ -16,7 +16,7 @@
 // Errors: an answer that is not a success is an [*Error] with the API's
 // status code, error text, hint and Retry-After. It matches, with
 // [errors.Is], a sentinel of this package for its status class
-// ([ErrUnauthorized] for 401, [ErrConflict] for 409, [ErrTooManyRequests]
+// ([ErrUnauthorized] for 401, [ErrForbidden] for 403, [ErrConflict] for 409, [ErrTooManyRequests]
 // for 429, [ErrUnavailable] for 503, [ErrBadRequest] for 400, 408 and 413)
 // and the engine's sentinel where one exists (engine.ErrNotFound for 404,
 // engine.ErrInvalid for every 422, and by the API's text

@@ -20,6 +20,9 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrUnauthorized is 401: the API key is missing or unknown.
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden is 403: the key may not do that (a list by caller
+	// from a key that is not an admin's).
+	ErrForbidden = errors.New("forbidden")
 	// ErrConflict is 409: the job has already ended (a cancel).
 	ErrConflict = errors.New("conflict")
 	// ErrTooManyRequests is 429: a cap (the caller's or the server's live
@@ -61,6 +64,7 @@ var classes = map[int]error{
 	http.StatusRequestTimeout:        ErrBadRequest,
 	http.StatusRequestEntityTooLarge: ErrBadRequest,
 	http.StatusUnauthorized:          ErrUnauthorized,
+	http.StatusForbidden:             ErrForbidden,
 	http.StatusNotFound:              batchtype.ErrNotFound,
 	http.StatusConflict:              ErrConflict,
 	http.StatusUnprocessableEntity:   batchtype.ErrInvalid,

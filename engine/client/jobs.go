@@ -75,6 +75,14 @@ type Job struct {
 	TargetsFailed int `json:"targets_failed"`
 	// CreatedAt is the job's creation, in unix seconds.
 	CreatedAt int64 `json:"created_at"`
+	// StartedAt is when its first target went to a worker, EndedAt when
+	// it ended, in unix seconds; 0 while not known (queued, live, or a
+	// job stored by a server before them).
+	StartedAt int64 `json:"started_at,omitempty"`
+	EndedAt   int64 `json:"ended_at,omitempty"`
+	// Caller is the job's caller, in a list by caller
+	// ([ListOptions.Caller]) only.
+	Caller string `json:"caller,omitempty"`
 	// Targets are the job's targets, without results ([Client.Job],
 	// [Client.Wait]); nil in a list.
 	Targets []TargetStatus `json:"targets,omitempty"`
@@ -97,6 +105,9 @@ type TargetStatus struct {
 	// Error and Hint say why a failed target failed, and what to do.
 	Error string `json:"error,omitempty"`
 	Hint  string `json:"hint,omitempty"`
+	// DurationMS is a stored target's fetch time in milliseconds,
+	// rounded up; 0 while pending or running, or not known.
+	DurationMS int64 `json:"duration_ms,omitempty"`
 	// Result is a done target's result, where the answer has results
 	// ([Client.Target], [Client.Results]); nil otherwise.
 	Result *Result `json:"result,omitempty"`
@@ -301,6 +312,11 @@ type ListOptions struct {
 	// Cursor starts at the page a page's NextCursor names. Default: the
 	// first page.
 	Cursor string
+	// Caller, for an admin key only, lists that caller's jobs, or every
+	// caller's for "*" (each [Job] with its Caller). Any other key's list
+	// by caller is an error matching [ErrForbidden]. Default: the key's
+	// own jobs.
+	Caller string
 }
 
 // Page is a page of the caller's jobs: the API's {"jobs","next_cursor",
@@ -315,7 +331,8 @@ type Page struct {
 	UnavailableNodes []string `json:"unavailable_nodes,omitempty"`
 }
 
-// ListPage returns one page of the caller's jobs, newest first.
+// ListPage returns one page of the caller's jobs (or, for an admin key,
+// of [ListOptions.Caller]'s), newest first.
 func (c *Client) ListPage(ctx context.Context, opt ListOptions) (Page, error) {
 	q := url.Values{}
 	if opt.Status != "" {
@@ -326,6 +343,9 @@ func (c *Client) ListPage(ctx context.Context, opt ListOptions) (Page, error) {
 	}
 	if opt.Cursor != "" {
 		q.Set("cursor", opt.Cursor)
+	}
+	if opt.Caller != "" {
+		q.Set("caller", opt.Caller)
 	}
 	var p Page
 	if err := c.getJSON(ctx, request{method: http.MethodGet, path: "/v1/batch", query: q}, &p); err != nil {

@@ -21,8 +21,8 @@ import (
 // server and client connection a test starts is stopped by its end.
 func TestMain(m *testing.M) { enginetest.Main(m) }
 
-// Test keys: alice and bob, two standard callers.
-const testKeys = "alice alice-key\nbob bob-key\n"
+// Test keys: alice and bob, two standard callers, and root, an admin.
+const testKeys = "alice alice-key\nbob bob-key\nroot root-key admin\n"
 
 // bundle is a real serve's API under test: the kit's runner, the httpapi
 // handler over it on a loopback test server, and the requests it got.

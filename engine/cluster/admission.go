@@ -18,6 +18,13 @@ import (
 // it gives up on a submission (503 to the client).
 const admitAttempts = 8
 
+// admitBudget bounds an admission in all, its attempts and the pauses
+// between them: a grain whose member hangs with its ports open (each
+// attempt waits its whole timeout) costs a submit at most this, then 503
+// "admission unavailable". An attempt waits at most the Timeout, and no
+// longer than what is left of the budget.
+const admitBudget = 5 * time.Second
+
 // admitter is a node's admission component, and its [engine.Admission]
 // ([Node.Admission]): it asks each caller's grain (grain.go) to admit the
 // caller's new jobs, holds the admissions given to this node's jobs being
@@ -43,24 +50,36 @@ func newAdmitter(timeout time.Duration, tag [engine.NodeTagLen]byte, log *slog.L
 }
 
 // Admit asks caller's grain; see [engine.Admission].
-func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, error) {
+func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (string, error) {
 	c := a.life.cluster()
 	if c == nil {
 		return "", engine.ErrNoAdmission
 	}
-	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller)}
+	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller), Body: body}
+	deadline := time.Now().Add(admitBudget)
 	for attempt := range admitAttempts {
 		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 50 * time.Millisecond)
+			pause := time.Duration(attempt*attempt) * 50 * time.Millisecond
+			if time.Until(deadline) <= pause {
+				break
+			}
+			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
+				a.giveUp(caller, id)
 				return "", ctx.Err()
 			}
 		}
-		res, err := a.grainRequest(ctx, c, caller, msg)
+		wait := min(a.timeout, time.Until(deadline))
+		if wait <= 0 {
+			break
+		}
+		observeAttempt(wait)
+		res, err := a.grainRequestFor(ctx, c, caller, msg, wait)
 		if ctx.Err() != nil {
+			a.giveUp(caller, id)
 			return "", ctx.Err()
 		}
 		if err != nil {
@@ -75,6 +94,8 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 			return "", engine.ErrCallerBusy
 		case clusterpb.Verdict_VERDICT_REUSE:
 			return adm.ReuseId, nil
+		case clusterpb.Verdict_VERDICT_MISMATCH:
+			return "", engine.ErrIdempotencyMismatch
 		case clusterpb.Verdict_VERDICT_ADMIT:
 			// The fence: the grain decided under topology adm.Epoch; if this
 			// node has seen the topology change since, a newer activation may
@@ -91,7 +112,16 @@ func (a *admitter) Admit(ctx context.Context, caller, key, id string) (string, e
 		}
 	}
 	a.log.Warn("admission unavailable", slog.String(logKeyJobID, id))
+	a.giveUp(caller, id)
 	return "", engine.ErrNoAdmission
+}
+
+// giveUp gives back, on a goroutine of its own, an admission the grain may
+// have made though its answer did not come in time: the job is not
+// created, and the grain should not count it until its next rebuild.
+func (a *admitter) giveUp(caller, id string) {
+	observe("end", caller, id, 0)
+	a.life.goWork(func() { a.settle(caller, id, "") })
 }
 
 // Release gives an admission back: its job was not created.
@@ -106,12 +136,12 @@ func (a *admitter) Release(caller, id string) {
 }
 
 // Reused tells the caller's grain that this node reused its job id for key
-// on its own. It tells it before it returns (waiting at most the Timeout),
-// as Release does: the caller's next resubmit, on any node, returns the
-// same job.
-func (a *admitter) Reused(caller, key, id string) {
+// (bound to targets of hash body, if not "") on its own. It tells it before
+// it returns (waiting at most the Timeout), as Release does: the caller's
+// next resubmit, on any node, returns the same job.
+func (a *admitter) Reused(caller, key, body, id string) {
 	if c := a.life.cluster(); c != nil {
-		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id})
+		_, _ = a.grainRequest(a.life.ctx, c, caller, &clusterpb.Remember{Caller: caller, Key: key, Id: id, Body: body})
 	}
 }
 
@@ -126,11 +156,12 @@ func (a *admitter) Ended(caller, id, status string) {
 }
 
 // settle tells caller's grain that job id is no longer live (or was never
-// created, status ""). If it cannot be told, its next rebuild learns it
+// created, status ""), giving up when the node closes. If it cannot be
+// told, its next rebuild learns it
 // from the members.
 func (a *admitter) settle(caller, id, status string) {
 	if c := a.life.cluster(); c != nil {
-		_, _ = a.grainRequest(context.Background(), c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
+		_, _ = a.grainRequest(a.life.ctx, c, caller, &clusterpb.Settle{Caller: caller, Id: id, Status: status})
 	}
 }
 
@@ -145,8 +176,13 @@ var errClosing = errors.New("the node is closing")
 // member has died and not yet left, finding the grain waits 5s on it
 // (disthash's placement request, whatever the timeout); it goes on, on a
 // goroutine of its own that Close waits for, and its answer, if any, is
-// dropped.
+// dropped. Close does not wait for it: it ends by itself.
 func (a *admitter) grainRequest(ctx context.Context, c *pacluster.Cluster, caller string, msg any) (any, error) {
+	return a.grainRequestFor(ctx, c, caller, msg, a.timeout)
+}
+
+// grainRequestFor is grainRequest, waiting at most d.
+func (a *admitter) grainRequestFor(ctx context.Context, c *pacluster.Cluster, caller string, msg any, d time.Duration) (any, error) {
 	topo := a.members.topology()
 	var next <-chan struct{} // nil (never ready) before the first topology
 	if topo != nil {
@@ -157,13 +193,13 @@ func (a *admitter) grainRequest(ctx context.Context, c *pacluster.Cluster, calle
 		err error
 	}
 	answers := make(chan answer, 1)
-	if !a.life.goWork(func() {
-		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(a.timeout))
+	if !a.life.goCall(func() {
+		res, err := c.Request(caller, callerKind, msg, pacluster.WithTimeout(d))
 		answers <- answer{res, err}
 	}) {
 		return nil, errClosing
 	}
-	timer := time.NewTimer(a.timeout)
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
@@ -227,23 +263,44 @@ func (a *admitter) callerJobs(ctx context.Context, m *pacluster.Member, caller s
 }
 
 // reusable asks the node that holds job id whether a resubmit may reuse
-// it: false if that node is not a member.
-func (a *admitter) reusable(caller, key, id string) bool {
+// it: false if that node is not a member. With wantBody, it asks for the
+// hash of the job's targets too: body is "" if the node could not tell it.
+func (a *admitter) reusable(caller, key, id string, wantBody bool) (ok bool, body string) {
 	tag, ok := idTag(id)
 	if !ok {
-		return false
+		return false, ""
 	}
 	if tag == a.tag {
-		return a.life.run.runner.Reusable(caller, key, id)
+		return reusableHere(a.life.run.runner, &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody})
 	}
 	m, _ := a.members.holder(tag)
 	if m == nil {
-		return false
+		return false, ""
 	}
-	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id}, a.timeout, nil)
+	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody}, a.timeout, nil)
 	if err != nil {
-		return false
+		return false, ""
 	}
 	reply, ok := res.(*clusterpb.ReusableReply)
-	return ok && reply.Reusable
+	if !ok || !reply.Reusable {
+		return false, ""
+	}
+	return true, reply.Body
+}
+
+// reusableHere answers a ReusableRequest from this node's runner: whether
+// the job may be reused and, if asked, the hash of its targets ("" if it
+// could not be read).
+func reusableHere(run engine.Peer, m *clusterpb.ReusableRequest) (bool, string) {
+	if !run.Reusable(m.Caller, m.Key, m.Id) {
+		return false, ""
+	}
+	if !m.WantBody {
+		return true, ""
+	}
+	body, err := run.TargetsHash(m.Caller, m.Id)
+	if err != nil {
+		return true, ""
+	}
+	return true, body
 }

@@ -2,15 +2,21 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pacluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
@@ -28,6 +34,7 @@ type capWatch struct {
 	mu         sync.Mutex
 	live       map[string]map[string]bool // caller → ids admitted, not ended
 	admissions int
+	retries    int // submits asked again: their key bound to a job of another body
 	violations []string
 }
 
@@ -75,6 +82,8 @@ func observe(event, caller, id string, limit int) {
 		}
 	case "end":
 		delete(w.live[caller], id)
+	case "retry":
+		w.retries++
 	}
 }
 
@@ -176,7 +185,7 @@ func postUntil503(t *testing.T, n *node, key string, urls ...string) (code int, 
 func admitUntil(t *testing.T, adm engine.Admission, caller, key, id string) {
 	t.Helper()
 	testkit.WaitFor(t, caller+"'s grain admits "+id, func() bool {
-		_, err := adm.Admit(context.Background(), caller, key, id)
+		_, err := adm.Admit(context.Background(), caller, key, "", id)
 		if err != nil && !errors.Is(err, engine.ErrCallerBusy) {
 			t.Fatalf("admit %s: %v", id, err)
 		}
@@ -194,8 +203,8 @@ type gatedAdmission struct {
 	armed    atomic.Bool // holds the next admitted submission only
 }
 
-func (g *gatedAdmission) Admit(ctx context.Context, caller, key, id string) (string, error) {
-	reuse, err := g.Admission.Admit(ctx, caller, key, id)
+func (g *gatedAdmission) Admit(ctx context.Context, caller, key, body, id string) (string, error) {
+	reuse, err := g.Admission.Admit(ctx, caller, key, body, id)
 	if err == nil && reuse == "" && g.armed.Swap(false) {
 		g.admitted <- struct{}{}
 		<-g.gate
@@ -275,14 +284,14 @@ func TestAdmission_RetriedAdmitCountsOnce(t *testing.T) {
 	tag := fmt.Sprintf("%x", cluster.Tag("a"))
 	id1, id2, id3 := tag+"000000000000000000000001", tag+"000000000000000000000002", tag+"000000000000000000000003"
 	for range 3 { // protoactor retries a request: the same admission, asked again
-		if reuse, err := adm.Admit(ctx, carol, "k1", id1); err != nil || reuse != "" {
+		if reuse, err := adm.Admit(ctx, carol, "k1", "", id1); err != nil || reuse != "" {
 			t.Fatalf("admit %s: %q %v", id1, reuse, err)
 		}
 	}
-	if reuse, err := b.Node.Admission().Admit(ctx, carol, "k2", id2); err != nil || reuse != "" {
+	if reuse, err := b.Node.Admission().Admit(ctx, carol, "k2", "", id2); err != nil || reuse != "" {
 		t.Fatalf("admit %s on b: %q %v", id2, reuse, err)
 	}
-	if _, err := adm.Admit(ctx, carol, "k3", id3); err != engine.ErrCallerBusy {
+	if _, err := adm.Admit(ctx, carol, "k3", "", id3); err != engine.ErrCallerBusy {
 		t.Fatalf("a third admission with cap 2: %v, want ErrCallerBusy", err)
 	}
 	adm.Release(carol, id1)
@@ -428,8 +437,9 @@ func TestAdmission_ConcurrentSameCallerNeverOverCap(t *testing.T) {
 }
 
 // The same targets submitted at once on every node, 5 times each: the
-// concurrent first submits may race, but never past the cap; once one has
-// been answered, every resubmit on any node returns one and the same job.
+// concurrent first submits make one job (each asked again until the first
+// admitted exists), never past the cap; every resubmit on any node returns
+// that job.
 func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
 	t.Parallel()
 	w := watchCaps(t)
@@ -452,8 +462,8 @@ func TestAdmission_ConcurrentIdenticalFirstSubmits(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if len(ids) == 0 || len(ids) > 3 {
-		t.Fatalf("jobs created by 15 concurrent identical first submits: %v (cap 3)", ids)
+	if len(ids) != 1 {
+		t.Fatalf("jobs created by 15 concurrent identical first submits: %v; want one", ids)
 	}
 	t.Logf("15 concurrent identical first submits created %d job(s): %v", len(ids), ids)
 	if n := liveOf(tc, w.caller("alice")); n > 3 {
@@ -653,30 +663,40 @@ func TestAdmission_GarbageAndClosedNeverPanic(t *testing.T) {
 	ctx := context.Background()
 	adm := a.Node.Admission()
 	for _, id := range []string{"", "zz", "not-hex-at-all", strings.Repeat("f", 4096), "\x00\xff"} {
-		reuse, err := adm.Admit(ctx, "garbage-caller", "k", id)
+		reuse, err := adm.Admit(ctx, "garbage-caller", "k", "", id)
 		t.Logf("Admit(id %.12q): %q %v", id, reuse, err)
 		adm.Release("garbage-caller", id)
 		adm.Ended("garbage-caller", id, "bogus-status")
 		adm.Ended("nobody", id, "done")
 	}
+	// A body that is no hash of targets is never admitted (its grain
+	// answers RETRY until the asking node gives up, or its ctx ends).
+	for _, body := range []string{"not-a-hash", strings.Repeat("A", 64), strings.Repeat("f", 4096)} {
+		bctx, cancel := context.WithTimeout(ctx, time.Second)
+		reuse, err := adm.Admit(bctx, "body-caller", "k", body, fmt.Sprintf("%x", rand.Uint64()))
+		cancel()
+		if err == nil || reuse != "" {
+			t.Errorf("Admit with body %.12q: %q %v, want no admission", body, reuse, err)
+		}
+	}
 	// A cancelled context: an error or an answer, no panic.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, _ = adm.Admit(cctx, "ctx-caller", "k", "x")
+	_, _ = adm.Admit(cctx, "ctx-caller", "k", "", "x")
 	adm.Release("ctx-caller", "x")
 	// Before start and after close: ErrNoAdmission.
 	fresh, err := cluster.New(cluster.Config{Name: "x", Node: "fresh", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "fresh"), Provider: cluster.ProtoactorProvider(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fresh.Admission().Admit(ctx, "alice", "k", "id"); !errors.Is(err, engine.ErrNoAdmission) {
+	if _, err := fresh.Admission().Admit(ctx, "alice", "k", "", "id"); !errors.Is(err, engine.ErrNoAdmission) {
 		t.Fatalf("Admit before start: %v", err)
 	}
 	fresh.Admission().Release("alice", "id")
 	fresh.Admission().Ended("alice", "id", "done")
 	_ = fresh.Close()
 	tc.Stop(b)
-	if _, err := b.Node.Admission().Admit(ctx, "alice", "k", "id"); !errors.Is(err, engine.ErrNoAdmission) {
+	if _, err := b.Node.Admission().Admit(ctx, "alice", "k", "", "id"); !errors.Is(err, engine.ErrNoAdmission) {
 		t.Fatalf("Admit after close: %v", err)
 	}
 	b.Node.Admission().Release("alice", "id")
@@ -742,15 +762,13 @@ func TestAdmission_Unavailable503(t *testing.T) {
 	}
 }
 
-// TestAdmission_ResubmitAfterRaceReturnsOneJob: an idempotent resubmit to
-// any node returns the same job while that job's node is a member
-// (docs/CLUSTER.md, "Reuse"), also after two first submits of the same
-// targets raced (allowed: a slow node a holds its admission while b's first
-// submit is admitted too, so two jobs exist, ja on a and jb on b): once jb
-// is cancelled, a resubmit on a returns ja (a's runner's own idempotency),
-// and one on b returns ja too (the grain learnt of it), not a third job.
-func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
-	t.Parallel()
+// TestAdmission_ConcurrentFirstSubmitsMakeOneJob: two first submits of the
+// same targets on two nodes at once make one job: while a's job, admitted,
+// is not yet created (a slow node holds it), b's submit is asked again
+// (its attempts observed), not admitted; once a's job exists, b's submit
+// returns it, and so does a resubmit on either node. Not parallel: it
+// observes every admission's attempts.
+func TestAdmission_ConcurrentFirstSubmitsMakeOneJob(t *testing.T) {
 	w := watchCaps(t)
 	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 4, JobsTotal: 64}})
 	ga := &gatedAdmission{admitted: make(chan struct{}, 1), gate: make(chan struct{})}
@@ -764,36 +782,411 @@ func TestAdmission_ResubmitAfterRaceReturnsOneJob(t *testing.T) {
 		code int
 		id   string
 	}
-	first := make(chan answer, 1)
+	first, second := make(chan answer, 1), make(chan answer, 1)
 	go func() {
 		code, id := a.Post("alice-key", url)
 		first <- answer{code, id}
 	}()
-	testkit.Recv(t, ga.admitted)          // a's first submit is admitted
-	codeB, jb := b.Post("alice-key", url) // a has not created its job yet
+	testkit.Recv(t, ga.admitted) // a's first submit is admitted, its job not created
+	attempts := make(chan struct{}, 64)
+	cluster.SetAttemptObserver(func(time.Duration) {
+		select {
+		case attempts <- struct{}{}:
+		default:
+		}
+	})
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+	go func() {
+		code, id := b.Post("alice-key", url)
+		second <- answer{code, id}
+	}()
+	testkit.Recv(t, attempts)
+	testkit.Recv(t, attempts) // b's submit was asked again: not admitted while a's job is not there
 	close(ga.gate)
-	fa := <-first
-	if fa.code != http.StatusAccepted || codeB != http.StatusAccepted {
-		t.Fatalf("first submits: a %d, b %d", fa.code, codeB)
+	fa, fb := testkit.Recv(t, first), testkit.Recv(t, second)
+	if fa.code != http.StatusAccepted || fb.code != http.StatusAccepted || fa.id != fb.id {
+		t.Fatalf("first submits at once: a %d %s, b %d %s; want one job, 202 on both", fa.code, fa.id, fb.code, fb.id)
 	}
-	ja := fa.id
-	t.Logf("two first submits: %s on a, %s on b", ja, jb)
-	if ja == jb {
-		t.Skip("the first submits did not race: one job")
-	}
-	if !b.Runner.Cancel(jb) {
-		t.Fatal("cancel jb")
-	}
-	code, onA := postUntil(t, a, "alice-key", url)
-	if code != http.StatusAccepted {
-		t.Fatalf("resubmit on a: %d", code)
-	}
-	code, onB := postUntil(t, b, "alice-key", url)
-	if code != http.StatusAccepted {
-		t.Fatalf("resubmit on b: %d", code)
-	}
-	if onA != onB {
-		t.Fatalf("resubmits of the same targets: %s on a, %s on b (ja %s live on a, a member; jb %s cancelled)", onA, onB, ja, jb)
+	for _, n := range []*node{a, b} {
+		if code, id := n.Post("alice-key", url); code != http.StatusAccepted || id != fa.id {
+			t.Fatalf("resubmit on %s: %d %s, want %s", n.Name, code, id, fa.id)
+		}
 	}
 	w.check(t)
+}
+
+// submitIdem posts urls on n for key's caller with the Idempotency-Key
+// header idem, and returns the answer's status, id and body. It never
+// fails the test: a transport error is status 0.
+func submitIdem(n *node, key, idem string, urls ...string) (code int, id string, body []byte) {
+	ts := make([]string, len(urls))
+	for i, u := range urls {
+		ts[i] = fmt.Sprintf(`{"url":%q}`, u)
+	}
+	req, err := http.NewRequest("POST", n.Srv.URL+"/v1/batch", strings.NewReader(`{"targets":[`+strings.Join(ts, ",")+`]}`))
+	if err != nil {
+		return 0, "", nil
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", idem)
+	res, err := n.Srv.Client().Do(req)
+	if err != nil {
+		return 0, "", nil
+	}
+	defer res.Body.Close()
+	body, _ = io.ReadAll(res.Body)
+	var out struct{ ID string }
+	_ = json.Unmarshal(body, &out)
+	return res.StatusCode, out.ID, body
+}
+
+// submitIdemUntil is submitIdem until the answer is neither 429 nor 503 (a
+// grain that has not yet heard of an end, a topology change under way).
+func submitIdemUntil(t *testing.T, n *node, key, idem string, urls ...string) (code int, id string, body []byte) {
+	t.Helper()
+	testkit.WaitFor(t, "a submit on "+n.Name+" neither 429 nor 503", func() bool {
+		code, id, body = submitIdem(n, key, idem, urls...)
+		return code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable
+	})
+	return code, id, body
+}
+
+// TestAdmission_IdempotencyKeyBoundAcrossNodes: an Idempotency-Key is
+// bound to the body it came with on every node, by the caller's grain: the
+// same key and targets on another node return the same job; other targets
+// answer 422 (ErrIdempotencyMismatch) on every node, the job's own too,
+// also once the grain rebuilt (it learns the job's body from the job's
+// node); another caller's same key is its own; once the job failed or was
+// cancelled, the key is free: it makes a new job, and is bound to that
+// one's targets.
+func TestAdmission_IdempotencyKeyBoundAcrossNodes(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	hold := testkit.NewGate()
+	t.Cleanup(hold.Open)
+	page := clustertest.Fetch(hold)
+	fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.Contains(tg.URL, "/fail") {
+			return engine.Result{}, errors.New("refused")
+		}
+		return page(ctx, c, tg)
+	}
+	// Workers enough for every held fetch: a cancelled job's fetch in
+	// flight holds its worker until the test ends.
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Fetch: fetch,
+		Config: engine.Config{JobsPerCaller: 8, JobsTotal: 64, Workers: 8}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	const x, y = "https://example.com/x/hold", "https://example.com/y/hold"
+
+	code, job, body := submitIdem(a, "alice-key", "k-1", x)
+	if code != http.StatusAccepted {
+		t.Fatalf("first submit with key k-1 on a: %d %s", code, body)
+	}
+	mismatchEverywhere := func(when string) {
+		t.Helper()
+		for _, n := range []*node{b, c, a} {
+			code, id, body := submitIdem(n, "alice-key", "k-1", y)
+			if code != http.StatusUnprocessableEntity || !strings.Contains(string(body), engine.ErrIdempotencyMismatch.Error()) {
+				t.Fatalf("%s: key k-1 with other targets on %s: %d %s %s, want 422 naming the mismatch", when, n.Name, code, id, body)
+			}
+		}
+	}
+	sameEverywhere := func(when, want string, urls ...string) {
+		t.Helper()
+		for _, n := range []*node{c, b, a} {
+			code, id, body := submitIdem(n, "alice-key", "k-1", urls...)
+			if code != http.StatusAccepted || id != want || !strings.Contains(string(body), `"reused":true`) {
+				t.Fatalf("%s: key k-1 with its targets on %s: %d %s, want 202 reused %s", when, n.Name, code, body, want)
+			}
+		}
+	}
+	sameEverywhere("bound", job, x)
+	mismatchEverywhere("bound")
+	// Its targets and one more: another body.
+	if code, _, body := submitIdem(b, "alice-key", "k-1", x, y); code != http.StatusUnprocessableEntity {
+		t.Fatalf("key k-1 with an extra target: %d %s, want 422", code, body)
+	}
+	// Another caller's k-1 is not alice's.
+	if code, id, body := submitIdem(c, "bob-key", "k-1", y); code != http.StatusAccepted || id == job {
+		t.Fatalf("bob's key k-1: %d %s (alice's job %s)", code, body, job)
+	}
+
+	// A new member: every grain rebuilds from the members, which know
+	// alice's job by its key, not its body; the job's node tells it.
+	d := tc.Add("d")
+	tc.WaitMembers(4)
+	clustertest.WaitSees(t, d, 4)
+	for _, n := range []*node{d, b, c, a} {
+		code, id, body := submitIdemUntil(t, n, "alice-key", "k-1", y)
+		if code != http.StatusUnprocessableEntity {
+			t.Fatalf("after a rebuild: key k-1 with other targets on %s: %d %s %s, want 422", n.Name, code, id, body)
+		}
+	}
+	if code, id, body := submitIdemUntil(t, d, "alice-key", "k-1", x); code != http.StatusAccepted || id != job {
+		t.Fatalf("after a rebuild: key k-1 with its targets on d: %d %s, want %s", code, body, job)
+	}
+
+	// Cancelled: the key is free, and bound to the new job's targets.
+	if !a.Runner.Cancel(job) {
+		t.Fatal("cancel")
+	}
+	code, fresh, body := submitIdemUntil(t, b, "alice-key", "k-1", y)
+	if code != http.StatusAccepted || fresh == job || strings.Contains(string(body), `"reused":true`) {
+		t.Fatalf("key k-1 after its job was cancelled, other targets on b: %d %s (the cancelled job %s)", code, body, job)
+	}
+	for _, n := range []*node{c, d, a} {
+		if code, id, body := submitIdem(n, "alice-key", "k-1", x); code != http.StatusUnprocessableEntity {
+			t.Fatalf("key k-1 bound again, the old targets on %s: %d %s %s, want 422", n.Name, code, id, body)
+		}
+		if code, id, _ := submitIdem(n, "alice-key", "k-1", y); code != http.StatusAccepted || id != fresh {
+			t.Fatalf("key k-1 bound again, its targets on %s: %d %s, want %s", n.Name, code, id, fresh)
+		}
+	}
+
+	// Failed: the key is free too.
+	code, failed, body := submitIdem(c, "alice-key", "k-2", "https://example.com/fail")
+	if code != http.StatusAccepted {
+		t.Fatalf("submit with key k-2: %d %s", code, body)
+	}
+	c.WaitDone(t, failed)
+	if j, _ := c.Runner.Job(failed); j.Status != engine.StatusFailed {
+		t.Fatalf("job %s: %s, want failed", failed, j.Status)
+	}
+	for _, n := range []*node{a, d} {
+		code, id, body := submitIdemUntil(t, n, "alice-key", "k-2", x)
+		if code != http.StatusAccepted || id == failed {
+			t.Fatalf("key k-2 after its job failed, other targets on %s: %d %s (the failed job %s)", n.Name, code, body, failed)
+		}
+		if !n.Runner.Cancel(id) { // frees k-2 for the next node's turn
+			t.Fatalf("cancel %s on %s", id, n.Name)
+		}
+	}
+	w.check(t)
+}
+
+// TestAdmission_IdempotencyKeyBoundWhileJobIsCreated: a key is bound from
+// its admission, before its job exists: while a slow node holds its
+// admission for key k-1 (its job not created yet), the same key with
+// other targets on another node is held (asked again) and, once the job
+// exists, answers 422; never a second job of the key. The same key and
+// targets on that node then return the job.
+func TestAdmission_IdempotencyKeyBoundWhileJobIsCreated(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.New(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 4, JobsTotal: 64}})
+	ga := &gatedAdmission{admitted: make(chan struct{}, 1), gate: make(chan struct{})}
+	ga.armed.Store(true)
+	a := tc.AddWith("a", clustertest.NodeOptions{Admission: func(adm engine.Admission) engine.Admission { ga.Admission = adm; return ga }})
+	b := tc.Add("b")
+	tc.WaitMembers(2)
+
+	const x, y = "https://example.com/x/hold", "https://example.com/y/hold"
+	type answer struct {
+		code int
+		id   string
+		body []byte
+	}
+	first, second := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		code, id, body := submitIdem(a, "alice-key", "k-1", x)
+		first <- answer{code, id, body}
+	}()
+	testkit.Recv(t, ga.admitted) // a's submit is admitted; its job is not created
+	w.mu.Lock()
+	asked := w.admissions
+	w.mu.Unlock()
+	go func() {
+		code, id, body := submitIdem(b, "alice-key", "k-1", y)
+		second <- answer{code, id, body}
+	}()
+	testkit.WaitFor(t, "b's submit asked again by the grain", func() bool {
+		select {
+		case s := <-second:
+			close(ga.gate)
+			t.Fatalf("key k-1 with other targets while its job is created: %d %s %s, want it held until the job exists", s.code, s.id, s.body)
+		default:
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.retries > 0
+	})
+	close(ga.gate)
+	fa := testkit.Recv(t, first)
+	if fa.code != http.StatusAccepted {
+		t.Fatalf("the first submit on a: %d %s", fa.code, fa.body)
+	}
+	if s := testkit.Recv(t, second); s.code != http.StatusUnprocessableEntity {
+		t.Fatalf("key k-1 with other targets once its job exists: %d %s %s, want 422", s.code, s.id, s.body)
+	}
+	w.mu.Lock()
+	if w.admissions != asked {
+		t.Errorf("the held submit was admitted: %d admissions, want %d", w.admissions, asked)
+	}
+	w.mu.Unlock()
+	code, id, body := submitIdemUntil(t, b, "alice-key", "k-1", x)
+	if code != http.StatusAccepted || id != fa.id {
+		t.Fatalf("key k-1 with its targets on b: %d %s, want %s", code, body, fa.id)
+	}
+	w.check(t)
+}
+
+// TestAdmission_IdempotencyKeyCrowdMakesOneJob: 12 first submits of one
+// Idempotency-Key at once over 3 nodes, half with one body, half with
+// another, make one job: the submits of its body answer it (202), the
+// others 422; none answers another job.
+func TestAdmission_IdempotencyKeyCrowdMakesOneJob(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Config: engine.Config{JobsPerCaller: 8, JobsTotal: 64}}, "a", "b", "c")
+	nodes := tc.Nodes()
+	urls := [2]string{"https://example.com/crowd/x/hold", "https://example.com/crowd/y/hold"}
+	type answer struct {
+		body int // which of urls
+		code int
+		id   string
+		text []byte
+	}
+	answers := make(chan answer, 12)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			<-start
+			code, id, text := submitIdem(nodes[i%3], "alice-key", "k-crowd", urls[i%2])
+			answers <- answer{i % 2, code, id, text}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	ids := map[string]bool{}
+	accepted := map[int]int{} // body → 202s
+	for a := range answers {
+		switch a.code {
+		case http.StatusAccepted:
+			ids[a.id] = true
+			accepted[a.body]++
+		case http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
+		default:
+			t.Errorf("a submit of body %d: %d %s", a.body, a.code, a.text)
+		}
+	}
+	if len(ids) != 1 || len(accepted) != 1 {
+		t.Fatalf("12 submits of one key made jobs %v, accepted by body %v: want one job, of one body", ids, accepted)
+	}
+	t.Logf("one job, 202 to %v submits of its body", accepted)
+	jobs := 0
+	for _, n := range nodes {
+		list, _, err := n.Runner.List(w.caller("alice"), engine.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs += len(list)
+	}
+	if jobs != 1 {
+		t.Fatalf("alice has %d jobs on the nodes, want 1", jobs)
+	}
+	w.check(t)
+}
+
+// TestAdmission_HangingGrainMemberBounded: a member that hangs with its
+// ports open (it accepts connections and never answers) and owns the
+// caller's grain costs a submit at most cluster.AdmitBudget in all, not
+// every attempt's whole Timeout (8 attempts of 3 s here: 24 s), then 503
+// "admission unavailable", nothing created. Not parallel: it observes
+// every admission's attempts.
+func TestAdmission_HangingGrainMemberBounded(t *testing.T) {
+	testkit.Long(t)
+	_, a, caller := hangingGrainCluster(t)
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+	)
+	cluster.SetAttemptObserver(func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() })
+	t.Cleanup(func() { cluster.SetAttemptObserver(nil) })
+	code, h, body := a.Do(t, "POST", "/v1/batch", caller+"-key", `{"targets":[{"url":"https://example.com/u"}]}`)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(string(body), "admission unavailable") {
+		t.Fatalf("submit whose grain hangs: %d %q %s", code, h.Get("Retry-After"), body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var total time.Duration
+	for _, d := range waits {
+		total += d
+	}
+	if len(waits) < 2 || total > cluster.AdmitBudget {
+		t.Fatalf("the admission's attempts waited %v (%d attempts, %v in all); want 2 or more, at most %v in all", waits, len(waits), total, cluster.AdmitBudget)
+	}
+	if jobs, _, err := a.Runner.List(caller, engine.ListOptions{}); err != nil || len(jobs) != 0 {
+		t.Fatalf("%s's jobs: %v %v", caller, jobs, err)
+	}
+}
+
+// hangingMember listens on loopback, accepts connections and never reads
+// nor answers them: a member that hangs with its ports open. It stops at
+// the test's end.
+func hangingMember(t *testing.T) *net.TCPAddr {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		held []net.Conn
+	)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-accepted
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	return l.Addr().(*net.TCPAddr)
+}
+
+// hangingGrainCluster starts node a (timeout 3 s) in a cluster whose other
+// member hangs with its ports open, and returns a caller (of the keys
+// "NAME NAME-key") whose grain the hanging member owns.
+func hangingGrainCluster(t *testing.T) (*clustertest.Cluster, *node, string) {
+	t.Helper()
+	hang := hangingMember(t)
+	var keys strings.Builder
+	for i := range 32 {
+		fmt.Fprintf(&keys, "hang%d hang%d-key\n", i, i)
+	}
+	tc := clustertest.Start(t, clustertest.Options{Keys: keys.String(), Timeout: 3 * time.Second}, "a")
+	a := tc.Node("a")
+	tc.Agent.RegisterService(test.NewAgentServiceStatus("hanging", hang.IP.String(), hang.Port, []string{"siftbatch-caller"}))
+	clustertest.WaitSees(t, a, 2)
+	sys := cluster.SystemOf(a.Node)
+	host, port, _ := sys.GetHostPort()
+	rdv := pacluster.NewRendezvous()
+	rdv.UpdateMembers([]*pacluster.Member{
+		{Id: sys.ID, Host: host, Port: int32(port), Kinds: []string{"siftbatch-caller"}},
+		{Id: "hanging", Host: hang.IP.String(), Port: int32(hang.Port), Kinds: []string{"siftbatch-caller"}},
+	})
+	for i := range 32 {
+		name := fmt.Sprintf("hang%d", i)
+		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: name, Kind: "siftbatch-caller"}) == hang.String() {
+			return tc, a, name
+		}
+	}
+	t.Fatal("no caller's grain on the hanging member")
+	return nil, nil, ""
 }

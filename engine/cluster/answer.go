@@ -32,11 +32,12 @@ const idleTimeout = 30 * time.Second
 // asking node pulls it. Its state is those answers (sessions). It is safe
 // for concurrent use.
 type answerer struct {
-	name  string                  // this node's
-	tag   [engine.NodeTagLen]byte // this node's
-	log   *slog.Logger
-	life  *lifecycle
-	admit *admitter // answers a grain's CallerJobsRequest
+	name    string                  // this node's
+	tag     [engine.NodeTagLen]byte // this node's
+	log     *slog.Logger
+	life    *lifecycle
+	admit   *admitter   // answers a grain's CallerJobsRequest
+	members *memberList // learns the nodes a Hello tells of
 
 	sessions sync.Map // uint64 → *session: answers this node is giving
 }
@@ -47,6 +48,7 @@ type answerer struct {
 func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
+		a.members.tell(m.Known)
 		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:]})
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)
@@ -69,13 +71,18 @@ func (a *answerer) receive(ctx actor.Context) {
 	case *clusterpb.ReusableRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() {
-			a.send(sender, &clusterpb.ReusableReply{Reusable: a.life.run.runner.Reusable(m.Caller, m.Key, m.Id)})
+			ok, body := reusableHere(a.life.run.runner, m)
+			a.send(sender, &clusterpb.ReusableReply{Reusable: ok, Body: body})
 		})
 	}
 }
 
 // send sends msg to the asking node's future to.
-func (a *answerer) send(to *actor.PID, msg any) { a.life.system().Root.Send(to, msg) }
+func (a *answerer) send(to *actor.PID, msg any) {
+	if sys := a.life.system(); sys != nil { // none between two incarnations (rejoin.go): the asker's wait ends
+		sys.Root.Send(to, msg)
+	}
+}
 
 // forwardedKey marks the context of a request another node forwarded.
 type forwardedKey struct{}
@@ -85,7 +92,8 @@ type forwardedKey struct{}
 // node's next Pull (the Request being the first).
 type session struct {
 	a       *answerer
-	sys     *actor.ActorSystem // the node's (lifecycle.run)
+	inc     *incarnation       // the node's, when the answer began: its retirement ends the answer
+	sys     *actor.ActorSystem // inc's
 	handler http.Handler       // the API's, as sys
 	id      uint64
 	pulls   chan *actor.PID // the futures waiting for the next part
@@ -103,9 +111,12 @@ type session struct {
 
 // answer starts answering req for the asking node's future to.
 func (a *answerer) answer(to *actor.PID, req *clusterpb.Request) {
-	b := a.life.run
-	ctx, cancel := context.WithCancel(context.WithValue(a.life.ctx, forwardedKey{}, true))
-	s := &session{a: a, sys: b.system, handler: b.handler, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
+	inc := a.life.inc.Load()
+	if inc == nil { // between two incarnations (rejoin.go): the asker's wait ends
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(inc.ctx, forwardedKey{}, true))
+	s := &session{a: a, inc: inc, sys: inc.system, handler: a.life.run.handler, id: req.Session, pulls: make(chan *actor.PID, 1), ctx: ctx, cancel: cancel, header: http.Header{}}
 	if _, dup := a.sessions.LoadOrStore(s.id, s); dup {
 		cancel()
 		a.send(to, &clusterpb.Part{Session: req.Session, Last: true, Aborted: true})
@@ -146,8 +157,8 @@ func (s *session) serve(req *clusterpb.Request) {
 		r.Header.Set("Authorization", req.Authorization)
 	}
 	aborted := s.run(r)
-	if s.a.life.ctx.Err() != nil {
-		// The node is closing: whatever the handler wrote (a long-poll
+	if s.inc.ctx.Err() != nil {
+		// The node is closing, or its incarnation retired: whatever the handler wrote (a long-poll
 		// ended with nothing, the rest of a job's results cut) is not
 		// the answer.
 		s.closing, aborted = true, true
@@ -252,9 +263,21 @@ func (s *session) send(last, aborted bool) bool {
 	return true
 }
 
-// listHere answers a page of a caller's jobs from this node's runner.
+// listHere answers a page of a caller's jobs, or of every caller's (m.All),
+// from this node's runner.
 func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
-	jobs, cursors, next, err := a.life.run.runner.ListAt(m.Caller, engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor})
+	opt := engine.ListOptions{Status: m.Status, Limit: int(m.Limit), Cursor: m.Cursor}
+	var (
+		jobs    []engine.Job
+		cursors []string
+		next    string
+		err     error
+	)
+	if m.All {
+		jobs, cursors, next, err = a.life.run.runner.ListAllAt(opt)
+	} else {
+		jobs, cursors, next, err = a.life.run.runner.ListAt(m.Caller, opt)
+	}
 	switch {
 	case errors.Is(err, engine.ErrBadList):
 		return &clusterpb.ListReply{BadRequest: err.Error()}
@@ -265,7 +288,8 @@ func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
 	out := &clusterpb.ListReply{Jobs: make([]*clusterpb.ListedJob, len(jobs)), More: next != ""}
 	for i, j := range jobs {
 		out.Jobs[i] = &clusterpb.ListedJob{Id: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: int32(j.TargetsTotal),
-			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i]}
+			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i],
+			Caller: j.Caller, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
 	}
 	return out
 }

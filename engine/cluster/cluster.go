@@ -38,6 +38,7 @@ import (
 	pacluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sift/batch/actors"
 	"github.com/sift/batch/engine"
@@ -210,7 +211,7 @@ func New(cfg Config) (*Node, error) {
 	fwd := newForwarder(cfg.Timeout, cfg.RetryAfter, tag, log, life, members)
 	admit := newAdmitter(cfg.Timeout, tag, log, life, members, fwd)
 	return &Node{cfg: cfg, log: log, life: life, members: members, admit: admit, fwd: fwd,
-		ans:   &answerer{name: cfg.Node, tag: tag, log: log, life: life, admit: admit},
+		ans:   &answerer{name: cfg.Node, tag: tag, log: log, life: life, admit: admit, members: members},
 		guard: &guard{tls: cfg.TLS, node: cfg.Node, log: log, life: life, members: members}}, nil
 }
 
@@ -227,7 +228,7 @@ func (n *Node) Address() string {
 	if b == nil {
 		return n.cfg.AdvertiseAddr
 	}
-	return b.system.Address()
+	return b.advertise
 }
 
 // Start joins the cluster: it starts protoactor's remote and cluster
@@ -267,16 +268,40 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		ahost, _, _ := splitHostPort(advertise)
 		advertise = net.JoinHostPort(ahost, strconv.Itoa(port))
 	}
-	provider, err := n.cfg.Provider.make()
+	peer := engine.PeerOf(r)
+	b := &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, host: host, port: port, advertise: advertise}
+	n.life.run = b
+	n.life.bound.Store(b)
+	n.members.loadTags(peer)
+	inc, err := n.incarnate(b)
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
+	n.life.started = true
+	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, inc.system.Address()),
+		slog.String("provider", n.cfg.Provider.name))
+	n.life.goWork(n.watchRejoin)
+	return nil
+}
+
+// incarnate makes the node's incarnation (rejoin.go): a provider, an actor
+// system, protoactor's cluster on them, and the node's actor; it sets it
+// as the node's, and starts its member. An error if any of that fails,
+// having left nothing started.
+func (n *Node) incarnate(b *bound) (*incarnation, error) {
+	provider, err := n.cfg.Provider.make()
+	if err != nil {
+		return nil, err
+	}
 	started := false
-	defer func() {
-		if p, ok := provider.(*automanagedProvider); ok && !started {
-			p.release()
-		}
-	}()
+	if p, ok := provider.(*automanagedProvider); ok {
+		p.members = n.members.memberIDs
+		defer func() {
+			if !started {
+				p.release()
+			}
+		}()
+	}
 	log := peerLogger(actors.ActorSystemLoggerKeeping(n.log, safeClusterAttrs...), n.members)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	// At most 8 messages to a gRPC message: protoactor's endpoint writer
@@ -288,7 +313,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// entries, not protoactor's 1,000,000 (16 MiB of slots, for each
 	// address it ever sends to): its ring buffer doubles when full, so a
 	// member with much to send loses nothing.
-	remoteCfg := remote.Configure(host, port, append(n.guard.transport(), remote.WithAdvertisedHost(advertise), remote.WithEndpointWriterBatchSize(8),
+	remoteCfg := remote.Configure(b.host, b.port, append(n.guard.transport(), remote.WithAdvertisedHost(b.advertise), remote.WithEndpointWriterBatchSize(8),
 		remote.WithEndpointWriterQueueSize(endpointQueue), remote.WithEndpointManagerQueueSize(endpointQueue))...)
 	grain := actor.PropsFromProducer(func() actor.Actor { return &callerGrain{a: n.admit} })
 	ccfg := pacluster.Configure(n.cfg.Name, provider, disthash.New(), remoteCfg,
@@ -298,27 +323,33 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	// (screenGossip), so it is not relayed.
 	ccfg.GossipFanOut = gossipFanOut
 	c := pacluster.New(system, ccfg)
-	peer := engine.PeerOf(r)
-	n.life.run = &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, system: system, c: c}
-	n.life.bound.Store(n.life.run)
-	n.members.loadTags(peer)
-	system.EventStream.Subscribe(n.members.onTopology)
+	inc := &incarnation{system: system, c: c}
+	inc.ctx, inc.cancel = context.WithCancel(n.life.ctx)
+	n.life.inc.Store(inc)
+	system.EventStream.Subscribe(func(evt any) {
+		if n.life.inc.Load() == inc { // a retired incarnation's events are its own
+			n.members.onTopology(evt)
+		}
+	})
+	fail := func(err error) (*incarnation, error) {
+		n.life.inc.CompareAndSwap(inc, nil)
+		inc.cancel()
+		return nil, err
+	}
 	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(n.ans.receive), nodeActor); err != nil {
 		system.Shutdown()
-		return fmt.Errorf("start node: %w", err)
+		return fail(err)
 	}
 	// protoactor panics where it could return an error (a port taken since
 	// the check above, a provider that fails): this is its boundary.
 	if err := startMember(c); err != nil {
 		stopRemote(c) // else its server keeps the port, and goroutines, for good
 		system.Shutdown()
-		waitFreed(net.JoinHostPort(host, strconv.Itoa(port)))
-		return fmt.Errorf("start node: %w", err)
+		waitFreed(net.JoinHostPort(b.host, strconv.Itoa(b.port)))
+		return fail(err)
 	}
-	n.life.started, started = true, true
-	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, system.Address()),
-		slog.String("provider", n.cfg.Provider.name))
-	return nil
+	started = true
+	return inc, nil
 }
 
 // startMember is protoactor's StartMember, its panics turned into errors.
@@ -354,9 +385,10 @@ func waitFreed(addr string) {
 	}
 }
 
-// Close leaves the cluster gracefully (protoactor takes about 2 seconds to
-// hand over) and ends every answer the node was giving another node. It
-// does not close the runner. It is idempotent.
+// Close leaves the cluster gracefully (about 1.5 s, whatever the peers do:
+// protoactor's stop is bounded, and a grain request into protoactor to a
+// member that hangs is not waited for) and ends every answer the node was
+// giving another node. It does not close the runner. It is idempotent.
 func (n *Node) Close() error {
 	if !n.life.close() {
 		return nil
@@ -365,27 +397,85 @@ func (n *Node) Close() error {
 	n.life.cancel()
 	n.life.work.Wait()
 	if started {
-		if !shutdown(n.life.run.c) {
-			n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
+		if inc := n.life.inc.Swap(nil); inc != nil {
+			inc.cancel()
+			if ok, _ := shutdown(inc.c); !ok {
+				n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
+			}
 		}
 		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))
 	}
 	return nil
 }
 
-// shutdown is protoactor's graceful Shutdown, which panics (send on a
-// closed channel, in its endpoint manager's stop) when a peer's stream
-// ends while it stops: two nodes stopping at once (docs/CLUSTER.md,
-// protoactor bug 8). The gRPC server of its remote is then stopped hard,
-// so that it frees the port. false if it panicked.
-func shutdown(c *pacluster.Cluster) (ok bool) {
+const (
+	// leaveWait is how long a node that stops lets its gossip tell its
+	// peers that it leaves (protoactor's own stop waits 2 s; the gossip
+	// goes out every 300 ms). The peers' providers drop it anyway: the
+	// automanaged provider at its next poll of the health endpoint, closed
+	// by now; the Kubernetes provider when the pod's labels go.
+	leaveWait = 500 * time.Millisecond
+	// remoteStopWait bounds the graceful stop of the gossip and the
+	// remote: protoactor's endpoint manager waits for each peer's endpoint
+	// writer to stop, and one that is trying to connect to a dead peer
+	// stops only after its attempts (about 8 s after a peer's SIGKILL).
+	// Past it the remote's gRPC server is stopped hard (its port freed,
+	// its streams ended), and protoactor's stop ends by itself, on a
+	// goroutine of its own.
+	remoteStopWait = time.Second
+)
+
+// shutdown is protoactor's graceful Shutdown, bounded: about leaveWait
+// plus remoteStopWait at most, where protoactor's own waits 2 s, then up
+// to 10 s more while a peer it was connecting to is dead. protoactor's stop
+// panics (send on a closed channel, in its endpoint manager's stop) when a
+// peer's stream ends while it stops: two nodes stopping at once
+// (docs/CLUSTER.md, protoactor bug 8); the gRPC server of its remote is
+// then stopped hard, so that it frees the port. false if it panicked.
+// stopped is closed once protoactor's stop has ended (its connections
+// closed), maybe after shutdown returns.
+func shutdown(c *pacluster.Cluster) (ok bool, stopped <-chan struct{}) {
+	ended := make(chan struct{})
+	stopped = ended
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			stopRemote(c)
+			close(ended)
+		}
+	}()
+	c.Gossip.SetState(pacluster.GracefullyLeftKey, &emptypb.Empty{})
+	c.ActorSystem.Shutdown()
+	_ = c.Config.ClusterProvider.Shutdown(true)
+	c.IdentityLookup.Shutdown()
+	time.Sleep(leaveWait) // the gossip's next ticks: nothing to wait on
+	done := make(chan bool, 1)
+	go func() {
+		defer close(ended)
+		done <- stopGracefully(c)
+	}()
+	t := time.NewTimer(remoteStopWait)
+	defer t.Stop()
+	select {
+	case ok = <-done:
+		return ok, stopped
+	case <-t.C:
+		stopRemote(c)
+		return true, stopped
+	}
+}
+
+// stopGracefully stops protoactor's gossip and remote, as its graceful
+// Shutdown does; false if it panicked (the remote is then stopped hard).
+func stopGracefully(c *pacluster.Cluster) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			ok = false
 			stopRemote(c)
 		}
 	}()
-	c.Shutdown(true)
+	c.Gossip.Shutdown()
+	c.Remote.Shutdown(true)
 	return true
 }
 
@@ -450,7 +540,16 @@ func (n *Node) Forward(w http.ResponseWriter, r *http.Request, id string) bool {
 // one started that are not members now. A bad status, limit or cursor is
 // an error wrapping [engine.ErrBadList]. Safe for concurrent use.
 func (n *Node) List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
-	return n.fwd.list(ctx, caller, opt)
+	return n.fwd.list(ctx, caller, false, opt)
+}
+
+// ListAll is [Node.List] over every caller's jobs, as
+// [engine.Runner.ListAll] lists them on one node: each member lists its
+// own page of every caller's jobs after the cursor, and the pages merge
+// into one, each job with its caller. A member older than ListAll answers
+// no job. Safe for concurrent use.
+func (n *Node) ListAll(ctx context.Context, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
+	return n.fwd.list(ctx, "", true, opt)
 }
 
 // PeerPanics returns how many calls of peers to this node's gRPC server

@@ -457,3 +457,36 @@ func listening(t *testing.T) map[int][]string {
 	}
 	return out
 }
+
+// TestNode_CloseDoesNotWaitOnHangingMember: Close does not wait on a grain
+// request to a member that hangs with its ports open (protoactor's own
+// request to it goes on, up to its fixed 5 s placement timeout): it
+// returns while that request is still in flight, and frees the node's
+// port. Not parallel: it counts the process's goroutines.
+func TestNode_CloseDoesNotWaitOnHangingMember(t *testing.T) {
+	testkit.Long(t)
+	_, a, caller := hangingGrainCluster(t)
+	const call = "cluster.(*admitter).grainRequestFor.func1("
+	posted := make(chan int, 1)
+	go func() {
+		code, _ := a.Post(caller+"-key", "https://example.com/u")
+		posted <- code
+	}()
+	testkit.WaitFor(t, "a grain request to the hanging member in flight", func() bool { return goroutinesIn(call) > 0 })
+	addr := a.Node.Address()
+	if err := a.Node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if goroutinesIn(call) == 0 {
+		t.Fatal("Close returned only once the grain request to the hanging member ended")
+	}
+	if code := testkit.Recv(t, posted); code != http.StatusServiceUnavailable && code != 0 {
+		t.Fatalf("the submit under Close: %d, want 503 or no answer", code)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the node's port after Close: %v", err)
+	}
+	_ = l.Close()
+	waitNone(t, call) // it ends by itself
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -18,6 +19,17 @@ func SetObserver(fn func(event, caller, id string, cap int)) {
 	observeFn.fn = fn
 	observeFn.Unlock()
 }
+
+// SetAttemptObserver sets the test-only observer that sees the longest
+// wait of each attempt of an admission; nil removes it.
+func SetAttemptObserver(fn func(wait time.Duration)) {
+	observeAttemptFn.Lock()
+	observeAttemptFn.fn = fn
+	observeAttemptFn.Unlock()
+}
+
+// AdmitBudget bounds an admission in all.
+const AdmitBudget = admitBudget
 
 // Ask has n send node to the request another node forwards (Forward's
 // protocol: a Request, then a Pull per part), as if n forwarded a
@@ -68,12 +80,19 @@ func GrainPID(n *Node, caller string) *actor.PID {
 // SystemOf returns n's actor system: for tests that play a member sending
 // what a siftbatch node never sends.
 func SystemOf(n *Node) *actor.ActorSystem {
-	if b := n.life.settled(); b != nil {
-		return b.system
-	}
-	return nil
+	n.life.settled() // waits for a Start under way
+	return n.life.system()
 }
 
 // PeerLogger returns l behind the filter n puts before protoactor's
 // logger.
 func PeerLogger(n *Node, l *slog.Logger) *slog.Logger { return peerLogger(l, n.members) }
+
+// PeerLoggerAt is PeerLogger on the clock now.
+func PeerLoggerAt(n *Node, l *slog.Logger, now func() time.Time) *slog.Logger {
+	return peerLoggerAt(l, n.members, now)
+}
+
+// PeerWarnEvery is the period in which a protoactor line at Warn or above
+// is logged at most once per message and peer address.
+const PeerWarnEvery = peerWarnEvery

@@ -67,6 +67,10 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 		return true
 	}
 	name := f.members.nameOf(m)
+	if sys == nil { // between two incarnations (rejoin.go)
+		f.unavailable(w, name)
+		return true
+	}
 	to := actor.NewPID(m.Address(), nodeActor)
 	wait := announcedWait(r)
 	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
@@ -17,20 +19,27 @@ const callerKind = "siftbatch-caller"
 
 // callerGrain admits one caller's jobs: it counts the caller's live jobs on
 // every node against JobsPerCaller, and knows its reusable jobs by
-// idempotency key. Its state is rebuilt, never trusted across a topology
-// change: it asks every member, once the members agree on the topology,
-// and records that topology's hash as its epoch. An admission carries the
-// epoch, and a node creates the job only if its topology is still that
-// epoch (admitter.Admit): an activation left from an older topology cannot
-// admit past the cap.
+// idempotency key, each with the hash of its targets when the key is the
+// caller's own (an Idempotency-Key is bound to its body). Its state is
+// rebuilt, never trusted across a topology change: it asks every member,
+// once the members agree on the topology, and records that topology's hash
+// as its epoch. An admission carries the epoch, and a node creates the job
+// only if its topology is still that epoch (admitter.Admit): an activation
+// left from an older topology cannot admit past the cap.
 type callerGrain struct {
 	a      *admitter
 	caller string
 	ready  bool
 	epoch  uint64
-	live   map[string]bool   // ids of the caller's live jobs and admissions held, on every node
-	reuse  map[string]string // idempotency key → id of a reusable job
+	live   map[string]bool       // ids of the caller's live jobs and admissions held, on every node
+	reuse  map[string]reuseEntry // idempotency key → a reusable job
 }
+
+// reuseEntry is a reusable job of a caller's grain: its id and, for a key
+// of the caller's own, the hash of its targets ("" for a derived key, or
+// not known yet: a rebuild learns keys, not bodies; the job's node tells it
+// when a resubmit needs it).
+type reuseEntry struct{ id, body string }
 
 // Receive implements actor.Actor.
 func (g *callerGrain) Receive(ctx actor.Context) {
@@ -41,14 +50,18 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 		ctx.Respond(g.admit(ctx, m))
 	case *clusterpb.Remember:
 		if g.ready && m.Caller == g.caller {
-			g.reuse[m.Key] = m.Id
+			e := reuseEntry{id: m.Id}
+			if validBody(m.Body) {
+				e.body = m.Body
+			}
+			g.reuse[m.Key] = e
 		}
 		ctx.Respond(&clusterpb.Settled{})
 	case *clusterpb.Settle:
 		delete(g.live, m.Id)
 		if m.Status != "done" && m.Status != "partial" {
-			for k, id := range g.reuse {
-				if id == m.Id {
+			for k, e := range g.reuse {
+				if e.id == m.Id {
 					delete(g.reuse, k)
 				}
 			}
@@ -60,8 +73,8 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 // admit decides an Admit.
 func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Admission {
 	retry := &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_RETRY}
-	if m.Caller != g.caller {
-		return retry
+	if m.Caller != g.caller || !validBody(m.Body) {
+		return retry // another caller's, or a body no node sends
 	}
 	if !g.ready || g.a.members.topologyHash() != g.epoch {
 		if !g.rebuild(ctx) {
@@ -71,9 +84,29 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 	if g.live[m.Id] { // asked again: protoactor's requests are retried
 		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
 	}
-	if id, ok := g.reuse[m.Key]; ok {
-		if g.a.reusable(m.Caller, m.Key, id) {
+	if e, ok := g.reuse[m.Key]; ok {
+		id := e.id
+		wantBody := m.Body != "" && e.body == ""
+		if ok, body := g.a.reusable(m.Caller, m.Key, id, wantBody); ok {
+			if wantBody && body != "" && validBody(body) {
+				e.body = body
+				g.reuse[m.Key] = e
+			}
+			// The key is bound to its job's body. A body still unknown (its
+			// node could not read it) is left to the asking runner, which
+			// checks the targets of a job of its own.
+			if m.Body != "" && e.body != "" && m.Body != e.body {
+				return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_MISMATCH}
+			}
 			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_REUSE, ReuseId: id}
+		}
+		if g.live[id] {
+			// Admitted, and not yet created (or its node did not answer):
+			// a concurrent first submit of the same targets is asked again
+			// (the asking node backs off) until that job exists, and is
+			// reused, or its admission ends. Never a second job.
+			observe("retry", m.Caller, m.Id, 0)
+			return retry
 		}
 		delete(g.reuse, m.Key)
 	}
@@ -81,7 +114,7 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 		return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_BUSY}
 	}
 	g.live[m.Id] = true
-	g.reuse[m.Key] = m.Id
+	g.reuse[m.Key] = reuseEntry{id: m.Id, body: m.Body}
 	observe("admit", m.Caller, m.Id, int(m.Cap))
 	return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_ADMIT, Epoch: g.epoch}
 }
@@ -108,7 +141,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), g.a.timeout)
 	defer cancel()
-	live, reuse := map[string]bool{}, map[string]string{}
+	live, reuse := map[string]bool{}, map[string]reuseEntry{}
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup
@@ -128,7 +161,7 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 					live[j.Id] = true
 				}
 				if j.Reusable {
-					reuse[j.Key] = j.Id
+					reuse[j.Key] = reuseEntry{id: j.Id}
 				}
 			}
 		})
@@ -141,11 +174,46 @@ func (g *callerGrain) rebuild(ctx actor.Context) bool {
 	return true
 }
 
+// validBody reports whether body is a hash of targets as a node sends it
+// (engine.Peer.TargetsHash: 64 lowercase hex digits), or "" (none).
+func validBody(body string) bool {
+	if body == "" {
+		return true
+	}
+	if len(body) != 2*sha256.Size {
+		return false
+	}
+	for i := range len(body) {
+		if c := body[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // observeFn, set by tests only, sees each admission a grain makes and each
-// end of an admitted job a node reports (with the cap, for admissions).
+// end of an admitted job a node reports (with the cap, for admissions),
+// and each submit asked again because its key is bound to a job not yet
+// known reusable ("retry").
 var observeFn struct {
 	sync.RWMutex
 	fn func(event, caller, id string, cap int)
+}
+
+// observeAttemptFn, set by tests only, sees the longest wait of each
+// attempt of an admission.
+var observeAttemptFn struct {
+	sync.RWMutex
+	fn func(wait time.Duration)
+}
+
+func observeAttempt(wait time.Duration) {
+	observeAttemptFn.RLock()
+	fn := observeAttemptFn.fn
+	observeAttemptFn.RUnlock()
+	if fn != nil {
+		fn(wait)
+	}
 }
 
 func observe(event, caller, id string, cap int) {

@@ -34,6 +34,10 @@ type lifecycle struct {
 	// protoactor's logger (from NewActorSystem on: knownAddress) and List
 	// before Start.
 	bound atomic.Pointer[bound]
+	// inc is the node's incarnation now: set by Start, replaced by a
+	// rejoin (rejoin.go); nil before Start and while a rejoin makes the
+	// next one. Components load it once per request or answer.
+	inc atomic.Pointer[incarnation]
 
 	mu     sync.Mutex // guards closed and work.Add; apart from startMu, which Start holds while protoactor publishes
 	closed bool
@@ -43,15 +47,27 @@ type lifecycle struct {
 }
 
 // bound is what Start gives a node (its runner, through the runner's
-// [engine.Peer], and the API's handler) and makes (protoactor's actor
-// system and cluster). Never changed; a Start after one that failed sets
-// another.
+// [engine.Peer], and the API's handler) and the addresses it settled on.
+// Never changed; a Start after one that failed sets another.
 type bound struct {
 	runner        engine.Peer
 	jobsPerCaller int // the runner's, for the grains
 	handler       http.Handler
-	system        *actor.ActorSystem
-	c             *pacluster.Cluster
+	host          string // the remote listens on host:port (port picked, if Addr's was 0)
+	port          int
+	advertise     string // what it advertises, the port filled in
+}
+
+// incarnation is one life of the node in the cluster: protoactor's actor
+// system, its cluster (remote, provider, gossip) and the member id they
+// carry. Start makes the first; a node that its peers have blocked for good
+// (rejoin.go) retires it and makes another, under a new member id, while
+// the runner and its store go on. Never changed.
+type incarnation struct {
+	system *actor.ActorSystem
+	c      *pacluster.Cluster
+	ctx    context.Context // cancelled when it is retired: ends the answers given under it
+	cancel context.CancelFunc
 }
 
 func newLifecycle() *lifecycle {
@@ -90,13 +106,17 @@ func (l *lifecycle) close() bool {
 // waits for a Start under way.
 func (l *lifecycle) running() bool { return l.isStarted() && !l.isClosed() }
 
-// cluster returns protoactor's cluster once started; nil before, or once
-// closing. It waits for a Start under way.
+// cluster returns protoactor's cluster once started; nil before, once
+// closing, or while a rejoin makes the node's next incarnation. It waits
+// for a Start under way.
 func (l *lifecycle) cluster() *pacluster.Cluster {
 	if !l.running() {
 		return nil
 	}
-	return l.run.c
+	if inc := l.inc.Load(); inc != nil {
+		return inc.c
+	}
+	return nil
 }
 
 // settled returns what Start bound, once no Start is under way; nil
@@ -107,18 +127,34 @@ func (l *lifecycle) settled() *bound {
 	return l.run
 }
 
-// system returns protoactor's actor system; nil before Start. It takes no
-// lock: see run for who may call it.
+// system returns protoactor's actor system of the node's incarnation now;
+// nil before Start, and while a rejoin makes the next one. It takes no
+// lock.
 func (l *lifecycle) system() *actor.ActorSystem {
-	if b := l.run; b != nil {
-		return b.system
+	if inc := l.inc.Load(); inc != nil {
+		return inc.system
 	}
 	return nil
 }
 
-// me returns who this node is among the members. It takes no lock: see
-// run for who may call it.
+// me returns who this node is among the members, in its incarnation now.
+// It takes no lock.
 func (l *lifecycle) me() self { return selfOf(l.system()) }
+
+// goCall runs fn, a call into protoactor that ends by itself (within its
+// own timeouts), on a goroutine Close does not wait for; false, without
+// running it, once the node is closing. A call to a member that hangs
+// would hold up Close for protoactor's fixed 5 s (disthash's placement
+// request): a node stops whatever its peers do.
+func (l *lifecycle) goCall(fn func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	go fn()
+	return true
+}
 
 // goWork runs fn on a goroutine Close waits for; false, without running
 // it, once the node is closing.

@@ -14,8 +14,8 @@ import (
 	"github.com/sift/batch/engine/cluster/clusterpb"
 )
 
-// list is [Node.List].
-func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
+// list is [Node.List], or [Node.ListAll] when all.
+func (f *forwarder) list(ctx context.Context, caller string, all bool, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error) {
 	type entry struct {
 		job    engine.Job
 		cursor string
@@ -24,13 +24,22 @@ func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOpti
 	if b == nil {
 		return nil, "", nil, errors.New("list jobs: the node is not started")
 	}
-	local, cursors, localNext, err := b.runner.ListAt(caller, opt)
+	var (
+		local     []engine.Job
+		cursors   []string
+		localNext string
+	)
+	if all {
+		local, cursors, localNext, err = b.runner.ListAllAt(opt)
+	} else {
+		local, cursors, localNext, err = b.runner.ListAt(caller, opt)
+	}
 	if err != nil {
 		return nil, "", nil, err // a bad request is refused here, before any member is asked
 	}
-	all := make([]entry, 0, len(local))
+	merged := make([]entry, 0, len(local))
 	for i, j := range local {
-		all = append(all, entry{j, cursors[i]})
+		merged = append(merged, entry{j, cursors[i]})
 	}
 	more := localNext != ""
 	members := f.members.current()
@@ -39,7 +48,7 @@ func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOpti
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	req := &clusterpb.ListRequest{Caller: caller, Status: opt.Status, Limit: int32(opt.Limit), Cursor: opt.Cursor}
+	req := &clusterpb.ListRequest{Caller: caller, Status: opt.Status, Limit: int32(opt.Limit), Cursor: opt.Cursor, All: all}
 	for _, m := range members {
 		if self.is(m) {
 			continue
@@ -53,9 +62,13 @@ func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOpti
 				return
 			}
 			for _, j := range reply.Jobs {
-				all = append(all, entry{engine.Job{ID: j.Id, Caller: caller, Status: j.Status, Error: j.Error,
+				owner := caller
+				if all {
+					owner = j.Caller
+				}
+				merged = append(merged, entry{engine.Job{ID: j.Id, Caller: owner, Status: j.Status, Error: j.Error,
 					TargetsTotal: int(j.TargetsTotal), TargetsDone: int(j.TargetsDone), TargetsFailed: int(j.TargetsFailed),
-					CreatedAt: j.CreatedAt}, j.Cursor})
+					CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}, j.Cursor})
 			}
 			more = more || reply.More
 		})
@@ -64,21 +77,21 @@ func (f *forwarder) list(ctx context.Context, caller string, opt engine.ListOpti
 	unavailable = append(unavailable, f.members.absent(members)...)
 	slices.Sort(unavailable)
 	unavailable = slices.Compact(unavailable)
-	slices.SortFunc(all, func(a, b entry) int { return engine.CompareCursors(a.cursor, b.cursor) })
-	all = slices.CompactFunc(all, func(a, b entry) bool { return a.job.ID == b.job.ID })
+	slices.SortFunc(merged, func(a, b entry) int { return engine.CompareCursors(a.cursor, b.cursor) })
+	merged = slices.CompactFunc(merged, func(a, b entry) bool { return a.job.ID == b.job.ID })
 	limit := opt.Limit
 	if limit == 0 {
 		limit = engine.DefaultListLimit
 	}
-	if len(all) > limit {
-		all, more = all[:limit], true
+	if len(merged) > limit {
+		merged, more = merged[:limit], true
 	}
-	jobs = make([]engine.Job, len(all))
-	for i := range all {
-		jobs[i] = all[i].job
+	jobs = make([]engine.Job, len(merged))
+	for i := range merged {
+		jobs[i] = merged[i].job
 	}
-	if more && len(all) > 0 {
-		next = all[len(all)-1].cursor
+	if more && len(merged) > 0 {
+		next = merged[len(merged)-1].cursor
 	}
 	return jobs, next, unavailable, nil
 }

@@ -91,6 +91,112 @@ func TestNode_ListMergesEveryNode(t *testing.T) {
 	}
 }
 
+// TestNode_ListAllMergesEveryNode: an admin's ?caller=* on any node lists
+// every caller's jobs of every node once, newest first, each with its
+// caller, in pages whose cursor goes on on another node; ?caller=bob
+// lists bob's of every node; Node.ListAll is the same list; a standard
+// key's ?caller= is 403 on every node.
+func TestNode_ListAllMergesEveryNode(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	nodes := []*node{a, b, c}
+	callerOf := map[string]string{}
+	for i := range 8 {
+		n := nodes[i%3]
+		key := []string{"alice-key", "bob-key"}[i%2]
+		id := n.Submit(t, key, fmt.Sprintf("https://example.com/all%d", i))
+		n.WaitDone(t, id)
+		callerOf[id] = strings.TrimSuffix(key, "-key")
+	}
+	list := func(from *node, query string) (ids, callers []string) {
+		t.Helper()
+		cursor := ""
+		for page := 0; ; page++ {
+			if page > 10 {
+				t.Fatal("too many pages")
+			}
+			n := nodes[page%3] // each page asked of another node
+			if from != nil {
+				n = from
+			}
+			code, _, body := n.Do(t, "GET", "/v1/batch?"+query+"&cursor="+cursor, "root-key", "")
+			if code != http.StatusOK {
+				t.Fatalf("list: %d %s", code, body)
+			}
+			var out listPage
+			if err := json.Unmarshal(body, &out); err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Unavailable) != 0 {
+				t.Fatalf("unavailable nodes: %v", out.Unavailable)
+			}
+			for _, j := range out.Jobs {
+				ids, callers = append(ids, j.ID), append(callers, j.Caller)
+			}
+			if out.NextCursor == "" {
+				return ids, callers
+			}
+			cursor = out.NextCursor
+		}
+	}
+	ids, callers := list(nil, "caller=*&limit=3")
+	if len(ids) != len(callerOf) {
+		t.Fatalf("listed %d jobs, want %d: %v", len(ids), len(callerOf), ids)
+	}
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if callerOf[id] == "" || seen[id] {
+			t.Fatalf("listed %s: not submitted, or twice", id)
+		}
+		seen[id] = true
+		if callers[i] != callerOf[id] {
+			t.Fatalf("job %s listed as %q's, want %q's", id, callers[i], callerOf[id])
+		}
+	}
+	var all []engine.Job
+	for _, n := range nodes {
+		jobs, _, err := n.Runner.ListAll(engine.ListOptions{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, jobs...)
+	}
+	for i := 1; i < len(ids); i++ {
+		if createdOf(all, ids[i]) > createdOf(all, ids[i-1]) {
+			t.Fatalf("job %d is newer than job %d", i, i-1)
+		}
+	}
+	bobs, callers := list(a, "caller=bob&limit=2")
+	for i, id := range bobs {
+		if callerOf[id] != "bob" || callers[i] != "bob" {
+			t.Fatalf("caller=bob listed %s (%q)", id, callers[i])
+		}
+	}
+	if len(bobs) != 4 {
+		t.Fatalf("caller=bob: %d jobs, want 4", len(bobs))
+	}
+	jobs, next, unavailable, err := b.Node.ListAll(context.Background(), engine.ListOptions{Limit: 100})
+	if err != nil || next != "" || len(unavailable) != 0 {
+		t.Fatalf("ListAll: %v %q %v", err, next, unavailable)
+	}
+	if len(jobs) != len(ids) {
+		t.Fatalf("ListAll: %d jobs, want %d", len(jobs), len(ids))
+	}
+	for i := range jobs {
+		if jobs[i].ID != ids[i] || jobs[i].Caller != callerOf[ids[i]] {
+			t.Fatalf("ListAll job %d: %s (%s), want %s", i, jobs[i].ID, jobs[i].Caller, ids[i])
+		}
+	}
+	for _, n := range nodes {
+		for _, q := range []string{"caller=*", "caller=alice", "caller=bob"} {
+			if code, _, body := n.Do(t, "GET", "/v1/batch?"+q, "alice-key", ""); code != http.StatusForbidden {
+				t.Fatalf("alice's %s: %d %s", q, code, body)
+			}
+		}
+	}
+}
+
 // TestNode_ListMergePagesAcrossNodes: a caller's jobs spread on 3 nodes whose clocks tie
 // and interleave, listed in pages of 1 to 5, each page asked of another
 // node than the one before (a cursor from one node used on another), with
@@ -340,6 +446,7 @@ type listPage struct {
 		ID        string `json:"id"`
 		Status    string `json:"status"`
 		CreatedAt int64  `json:"created_at"`
+		Caller    string `json:"caller"`
 	} `json:"jobs"`
 	NextCursor  string   `json:"next_cursor"`
 	Unavailable []string `json:"unavailable_nodes"`

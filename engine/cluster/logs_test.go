@@ -184,7 +184,8 @@ func TestNode_LogsRedactedAtDebug(t *testing.T) {
 // an address (an "address" attribute, a PID's) is kept only if it is the
 // node's own or a current member's: another may be one a peer named as
 // its message's sender. protoactor's line for each failed attempt to
-// connect is logged at most once a second, with how many were left out.
+// connect is logged at most once per cluster.PeerWarnEvery (real time
+// here: the five lines come within it).
 func TestNode_ProtoactorLogsOnlyMembersAddresses(t *testing.T) {
 	t.Parallel()
 	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
@@ -210,6 +211,57 @@ func TestNode_ProtoactorLogsOnlyMembersAddresses(t *testing.T) {
 		}
 	}
 	if got := strings.Count(out, "failed to connect"); got != 1 {
-		t.Errorf("%d lines of failed connects in a second, want 1:\n%s", got, out)
+		t.Errorf("%d lines of failed connects at once, want 1:\n%s", got, out)
+	}
+}
+
+// TestNode_ProtoactorWarningsRateLimitedPerPeer: while a peer is down,
+// protoactor repeats its warnings about it (each failed poll of its
+// health, each attempt to connect, each stream it cannot open): each
+// message is logged at most once per cluster.PeerWarnEvery for each peer
+// address, the next one with how many were left out ("throttled");
+// another peer's, another message, and lines below Warn are not held
+// back. On the test's clock.
+func TestNode_ProtoactorWarningsRateLimitedPerPeer(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	var buf testkit.SyncBuffer
+	clock := testkit.NewClock()
+	l := cluster.PeerLoggerAt(a.Node, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), clock.Now)
+	burst := func() {
+		for range 10 {
+			l.Error("EndpointWriter failed to connect", "address", b.Node.Address())
+			l.Error("Bad connection to the node health status")
+			l.Debug("Requesting", "address", b.Node.Address())
+		}
+		l.Error("EndpointWriter failed to connect", "address", c.Node.Address())
+	}
+	count := func(substr string) int { return strings.Count(buf.String(), substr) }
+	burst()
+	if got := count("failed to connect\" address=" + b.Node.Address()); got != 1 {
+		t.Errorf("%d lines about b in one burst, want 1:\n%s", got, buf.String())
+	}
+	if got := count("failed to connect\" address=" + c.Node.Address()); got != 1 {
+		t.Errorf("%d lines about c, want 1:\n%s", got, buf.String())
+	}
+	if got := count("Bad connection"); got != 1 {
+		t.Errorf("%d lines of another message, want 1:\n%s", got, buf.String())
+	}
+	if got := count("Requesting"); got != 10 {
+		t.Errorf("%d debug lines, want all 10", got)
+	}
+	clock.Advance(cluster.PeerWarnEvery - time.Millisecond)
+	burst()
+	if got := count("failed to connect\" address=" + b.Node.Address()); got != 1 {
+		t.Errorf("%d lines about b within the period, want 1:\n%s", got, buf.String())
+	}
+	clock.Advance(time.Millisecond)
+	burst()
+	if got := count("failed to connect\" address=" + b.Node.Address() + " throttled=19"); got != 1 {
+		t.Errorf("no line about b once the period is over, counting the 19 left out:\n%s", buf.String())
+	}
+	if got := count("Bad connection to the node health status\" throttled=19"); got != 1 {
+		t.Errorf("no line of the other message once the period is over:\n%s", buf.String())
 	}
 }

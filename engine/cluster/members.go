@@ -44,6 +44,7 @@ type memberList struct {
 	asking  map[string]chan struct{}           // by member id: closed once it has answered who it is, or not in time
 	seen    map[[engine.NodeTagLen]byte]string // every node met since the start, by tag
 	stored  map[[engine.NodeTagLen]byte]string // every node met before, by tag: the runner's store's, and those stored since
+	told    map[[engine.NodeTagLen]byte]string // nodes never met that peers told of in their Hellos, by tag: in memory only, at most persistence.MaxNodeTags
 	refused int                                // tags not remembered: past persistence.MaxNodeTags
 	changed chan struct{}                      // closed at the next change of the members (Changed)
 }
@@ -74,7 +75,7 @@ func (t *topology) hasAddress(addr string) bool {
 func newMemberList(name string, tag [engine.NodeTagLen]byte, log *slog.Logger, life *lifecycle) *memberList {
 	return &memberList{name: name, tag: tag, log: log, life: life, infos: map[string]nodeInfo{}, asked: map[string]time.Time{},
 		asking: map[string]chan struct{}{}, seen: map[[engine.NodeTagLen]byte]string{tag: name},
-		stored: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
+		stored: map[[engine.NodeTagLen]byte]string{}, told: map[[engine.NodeTagLen]byte]string{}, changed: make(chan struct{})}
 }
 
 // onTopology is the node's subscriber to protoactor's event stream (Start
@@ -137,6 +138,29 @@ func (l *memberList) current() []*pacluster.Member {
 	return nil
 }
 
+// retire forgets the members of an incarnation the node retires
+// (rejoin.go): until the next publishes its own, the node knows no member,
+// and every wait on one ends (the topology's next is closed).
+func (l *memberList) retire() {
+	if old := l.topo.Swap(&topology{next: make(chan struct{})}); old != nil {
+		close(old.next)
+	}
+}
+
+// memberIDs returns the member ids of the members as protoactor last
+// published them to this node.
+func (l *memberList) memberIDs() []string {
+	t := l.topo.Load()
+	if t == nil {
+		return nil
+	}
+	ids := make([]string, len(t.members))
+	for i, m := range t.members {
+		ids[i] = m.Id
+	}
+	return ids
+}
+
 // topology returns the members as protoactor last published them, with
 // their hash; nil before the first. It takes no lock.
 func (l *memberList) topology() *topology { return l.topo.Load() }
@@ -164,7 +188,7 @@ func (l *memberList) saidName(id string) (string, bool) {
 // knownAddress reports whether addr is this node's address or a current
 // member's. It takes no lock (protoactor logs under its own).
 func (l *memberList) knownAddress(addr string) bool {
-	if b := l.life.bound.Load(); b != nil && addr == b.system.Address() {
+	if b := l.life.bound.Load(); b != nil && addr == b.advertise {
 		return true
 	}
 	t := l.topo.Load()
@@ -237,6 +261,9 @@ func (l *memberList) holder(tag [engine.NodeTagLen]byte) (m *pacluster.Member, k
 	_, known = l.seen[tag]
 	if !known {
 		_, known = l.stored[tag]
+	}
+	if !known {
+		_, known = l.told[tag]
 	}
 	return nil, known || unknown
 }
@@ -380,12 +407,67 @@ func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
 // hello asks member m who it is; nil if it does not say within
 // helloTimeout.
 func (l *memberList) hello(m *pacluster.Member) *clusterpb.NodeInfo {
-	res, err := l.life.system().Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{}, helloTimeout).Result()
+	sys := l.life.system()
+	if sys == nil { // between two incarnations (rejoin.go)
+		return nil
+	}
+	res, err := sys.Root.RequestFuture(actor.NewPID(m.Address(), nodeActor), &clusterpb.Hello{Known: l.known()}, helloTimeout).Result()
 	info, ok := res.(*clusterpb.NodeInfo)
 	if err != nil || !ok || len(info.Tag) != engine.NodeTagLen {
 		return nil
 	}
 	return info
+}
+
+// maxNodeName bounds the name of a node a peer tells of (a DNS label's
+// bound: a pod's name is one).
+const maxNodeName = 253
+
+// known returns the nodes this node knows, for a Hello: met (since the
+// start, or before), and told of by its peers; at most
+// persistence.MaxNodeTags, this node among them.
+func (l *memberList) known() []*clusterpb.NodeInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*clusterpb.NodeInfo, 0, len(l.seen)+len(l.stored)+len(l.told))
+	done := map[[engine.NodeTagLen]byte]bool{}
+	for _, m := range []map[[engine.NodeTagLen]byte]string{l.seen, l.stored, l.told} {
+		for tag, name := range m {
+			if done[tag] || len(out) == persistence.MaxNodeTags {
+				continue
+			}
+			done[tag] = true
+			out = append(out, &clusterpb.NodeInfo{Node: name, Tag: tag[:]})
+		}
+	}
+	return out
+}
+
+// tell learns the nodes a peer's Hello tells of (that peer a member, as the
+// guard checked): a tag this node never met is kept in memory, apart from
+// the tags it met (so that they do not use up the store's
+// persistence.MaxNodeTags), at most persistence.MaxNodeTags of them; a job
+// of such a node answers 503 "node unavailable" while the node is not a
+// member, not 404. A malformed entry is skipped.
+func (l *memberList) tell(known []*clusterpb.NodeInfo) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range known {
+		if k == nil || len(k.Tag) != engine.NodeTagLen || k.Node == "" || len(k.Node) > maxNodeName {
+			continue
+		}
+		tag := [engine.NodeTagLen]byte(k.Tag)
+		if _, ok := l.seen[tag]; ok {
+			continue
+		}
+		if _, ok := l.stored[tag]; ok {
+			continue
+		}
+		if _, ok := l.told[tag]; ok || len(l.told) >= persistence.MaxNodeTags {
+			continue
+		}
+		l.told[tag] = k.Node
+	}
 }
 
 // nameOf returns a member's node name, or its address if it never said.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,53 @@ func TestMemberList_RememberBounded(t *testing.T) {
 	}
 	if m, _ := l.holder(tagOf("b")); m != b {
 		t.Fatalf("b's holder: %v; want member b (it said who it is)", m)
+	}
+}
+
+// TestMemberList_ToldTagsBounded: the tags peers tell of in their Hellos
+// make a job of those nodes answer 503 (known), even past the bound on the
+// tags met (they do not use it up, nor the store); malformed entries and
+// this node's own tag are skipped; at most MaxNodeTags are kept; and they
+// are told on in this node's own Hellos.
+func TestMemberList_ToldTagsBounded(t *testing.T) {
+	l, peer := setupMemberList(t)
+	l.mu.Lock()
+	for i := len(l.seen); i < persistence.MaxNodeTags; i++ {
+		l.seen[[engine.NodeTagLen]byte{0xff, 0xfe, byte(i >> 8), byte(i)}] = "filler"
+	}
+	l.mu.Unlock()
+	publish(l, 1)
+	l.tell([]*clusterpb.NodeInfo{nil, {Node: "short", Tag: []byte{1, 2}}, {Node: "", Tag: Tag("noname")},
+		{Node: strings.Repeat("x", 300), Tag: Tag("long")}, {Node: "a", Tag: Tag("a")}, {Node: "gone", Tag: Tag("gone")}})
+	if m, known := l.holder(tagOf("gone")); m != nil || !known {
+		t.Fatalf("a node told of: holder %v, known %v; want no member, known (503)", m, known)
+	}
+	for _, name := range []string{"short", "noname", "long"} {
+		if _, known := l.holder(tagOf(name)); known {
+			t.Errorf("malformed entry %q learnt", name)
+		}
+	}
+	l.mu.Lock()
+	told, seen, refused := len(l.told), len(l.seen), l.refused
+	l.mu.Unlock()
+	if told != 1 || seen != persistence.MaxNodeTags || refused != 0 {
+		t.Fatalf("told %d, seen %d, refused %d; want 1 told, the met ones unchanged, none refused", told, seen, refused)
+	}
+	if tags, err := peer.NodeTags(); err != nil || tags[tagOf("gone")] != "" {
+		t.Fatalf("the store's tags %v, %v; want gone's not stored", tags, err)
+	}
+	var many []*clusterpb.NodeInfo
+	for i := range persistence.MaxNodeTags + 10 {
+		many = append(many, &clusterpb.NodeInfo{Node: "n", Tag: []byte{0xee, 0xed, byte(i >> 8), byte(i)}})
+	}
+	l.tell(many)
+	l.mu.Lock()
+	told = len(l.told)
+	l.mu.Unlock()
+	if told != persistence.MaxNodeTags {
+		t.Fatalf("told %d past the bound, want %d", told, persistence.MaxNodeTags)
+	}
+	if got := len(l.known()); got != persistence.MaxNodeTags {
+		t.Fatalf("a Hello tells of %d nodes, want at most %d", got, persistence.MaxNodeTags)
 	}
 }

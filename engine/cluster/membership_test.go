@@ -17,6 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clusterpb"
 	"github.com/sift/batch/engine/enginetest/clustertest"
@@ -146,8 +147,10 @@ func TestNode_MembersNameSelf(t *testing.T) {
 // rolling update) after the holder of a job left answers that job 503
 // "node unavailable", never 404: a node remembers in its store the tags of
 // the nodes it meets, and reads them back when it starts. A node that
-// never met the holder (d, new since the holder left) takes the id for its
-// own: 404, as docs/CLUSTER.md ("Ids") says.
+// never met the holder (d, new since the holder left, with a new store)
+// answers 503 too: its peers tell it the tags they know in their Hellos
+// (docs/CLUSTER.md, "Ids"); it keeps them in memory, not in its store (they
+// do not use up its store's bound on the tags it met).
 func TestNode_RestartedNodeRemembersAbsentHolder(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()
@@ -170,8 +173,16 @@ func TestNode_RestartedNodeRemembersAbsentHolder(t *testing.T) {
 	if got.code != http.StatusServiceUnavailable || !strings.Contains(string(got.body), "node unavailable") {
 		t.Errorf("c's job on a (restarted after c left): %d %s; want 503 node unavailable", got.code, got.body)
 	}
-	if got := send(context.Background(), d, "GET", "/v1/batch/"+id, bearer("alice-key")); got.code != http.StatusNotFound {
-		t.Errorf("c's job on d (never met c): %d %s; want 404, as a tag never met", got.code, got.body)
+	if got := send(context.Background(), d, "GET", "/v1/batch/"+id, bearer("alice-key")); got.code != http.StatusServiceUnavailable ||
+		!strings.Contains(string(got.body), "node unavailable") {
+		t.Errorf("c's job on d (never met c, told of it by a): %d %s; want 503 node unavailable", got.code, got.body)
+	}
+	tags, err := engine.PeerOf(d.Runner).NodeTags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stored := tags[[engine.NodeTagLen]byte(cluster.Tag("c"))]; stored {
+		t.Errorf("d's store remembers c, which it never met: %v", tags)
 	}
 }
 

@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +26,19 @@ type Provider struct {
 	make func() (pacluster.ClusterProvider, error)
 	// check runs before the node starts: a manage port in use, say.
 	check func() error
+	// views asks every peer who it is and which members it counts (the
+	// automanaged provider's health endpoints); nil for a provider that
+	// cannot tell (rejoin.go).
+	views func(ctx context.Context) []peerView
+	// refresh is how often the provider polls its peers; 0 if it does not.
+	refresh time.Duration
+}
+
+// peerView is what a peer's health endpoint says: its member id, and the
+// member ids of the members it counts now.
+type peerView struct {
+	ID      string   `json:"id"`
+	Members []string `json:"siftbatch_members"`
 }
 
 // Automanaged is protoactor's automanaged provider: static peers, nothing
@@ -42,8 +58,13 @@ type Provider struct {
 // it (it comes back after a restart, under a new member id); there is no
 // consensus between the nodes' views of the membership.
 func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provider {
+	if refresh <= 0 {
+		refresh = DefaultRefresh
+	}
 	return Provider{
-		name: "automanaged",
+		name:    "automanaged",
+		refresh: refresh,
+		views:   func(ctx context.Context) []peerView { return peerViews(ctx, peers, max(refresh, viewTimeout)) },
 		check: func() error {
 			if len(peers) == 0 {
 				return errors.New("automanaged: no peers")
@@ -67,9 +88,6 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 			if err != nil {
 				return nil, err
 			}
-			if refresh <= 0 {
-				refresh = DefaultRefresh
-			}
 			l, err := net.Listen("tcp", manageAddr)
 			if err != nil {
 				return nil, fmt.Errorf("automanaged: manage port: %w", err)
@@ -90,6 +108,9 @@ type automanagedProvider struct {
 	port    int
 	echo    *echo.Echo
 	cluster atomic.Pointer[pacluster.Cluster]
+	// members returns the member ids of the members the node counts now,
+	// which the health endpoint tells (set before StartMember).
+	members func() []string
 }
 
 // StartMember starts protoactor's provider, which serves p.echo.
@@ -109,7 +130,56 @@ func (p *automanagedProvider) health(ctx echo.Context) error {
 	if err != nil {
 		return ctx.NoContent(http.StatusServiceUnavailable)
 	}
-	return ctx.JSON(http.StatusOK, automanaged.NewNode(c.Config.Name, c.ActorSystem.ID, host, port, p.port, c.GetClusterKinds()))
+	var members []string
+	if p.members != nil {
+		members = p.members()
+	}
+	return ctx.JSON(http.StatusOK, health{NodeModel: automanaged.NewNode(c.Config.Name, c.ActorSystem.ID, host, port, p.port, c.GetClusterKinds()),
+		Members: members})
+}
+
+// health is the health endpoint's answer: what protoactor's says (who the
+// node is), and the member ids of the members the node counts now, which
+// its peers read to find out whether they are blocked (rejoin.go).
+type health struct {
+	*automanaged.NodeModel
+	Members []string `json:"siftbatch_members"`
+}
+
+// peerViews asks the health endpoint of each of peers (manage addresses)
+// what it says, each within timeout; a peer that does not answer 200 with
+// a member id in time is left out.
+func peerViews(ctx context.Context, peers []string, timeout time.Duration) []peerView {
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	views := make([]*peerView, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p+"/_health", nil)
+			if err != nil {
+				return
+			}
+			res, err := client.Do(req)
+			if err != nil {
+				return
+			}
+			defer res.Body.Close()
+			var v peerView
+			if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&v) != nil || v.ID == "" {
+				return
+			}
+			views[i] = &v
+		})
+	}
+	wg.Wait()
+	client.CloseIdleConnections()
+	var out []peerView
+	for _, v := range views {
+		if v != nil {
+			out = append(out, *v)
+		}
+	}
+	return out
 }
 
 // release closes the health endpoint's listener, when the node did not

@@ -17,7 +17,9 @@ import (
 
 // Caller classes, as the key file names them. The handler passes a
 // caller's class to [engine.Runner.Submit], which hands it to nothing but
-// the embedder: the API treats them all alike. The dashboard (package
+// the embedder. The API treats them alike but for the list: an admin key
+// may list any caller's jobs (GET /v1/batch?caller=NAME, or * for every
+// caller's); reads by id stay the owner's. The dashboard (package
 // github.com/sift/batch/engine/dashboard) shows an admin every caller's
 // jobs and the runner's state, and lets it cancel any job.
 const (

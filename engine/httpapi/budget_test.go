@@ -339,6 +339,10 @@ func (forwardingCluster) List(context.Context, string, engine.ListOptions) ([]en
 	return nil, "", nil, nil
 }
 
+func (forwardingCluster) ListAll(context.Context, engine.ListOptions) ([]engine.Job, string, []string, error) {
+	return nil, "", nil, nil
+}
+
 // TestAPI_AnswerBudgetCountsForwardedAnswers: on a cluster node, a read
 // of another node's job reserves, once its answer begins, the part of it
 // this node holds at a time (256 KiB) of the caller's budget: beside a

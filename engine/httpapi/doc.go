@@ -8,7 +8,8 @@
 // The routes:
 //
 //	POST   /v1/batch            {"targets":[{"url":"…","options":{…}}]} → 202 {"id","reused","status"}
-//	GET    /v1/batch            200 a page of the caller's jobs (?status=, ?limit=, ?cursor=)
+//	GET    /v1/batch            200 a page of the caller's jobs (?status=, ?limit=, ?cursor=;
+//	                            ?caller=NAME or * for an admin key: any caller's, every caller's)
 //	GET    /v1/batch/{id}       200 the job and its targets (?results=1: with results;
 //	                            ?wait=30s: once the job has ended or the wait is over)
 //	GET    /v1/batch/{id}/{idx} 200 one target with its result
@@ -35,11 +36,22 @@
 // forwarded".
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
-// "targets_failed", "created_at", "targets"}: targets_done counts the
-// targets whose outcome is stored, done or failed, targets_failed the
-// failed ones, and created_at is in unix seconds. A target is {"idx",
-// "url", "status", "error", "hint", "result": {"content", "meta"}}; empty
-// error and hint are omitted. No JSON the handler writes escapes HTML.
+// "targets_failed", "created_at", "started_at", "ended_at", "targets"}:
+// targets_done counts the targets whose outcome is stored, done or
+// failed, targets_failed the failed ones; created_at, started_at (the
+// first target went to a worker) and ended_at (the job ended) are in unix
+// seconds. A target is {"idx", "url", "status", "error", "hint",
+// "duration_ms", "result": {"content", "meta"}}: duration_ms is the
+// fetch's time, in milliseconds rounded up. Empty error and hint, and
+// times not known (yet, or stored before there were times), are omitted.
+// No JSON the handler writes escapes HTML.
+//
+// Listing: a key lists its own jobs. An admin key ([ClassAdmin]) may list
+// another caller's with ?caller=NAME, or every caller's with ?caller=*
+// ([engine.Runner.ListAll]; in a cluster, [Cluster.ListAll]), each job
+// then with its "caller"; any other key's caller parameter is 403,
+// whatever the name, its own included. Reads, waits and cancels by id
+// stay the owner's, an admin's too: another caller's job is 404.
 //
 // Reads: a job is answered from [engine.Runner.Targets], and each result
 // is written from [engine.Runner.ResultJSON], its stored bytes as they

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/httpapi"
@@ -25,7 +26,10 @@ func ExampleNew() {
 	fetch := func(_ context.Context, _ *engine.Caller, t engine.Target) (engine.Result, error) {
 		return engine.Result{Content: "<h1>" + t.URL + "</h1>"}, nil
 	}
-	r, err := engine.New(store, fetch, engine.Config{}, nil)
+	// A clock that stands still, so that the answers below hold no time
+	// (duration_ms, started_at and ended_at are absent when 0).
+	still := func() time.Time { return time.Unix(1700000000, 0) }
+	r, err := engine.New(store, fetch, engine.Config{Now: still}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -151,6 +151,8 @@ type Cluster interface {
 	// List is [engine.Runner.List] across the nodes, with the names of
 	// the nodes whose jobs the page may lack.
 	List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error)
+	// ListAll is [engine.Runner.ListAll] across the nodes, as List.
+	ListAll(ctx context.Context, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error)
 }
 
 // runner is what the handler asks of an [*engine.Runner]. Tests wrap it to
@@ -164,6 +166,7 @@ type runner interface {
 	Touch(id string)
 	Wait(ctx context.Context, id string) (engine.Job, error)
 	List(caller string, opt engine.ListOptions) ([]engine.Job, string, error)
+	ListAll(opt engine.ListOptions) ([]engine.Job, string, error)
 }
 
 // Handler is the batch HTTP API of a runner, as sift exposes it: an

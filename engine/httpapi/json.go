@@ -89,7 +89,16 @@ func appendJobHead(b []byte, job *engine.Job) []byte {
 	b = append(b, `,"targets_failed":`...)
 	b = strconv.AppendInt(b, int64(job.TargetsFailed), 10)
 	b = append(b, `,"created_at":`...)
-	return strconv.AppendInt(b, job.CreatedAt, 10)
+	b = strconv.AppendInt(b, job.CreatedAt, 10)
+	if job.StartedAt != 0 {
+		b = append(b, `,"started_at":`...)
+		b = strconv.AppendInt(b, job.StartedAt, 10)
+	}
+	if job.EndedAt != 0 {
+		b = append(b, `,"ended_at":`...)
+		b = strconv.AppendInt(b, job.EndedAt, 10)
+	}
+	return b
 }
 
 // appendTargetHead appends t's JSON as encoding/json writes a targetHead
@@ -109,6 +118,10 @@ func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
 	if hint := hintFor(t); hint != "" {
 		b = append(b, `,"hint":`...)
 		b = appendJSONString(b, hint)
+	}
+	if ms := durationMS(t.Duration); ms != 0 {
+		b = append(b, `,"duration_ms":`...)
+		b = strconv.AppendInt(b, ms, 10)
 	}
 	return b
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine"
 )
@@ -68,9 +69,11 @@ func TestAppendJobHead(t *testing.T) {
 			{ID: "x", Status: engine.StatusFailed, Error: "shutdown", TargetsTotal: 65535, TargetsDone: 65535, TargetsFailed: 1, CreatedAt: -1},
 			{ID: "a\"b", Status: engine.StatusPartial, Error: "bad <thing> & \u2028 \xff\n", TargetsTotal: -3, CreatedAt: math.MaxInt64},
 			{Status: engine.StatusCancelled, CreatedAt: math.MinInt64, TargetsDone: math.MaxInt},
+			{ID: "s", Status: engine.StatusRunning, CreatedAt: 1700000000, StartedAt: 1700000001},
+			{ID: "e", Status: engine.StatusDone, CreatedAt: 1700000000, StartedAt: 1700000001, EndedAt: 1700000002},
+			{ID: "o", Status: engine.StatusCancelled, CreatedAt: 1, EndedAt: math.MaxInt64, StartedAt: math.MinInt64},
 		} {
-			want := encodingJSON(t, jobHead{ID: tc.ID, Status: tc.Status, Error: tc.Error, TargetsTotal: tc.TargetsTotal,
-				TargetsDone: tc.TargetsDone, TargetsFailed: tc.TargetsFailed, CreatedAt: tc.CreatedAt})
+			want := encodingJSON(t, headOf(&tc))
 			if got := string(appendJobHead(nil, &tc)) + "}"; got != want {
 				t.Errorf("appendJobHead(%+v) = %s, want %s", tc, got, want)
 			}
@@ -86,8 +89,11 @@ func TestAppendJobHead(t *testing.T) {
 			}
 		}
 		cases = append(cases, engine.TargetStatus{Idx: -1}, engine.TargetStatus{Idx: math.MaxInt, URL: "\xff\xfe"})
+		for _, d := range []time.Duration{-1, 1, time.Millisecond, time.Millisecond + 1, 90 * time.Second, math.MaxInt64} {
+			cases = append(cases, engine.TargetStatus{Idx: len(cases), Status: engine.TargetDone, Duration: d})
+		}
 		for _, tc := range cases {
-			want := encodingJSON(t, targetHead{Idx: tc.Idx, URL: tc.URL, Status: tc.Status, Error: tc.Error, Hint: hintFor(&tc)})
+			want := encodingJSON(t, targetHeadOf(&tc))
 			if got := string(appendTargetHead(nil, &tc)) + "}"; got != want {
 				t.Errorf("appendTargetHead(%+v) = %s, want %s", tc, got, want)
 			}
@@ -145,8 +151,7 @@ func (f resultsRunner) ResultJSON(_ string, idx int) ([]byte, bool) {
 // encoding/json before it appended by hand: the reference.
 func encodingJSONJob(t *testing.T, job engine.Job, targets []engine.TargetStatus, results map[int][]byte) string {
 	t.Helper()
-	head := encodingJSON(t, jobHead{ID: job.ID, Status: job.Status, Error: job.Error, TargetsTotal: job.TargetsTotal,
-		TargetsDone: job.TargetsDone, TargetsFailed: job.TargetsFailed, CreatedAt: job.CreatedAt})
+	head := encodingJSON(t, headOf(&job))
 	var b strings.Builder
 	b.WriteString(strings.TrimSuffix(head, "}") + `,"targets":[`)
 	for i := range targets {
@@ -154,7 +159,7 @@ func encodingJSONJob(t *testing.T, job engine.Job, targets []engine.TargetStatus
 			b.WriteByte(',')
 		}
 		tg := &targets[i]
-		s := encodingJSON(t, targetHead{Idx: tg.Idx, URL: tg.URL, Status: tg.Status, Error: tg.Error, Hint: hintFor(tg)})
+		s := encodingJSON(t, targetHeadOf(tg))
 		if res := results[tg.Idx]; results != nil && tg.Status == engine.TargetDone && res != nil {
 			s = strings.TrimSuffix(s, "}") + `,"result":` + string(res) + "}"
 		}
@@ -196,7 +201,7 @@ func TestHandler_WriteJob(t *testing.T) {
 		}
 	}
 	for _, tg := range targets {
-		want := encodingJSON(t, targetHead{Idx: tg.Idx, URL: tg.URL, Status: tg.Status, Error: tg.Error, Hint: hintFor(&tg)})
+		want := encodingJSON(t, targetHeadOf(&tg))
 		if res := results[tg.Idx]; tg.Status == engine.TargetDone && res != nil {
 			want = strings.TrimSuffix(want, "}") + `,"result":` + string(res) + "}"
 		}

@@ -22,10 +22,30 @@ type jobList struct {
 // newest first, as summaries. A bad status, limit or cursor is 400 with a
 // hint (an empty status or limit too; an empty cursor is the first
 // page). Only the caller's jobs are listed, whatever cursor it sends.
-func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
-	q, ok := queryOf(w, r, "status", "limit", "cursor")
+//
+// ?caller=NAME lists NAME's jobs, and ?caller=* every caller's
+// ([engine.Runner.ListAll]), each with its caller: for an admin key only.
+// Any other key gets 403 for any caller parameter, its own name included
+// (so the answer does not tell which names exist); an admin's empty
+// caller is 400.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
+	q, ok := queryOf(w, r, "status", "limit", "cursor", "caller")
 	if !ok {
 		return
+	}
+	whose, across := q.Get("caller"), false
+	if _, given := q["caller"]; given {
+		switch {
+		case class != ClassAdmin:
+			writeError(w, http.StatusForbidden, "listing by caller needs an admin key", "leave caller out to list your own jobs")
+			return
+		case whose == "":
+			writeError(w, http.StatusBadRequest, "bad caller: empty", "give caller as a caller's name, or * for every caller's jobs")
+			return
+		}
+		across = true
+	} else {
+		whose = c.Name
 	}
 	if vs, given := q["status"]; given && vs[0] == "" {
 		writeError(w, http.StatusBadRequest, "bad status: empty", "give status as one of live, queued, running, done, partial, failed, cancelled, terminal, or leave it out")
@@ -46,12 +66,19 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		unavailable []string
 		err         error
 	)
-	if h.o.Cluster != nil {
-		if !waiting(r, func() { jobs, next, unavailable, err = h.o.Cluster.List(r.Context(), c.Name, opt) }) {
+	switch {
+	case h.o.Cluster != nil && whose == "*":
+		if !waiting(r, func() { jobs, next, unavailable, err = h.o.Cluster.ListAll(r.Context(), opt) }) {
 			return // the client has gone
 		}
-	} else {
-		jobs, next, err = h.r.List(c.Name, opt)
+	case h.o.Cluster != nil:
+		if !waiting(r, func() { jobs, next, unavailable, err = h.o.Cluster.List(r.Context(), whose, opt) }) {
+			return // the client has gone
+		}
+	case whose == "*":
+		jobs, next, err = h.r.ListAll(opt)
+	default:
+		jobs, next, err = h.r.List(whose, opt)
 	}
 	switch {
 	case errors.Is(err, engine.ErrBadList):
@@ -67,9 +94,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		return
 	}
 	out := jobList{Jobs: make([]jobHead, len(jobs)), NextCursor: next, UnavailableNodes: unavailable}
-	for i, j := range jobs {
-		out.Jobs[i] = jobHead{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal,
-			TargetsDone: j.TargetsDone, TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt}
+	for i := range jobs {
+		out.Jobs[i] = headOf(&jobs[i])
+		if across {
+			out.Jobs[i].Caller = jobs[i].Caller
+		}
 	}
 	h.writeHeld(w, r, out)
 }

@@ -35,11 +35,13 @@ func TestMain(m *testing.M) {
 	enginetest.Main(m)
 }
 
-// Test keys: alice and bob are standard callers, carol is restricted.
-const testKeys = `# name key [restricted]
+// Test keys: alice and bob are standard callers, carol is restricted,
+// root is an admin.
+const testKeys = `# name key [restricted|admin]
 alice alice-key
 bob   bob-key
 carol carol-key restricted
+root  root-key  admin
 `
 
 // holdURL is a target whose fake fetch waits at the bundle's gate.

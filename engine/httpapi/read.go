@@ -24,6 +24,18 @@ type jobHead struct {
 	TargetsDone   int    `json:"targets_done"`
 	TargetsFailed int    `json:"targets_failed"`
 	CreatedAt     int64  `json:"created_at"`
+	StartedAt     int64  `json:"started_at,omitempty"` // 0: queued, or unknown
+	EndedAt       int64  `json:"ended_at,omitempty"`   // 0: live, or unknown
+	// Caller is set in a list across callers (?caller=) only:
+	// appendJobHead never writes it (a job read by id is the caller's
+	// own).
+	Caller string `json:"caller,omitempty"`
+}
+
+// headOf is job's jobHead, without its caller.
+func headOf(j *engine.Job) jobHead {
+	return jobHead{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal, TargetsDone: j.TargetsDone,
+		TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
 }
 
 // targetHead is a target as the API shows it, but its result.
@@ -33,6 +45,27 @@ type targetHead struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
 	Hint   string `json:"hint,omitempty"`
+	// DurationMS is the fetch's time in milliseconds, rounded up (a known
+	// time is at least 1); 0 (absent) while pending or running, and when
+	// unknown.
+	DurationMS int64 `json:"duration_ms,omitempty"`
+}
+
+// targetHeadOf is t's targetHead.
+func targetHeadOf(t *engine.TargetStatus) targetHead {
+	return targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t), DurationMS: durationMS(t.Duration)}
+}
+
+// durationMS is d in whole milliseconds, rounded up; 0 for d ≤ 0.
+func durationMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // owned returns the summary of the path's job if it is the caller's, or

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
@@ -262,4 +263,54 @@ func TestAPI_LongPollLimits(t *testing.T) {
 	}
 	// Another caller's job is 404 at once, wait or not.
 	wantError(t, b.do(t, http.MethodGet, "/v1/batch/"+id+"?wait=30s", "bob-key", nil), http.StatusNotFound, "job not found")
+}
+
+// TestAPI_GetTimings: GET /v1/batch/{id} has started_at and ended_at once
+// known, and each stored target its duration_ms (rounded up); absent
+// while the job is queued, live or the target pending; one target's
+// answer has its duration_ms too.
+func TestAPI_GetTimings(t *testing.T) {
+	t.Parallel()
+	var b *bundle
+	gate := testkit.NewGate()
+	b = setupWith(t, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		if strings.HasSuffix(tg.URL, "/hold") {
+			if err := gate.Wait(ctx); err != nil {
+				return engine.Result{}, err
+			}
+		}
+		b.Clock.Advance(1500*time.Millisecond + 1)
+		return engine.Result{Content: "page"}, nil
+	}, httpapi.Options{})
+	t0 := b.Clock.Now().Unix()
+	id := b.submit(t, "alice-key", "https://example.com/a", "https://example.com/hold")
+	testkit.WaitFor(t, "first target stored", func() bool { j, _ := b.Runner.Job(id); return j.TargetsDone == 1 })
+	m := b.do(t, http.MethodGet, "/v1/batch/"+id, "alice-key", nil).json(t)
+	if m["started_at"] != float64(t0) {
+		t.Fatalf("started_at %v, want %d", m["started_at"], t0)
+	}
+	if _, ok := m["ended_at"]; ok {
+		t.Fatalf("ended_at on a live job: %v", m)
+	}
+	ts := m["targets"].([]any)
+	if d := ts[0].(map[string]any)["duration_ms"]; d != float64(1501) {
+		t.Fatalf("duration_ms %v, want 1501 (rounded up)", d)
+	}
+	if _, ok := ts[1].(map[string]any)["duration_ms"]; ok {
+		t.Fatalf("duration_ms on a running target: %v", ts[1])
+	}
+	gate.Open()
+	b.waitTerminal(t, id)
+	m = b.do(t, http.MethodGet, "/v1/batch/"+id, "alice-key", nil).json(t)
+	if m["ended_at"] != float64(t0+3) {
+		t.Fatalf("ended_at %v, want %d", m["ended_at"], t0+3)
+	}
+	one := b.do(t, http.MethodGet, "/v1/batch/"+id+"/1", "alice-key", nil).json(t)
+	if one["duration_ms"] != float64(1501) {
+		t.Fatalf("target 1: %v", one)
+	}
+	list := b.do(t, http.MethodGet, "/v1/batch", "alice-key", nil).json(t)["jobs"].([]any)
+	if j := list[0].(map[string]any); j["started_at"] != float64(t0) || j["ended_at"] != float64(t0+3) {
+		t.Fatalf("the list's times: %v", j)
+	}
 }

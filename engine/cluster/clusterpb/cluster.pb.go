@@ -39,6 +39,9 @@ const (
 	// VERDICT_RETRY: the grain cannot decide now (the topology is changing,
 	// a member did not answer, the grain moved): ask again.
 	Verdict_VERDICT_RETRY Verdict = 4
+	// VERDICT_MISMATCH: the key is bound to a reusable job of other targets
+	// (engine.ErrIdempotencyMismatch).
+	Verdict_VERDICT_MISMATCH Verdict = 5
 )
 
 // Enum value maps for Verdict.
@@ -49,6 +52,7 @@ var (
 		2: "VERDICT_BUSY",
 		3: "VERDICT_REUSE",
 		4: "VERDICT_RETRY",
+		5: "VERDICT_MISMATCH",
 	}
 	Verdict_value = map[string]int32{
 		"VERDICT_UNSPECIFIED": 0,
@@ -56,6 +60,7 @@ var (
 		"VERDICT_BUSY":        2,
 		"VERDICT_REUSE":       3,
 		"VERDICT_RETRY":       4,
+		"VERDICT_MISMATCH":    5,
 	}
 )
 
@@ -86,9 +91,15 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{0}
 }
 
-// Hello asks a node who it is.
+// Hello asks a node who it is. It tells the node asked the nodes the
+// asking node knows (met, or heard of from its peers), by tag: a node new
+// to the cluster learns the tags of nodes that left before it joined, and
+// answers their jobs 503 "node unavailable", not 404.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// known is the nodes the asking node knows: each its name and tag (at
+	// most 1,024).
+	Known         []*NodeInfo `protobuf:"bytes,1,rep,name=known,proto3" json:"known,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +132,13 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
 	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Hello) GetKnown() []*NodeInfo {
+	if x != nil {
+		return x.Known
+	}
+	return nil
 }
 
 // NodeInfo answers Hello.
@@ -500,11 +518,14 @@ func (x *Release) GetSession() uint64 {
 // ListRequest asks a node for a page of a caller's jobs (engine.Peer.ListAt).
 // The asking node has authenticated the caller.
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Limit         int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	Cursor        string                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Status string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Limit  int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Cursor string                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// all lists every caller's jobs (engine.Runner.ListAll); caller is then
+	// ignored. A node older than it lists caller "": no job.
+	All           bool `protobuf:"varint,5,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +588,13 @@ func (x *ListRequest) GetCursor() string {
 	return ""
 }
 
+func (x *ListRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
 // ListedJob is a job's summary in a ListReply.
 type ListedJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -578,7 +606,12 @@ type ListedJob struct {
 	TargetsFailed int32                  `protobuf:"varint,6,opt,name=targets_failed,json=targetsFailed,proto3" json:"targets_failed,omitempty"`
 	CreatedAt     int64                  `protobuf:"varint,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// cursor is the cursor of the page that goes on after this job.
-	Cursor        string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Cursor string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// caller is the job's caller name.
+	Caller string `protobuf:"bytes,9,opt,name=caller,proto3" json:"caller,omitempty"`
+	// started_at and ended_at are unix seconds; 0 when unknown.
+	StartedAt     int64 `protobuf:"varint,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt       int64 `protobuf:"varint,11,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +702,27 @@ func (x *ListedJob) GetCursor() string {
 	return ""
 }
 
+func (x *ListedJob) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *ListedJob) GetStartedAt() int64 {
+	if x != nil {
+		return x.StartedAt
+	}
+	return 0
+}
+
+func (x *ListedJob) GetEndedAt() int64 {
+	if x != nil {
+		return x.EndedAt
+	}
+	return 0
+}
+
 // ListReply answers ListRequest.
 type ListReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -751,7 +805,12 @@ type Admit struct {
 	// id is the job's id, with the asking node's tag.
 	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	// cap is the asking node's JobsPerCaller.
-	Cap           int32 `protobuf:"varint,4,opt,name=cap,proto3" json:"cap,omitempty"`
+	Cap int32 `protobuf:"varint,4,opt,name=cap,proto3" json:"cap,omitempty"`
+	// body is, for a key of the caller's own (an Idempotency-Key), the hash
+	// of the submission's targets (hex; engine.Peer.TargetsHash): the grain
+	// binds the key to it while its job is reusable. Empty for a key derived
+	// from the targets, which hashes them already.
+	Body          string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +871,13 @@ func (x *Admit) GetCap() int32 {
 		return x.Cap
 	}
 	return 0
+}
+
+func (x *Admit) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
 }
 
 // Admission answers Admit.
@@ -1156,10 +1222,13 @@ func (x *CallerJobsReply) GetTopology() uint64 {
 // ReusableRequest asks the node that holds job id whether a resubmit may
 // reuse it.
 type ReusableRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Id     string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// want_body asks for the hash of the job's targets too (a grain that
+	// rebuilt knows the job's key, not its body).
+	WantBody      bool `protobuf:"varint,4,opt,name=want_body,json=wantBody,proto3" json:"want_body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1215,10 +1284,19 @@ func (x *ReusableRequest) GetId() string {
 	return ""
 }
 
+func (x *ReusableRequest) GetWantBody() bool {
+	if x != nil {
+		return x.WantBody
+	}
+	return false
+}
+
 // ReusableReply answers ReusableRequest.
 type ReusableReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reusable      bool                   `protobuf:"varint,1,opt,name=reusable,proto3" json:"reusable,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Reusable bool                   `protobuf:"varint,1,opt,name=reusable,proto3" json:"reusable,omitempty"`
+	// body is the hash of the job's targets (hex), if asked and reusable.
+	Body          string `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,14 +1338,25 @@ func (x *ReusableReply) GetReusable() bool {
 	return false
 }
 
+func (x *ReusableReply) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
 // Remember tells a caller's grain that job id, submitted with idempotency
 // key key, was reused by its node on its own (the node's runner found it
 // first): the grain reuses it too. Answered by Settled.
 type Remember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Id     string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// body is the hash of the job's targets (hex) when the key is the
+	// caller's own and the node checked them; else empty (the grain asks the
+	// job's node when it needs it).
+	Body          string `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1323,12 +1412,20 @@ func (x *Remember) GetId() string {
 	return ""
 }
 
+func (x *Remember) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
 var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\n" +
-	"&engine/cluster/clusterpb/cluster.proto\x12\x14siftbatch.cluster.v1\"\a\n" +
-	"\x05Hello\"0\n" +
+	"&engine/cluster/clusterpb/cluster.proto\x12\x14siftbatch.cluster.v1\"=\n" +
+	"\x05Hello\x124\n" +
+	"\x05known\x18\x01 \x03(\v2\x1e.siftbatch.cluster.v1.NodeInfoR\x05known\"0\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\fR\x03tag\"\x8c\x01\n" +
@@ -1351,12 +1448,13 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x04Pull\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\"#\n" +
 	"\aRelease\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"k\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"}\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
-	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\xef\x01\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\x12\x10\n" +
+	"\x03all\x18\x05 \x01(\bR\x03all\"\xc1\x02\n" +
 	"\tListedJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -1366,18 +1464,24 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x0etargets_failed\x18\x06 \x01(\x05R\rtargetsFailed\x12\x1d\n" +
 	"\n" +
 	"created_at\x18\a \x01(\x03R\tcreatedAt\x12\x16\n" +
-	"\x06cursor\x18\b \x01(\tR\x06cursor\"\x8b\x01\n" +
+	"\x06cursor\x18\b \x01(\tR\x06cursor\x12\x16\n" +
+	"\x06caller\x18\t \x01(\tR\x06caller\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\n" +
+	" \x01(\x03R\tstartedAt\x12\x19\n" +
+	"\bended_at\x18\v \x01(\x03R\aendedAt\"\x8b\x01\n" +
 	"\tListReply\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.ListedJobR\x04jobs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1f\n" +
 	"\vbad_request\x18\x03 \x01(\tR\n" +
 	"badRequest\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"S\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"g\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x10\n" +
-	"\x03cap\x18\x04 \x01(\x05R\x03cap\"u\n" +
+	"\x03cap\x18\x04 \x01(\x05R\x03cap\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\tR\x04body\"u\n" +
 	"\tAdmission\x127\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x1d.siftbatch.cluster.v1.VerdictR\averdict\x12\x19\n" +
 	"\breuse_id\x18\x02 \x01(\tR\areuseId\x12\x14\n" +
@@ -1397,23 +1501,27 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x0fCallerJobsReply\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.CallerJobR\x04jobs\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
-	"\btopology\x18\x03 \x01(\x04R\btopology\"K\n" +
+	"\btopology\x18\x03 \x01(\x04R\btopology\"h\n" +
 	"\x0fReusableRequest\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id\"+\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1b\n" +
+	"\twant_body\x18\x04 \x01(\bR\bwantBody\"?\n" +
 	"\rReusableReply\x12\x1a\n" +
-	"\breusable\x18\x01 \x01(\bR\breusable\"D\n" +
+	"\breusable\x18\x01 \x01(\bR\breusable\x12\x12\n" +
+	"\x04body\x18\x02 \x01(\tR\x04body\"X\n" +
 	"\bRemember\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id*m\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\tR\x04body*\x83\x01\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ADMIT\x10\x01\x12\x10\n" +
 	"\fVERDICT_BUSY\x10\x02\x12\x11\n" +
 	"\rVERDICT_REUSE\x10\x03\x12\x11\n" +
-	"\rVERDICT_RETRY\x10\x04B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
+	"\rVERDICT_RETRY\x10\x04\x12\x14\n" +
+	"\x10VERDICT_MISMATCH\x10\x05B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
 
 var (
 	file_engine_cluster_clusterpb_cluster_proto_rawDescOnce sync.Once
@@ -1453,15 +1561,16 @@ var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
 	(*Remember)(nil),          // 20: siftbatch.cluster.v1.Remember
 }
 var file_engine_cluster_clusterpb_cluster_proto_depIdxs = []int32{
-	4,  // 0: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
-	9,  // 1: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
-	0,  // 2: siftbatch.cluster.v1.Admission.verdict:type_name -> siftbatch.cluster.v1.Verdict
-	16, // 3: siftbatch.cluster.v1.CallerJobsReply.jobs:type_name -> siftbatch.cluster.v1.CallerJob
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	2,  // 0: siftbatch.cluster.v1.Hello.known:type_name -> siftbatch.cluster.v1.NodeInfo
+	4,  // 1: siftbatch.cluster.v1.Part.headers:type_name -> siftbatch.cluster.v1.Header
+	9,  // 2: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
+	0,  // 3: siftbatch.cluster.v1.Admission.verdict:type_name -> siftbatch.cluster.v1.Verdict
+	16, // 4: siftbatch.cluster.v1.CallerJobsReply.jobs:type_name -> siftbatch.cluster.v1.CallerJob
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_engine_cluster_clusterpb_cluster_proto_init() }

@@ -22,6 +22,7 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/enginetest/clustertest"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 )
 
@@ -259,10 +260,11 @@ func TestOwnPod(t *testing.T) {
 	}
 }
 
-// waitMembership waits until n's membership satisfies ok.
+// waitMembership waits until n's membership satisfies ok, failing the test
+// after testkit.Deadline.
 func waitMembership(t *testing.T, n *cluster.Node, what string, ok func(cluster.Membership) bool) cluster.Membership {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(testkit.Deadline)
 	for {
 		changed := n.Changed()
 		if m := n.Membership(); ok(m) {
@@ -384,5 +386,33 @@ func (l *lineCounter) wait(t *testing.T, msg string, n int) {
 		case <-deadline:
 			t.Fatalf("%d lines %q; want %d", got, msg, n)
 		}
+	}
+}
+
+// TestProvider_UnreadyThenReadyRejoinsInProcess: a pod that goes unready,
+// then ready again, is out of its own member list under its blocked
+// member id; the node, out for a while, makes a new incarnation in
+// process (the provider made anew: the pod's labels cleared, a new member
+// id labelled), and is a member again, without a restart.
+func TestProvider_UnreadyThenReadyRejoinsInProcess(t *testing.T) {
+	api := newFakeAPI(t, ownTestPod(t, map[string]string{"app.kubernetes.io/name": "siftbatch"}))
+	lines := &lineCounter{changed: make(chan struct{})}
+	n, err := startNodeLogging(t, "siftbatch-0", testProvider(api), slog.New(lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMembership(t, n, "join", func(m cluster.Membership) bool { return m.Member })
+	pod, _ := api.state()
+	first := pod.Labels[k8s.LabelMemberID]
+	api.update(func(p *corev1.Pod) { p.Status.ContainerStatuses[0].Ready = false })
+	waitMembership(t, n, "unready", func(m cluster.Membership) bool { return !m.Member })
+	api.update(func(p *corev1.Pod) { p.Status.ContainerStatuses[0].Ready = true })
+	waitMembership(t, n, "a member again, in process", func(m cluster.Membership) bool { return m.Member })
+	pod, _ = api.state()
+	if id := pod.Labels[k8s.LabelMemberID]; id == "" || id == first {
+		t.Fatalf("member id after the rejoin %q; want a new one (was %q)", id, first)
+	}
+	if lines.count("cluster node blocked by its peers: rejoining under a new member id") == 0 {
+		t.Fatal("the node did not log its rejoin")
 	}
 }

@@ -52,8 +52,9 @@ import (
 )
 
 // Keys is the API keys file every node reads unless [Options.Keys] is
-// set: callers alice (key alice-key) and bob (key bob-key).
-const Keys = "alice alice-key\nbob bob-key\n"
+// set: callers alice (key alice-key) and bob (key bob-key), and an admin,
+// root (key root-key).
+const Keys = "alice alice-key\nbob bob-key\nroot root-key admin\n"
 
 // The defaults a zero field of [Options] takes.
 const (

@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// A node's peers block its member id for good once they have dropped it
+// (protoactor's MemberList: "will never allow a member that failed a health
+// check to join back in"; its BlockList cannot unblock, and blocked ids
+// spread by gossip), so a node cut off for a moment (a partition, a pause)
+// would stay out of the cluster once the network is whole again. The
+// member id is its actor system's: the node that finds itself blocked
+// retires its incarnation (actor system, remote, provider) and makes a new
+// one, under a new member id, in process; the runner, its jobs and its
+// store go on. docs/CLUSTER.md, "A partition heals", says which node does,
+// when, and what callers see meanwhile.
+const (
+	// rejoinStrikes is how many checks in a row must find the node
+	// blocked before it rejoins: a peer that has just started (or just
+	// rejoined) does not count it yet, until its first poll.
+	rejoinStrikes = 2
+	// rejoinOut is how long a node out of its own member list waits
+	// before it rejoins, under a provider that cannot say what its peers
+	// count (Kubernetes: a pod unready, then ready again, under its
+	// blocked id). It doubles after each rejoin that did not bring the
+	// node back, up to rejoinOutMax.
+	rejoinOut    = 10 * time.Second
+	rejoinOutMax = 2 * time.Minute
+	// rejoinCheck is how often a node checks whether it is blocked, under
+	// a provider that does not poll (the automanaged provider's refresh
+	// otherwise).
+	rejoinCheck = time.Second
+	// viewTimeout is the least time a check gives the peers' health
+	// endpoints to answer.
+	viewTimeout = time.Second
+	// rejoinPause is the pause between two attempts to make an
+	// incarnation, when one failed (a port not free yet, say).
+	rejoinPause = time.Second
+	// rejoinStopWait bounds how long a rejoin waits for protoactor's stop
+	// of the retired incarnation to end (its graceful stop waits up to 10 s
+	// for a writer to a peer that died).
+	rejoinStopWait = 15 * time.Second
+)
+
+// watchRejoin checks, until the node closes, whether its peers block it,
+// and rejoins when they do. It runs on a goroutine Close waits for.
+func (n *Node) watchRejoin() {
+	every := n.cfg.Provider.refresh
+	if every <= 0 {
+		every = rejoinCheck
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	strikes, out := 0, rejoinOut
+	for {
+		select {
+		case <-n.life.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !n.blocked(out) {
+			strikes = 0
+			if n.members.self.get().Member {
+				out = rejoinOut
+			}
+			continue
+		}
+		if strikes++; strikes < rejoinStrikes {
+			continue
+		}
+		strikes = 0
+		n.rejoin()
+		if n.cfg.Provider.views == nil {
+			out = min(2*out, rejoinOutMax)
+		}
+	}
+}
+
+// blocked reports whether the node's peers block it for good, as far as
+// it can tell now. Under the automanaged provider: at least one peer
+// answers its health endpoint (the network to it is whole), and none of
+// those that answer counts this node among its members (the side that
+// all the others have dropped is the side that rejoins: a node that some
+// peer still counts waits for the others to come back under new ids).
+// And every peer this node counts among its members has answered: one
+// that did not (a loaded machine, a slow network) may count it. Under a
+// provider that cannot tell (Kubernetes): the node has joined,
+// and has been out of its own member list for out.
+func (n *Node) blocked(out time.Duration) bool {
+	me := n.life.me()
+	if me.id == "" {
+		return false
+	}
+	if n.cfg.Provider.views != nil {
+		ctx, cancel := context.WithTimeout(n.life.ctx, max(n.cfg.Provider.refresh, viewTimeout))
+		defer cancel()
+		counted := map[string]bool{} // the peers this node counts, until they answer
+		for _, id := range n.members.memberIDs() {
+			counted[id] = id != me.id
+		}
+		answered := false
+		for _, v := range n.cfg.Provider.views(ctx) {
+			if v.ID == me.id {
+				continue // this node's own endpoint
+			}
+			if slices.Contains(v.Members, me.id) {
+				return false
+			}
+			answered, counted[v.ID] = true, false
+		}
+		for _, waiting := range counted {
+			if waiting { // a peer this node counts did not answer: it may count this one
+				return false
+			}
+		}
+		return answered
+	}
+	ms := n.members.self.get()
+	return ms.Joined && !ms.Member && time.Since(ms.Since) >= out
+}
+
+// rejoin retires the node's incarnation and makes a new one, under a new
+// member id, trying again each rejoinPause until it has one or the node
+// closes. Meanwhile the node knows no member: a request about another
+// node's job answers 503 "node unavailable", a submit 503 "admission
+// unavailable", and the answers it was giving others end (their askers
+// answer 503); its own jobs run on, and it answers about them.
+func (n *Node) rejoin() {
+	old := n.life.inc.Load()
+	if old == nil || !n.life.inc.CompareAndSwap(old, nil) {
+		return
+	}
+	n.log.Warn("cluster node blocked by its peers: rejoining under a new member id", slog.String(logKeyNode, n.cfg.Node),
+		slog.String("member", old.system.ID))
+	n.members.retire()
+	old.cancel()
+	ok, stopped := shutdown(old.c)
+	if !ok {
+		n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
+	}
+	// The old incarnation's connections close before the new one opens
+	// its own: nothing of it is left (a writer to a peer that died ends
+	// after its attempts, about 8 s).
+	wait := time.NewTimer(rejoinStopWait)
+	select {
+	case <-stopped:
+	case <-wait.C:
+	case <-n.life.ctx.Done():
+	}
+	wait.Stop()
+	if p, ok := old.c.Config.ClusterProvider.(*automanagedProvider); ok {
+		p.release() // its manage port, if protoactor's stop did not get to it
+	}
+	b := n.life.run
+	waitFreed(net.JoinHostPort(b.host, strconv.Itoa(b.port)))
+	for n.life.ctx.Err() == nil {
+		inc, err := n.incarnate(b)
+		if err == nil {
+			n.log.Info("cluster node rejoined", slog.String(logKeyNode, n.cfg.Node), slog.String("member", inc.system.ID))
+			return
+		}
+		// err is not logged: it may name this node's addresses' ports.
+		n.log.Warn("cluster node not rejoined: trying again", slog.String(logKeyNode, n.cfg.Node))
+		t := time.NewTimer(rejoinPause)
+		select {
+		case <-t.C:
+		case <-n.life.ctx.Done():
+			t.Stop()
+		}
+	}
+}
