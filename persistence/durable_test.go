@@ -318,9 +318,6 @@ func TestStore_DurableAnswerLeavesNoDirtyLog(t *testing.T) {
 // for its flush). Results of 1000 bytes: a chunk row each (over 512
 // bytes), in the memtable (under Badger's 1 KiB value threshold).
 func TestStore_DurableSyncCoversTheMemtableThatFilled(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: a group whose chunk transactions fill the memtable is answered with the full memtable's log unsynced (DB.Sync syncs the current one only)")
-	}
 	syncsAcrossMemtables(t, 1000)
 }
 

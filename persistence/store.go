@@ -129,6 +129,10 @@ type Store struct {
 	durable   atomic.Bool
 	syncs     atomic.Int64
 	syncFault atomic.Pointer[func() error]
+	// logFids: the newest memtable log and value-log file at the last
+	// sync (or at SetDurable): the files from them on that are no longer
+	// the newest are synced too (syncRotatedLocked). Under mu.
+	logFids logFids
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
