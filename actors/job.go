@@ -25,7 +25,10 @@ import (
 // Its writes are retried by the store's writer, in order (persistence's
 // SaveTargetRetried, SaveJobRetried): a write that fails is answered
 // ErrRetrying at once and the job goes on; it keeps the write in retrying
-// until the writer answers it again, once written.
+// until the writer answers it again, once written. On a durable store the
+// writer answers a failed write only once it has been written and synced:
+// the job waits for it (storing; or in save) and never goes on past a
+// write that is not on stable storage.
 type job struct {
 	cfg     *Config
 	rec     persistence.JobRecord

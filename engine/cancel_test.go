@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -136,9 +135,6 @@ func TestRunner_CancelQueued(t *testing.T) {
 // just before the Cancel; when Cancel returns true, a sync must have
 // succeeded since.
 func TestRunner_DurableCancelAcknowledgedOnlyOnceSynced(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: a durable Cancel whose write fails to sync still returns true (the retried write counts as stored)")
-	}
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
 	store.SetRetryWait(time.Millisecond)

@@ -89,7 +89,9 @@ type ownerWrite struct {
 // committed; on its first answer (late false) an error wrapping
 // [ErrRetrying] says the writer holds it and will answer again (late true)
 // with nil, or with the error that made it give up. Any other error is
-// final. It is called from the store's writer goroutine (or the caller's,
+// final. On a durable store a held write has no first answer of its own:
+// it is answered once (late false), when it has been written and synced,
+// or given up. It is called from the store's writer goroutine (or the caller's,
 // for a write refused before it is queued) and must not block, nor write
 // to the store (on a durable store it may be called with the store's
 // write lock held).
@@ -185,14 +187,17 @@ func (s *Store) fail(w *ownerWrite, err error) {
 }
 
 // hold keeps w behind the job's held writes (or first, if there are
-// none) and answers it ErrRetrying unless it was answered already.
-// Writer goroutine only.
+// none) and answers it ErrRetrying unless it was answered already. On a
+// durable store it is not answered until it has been written and synced
+// (or given up): a write is acknowledged only once it is on stable
+// storage, and a job must not go on (its next target, a Cancel's answer)
+// past a write that is not. Writer goroutine only.
 func (s *Store) hold(w *ownerWrite, err error) {
 	if s.held == nil {
 		s.held = make(map[[idLen]byte][]*ownerWrite)
 	}
 	s.held[w.id] = append(s.held[w.id], w)
-	if !w.late {
+	if !w.late && !s.durable.Load() {
 		w.late = true
 		w.doneR(fmt.Errorf("%w: %w", err, ErrRetrying), false)
 	}
