@@ -340,6 +340,12 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	if queued {
 		j.setStatus(persistence.StatusRunning)
 		j.rec.Started = j.now()
+		if j.cfg.Store.Durable() {
+			// A durable job shows running, and fetches, only once its
+			// running row is on stable storage (the store answers then).
+			j.save("running")
+			queued = false
+		}
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext

@@ -687,9 +687,6 @@ func TestRunner_ReadsRefuseHostileIDs(t *testing.T) {
 // is held in the store's sync fault hook; meanwhile nothing since the
 // creation is durable, so Runner.Job must still read the job queued.
 func TestRunner_DurableJobShowsRunningOnlyOnceSynced(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: a durable job reads running (published at its first dispatch) before the running row is synced, and its first fetch starts before it too")
-	}
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
 	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
