@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -305,9 +304,6 @@ func TestCompareCursors_MergesRunners(t *testing.T) {
 // yet, its sync may still fail (Submit then fails), and a power cut then
 // loses it, so a reader would have seen a job that never was.
 func TestList_DurableShowsNoJobBeforeItsSync(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: List shows a durable job committed but not yet synced (before Submit has answered), from the store row with no view yet")
-	}
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
 	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -581,9 +580,6 @@ func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 // job (its creation was never synced, and it never runs): they make a new
 // job, which runs.
 func TestSubmit_DurableUnsyncedJobNotReused(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: a job whose creation's sync failed (and whose settling write failed) stays queued with no actor, and a resubmit reuses it: acknowledged, never synced, never run")
-	}
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
 	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})

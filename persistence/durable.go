@@ -21,6 +21,12 @@ package persistence
 //   - a job's creation ([Store.CreateJob]): synced on its own, under the
 //     write lock.
 //
+// Readers see a job only once its creation is synced: from its commit
+// until its sync succeeds (or, if that sync failed, until a later write of
+// the job is synced), [Store.Job], [Store.JobWithTargets], the job lists
+// and [Store.JobByKey] do not find it (unsyncedJobs), so nobody reads, or
+// is answered with, a job whose creation was never acknowledged.
+//
 // A Touch, a sweep, an eviction, the callers index and the node tags are
 // not acknowledgements and are not synced (they are made durable by the
 // next sync, or by Badger's own flushes).
@@ -47,6 +53,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -120,6 +128,49 @@ func (s *Store) syncLocked(op string) error {
 	}
 	s.syncs.Add(1)
 	return nil
+}
+
+// unsyncedJobs is the set of jobs whose creation a durable store has
+// committed but not synced. Safe for concurrent use; has costs an atomic
+// load while the set is empty.
+type unsyncedJobs struct {
+	n   atomic.Int64
+	mu  sync.RWMutex
+	ids map[[idLen]byte]struct{}
+}
+
+func (u *unsyncedJobs) add(id [idLen]byte) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ids == nil {
+		u.ids = make(map[[idLen]byte]struct{})
+	}
+	if _, ok := u.ids[id]; !ok {
+		u.ids[id] = struct{}{}
+		u.n.Add(1)
+	}
+}
+
+func (u *unsyncedJobs) remove(id [idLen]byte) {
+	if u.n.Load() == 0 {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.ids[id]; ok {
+		delete(u.ids, id)
+		u.n.Add(-1)
+	}
+}
+
+func (u *unsyncedJobs) has(id [idLen]byte) bool {
+	if u.n.Load() == 0 {
+		return false
+	}
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	_, ok := u.ids[id]
+	return ok
 }
 
 // logFids are the ids of the newest memtable log (NNNNN.mem) and value-log

@@ -133,6 +133,9 @@ type Store struct {
 	// sync (or at SetDurable): the files from them on that are no longer
 	// the newest are synced too (syncRotatedLocked). Under mu.
 	logFids logFids
+	// unsynced: the jobs whose creation is stored but not yet synced
+	// (durable.go): readers do not see them.
+	unsynced unsyncedJobs
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait

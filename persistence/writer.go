@@ -580,6 +580,11 @@ func (s *Store) commitSynced(ws []*ownerWrite) []error {
 	}
 	serr := s.syncLocked(ws[0].op)
 	if serr == nil {
+		for i, w := range ws {
+			if errs == nil || errs[i] == nil {
+				s.unsynced.remove(w.id)
+			}
+		}
 		return errs
 	}
 	if errs == nil {
