@@ -548,7 +548,8 @@ func BenchmarkRunner_SubmitReused(b *testing.B) {
 func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
-	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync, Now: func() time.Time { return at }})
 	var fail atomic.Bool
 	fail.Store(true)
 	store.SetSyncFault(func() error {
@@ -565,6 +566,7 @@ func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 	require.Len(t, jobs, 1)
 	require.Equal(t, persistence.StatusFailed, jobs[0].Status)
 	require.True(t, jobs[0].Settled)
+	require.Equal(t, at.UnixNano(), jobs[0].Ended, "the failed job ends when it was failed, by Config.Now")
 	left, err := store.Unsettled()
 	require.NoError(t, err)
 	require.Empty(t, left)
