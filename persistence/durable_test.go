@@ -107,8 +107,10 @@ func TestStore_DurableSyncsEachGroupOnce(t *testing.T) {
 }
 
 // A sync that fails answers the writes it covered with ErrNotSynced: a
-// retried write is held, written again and synced, and its bytes are
-// counted once; a job's creation returns the error, the job stored.
+// retried write is held, written again and synced, and answered only then
+// (once, with no ErrRetrying before: nothing goes on past it), its bytes
+// counted once; a job's creation returns the error, the job stored but
+// seen by no reader until a write of it is synced.
 func TestStore_DurableSyncFailure(t *testing.T) {
 	t.Parallel()
 	s := mustOpen(t, t.TempDir())
@@ -125,11 +127,8 @@ func TestStore_DurableSyncFailure(t *testing.T) {
 	})
 	got := make(answers, 2)
 	s.SaveOutcomeRetried(a.ID, &TargetRecord{Idx: 0, Status: TargetDone, Result: make([]byte, 2000)}, got.done("outcome"))
-	first := got.next(t)
-	require.ErrorIs(t, first.err, ErrRetrying)
-	require.ErrorIs(t, first.err, ErrNotSynced)
-	require.NotContains(t, first.err.Error(), s.Dir())
-	require.Equal(t, answer{"outcome", nil, true}, got.next(t))
+	require.Equal(t, answer{"outcome", nil, false}, got.next(t))
+	require.Zero(t, fails.Load()+1, "the sync failed once")
 	counted, err := s.CountBytes()
 	require.NoError(t, err)
 	require.Equal(t, counted, s.Bytes(), "the outcome's bytes counted once")
@@ -142,8 +141,20 @@ func TestStore_DurableSyncFailure(t *testing.T) {
 	j := JobRecord{ID: testID(2), Caller: "bob", Status: StatusQueued, TargetsTotal: 1, Created: 1, Lease: 1}
 	err = s.CreateJob(&j, []TargetRecord{{Idx: 0, URL: "http://c"}})
 	require.ErrorIs(t, err, ErrNotSynced)
+	require.NotContains(t, err.Error(), s.Dir())
 	_, err = s.Job(j.ID)
-	require.NoError(t, err, "committed, only not synced")
+	require.ErrorIs(t, err, ErrNotFound, "committed, not synced: hidden")
+	_, found, err := s.JobByKey(j.Key)
+	require.NoError(t, err)
+	require.False(t, found, "never reused")
+	all, _, err := s.AllJobs(nil, 10, nil)
+	require.NoError(t, err)
+	require.Len(t, all, 1, "listed: the first job only")
+	j.Status, j.Settled = StatusFailed, true
+	require.NoError(t, s.SaveJob(&j))
+	got2, err := s.Job(j.ID)
+	require.NoError(t, err, "seen once a write of it is synced")
+	require.Equal(t, StatusFailed, got2.Status)
 }
 
 var errDiskGone = errors.New("input/output error")
