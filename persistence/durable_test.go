@@ -406,3 +406,56 @@ func syncsAcrossMemtables(t *testing.T, resultLen int) {
 	require.GreaterOrEqual(t, len(mems), 2, "no memtable filled")
 	require.Empty(t, found, "log pages dirty right after a sync; memtable logs seen: %v", mems)
 }
+
+// A durable store's writer waits, before it commits a group, for as many
+// writes as its recent groups held (the commit delay): once a group of 4
+// has been seen, 4 writes queued one after another (each by a job of its
+// own, none waiting) go in one group under one sync, with a delay far
+// longer than the test, so only the 4th write's arrival can end it (the
+// writer is seen waiting with the first write queued).
+func TestStore_DurableCommitDelayGathersAGroup(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir())
+	require.NoError(t, s.SetDurable(true))
+	s.SetCommitDelay(time.Hour)
+	jobs := make([]JobRecord, 5)
+	for i := range jobs {
+		jobs[i] = putJobRecord(t, s, i+1, 1, 1, false)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	s.SetSyncFault(func() error {
+		if held.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	got := make(answers, 8)
+	write := func(j, idx int) {
+		s.SaveOutcomeRetried(jobs[j].ID, &TargetRecord{Idx: idx, Status: TargetDone, Result: []byte(`"a"`)}, got.done(jobs[j].ID))
+	}
+	write(0, 0) // a group of 1 (no delay: no group of more yet), held in its sync
+	testkit.Recv(t, entered)
+	for j := 1; j <= 4; j++ {
+		write(j, 0) // queued while the sync is held: the next group holds 4
+	}
+	close(release)
+	for range 5 {
+		require.NoError(t, got.next(t).err)
+	}
+	before := s.Syncs()
+	write(1, 1)
+	testkit.WaitFor(t, "the writer waiting for 4 writes with 1 queued", func() bool {
+		s.q.mu.Lock()
+		defer s.q.mu.Unlock()
+		return s.q.want == 4 && len(s.q.writes) == 1
+	})
+	for j := 2; j <= 4; j++ {
+		write(j, 1)
+	}
+	for range 4 {
+		require.NoError(t, got.next(t).err)
+	}
+	require.Equal(t, before+1, s.Syncs(), "the 4 writes went in one synced group")
+}

@@ -136,6 +136,10 @@ type Store struct {
 	// unsynced: the jobs whose creation is stored but not yet synced
 	// (durable.go): readers do not see them.
 	unsynced unsyncedJobs
+	// commitDelayNs is SetCommitDelay's delay + 1 (0: the default);
+	// groupPeak the recent groups' peak size (writer goroutine's).
+	commitDelayNs atomic.Int64
+	groupPeak     int
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
@@ -197,6 +201,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		return nil, err
 	}
 	s.q.wake = make(chan struct{}, 1)
+	s.q.full = make(chan struct{}, 1)
 	s.q.abandon = make(chan chan struct{})
 	s.wg.Add(1)
 	go s.writeLoop()

@@ -367,6 +367,13 @@ func (s *Store) queue(w *ownerWrite) {
 		return
 	}
 	s.q.writes = append(s.q.writes, w)
+	if s.q.want > 0 && len(s.q.writes) >= s.q.want {
+		s.q.want = 0
+		select {
+		case s.q.full <- struct{}{}:
+		default:
+		}
+	}
 	s.q.mu.Unlock()
 	select {
 	case s.q.wake <- struct{}{}:
@@ -383,10 +390,13 @@ func (s *Store) writeLoop() {
 	var spare []*ownerWrite
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	delay := time.NewTimer(time.Hour)
+	delay.Stop()
 	armed := false
 	for {
 		select {
 		case <-s.q.wake:
+			s.commitDelay(delay)
 		case <-retry.C:
 			armed = false
 			s.retryHeld(false)
@@ -401,6 +411,10 @@ func (s *Store) writeLoop() {
 		s.q.writes = spare[:0]
 		s.q.closed = s.stopping
 		s.q.mu.Unlock()
+		if len(batch) > 0 {
+			// The groups' recent peak, decaying by an eighth a group.
+			s.groupPeak = max(len(batch), s.groupPeak-(s.groupPeak+7)/8)
+		}
 		for len(batch) > 0 {
 			n := groupSize(batch, s.valueThreshold)
 			s.writeGroup(batch[:n])
@@ -418,6 +432,57 @@ func (s *Store) writeLoop() {
 			armed = true
 		}
 	}
+}
+
+// DefaultCommitDelay is how long a durable store's writer waits, at most,
+// before it commits a group while other jobs are writing too
+// ([Store.SetCommitDelay]).
+const DefaultCommitDelay = 200 * time.Microsecond
+
+// SetCommitDelay sets how long a durable store's writer waits for more
+// writes before it commits a group (PostgreSQL's commit_delay): only when
+// the recent groups held more than one write (several jobs writing), and
+// only until as many writes are queued as the recent groups' peak. The
+// jobs answered by the last group's sync then join the next group
+// instead of making a group of their own: fewer syncs, more writes each.
+// d <= 0 turns it off; the default is [DefaultCommitDelay]. A store that
+// is not durable never waits. Safe to call at any time.
+func (s *Store) SetCommitDelay(d time.Duration) {
+	s.commitDelayNs.Store(int64(max(d, 0)) + 1)
+}
+
+// commitDelay waits, on a durable store whose recent groups held more than
+// one write, until groupPeak writes are queued, or the commit delay has
+// passed, or the store is closing. Writer goroutine only; t is its timer.
+func (s *Store) commitDelay(t *time.Timer) {
+	d := time.Duration(s.commitDelayNs.Load() - 1)
+	if d < 0 {
+		d = DefaultCommitDelay
+	}
+	if d == 0 || s.groupPeak < 2 || !s.durable.Load() {
+		return
+	}
+	s.q.mu.Lock()
+	if n := len(s.q.writes); n == 0 || n >= s.groupPeak { // nothing to wait with, or all in
+		s.q.mu.Unlock()
+		return
+	}
+	s.q.want = s.groupPeak
+	select {
+	case <-s.q.full: // a signal left from before
+	default:
+	}
+	s.q.mu.Unlock()
+	t.Reset(d)
+	select {
+	case <-s.q.full:
+	case <-t.C:
+	case <-s.stop:
+	}
+	t.Stop()
+	s.q.mu.Lock()
+	s.q.want = 0
+	s.q.mu.Unlock()
 }
 
 // groupSize is how many writes from the front of ws go in one transaction.
@@ -755,4 +820,8 @@ type writeQueue struct {
 	closed  bool               // the writer has stopped: refuse new writes
 	wake    chan struct{}      // capacity 1: there are writes
 	abandon chan chan struct{} // AbandonRetries
+	// want, when not 0, is how many queued writes end the writer's commit
+	// delay (commitDelay): queue signals full (capacity 1) on reaching it.
+	want int
+	full chan struct{}
 }
