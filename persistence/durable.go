@@ -87,6 +87,7 @@ func (s *Store) SetDurable(on bool) error {
 		s.logFids = f
 	}
 	s.durable.Store(on)
+	s.abandoned.Store(false)
 	return nil
 }
 

@@ -191,13 +191,14 @@ func (s *Store) fail(w *ownerWrite, err error) {
 // durable store it is not answered until it has been written and synced
 // (or given up): a write is acknowledged only once it is on stable
 // storage, and a job must not go on (its next target, a Cancel's answer)
-// past a write that is not. Writer goroutine only.
+// past a write that is not; except once AbandonRetries has been called
+// (its runner is stopping). Writer goroutine only.
 func (s *Store) hold(w *ownerWrite, err error) {
 	if s.held == nil {
 		s.held = make(map[[idLen]byte][]*ownerWrite)
 	}
 	s.held[w.id] = append(s.held[w.id], w)
-	if !w.late && !s.durable.Load() {
+	if !w.late && (!s.durable.Load() || s.abandoned.Load()) {
 		w.late = true
 		w.doneR(fmt.Errorf("%w: %w", err, ErrRetrying), false)
 	}
@@ -271,8 +272,13 @@ func (s *Store) retryHeld(giveUp bool) {
 // and gives up those that fail: each is answered, late, with an error
 // wrapping [ErrClosed]. A runner calls it as it stops, so that no write of
 // a job it no longer owns commits later (the next runner reaps the job).
-// Safe for concurrent use; it returns once they are all answered.
+// Safe for concurrent use; it returns once they are all answered. On a
+// durable store it also ends the wait for a held write's answer: from then
+// until the next [Store.SetDurable], a write that fails is answered at
+// once (an error wrapping [ErrRetrying]) as on a store that is not
+// durable, so that a stopping runner's jobs do not wait for the disk.
 func (s *Store) AbandonRetries() {
+	s.abandoned.Store(true)
 	done := make(chan struct{})
 	select {
 	case s.q.abandon <- done:
