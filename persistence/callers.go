@@ -224,6 +224,9 @@ func (s *Store) JobsByIDPrefix(prefix []byte, scan int, keep func(*JobRecord) bo
 			}
 			var id [idLen]byte
 			copy(id[:], k[1:])
+			if s.unsynced.has(id) {
+				continue // not acknowledged yet (durable.go)
+			}
 			var j JobRecord
 			if err := it.Item().Value(func(v []byte) error {
 				var err error

@@ -23,8 +23,8 @@ package persistence
 //
 // Readers see a job only once its creation is synced: from its commit
 // until its sync succeeds (or, if that sync failed, until a later write of
-// the job is synced), [Store.Job], [Store.JobWithTargets], the job lists
-// and [Store.JobByKey] do not find it (unsyncedJobs), so nobody reads, or
+// the job is synced), [Store.Job], [Store.JobWithTargets], the job lists,
+// [Store.JobsByIDPrefix] and [Store.JobByKey] do not find it (unsyncedJobs), so nobody reads, or
 // is answered with, a job whose creation was never acknowledged.
 //
 // A Touch, a sweep, an eviction, the callers index and the node tags are
