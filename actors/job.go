@@ -25,7 +25,10 @@ import (
 // Its writes are retried by the store's writer, in order (persistence's
 // SaveTargetRetried, SaveJobRetried): a write that fails is answered
 // ErrRetrying at once and the job goes on; it keeps the write in retrying
-// until the writer answers it again, once written.
+// until the writer answers it again, once written. On a durable store the
+// writer answers a failed write only once it has been written and synced:
+// the job waits for it (storing; or in save) and never goes on past a
+// write that is not on stable storage.
 type job struct {
 	cfg     *Config
 	rec     persistence.JobRecord
@@ -337,6 +340,12 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	if queued {
 		j.setStatus(persistence.StatusRunning)
 		j.rec.Started = j.now()
+		if j.cfg.Store.Durable() {
+			// A durable job shows running, and fetches, only once its
+			// running row is on stable storage (the store answers then).
+			j.save("running")
+			queued = false
+		}
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext

@@ -681,6 +681,33 @@ func TestRunner_ReadsRefuseHostileIDs(t *testing.T) {
 	require.ErrorIs(t, err, engine.ErrNotFound)
 }
 
+// A durable runner shows a status change to readers only once it is on
+// stable storage (README, "Durability": "each status change before a
+// reader sees it"): once the job has been created (synced), the next sync
+// is held in the store's sync fault hook; meanwhile nothing since the
+// creation is durable, so Runner.Job must still read the job queued.
+func TestRunner_DurableJobShowsRunningOnlyOnceSynced(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var syncs atomic.Int64
+	store.SetSyncFault(func() error {
+		if syncs.Add(1) == 2 { // the first is the job's creation
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	testkit.Recv(t, entered)
+	j, ok := b.Runner.Job(id)
+	close(release)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusQueued, j.Status, "the job read %s while nothing since its creation was synced", j.Status)
+	b.WaitStatus(t, id, "done")
+}
+
 // TestRunner_Timings: a job's started and ended times, each target's
 // fetch time (by Config.Now), stored time and options, in Status and
 // Targets, while live and once ended; a cancelled job ends when it is

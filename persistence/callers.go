@@ -73,6 +73,9 @@ func (s *Store) listIndex(prefix []byte, keyLen int, after []byte, limit int, ke
 			if !ok {
 				return fmt.Errorf("index key: %w", ErrCorrupt)
 			}
+			if s.unsynced.has(id) {
+				continue // not acknowledged yet (durable.go)
+			}
 			j, err := getJob(txn, id)
 			if errors.Is(err, badger.ErrKeyNotFound) {
 				continue // cannot happen: a job and its entry go in one write
@@ -221,6 +224,9 @@ func (s *Store) JobsByIDPrefix(prefix []byte, scan int, keep func(*JobRecord) bo
 			}
 			var id [idLen]byte
 			copy(id[:], k[1:])
+			if s.unsynced.has(id) {
+				continue // not acknowledged yet (durable.go)
+			}
 			var j JobRecord
 			if err := it.Item().Value(func(v []byte) error {
 				var err error

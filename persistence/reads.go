@@ -52,6 +52,9 @@ func (s *Store) Job(idHex string) (JobRecord, error) {
 	if !ok {
 		return JobRecord{}, fmt.Errorf("read job: %w", ErrNotFound)
 	}
+	if s.unsynced.has(id) {
+		return JobRecord{}, fmt.Errorf("read job: %w", ErrNotFound)
+	}
 	var j JobRecord
 	err := s.view("read job", func(txn *badger.Txn) error {
 		var err error
@@ -82,6 +85,9 @@ func (s *Store) TargetStatuses(idHex string) (JobRecord, []TargetRecord, error) 
 func (s *Store) jobWithTargets(op, idHex string, withResults bool) (JobRecord, []TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
+		return JobRecord{}, nil, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if s.unsynced.has(id) {
 		return JobRecord{}, nil, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	var j JobRecord
@@ -392,6 +398,9 @@ func (s *Store) JobByKey(key [32]byte) (JobRecord, bool, error) {
 			return nil
 		}); err != nil {
 			return err
+		}
+		if s.unsynced.has(id) {
+			return nil // its creation is not acknowledged: never reused
 		}
 		j, err = getJob(txn, id)
 		if errors.Is(err, badger.ErrKeyNotFound) {

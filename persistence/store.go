@@ -129,6 +129,18 @@ type Store struct {
 	durable   atomic.Bool
 	syncs     atomic.Int64
 	syncFault atomic.Pointer[func() error]
+	// logFids: the newest memtable log and value-log file at the last
+	// sync (or at SetDurable): the files from them on that are no longer
+	// the newest are synced too (syncRotatedLocked). Under mu.
+	logFids logFids
+	// unsynced: the jobs whose creation is stored but not yet synced
+	// (durable.go): readers do not see them.
+	unsynced unsyncedJobs
+	// commitDelayNs is SetCommitDelay's delay + 1 (0: the default);
+	// groupPeak the recent groups' peak size (writer goroutine's).
+	commitDelayNs atomic.Int64
+	abandoned     atomic.Bool // AbandonRetries was called (writer.go); SetDurable clears it
+	groupPeak     int
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
@@ -190,6 +202,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		return nil, err
 	}
 	s.q.wake = make(chan struct{}, 1)
+	s.q.full = make(chan struct{}, 1)
 	s.q.abandon = make(chan chan struct{})
 	s.wg.Add(1)
 	go s.writeLoop()
