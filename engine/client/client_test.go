@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -310,4 +312,55 @@ func mustParse(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestClient_SubmitWithKeysDifferingInEdgeSpaces submits with two keys
+// SubmitWith takes as different (a space is printable, its doc says), " k"
+// and "k ", and with a key of spaces alone: each is a key of its own, so
+// each answers a fresh job, never another key's job nor a 422 or 400.
+func TestClient_SubmitWithKeysDifferingInEdgeSpaces(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: an Idempotency-Key's leading/trailing spaces are trimmed by HTTP, so SubmitWith keys \"k \" and \"k\" collide (422) and \" \" is a 400")
+	}
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	first, err := c.SubmitWith(ctx, targets("edge-a", 1), client.SubmitOptions{IdempotencyKey: "run 8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{"run 8 ", " run 8", " "} {
+		s, err := c.SubmitWith(ctx, targets("edge-b"+strconv.Itoa(i), 1), client.SubmitOptions{IdempotencyKey: key})
+		if err != nil {
+			t.Fatalf("key %q (another key than %q): %v; want a fresh job", key, "run 8", err)
+		}
+		if s.Reused || s.ID == first.ID {
+			t.Fatalf("key %q answered %+v, the job of key %q", key, s, "run 8")
+		}
+	}
+}
+
+// TestClient_JobOfDotIDIsNotFound asks for jobs whose ids are path
+// segments: no job has id "." or "./" + a real id, so each is an error
+// matching engine.ErrNotFound, never a zero Job (the answer of another
+// resource, the list at /v1/batch/, decoded as a job).
+func TestClient_JobOfDotIDIsNotFound(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: Client.Job(ctx, \".\") answers a zero Job and no error: the request follows a redirect to the list")
+	}
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	s, err := c.Submit(ctx, targets("dot", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{".", "./" + s.ID, s.ID + "/."} {
+		j, err := c.Job(ctx, id)
+		if !errors.Is(err, engine.ErrNotFound) {
+			t.Errorf("Job(%q) = %+v, %v; want ErrNotFound", id, j, err)
+		}
+	}
 }

@@ -3,7 +3,11 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +168,58 @@ func TestClient_RetriesA503(t *testing.T) {
 	}
 	if j := b.WaitSettled(t, held.ID); j.Status != engine.StatusCancelled {
 		t.Fatalf("job %s", j.Status)
+	}
+}
+
+// TestClient_HostileRetryAfter answers every request 429 with a
+// Retry-After the client must not wait for: one far past its bound (in
+// seconds beyond 31 bits, or as a date years away), or malformed. A
+// Retry-After longer than the bound is returned at once (one request,
+// no wait); none is ever waited for beyond the bound.
+func TestClient_HostileRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, value string
+		requests    int64 // the requests the client sends in all
+		finding     bool  // it fails on the branch as it is
+	}{
+		{"seconds past the bound", "3600", 1, false},
+		{"seconds beyond 31 bits", "4294967296", 1, true},
+		{"seconds beyond 64 bits", "99999999999999999999999", 1, true},
+		{"a date years away", time.Now().Add(10 * 365 * 24 * time.Hour).UTC().Format(http.TimeFormat), 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.finding && os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+				t.Skip("finding: a Retry-After too large for 31 bits is read as none, and the client retries after its own backoff instead of returning")
+			}
+			var n atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				w.Header().Set("Retry-After", tc.value)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":"too many jobs","hint":"wait"}`))
+			}))
+			defer srv.Close()
+			c, err := client.New(srv.URL, "alice-key", client.WithRetry(4, 30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &waits{}
+			client.SetSleep(c, w.sleep)
+			_, err = c.Job(context.Background(), "x")
+			var e *client.Error
+			if !errors.As(err, &e) || e.Status != http.StatusTooManyRequests {
+				t.Fatalf("Job: %v; want the 429", err)
+			}
+			if got := n.Load(); got != tc.requests {
+				t.Fatalf("Retry-After %q: %d requests (waits %v); want %d: a wait past the bound is not waited for", tc.value, got, w.all(), tc.requests)
+			}
+			for _, d := range w.all() {
+				if d > 30*time.Second {
+					t.Fatalf("waited %v, past the bound", d)
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -619,5 +620,63 @@ func TestAPI_TrailingSlash(t *testing.T) {
 	newID, _ := r.json(t)["id"].(string)
 	if loc := r.header.Get("Location"); newID == "" || loc != "/v1/batch/"+newID {
 		t.Fatalf("Location %q for %s", loc, r.body)
+	}
+}
+
+// TestAPI_EdgeRequests sends requests the other tests do not: methods the
+// document does not list, malformed path segments and query values, a
+// top-level field in another case, a body of another type. Each answers
+// the status below with the API's JSON error, and each exchange conforms
+// to the OpenAPI document (the bundle's check).
+func TestAPI_EdgeRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	for _, tc := range []struct {
+		method, path, key, body string
+		code                    int
+	}{
+		{http.MethodGet, "/v1/openapi.json?x=1", "", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "/abc", "alice-key", "", 404},
+		{http.MethodGet, "/v1/batch/" + id + "/-1", "alice-key", "", 404},
+		{http.MethodGet, "/v1/batch/" + id + "/99999999999999999999", "alice-key", "", 404},
+		{http.MethodGet, "/v1/batch/" + id + "/0?results=1", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?wait=-1s", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?wait=9999h", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?wait=", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?results=TRUE", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?results=1;wait=1s", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?limit=0", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?limit=101", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?limit=-1", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?cursor=%ff%fe", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?caller=bob", "alice-key", "", 403},
+		{http.MethodDelete, "/v1/batch/" + missingID, "alice-key", "", 404},
+		{http.MethodDelete, "/v1/batch/" + id + "?x=1", "alice-key", "", 400},
+		{http.MethodPost, "/v1/batch?x=1", "alice-key", targetsBody("https://example.com/q"), 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"TARGETS":[{"url":"https://example.com/u"}]}`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"URL":"https://example.com/u"}]}`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `[{"url":"https://example.com/u"}]`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/u"}]} {}`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":null}`, 422},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/u","options":null}]}`, 202},
+		{http.MethodPatch, "/v1/batch/" + id, "alice-key", "", 405},
+		{http.MethodGet, "/v1/batch", "", "", 401},
+		{http.MethodGet, "/v1/batch/" + id, "nobody-key", "", 401},
+	} {
+		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			r := b.do(t, tc.method, tc.path, tc.key, body)
+			wantCode(t, r, tc.code)
+			if tc.code >= 400 {
+				if m := r.json(t); m["error"] == "" || m["hint"] == "" {
+					t.Fatalf("error answer %s", r.body)
+				}
+			}
+		})
 	}
 }

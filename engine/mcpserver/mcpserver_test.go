@@ -51,6 +51,8 @@ var bigContent = func() string {
 type fetches struct {
 	mu    sync.Mutex
 	gates map[string]*testkit.Gate
+	// contents are the contents of URLs a test set (/content/…).
+	contents sync.Map
 }
 
 func (f *fetches) gate(name string) *testkit.Gate {
@@ -68,6 +70,9 @@ func (f *fetches) gate(name string) *testkit.Gate {
 }
 
 func (f *fetches) fetch(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
+	if v, ok := f.contents.Load(t.URL); ok {
+		return engine.Result{Content: v.(string)}, nil
+	}
 	switch {
 	case strings.Contains(t.URL, "/big/"):
 		return engine.Result{Content: bigContent, Meta: map[string]any{"type": "text/plain"}}, nil
@@ -92,6 +97,13 @@ type bundle struct {
 
 func setup(t testing.TB, cfg engine.Config) *bundle {
 	t.Helper()
+	return setupWrapped(t, cfg, nil)
+}
+
+// setupWrapped is setup with the API wrapped by wrap (if not nil) where
+// /mcp calls it.
+func setupWrapped(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Handler) *bundle {
+	t.Helper()
 	f := &fetches{}
 	eb := enginetest.Setup(t, f.fetch, cfg)
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
@@ -102,7 +114,11 @@ func setup(t testing.TB, cfg engine.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := mcpserver.NewHandler(api, keys, mcpserver.Options{PollEvery: 20 * time.Millisecond, Log: eb.Log})
+	var inner http.Handler = api
+	if wrap != nil {
+		inner = wrap(api)
+	}
+	h, err := mcpserver.NewHandler(inner, keys, mcpserver.Options{PollEvery: 20 * time.Millisecond, Log: eb.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,5 +664,311 @@ func TestMCP_NodeClient(t *testing.T) {
 	j, ok := b.Runner.Job(got.ID)
 	if !ok || j.Caller != "alice" {
 		t.Fatalf("the node client's job %s: %+v %v", got.ID, j, ok)
+	}
+}
+
+// TestMCP_ResultPagesAtTheirEdges reads, over a real /mcp, results whose
+// size or runes fall on a page's edge: an empty result, one of exactly a
+// page, one a byte past it, a 4-byte rune straddling the edge, a page of
+// characters JSON escapes (\u003c), and a rune just before an escape at
+// the edge. Every page is at most 256 KiB of valid UTF-8, the pages joined
+// are the result, next_page is absent on the last page only, and the page
+// past the last is a tool error.
+func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	const P = mcpserver.MaxPageBytes
+	for _, tc := range []struct {
+		name    string
+		content string
+		pages   int
+	}{
+		{"empty", "", 1},
+		{"one byte", "x", 1},
+		{"exactly a page", strings.Repeat("a", P), 1},
+		{"a byte past a page", strings.Repeat("a", P+1), 2},
+		{"an emoji across the edge", strings.Repeat("a", P-1) + "😀b", 2},
+		{"an emoji ending the page", strings.Repeat("a", P-4) + "😀", 1},
+		{"escaped characters", strings.Repeat("<", P+1), 2},
+		{"a rune then an escape at the edge", strings.Repeat("a", P-3) + "é\n" + "tail", 2},
+		{"two-byte runes only", strings.Repeat("é", P/2+1), 2},
+		{"U+2028 across the edge", strings.Repeat("a", P-1) + "\u2028", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := b.url("/content/" + strings.ReplaceAll(tc.name, " ", "-"))
+			b.f.contents.Store(u, tc.content)
+			var sub mcpserver.Submitted
+			call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": u}}}, &sub)
+			var job mcpserver.Job
+			call(t, cs, "batch_wait", map[string]any{"id": sub.ID}, &job)
+			if job.Status != "done" {
+				t.Fatalf("job %+v", job)
+			}
+			var got strings.Builder
+			for page := 0; ; page++ {
+				var p mcpserver.ResultPage
+				res := call(t, cs, "batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": page}, &p)
+				text := textOf(res)
+				if res.IsError || len(text) > P || !utf8.ValidString(text) || p.PageBytes != len(text) || p.Pages != tc.pages || p.ContentBytes != len(tc.content) {
+					t.Fatalf("page %d: error %v %q…, %d bytes, valid %v, %+v; want %d pages", page, res.IsError, text[:min(len(text), 80)], len(text), utf8.ValidString(text), p, tc.pages)
+				}
+				got.WriteString(text)
+				if p.NextPage == nil {
+					if page != tc.pages-1 {
+						t.Fatalf("page %d has no next_page; want %d pages", page, tc.pages)
+					}
+					break
+				}
+				if page >= tc.pages {
+					t.Fatalf("next_page %d past %d pages", *p.NextPage, tc.pages)
+				}
+			}
+			if got.String() != tc.content {
+				t.Fatalf("the pages joined are %d bytes, not the content's %d", got.Len(), len(tc.content))
+			}
+			requireToolError(t, call(t, cs, "batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": tc.pages}, nil), "page not found")
+		})
+	}
+}
+
+// TestMCP_HostileArguments calls the tools with arguments an agent gets
+// wrong: negative, huge, of the wrong type, unicode, a path in an id. Each
+// is an error (a tool error or the protocol's), never a success nor a
+// crash, and the session still works after.
+func TestMCP_HostileArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}}, &sub)
+	var job mcpserver.Job
+	call(t, cs, "batch_wait", map[string]any{"id": sub.ID}, &job)
+	huge := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"batch_result", map[string]any{"id": sub.ID, "idx": -1}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": -1}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": 1 << 40}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 1 << 40}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 1e300}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 0.5}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": "0"}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": nil}},
+		{"batch_result", map[string]any{"id": 7, "idx": 0}},
+		{"batch_status", map[string]any{"id": "ジョブ\u0000\u202e"}},
+		{"batch_status", map[string]any{"id": huge}},
+		{"batch_status", map[string]any{"id": ".."}},
+		{"batch_status", map[string]any{"id": "../openapi.json"}},
+		{"batch_status", map[string]any{"id": sub.ID + "/0"}},
+		{"batch_status", map[string]any{"id": sub.ID + "?results=1"}},
+		{"batch_status", map[string]any{"id": []any{sub.ID}}},
+		{"batch_wait", map[string]any{"id": sub.ID, "seconds": -1}},
+		{"batch_wait", map[string]any{"id": sub.ID, "seconds": 1 << 40}},
+		{"batch_wait", map[string]any{"id": sub.ID, "seconds": "60"}},
+		{"batch_list", map[string]any{"limit": -5}},
+		{"batch_list", map[string]any{"limit": 1 << 40}},
+		{"batch_list", map[string]any{"cursor": "\xff not a cursor"}},
+		{"batch_list", map[string]any{"status": huge}},
+		{"batch_cancel", map[string]any{"id": ".."}},
+		{"batch_cancel", map[string]any{"id": "../batch/" + sub.ID}},
+		{"batch_submit", map[string]any{"targets": []any{}}},
+		{"batch_submit", map[string]any{"targets": "https://a.example"}},
+		{"batch_submit", map[string]any{"targets": []any{map[string]any{"url": "https://" + huge + ".example"}}}},
+		{"batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}, "idempotency_key": 7}},
+	} {
+		name := tc.tool + " " + fmt.Sprint(tc.args)
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if err == nil && !res.IsError {
+			raw, _ := json.Marshal(res.StructuredContent)
+			t.Errorf("%.120s: a success: %.300s", name, raw)
+		}
+	}
+	// The session still works.
+	var st mcpserver.Job
+	call(t, cs, "batch_status", map[string]any{"id": sub.ID}, &st)
+	if st.Status != "done" {
+		t.Fatalf("status after: %+v", st)
+	}
+}
+
+// TestMCP_RefusedIdempotencyKeyIsTheAPIsError submits with an
+// idempotency_key the API refuses (256 bytes, a tab, a control
+// character): the tool error is the API's 400 with its hint, as every
+// other refused input is, not "unavailable; try again", which an agent
+// would retry for ever.
+func TestMCP_RefusedIdempotencyKeyIsTheAPIsError(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: batch_submit with a malformed idempotency_key answers \"the batch API is unavailable; try again in a moment\", not a 400 with the hint")
+	}
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	for _, key := range []string{strings.Repeat("k", 256), "a\tb", "bell\a"} {
+		text := requireToolError(t, call(t, cs, "batch_submit", map[string]any{
+			"targets": []any{map[string]any{"url": b.url("/a")}}, "idempotency_key": key}, nil), "400")
+		if strings.Contains(text, "unavailable") || !strings.Contains(strings.ToLower(text), "idempotency") {
+			t.Fatalf("key %.20q: tool error %q; want the API's 400 naming the idempotency key", key, text)
+		}
+	}
+	// 255 bytes is a key.
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}, "idempotency_key": strings.Repeat("k", 255)}, &sub)
+	if sub.ID == "" {
+		t.Fatal("a 255-byte key refused")
+	}
+}
+
+// TestMCP_IdempotencyKeysAreTheCallers submits the same idempotency_key
+// from two keys over /mcp: each gets a job of its own (never the other's,
+// never a 422 for the other's targets), and neither can read the other's.
+func TestMCP_IdempotencyKeysAreTheCallers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	alice, _ := b.connect(t, "alice-key")
+	bob, _ := b.connect(t, "bob-key")
+	var a, bb, a2 mcpserver.Submitted
+	call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/idem-a")}}, "idempotency_key": "shared"}, &a)
+	call(t, bob, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/idem-b")}}, "idempotency_key": "shared"}, &bb)
+	if a.ID == "" || bb.ID == "" || a.ID == bb.ID || bb.Reused {
+		t.Fatalf("alice %+v, bob %+v: want two fresh jobs", a, bb)
+	}
+	call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/idem-a")}}, "idempotency_key": "shared"}, &a2)
+	if a2.ID != a.ID || !a2.Reused {
+		t.Fatalf("alice again %+v; want %s reused", a2, a.ID)
+	}
+	requireToolError(t, call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/idem-b")}}, "idempotency_key": "shared"}, nil), "422")
+	requireToolError(t, call(t, bob, "batch_status", map[string]any{"id": a.ID}, nil), "404")
+	requireToolError(t, call(t, bob, "batch_result", map[string]any{"id": a.ID, "idx": 0}, nil), "404")
+	requireToolError(t, call(t, bob, "batch_cancel", map[string]any{"id": a.ID}, nil), "404")
+	// Cancelled, alice's job frees the key for other targets.
+	var c mcpserver.Cancelled
+	call(t, alice, "batch_cancel", map[string]any{"id": a.ID}, &c)
+	b.f.gate("/gate/idem-a").Open()
+	var job mcpserver.Job
+	call(t, alice, "batch_wait", map[string]any{"id": a.ID}, &job)
+	var fresh mcpserver.Submitted
+	call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/idem-b")}}, "idempotency_key": "shared"}, &fresh)
+	if fresh.ID == a.ID || fresh.ID == bb.ID || fresh.Reused {
+		t.Fatalf("after the cancel: %+v; want a fresh job", fresh)
+	}
+}
+
+// TestMCP_DotIDsAreNotFound asks for jobs whose ids are path segments:
+// "." and "./" + a real id. No job has such an id: each is a 404 tool
+// error, as an id no job has, never another resource's answer (the list,
+// at /v1/batch/, read as an empty job).
+func TestMCP_DotIDsAreNotFound(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: batch_status with id \".\" is a success with an empty job: GET /v1/batch/. is redirected to the list")
+	}
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}}, &sub)
+	for _, id := range []string{".", "./" + sub.ID, sub.ID + "/."} {
+		res := call(t, cs, "batch_status", map[string]any{"id": id}, nil)
+		raw, _ := json.Marshal(res.StructuredContent)
+		if !res.IsError {
+			t.Errorf("batch_status of id %q: a success: %s", id, raw)
+			continue
+		}
+		requireToolError(t, res, "404")
+	}
+}
+
+// TestMCP_WaitEndsWhenItsClientGoes starts a batch_wait of a job that
+// does not end, then the client gives up (its context ends, its HTTP
+// request with it). The tool call ends with it: it does not poll the API
+// for the rest of its 60 s, for a client that is gone.
+func TestMCP_WaitEndsWhenItsClientGoes(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: a batch_wait whose client has gone keeps polling the API until its seconds pass (stateless /mcp does not end the tool call with its HTTP request)")
+	}
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/gone")}}}, &sub)
+	defer b.f.gate("/gate/gone").Open()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}})
+		done <- err
+	}()
+	testkit.WaitFor(t, "the wait polls", func() bool { return polls.Load() >= 2 })
+	cancel()
+	if err := testkit.Recv(t, done); err == nil {
+		t.Fatal("the cancelled call answered")
+	}
+	at := polls.Load()
+	ended := "tool=batch_wait job_id=" + sub.ID
+	testkit.WaitFor(t, "the wait ends, or polls on", func() bool {
+		return strings.Contains(b.Logs.String(), ended) || polls.Load() >= at+100
+	})
+	if n := polls.Load() - at; !strings.Contains(b.Logs.String(), ended) {
+		t.Fatalf("the client went, and the tool call polled the API %d more times, and goes on", n)
+	}
+}
+
+// TestMCP_CrowdKeepsKeysApart runs 12 MCP clients at once, half with
+// alice's key and half with bob's, each submitting, waiting for and
+// reading its own job: each sees its own job's content, and each key's
+// list holds its own jobs only.
+func TestMCP_CrowdKeepsKeysApart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{JobsPerCaller: 16, JobsTotal: 64})
+	keys := [2]string{"alice-key", "bob-key"}
+	mine := [2]sync.Map{}
+	var wg sync.WaitGroup
+	for i := range 12 {
+		cs, _ := b.connect(t, keys[i%2])
+		wg.Go(func() {
+			u := b.url("/crowd/" + strconv.Itoa(i))
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_submit",
+				Arguments: map[string]any{"targets": []any{map[string]any{"url": u}}}})
+			if err != nil || res.IsError {
+				t.Errorf("client %d submit: %v %s", i, err, textOf(res))
+				return
+			}
+			raw, _ := json.Marshal(res.StructuredContent)
+			var sub mcpserver.Submitted
+			_ = json.Unmarshal(raw, &sub)
+			mine[i%2].Store(sub.ID, true)
+			if res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID}}); err != nil || res.IsError {
+				t.Errorf("client %d wait: %v %s", i, err, textOf(res))
+				return
+			}
+			res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_result", Arguments: map[string]any{"id": sub.ID, "idx": 0}})
+			if err != nil || res.IsError || textOf(res) != enginetest.Content(u) {
+				t.Errorf("client %d result: %v %q", i, err, textOf(res))
+			}
+		})
+	}
+	wg.Wait()
+	for k, key := range keys {
+		cs, _ := b.connect(t, key)
+		var list mcpserver.JobList
+		call(t, cs, "batch_list", map[string]any{"limit": 100}, &list)
+		if len(list.Jobs) != 6 {
+			t.Fatalf("%s lists %d jobs, want its 6", key, len(list.Jobs))
+		}
+		for _, j := range list.Jobs {
+			if _, ok := mine[k].Load(j.ID); !ok {
+				t.Fatalf("%s lists job %s, not its own", key, j.ID)
+			}
+		}
 	}
 }
