@@ -104,6 +104,13 @@ func setup(t testing.TB, cfg engine.Config) *bundle {
 // /mcp calls it.
 func setupWrapped(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Handler) *bundle {
 	t.Helper()
+	return setupWith(t, cfg, wrap, mcpserver.Options{PollEvery: 20 * time.Millisecond})
+}
+
+// setupWith is setupWrapped with the MCP server's options o (Log: the
+// bundle's).
+func setupWith(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Handler, o mcpserver.Options) *bundle {
+	t.Helper()
 	f := &fetches{}
 	eb := enginetest.Setup(t, f.fetch, cfg)
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
@@ -118,7 +125,8 @@ func setupWrapped(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.
 	if wrap != nil {
 		inner = wrap(api)
 	}
-	h, err := mcpserver.NewHandler(inner, keys, mcpserver.Options{PollEvery: 20 * time.Millisecond, Log: eb.Log})
+	o.Log = eb.Log
+	h, err := mcpserver.NewHandler(inner, keys, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -970,5 +978,77 @@ func TestMCP_CrowdKeepsKeysApart(t *testing.T) {
 				t.Fatalf("%s lists job %s, not its own", key, j.ID)
 			}
 		}
+	}
+}
+
+// TestMCP_LogsCarryNoKeyGivenAsID: an agent that passes its API key (or
+// another secret shaped like a word) as a job id gets a 404, and the log
+// line of the call does not hold it: only an id of the API's own shape is
+// logged.
+func TestMCP_LogsCarryNoKeyGivenAsID(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: a tool call's log line holds the id as given when it is letters, digits, '-' and '_': an API key passed as an id is logged")
+	}
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	for _, tool := range []string{"batch_status", "batch_wait", "batch_cancel"} {
+		requireToolError(t, call(t, cs, tool, map[string]any{"id": "alice-key"}, nil), "404")
+		requireToolError(t, call(t, cs, tool, map[string]any{"id": "sk_live_51HxQ2eK9s3cret"}, nil), "404")
+	}
+	requireToolError(t, call(t, cs, "batch_result", map[string]any{"id": "alice-key", "idx": 0}, nil), "404")
+	testkit.RequireNoneOf(t, b.Logs.String(), "alice-key", "sk_live_51HxQ2eK9s3cret")
+}
+
+// TestMCP_WaitIsBoundedUnderAShortMaxWait: a server whose MCP Options
+// MaxWait is under a second (to keep within an API whose ?wait= cap is
+// that short) still bounds batch_wait: a wait without seconds answers with
+// the job still running, it does not wait until the job ends.
+func TestMCP_WaitIsBoundedUnderAShortMaxWait(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: with Options.MaxWait under 1s, batch_wait's default seconds is 0, which waits without a bound")
+	}
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWith(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}, mcpserver.Options{MaxWait: 500 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/short")}}}, &sub)
+	defer b.f.gate("/gate/short").Open()
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		done <- res
+	}()
+	// 500 ms in polls of 20 ms is about 25 polls; 200 polls is a wait
+	// that does not end.
+	var res *mcp.CallToolResult
+	testkit.WaitFor(t, "the wait answers, or polls on", func() bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return polls.Load() >= 200
+		}
+	})
+	if res == nil {
+		b.f.gate("/gate/short").Open()
+		res = testkit.Recv(t, done)
+		t.Fatalf("batch_wait went on past its 500 ms bound (%d polls) until the job ended: %s", polls.Load(), textOf(res))
+	}
+	var job mcpserver.Job
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &job); err != nil || res.IsError || job.Status == "done" {
+		t.Fatalf("wait: %s %+v", textOf(res), job)
 	}
 }
