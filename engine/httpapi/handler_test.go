@@ -662,6 +662,10 @@ func TestAPI_EdgeRequests(t *testing.T) {
 		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":null}`, 422},
 		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/u","options":null}]}`, 202},
 		{http.MethodPatch, "/v1/batch/" + id, "alice-key", "", 405},
+		{http.MethodHead, "/v1/batch/" + id, "alice-key", "", 200},
+		{http.MethodHead, "/v1/openapi.json", "", "", 200},
+		{http.MethodOptions, "/v1/batch", "alice-key", "", 405},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/` + strings.Repeat("p", 300<<10) + `"}]}`, 413},
 		{http.MethodGet, "/v1/batch", "", "", 401},
 		{http.MethodGet, "/v1/batch/" + id, "nobody-key", "", 401},
 	} {

@@ -1052,3 +1052,27 @@ func TestMCP_WaitIsBoundedUnderAShortMaxWait(t *testing.T) {
 		t.Fatalf("wait: %s %+v", textOf(res), job)
 	}
 }
+
+// TestMCP_ServeStdioRefusesWhatItsClientRefuses: a server URL with user
+// info, a query or a fragment, or a key with a space or a control
+// character, cannot make a single API call (the Go client refuses them):
+// ServeStdio refuses them at once with a clear error, rather than serve
+// tools each of which answers "401 unauthorized".
+func TestMCP_ServeStdioRefusesWhatItsClientRefuses(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: ServeStdio takes a server URL with user info/query/fragment or a key with a space, then answers every tool call 401 unauthorized")
+	}
+	t.Parallel()
+	for _, tc := range []struct{ url, key string }{
+		{"http://user:pw@127.0.0.1:1", "k"},
+		{"http://127.0.0.1:1/?x=1", "k"},
+		{"http://127.0.0.1:1/#frag", "k"},
+		{"http://127.0.0.1:1", "alice key"},
+		{"http://127.0.0.1:1", "key\n"},
+	} {
+		err := mcpserver.ServeStdio(context.Background(), tc.url, tc.key, nil, io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard}, mcpserver.Options{})
+		if err == nil {
+			t.Errorf("server %q key %q: served", tc.url, tc.key)
+		}
+	}
+}
