@@ -684,3 +684,37 @@ func TestAPI_EdgeRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestAPI_ClosedRunnerAnswersConform closes the runner under the API and
+// sends every route: a submit is 503 "shutting down"; the reads of a
+// stored job still answer (the store stays readable); no answer is a 500,
+// each error has the API's shape with a hint, and each conforms to the
+// OpenAPI document.
+func TestAPI_ClosedRunnerAnswersConform(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	b.Runner.Close()
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/batch", targetsBody("https://example.com/closed")},
+		{http.MethodGet, "/v1/batch", ""},
+		{http.MethodGet, "/v1/batch/" + id, ""},
+		{http.MethodGet, "/v1/batch/" + id + "?results=1", ""},
+		{http.MethodGet, "/v1/batch/" + id + "/0", ""},
+		{http.MethodDelete, "/v1/batch/" + id, ""},
+	} {
+		var body io.Reader
+		if tc.body != "" {
+			body = strings.NewReader(tc.body)
+		}
+		r := b.do(t, tc.method, tc.path, "alice-key", body)
+		if r.code >= 500 && r.code != http.StatusServiceUnavailable || tc.method == http.MethodPost && r.code != http.StatusServiceUnavailable {
+			t.Errorf("%s %s on a closed runner: %d %s", tc.method, tc.path, r.code, r.body)
+			continue
+		}
+		if m := r.json(t); r.code >= 400 && (m["error"] == "" || m["hint"] == "") {
+			t.Errorf("%s %s: %s", tc.method, tc.path, r.body)
+		}
+	}
+}
