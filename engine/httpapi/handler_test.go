@@ -638,6 +638,7 @@ func TestAPI_EdgeRequests(t *testing.T) {
 		code                    int
 	}{
 		{http.MethodGet, "/v1/openapi.json?x=1", "", "", 400},
+		{http.MethodGet, "/v1/openapi.json", "nobody-key", "", 200},
 		{http.MethodGet, "/v1/batch/" + id + "/abc", "alice-key", "", 404},
 		{http.MethodGet, "/v1/batch/" + id + "/-1", "alice-key", "", 404},
 		{http.MethodGet, "/v1/batch/" + id + "/99999999999999999999", "alice-key", "", 404},

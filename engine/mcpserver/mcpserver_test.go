@@ -1076,3 +1076,51 @@ func TestMCP_ServeStdioRefusesWhatItsClientRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestMCP_EndWaitsAnswersLaterWaitsAtOnce: once EndWaits has been called
+// (the server is stopping), a batch_wait that starts after answers with
+// the job as it stands, without polling for its seconds.
+func TestMCP_EndWaitsAnswersLaterWaitsAtOnce(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/later")}}}, &sub)
+	defer b.f.gate("/gate/later").Open()
+	b.mcp.EndWaits()
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		done <- res
+	}()
+	var res *mcp.CallToolResult
+	testkit.WaitFor(t, "the wait answers, or polls on", func() bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return polls.Load() >= 100
+		}
+	})
+	if res == nil {
+		b.f.gate("/gate/later").Open()
+		res = testkit.Recv(t, done)
+		t.Fatalf("a wait after EndWaits polled %d times: %s", polls.Load(), textOf(res))
+	}
+	var job mcpserver.Job
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &job); err != nil || res.IsError || job.ID != sub.ID || job.Status == "done" {
+		t.Fatalf("wait after EndWaits: %s %+v", textOf(res), job)
+	}
+}
