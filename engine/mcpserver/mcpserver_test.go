@@ -100,8 +100,8 @@ func setup(t testing.TB, cfg engine.Config) *bundle {
 	return setupWrapped(t, cfg, nil)
 }
 
-// setupWrapped is setup with the API wrapped by wrap (if not nil) where
-// /mcp calls it.
+// setupWrapped is setup with the API wrapped by wrap (if not nil), at
+// /v1/ and where /mcp calls it.
 func setupWrapped(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Handler) *bundle {
 	t.Helper()
 	return setupWith(t, cfg, wrap, mcpserver.Options{PollEvery: 20 * time.Millisecond})
@@ -131,7 +131,7 @@ func setupWith(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Han
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", api)
+	mux.Handle("/v1/", inner)
 	mux.Handle("/mcp", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { api.EndWaits(); h.EndWaits(); srv.Close() })
@@ -1153,5 +1153,61 @@ func TestMCP_ResultMessageBoundedWhateverTheContent(t *testing.T) {
 		if m := rt.maxBody.Load(); m > 2*mcpserver.MaxPageBytes+4096 {
 			t.Errorf("%s: a page of %d bytes came in an MCP message of %d bytes", tc.name, p.PageBytes, m)
 		}
+	}
+}
+
+// TestMCP_StdioWaitEndsWhenItsClientCancels: over stdio (a session that
+// lasts), a client that cancels its batch_wait (notifications/cancelled)
+// ends the tool call: it stops polling the API.
+func TestMCP_StdioWaitEndsWhenItsClientCancels(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	defer b.f.gate("/gate/stdio-gone").Open()
+	cin, sout := io.Pipe()
+	sin, cout := io.Pipe()
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- mcpserver.ServeStdio(sctx, b.srv.URL, "alice-key", nil, sin, sout,
+			mcpserver.Options{PollEvery: 20 * time.Millisecond, Log: b.Log})
+	}()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.IOTransport{Reader: cin, Writer: cout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/stdio-gone")}}}, &sub)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}})
+		done <- err
+	}()
+	testkit.WaitFor(t, "the wait polls", func() bool { return polls.Load() >= 2 })
+	cancel()
+	if err := testkit.Recv(t, done); err == nil {
+		t.Fatal("the cancelled call answered")
+	}
+	at := polls.Load()
+	ended := "tool=batch_wait job_id=" + sub.ID
+	testkit.WaitFor(t, "the wait ends, or polls on", func() bool {
+		return strings.Contains(b.Logs.String(), ended) || polls.Load() >= at+100
+	})
+	if n := polls.Load() - at; !strings.Contains(b.Logs.String(), ended) {
+		t.Fatalf("the client cancelled, and the tool call polled the API %d more times, and goes on", n)
+	}
+	_ = cs.Close()
+	stop()
+	if err := testkit.Recv(t, served); err != nil {
+		t.Fatalf("ServeStdio: %v", err)
 	}
 }
