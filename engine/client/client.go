@@ -182,7 +182,9 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 			return nil, e
 		}
 		wait, ok := c.backoff(e.RetryAfter, attempt)
-		if !ok {
+		if dl, has := ctx.Deadline(); !ok || has && time.Until(dl) < wait {
+			// Asked to wait past the bound, or past ctx's deadline: the
+			// answer now, rather than a sleep that ends in ctx's error.
 			return nil, e
 		}
 		if err := c.sleep(ctx, wait); err != nil {
