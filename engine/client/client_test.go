@@ -232,8 +232,8 @@ func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
 		t.Fatalf("the server got Idempotency-Key %q; want %q", got, key)
 	}
 	for _, bad := range []string{"a\tb", "line\n", strings.Repeat("k", 256), "\xff\xfe"} {
-		if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: bad}); err == nil {
-			t.Errorf("key %q: no error", bad)
+		if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: bad}); !errors.Is(err, client.ErrBadRequest) {
+			t.Errorf("key %q: %v; want the API's 400", bad, err)
 		}
 	}
 	if n := b.count("POST /v1/batch"); n != 1 {

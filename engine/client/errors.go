@@ -34,9 +34,11 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 )
 
-// Error is an answer of the API that is not a success. It matches, with
-// [errors.Is], the sentinel of its status class and the engine's sentinel
-// that the API's text names (see the package doc).
+// Error is an answer of the API that is not a success, or the answer the
+// API would make to a request the client refuses without sending it (an
+// Idempotency-Key the API refuses: 400). It matches, with [errors.Is], the
+// sentinel of its status class and the engine's sentinel that the API's
+// text names (see the package doc).
 type Error struct {
 	// Status is the HTTP status code.
 	Status int

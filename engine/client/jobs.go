@@ -55,7 +55,8 @@ type SubmitOptions struct {
 	// server matches the job by it instead of by the targets, and answers
 	// 422 if it is bound to other targets while that job is reusable. 1 to
 	// 255 bytes of printable UTF-8 (a space is printable; a tab is not),
-	// else SubmitWith fails without sending anything. A new key asks for a
+	// else SubmitWith fails without sending anything, with the *Error of
+	// the API's 400 (matching [ErrBadRequest]). A new key asks for a
 	// fresh job.
 	IdempotencyKey string
 }
@@ -147,8 +148,8 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	}
 	rq := request{method: http.MethodPost, path: "/v1/batch", body: body}
 	if k := opt.IdempotencyKey; k != "" {
-		if len(k) > 255 || !printable(k) {
-			return Submitted{}, errors.New("submit: the idempotency key must be at most 255 bytes of printable UTF-8")
+		if len(k) > maxIdempotencyKey || !printable(k) {
+			return Submitted{}, fmt.Errorf("submit: %w", errBadIdempotencyKey())
 		}
 		rq.header = http.Header{"Idempotency-Key": {k}}
 	}
@@ -157,6 +158,17 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 		return Submitted{}, fmt.Errorf("submit: %w", err)
 	}
 	return s, nil
+}
+
+// maxIdempotencyKey is the longest Idempotency-Key the API takes, in
+// bytes (engine.MaxIdempotencyKey).
+const maxIdempotencyKey = 255
+
+// errBadIdempotencyKey is the refusal of a key the API would refuse, as
+// the API words it (400): SubmitWith refuses it without a request.
+func errBadIdempotencyKey() *Error {
+	return &Error{Status: http.StatusBadRequest, Message: "bad Idempotency-Key header",
+		Hint: "give 1 to 255 bytes of printable characters (no tab or control character)"}
 }
 
 // printable reports whether s is UTF-8 whose every rune is printable

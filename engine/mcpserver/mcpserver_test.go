@@ -808,9 +808,6 @@ func TestMCP_HostileArguments(t *testing.T) {
 // other refused input is, not "unavailable; try again", which an agent
 // would retry for ever.
 func TestMCP_RefusedIdempotencyKeyIsTheAPIsError(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: batch_submit with a malformed idempotency_key answers \"the batch API is unavailable; try again in a moment\", not a 400 with the hint")
-	}
 	t.Parallel()
 	b := setup(t, engine.Config{})
 	cs, _ := b.connect(t, "alice-key")
