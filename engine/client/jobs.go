@@ -54,8 +54,8 @@ type SubmitOptions struct {
 	// IdempotencyKey, if set, is sent as the Idempotency-Key header: the
 	// server matches the job by it instead of by the targets, and answers
 	// 422 if it is bound to other targets while that job is reusable. 1 to
-	// 255 bytes of printable UTF-8 (a space is printable; a tab is not),
-	// else SubmitWith fails without sending anything, with the *Error of
+	// 255 bytes of printable UTF-8 (a space is printable, but not at either
+	// end, which HTTP drops; a tab is not), else SubmitWith fails without sending anything, with the *Error of
 	// the API's 400 (matching [ErrBadRequest]). A new key asks for a
 	// fresh job.
 	IdempotencyKey string
@@ -148,7 +148,7 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	}
 	rq := request{method: http.MethodPost, path: "/v1/batch", body: body}
 	if k := opt.IdempotencyKey; k != "" {
-		if len(k) > maxIdempotencyKey || !printable(k) {
+		if len(k) > maxIdempotencyKey || !printable(k) || k[0] == ' ' || k[len(k)-1] == ' ' {
 			return Submitted{}, fmt.Errorf("submit: %w", errBadIdempotencyKey())
 		}
 		rq.header = http.Header{"Idempotency-Key": {k}}
@@ -168,7 +168,7 @@ const maxIdempotencyKey = 255
 // the API words it (400): SubmitWith refuses it without a request.
 func errBadIdempotencyKey() *Error {
 	return &Error{Status: http.StatusBadRequest, Message: "bad Idempotency-Key header",
-		Hint: "give 1 to 255 bytes of printable characters (no tab or control character)"}
+		Hint: "give 1 to 255 bytes of printable characters (no tab or control character, no space at either end)"}
 }
 
 // printable reports whether s is UTF-8 whose every rune is printable

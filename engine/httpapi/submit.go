@@ -39,7 +39,7 @@ type submitResponse struct {
 //
 // An Idempotency-Key header, if given, is the job's key instead of the
 // one derived from the targets ([engine.SubmitOptions.IdempotencyKey]):
-// once, 1 to 255 printable characters, else 400.
+// once, 1 to 255 printable characters, no space at either end, else 400.
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
 	if r.Body == nil {
 		w.Header().Set("Allow", "GET")
@@ -178,7 +178,7 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 	}
 	if err := engine.CheckIdempotencyKey(vs[0]); err != nil {
 		writeError(w, http.StatusBadRequest, "bad Idempotency-Key header",
-			fmt.Sprintf("give 1 to %d bytes of printable characters (no tab or control character)", engine.MaxIdempotencyKey))
+			fmt.Sprintf("give 1 to %d bytes of printable characters (no tab or control character, no space at either end)", engine.MaxIdempotencyKey))
 		return "", false
 	}
 	return vs[0], true
