@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -351,9 +350,6 @@ func TestClient_SubmitWithKeysDifferingInEdgeSpaces(t *testing.T) {
 // matching engine.ErrNotFound, never a zero Job (the answer of another
 // resource, the list at /v1/batch/, decoded as a job).
 func TestClient_JobOfDotIDIsNotFound(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: Client.Job(ctx, \".\") answers a zero Job and no error: the request follows a redirect to the list")
-	}
 	t.Parallel()
 	b := setup(t, engine.Config{}, httpapi.Options{})
 	c := b.client(t, "alice-key")

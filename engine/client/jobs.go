@@ -189,7 +189,7 @@ func printable(s string) bool {
 // Job returns job id and its targets, without their results.
 func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	var j Job
-	if err := c.getJSON(ctx, request{method: http.MethodGet, path: jobPath(id, -1)}, &j); err != nil {
+	if err := c.getJSON(ctx, jobRequest(http.MethodGet, id, -1), &j); err != nil {
 		return Job{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	return j, nil
@@ -201,7 +201,7 @@ func (c *Client) Target(ctx context.Context, id string, idx int) (TargetStatus, 
 		return TargetStatus{}, fmt.Errorf("job %s target %d: negative index", id, idx)
 	}
 	var t TargetStatus
-	if err := c.getJSON(ctx, request{method: http.MethodGet, path: jobPath(id, idx)}, &t); err != nil {
+	if err := c.getJSON(ctx, jobRequest(http.MethodGet, id, idx), &t); err != nil {
 		return TargetStatus{}, fmt.Errorf("job %s target %d: %w", id, idx, err)
 	}
 	return t, nil
@@ -218,7 +218,9 @@ func (c *Client) Target(ctx context.Context, id string, idx int) (TargetStatus, 
 // no target is handed over. Leaving the loop early closes the answer.
 func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus, error] {
 	return func(yield func(TargetStatus, error) bool) {
-		resp, err := c.do(ctx, request{method: http.MethodGet, path: jobPath(id, -1), query: url.Values{"results": {"1"}}})
+		rq := jobRequest(http.MethodGet, id, -1)
+		rq.query = url.Values{"results": {"1"}}
+		resp, err := c.do(ctx, rq)
 		if err != nil {
 			yield(TargetStatus{}, fmt.Errorf("job %s results: %w", id, err))
 			return
@@ -433,7 +435,9 @@ func (c *Client) wait(ctx context.Context, id string, within, poll time.Duration
 			q.Set("wait", w.String())
 		}
 		var j Job
-		if err := c.getJSON(ctx, request{method: http.MethodGet, path: jobPath(id, -1), query: q}, &j); err != nil {
+		rq := jobRequest(http.MethodGet, id, -1)
+		rq.query = q
+		if err := c.getJSON(ctx, rq, &j); err != nil {
 			return last, fmt.Errorf("wait for job %s: %w", id, err)
 		}
 		if progress != nil && (first || j.Status != last.Status || j.TargetsDone != last.TargetsDone || j.TargetsFailed != last.TargetsFailed) {
@@ -456,7 +460,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	var out struct {
 		Cancelled bool `json:"cancelled"`
 	}
-	if err := c.getJSON(ctx, request{method: http.MethodDelete, path: jobPath(id, -1)}, &out); err != nil {
+	if err := c.getJSON(ctx, jobRequest(http.MethodDelete, id, -1), &out); err != nil {
 		return fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	if !out.Cancelled {

@@ -569,7 +569,8 @@ func TestAPI_QueryParameters(t *testing.T) {
 // TestAPI_TrailingSlash: a path with a trailing slash is the resource
 // without it (never a 405 for a method the resource takes); a 405 names
 // the methods the resource takes; a path of no resource is 404, slash or
-// not; 202's Location is the job's path without a slash.
+// not, and so is one with a "." or empty segment (never a redirect);
+// 202's Location is the job's path without a slash.
 func TestAPI_TrailingSlash(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -598,6 +599,17 @@ func TestAPI_TrailingSlash(t *testing.T) {
 		{http.MethodPost, "/v1/batch/" + id + "/", "alice-key", 405, "GET, DELETE"},
 		{http.MethodDelete, "/v1/batch/" + id + "/0/", "alice-key", 405, "GET"},
 		{http.MethodPost, "/v1/openapi.json", "alice-key", 405, "GET"},
+		// Dot and empty segments name no resource: 404 (401 without a
+		// key), never ServeMux's redirect to the cleaned path.
+		{http.MethodGet, "/v1/batch/.", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/..", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/./" + id, "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/.", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/./0", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch//" + id, "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/%2e/" + id, "alice-key", 404, ""},
+		{http.MethodDelete, "/v1/batch/./" + live, "bob-key", 404, ""},
+		{http.MethodGet, "/v1/batch/./" + id, "", 401, ""},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			r := b.do(t, tc.method, tc.path, tc.key, nil)

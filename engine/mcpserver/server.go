@@ -418,9 +418,15 @@ func loggedID(id string) string {
 // stopping reports whether the server is stopping (EndWaits).
 func (t *tools) stopping() bool { return t.ending != nil && t.ending.Err() != nil }
 
+// jobPath is the API path of job id. An id that a path would read as
+// segments (".", "..", one with a '/') is no job's: 404, as the API
+// answers it.
 func jobPath(id string) (string, error) {
 	if id == "" {
 		return "", &APIError{Status: http.StatusBadRequest, Message: "no id", Hint: "give the id batch_submit answered"}
+	}
+	if id == "." || id == ".." || strings.Contains(id, "/") {
+		return "", &APIError{Status: http.StatusNotFound, Message: "job not found", Hint: "check the id; jobs are deleted a while after they finish"}
 	}
 	return "/v1/batch/" + url.PathEscape(id), nil
 }
