@@ -400,15 +400,16 @@ func (t *tools) call(req *mcp.CallToolRequest, tool, id string, fn func(key stri
 	return err
 }
 
-// loggedID is id as the log shows it: an id as the API makes them
-// (letters, digits, '-' and '_'), else "(malformed)", so that nothing an
-// agent passes as an id (a URL, a key) reaches the log.
+// loggedID is id as the log shows it: an id of the shape the API makes
+// them (32 lower-case hex digits), else "(malformed)", so that nothing
+// else an agent passes as an id (a URL, its API key, another secret)
+// reaches the log.
 func loggedID(id string) string {
-	if len(id) > 64 {
+	if len(id) != 32 {
 		return "(malformed)"
 	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+	for i := range len(id) {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return "(malformed)"
 		}
 	}
