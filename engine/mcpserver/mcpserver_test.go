@@ -996,9 +996,6 @@ func TestMCP_LogsCarryNoKeyGivenAsID(t *testing.T) {
 // that short) still bounds batch_wait: a wait without seconds answers with
 // the job still running, it does not wait until the job ends.
 func TestMCP_WaitIsBoundedUnderAShortMaxWait(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: with Options.MaxWait under 1s, batch_wait's default seconds is 0, which waits without a bound")
-	}
 	t.Parallel()
 	var polls atomic.Int64
 	b := setupWith(t, engine.Config{}, func(h http.Handler) http.Handler {
@@ -1041,6 +1038,13 @@ func TestMCP_WaitIsBoundedUnderAShortMaxWait(t *testing.T) {
 	raw, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(raw, &job); err != nil || res.IsError || job.Status == "done" {
 		t.Fatalf("wait: %s %+v", textOf(res), job)
+	}
+	// seconds 1 is the bound, 500 ms; 2 is past it, and the error says so.
+	if res = call(t, cs, "batch_wait", map[string]any{"id": sub.ID, "seconds": 1}, &job); res.IsError || job.Status == "done" {
+		t.Fatalf("wait of seconds 1: %s %+v", textOf(res), job)
+	}
+	if text := requireToolError(t, call(t, cs, "batch_wait", map[string]any{"id": sub.ID, "seconds": 2}, nil), "400"); !strings.Contains(text, "from 1 to 1") {
+		t.Fatalf("seconds 2: %q; want the range 1 to 1", text)
 	}
 }
 

@@ -51,8 +51,9 @@ const (
 type Options struct {
 	// Version is the server's version in the MCP handshake; default "dev".
 	Version string
-	// MaxWait caps batch_wait's seconds; default [DefaultMaxWait]. It
-	// must not pass the API's own ?wait= cap.
+	// MaxWait caps batch_wait's wait; default [DefaultMaxWait]. It
+	// must not pass the API's own ?wait= cap. Under a second, batch_wait
+	// takes seconds 1 only, and waits MaxWait.
 	MaxWait time.Duration
 	// PollEvery is how often batch_wait asks the API for the job's
 	// progress (a ?wait= of this length), to send a progress
@@ -493,12 +494,15 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 		if _, err := jobPath(in.ID); err != nil {
 			return err
 		}
-		maxSec := int(t.o.MaxWait / time.Second)
+		// The wait is MaxWait by default, else seconds, at most MaxWait
+		// (a MaxWait under a second still takes seconds 1: MaxWait).
+		maxSec := max(int(t.o.MaxWait/time.Second), 1)
+		within := t.o.MaxWait
 		switch {
-		case in.Seconds == 0:
-			in.Seconds = maxSec
 		case in.Seconds < 0 || in.Seconds > maxSec:
 			return &APIError{Status: http.StatusBadRequest, Message: "bad seconds", Hint: "give seconds from 1 to " + strconv.Itoa(maxSec)}
+		case in.Seconds > 0:
+			within = min(time.Duration(in.Seconds)*time.Second, t.o.MaxWait)
 		}
 		c, err := t.client(key)
 		if err != nil {
@@ -512,7 +516,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 			defer context.AfterFunc(t.ending, cancel)()
 		}
 		token := req.Params.GetProgressToken()
-		j, err := c.WaitProgress(wctx, in.ID, time.Duration(in.Seconds)*time.Second, t.o.PollEvery, func(j client.Job) {
+		j, err := c.WaitProgress(wctx, in.ID, within, t.o.PollEvery, func(j client.Job) {
 			if token == nil || req.Session == nil {
 				return
 			}
