@@ -205,7 +205,10 @@ func writeHTTPError(w http.ResponseWriter, code int, msg, hint string) {
 // ServeStdio serves MCP over in and out (a command's stdin and stdout)
 // until ctx is done or in ends, calling the API at baseURL
 // (http://host:port of a serve) with key. hc, if nil, is a client with no
-// overall timeout (a batch_wait long-polls).
+// overall timeout (a batch_wait long-polls). A baseURL or key the API's
+// Go client refuses (user info, a query or a fragment in the URL; a space
+// or a control character in the key) is refused at once, with the
+// client's error: no tool call could be made with it.
 func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io.ReadCloser, out io.WriteCloser, o Options) error {
 	if key == "" {
 		return ErrNoKey
@@ -213,6 +216,9 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errors.New("mcpserver: the server must be an http(s) URL such as http://127.0.0.1:8080")
+	}
+	if _, err := client.New(baseURL, key); err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
 	}
 	o, err = o.withDefaults()
 	if err != nil {
