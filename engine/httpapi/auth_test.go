@@ -43,6 +43,14 @@ func TestKeys_ReadAndAuthenticate(t *testing.T) {
 	if c, class, err := admin.Authenticate(ctx, "root-key"); err != nil || c.Name != "root" || class != httpapi.ClassAdmin {
 		t.Fatalf("root: %+v %q %v", c, class, err)
 	}
+	// As Notepad saves it: a byte order mark, CRLF, a no-break space.
+	edited, err := httpapi.ReadKeys(strings.NewReader("\ufeffdave\u00a0dave-key\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err := edited.Authenticate(ctx, "dave-key"); err != nil || c.Name != "dave" {
+		t.Fatalf("dave: %+v %v", c, err)
+	}
 	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
 		if _, _, err := kr.Authenticate(ctx, bad); !errors.Is(err, httpapi.ErrUnknownKey) {
 			t.Errorf("%q: %v, want ErrUnknownKey", bad, err)

@@ -341,9 +341,6 @@ func TestGet_PrintsPageTextSafeForATerminal(t *testing.T) {
 // non-ASCII space (U+00A0, U+3000) is refused as more than the key, as
 // one with an ASCII space is.
 func TestReadKeyFile_TakesAKeySavedByAnotherEditor(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: ReadKeyFile keeps a UTF-8 BOM as part of the key, and takes a keys line split by U+00A0 or U+3000 as one key")
-	}
 	t.Parallel()
 	if k, err := ReadKeyFile(writeFile(t, "k", "\ufeffs3cret-key\r\n")); err != nil || k != "s3cret-key" {
 		t.Errorf("a BOM and CRLF: %q, %v; want the key alone", k, err)
