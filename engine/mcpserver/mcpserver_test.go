@@ -889,9 +889,6 @@ func TestMCP_DotIDsAreNotFound(t *testing.T) {
 // request with it). The tool call ends with it: it does not poll the API
 // for the rest of its 60 s, for a client that is gone.
 func TestMCP_WaitEndsWhenItsClientGoes(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: a batch_wait whose client has gone keeps polling the API until its seconds pass (stateless /mcp does not end the tool call with its HTTP request)")
-	}
 	t.Parallel()
 	var polls atomic.Int64
 	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {

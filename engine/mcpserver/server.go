@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -98,6 +100,44 @@ type tools struct {
 	key    keyFunc
 	o      Options
 	ending context.Context // done: batch_wait answers at once (nil: never)
+	reqs   *requests       // the HTTP requests the calls came in (nil: stdio)
+}
+
+// headerRequest is the header by which a tool call finds the HTTP request
+// it came in ([requests]); a client's own is overwritten.
+const headerRequest = "X-Siftbatch-Mcp-Request"
+
+// requests are the contexts of the HTTP requests being served, by the
+// number given in their headerRequest. The SDK's stateless handler runs a
+// tool call on a context detached from its HTTP request (for older
+// protocol versions): a batch_wait ends with its request's context, found
+// here, so that it stops polling once its client has gone.
+type requests struct {
+	seq atomic.Uint64
+	m   sync.Map // string → context.Context
+}
+
+// tag numbers r in its header and keeps its context while next serves it.
+func (rs *requests) tag(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := strconv.FormatUint(rs.seq.Add(1), 36)
+		r.Header.Set(headerRequest, n)
+		rs.m.Store(n, r.Context())
+		defer rs.m.Delete(n)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// context is the context of the HTTP request req came in, if known.
+func (rs *requests) context(req *mcp.CallToolRequest) (context.Context, bool) {
+	if rs == nil || req.Extra == nil || req.Extra.Header == nil {
+		return nil, false
+	}
+	v, ok := rs.m.Load(req.Extra.Header.Get(headerRequest))
+	if !ok {
+		return nil, false
+	}
+	return v.(context.Context), true
 }
 
 // client is the API's Go client for one call, with key. It never retries
@@ -144,7 +184,7 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	}
 	ending, end := context.WithCancel(context.Background())
 	t := &tools{b: &backend{hc: &http.Client{Transport: handlerTransport{h: api}}, base: "http://siftbatch.invalid"},
-		key: keyOfHeader, o: o, ending: ending}
+		key: keyOfHeader, o: o, ending: ending, reqs: &requests{}}
 	srv := t.server()
 	// The SDK's guard against DNS rebinding (403 to a request that came
 	// to a loopback address under another Host) is off: every request
@@ -152,7 +192,7 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	// guard would refuse every request of a proxy on the same machine.
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
-	return &Handler{h: requireKey(auth, h), endWaits: end}, nil
+	return &Handler{h: requireKey(auth, t.reqs.tag(h)), endWaits: end}, nil
 }
 
 // keyOfHeader is the Bearer key of the HTTP request a call came in.
@@ -515,11 +555,17 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 			return err
 		}
 		// A stopping server (EndWaits) ends the wait with the job as it
-		// then stands.
+		// then stands; a client gone (its HTTP request's context done)
+		// ends it too.
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if t.ending != nil {
 			defer context.AfterFunc(t.ending, cancel)()
+		}
+		gone, stopGone := context.WithCancel(context.Background())
+		defer stopGone()
+		if rctx, ok := t.reqs.context(req); ok {
+			defer context.AfterFunc(rctx, func() { stopGone(); cancel() })()
 		}
 		token := req.Params.GetProgressToken()
 		j, err := c.WaitProgress(wctx, in.ID, within, t.o.PollEvery, func(j client.Job) {
@@ -531,7 +577,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 				Message: fmt.Sprintf("%d of %d targets stored, %d failed; job %s", j.TargetsDone, j.TargetsTotal, j.TargetsFailed, j.Status),
 			})
 		})
-		if err != nil && ctx.Err() == nil && t.stopping() {
+		if err != nil && ctx.Err() == nil && gone.Err() == nil && t.stopping() {
 			j, err = c.Job(ctx, in.ID)
 		}
 		out = jobOf(j)
