@@ -21,7 +21,7 @@ import (
 const (
 	// DefaultMaxBody caps a POST /v1/batch body.
 	DefaultMaxBody = 256 << 10
-	// DefaultRetryAfter is the Retry-After of a 429.
+	// DefaultRetryAfter is the Retry-After of a 429 or a 503.
 	DefaultRetryAfter = 5 * time.Second
 	// DefaultMaxWait caps the ?wait= of a long-poll.
 	DefaultMaxWait = 60 * time.Second
@@ -64,7 +64,8 @@ type Options struct {
 	// hint of a 422 "too many targets". Default
 	// [engine.DefaultTargetsPerJob].
 	TargetsPerJob int
-	// RetryAfter is the Retry-After of a 429, rounded up to seconds.
+	// RetryAfter is the Retry-After of a 429 or a 503, rounded up to
+	// seconds.
 	// Default [DefaultRetryAfter] (5s).
 	RetryAfter time.Duration
 	// Honoured names the target options ([engine.Options], as spelled in
@@ -388,6 +389,7 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			t.give() // the answer, or its end, goes out without the turn
 		case err != nil && !errors.Is(err, ErrUnknownKey):
 			h.log.Warn("authenticate failed")
+			h.retryAfter(w)
 			writeError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="siftbatch"`)

@@ -700,7 +700,8 @@ func TestAPI_EdgeRequests(t *testing.T) {
 
 // TestAPI_ClosedRunnerAnswersConform closes the runner under the API and
 // sends every route: a submit is 503 "shutting down"; the reads of a
-// stored job still answer (the store stays readable); no answer is a 500,
+// stored job still answer (the store stays readable); a 503 says when to
+// retry (Retry-After); no answer is a 500,
 // each error has the API's shape with a hint, and each conforms to the
 // OpenAPI document.
 func TestAPI_ClosedRunnerAnswersConform(t *testing.T) {
@@ -728,6 +729,9 @@ func TestAPI_ClosedRunnerAnswersConform(t *testing.T) {
 		}
 		if m := r.json(t); r.code >= 400 && (m["error"] == "" || m["hint"] == "") {
 			t.Errorf("%s %s: %s", tc.method, tc.path, r.body)
+		}
+		if r.code == http.StatusServiceUnavailable && r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", tc.method, tc.path)
 		}
 	}
 }

@@ -146,6 +146,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		writeError(w, http.StatusTooManyRequests, "jobs busy", "the server runs as many jobs as it may; retry after Retry-After seconds")
 		return
 	case errors.Is(err, engine.ErrClosed):
+		h.retryAfter(w) // a restarted server, or another behind the same address
 		writeError(w, http.StatusServiceUnavailable, "shutting down", "retry against a running server")
 		return
 	case errors.Is(err, engine.ErrNoAdmission):
@@ -235,7 +236,8 @@ func (h *Handler) honoured() string {
 	return strings.Join(h.o.Honoured, ", ")
 }
 
-// retryAfter sets a 429's Retry-After, in whole seconds.
+// retryAfter sets a 429's or a 503's Retry-After ([Options.RetryAfter]),
+// in whole seconds.
 func (h *Handler) retryAfter(w http.ResponseWriter) {
 	s := int64((h.o.RetryAfter + 999_999_999) / 1e9)
 	w.Header().Set("Retry-After", strconv.FormatInt(s, 10))

@@ -228,6 +228,7 @@ func requireKey(auth httpapi.Authenticator, next http.Handler) http.Handler {
 		case err == nil:
 			next.ServeHTTP(w, r)
 		case !errors.Is(err, httpapi.ErrUnknownKey):
+			w.Header().Set("Retry-After", strconv.Itoa(int(httpapi.DefaultRetryAfter/time.Second)))
 			writeHTTPError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="siftbatch"`)
