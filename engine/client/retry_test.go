@@ -144,9 +144,10 @@ func TestClient_DoesNotWaitPastItsDeadline(t *testing.T) {
 }
 
 // TestClient_RetriesA503 reads through an authenticator that fails twice
-// (503, no Retry-After): the client backs off 500 ms then 1 s (each plus
-// at most a quarter) and the third read is served; a cancel that fails
-// once is sent again.
+// (503 with the API's Retry-After, 5 s): the client waits it each time
+// (plus at most a quarter) and the third read is served; a cancel that
+// fails once is sent again. (The backoff of a 503 without Retry-After is
+// TestBackoff's.)
 func TestClient_RetriesA503(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{}, httpapi.Options{})
@@ -178,8 +179,8 @@ func TestClient_RetriesA503(t *testing.T) {
 		t.Fatalf("%d reads; want 3", n)
 	}
 	got := w.all()
-	if len(got) != 2 || got[0] < 500*time.Millisecond || got[0] > 625*time.Millisecond || got[1] < time.Second || got[1] > 1250*time.Millisecond {
-		t.Fatalf("waits %v; want 500ms then 1s, each plus at most 25%%", got)
+	if len(got) != 2 || got[0] < 5*time.Second || got[0] > 6250*time.Millisecond || got[1] < 5*time.Second || got[1] > 6250*time.Millisecond {
+		t.Fatalf("waits %v; want Retry-After 5s twice, each plus at most 25%%", got)
 	}
 
 	// A cancel answered 503 is sent again, and cancels.
