@@ -679,9 +679,10 @@ func TestMCP_NodeClient(t *testing.T) {
 
 // TestMCP_ResultPagesAtTheirEdges reads, over a real /mcp, results whose
 // size or runes fall on a page's edge: an empty result, one of exactly a
-// page, one a byte past it, a 4-byte rune straddling the edge, a page of
-// characters JSON escapes (\u003c), and a rune just before an escape at
-// the edge. Every page is at most 256 KiB of valid UTF-8, the pages joined
+// page, one a byte past it, a 4-byte rune straddling the edge, characters
+// JSON escapes (\u003c, six bytes each as a page counts them), and a rune
+// just before an escape at the edge. Every page is at most 256 KiB of
+// valid UTF-8, the pages joined
 // are the result, next_page is absent on the last page only, and the page
 // past the last is a tool error.
 func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
@@ -700,7 +701,10 @@ func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
 		{"a byte past a page", strings.Repeat("a", P+1), 2},
 		{"an emoji across the edge", strings.Repeat("a", P-1) + "😀b", 2},
 		{"an emoji ending the page", strings.Repeat("a", P-4) + "😀", 1},
-		{"escaped characters", strings.Repeat("<", P+1), 2},
+		// A '<' is 6 bytes as JSON (\u003c): a page holds P/6 of them.
+		{"escaped characters filling a page", strings.Repeat("<", P/6), 1},
+		{"escaped characters past a page", strings.Repeat("<", P/6+1), 2},
+		{"escaped characters of many pages", strings.Repeat("<", P+1), (P + 1 + P/6 - 1) / (P / 6)},
 		{"a rune then an escape at the edge", strings.Repeat("a", P-3) + "é\n" + "tail", 2},
 		{"two-byte runes only", strings.Repeat("é", P/2+1), 2},
 		{"U+2028 across the edge", strings.Repeat("a", P-1) + "\u2028", 2},
