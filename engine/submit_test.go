@@ -458,6 +458,9 @@ func TestRunner_SubmitWithBadIdempotencyKey(t *testing.T) {
 		{"Tab", "a\tb", false},
 		{"NUL", "a\x00b", false},
 		{"NotUTF8", "a\xffb", false},
+		{"LeadingSpace", " run 8", false},
+		{"TrailingSpace", "run 8 ", false},
+		{"SpacesAlone", "   ", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.ok, engine.CheckIdempotencyKey(tc.key) == nil)

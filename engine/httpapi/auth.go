@@ -79,12 +79,18 @@ func LoadKeys(path string) (*Keys, error) {
 }
 
 // ReadKeys reads a key file from r. A file without keys, a malformed line
-// or a key given twice is an error that names the line, never the key.
+// or a key given twice is an error that names the line, never the key. A
+// UTF-8 byte order mark at its start (some editors save one) is not part
+// of the first name; words are apart by any Unicode space.
 func ReadKeys(r io.Reader) (*Keys, error) {
 	kr := &Keys{}
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+		text := sc.Text()
+		if n == 1 {
+			text = strings.TrimPrefix(text, "\ufeff")
+		}
+		line := strings.TrimSpace(text)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
