@@ -34,8 +34,8 @@ test/race: ## go test -race ./... (-timeout 10m)
 test/short: ## the quick tier: go test -short ./..., no race; long multi-process tests skip (< 90 s)
 	$(GO) test -short -count=1 -timeout 3m ./...
 
-test/browser: ## the dashboard's browser tests (Chromium), under -race: CI runs them once
-	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/...
+test/browser: ## the dashboard's browser tests and demo --ui's (Chromium), under -race: CI runs them once
+	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/... ./cmd/siftbatch/internal/demo/...
 
 .PHONY: test/strace bench/durable
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once

@@ -18,6 +18,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&o.Targets, "targets", 6, "targets per job (1 to 100)")
 	fs.IntVar(&o.Workers, "workers", 2, "runner workers (1 or 2)")
 	fs.StringVar(&o.Data, "data", "", "keep the store in this directory instead of a temporary one")
+	fs.BoolVar(&o.UI, "ui", false, "serve the dashboard on a free loopback port while the demo runs (its URL and an admin key for\nthis run are printed), and keep serving after the jobs end until Ctrl-C")
 	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
 		return err
 	}

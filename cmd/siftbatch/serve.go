@@ -271,9 +271,10 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	cfg := f.cfg
 	cfg.Hooks = m.Hooks()
 	var apiCluster httpapi.Cluster // a nil *cluster.Node in it would not be nil
+	var uiCluster dashboard.Cluster
 	if node != nil {
 		cfg.NodeTag, cfg.Admission = node.Tag(), node.Admission()
-		apiCluster = node
+		apiCluster, uiCluster = node, node
 	}
 	runner, err := engine.New(store, fetch.Fetch, cfg, log)
 	if err != nil {
@@ -310,6 +311,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		Config:     cfg,
 		Gatherer:   reg,
 		Log:        log,
+		Cluster:    uiCluster,
 	})
 	if err != nil {
 		runner.Close()

@@ -49,7 +49,7 @@ func (a *answerer) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.Hello:
 		a.members.tell(m.Known)
-		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:]})
+		ctx.Respond(&clusterpb.NodeInfo{Node: a.name, Tag: a.tag[:], JobReads: true})
 	case *clusterpb.Request:
 		a.answer(ctx.Sender(), m)
 	case *clusterpb.Pull:
@@ -65,6 +65,9 @@ func (a *answerer) receive(ctx actor.Context) {
 	case *clusterpb.ListRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() { a.send(sender, a.listHere(m)) })
+	case *clusterpb.JobRequest:
+		sender := ctx.Sender()
+		a.life.goWork(func() { a.send(sender, a.jobHere(m)) })
 	case *clusterpb.CallerJobsRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() { a.send(sender, a.admit.callerJobsHere(m.Caller)) })

@@ -269,7 +269,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 		advertise = net.JoinHostPort(ahost, strconv.Itoa(port))
 	}
 	peer := engine.PeerOf(r)
-	b := &bound{runner: peer, jobsPerCaller: r.Config().JobsPerCaller, handler: h, host: host, port: port, advertise: advertise}
+	b := &bound{runner: peer, jobs: r, jobsPerCaller: r.Config().JobsPerCaller, handler: h, host: host, port: port, advertise: advertise}
 	n.life.run = b
 	n.life.bound.Store(b)
 	n.members.loadTags(peer)

@@ -96,3 +96,14 @@ func PeerLoggerAt(n *Node, l *slog.Logger, now func() time.Time) *slog.Logger {
 // PeerWarnEvery is the period in which a protoactor line at Warn or above
 // is logged at most once per message and peer address.
 const PeerWarnEvery = peerWarnEvery
+
+// ForgetJobReads has n take every member it has met for a node older than
+// Node.ReadJob (its NodeInfo without job_reads), until it meets them again.
+func ForgetJobReads(n *Node) {
+	n.members.mu.Lock()
+	defer n.members.mu.Unlock()
+	for id, info := range n.members.infos {
+		info.jobReads = false
+		n.members.infos[id] = info
+	}
+}

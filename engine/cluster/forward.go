@@ -182,7 +182,7 @@ func (f *forwarder) request(ctx context.Context, sys *actor.ActorSystem, to *act
 	answers := make(chan any, 1)
 	inbox := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply,
+		case *clusterpb.Part, *clusterpb.ListReply, *clusterpb.JobReply, *clusterpb.NodeInfo, *clusterpb.CallerJobsReply, *clusterpb.ReusableReply,
 			*pacluster.GrainErrorResponse:
 			select {
 			case answers <- m:

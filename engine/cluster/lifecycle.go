@@ -51,7 +51,8 @@ type lifecycle struct {
 // Never changed; a Start after one that failed sets another.
 type bound struct {
 	runner        engine.Peer
-	jobsPerCaller int // the runner's, for the grains
+	jobs          *engine.Runner // the same runner, for a job's reads (JobRequest)
+	jobsPerCaller int            // the runner's, for the grains
 	handler       http.Handler
 	host          string // the remote listens on host:port (port picked, if Addr's was 0)
 	port          int

@@ -53,6 +53,8 @@ type memberList struct {
 type nodeInfo struct {
 	name string
 	tag  [engine.NodeTagLen]byte
+	// jobReads says that it answers a JobRequest (NodeInfo.job_reads).
+	jobReads bool
 }
 
 // topology is the members as a node last heard of them.
@@ -397,7 +399,7 @@ func (l *memberList) heard(m *pacluster.Member, info *clusterpb.NodeInfo) {
 	}
 	var tag [engine.NodeTagLen]byte
 	copy(tag[:], info.Tag)
-	l.infos[m.Id] = nodeInfo{name: info.Node, tag: tag}
+	l.infos[m.Id] = nodeInfo{name: info.Node, tag: tag, jobReads: info.JobReads}
 	l.said.Store(m.Id, info.Node)
 	if !l.remember(tag, info.Node) {
 		l.log.Info("cluster node met", slog.String(logKeyNode, info.Node), slog.String(logKeyAddress, m.Address()))
@@ -498,4 +500,22 @@ func (l *memberList) absent(members []*pacluster.Member) []string {
 		}
 	}
 	return out
+}
+
+// tagName is the name of the node with tag, as this node met it (since it
+// started, or before: its store's); "" if it never did.
+func (l *memberList) tagName(tag [engine.NodeTagLen]byte) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if name, ok := l.seen[tag]; ok {
+		return name
+	}
+	return l.stored[tag]
+}
+
+// readsJobs reports whether member m said that it answers a JobRequest.
+func (l *memberList) readsJobs(m *pacluster.Member) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.infos[m.Id].jobReads
 }

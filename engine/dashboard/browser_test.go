@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
@@ -330,4 +333,190 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
 	}
 	t.Logf("screenshots in %s", br.shot)
+}
+
+// layoutProblems is a JavaScript expression that lists what is wrong with
+// the page's layout, as strings: two boxes of the header, or two items of
+// a summary, or an item's label and value, that overlap; a label or value
+// outside its item or wider than it; a time in a summary that wraps; a
+// page wider than the window. Boxes are compared by their bounding
+// rectangles (a pixel of slack for rounding).
+const layoutProblems = `(() => {
+  const out = [];
+  const r = el => el.getBoundingClientRect();
+  const name = el => el.id ? '#' + el.id : el.tagName.toLowerCase() + (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ').join('.') : '') + ' "' + el.textContent.trim().slice(0, 24) + '"';
+  const overlap = (a, b) => { const p = r(a), q = r(b); return Math.min(p.right, q.right) - Math.max(p.left, q.left) > 1 && Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top) > 1; };
+  const inside = (a, b) => { const p = r(a), q = r(b); return p.left >= q.left - 1 && p.right <= q.right + 1 && p.top >= q.top - 1 && p.bottom <= q.bottom + 1; };
+  const pairs = (els, what) => { for (let i = 0; i < els.length; i++) for (let j = i + 1; j < els.length; j++) if (overlap(els[i], els[j])) out.push(what + ': ' + name(els[i]) + ' overlaps ' + name(els[j])); };
+  const header = [...document.querySelectorAll('.top .brand, .top .links a, .top .who, .top #signout')];
+  pairs(header, 'header');
+  pairs([...document.querySelectorAll('form.filters > *')], 'filters');
+  pairs([...document.querySelectorAll('.jobline > *')].filter(el => el.closest('li') && el.getClientRects().length), 'job row');
+  for (const el of header) if (r(el).right > window.innerWidth + 1 || r(el).left < -1) out.push('header: ' + name(el) + ' outside the window');
+  for (const dl of document.querySelectorAll('dl.summary')) {
+    const items = [...dl.children];
+    pairs(items, 'summary');
+    for (const it of items) {
+      const dt = it.querySelector('dt'), dd = it.querySelector('dd');
+      if (!dt || !dd) continue;
+      if (overlap(dt, dd)) out.push('summary item ' + name(dt) + ': label overlaps value');
+      for (const el of [dt, dd]) {
+        if (!inside(el, it)) out.push('summary ' + name(el) + ' outside its item');
+        if (el.scrollWidth > el.clientWidth + 1) out.push('summary ' + name(el) + ' wider than its item');
+      }
+      for (const t of dd.querySelectorAll('time')) if (t.getClientRects().length > 1 || r(t).height > 1.6 * parseFloat(getComputedStyle(t).lineHeight || '20')) out.push('summary ' + name(t) + ' wraps');
+    }
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth) out.push('the page is wider than the window: ' + document.documentElement.scrollWidth + ' > ' + window.innerWidth);
+  return out;
+})()`
+
+// setScheme makes the page prefer a dark or light colour scheme.
+func setScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+		return err
+	})
+}
+
+// TestDashboard_BrowserHeaderLayout: the header, the job page's summary,
+// the jobs page's filters and the job rows at 1280, 1440 and 390 px, light
+// and dark, for a caller and an admin: no two boxes overlap (their
+// bounding rectangles compared), no label runs into its value, no time
+// wraps, nothing is wider than the window.
+func TestDashboard_BrowserHeaderLayout(t *testing.T) {
+	testkit.RequireTier(t, "browser")
+	b := setup(t)
+	br := startBrowser(t)
+	id := b.submit(t, "alice", "https://example.com/a/ok", "https://example.com/a/fail")
+	b.waitTerminal(t, id)
+	for _, who := range []string{"alice", "root"} {
+		br.run(t, "sign in", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), who+"-key"+kb.Enter))
+		br.wait(t, "the overview", `!!document.querySelector('#live') && !!document.querySelector('#signout')`)
+		for _, scheme := range []string{"light", "dark"} {
+			for _, width := range []int64{1280, 1440, 390} {
+				for _, page := range []string{"/ui/jobs/" + id, "/ui/", "/ui/jobs"} {
+					br.run(t, "viewport", chromedp.EmulateViewport(width, 900), setScheme(scheme), chromedp.Navigate(b.url+page))
+					br.wait(t, "the page "+page, `document.readyState === 'complete' && !!document.querySelector('.top #signout') && !!document.querySelector('main .card')`)
+					if problems := eval[[]string](t, br, layoutProblems); len(problems) > 0 {
+						t.Errorf("%s at %d px, %s, as %s:\n%s", page, width, scheme, who, strings.Join(problems, "\n"))
+					}
+					if page == "/ui/jobs/"+id {
+						br.screenshot(t, fmt.Sprintf("job-%s-%d-%s", who, width, scheme))
+					}
+				}
+			}
+		}
+		br.run(t, "desktop", chromedp.EmulateViewport(1280, 800))
+		br.click(t, "sign out", "#signout")
+		br.wait(t, "the sign-in form", `!!document.querySelector('#key')`)
+	}
+	// Not vacuous: the summary was there to check, with a time in it.
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestDashboard_BrowserJobsPage: in Chromium, a caller pages through her
+// jobs, filters them by status, searches by id prefix and by URL, and
+// opens one by its short id from the overview's "Open a job"; none of
+// bob's jobs shows.
+func TestDashboard_BrowserJobsPage(t *testing.T) {
+	testkit.RequireTier(t, "browser")
+	b := setup(t)
+	var mine []string
+	for i := range 27 {
+		u := fmt.Sprintf("https://example.com/alice/%d", i)
+		if i == 13 {
+			u += "/fail"
+		}
+		mine = append(mine, b.submitRun(t, "alice", u))
+	}
+	bobs := b.submitRun(t, "bob", "https://example.com/bob/1")
+	br := startBrowser(t)
+	br.run(t, "sign in", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), "alice-key"+kb.Enter))
+	br.wait(t, "the overview", `!!document.querySelector('#nav-jobs')`)
+	rows := `[...document.querySelectorAll('#jobs-list .job a.id')].map(a => a.getAttribute('href').slice(9))`
+	br.open(t, "the jobs page", "#nav-jobs", `!!document.querySelector('#jobs-list')`)
+	if got := eval[[]string](t, br, rows); len(got) != 25 || got[0] != mine[26] || got[24] != mine[2] {
+		t.Fatalf("the first page lists %d jobs from %v, want the newest 25", len(got), got[:min(1, len(got))])
+	}
+	br.screenshot(t, "jobs-desktop")
+	br.open(t, "the older page", "#page-next", `!!document.querySelector('#page-first')`)
+	if got := eval[[]string](t, br, rows); len(got) != 2 || got[0] != mine[1] || got[1] != mine[0] {
+		t.Fatalf("the second page lists %v, want the two oldest", got)
+	}
+	// Filter by status with the form.
+	br.run(t, "filter failed", chromedp.SetValue(chromedp.CSS("#f-status"), "failed"))
+	br.open(t, "the failed jobs", "#f-go", `location.search.includes('status=failed')`)
+	if got := eval[[]string](t, br, rows); len(got) != 1 || got[0] != mine[13] {
+		t.Fatalf("status failed lists %v, want %s", got, mine[13])
+	}
+	// Search by id prefix, then by URL.
+	br.run(t, "search by id", chromedp.SetValue(chromedp.CSS("#f-status"), ""), chromedp.SetValue(chromedp.CSS("#f-q"), mine[7][:6]))
+	br.open(t, "the id search", "#f-go", `location.search.includes('q=`+mine[7][:6]+`')`)
+	if got := eval[[]string](t, br, rows); !slices.Contains(got, mine[7]) || slices.Contains(got, bobs) {
+		t.Fatalf("the id search lists %v", got)
+	}
+	br.run(t, "search by URL", chromedp.SetValue(chromedp.CSS("#f-q"), "alice/20"))
+	br.open(t, "the URL search", "#f-go", `location.search.includes('q=alice')`)
+	if got := eval[[]string](t, br, rows); len(got) != 1 || got[0] != mine[20] {
+		t.Fatalf("the URL search lists %v, want %s", got, mine[20])
+	}
+	if note := eval[string](t, br, `document.querySelector('#jobs-note').textContent`); !strings.Contains(note, "Searched the URLs") {
+		t.Fatalf("the URL search's note: %q", note)
+	}
+	// Open a job by its short id, as the lists show it.
+	short := eval[string](t, br, `document.querySelector('#jobs-list .job a.id code').textContent`)
+	if short != engine.ShortID(mine[20]) {
+		t.Fatalf("the list shows %q, want the short id %q", short, engine.ShortID(mine[20]))
+	}
+	br.run(t, "the overview", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#job-id")), chromedp.SendKeys(chromedp.CSS("#job-id"), short+kb.Enter))
+	br.wait(t, "the job page", fmt.Sprintf(`location.pathname === '/ui/jobs/%s' && !!document.querySelector('#job-status')`, mine[20]))
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestDashboard_BrowserAdminFinishedAndTimings: in Chromium, a job of
+// bob's that started and ended while no page was open is on the admin's
+// overview under Recently finished; its page shows when it started and
+// ended, how long it and each target took, and the options; the admin
+// resubmits its failed target as a new job of bob's.
+func TestDashboard_BrowserAdminFinishedAndTimings(t *testing.T) {
+	testkit.RequireTier(t, "browser")
+	b := setup(t)
+	id, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("bob"), "", []engine.Target{
+		{URL: "https://example.com/bob/slow", Options: engine.Options{Grep: "price"}},
+		{URL: "https://example.com/bob/fail"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitTerminal(t, id)
+	br := startBrowser(t)
+	br.run(t, "sign in", chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), "root-key"+kb.Enter))
+	br.wait(t, "bob's job under Recently finished", fmt.Sprintf(`[...document.querySelectorAll('#recent-h ~ ol .job a.id')].some(a => a.getAttribute('href') === '/ui/jobs/%s')`, id))
+	br.open(t, "bob's job", fmt.Sprintf(`#recent-h ~ ol a[href="/ui/jobs/%s"]`, id), `!!document.querySelector('#job-took')`)
+	text := func(sel string) string {
+		return eval[string](t, br, fmt.Sprintf(`(document.querySelector(%q) || {textContent: ''}).textContent.trim()`, sel))
+	}
+	for sel, want := range map[string]string{
+		"#job-started": "Jan 2 03:04:05 UTC", "#job-ended": "Jan 2 03:04:06 UTC", "#job-took": "1 s",
+		"tbody tr:first-child .took": "1.5 s", "tbody tr:first-child .opt": "grep: price", "tbody tr:nth-child(2) .hint": "check the URL",
+	} {
+		if got := text(sel); got != want {
+			t.Errorf("%s reads %q, want %q", sel, got, want)
+		}
+	}
+	br.screenshot(t, "job-timings")
+	br.open(t, "resubmit", "#resubmit", `!!document.querySelector('#resubmitted')`)
+	newID := strings.TrimPrefix(eval[string](t, br, `location.pathname`), "/ui/jobs/")
+	if j, ok := b.Runner.Job(newID); !ok || j.Caller != "bob" || j.TargetsTotal != 1 {
+		t.Fatalf("the resubmitted job %s: %+v", newID, j)
+	}
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
+	}
 }

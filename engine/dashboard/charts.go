@@ -31,6 +31,22 @@ type stats struct {
 	rate     []float64 // targets stored per second
 	latency  []float64 // mean seconds per target stored
 	live     []float64 // live jobs
+	// hist are the fetch time histogram's readings of the last
+	// quantileWindow (and the one just before), oldest first: the
+	// window's quantiles come from the newest less the oldest.
+	hist []histReading
+}
+
+// quantileWindow is the span of the admin's fetch time quantiles.
+const quantileWindow = 15 * time.Minute
+
+// histReading is the fetch time histogram at t: its buckets' upper
+// bounds and cumulative counts (summed over its label sets).
+type histReading struct {
+	t      time.Time
+	bounds []float64
+	cum    []float64
+	count  float64
 }
 
 // reading is one gathering of the counters.
@@ -40,6 +56,7 @@ type reading struct {
 	targets        float64
 	sum, count     float64
 	live, inflight float64
+	hist           histReading
 }
 
 func read(g prometheus.Gatherer, now time.Time) reading {
@@ -47,7 +64,7 @@ func read(g prometheus.Gatherer, now time.Time) reading {
 	if err != nil && len(mfs) == 0 {
 		return reading{}
 	}
-	rd := reading{t: now}
+	rd := reading{t: now, hist: histReading{t: now}}
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case seriesTargets:
@@ -57,8 +74,10 @@ func read(g prometheus.Gatherer, now time.Time) reading {
 			}
 		case seriesTargetSeconds:
 			for _, m := range mf.GetMetric() {
-				rd.sum += m.GetHistogram().GetSampleSum()
-				rd.count += float64(m.GetHistogram().GetSampleCount())
+				h := m.GetHistogram()
+				rd.sum += h.GetSampleSum()
+				rd.count += float64(h.GetSampleCount())
+				rd.hist.add(h)
 			}
 		case seriesLiveJobs:
 			rd.live = gauge(mf)
@@ -101,6 +120,83 @@ func (s *stats) sample(g prometheus.Gatherer, now time.Time, step time.Duration)
 	}
 	s.live = push(s.live, rd.live)
 	s.prev = rd
+	if rd.hist.bounds != nil {
+		s.hist = append(s.hist, rd.hist)
+		// Keep one reading at or before the window's start, as the base.
+		drop := 0
+		for drop+1 < len(s.hist) && !s.hist[drop+1].t.After(now.Add(-quantileWindow)) {
+			drop++
+		}
+		s.hist = s.hist[drop:]
+	}
+}
+
+// add adds one label set's histogram to r (the same buckets in each).
+func (r *histReading) add(h *dto.Histogram) {
+	bs := h.GetBucket()
+	if r.bounds == nil {
+		r.bounds = make([]float64, len(bs))
+		r.cum = make([]float64, len(bs))
+		for i, b := range bs {
+			r.bounds[i] = b.GetUpperBound()
+		}
+	}
+	if len(bs) != len(r.bounds) {
+		return
+	}
+	for i, b := range bs {
+		r.cum[i] += float64(b.GetCumulativeCount())
+	}
+	r.count += float64(h.GetSampleCount())
+}
+
+// fetchQuantiles are the fetch time's p50 and p95 over the last
+// quantileWindow, estimated from the histogram's buckets as Prometheus's
+// histogram_quantile does (linear within a bucket), with the number of
+// targets they count; ok is false before any target is stored in the
+// window. Before the dashboard has run a whole window, they count every
+// target the histogram has.
+func (s *stats) fetchQuantiles() (p50, p95 float64, n int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.hist) == 0 {
+		return 0, 0, 0, false
+	}
+	last := s.hist[len(s.hist)-1]
+	base := histReading{} // none older than the window: count from zero
+	if first := s.hist[0]; len(s.hist) > 1 && len(first.cum) == len(last.cum) && !first.t.After(last.t.Add(-quantileWindow)) {
+		base = first
+	}
+	total := last.count - base.count
+	if total <= 0 {
+		return 0, 0, 0, false
+	}
+	delta := make([]float64, len(last.cum))
+	for i := range delta {
+		delta[i] = last.cum[i]
+		if base.cum != nil {
+			delta[i] -= base.cum[i]
+		}
+	}
+	return bucketQuantile(0.5, last.bounds, delta, total), bucketQuantile(0.95, last.bounds, delta, total), int(total), true
+}
+
+// bucketQuantile estimates the q-quantile of total observations counted
+// in cumulative buckets cum with upper bounds bounds: linear within the
+// bucket the rank falls in; past the last bound, the last bound.
+func bucketQuantile(q float64, bounds, cum []float64, total float64) float64 {
+	rank := q * total
+	prevBound, prevCum := 0.0, 0.0
+	for i, b := range bounds {
+		if cum[i] >= rank {
+			if cum[i] == prevCum {
+				return b
+			}
+			return prevBound + (b-prevBound)*(rank-prevCum)/(cum[i]-prevCum)
+		}
+		prevBound, prevCum = b, cum[i]
+	}
+	return prevBound
 }
 
 func push(xs []float64, x float64) []float64 {

@@ -53,6 +53,13 @@ const (
 	logKeyCaller = "caller"
 	logKeyAdmin  = "admin"
 	logKeyJobID  = "job_id"
+	// A resubmit's: the job's owner, the new job, how many targets,
+	// whether Submit reused a job, why it was refused.
+	logKeyOwner    = "owner"
+	logKeyNewJobID = "new_job_id"
+	logKeyTargets  = "targets"
+	logKeyReused   = "reused"
+	logKeyReason   = "reason"
 )
 
 // Options configure a [Handler]. The zero value takes the defaults above;
@@ -94,12 +101,39 @@ type Options struct {
 	// Now is the clock for sessions and the sign-in throttle. Default
 	// time.Now.
 	Now func() time.Time
+	// Cluster, if set, makes the dashboard one node's in a cluster
+	// (package github.com/sift/batch/engine/cluster's *Node is one): its
+	// lists, searches and "Recently finished" take in every node's jobs,
+	// and a job of another node opens, read from that node. Sessions stay
+	// this node's. Default: a single node.
+	Cluster Cluster
+}
+
+// Cluster is what a [Handler] asks of the cluster its runner is a node
+// of; package github.com/sift/batch/engine/cluster's *Node is one. Its
+// methods are called from many requests at once.
+type Cluster interface {
+	// List is [engine.Runner.List] across the nodes, with the names of
+	// the nodes whose jobs the page may lack.
+	List(ctx context.Context, caller string, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error)
+	// ListAll is [engine.Runner.ListAll] across the nodes, as List.
+	ListAll(ctx context.Context, opt engine.ListOptions) (jobs []engine.Job, next string, unavailable []string, err error)
+	// ReadJob reads job id and its targets from the node that holds it,
+	// when that is another node: node "" (and no error) when the job is
+	// this node's to read; a zero job when that node has none; an error,
+	// whose text names the node, when it cannot be read now. It returns
+	// the first targets only (fewer than the job's TargetsTotal) of a job
+	// whose targets are too many for one answer.
+	ReadJob(ctx context.Context, id string) (job engine.Job, targets []engine.TargetStatus, node string, err error)
 }
 
 // runner is what the dashboard asks of an [*engine.Runner].
 type runner interface {
 	Live() []engine.Job
 	List(caller string, opt engine.ListOptions) ([]engine.Job, string, error)
+	ListAll(opt engine.ListOptions) ([]engine.Job, string, error)
+	FindJobs(caller, prefix string, limit int) ([]engine.Job, error)
+	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
 	Job(id string) (engine.Job, bool)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	Result(id string, idx int) (*engine.Result, bool)
@@ -126,10 +160,12 @@ type Handler struct {
 	sessions sessions
 	streams  callerStreams
 	throttle throttle
-	recent   recent
 	stats    stats
 	sizes    sizes
 	ticks    ticker
+	// searches holds a token for each search by URL running (at most
+	// urlSearches).
+	searches chan struct{}
 
 	// ctx is cancelled by Close: it ends the background loop and every
 	// event stream.
@@ -190,6 +226,7 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.sessions.m = make(map[[sha256.Size]byte]*session)
+	h.searches = make(chan struct{}, urlSearches)
 	h.throttle = throttle{perMinute: o.SignInsPerMinute, m: make(map[string]*bucket)}
 	h.ticks.init()
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -199,10 +236,11 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 	h.mux.HandleFunc("GET "+Prefix+"{$}", h.overview)
 	h.mux.HandleFunc("POST "+Prefix+"signin", h.signIn)
 	h.mux.HandleFunc("POST "+Prefix+"signout", h.signedIn(h.signOut))
-	h.mux.HandleFunc("GET "+Prefix+"jobs", h.signedIn(h.findJob))
+	h.mux.HandleFunc("GET "+Prefix+"jobs", h.signedIn(h.jobsPage))
 	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}", h.signedIn(h.jobPage))
 	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}/{idx}", h.signedIn(h.resultPage))
 	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/cancel", h.signedIn(h.cancelJob))
+	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/resubmit", h.signedIn(h.resubmitJob))
 	h.mux.HandleFunc("GET "+Prefix+"events", h.signedIn(h.events))
 	h.mux.HandleFunc(Prefix, h.notFound)
 
@@ -361,7 +399,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	admin := class == httpapi.ClassAdmin
-	token, _ := h.sessions.create(c.Name, admin, now.Add(h.o.SessionTTL), now)
+	token, _ := h.sessions.createAs(*c, class, admin, now.Add(h.o.SessionTTL), now)
 	h.setCookie(w, r, token, int(h.o.SessionTTL/time.Second))
 	h.log.Info("dashboard sign-in", slog.String(logKeyCaller, c.Name), slog.Bool(logKeyAdmin, admin))
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
@@ -380,18 +418,29 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, ss *session) {
 }
 
 // cancelJob is POST /ui/jobs/{id}/cancel, with the session's CSRF token:
-// the owner or an admin cancels a live job.
+// the owner or an admin cancels a live job. In a cluster, a job of
+// another node is not cancelled from here: the page says where to.
 func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request, ss *session) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if !ss.validCSRF(r.PostFormValue("csrf")) {
 		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
 		return
 	}
-	j, ok := h.visible(r.PathValue("id"), ss)
-	if !ok {
+	jr, ok := h.read(r.Context(), r.PathValue("id"), ss)
+	switch {
+	case !ok:
 		h.jobNotFound(w)
 		return
+	case jr.err != nil:
+		h.nodeUnavailable(w, jr)
+		return
+	case jr.node != "":
+		h.page(w, http.StatusConflict, "error", errorPage{Title: "On another node", Msg: "This job runs on node " + jr.node +
+			": this node's dashboard cancels only its own node's jobs. Cancel it from node " + jr.node +
+			"'s dashboard, or over the API (DELETE /v1/batch/" + jr.job.ID + " with its owner's key, on any node).", Back: Prefix + "jobs/" + jr.job.ID})
+		return
 	}
+	j := jr.job
 	if !h.r.Cancel(j.ID) {
 		h.page(w, http.StatusConflict, "error", errorPage{Title: "Already ended", Msg: "The job has already ended: there is nothing to cancel.", Back: Prefix + "jobs/" + j.ID})
 		return
@@ -400,15 +449,49 @@ func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request, ss *session)
 	http.Redirect(w, r, Prefix+"jobs/"+j.ID, http.StatusSeeOther)
 }
 
-// visible returns a job if the session may see it: its owner's, or any
-// for an admin. Another caller's job and a missing one cost the same one
-// [engine.Runner.Job] call and look the same.
-func (h *Handler) visible(id string, ss *session) (engine.Job, bool) {
+// jobRead is a job the session may see, as [Handler.read] found it.
+type jobRead struct {
+	job engine.Job
+	// targets are the job's targets when another node holds it (read
+	// with the job); nil for this node's (read them with the runner).
+	targets []engine.TargetStatus
+	// node is the node that holds the job, when another ([Options.Cluster]).
+	node string
+	// err says that the node that holds the job cannot be read now: job
+	// is then zero, and the page answers 503.
+	err error
+}
+
+// read returns job id if the session may see it: its owner's, or any for
+// an admin; in a cluster, read from the node that holds it. ok is false
+// for another caller's job and a missing one alike: both cost the same
+// one lookup and look the same.
+func (h *Handler) read(ctx context.Context, id string, ss *session) (jr jobRead, ok bool) {
+	if h.o.Cluster != nil && validID.MatchString(id) {
+		j, ts, node, err := h.o.Cluster.ReadJob(ctx, id)
+		switch {
+		case err != nil:
+			return jobRead{node: node, err: err}, true
+		case node != "":
+			if j.ID == "" || !(ss.admin || j.Caller == ss.name) {
+				return jobRead{}, false
+			}
+			return jobRead{job: j, targets: ts, node: node}, true
+		}
+	}
 	j, ok := h.r.Job(id)
 	if ok && (ss.admin || j.Caller == ss.name) {
-		return j, true
+		return jobRead{job: j}, true
 	}
-	return engine.Job{}, false
+	return jobRead{}, false
+}
+
+// nodeUnavailable answers 503 for a job whose node cannot be read now,
+// as the API does: the job may be there.
+func (h *Handler) nodeUnavailable(w http.ResponseWriter, jr jobRead) {
+	w.Header().Set("Retry-After", "5")
+	h.page(w, http.StatusServiceUnavailable, "error", errorPage{Title: "Node unavailable",
+		Msg: "This job is another node's, which cannot be read now (" + jr.err.Error() + "): try again in a while.", Back: Prefix})
 }
 
 func (h *Handler) jobNotFound(w http.ResponseWriter) {

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/httpapi"
 )
@@ -90,5 +93,100 @@ func TestDashboard_ThrottleTableBounded(t *testing.T) {
 	th.allow("192.0.2.1", now.Add(time.Minute))
 	if len(th.m) != 1 {
 		t.Fatalf("a minute later, a new address finds %d addresses kept, want only itself", len(th.m))
+	}
+}
+
+// TestStats_FetchQuantiles: the admin's p50 and p95 fetch times come from
+// the histogram's buckets over the last 15 minutes, interpolated within a
+// bucket as histogram_quantile does; targets stored before the window no
+// longer count; before any target, there are none.
+func TestStats_FetchQuantiles(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: seriesTargetSeconds, Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5}})
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: seriesTargets})
+	reg.MustRegister(h, c)
+	var s stats
+	at := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	step := 5 * time.Second
+	s.sample(reg, at, step)
+	if _, _, _, ok := s.fetchQuantiles(); ok {
+		t.Fatal("quantiles before any target")
+	}
+	for i := range 100 {
+		if i < 90 {
+			h.Observe(0.03)
+		} else {
+			h.Observe(0.7)
+		}
+	}
+	at = at.Add(step)
+	s.sample(reg, at, step)
+	near := func(got, want float64) bool { return got > want-1e-9 && got < want+1e-9 }
+	p50, p95, n, ok := s.fetchQuantiles()
+	if !ok || n != 100 || !near(p50, 0.05*50/90) || !near(p95, 0.5+0.5*5/10) {
+		t.Fatalf("p50 %v p95 %v n %d ok %v; want %v, 0.75, 100", p50, p95, n, ok, 0.05*50/90)
+	}
+	// 16 minutes on, ten slower targets: the first hundred are out of the window.
+	for range 16 * 60 / 5 {
+		at = at.Add(step)
+		s.sample(reg, at, step)
+	}
+	for range 10 {
+		h.Observe(0.2)
+	}
+	at = at.Add(step)
+	s.sample(reg, at, step)
+	p50, p95, n, ok = s.fetchQuantiles()
+	if !ok || n != 10 || !near(p50, 0.1+0.15*5/10) || !near(p95, 0.1+0.15*9.5/10) {
+		t.Fatalf("after 16 minutes: p50 %v p95 %v n %d ok %v", p50, p95, n, ok)
+	}
+	if len(s.hist) > int(quantileWindow/step)+2 {
+		t.Fatalf("%d readings kept for a %s window of %s steps", len(s.hist), quantileWindow, step)
+	}
+}
+
+// TestDashboard_URLSearchesBounded: at most urlSearches searches by URL
+// run at once across every session; past it the page answers 429 with
+// Retry-After, reading nothing, and a search runs again once one ends.
+// A search by id or a plain page is never held up by them.
+func TestDashboard_URLSearchesBounded(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
+	b.Submit(t, "alice", enginetest.Targets("a", 1))
+	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := newHandler(b.Runner, keys, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	token, _ := h.sessions.create("alice", false, time.Now().Add(time.Hour), time.Now())
+	get := func(path string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.AddCookie(&http.Cookie{Name: cookieName, Value: token})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for range urlSearches {
+		h.searches <- struct{}{} // searches running elsewhere
+	}
+	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "try again in a moment") {
+		t.Fatalf("a search past the bound: %d %v", rec.Code, rec.Header())
+	}
+	for _, path := range []string{Prefix + "jobs", Prefix + "jobs?q=" + "abcd"} {
+		if rec := get(path); rec.Code == http.StatusTooManyRequests {
+			t.Errorf("GET %s held up by the searches by URL", path)
+		}
+	}
+	<-h.searches
+	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "Searched the URLs of all 1 jobs") {
+		t.Fatalf("a search once one ended: %d", rec.Code)
+	}
+	if len(h.searches) != urlSearches-1 {
+		t.Fatalf("the search left %d tokens taken, want %d", len(h.searches), urlSearches-1)
 	}
 }

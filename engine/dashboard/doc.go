@@ -16,26 +16,49 @@
 //
 // Who sees what: a caller sees its own jobs and nothing about other
 // callers; another caller's job is answered exactly like a missing one
-// (404), whatever the path. A key of class [httpapi.ClassAdmin] sees every
-// live job, the runner's state and caps in use, charts of the last minutes
-// (read from the metrics' registry, [Options.Gatherer]), and may cancel
-// any job; each cancel is logged with the canceller's name and the job
-// id. No page shows a key; a target's URL is shown only to its owner and
+// (404), whatever the path, filter, search or short id. A key of class
+// [httpapi.ClassAdmin] sees every caller's jobs, the runner's state and
+// caps in use, the fetch time's p50 and p95 over the last 15 minutes and
+// charts of the last minutes (read from the metrics' registry,
+// [Options.Gatherer]), and may cancel any job and resubmit any job's
+// failed targets; each cancel and resubmit is logged with the admin's name
+// and the job id. A resubmit's new job is the owner's: under the owner's
+// name, with the standard class when an admin presses it (the owner's key
+// is never stored). No page shows a key; a target's URL is shown only to its owner and
 // to admins; log lines hold names and ids, never a URL, a host or a key.
 //
 // The pages:
 //
 //	GET  /ui/                      the sign-in form, or the overview: live jobs in rotation
-//	                               order with a progress bar each, caps in use, recently
-//	                               finished jobs; for an admin, charts
+//	                               order with a progress bar each (a target in flight only
+//	                               while one is at a worker) and a legend, caps in use, the
+//	                               newest finished jobs (from the store's index); for an
+//	                               admin, fetch time p50/p95 and charts
 //	POST /ui/signin                form field key
 //	POST /ui/signout               form field csrf
-//	GET  /ui/jobs/{id}             a job: every target's status, error, hint, result size
+//	GET  /ui/jobs                  every job the session may see, newest first, 25 a page:
+//	                               ?status= ?caller= (admin; "" or * every caller) ?q= (an
+//	                               id prefix of 4+ hex digits, or part of a URL among the
+//	                               newest 5,000 jobs) ?cursor=; ?id= opens a job by its id
+//	                               or short id ([engine.ShortID]), or lists the candidates
+//	GET  /ui/jobs/{id}             a job: its times; every target's options, status, fetch
+//	                               time, stored time, error, hint, result size
 //	GET  /ui/jobs/{id}/{idx}       the first 4 KiB of one stored result
 //	POST /ui/jobs/{id}/cancel      form field csrf
+//	POST /ui/jobs/{id}/resubmit    form field csrf: a new job of the failed targets
 //	GET  /ui/events[?job=ID]       Server-Sent Events: the page's live part, when it changes
+//	     /ui/events?list=1…        (the jobs page's first page, with its status and caller)
 //	GET  /ui/static/{file}         the embedded styles, script and icon; a directory is 404,
 //	                               never a listing
+//
+// In a cluster ([Options.Cluster]: package cluster's *Node), the lists,
+// the searches by id and the overview take in every node's jobs, and a
+// page names the nodes that did not answer; a job of another node opens,
+// read from that node (503 naming it when it cannot be read, never a
+// missing job's 404); its failed targets resubmit as a job of this node;
+// its cancel and its results' page are refused (409, 501) with where to
+// go. A search by URL reads this node's jobs only, and says so. Sessions
+// are this node's.
 //
 // Pages update themselves over Server-Sent Events (a few lines of plain
 // JavaScript, embedded with the styles: no build step, no CDN); with

@@ -3,12 +3,9 @@ package dashboard
 import (
 	"bytes"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/sift/batch/engine"
 )
 
 // ticker wakes every event stream at once: wait returns a channel that
@@ -33,9 +30,8 @@ func (t *ticker) fire() {
 	t.ch = make(chan struct{})
 }
 
-// loop is the dashboard's one goroutine: every Refresh it notes the live
-// jobs (for the list of recently finished ones), samples the charts, and
-// wakes the event streams. Close ends it.
+// loop is the dashboard's one goroutine: every Refresh it samples the
+// charts and wakes the event streams. Close ends it.
 func (h *Handler) loop() {
 	defer h.wg.Done()
 	t := time.NewTicker(h.o.Refresh)
@@ -52,110 +48,14 @@ func (h *Handler) loop() {
 }
 
 func (h *Handler) tick(now time.Time) {
-	h.recent.update(h.r)
 	if h.o.Gatherer != nil {
 		h.stats.sample(h.o.Gatherer, now, h.o.ChartStep)
 	}
 	h.ticks.fire()
 }
 
-// recent are the jobs the dashboard has seen, live or opened, newest
-// first, so that the admin's overview can list the ones that have
-// finished. The engine has no listing across callers yet: a job that
-// started and ended between two looks is not listed. Safe for concurrent
-// use.
-type recent struct {
-	mu   sync.Mutex
-	ids  []string // oldest first
-	jobs map[string]engine.Job
-}
-
-// maxRecent bounds the jobs remembered.
-const maxRecent = 200
-
-// put records j, the caller holding mu.
-func (rc *recent) put(j engine.Job) {
-	if rc.jobs == nil {
-		rc.jobs = make(map[string]engine.Job)
-	}
-	if _, ok := rc.jobs[j.ID]; !ok {
-		rc.ids = append(rc.ids, j.ID)
-		if len(rc.ids) > maxRecent {
-			delete(rc.jobs, rc.ids[0])
-			rc.ids = slices.Delete(rc.ids, 0, 1)
-		}
-	}
-	rc.jobs[j.ID] = j
-}
-
-// drop forgets id (it is gone from the store), the caller holding mu.
-func (rc *recent) drop(id string) {
-	delete(rc.jobs, id)
-	rc.ids = slices.DeleteFunc(rc.ids, func(s string) bool { return s == id })
-}
-
-// note records live jobs as a page has just read them.
-func (rc *recent) note(live []engine.Job) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for _, j := range live {
-		rc.put(j)
-	}
-}
-
-// update notes the live jobs, and reads once the summary of each noted
-// job that is no longer live: a finished job's summary does not change.
-func (rc *recent) update(r runner) {
-	live := r.Live()
-	rc.mu.Lock()
-	now := make(map[string]bool, len(live))
-	for _, j := range live {
-		now[j.ID] = true
-		rc.put(j)
-	}
-	var ended []string
-	for id, j := range rc.jobs {
-		if engine.IsLive(j.Status) && !now[id] {
-			ended = append(ended, id)
-		}
-	}
-	rc.mu.Unlock()
-	for _, id := range ended {
-		j, ok := r.Job(id)
-		rc.mu.Lock()
-		if ok {
-			rc.put(j)
-		} else {
-			rc.drop(id)
-		}
-		rc.mu.Unlock()
-	}
-}
-
-// add notes a job opened by id.
-func (rc *recent) add(r runner, id string) {
-	if j, ok := r.Job(id); ok {
-		rc.mu.Lock()
-		rc.put(j)
-		rc.mu.Unlock()
-	}
-}
-
-// finished returns up to n finished jobs that keep admits, newest first.
-func (rc *recent) finished(keep func(engine.Job) bool, n int) []engine.Job {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	var out []engine.Job
-	for i := len(rc.ids) - 1; i >= 0 && len(out) < n; i-- {
-		j := rc.jobs[rc.ids[i]]
-		if !engine.IsLive(j.Status) && keep(j) {
-			out = append(out, j)
-		}
-	}
-	return out
-}
-
-// events is GET /ui/events (?job=ID for a job page): Server-Sent Events,
+// events is GET /ui/events (?job=ID for a job page; ?list=1 with the jobs
+// page's status and caller for its first page): Server-Sent Events,
 // an "update" event with the page's live part, rendered again every
 // Refresh and sent when it has changed. The stream ends when the client
 // leaves, when the session ends (a "signedout" event), when the job is
@@ -178,23 +78,47 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 	}
 	defer h.streams.give(ss.name)
 	jobID := r.URL.Query().Get("job")
-	render := func(ss *session) ([]byte, bool) {
+	list := r.URL.Query().Get("list") == "1"
+	ctx := r.Context()
+	// render renders the page's live part: ok false when it is gone;
+	// skip when it cannot be read now (a job of a node that did not
+	// answer): nothing is sent then.
+	render := func(ss *session) (b []byte, ok, skip bool) {
 		var buf bytes.Buffer
 		var err error
-		if jobID == "" {
-			err = h.tpl.ExecuteTemplate(&buf, "overview-main", h.overviewView(ss))
-		} else {
-			v, ok := h.jobPageView(jobID, ss)
-			if !ok {
-				return nil, false
+		switch {
+		case list:
+			q := parseJobsQuery(r.URL.Query(), ss)
+			if q.stream() == "" {
+				return nil, false, false
+			}
+			v := h.jobsView(ctx, ss, q)
+			if v.Msg != "" {
+				return nil, false, false
+			}
+			err = h.tpl.ExecuteTemplate(&buf, "jobs-main", v)
+		case jobID == "":
+			err = h.tpl.ExecuteTemplate(&buf, "overview-main", h.overviewView(ctx, ss))
+		default:
+			v, ok, rerr := h.jobPageView(ctx, jobID, ss)
+			switch {
+			case !ok:
+				return nil, false, false
+			case rerr != nil:
+				return nil, true, true
 			}
 			err = h.tpl.ExecuteTemplate(&buf, "job-main", v)
 		}
-		return buf.Bytes(), err == nil
+		return buf.Bytes(), err == nil, false
 	}
-	first, ok := render(ss)
-	if !ok {
+	first, ok, skip := render(ss)
+	switch {
+	case !ok:
 		h.jobNotFound(w)
+		return
+	case skip:
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "the node that holds this job did not answer: try again in a while", http.StatusServiceUnavailable)
 		return
 	}
 	hd := w.Header()
@@ -238,10 +162,13 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 			send("signedout", nil)
 			return
 		}
-		b, ok := render(cur)
-		if !ok {
+		b, ok, skip := render(cur)
+		switch {
+		case !ok:
 			send("gone", nil)
 			return
+		case skip:
+			continue
 		}
 		if !bytes.Equal(b, last) {
 			if !send("update", b) {

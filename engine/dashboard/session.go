@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sift/batch/engine"
 )
 
 // cookieName is the session cookie's name. The cookie holds a random
@@ -27,7 +29,9 @@ const maxSessions = 10000
 type session struct {
 	name      string // the caller's name
 	admin     bool
-	csrf      string // the token every state-changing form carries
+	caller    engine.Caller // who signed in, as the key names them: what a resubmit runs as
+	class     string        // the key's class (httpapi.ClassStandard, …)
+	csrf      string        // the token every state-changing form carries
 	expires   time.Time
 	tokenHash [sha256.Size]byte
 	streams   atomic.Int32 // event streams open (at most maxStreams)
@@ -92,8 +96,13 @@ func randomToken() string {
 
 // create starts a session for name until expires and returns its token.
 func (s *sessions) create(name string, admin bool, expires, now time.Time) (string, *session) {
+	return s.createAs(engine.Caller{Name: name}, "", admin, expires, now)
+}
+
+// createAs is create for caller c, signed in with a key of class.
+func (s *sessions) createAs(c engine.Caller, class string, admin bool, expires, now time.Time) (string, *session) {
 	token := randomToken()
-	ss := &session{name: name, admin: admin, csrf: randomToken(), expires: expires, tokenHash: sha256.Sum256([]byte(token))}
+	ss := &session{name: c.Name, admin: admin, caller: c, class: class, csrf: randomToken(), expires: expires, tokenHash: sha256.Sum256([]byte(token))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.m) >= maxSessions {

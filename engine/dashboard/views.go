@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -82,12 +83,13 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.page(w, http.StatusOK, "signin", signInPage{})
 		return
 	}
-	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(ss)})
+	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(r.Context(), ss)})
 }
 
 // jobView is one job as a row of the overview shows it.
 type jobView struct {
 	ID         string
+	Short      string // the short id every list shows and "Open a job" takes
 	Caller     string
 	ShowCaller bool
 	Status     string
@@ -98,11 +100,15 @@ type jobView struct {
 	Failed     int
 	Live       bool
 	Bar        barView
+	// Started and Ended are the job's times ("" when unknown: not yet, or
+	// stored before siftbatch kept them); Took is its duration, or how
+	// long it has run so far while live ("" when unknown).
+	Started, Ended, Took string
 }
 
 // barView is a progress bar: succeeded, failed, the target in flight
-// (the next one, while the job runs: a job's targets go one at a time),
-// and the pending rest, as percentages of the SVG's width.
+// (the next one, while it is at a worker: a job's targets go one at a
+// time), and the pending rest, as percentages of the SVG's width.
 type barView struct {
 	OkPct, FailPct      float64
 	FlightX, FlightPct  float64
@@ -110,7 +116,10 @@ type barView struct {
 	Ok, Failed, Pending int
 }
 
-func newBar(j engine.Job) barView {
+// newBar is j's bar; atWorker says that one of its targets is at a
+// worker now (a running job waits its turn in the rotation most of the
+// time: it shows no target in flight then).
+func newBar(j engine.Job, atWorker bool) barView {
 	b := barView{Ok: j.TargetsDone - j.TargetsFailed, Failed: j.TargetsFailed, Pending: j.TargetsTotal - j.TargetsDone}
 	if j.TargetsTotal <= 0 {
 		return b
@@ -118,7 +127,7 @@ func newBar(j engine.Job) barView {
 	unit := 100 / float64(j.TargetsTotal)
 	b.OkPct = round2(float64(b.Ok) * unit)
 	b.FailPct = round2(float64(b.Failed) * unit)
-	if j.Status == engine.StatusRunning && b.Pending > 0 {
+	if atWorker && engine.IsLive(j.Status) && b.Pending > 0 {
 		b.Flight, b.FlightX, b.FlightPct = true, round2(b.OkPct+b.FailPct), round2(unit)
 	}
 	return b
@@ -126,13 +135,67 @@ func newBar(j engine.Job) barView {
 
 func round2(f float64) float64 { return float64(int(f*100+0.5)) / 100 }
 
-func newJobView(j engine.Job, showCaller bool) jobView {
-	return jobView{
-		ID: j.ID, Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
+// newJobView is j as a row shows it; atWorker as for [newBar].
+func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
+	v := jobView{
+		ID: j.ID, Short: engine.ShortID(j.ID), Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
 		Created: time.Unix(j.CreatedAt, 0).UTC().Format("Jan 2 15:04:05 UTC"),
 		Total:   j.TargetsTotal, Done: j.TargetsDone, Failed: j.TargetsFailed,
-		Live: engine.IsLive(j.Status), Bar: newBar(j),
+		Live: engine.IsLive(j.Status), Bar: newBar(j, atWorker),
+		Started: fmtWhen(j.StartedAt), Ended: fmtWhen(j.EndedAt),
 	}
+	if j.StartedAt > 0 && j.EndedAt >= j.StartedAt {
+		v.Took = fmtSpan(time.Duration(j.EndedAt-j.StartedAt) * time.Second)
+	}
+	return v
+}
+
+// withRunning sets v.Took to how long a live job has run by now.
+func (v jobView) withRunning(j engine.Job, now time.Time) jobView {
+	if v.Live && j.StartedAt > 0 {
+		v.Took = fmtSpan(now.Sub(time.Unix(j.StartedAt, 0))) + " so far"
+	}
+	return v
+}
+
+// fmtWhen is a unix time as the pages show it; "" for 0 (unknown).
+func fmtWhen(unix int64) string {
+	if unix <= 0 {
+		return ""
+	}
+	return time.Unix(unix, 0).UTC().Format("Jan 2 15:04:05 UTC")
+}
+
+// fmtSpan is a job's duration, known to the second: < 1 s, 8 s, 3m 04s,
+// 2h 05m.
+func fmtSpan(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Second:
+		return "< 1 s"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + " s"
+	}
+	return fmtDuration(d)
+}
+
+// fmtDuration is a duration as the pages show it: < 1 ms, 85 ms, 4.2 s,
+// 3m 04s, 2h 05m.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Millisecond:
+		return "< 1 ms"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
 }
 
 // callerCount is one caller's live jobs, for the admin's caps.
@@ -161,27 +224,57 @@ type overviewView struct {
 	State      string
 	HookPanics uint64
 	Charts     []chartView
+	// FetchP50 and FetchP95 are the fetch time's quantiles over the last
+	// 15 minutes ("" when no target was stored then), of FetchN targets.
+	FetchP50, FetchP95 string
+	FetchN             int
+	// Missing names the cluster's nodes whose jobs the lists may lack:
+	// they did not answer.
+	Missing []string
 }
 
-func (h *Handler) overviewView(ss *session) overviewView {
+// clusterLiveRows is how many live jobs of the other nodes of a cluster
+// the overview lists, at most.
+const clusterLiveRows = 100
+
+func (h *Handler) overviewView(ctx context.Context, ss *session) overviewView {
 	v := overviewView{Admin: ss.admin, JobsPerCaller: h.o.Config.JobsPerCaller}
 	counts := map[string]int{}
 	live := h.r.Live()
-	h.recent.note(live)
+	here := make(map[string]bool, len(live))
 	for _, j := range live {
 		counts[j.Caller]++
+		here[j.ID] = true
 		if !ss.admin && j.Caller != ss.name {
 			continue
 		}
-		v.Live = append(v.Live, newJobView(j, ss.admin))
+		v.Live = append(v.Live, newJobView(j, ss.admin, h.atWorker(j)))
 		if j.Status == engine.StatusQueued {
 			v.Queued++
 		}
 	}
 	v.Mine = counts[ss.name]
-	for _, j := range h.finished(ss) {
-		v.Recent = append(v.Recent, newJobView(j, ss.admin))
+	if h.o.Cluster != nil {
+		// The other nodes' live jobs, after this node's (which are in
+		// rotation order): newest first.
+		jobs, _, missing, err := h.listPage(ctx, ss, "", engine.ListOptions{Status: "live", Limit: clusterLiveRows})
+		if err == nil {
+			for _, j := range jobs {
+				if !here[j.ID] {
+					v.Live = append(v.Live, newJobView(j, ss.admin, false))
+					if j.Status == engine.StatusQueued {
+						v.Queued++
+					}
+				}
+			}
+		}
+		v.Missing = missing
 	}
+	recent, missing := h.finished(ctx, ss)
+	for _, j := range recent {
+		v.Recent = append(v.Recent, newJobView(j, ss.admin, false))
+	}
+	v.Missing = mergeNames(v.Missing, missing)
 	if !ss.admin {
 		return v
 	}
@@ -201,34 +294,55 @@ func (h *Handler) overviewView(ss *session) overviewView {
 		v.Busy = strconv.Itoa(int(busy))
 	}
 	v.Charts = h.stats.charts()
+	if p50, p95, n, ok := h.stats.fetchQuantiles(); ok {
+		v.FetchP50, v.FetchP95, v.FetchN = fmtSeconds(p50), fmtSeconds(p95), n
+	}
 	return v
 }
 
-// finished returns the recently finished jobs the session may see: a
-// caller's from [engine.Runner.List]; for an admin, the ones the
-// dashboard has seen live or opened, since the engine has no listing
-// across callers.
-func (h *Handler) finished(ss *session) []engine.Job {
-	if !ss.admin {
-		if jobs, _, err := h.r.List(ss.name, engine.ListOptions{Status: "terminal", Limit: recentRows}); err == nil {
-			return jobs
+// atWorker reports whether one of the live job j's targets is at a worker
+// now: read with [engine.Runner.Targets], which a live job answers from
+// its actor's latest snapshot (the store is read once per change of it,
+// not once per page). A queued job has none.
+func (h *Handler) atWorker(j engine.Job) bool {
+	if j.Status != engine.StatusRunning {
+		return false
+	}
+	_, ts, ok := h.r.Targets(j.ID)
+	return ok && anyAtWorker(ts)
+}
+
+func anyAtWorker(ts []engine.TargetStatus) bool {
+	for _, t := range ts {
+		if t.Status == engine.TargetRunning {
+			return true
 		}
 	}
-	return h.recent.finished(func(j engine.Job) bool { return ss.admin || j.Caller == ss.name }, recentRows)
+	return false
+}
+
+// finished returns the newest finished jobs the session may see, from
+// the store's indexes (so they are right after a restart): a caller's
+// own ([engine.Runner.List]); every caller's for an admin
+// ([engine.Runner.ListAll]); in a cluster, every node's, with the names of
+// the nodes that did not answer. None when the store cannot be read.
+func (h *Handler) finished(ctx context.Context, ss *session) ([]engine.Job, []string) {
+	jobs, _, missing, err := h.listPage(ctx, ss, "", engine.ListOptions{Status: "terminal", Limit: recentRows})
+	if err != nil {
+		return nil, missing
+	}
+	return jobs, missing
+}
+
+// mergeNames is the sorted union of two lists of names.
+func mergeNames(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // validID matches a job id: 32 lowercase hex digits.
 var validID = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
-// findJob is GET /ui/jobs?id=ID, the overview's "open a job" form.
-func (h *Handler) findJob(w http.ResponseWriter, r *http.Request, _ *session) {
-	id := r.URL.Query().Get("id")
-	if !validID.MatchString(id) {
-		h.jobNotFound(w)
-		return
-	}
-	http.Redirect(w, r, Prefix+"jobs/"+id, http.StatusSeeOther)
-}
 
 // targetView is one target as the job page shows it.
 type targetView struct {
@@ -238,6 +352,11 @@ type targetView struct {
 	Error  string
 	Hint   string
 	Size   string // the stored result's size, "" when none
+	// Options are the options the target ran with, those set.
+	Options []metaPair
+	// Took is the fetch's duration, Stored when its outcome was stored
+	// ("" when unknown).
+	Took, Stored string
 }
 
 // jobPageView is the job page's live part.
@@ -245,47 +364,101 @@ type jobPageView struct {
 	Job     jobView
 	Targets []targetView
 	CSRF    string
+	// Resubmit offers "Resubmit failed targets": the job has ended with
+	// failed targets.
+	Resubmit bool
+	// From is the job this one was resubmitted from (its page only, not
+	// its stream); Reused says that Submit gave back a job that was there.
+	From, FromShort string
+	Reused          bool
+	// Node is the node that holds the job, when another (a cluster): it
+	// is cancelled there, and its results are read there. Unlisted is how
+	// many of its targets were too many to read from it.
+	Node     string
+	Unlisted int
 }
 
-// jobPageView returns the job page of id, false if the session may not
-// see it (or it is gone).
-func (h *Handler) jobPageView(id string, ss *session) (jobPageView, bool) {
-	if _, ok := h.visible(id, ss); !ok {
-		return jobPageView{}, false
+// targetOptions are the options set in o, by their JSON names.
+func targetOptions(o engine.Options) []metaPair {
+	var out []metaPair
+	for _, p := range []metaPair{{"mode", o.Mode}, {"question", o.Question}, {"pages", o.Pages}, {"grep", o.Grep}, {"jq", o.JQ}} {
+		if p.Value != "" {
+			out = append(out, p)
+		}
 	}
-	j, ts, ok := h.r.Targets(id)
-	if !ok {
-		return jobPageView{}, false
+	if o.Context != nil {
+		out = append(out, metaPair{"context", strconv.FormatBool(*o.Context)})
 	}
-	v := jobPageView{Job: newJobView(j, true), CSRF: ss.csrf}
+	if o.Recover {
+		out = append(out, metaPair{"recover", "true"})
+	}
+	return out
+}
+
+// jobPageView returns the job page of id: ok false if the session may
+// not see it (or it is gone); an error if it is another node's that
+// cannot be read now.
+func (h *Handler) jobPageView(ctx context.Context, id string, ss *session) (v jobPageView, ok bool, err error) {
+	jr, ok := h.read(ctx, id, ss)
+	switch {
+	case !ok:
+		return jobPageView{}, false, nil
+	case jr.err != nil:
+		return jobPageView{}, true, jr.err
+	}
+	j, ts := jr.job, jr.targets
+	if jr.node == "" {
+		if j, ts, ok = h.r.Targets(id); !ok {
+			return jobPageView{}, false, nil
+		}
+	}
+	v = jobPageView{Job: newJobView(j, true, anyAtWorker(ts)).withRunning(j, h.o.Now()), CSRF: ss.csrf, Node: jr.node}
+	v.Resubmit = !engine.IsLive(j.Status) && j.TargetsFailed > 0
+	if jr.node != "" {
+		v.Unlisted = j.TargetsTotal - len(ts)
+	}
 	for _, t := range ts {
-		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint}
-		if t.Status == engine.TargetDone {
+		tv := targetView{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+			Options: targetOptions(t.Options), Stored: fmtWhen(t.StoredAt)}
+		if t.Duration > 0 {
+			tv.Took = fmtDuration(t.Duration)
+		}
+		if t.Status == engine.TargetDone && jr.node == "" {
 			if n, ok := h.sizes.get(h.r, id, t.Idx); ok {
 				tv.Size = humanBytes(n)
 			}
 		}
 		v.Targets = append(v.Targets, tv)
 	}
-	return v, true
+	return v, true, nil
 }
 
 // jobPage is GET /ui/jobs/{id}: every target of a job the session may
-// see; 404 for another caller's job, exactly as for a missing one.
+// see; 404 for another caller's job, exactly as for a missing one; 503
+// for another node's job when that node cannot be read now.
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	id := r.PathValue("id")
-	v, ok := h.jobPageView(id, ss)
-	if !ok {
+	v, ok, err := h.jobPageView(r.Context(), id, ss)
+	switch {
+	case !ok:
 		h.jobNotFound(w)
 		return
+	case err != nil:
+		h.nodeUnavailable(w, jobRead{err: err})
+		return
 	}
-	h.recent.add(h.r, id)
-	h.render(w, http.StatusOK, "job", pageData{Title: "Job " + shortID(id), User: user(ss), Stream: Prefix + "events?job=" + id, Body: v})
+	if from := r.URL.Query().Get("from"); validID.MatchString(from) {
+		if jr, ok := h.read(r.Context(), from, ss); ok && jr.err == nil {
+			v.From, v.FromShort, v.Reused = from, engine.ShortID(from), r.URL.Query().Get("reused") == "1"
+		}
+	}
+	h.render(w, http.StatusOK, "job", pageData{Title: "Job " + engine.ShortID(id), User: user(ss), Stream: Prefix + "events?job=" + id, Body: v})
 }
 
 // resultView is the result page.
 type resultView struct {
 	JobID     string
+	JobShort  string
 	Idx       int
 	URL       string
 	Meta      []metaPair
@@ -300,10 +473,19 @@ type metaPair struct{ Key, Value string }
 // result.
 func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	id := r.PathValue("id")
-	j, ok := h.visible(id, ss)
+	jr, ok := h.read(r.Context(), id, ss)
+	j := jr.job
 	idx, err := strconv.Atoi(r.PathValue("idx"))
-	if !ok || err != nil || idx < 0 || idx >= j.TargetsTotal {
+	switch {
+	case ok && jr.err != nil:
+		h.nodeUnavailable(w, jr)
+		return
+	case !ok || err != nil || idx < 0 || idx >= j.TargetsTotal:
 		h.jobNotFound(w)
+		return
+	case jr.node != "":
+		h.page(w, http.StatusNotImplemented, "error", errorPage{Title: "On another node", Msg: "This job's results are stored on node " + jr.node +
+			": open them from node " + jr.node + "'s dashboard, or over the API (GET /v1/batch/" + id + "/" + strconv.Itoa(idx) + " with its owner's key, on any node).", Back: Prefix + "jobs/" + id})
 		return
 	}
 	_, ts, ok := h.r.Targets(id)
@@ -312,7 +494,7 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 		h.page(w, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
 		return
 	}
-	v := resultView{JobID: id, Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
+	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
 	v.Content = res.Content
 	if len(v.Content) > previewBytes {
 		cut := previewBytes
@@ -329,14 +511,7 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 	for _, k := range keys {
 		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.Meta[k])})
 	}
-	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, shortID(id)), User: user(ss), Body: v})
-}
-
-func shortID(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
+	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, engine.ShortID(id)), User: user(ss), Body: v})
 }
 
 func humanBytes(n int) string {

@@ -147,7 +147,10 @@ type NodeInfo struct {
 	// node is the node's name (serve's --node).
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// tag is the first 4 bytes of the ids of the jobs it creates.
-	Tag           []byte `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	Tag []byte `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	// job_reads is set by a node that answers JobRequest: a node older than
+	// it would take one for a malformed batch and end the stream.
+	JobReads      bool `protobuf:"varint,3,opt,name=job_reads,json=jobReads,proto3" json:"job_reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +197,13 @@ func (x *NodeInfo) GetTag() []byte {
 		return x.Tag
 	}
 	return nil
+}
+
+func (x *NodeInfo) GetJobReads() bool {
+	if x != nil {
+		return x.JobReads
+	}
+	return false
 }
 
 // Request is an HTTP request about a job, forwarded by the node that got it
@@ -1419,16 +1429,240 @@ func (x *Remember) GetBody() string {
 	return ""
 }
 
+// JobRequest asks the node that holds job id for the job and its targets
+// (another node's dashboard: the asking node decides who may see it).
+type JobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobRequest) Reset() {
+	*x = JobRequest{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRequest) ProtoMessage() {}
+
+func (x *JobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRequest.ProtoReflect.Descriptor instead.
+func (*JobRequest) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *JobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// JobTarget is one target of a JobReply, as engine.TargetStatus.
+type JobTarget struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Idx    int32                  `protobuf:"varint,1,opt,name=idx,proto3" json:"idx,omitempty"`
+	Url    string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Status string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Error  string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Hint   string                 `protobuf:"bytes,5,opt,name=hint,proto3" json:"hint,omitempty"`
+	// duration_ns is the fetch's duration; stored_at unix seconds; 0 when
+	// unknown.
+	DurationNs int64 `protobuf:"varint,6,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	StoredAt   int64 `protobuf:"varint,7,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	// options is the target's engine.Options, as JSON.
+	Options       []byte `protobuf:"bytes,8,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobTarget) Reset() {
+	*x = JobTarget{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobTarget) ProtoMessage() {}
+
+func (x *JobTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobTarget.ProtoReflect.Descriptor instead.
+func (*JobTarget) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *JobTarget) GetIdx() int32 {
+	if x != nil {
+		return x.Idx
+	}
+	return 0
+}
+
+func (x *JobTarget) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *JobTarget) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *JobTarget) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *JobTarget) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+func (x *JobTarget) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
+func (x *JobTarget) GetStoredAt() int64 {
+	if x != nil {
+		return x.StoredAt
+	}
+	return 0
+}
+
+func (x *JobTarget) GetOptions() []byte {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// JobReply answers JobRequest.
+type JobReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// found is set when the node holds the job (job and targets then set);
+	// a job it cannot read reads as one it does not hold, as on that node.
+	Found   bool         `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Job     *ListedJob   `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	Targets []*JobTarget `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	// more_targets is set when the job has targets after those sent: an
+	// answer stays well under gRPC's message limit.
+	MoreTargets   bool `protobuf:"varint,4,opt,name=more_targets,json=moreTargets,proto3" json:"more_targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobReply) Reset() {
+	*x = JobReply{}
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobReply) ProtoMessage() {}
+
+func (x *JobReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_cluster_clusterpb_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobReply.ProtoReflect.Descriptor instead.
+func (*JobReply) Descriptor() ([]byte, []int) {
+	return file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *JobReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *JobReply) GetJob() *ListedJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *JobReply) GetTargets() []*JobTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *JobReply) GetMoreTargets() bool {
+	if x != nil {
+		return x.MoreTargets
+	}
+	return false
+}
+
 var File_engine_cluster_clusterpb_cluster_proto protoreflect.FileDescriptor
 
 const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"&engine/cluster/clusterpb/cluster.proto\x12\x14siftbatch.cluster.v1\"=\n" +
 	"\x05Hello\x124\n" +
-	"\x05known\x18\x01 \x03(\v2\x1e.siftbatch.cluster.v1.NodeInfoR\x05known\"0\n" +
+	"\x05known\x18\x01 \x03(\v2\x1e.siftbatch.cluster.v1.NodeInfoR\x05known\"M\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
-	"\x03tag\x18\x02 \x01(\fR\x03tag\"\x8c\x01\n" +
+	"\x03tag\x18\x02 \x01(\fR\x03tag\x12\x1b\n" +
+	"\tjob_reads\x18\x03 \x01(\bR\bjobReads\"\x8c\x01\n" +
 	"\aRequest\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x10\n" +
 	"\x03uri\x18\x02 \x01(\tR\x03uri\x12$\n" +
@@ -1514,7 +1748,25 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x12\n" +
-	"\x04body\x18\x04 \x01(\tR\x04body*\x83\x01\n" +
+	"\x04body\x18\x04 \x01(\tR\x04body\"\x1c\n" +
+	"\n" +
+	"JobRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc9\x01\n" +
+	"\tJobTarget\x12\x10\n" +
+	"\x03idx\x18\x01 \x01(\x05R\x03idx\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x12\n" +
+	"\x04hint\x18\x05 \x01(\tR\x04hint\x12\x1f\n" +
+	"\vduration_ns\x18\x06 \x01(\x03R\n" +
+	"durationNs\x12\x1b\n" +
+	"\tstored_at\x18\a \x01(\x03R\bstoredAt\x12\x18\n" +
+	"\aoptions\x18\b \x01(\fR\aoptions\"\xb1\x01\n" +
+	"\bJobReply\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x121\n" +
+	"\x03job\x18\x02 \x01(\v2\x1f.siftbatch.cluster.v1.ListedJobR\x03job\x129\n" +
+	"\atargets\x18\x03 \x03(\v2\x1f.siftbatch.cluster.v1.JobTargetR\atargets\x12!\n" +
+	"\fmore_targets\x18\x04 \x01(\bR\vmoreTargets*\x83\x01\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ADMIT\x10\x01\x12\x10\n" +
@@ -1536,7 +1788,7 @@ func file_engine_cluster_clusterpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_cluster_clusterpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_cluster_clusterpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_engine_cluster_clusterpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
 	(Verdict)(0),              // 0: siftbatch.cluster.v1.Verdict
 	(*Hello)(nil),             // 1: siftbatch.cluster.v1.Hello
@@ -1559,6 +1811,9 @@ var file_engine_cluster_clusterpb_cluster_proto_goTypes = []any{
 	(*ReusableRequest)(nil),   // 18: siftbatch.cluster.v1.ReusableRequest
 	(*ReusableReply)(nil),     // 19: siftbatch.cluster.v1.ReusableReply
 	(*Remember)(nil),          // 20: siftbatch.cluster.v1.Remember
+	(*JobRequest)(nil),        // 21: siftbatch.cluster.v1.JobRequest
+	(*JobTarget)(nil),         // 22: siftbatch.cluster.v1.JobTarget
+	(*JobReply)(nil),          // 23: siftbatch.cluster.v1.JobReply
 }
 var file_engine_cluster_clusterpb_cluster_proto_depIdxs = []int32{
 	2,  // 0: siftbatch.cluster.v1.Hello.known:type_name -> siftbatch.cluster.v1.NodeInfo
@@ -1566,11 +1821,13 @@ var file_engine_cluster_clusterpb_cluster_proto_depIdxs = []int32{
 	9,  // 2: siftbatch.cluster.v1.ListReply.jobs:type_name -> siftbatch.cluster.v1.ListedJob
 	0,  // 3: siftbatch.cluster.v1.Admission.verdict:type_name -> siftbatch.cluster.v1.Verdict
 	16, // 4: siftbatch.cluster.v1.CallerJobsReply.jobs:type_name -> siftbatch.cluster.v1.CallerJob
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	9,  // 5: siftbatch.cluster.v1.JobReply.job:type_name -> siftbatch.cluster.v1.ListedJob
+	22, // 6: siftbatch.cluster.v1.JobReply.targets:type_name -> siftbatch.cluster.v1.JobTarget
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_engine_cluster_clusterpb_cluster_proto_init() }
@@ -1584,7 +1841,7 @@ func file_engine_cluster_clusterpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_cluster_clusterpb_cluster_proto_rawDesc), len(file_engine_cluster_clusterpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -43,10 +43,15 @@ var callers = []string{"alice", "bob", "carol"}
 
 // Options are the demo's: Jobs (1 to MaxJobs) of Targets each (1 to
 // MaxTargets) on a runner of Workers; the store in Data, or in a temporary
-// directory removed at the end when Data is "".
+// directory removed at the end when Data is "". With UI, the dashboard is
+// served on a free loopback port while the demo runs, its URL and an
+// admin key made for the run printed to stdout (never to the log), and it
+// keeps serving after the jobs end until ctx is cancelled (Ctrl-C): Run
+// then returns nil.
 type Options struct {
 	Jobs, Targets, Workers int
 	Data                   string
+	UI                     bool
 }
 
 // job is one of the demo's jobs as the demo follows it.
@@ -115,18 +120,35 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer fetch.Close()
-	runner, err := engine.New(store, fetch.Fetch, engine.Config{
+	cfg := engine.Config{
 		TargetsPerJob: max(o.Targets, engine.DefaultTargetsPerJob),
 		JobsPerCaller: (o.Jobs + len(callers) - 1) / len(callers),
 		JobsTotal:     o.Jobs,
 		Workers:       o.Workers,
 		RetryWait:     retryWait,
 		RetryFor:      time.Minute,
-	}, log)
+	}
+	m, reg := uiMetrics()
+	if o.UI {
+		cfg.Hooks = m.Hooks() // the dashboard's charts
+	}
+	runner, err := engine.New(store, fetch.Fetch, cfg, log)
 	if err != nil {
 		return fmt.Errorf("start runner: %w", err)
 	}
 	defer runner.Close()
+	var dash *ui
+	if o.UI {
+		m.Attach(runner)
+		if dash, err = startUI(runner, cfg, reg, log); err != nil {
+			return err
+		}
+		defer func() {
+			if serr := dash.stop(); serr != nil && err == nil {
+				err = serr
+			}
+		}()
+	}
 
 	where := "a temporary directory"
 	if o.Data != "" {
@@ -136,6 +158,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) (err error) {
 	fmt.Fprintf(stdout, "siftbatch demo: %d %s × %d %s from %d %s, %d %s; fixture server on %s; store in %s\n\n",
 		o.Jobs, cli.Plural(o.Jobs, "job", "jobs"), o.Targets, cli.Plural(o.Targets, "target", "targets"),
 		nCallers, cli.Plural(nCallers, "caller", "callers"), o.Workers, cli.Plural(o.Workers, "worker", "workers"), fix.Base(), where)
+	if dash != nil {
+		dash.announce(stdout)
+	}
 
 	js, err := submit(ctx, runner, fix, o)
 	if err != nil {
@@ -157,12 +182,18 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	printSummary(stdout, js, panics.count.Load())
-	if o.Data == "" {
+	switch {
+	case o.Data == "" && o.UI:
+		fmt.Fprintln(stdout, "\nThe temporary store is removed when the demo stops. Keep it with --data DIR, then list it with: siftbatch jobs --data DIR")
+	case o.Data == "":
 		fmt.Fprintln(stdout, "\nThe temporary store is removed. Keep it with --data DIR, then list it with: siftbatch jobs --data DIR")
-	} else {
+	default:
 		fmt.Fprintf(stdout, "\nThe store is kept in %s; list it with: siftbatch jobs --data %s\n", o.Data, o.Data)
 	}
 	fmt.Fprintln(stdout, "(make install, or go install ./cmd/siftbatch, puts siftbatch on your PATH; or use go run ./cmd/siftbatch)")
+	if dash != nil {
+		return dash.wait(ctx, stdout)
+	}
 	return nil
 }
 
