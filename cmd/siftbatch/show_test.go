@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -208,4 +209,47 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestShow_ShortIDOfAPlainStore: in a store of no cluster node (no node
+// tag stored), a job's short id is its first 8 digits, as jobs and the
+// dashboard show it: show opens the job by it, and another job whose
+// digits 9 to 16 happen to be the same is not a candidate (its short id,
+// as every list shows it, is another).
+func TestShow_ShortIDOfAPlainStore(t *testing.T) {
+	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
+		t.Skip("finding: show takes digits 9 to 16 of every job, tagged or not: a plain job's short id, copied from jobs, is ambiguous")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{
+		"abcd1234000000000000000000000001", // short id abcd1234
+		"77777777abcd12340000000000000002", // short id 77777777: no node tag is stored
+	}
+	for i, id := range ids {
+		j := persistence.JobRecord{ID: id, Caller: "alice", Status: persistence.StatusDone, TargetsTotal: 1, TargetsDone: 1,
+			Created: int64(i+1) * 1e9, Lease: int64(i+1) * 1e9, Settled: true}
+		j.Key[0] = byte(i)
+		if err := store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/" + id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := engine.ShortID(ids[1]); got != "77777777" {
+		t.Fatalf("ShortID(%s) = %s: a tag of this process matches", ids[1], got)
+	}
+	out, _, err := run(t, "show", "--data", dir, engine.ShortID(ids[0]))
+	if err != nil {
+		t.Fatalf("show %s, the short id jobs lists: %v", engine.ShortID(ids[0]), err)
+	}
+	var job storedJobJSON
+	if err := json.Unmarshal([]byte(out), &job); err != nil || job.ID != ids[0] {
+		t.Fatalf("show %s: %v %s, want %s", engine.ShortID(ids[0]), err, job.ID, ids[0])
+	}
 }
