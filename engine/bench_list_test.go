@@ -111,3 +111,26 @@ func BenchmarkRunner_ListAll(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRunner_ListAllRareStatus measures the first page of every
+// caller's jobs with a status filter that no stored job has ("cancelled":
+// the page is empty), in stores of 1,000 and 20,000 settled jobs. A
+// filtered page looks at jobs until it is full, so one whose status is rare
+// reads every job stored: its cost grows with the store, unlike an
+// unfiltered page's (BenchmarkRunner_ListAll).
+func BenchmarkRunner_ListAllRareStatus(b *testing.B) {
+	for _, n := range []int{1_000, 20_000} {
+		s := enginetest.OpenStore(b, "")
+		fillListStore(b, s, n)
+		r := enginetest.SetupOn(b, s, enginetest.OKFetch, engine.Config{Now: time.Now}).Runner
+		b.Run(fmt.Sprintf("stored=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				jobs, next, err := r.ListAll(engine.ListOptions{Status: engine.StatusCancelled, Limit: 20})
+				if err != nil || len(jobs) != 0 || next != "" {
+					b.Fatal(len(jobs), next, err)
+				}
+			}
+		})
+	}
+}
