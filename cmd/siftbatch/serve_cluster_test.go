@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -576,6 +577,43 @@ func TestServe_Cluster(t *testing.T) {
 	}
 	if ids, _ := list(n3, clusterBob); !slices.Equal(ids, []string{bobs}) {
 		t.Errorf("bob's list on n3: %v, want [%s]", ids, bobs)
+	}
+
+	// The dashboard of n3 (serve gives it the node), alice signed in:
+	// her jobs of every node listed, none of bob's; one of n2's opens,
+	// read from n2.
+	noRedirect := &http.Client{Transport: transport, Timeout: 40 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	signIn, err := http.NewRequest(http.MethodPost, n3.base+"/ui/signin", strings.NewReader(url.Values{"key": {clusterAlice}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signIn.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	signedIn := send(t, noRedirect, signIn)
+	cookies := (&http.Response{Header: signedIn.header}).Cookies()
+	if signedIn.code != http.StatusSeeOther || len(cookies) == 0 {
+		t.Fatalf("sign in to n3's dashboard: %d %s", signedIn.code, signedIn.body)
+	}
+	ui := func(path string) response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, n3.base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.AddCookie(cookies[0])
+		return send(t, noRedirect, req)
+	}
+	jobsPage := ui("/ui/jobs")
+	for _, id := range append([]string{a, b, c}, ready...) {
+		if !bytes.Contains(jobsPage.body, []byte(`href="/ui/jobs/`+id+`"`)) {
+			t.Errorf("n3's dashboard does not list alice's job %s", id)
+		}
+	}
+	if jobsPage.code != http.StatusOK || bytes.Contains(jobsPage.body, []byte(bobs)) {
+		t.Errorf("n3's dashboard jobs page for alice: %d, bob's job listed: %v", jobsPage.code, bytes.Contains(jobsPage.body, []byte(bobs)))
+	}
+	if r := ui("/ui/jobs/" + c); r.code != http.StatusOK || !bytes.Contains(r.body, []byte("held by node n2")) {
+		t.Errorf("n2's job on n3's dashboard: %d %s", r.code, r.body)
 	}
 
 	// n3 stops: its jobs answer 503 "node unavailable" on n1 and n2, and

@@ -121,8 +121,14 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 // created, and the grain should not count it until its next rebuild.
 func (a *admitter) giveUp(caller, id string) {
 	observe("end", caller, id, 0)
-	a.life.goWork(func() { a.settle(caller, id, "") })
+	a.life.goWork(func() { a.settle(caller, id, statusAbandoned) })
 }
+
+// statusAbandoned is the status of a Settle for an admission the asking
+// node gave up (giveUp): the grain forgets the id, and refuses it if its
+// Admit comes later (a late attempt), so that it never counts a job that
+// will not be created.
+const statusAbandoned = "abandoned"
 
 // Release gives an admission back: its job was not created.
 // It tells the caller's grain before it returns: the caller may submit

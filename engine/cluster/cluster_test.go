@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -461,32 +462,45 @@ func listening(t *testing.T) map[int][]string {
 // TestNode_CloseDoesNotWaitOnHangingMember: Close does not wait on a grain
 // request to a member that hangs with its ports open (protoactor's own
 // request to it goes on, up to its fixed 5 s placement timeout): it
-// returns while that request is still in flight, and frees the node's
-// port. Not parallel: it counts the process's goroutines.
+// returns while such a request is still in flight (submits keep starting
+// new ones until Close), and frees the node's port. Not parallel: it counts
+// the process's goroutines.
 func TestNode_CloseDoesNotWaitOnHangingMember(t *testing.T) {
 	testkit.Long(t)
 	_, a, caller := hangingGrainCluster(t)
 	const call = "cluster.(*admitter).grainRequestFor.func1("
-	posted := make(chan int, 1)
-	go func() {
-		code, _ := a.Post(caller+"-key", "https://example.com/u")
-		posted <- code
-	}()
-	testkit.WaitFor(t, "a grain request to the hanging member in flight", func() bool { return goroutinesIn(call) > 0 })
+	stop := make(chan struct{})
+	var posters sync.WaitGroup
+	for range 8 {
+		posters.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, _ := a.Post(caller+"-key", "https://example.com/u"); code != http.StatusServiceUnavailable && code != 0 {
+					t.Errorf("a submit whose grain hangs: %d, want 503 or no answer", code)
+					return
+				}
+			}
+		})
+	}
+	testkit.WaitFor(t, "grain requests to the hanging member in flight", func() bool { return goroutinesIn(call) >= 4 })
 	addr := a.Node.Address()
 	if err := a.Node.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if goroutinesIn(call) == 0 {
-		t.Fatal("Close returned only once the grain request to the hanging member ended")
-	}
-	if code := testkit.Recv(t, posted); code != http.StatusServiceUnavailable && code != 0 {
-		t.Fatalf("the submit under Close: %d, want 503 or no answer", code)
+	inFlight := goroutinesIn(call)
+	close(stop)
+	posters.Wait()
+	if inFlight == 0 {
+		t.Fatal("Close returned only once the grain requests to the hanging member ended")
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("the node's port after Close: %v", err)
 	}
 	_ = l.Close()
-	waitNone(t, call) // it ends by itself
+	waitNone(t, call) // they end by themselves
 }

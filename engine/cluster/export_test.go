@@ -107,3 +107,14 @@ func ForgetJobReads(n *Node) {
 		n.members.infos[id] = info
 	}
 }
+
+// LearnJobReads undoes ForgetJobReads: n takes every member it has met for
+// one that answers a JobRequest.
+func LearnJobReads(n *Node) {
+	n.members.mu.Lock()
+	defer n.members.mu.Unlock()
+	for id, info := range n.members.infos {
+		info.jobReads = true
+		n.members.infos[id] = info
+	}
+}

@@ -33,7 +33,14 @@ type callerGrain struct {
 	epoch  uint64
 	live   map[string]bool       // ids of the caller's live jobs and admissions held, on every node
 	reuse  map[string]reuseEntry // idempotency key → a reusable job
+	// abandoned is the ids whose admissions their nodes gave up
+	// (statusAbandoned), at most maxAbandoned: an Admit of one comes from
+	// an attempt its node no longer waits for, and is not admitted.
+	abandoned map[string]bool
 }
+
+// maxAbandoned bounds a grain's abandoned ids; past it they are forgotten.
+const maxAbandoned = 4096
 
 // reuseEntry is a reusable job of a caller's grain: its id and, for a key
 // of the caller's own, the hash of its targets ("" for a derived key, or
@@ -58,7 +65,16 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(&clusterpb.Settled{})
 	case *clusterpb.Settle:
+		if g.live[m.Id] {
+			observe("end", m.Caller, m.Id, 0) // as the node did: the grain no longer counts it
+		}
 		delete(g.live, m.Id)
+		if m.Status == statusAbandoned {
+			if g.abandoned == nil || len(g.abandoned) >= maxAbandoned {
+				g.abandoned = map[string]bool{}
+			}
+			g.abandoned[m.Id] = true
+		}
 		if m.Status != "done" && m.Status != "partial" {
 			for k, e := range g.reuse {
 				if e.id == m.Id {
@@ -73,8 +89,8 @@ func (g *callerGrain) Receive(ctx actor.Context) {
 // admit decides an Admit.
 func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Admission {
 	retry := &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_RETRY}
-	if m.Caller != g.caller || !validBody(m.Body) {
-		return retry // another caller's, or a body no node sends
+	if m.Caller != g.caller || !validBody(m.Body) || g.abandoned[m.Id] {
+		return retry // another caller's, a body no node sends, or an admission given up
 	}
 	if !g.ready || g.a.members.topologyHash() != g.epoch {
 		if !g.rebuild(ctx) {

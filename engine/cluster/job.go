@@ -20,10 +20,11 @@ import (
 // unavailable").
 var ErrNodeUnavailable = errors.New("node unavailable")
 
-// jobReplyBytes bounds the targets a JobReply carries, by their text: well
-// under gRPC's 4 MiB message limit (the rest are left out, more_targets
-// set).
-const jobReplyBytes = 2 << 20
+// jobReplyBytes bounds the targets a JobReply carries, by their text (the
+// rest are left out, more_targets set): a Part's size, since protoactor
+// sends up to 8 messages in one gRPC message, whose limit is 4 MiB (see
+// partSize).
+const jobReplyBytes = partSize
 
 // ReadJob reads job id and its targets when the job is another node's,
 // from that node, for whoever asks (the asking node decides who may see
@@ -39,7 +40,7 @@ const jobReplyBytes = 2 << 20
 //     be there;
 //   - else the job, with its caller, and its targets in order, as
 //     [engine.Runner.Targets] reads them there: the first of them only
-//     (fewer than job.TargetsTotal) when their text passes about 2 MiB.
+//     (fewer than job.TargetsTotal) when their text passes 256 KiB.
 //
 // Safe for concurrent use.
 func (n *Node) ReadJob(ctx context.Context, id string) (job engine.Job, targets []engine.TargetStatus, node string, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -56,6 +57,27 @@ func TestNode_ReadJob(t *testing.T) {
 	cluster.ForgetJobReads(a.Node)
 	if _, _, node, err := a.Node.ReadJob(ctx, onB); !errors.Is(err, cluster.ErrNodeUnavailable) || node != "b" || !strings.Contains(err.Error(), "older siftbatch") {
 		t.Errorf("ReadJob from an older node: %q %v", node, err)
+	}
+
+	// A job whose targets' text passes 256 KiB: the first of them.
+	var big []engine.Target
+	for i := range 8 {
+		big = append(big, engine.Target{URL: fmt.Sprintf("https://example.com/%d/%s", i, strings.Repeat("x", 64<<10))})
+	}
+	bigID, _, err := b.Runner.Submit(ctx, &engine.Caller{Name: "bob"}, "", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.WaitDone(t, bigID)
+	cluster.LearnJobReads(a.Node)
+	j, ts, _, err = a.Node.ReadJob(ctx, bigID)
+	if err != nil || j.TargetsTotal != len(big) || len(ts) == 0 || len(ts) >= len(big) {
+		t.Fatalf("ReadJob of a job of 8 targets of 64 KiB each: %d of %d targets, %v", len(ts), j.TargetsTotal, err)
+	}
+	for i := range ts {
+		if ts[i].Idx != i || ts[i].URL != big[i].URL {
+			t.Errorf("target %d of the first read: %d %.40s", i, ts[i].Idx, ts[i].URL)
+		}
 	}
 
 	tc.Stop(b)

@@ -24,6 +24,11 @@ const (
 	// blocked before it rejoins: a peer that has just started (or just
 	// rejoined) does not count it yet, until its first poll.
 	rejoinStrikes = 2
+	// rejoinStrikesMax bounds how many checks in a row a node that
+	// rejoined and is still not counted waits before it rejoins again
+	// (the checks' period times this: about 2 min under the automanaged
+	// provider's 2 s).
+	rejoinStrikesMax = 64
 	// rejoinOut is how long a node out of its own member list waits
 	// before it rejoins, under a provider that cannot say what its peers
 	// count (Kubernetes: a pod unready, then ready again, under its
@@ -56,25 +61,30 @@ func (n *Node) watchRejoin() {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	strikes, out := 0, rejoinOut
+	strikes, need, out := 0, rejoinStrikes, rejoinOut
 	for {
 		select {
 		case <-n.life.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if !n.blocked(out) {
+		blocked, counted := n.blocked(out)
+		if counted { // back in: the next rejoin, if any, as soon as the first
+			need, out = rejoinStrikes, rejoinOut
+		}
+		if !blocked {
 			strikes = 0
-			if n.members.self.get().Member {
-				out = rejoinOut
-			}
 			continue
 		}
-		if strikes++; strikes < rejoinStrikes {
+		if strikes++; strikes < need {
 			continue
 		}
 		strikes = 0
 		n.rejoin()
+		// A rejoin that does not bring the node back (its peers cannot
+		// reach its manage port, say) is not tried again at once: each
+		// waits twice as long as the last, until the node is counted.
+		need = min(2*need, rejoinStrikesMax)
 		if n.cfg.Provider.views == nil {
 			out = min(2*out, rejoinOutMax)
 		}
@@ -91,10 +101,14 @@ func (n *Node) watchRejoin() {
 // that did not (a loaded machine, a slow network) may count it. Under a
 // provider that cannot tell (Kubernetes): the node has joined,
 // and has been out of its own member list for out.
-func (n *Node) blocked(out time.Duration) bool {
+//
+// counted reports whether the node is back in, as far as it can tell: a
+// peer that answers counts it (automanaged), or it is in its own member
+// list (otherwise).
+func (n *Node) blocked(out time.Duration) (blocked, counted bool) {
 	me := n.life.me()
 	if me.id == "" {
-		return false
+		return false, false
 	}
 	if n.cfg.Provider.views != nil {
 		ctx, cancel := context.WithTimeout(n.life.ctx, max(n.cfg.Provider.refresh, viewTimeout))
@@ -109,19 +123,19 @@ func (n *Node) blocked(out time.Duration) bool {
 				continue // this node's own endpoint
 			}
 			if slices.Contains(v.Members, me.id) {
-				return false
+				return false, true
 			}
 			answered, counted[v.ID] = true, false
 		}
 		for _, waiting := range counted {
 			if waiting { // a peer this node counts did not answer: it may count this one
-				return false
+				return false, false
 			}
 		}
-		return answered
+		return answered, false
 	}
 	ms := n.members.self.get()
-	return ms.Joined && !ms.Member && time.Since(ms.Since) >= out
+	return ms.Joined && !ms.Member && time.Since(ms.Since) >= out, ms.Member
 }
 
 // rejoin retires the node's incarnation and makes a new one, under a new

@@ -1,9 +1,12 @@
 package cluster_test
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -180,7 +183,20 @@ func TestNode_RejoinsAfterHealedPartition(t *testing.T) {
 			return read(n, id3, "alice-key") == http.StatusOK && read(n, id1, "bob-key") == http.StatusOK
 		})
 	}
-	before := clusterGoroutines()
+	ports := map[int]bool{}
+	for _, n := range tc.Nodes() {
+		_, p, err := net.SplitHostPort(n.Node.Address())
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		ports[port] = true
+	}
+	before := clusterConns(t, ports)
+	if before == 0 {
+		t.Fatal("no connection of the cluster's seen before the cut")
+	}
+	t.Logf("%d ends of connections to or from the cluster's ports before the cut", before)
 
 	isolate(links, "n3", true)
 	clustertest.WaitSees(t, n3, 1)
@@ -205,24 +221,12 @@ func TestNode_RejoinsAfterHealedPartition(t *testing.T) {
 			t.Errorf("%s rejoined: only the side no peer counts does", n.Name)
 		}
 	}
-	// The retired incarnation's server, streams and connections end.
-	deadline := time.Now().Add(testkit.Deadline)
-	for {
-		after := clusterGoroutines()
-		more := map[string]int{}
-		for fn, n := range after {
-			if n > before[fn] {
-				more[fn] = n - before[fn]
-			}
-		}
-		if len(more) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gRPC and remote goroutines more than before the cut, by the function they run: %v", more)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the process's goroutines: nothing to wait on
-	}
+	// The retired incarnation's connections end: the process holds no
+	// more connections to or from the nodes' cluster ports than before
+	// the cut (the same peers, the same streams).
+	testkit.WaitFor(t, "the cluster's connections back to their count before the cut", func() bool {
+		return clusterConns(t, ports) <= before
+	})
 	// And the cluster works: a submit on n3 counts alice's jobs on n1.
 	if code, _ := n3.Post("alice-key", "https://example.test/again"); code != http.StatusAccepted {
 		t.Fatalf("submit on n3 after the heal: %d", code)
@@ -240,17 +244,39 @@ func nodeLog(tc *clustertest.Cluster, node string) string {
 	return strings.Join(out, "\n")
 }
 
-// clusterGoroutines counts the process's goroutines in gRPC or protoactor's
-// remote, by the first such function of their stack.
-func clusterGoroutines() map[string]int {
-	out := map[string]int{}
-	for _, g := range stacks("") {
-		for line := range strings.SplitSeq(g, "\n") {
-			if strings.HasPrefix(line, "google.golang.org/grpc") || strings.HasPrefix(line, "github.com/asynkron/protoactor-go/remote.") {
-				out[line[:strings.LastIndex(line, "(")]]++
-				break
+// clusterConns counts the process's established TCP connections (each
+// end that is the process's) to or from one of ports, from /proc/net/tcp
+// and /proc/net/tcp6: the nodes' gRPC connections.
+func clusterConns(t *testing.T, ports map[int]bool) int {
+	t.Helper()
+	count := 0
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 || fields[3] != "01" { // 01: ESTABLISHED
+				continue
+			}
+			if ports[hexPort(fields[1])] || ports[hexPort(fields[2])] {
+				count++
 			}
 		}
 	}
-	return out
+	return count
+}
+
+// hexPort is the port of an address of /proc/net/tcp (ADDR:PORT, in hex).
+func hexPort(addr string) int {
+	i := strings.LastIndex(addr, ":")
+	p, err := strconv.ParseUint(addr[i+1:], 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(p)
 }

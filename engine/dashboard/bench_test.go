@@ -16,6 +16,7 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/enginetest/clustertest"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/persistence"
 )
@@ -133,6 +134,54 @@ func BenchmarkDashboard_JobsPage(b *testing.B) {
 					st.h.ServeHTTP(rec, req)
 					if rec.Code != http.StatusOK {
 						b.Fatalf("GET /ui/jobs%s: %d", query, rec.Code)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkDashboard_ClusterJobPage measures the server's time for a job
+// page (GET /ui/jobs/{id}, 4 targets) on node a of an in-process cluster
+// of two: a job of node a's own (read from its runner) and one of node b's
+// (read from b: Node.ReadJob, a JobRequest over the loopback, with mutual
+// TLS), alternating.
+func BenchmarkDashboard_ClusterJobPage(b *testing.B) {
+	c := clustertest.Start(b, clustertest.Options{}, "a", "b")
+	na, nb := c.Node("a"), c.Node("b")
+	urls := []string{"https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4"}
+	onA := na.Submit(b, "root-key", urls...)
+	na.WaitDone(b, onA)
+	onB := nb.Submit(b, "root-key", append(urls[1:], "https://example.com/b")...) // not the same targets: idempotency would give a's job back
+	nb.WaitDone(b, onB)
+	keys, err := httpapi.ReadKeys(strings.NewReader(clustertest.Keys))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := dashboard.New(na.Runner, keys, dashboard.Options{Cluster: na.Node, Refresh: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(h.Close)
+	req := httptest.NewRequest(http.MethodPost, "/ui/signin", strings.NewReader(url.Values{"key": {"root-key"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	cookies := rec.Result().Cookies()
+	if len(cookies) == 0 {
+		b.Fatalf("sign in: %d", rec.Code)
+	}
+	for range 3 {
+		for _, c := range []struct{ name, id string }{{"own-node", onA}, {"other-node", onB}} {
+			b.Run(c.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					req := httptest.NewRequest(http.MethodGet, "/ui/jobs/"+c.id, nil)
+					req.AddCookie(cookies[0])
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Fatalf("GET /ui/jobs/%s: %d", c.id, rec.Code)
 					}
 				}
 			})

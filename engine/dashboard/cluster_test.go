@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -175,8 +176,29 @@ func TestDashboard_Cluster(t *testing.T) {
 	}
 	a.WaitDone(t, m[1])
 
-	// Node b goes: its jobs are said to be missing, its job is 503.
+	// A job whose targets are too many to read whole from node b: the
+	// page says how many are not shown, and its resubmit is refused. (The
+	// held job ends first: it keeps a worker of b's.)
 	gate.Open()
+	b.WaitDone(t, liveB)
+	var big []engine.Target
+	for i := range 8 {
+		big = append(big, engine.Target{URL: fmt.Sprintf("https://example.com/c/%d/%s/fail", i, strings.Repeat("x", 64<<10))})
+	}
+	bigB, _, err := b.Runner.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.WaitDone(t, bigB)
+	if r := d.do(t, alice, http.MethodGet, "/ui/jobs/"+bigB, nil); r.code != http.StatusOK || !strings.Contains(r.body, `id="targets-unlisted"`) {
+		t.Errorf("node b's job of 8 targets of 64 KiB: %d, no word of the targets not shown", r.code)
+	}
+	r = d.do(t, alice, http.MethodPost, "/ui/jobs/"+bigB+"/resubmit", url.Values{"csrf": {alice.csrf}})
+	if r.code != http.StatusConflict || !strings.Contains(r.body, "too many targets to be read from this node whole") {
+		t.Errorf("resubmit of node b's job too big to read: %d %.300s", r.code, r.body)
+	}
+
+	// Node b goes: its jobs are said to be missing, its job is 503.
 	c.Stop(b)
 	clustertest.WaitSees(t, a, 1)
 	r = d.do(t, alice, http.MethodGet, "/ui/jobs", nil)

@@ -1588,7 +1588,7 @@ type JobReply struct {
 	Job     *ListedJob   `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
 	Targets []*JobTarget `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
 	// more_targets is set when the job has targets after those sent: an
-	// answer stays well under gRPC's message limit.
+	// answer's targets are at most 256 KiB of text, as a Part's body.
 	MoreTargets   bool `protobuf:"varint,4,opt,name=more_targets,json=moreTargets,proto3" json:"more_targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
