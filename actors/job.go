@@ -400,9 +400,12 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	// of a live job's progress (SaveOutcomeRetried).
 	p := &j.slot // one write at a time: reused
 	*p = inFlight{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
-	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now, Took: m.clocked}
+	// A stored outcome's time is known: at least 1 ns, since 0 reads as
+	// unknown (a fetch that took no time by an injected clock).
+	took := max(m.clocked, time.Nanosecond)
+	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now, Took: took}
 	if out.Err != nil {
-		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now, Took: m.clocked}
+		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now, Took: took}
 	}
 	next := &p.next
 	next.CountOutcome(p.t.Status, int64(len(p.t.Result)), now)
