@@ -262,6 +262,11 @@ func (j *job) terminal() bool { return !persistence.IsLive(j.rec.Status) }
 
 func (j *job) now() int64 { return j.cfg.Now().UnixNano() }
 
+// since is now, but never before the job started: a clock stepped back
+// while the job runs never makes it end, nor a target be stored, before it
+// started.
+func (j *job) since() int64 { return max(j.now(), j.rec.Started) }
+
 // save writes the job's row, with the latest Touch. A write that fails is
 // the store's writer's to retry (it waits in retrying); one the store
 // refuses for good (it is closed) waits there too, for nobody: the job's
@@ -380,7 +385,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		j.putBack(ctx, m.worker, phaseIdle)
 		return
 	}
-	now := j.now()
+	now := j.since()
 	out := m.outcome
 	if out.Busy {
 		if j.slot.busySince == 0 {
@@ -506,7 +511,7 @@ func (j *job) ended(ctx actor.Context) {
 	j.cfg.Log.Debug("job ended", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 		slog.Int("targets_done", j.rec.TargetsDone), slog.Int("targets_failed", j.rec.TargetsFailed))
 	j.cfg.hookJob(ctx, j.rec.ID, j.rec.Status)
-	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(j.now() - j.rec.Created)})
+	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(max(j.now()-j.rec.Created, 0))})
 }
 
 // endFetch releases the context of the fetch in flight, if any.
@@ -525,7 +530,7 @@ func (j *job) cancel(ctx actor.Context) bool {
 		return false
 	}
 	j.setStatus(persistence.StatusCancelled)
-	j.rec.Ended = j.now()
+	j.rec.Ended = j.since()
 	j.rec.Settled = !j.inFlight()
 	if j.slot.stop != nil { // the fetch in flight stops; its outcome settles the job
 		j.slot.stop(batchtype.ErrCancelled)
@@ -555,7 +560,7 @@ func (j *job) shutdown(ctx actor.Context) {
 		return
 	}
 	j.setStatus(persistence.StatusFailed)
-	j.rec.Error, j.rec.Ended = "shutdown", j.now()
+	j.rec.Error, j.rec.Ended = "shutdown", j.since()
 	j.rec.Settled = !j.inFlight()
 	j.save("shutdown")
 	if j.rec.Settled {
