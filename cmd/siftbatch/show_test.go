@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
@@ -65,8 +64,8 @@ func TestShow(t *testing.T) {
 }
 
 // TestShow_ShortIDs: show takes the start of an id (4 digits or more, any
-// case): of its first 8 digits, or of digits 9 to 16 (a cluster node's
-// short id); a start more than one job has lists them, newest first, and
+// case): of its short id (its first 8 digits, or digits 9 to 16 for a job
+// of a cluster node whose tag the store holds), or of the whole id; a start more than one job has lists them, newest first, and
 // fails; none is "no job".
 func TestShow_ShortIDs(t *testing.T) {
 	t.Parallel()
@@ -79,6 +78,9 @@ func TestShow_ShortIDs(t *testing.T) {
 		"abcd0000000000000000000000000001",
 		"abcd1000000000000000000000000002",
 		"5e1f7a90c0ffee000000000000000003", // a node's: its short id is c0ffee00
+	}
+	if err := store.PutNodeTag([4]byte{0x5e, 0x1f, 0x7a, 0x90}, "node-a"); err != nil {
+		t.Fatal(err)
 	}
 	for i, id := range ids {
 		j := persistence.JobRecord{ID: id, Caller: "alice", Status: persistence.StatusDone, TargetsTotal: 1, TargetsDone: 1,
@@ -217,9 +219,6 @@ func mustJSON(t *testing.T, v any) string {
 // digits 9 to 16 happen to be the same is not a candidate (its short id,
 // as every list shows it, is another).
 func TestShow_ShortIDOfAPlainStore(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: show takes digits 9 to 16 of every job, tagged or not: a plain job's short id, copied from jobs, is ambiguous")
-	}
 	t.Parallel()
 	dir := t.TempDir()
 	store, err := persistence.Open(dir)
