@@ -181,11 +181,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.indexCallers(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	if err := s.indexEvery(); err != nil {
+	if err := s.indexes(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
