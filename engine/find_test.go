@@ -3,7 +3,6 @@ package engine_test
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -181,9 +180,6 @@ func FuzzRunner_FindJobs(f *testing.F) {
 // closed, ListAll and FindJobs answer an error (or nothing), never panic,
 // while readers that began before Close page on.
 func TestRunner_FindAndListAllAfterClose(t *testing.T) {
-	if os.Getenv("SIFTBATCH_ADV_FINDINGS") == "" {
-		t.Skip("finding: ListAll racing the store's Close panics (badger: DB Closed, from NewIterator in Store.listIndex)")
-	}
 	t.Parallel()
 	store := enginetest.OpenStore(t, "")
 	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{})
