@@ -114,23 +114,55 @@ func BenchmarkRunner_ListAll(b *testing.B) {
 
 // BenchmarkRunner_ListAllRareStatus measures the first page of every
 // caller's jobs with a status filter that no stored job has ("cancelled":
-// the page is empty), in stores of 1,000 and 20,000 settled jobs. A
-// filtered page looks at jobs until it is full, so one whose status is rare
-// reads every job stored: its cost grows with the store, unlike an
-// unfiltered page's (BenchmarkRunner_ListAll).
+// the page is empty), in stores of 1,000 and 100,000 settled jobs. A page
+// looks at no more than engine.ListScan (1,000) jobs: at 1k it reads the
+// whole store and is the last page; at 100k it stops there, empty, with a
+// next cursor. So its cost does not grow with the store.
+//
+//   - stored=N: one op is one first page of that store.
+//   - alternating: the two stores' first pages in turns of
+//     benchListChunk, in one loop; it reports each one's mean
+//     (ns/page-1k, ns/page-100k) and their ratio (x-100k/1k).
 func BenchmarkRunner_ListAllRareStatus(b *testing.B) {
-	for _, n := range []int{1_000, 20_000} {
+	sizes := []int{1_000, 100_000}
+	runners := map[int]*engine.Runner{}
+	for _, n := range sizes {
 		s := enginetest.OpenStore(b, "")
 		fillListStore(b, s, n)
-		r := enginetest.SetupOn(b, s, enginetest.OKFetch, engine.Config{Now: time.Now}).Runner
+		runners[n] = enginetest.SetupOn(b, s, enginetest.OKFetch, engine.Config{Now: time.Now}).Runner
+	}
+	opt := engine.ListOptions{Status: engine.StatusCancelled, Limit: 20}
+	page := func(b *testing.B, n int) {
+		jobs, next, err := runners[n].ListAll(opt)
+		if err != nil || len(jobs) != 0 || (next == "") != (n <= engine.ListScan) {
+			b.Fatal(len(jobs), next, err)
+		}
+	}
+	for _, n := range sizes {
 		b.Run(fmt.Sprintf("stored=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				jobs, next, err := r.ListAll(engine.ListOptions{Status: engine.StatusCancelled, Limit: 20})
-				if err != nil || len(jobs) != 0 || next != "" {
-					b.Fatal(len(jobs), next, err)
-				}
+				page(b, n)
 			}
 		})
 	}
+	b.Run("alternating", func(b *testing.B) {
+		var took [2]time.Duration
+		var pages [2]int
+		i := 0
+		for b.Loop() {
+			k := (i / benchListChunk) % 2
+			start := time.Now()
+			page(b, sizes[k])
+			took[k] += time.Since(start)
+			pages[k]++
+			i++
+		}
+		if pages[0] > 0 && pages[1] > 0 {
+			small, large := float64(took[0])/float64(pages[0]), float64(took[1])/float64(pages[1])
+			b.ReportMetric(small, "ns/page-1k")
+			b.ReportMetric(large, "ns/page-100k")
+			b.ReportMetric(large/small, "x-100k/1k")
+		}
+	})
 }

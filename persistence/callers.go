@@ -14,20 +14,27 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
+// ListScan bounds the index entries one page of [Store.CallerJobs] or
+// [Store.AllJobs] looks at: a page whose keep refuses many jobs stops
+// there, with fewer jobs than its limit (maybe none) and a next cursor that
+// goes on after the last job looked at. So a page's cost does not depend on
+// how many jobs are stored, whatever the filter.
+const ListScan = 1_000
+
 // CallerJobs returns up to limit of caller's jobs, newest first (by
 // creation time, then by id, both descending), that keep accepts (a nil
 // keep accepts all), from one snapshot, as [Store.Job] returns them. after
 // is nil for the first page, or the next of the page before; next is nil
-// when no job is left after the page, or a cursor for the next one (the
-// page after it may be empty when keep refuses the rest). A page goes on
-// after the last job the one before looked at: a job created since then
-// that is newer is not on it. A cursor is
-// opaque; one that is not from CallerJobs gives an error wrapping
-// [ErrBadCursor]. limit below 1 is 1.
+// when no job is left after the page, or a cursor for the next one. A page
+// looks at most at ListScan jobs: when keep refuses many, it may hold
+// fewer than limit jobs, or none, with a next cursor (and the page after
+// the last may be empty when keep refuses the rest). A page goes on after
+// the last job the one before looked at: a job created since then that is
+// newer is not on it. A cursor is opaque; one that is not from CallerJobs
+// gives an error wrapping [ErrBadCursor]. limit below 1 is 1.
 //
-// It costs a seek and, per job looked at, a point read of its row (and for
-// an unsettled job a walk of its outcome rows): keep sees every job of the
-// caller until the page is full.
+// It costs a seek and, per job looked at (at most ListScan), a point read
+// of its row (and for an unsettled job a walk of its outcome rows).
 func (s *Store) CallerJobs(caller string, after []byte, limit int, keep func(*JobRecord) bool) (jobs []JobRecord, next []byte, err error) {
 	return s.listIndex(callerPrefix(caller), callerKeyLen, after, limit, func(j *JobRecord) bool {
 		// another caller whose name hashes to the same 8 bytes is not listed
@@ -39,10 +46,11 @@ func (s *Store) CallerJobs(caller string, after []byte, limit int, keep func(*Jo
 // creation time, then by id, both descending), from the index of every
 // job (e keys, keys.go). Its cursors are the same as CallerJobs's: the
 // position of a job ([CallerCursor]), so they sort, as bytes, in the order
-// AllJobs lists. It costs a seek and, per job looked at, a point read of
-// its row (and for an unsettled job a walk of its outcome rows): the cost
-// of a page does not depend on how many jobs are stored, but keep sees
-// every job until the page is full. Safe for concurrent use.
+// AllJobs lists. It costs a seek and, per job looked at (at most
+// ListScan, as for CallerJobs), a point read of its row (and for an
+// unsettled job a walk of its outcome rows): the cost of a page does not
+// depend on how many jobs are stored, whatever keep refuses. Safe for
+// concurrent use.
 func (s *Store) AllJobs(after []byte, limit int, keep func(*JobRecord) bool) (jobs []JobRecord, next []byte, err error) {
 	return s.listIndex([]byte{prefixEvery}, everyKeyLen, after, limit, keep)
 }
@@ -59,15 +67,20 @@ func (s *Store) listIndex(prefix []byte, keyLen int, after []byte, limit int, ke
 		defer it.Close()
 		start := append(bytes.Clone(prefix), after...)
 		var last []byte // the key looked at last, past the prefix
+		looked := 0     // index keys looked at
 		for it.Seek(start); it.Valid(); it.Next() {
 			k := it.Item().Key()
 			if after != nil && bytes.Equal(k, start) {
 				continue // the last job the page before looked at
 			}
-			if len(jobs) == limit {
-				next = last // there is a job after the page: go on after it
+			if len(jobs) == limit || looked == ListScan {
+				// There is a job after the page: go on after the last one
+				// looked at (with a page cut short by ListScan, a page of
+				// fewer jobs than limit, maybe none).
+				next = last
 				return nil
 			}
+			looked++
 			last = append(last[:0], k[len(prefix):]...)
 			id, ok := newestFirstID(k, keyLen)
 			if !ok {

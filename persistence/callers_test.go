@@ -408,3 +408,33 @@ func BenchmarkStore_OpenIndexCheck(b *testing.B) {
 		})
 	}
 }
+
+// TestStore_ListScanBoundsAPage: a page looks at most at ListScan index
+// entries, whatever keep refuses: with a filter that only the oldest of
+// 2.5 × ListScan jobs passes, CallerJobs and AllJobs give pages with no
+// job and a next cursor until the one that holds it, and the walk lists
+// it once; a filter that passes all fills each page as before.
+func TestStore_ListScanBoundsAPage(t *testing.T) {
+	s := mustOpen(t, "")
+	n := ListScan*5/2 + 1
+	for i := range n {
+		callerJob(t, s, i, "alice", int64(i)+1, true)
+	}
+	var looked int
+	oldest := func(j *JobRecord) bool {
+		looked++
+		return j.ID == testID(0)
+	}
+	ids, pagesAll := allPages(t, s, 10, oldest)
+	require.Equal(t, []string{testID(0)}, ids)
+	require.Equal(t, 3, pagesAll, "ListScan entries a page: three pages for 2.5 × ListScan")
+	require.Equal(t, n, looked, "each job looked at once")
+	ids, pagesMine := pages(t, s, "alice", 10, oldest)
+	require.Equal(t, []string{testID(0)}, ids)
+	require.Equal(t, 3, pagesMine)
+
+	jobs, next, err := s.AllJobs(nil, 10, nil)
+	require.NoError(t, err)
+	require.Len(t, jobs, 10, "a filter that passes all fills the page")
+	require.NotNil(t, next)
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 )
 
 // rowRE finds the jobs a list shows, in order.
@@ -857,5 +858,42 @@ func TestDashboard_JobsCrowd(t *testing.T) {
 	}
 	if got := listed(b.do(t, bob, http.MethodGet, "/ui/jobs", nil).body); !slices.Equal(got, []string{own}) {
 		t.Errorf("bob's list: %v, want only his own %s", got, own)
+	}
+}
+
+// TestDashboard_JobsPageShortByTheScan: a status few stored jobs have
+// gives pages cut short by engine.ListScan: such a page says how many
+// jobs it looked at and links to the older ones, and following "Older →"
+// lists every match, newest first.
+func TestDashboard_JobsPageShortByTheScan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.signIn(t, "alice-key")
+	now := b.Clock.Now().UnixNano()
+	n := engine.ListScan + engine.ListScan/2
+	var failed []string
+	for i := range n { // i = 0 is the newest
+		created := now - int64(i+1)*int64(time.Millisecond)
+		j := persistence.JobRecord{ID: fmt.Sprintf("%032x", i+1), Caller: "alice", Status: persistence.StatusDone,
+			Settled: true, TargetsTotal: 1, TargetsDone: 1, Created: created, Lease: now, Started: created, Ended: created}
+		j.Key[0], j.Key[1] = byte(i>>8), byte(i)
+		if i >= n-3 { // the three oldest failed: past the first page's scan
+			j.Status, j.TargetsDone, j.TargetsFailed = persistence.StatusFailed, 0, 1
+			failed = append(failed, j.ID)
+		}
+		if err := b.Store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/scan"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := b.do(t, alice, http.MethodGet, "/ui/jobs?status=failed", nil)
+	if got := listed(first.body); len(got) != 0 {
+		t.Fatalf("the first page lists %d jobs, want none among the newest %d", len(got), engine.ListScan)
+	}
+	if !strings.Contains(first.body, "looked at 1,000 jobs") || nextRE.FindStringSubmatch(first.body) == nil {
+		t.Fatalf("a page cut short by the scan says neither how many it looked at nor links on:\n%s", first.body)
+	}
+	got, pages := b.allPages(t, alice, "/ui/jobs?status=failed")
+	if !slices.Equal(got, failed) || pages != 2 {
+		t.Fatalf("status=failed lists %v on %d pages, want %v on 2", got, pages, failed)
 	}
 }
