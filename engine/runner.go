@@ -156,7 +156,7 @@ func (r *Runner) reap(text string) (int, error) {
 	for i := range left {
 		j := &left[i]
 		if persistence.IsLive(j.Status) {
-			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, now
+			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, max(now, j.Started)
 			failed++
 		}
 		j.Settled = true

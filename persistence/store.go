@@ -117,6 +117,7 @@ type Store struct {
 	readOnly bool       // opened by OpenReadOnly: every write is refused
 	specs    specsCache // the specs rows read, decoded (specs.go)
 	closed   atomic.Bool
+	reads    readGate                     // the reads in flight, that Close waits for (reads.go)
 	fault    atomic.Pointer[func() error] // see SetWriteFault
 	// The writer goroutine's own (writer.go): the retried writes it holds,
 	// per job in order, and whether the store is closing.
@@ -193,11 +194,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.indexCallers(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	if err := s.indexEvery(); err != nil {
+	if err := s.indexes(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -256,12 +253,16 @@ func (s *Store) Dir() string { return s.dir }
 
 // Close stops the store's background work and closes Badger. Call it once,
 // after every runner using the store has been closed; later calls return nil.
+// It waits for the reads in flight (a reader's page, a find); a read that
+// begins once Close has begun is an error wrapping ErrClosed. Safe to call
+// while other goroutines read.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
 	s.wg.Wait()
+	s.reads.close() // a read in flight ends before Badger closes; later ones fail
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.db.Close(); err != nil {

@@ -346,3 +346,15 @@ func TestAPI_Authenticator(t *testing.T) {
 		t.Errorf("the authenticator saw %q, want %q", seen, want)
 	}
 }
+
+// TestKeys_StarIsNoCallerName: "*" means every caller in a list by caller
+// (GET /v1/batch?caller=*), so no caller may be named "*": its jobs could
+// never be listed as one caller's (an admin's ?caller=* lists everyone's),
+// and the dashboard's caller filter "*" is every caller too. ReadKeys
+// refuses the name, naming the line.
+func TestKeys_StarIsNoCallerName(t *testing.T) {
+	_, err := httpapi.ReadKeys(strings.NewReader("root root-key admin\n* star-key\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "star-key") {
+		t.Fatalf("a caller named *: %v, want an error that names line 2 and not the key", err)
+	}
+}
