@@ -25,7 +25,10 @@ import (
 // Its writes are retried by the store's writer, in order (persistence's
 // SaveTargetRetried, SaveJobRetried): a write that fails is answered
 // ErrRetrying at once and the job goes on; it keeps the write in retrying
-// until the writer answers it again, once written.
+// until the writer answers it again, once written. On a durable store the
+// writer answers a failed write only once it has been written and synced:
+// the job waits for it (storing; or in save) and never goes on past a
+// write that is not on stable storage.
 type job struct {
 	cfg     *Config
 	rec     persistence.JobRecord
@@ -262,6 +265,11 @@ func (j *job) terminal() bool { return !persistence.IsLive(j.rec.Status) }
 
 func (j *job) now() int64 { return j.cfg.Now().UnixNano() }
 
+// since is now, but never before the job started: a clock stepped back
+// while the job runs never makes it end, nor a target be stored, before it
+// started.
+func (j *job) since() int64 { return max(j.now(), j.rec.Started) }
+
 // save writes the job's row, with the latest Touch. A write that fails is
 // the store's writer's to retry (it waits in retrying); one the store
 // refuses for good (it is closed) waits there too, for nobody: the job's
@@ -337,6 +345,12 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	if queued {
 		j.setStatus(persistence.StatusRunning)
 		j.rec.Started = j.now()
+		if j.cfg.Store.Durable() {
+			// A durable job shows running, and fetches, only once its
+			// running row is on stable storage (the store answers then).
+			j.save("running")
+			queued = false
+		}
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext
@@ -380,7 +394,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		j.putBack(ctx, m.worker, phaseIdle)
 		return
 	}
-	now := j.now()
+	now := j.since()
 	out := m.outcome
 	if out.Busy {
 		if j.slot.busySince == 0 {
@@ -400,9 +414,12 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	// of a live job's progress (SaveOutcomeRetried).
 	p := &j.slot // one write at a time: reused
 	*p = inFlight{next: j.rec, err: out.Err, took: m.took, prevStatus: j.rec.Status}
-	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now, Took: m.clocked}
+	// A stored outcome's time is known: at least 1 ns, since 0 reads as
+	// unknown (a fetch that took no time by an injected clock).
+	took := max(m.clocked, time.Nanosecond)
+	p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetDone, Result: out.Result, Stored: now, Took: took}
 	if out.Err != nil {
-		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now, Took: m.clocked}
+		p.t = persistence.TargetRecord{Idx: m.idx, Status: persistence.TargetFailed, Error: out.Msg, Hint: out.Hint, Stored: now, Took: took}
 	}
 	next := &p.next
 	next.CountOutcome(p.t.Status, int64(len(p.t.Result)), now)
@@ -503,7 +520,7 @@ func (j *job) ended(ctx actor.Context) {
 	j.cfg.Log.Debug("job ended", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 		slog.Int("targets_done", j.rec.TargetsDone), slog.Int("targets_failed", j.rec.TargetsFailed))
 	j.cfg.hookJob(ctx, j.rec.ID, j.rec.Status)
-	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(j.now() - j.rec.Created)})
+	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(max(j.now()-j.rec.Created, 0))})
 }
 
 // endFetch releases the context of the fetch in flight, if any.
@@ -522,7 +539,7 @@ func (j *job) cancel(ctx actor.Context) bool {
 		return false
 	}
 	j.setStatus(persistence.StatusCancelled)
-	j.rec.Ended = j.now()
+	j.rec.Ended = j.since()
 	j.rec.Settled = !j.inFlight()
 	if j.slot.stop != nil { // the fetch in flight stops; its outcome settles the job
 		j.slot.stop(batchtype.ErrCancelled)
@@ -552,7 +569,7 @@ func (j *job) shutdown(ctx actor.Context) {
 		return
 	}
 	j.setStatus(persistence.StatusFailed)
-	j.rec.Error, j.rec.Ended = "shutdown", j.now()
+	j.rec.Error, j.rec.Ended = "shutdown", j.since()
 	j.rec.Settled = !j.inFlight()
 	j.save("shutdown")
 	if j.rec.Settled {

@@ -220,9 +220,15 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
 		if errors.Is(err, persistence.ErrNotSynced) {
 			// Stored but not synced: the caller is told it failed, so the
-			// job must not run (nor stay queued with no actor).
+			// job must not run (nor stay queued with no actor). Until a
+			// write of it is synced the store shows it to nobody and never
+			// answers a Submit with it; if this one fails too, it stays so.
 			m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
-			_ = s.cfg.Store.SaveJob(&m.Job)
+			m.Job.Ended = s.cfg.Now().UnixNano()
+			if serr := s.cfg.Store.SaveJob(&m.Job); serr != nil {
+				s.cfg.Log.Warn("store job", slog.String(keyJobID, m.Job.ID), slog.String(keyStatus, m.Job.Status),
+					slog.String("what", "settle unsynced"), slog.String(keyErr, storeErrText(serr)))
+			}
 		}
 		return &SubmitReply{Err: err}
 	}
@@ -232,6 +238,7 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if err != nil {
 		// Only a duplicate id (128 random bits) gets here.
 		m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
+		m.Job.Ended = s.cfg.Now().UnixNano()
 		_ = s.cfg.Store.SaveJob(&m.Job)
 		view.publish(&Snapshot{Job: m.Job, Running: -1})
 		s.cfg.Views.remove(m.Job.ID)

@@ -239,6 +239,12 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 		case <-giveUp:
 			gaveUp = true
 			s.abort()
+			if s.cfg.Store.Durable() {
+				// A durable job waits in storing for a write the store's
+				// writer retries (the disk failing): give those up, or
+				// the drain waits for the disk.
+				s.cfg.Store.AbandonRetries()
+			}
 			r = <-res
 		}
 		switch r := r.(type) {

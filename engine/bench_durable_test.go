@@ -48,14 +48,31 @@ func BenchmarkRunner_Durable(b *testing.B) {
 		for _, live := range []int{1, 8, 32} {
 			for _, d := range durabilities {
 				b.Run(fmt.Sprintf("workers=%d/live=%d/%s", workers, live, d), func(b *testing.B) {
-					benchDurable(b, workers, live, d)
+					benchDurable(b, workers, live, d, -1)
 				})
 			}
 		}
 	}
 }
 
-func benchDurable(b *testing.B, workers, live int, d engine.Durability) {
+// BenchmarkRunner_DurableCommitDelay is BenchmarkRunner_Durable's durable
+// case with 8 and 32 live jobs, the store's commit delay off (delay=0) and
+// at its default ([persistence.DefaultCommitDelay]), back to back.
+func BenchmarkRunner_DurableCommitDelay(b *testing.B) {
+	for _, workers := range []int{1, 2} {
+		for _, live := range []int{8, 32} {
+			for _, delay := range []time.Duration{0, persistence.DefaultCommitDelay} {
+				b.Run(fmt.Sprintf("workers=%d/live=%d/delay=%s", workers, live, delay), func(b *testing.B) {
+					benchDurable(b, workers, live, engine.DurabilitySync, delay)
+				})
+			}
+		}
+	}
+}
+
+// benchDurable runs one case of BenchmarkRunner_Durable; delay is the
+// store's commit delay (persistence's SetCommitDelay), < 0 for its default.
+func benchDurable(b *testing.B, workers, live int, d engine.Durability, delay time.Duration) {
 	dir := b.TempDir()
 	disk := diskSyncs(b, dir)
 	store, err := persistence.Open(dir)
@@ -63,6 +80,9 @@ func benchDurable(b *testing.B, workers, live int, d engine.Durability) {
 		b.Fatal(err)
 	}
 	defer store.Close()
+	if delay >= 0 {
+		store.SetCommitDelay(delay)
+	}
 	const perJob = 256
 	jobs := (b.N + perJob - 1) / perJob
 	var stored atomic.Int64

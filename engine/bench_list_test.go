@@ -111,3 +111,58 @@ func BenchmarkRunner_ListAll(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRunner_ListAllRareStatus measures the first page of every
+// caller's jobs with a status filter that no stored job has ("cancelled":
+// the page is empty), in stores of 1,000 and 100,000 settled jobs. A page
+// looks at no more than engine.ListScan (1,000) jobs: at 1k it reads the
+// whole store and is the last page; at 100k it stops there, empty, with a
+// next cursor. So its cost does not grow with the store.
+//
+//   - stored=N: one op is one first page of that store.
+//   - alternating: the two stores' first pages in turns of
+//     benchListChunk, in one loop; it reports each one's mean
+//     (ns/page-1k, ns/page-100k) and their ratio (x-100k/1k).
+func BenchmarkRunner_ListAllRareStatus(b *testing.B) {
+	sizes := []int{1_000, 100_000}
+	runners := map[int]*engine.Runner{}
+	for _, n := range sizes {
+		s := enginetest.OpenStore(b, "")
+		fillListStore(b, s, n)
+		runners[n] = enginetest.SetupOn(b, s, enginetest.OKFetch, engine.Config{Now: time.Now}).Runner
+	}
+	opt := engine.ListOptions{Status: engine.StatusCancelled, Limit: 20}
+	page := func(b *testing.B, n int) {
+		jobs, next, err := runners[n].ListAll(opt)
+		if err != nil || len(jobs) != 0 || (next == "") != (n <= engine.ListScan) {
+			b.Fatal(len(jobs), next, err)
+		}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("stored=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				page(b, n)
+			}
+		})
+	}
+	b.Run("alternating", func(b *testing.B) {
+		var took [2]time.Duration
+		var pages [2]int
+		i := 0
+		for b.Loop() {
+			k := (i / benchListChunk) % 2
+			start := time.Now()
+			page(b, sizes[k])
+			took[k] += time.Since(start)
+			pages[k]++
+			i++
+		}
+		if pages[0] > 0 && pages[1] > 0 {
+			small, large := float64(took[0])/float64(pages[0]), float64(took[1])/float64(pages[1])
+			b.ReportMetric(small, "ns/page-1k")
+			b.ReportMetric(large, "ns/page-100k")
+			b.ReportMetric(large/small, "x-100k/1k")
+		}
+	})
+}

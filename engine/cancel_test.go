@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
@@ -125,4 +127,70 @@ func TestRunner_CancelQueued(t *testing.T) {
 	require.Equal(t, "pending", ts[0].Status)
 	_, was := fetched.Load("http://h/q/0")
 	require.False(t, was, "a cancelled queued job fetches nothing")
+}
+
+// A durable runner acknowledges a Cancel (true) only once the cancelled
+// status is on stable storage, also when the disk fails to sync it for a
+// while: here the syncs fail (20 in a row, retried every millisecond) from
+// just before the Cancel; when Cancel returns true, a sync must have
+// succeeded since.
+func TestRunner_DurableCancelAcknowledgedOnlyOnceSynced(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	store.SetRetryWait(time.Millisecond)
+	started := make(chan int, 4)
+	b := enginetest.SetupOn(t, store, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		_, idx := jobOf(tg.URL)
+		started <- idx
+		<-ctx.Done()
+		return engine.Result{}, context.Cause(ctx)
+	}, engine.Config{Durability: engine.DurabilitySync, RetryWait: time.Millisecond})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	require.Equal(t, 0, testkit.Recv(t, started))
+	var disk failingSyncs
+	disk.arm(store, 20)
+	acked := b.Runner.Cancel(id)
+	okAtAck := disk.ok.Load()
+	b.WaitSettled(t, id)
+	require.Positive(t, disk.failed.Load(), "a sync failed")
+	if acked {
+		require.Positive(t, okAtAck, "Cancel returned true before the cancelled status was synced")
+	}
+}
+
+// A durable runner's Cancel returns true only once a completed sync has
+// seen the job cancelled (read right after each sync, in the store's sync
+// fault hook, under its write lock): a queued job behind another's fetch,
+// and the job whose target is being fetched.
+func TestRunner_DurableCancelSyncedBeforeItReturns(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	var mu sync.Mutex
+	status := map[string]string{} // job → its status as a completed sync saw it
+	store.SetSyncFault(func() error {
+		return store.Jobs(func(j persistence.JobRecord) bool {
+			mu.Lock()
+			status[j.ID] = j.Status
+			mu.Unlock()
+			return true
+		})
+	})
+	started := make(chan string, 4)
+	b := enginetest.SetupOn(t, store, func(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+		name, _ := jobOf(tg.URL)
+		started <- name
+		<-ctx.Done()
+		return engine.Result{}, context.Cause(ctx)
+	}, engine.Config{Durability: engine.DurabilitySync, Workers: 1, JobsTotal: 4})
+	fetching := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	require.Equal(t, "a", testkit.Recv(t, started))
+	queued := b.Submit(t, "bob", enginetest.Targets("b", 2))
+	for _, id := range []string{queued, fetching} {
+		require.True(t, b.Runner.Cancel(id))
+		mu.Lock()
+		seen := status[id]
+		mu.Unlock()
+		require.Equal(t, persistence.StatusCancelled, seen, "Cancel of %s returned before a sync saw it cancelled", id)
+		b.WaitSettled(t, id)
+	}
 }

@@ -334,3 +334,37 @@ func TestRunner_FailsClosed(t *testing.T) {
 	testkit.RequireNoneOf(t, b.Logs.String(), enginetest.PanicValue)
 	require.Contains(t, b.Logs.String(), "runner failed")
 }
+
+// A durable runner whose disk fails every write from a target's outcome
+// on (the job waits in storing for the store's writer, which retries)
+// still shuts down once Shutdown's context is done: the retried writes
+// are given up, the drain ends, and Shutdown returns the context's error,
+// not after the drain's own bound (minutes).
+func TestRunner_DurableShutdownGivesUpAFailingDisk(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	store.SetRetryWait(time.Millisecond)
+	gate := make(chan struct{})
+	b := enginetest.SetupOn(t, store, func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		<-gate
+		return enginetest.OKFetch(ctx, c, tg)
+	}, engine.Config{Durability: engine.DurabilitySync, RetryWait: time.Millisecond})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	testkit.WaitFor(t, "the running row", func() bool {
+		rec, err := store.Job(id)
+		return err == nil && rec.Status == "running"
+	})
+	var failed atomic.Int64
+	store.SetWriteFault(func() error {
+		failed.Add(1)
+		return errors.New("input/output error")
+	})
+	close(gate)
+	testkit.WaitFor(t, "the outcome's write retried", func() bool { return failed.Load() > 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Runner.Shutdown(ctx) }()
+	require.ErrorIs(t, testkit.Recv(t, done), context.DeadlineExceeded)
+	store.SetWriteFault(nil)
+}

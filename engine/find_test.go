@@ -1,7 +1,10 @@
 package engine_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -171,4 +174,57 @@ func FuzzRunner_FindJobs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRunner_FindAndListAllAfterClose: once the runner and its store are
+// closed, ListAll and FindJobs answer an error (or nothing), never panic,
+// while readers that began before Close page on.
+func TestRunner_FindAndListAllAfterClose(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, "")
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{})
+	var ids []string
+	for i := range 30 {
+		ids = append(ids, b.Submit(t, fmt.Sprintf("c%d", i%3), enginetest.Targets(fmt.Sprintf("j%d", i), 1)))
+		waitJob(t, b.Runner, ids[i])
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range 50 {
+				cursor := ""
+				for {
+					jobs, next, err := b.Runner.ListAll(engine.ListOptions{Limit: 3, Cursor: cursor})
+					if err != nil {
+						if errors.Is(err, engine.ErrBadList) {
+							t.Errorf("a cursor the runner gave is bad: %v", err)
+						}
+						break
+					}
+					for _, j := range jobs {
+						if !strings.HasPrefix(j.Caller, "c") {
+							t.Errorf("listed a job of %q", j.Caller)
+						}
+					}
+					if next == "" {
+						break
+					}
+					cursor = next
+				}
+				_, _ = b.Runner.FindJobs("", ids[i][:4], 0)
+			}
+		}()
+	}
+	close(start)
+	b.Runner.Close()
+	require.NoError(t, store.Close())
+	wg.Wait()
+	_, _, err := b.Runner.ListAll(engine.ListOptions{})
+	require.Error(t, err, "a closed store lists nothing")
+	jobs, err := b.Runner.FindJobs("", ids[0][:4], 0)
+	require.True(t, err != nil || len(jobs) == 0, "a closed store finds nothing: %v %v", jobs, err)
 }

@@ -16,6 +16,13 @@ const (
 	MaxListLimit     = 100
 )
 
+// ListScan is the most stored jobs one page of [Runner.List] or
+// [Runner.ListAll] looks at: a page whose status filter few jobs match
+// stops there, with fewer jobs than its limit (maybe none) and a next
+// cursor that goes on after the last job it looked at. So a page costs the
+// same whatever the number of jobs stored.
+const ListScan = persistence.ListScan
+
 // ListOptions filter and page [Runner.List]. The zero value lists every
 // job of the caller, DefaultListLimit at a time.
 type ListOptions struct {
@@ -36,12 +43,16 @@ var ErrBadList = errors.New("bad list request")
 
 // List returns caller's jobs, newest first (by creation time, then id), as
 // summaries, filtered by opt.Status, a page of at most opt.Limit, and the
-// cursor of the next page ("" on the last page). Expired jobs never appear,
-// swept or not; a live job reads as its actor holds it. A cursor is opaque
-// and lists only caller's jobs, whoever's page it came from. A bad status,
-// limit or cursor is an error wrapping [ErrBadList]. It never writes; safe
-// for concurrent use. It reads the caller's index: each page costs a seek
-// and a point read per job looked at.
+// cursor of the next page ("" on the last page). A page looks at most at
+// [ListScan] of caller's jobs: with a status few of them have, it may hold
+// fewer than opt.Limit jobs, or none, and still have a next cursor, which
+// goes on after the last job looked at; page on until the cursor is "".
+// Expired jobs never appear, swept or not; a live job reads as its actor
+// holds it. A cursor is opaque and lists only caller's jobs, whoever's
+// page it came from. A bad status, limit or cursor is an error wrapping
+// [ErrBadList]. It never writes; safe for concurrent use. It reads the
+// caller's index: each page costs a seek and a point read per job looked
+// at, at most ListScan, whatever the number of jobs stored.
 func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
 	jobs, _, next, err := r.list(r.callerJobs(caller), opt, false)
 	return jobs, next, err
@@ -53,8 +64,9 @@ func (r *Runner) List(caller string, opt ListOptions) ([]Job, string, error) {
 // the same rules for a bad status, limit or cursor (an error wrapping
 // [ErrBadList]). It is for an administrator: it does not check who asks.
 // Expired jobs never appear. It reads an index of every job, newest
-// first: each page costs a seek and a point read per job looked at,
-// whatever the number of jobs stored. Its cursors and List's mark a
+// first: each page costs a seek and a point read per job looked at, at
+// most [ListScan], whatever the number of jobs stored; so a page may hold
+// fewer than opt.Limit jobs, or none, with a next cursor, as for List. Its cursors and List's mark a
 // position in the same order: one taken from either pages on in the
 // other. It never writes; safe for concurrent use.
 func (r *Runner) ListAll(opt ListOptions) ([]Job, string, error) {
@@ -88,8 +100,9 @@ type indexReader func(after []byte, limit int, keep func(*persistence.JobRecord)
 // the page that goes on after it. Cursors compare ([CompareCursors]) in the
 // order List gives, whichever runner they come from: so the pages of
 // several runners merge into one (package github.com/sift/batch/engine/cluster
-// lists a caller's jobs across nodes with it: a merged page's next cursor
-// is the cursor of its last job, good on every node). Safe for concurrent
+// lists a caller's jobs across nodes with it: a merged page ends at the
+// newest of the nodes' next cursors, or its last job, and that cursor is
+// good on every node). Safe for concurrent
 // use.
 func (p Peer) ListAt(caller string, opt ListOptions) (jobs []Job, cursors []string, next string, err error) {
 	if p.r == nil {

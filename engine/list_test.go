@@ -298,6 +298,41 @@ func TestCompareCursors_MergesRunners(t *testing.T) {
 	require.Equal(t, -engine.CompareCursors("!!", "AAAA"), engine.CompareCursors("AAAA", "!!"), "garbage compares consistently")
 }
 
+// A durable runner shows a job to readers only once its creation is on
+// stable storage: while the new job's sync is under way (held here in the
+// store's sync fault hook), List must not return it: it is not answered
+// yet, its sync may still fail (Submit then fails), and a power cut then
+// loses it, so a reader would have seen a job that never was.
+func TestList_DurableShowsNoJobBeforeItsSync(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	store.SetSyncFault(func() error {
+		if held.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	submitted := make(chan string, 1)
+	go func() {
+		id, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", enginetest.Targets("a", 1))
+		if err != nil {
+			id = "error: " + err.Error()
+		}
+		submitted <- id
+	}()
+	testkit.Recv(t, entered)
+	jobs, _, err := b.Runner.List("alice", engine.ListOptions{})
+	close(release)
+	id := testkit.Recv(t, submitted)
+	require.NoError(t, err)
+	require.Empty(t, jobs, "List showed job %s while its creation's sync was under way", id)
+	b.WaitStatus(t, id, "done")
+}
+
 // pageAll pages through every caller's jobs with opt (ListAll).
 func pageAll(t *testing.T, r *engine.Runner, opt engine.ListOptions) []engine.Job {
 	t.Helper()

@@ -681,6 +681,33 @@ func TestRunner_ReadsRefuseHostileIDs(t *testing.T) {
 	require.ErrorIs(t, err, engine.ErrNotFound)
 }
 
+// A durable runner shows a status change to readers only once it is on
+// stable storage (README, "Durability": "each status change before a
+// reader sees it"): once the job has been created (synced), the next sync
+// is held in the store's sync fault hook; meanwhile nothing since the
+// creation is durable, so Runner.Job must still read the job queued.
+func TestRunner_DurableJobShowsRunningOnlyOnceSynced(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var syncs atomic.Int64
+	store.SetSyncFault(func() error {
+		if syncs.Add(1) == 2 { // the first is the job's creation
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 2))
+	testkit.Recv(t, entered)
+	j, ok := b.Runner.Job(id)
+	close(release)
+	require.True(t, ok)
+	require.Equal(t, engine.StatusQueued, j.Status, "the job read %s while nothing since its creation was synced", j.Status)
+	b.WaitStatus(t, id, "done")
+}
+
 // TestRunner_Timings: a job's started and ended times, each target's
 // fetch time (by Config.Now), stored time and options, in Status and
 // Targets, while live and once ended; a cancelled job ends when it is
@@ -811,4 +838,44 @@ func TestRunner_ReadsAStoreOfAnOlderVersion(t *testing.T) {
 	found, err = b.Runner.FindJobs("alice", alice.ID, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{alice.ID}, jobIDs(found))
+}
+
+// TestRunner_TimingsOfAnInstantFetch: a target whose fetch took no time
+// by the injected clock (Config.Now did not move while it ran) has a
+// stored outcome, so its time is known: Duration is 0 only when unknown,
+// never for a target whose outcome is stored.
+func TestRunner_TimingsOfAnInstantFetch(t *testing.T) {
+	t.Parallel()
+	clk := testkit.NewClock()
+	b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{Now: clk.Now, Workers: 1})
+	id := b.Submit(t, "alice", enginetest.Targets("instant", 2))
+	waitJob(t, b.Runner, id)
+	_, ts, ok := b.Runner.Targets(id)
+	require.True(t, ok)
+	for _, tg := range ts {
+		require.NotZero(t, tg.StoredAt, "target %d is stored", tg.Idx)
+		require.Positive(t, tg.Duration, "target %d is stored: its fetch time is known, so not 0", tg.Idx)
+	}
+}
+
+// TestRunner_TimingsWhenTheClockGoesBack: an injected clock that steps
+// back while a job runs (an NTP step, a test's clock) never makes a job
+// end before it started, nor a target's time negative.
+func TestRunner_TimingsWhenTheClockGoesBack(t *testing.T) {
+	t.Parallel()
+	clk := testkit.NewClock()
+	b := enginetest.Setup(t, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		clk.Advance(-time.Hour)
+		return engine.Result{Content: "x"}, nil
+	}, engine.Config{Now: clk.Now, Workers: 1})
+	id := b.Submit(t, "alice", enginetest.Targets("back", 1))
+	j := waitJob(t, b.Runner, id)
+	_, ts, ok := b.Runner.Targets(id)
+	require.True(t, ok)
+	require.GreaterOrEqual(t, ts[0].Duration, time.Duration(0))
+	require.NotZero(t, j.StartedAt)
+	require.GreaterOrEqual(t, j.EndedAt, j.StartedAt, "a job never ends before it started")
+	require.GreaterOrEqual(t, ts[0].StoredAt, j.StartedAt, "a target is never stored before its job started")
 }

@@ -156,7 +156,7 @@ func (r *Runner) reap(text string) (int, error) {
 	for i := range left {
 		j := &left[i]
 		if persistence.IsLive(j.Status) {
-			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, now
+			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, max(now, j.Started)
 			failed++
 		}
 		j.Settled = true
@@ -194,7 +194,8 @@ type SubmitOptions struct {
 	// IdempotencyKey, if not empty, is the caller's own key for the job
 	// (an HTTP Idempotency-Key header): it replaces the key derived from
 	// the targets, for that caller only. It is 1 to [MaxIdempotencyKey]
-	// bytes of printable UTF-8 (spaces allowed, no control characters);
+	// bytes of printable UTF-8 (spaces allowed inside, not at either
+	// end; no control characters, see [CheckIdempotencyKey]);
 	// another is an error wrapping [ErrInvalid]. While the job it made is
 	// reusable (by the rules of [Runner.Submit]: queued, running, done or
 	// partial, and not expired) the key is bound to that job's targets: the
@@ -309,8 +310,9 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 // CheckIdempotencyKey returns nil if key is a valid
 // [SubmitOptions.IdempotencyKey]: 1 to [MaxIdempotencyKey] bytes of UTF-8
 // whose every rune is printable (unicode.IsPrint: a space is, a tab or a
-// control character is not); else an error wrapping [ErrInvalid] that
-// says why, without the key.
+// control character is not), neither beginning nor ending with a space
+// (HTTP drops a header value's edge spaces, so "k " would arrive as "k");
+// else an error wrapping [ErrInvalid] that says why, without the key.
 func CheckIdempotencyKey(key string) error {
 	switch {
 	case key == "":
@@ -319,6 +321,8 @@ func CheckIdempotencyKey(key string) error {
 		return fmt.Errorf("%w: idempotency key longer than %d bytes", ErrInvalid, MaxIdempotencyKey)
 	case !utf8.ValidString(key):
 		return fmt.Errorf("%w: idempotency key is not UTF-8", ErrInvalid)
+	case key[0] == ' ' || key[len(key)-1] == ' ':
+		return fmt.Errorf("%w: idempotency key begins or ends with a space", ErrInvalid)
 	}
 	for _, c := range key {
 		if !unicode.IsPrint(c) {

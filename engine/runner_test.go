@@ -318,3 +318,58 @@ func TestRunner_DurableTargetSyncFailureRewritten(t *testing.T) {
 		return err == nil && n == store.Bytes()
 	}, 10*time.Second, time.Millisecond, "the byte total is the count of the rows")
 }
+
+// failingSyncs is a disk whose syncs fail for a while: once armed, the
+// store's next n syncs fail; ok counts the syncs that succeeded after the
+// first failure.
+type failingSyncs struct {
+	left   atomic.Int64
+	failed atomic.Int64
+	ok     atomic.Int64
+}
+
+// arm makes the next n syncs of store fail.
+func (f *failingSyncs) arm(store *persistence.Store, n int64) {
+	f.left.Store(n)
+	store.SetSyncFault(func() error {
+		if f.left.Add(-1) >= 0 {
+			f.failed.Add(1)
+			return errors.New("input/output error")
+		}
+		if f.failed.Load() > 0 {
+			f.ok.Add(1)
+		}
+		return nil
+	})
+}
+
+// A durable runner starts a job's next target only once the outcome of
+// the one before is on stable storage, also when the disk fails to sync it
+// for a while: target 0's outcome is written while syncs fail (20 in a row,
+// the store's writer retrying every millisecond), and target 1's fetch
+// must not start before a sync has succeeded since.
+func TestRunner_DurableNextTargetWaitsForAFailedSync(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	store.SetRetryWait(time.Millisecond)
+	var disk failingSyncs
+	gate := make(chan struct{})
+	var okAtFetch1 atomic.Int64
+	okAtFetch1.Store(-1)
+	fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		switch _, idx := jobOf(tg.URL); idx {
+		case 0:
+			<-gate
+		case 1:
+			okAtFetch1.CompareAndSwap(-1, disk.ok.Load())
+		}
+		return enginetest.OKFetch(ctx, c, tg)
+	}
+	b := enginetest.SetupOn(t, store, fetch, engine.Config{Durability: engine.DurabilitySync, RetryWait: time.Millisecond})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 3))
+	disk.arm(store, 20)
+	close(gate)
+	b.WaitStatus(t, id, "done")
+	require.Positive(t, disk.failed.Load(), "a sync failed")
+	require.Positive(t, okAtFetch1.Load(), "target 1 fetched before target 0's outcome was synced (syncs failed: %d)", disk.failed.Load())
+}

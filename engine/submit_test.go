@@ -458,6 +458,9 @@ func TestRunner_SubmitWithBadIdempotencyKey(t *testing.T) {
 		{"Tab", "a\tb", false},
 		{"NUL", "a\x00b", false},
 		{"NotUTF8", "a\xffb", false},
+		{"LeadingSpace", " run 8", false},
+		{"TrailingSpace", "run 8 ", false},
+		{"SpacesAlone", "   ", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.ok, engine.CheckIdempotencyKey(tc.key) == nil)
@@ -548,7 +551,8 @@ func BenchmarkRunner_SubmitReused(b *testing.B) {
 func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
-	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync, Now: func() time.Time { return at }})
 	var fail atomic.Bool
 	fail.Store(true)
 	store.SetSyncFault(func() error {
@@ -565,6 +569,7 @@ func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 	require.Len(t, jobs, 1)
 	require.Equal(t, persistence.StatusFailed, jobs[0].Status)
 	require.True(t, jobs[0].Settled)
+	require.Equal(t, at.UnixNano(), jobs[0].Ended, "the failed job ends when it was failed, by Config.Now")
 	left, err := store.Unsettled()
 	require.NoError(t, err)
 	require.Empty(t, left)
@@ -572,4 +577,134 @@ func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 	id := b.Submit(t, "alice", ts)
 	require.NotEqual(t, jobs[0].ID, id, "the failed job is not reused")
 	b.WaitStatus(t, id, "done")
+}
+
+// A durable runner whose disk fails a new job's sync and then the write
+// that settles it failed leaves the job queued in the store, with no
+// actor. The same targets submitted again must not be answered with that
+// job (its creation was never synced, and it never runs): they make a new
+// job, which runs.
+func TestSubmit_DurableUnsyncedJobNotReused(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	b := enginetest.SetupOn(t, store, enginetest.OKFetch, engine.Config{Durability: engine.DurabilitySync})
+	var syncFail, writeFail atomic.Bool
+	syncFail.Store(true)
+	store.SetWriteFault(func() error {
+		if writeFail.CompareAndSwap(true, false) {
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	store.SetSyncFault(func() error {
+		if syncFail.CompareAndSwap(true, false) {
+			writeFail.Store(true) // the disk is going: the next write fails too
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	ts := enginetest.Targets("alice", 2)
+	_, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
+	require.ErrorIs(t, err, persistence.ErrNotSynced)
+	var first []persistence.JobRecord
+	require.NoError(t, store.Jobs(func(j persistence.JobRecord) bool { first = append(first, j); return true }))
+	require.Len(t, first, 1)
+
+	id, reused, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
+	require.NoError(t, err)
+	require.False(t, reused, "the resubmit reused job %s (stored %s, its creation never synced)", first[0].ID, first[0].Status)
+	require.NotEqual(t, first[0].ID, id)
+	b.WaitStatus(t, id, "done")
+}
+
+// A crowd of submitters on a durable runner: every id Submit answers
+// (new or reused) was in the store when one of the store's syncs
+// completed, and each target is fetched only once a completed sync saw the
+// outcome of the job's target before it. Right after each sync (its sync
+// fault hook, under the store's write lock, so nothing commits meanwhile),
+// the store's rows are read: what they hold is what that sync made durable.
+func TestSubmit_DurableCrowdEachAnswerFollowsASync(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	var mu sync.Mutex
+	synced := map[string]int{} // caller → targets stored, as a completed sync saw them
+	ids := map[string]string{} // caller → its job id, as a completed sync saw it
+	var scanErr error
+	store.SetSyncFault(func() error {
+		err := store.Jobs(func(j persistence.JobRecord) bool {
+			mu.Lock()
+			synced[j.Caller] = max(synced[j.Caller], j.TargetsDone)
+			ids[j.Caller] = j.ID
+			mu.Unlock()
+			return true
+		})
+		if err != nil {
+			mu.Lock()
+			scanErr = err
+			mu.Unlock()
+		}
+		return nil
+	})
+	var early atomic.Int64
+	fetch := func(ctx context.Context, c *engine.Caller, tg engine.Target) (engine.Result, error) {
+		_, idx := jobOf(tg.URL)
+		mu.Lock()
+		if synced[c.Name] < idx {
+			early.Add(1)
+		}
+		mu.Unlock()
+		return enginetest.OKFetch(ctx, c, tg)
+	}
+	b := enginetest.SetupOn(t, store, fetch, engine.Config{Durability: engine.DurabilitySync, Workers: 2, JobsTotal: 256})
+	const submitters, each = 16, 6
+	errs := make(chan error, submitters)
+	for g := range submitters {
+		go func() {
+			for i := range each {
+				caller := fmt.Sprintf("c%d-%d", g, i)
+				ts := enginetest.Targets(caller, 3)
+				for range 2 { // the second is reused
+					id, _, err := b.Runner.Submit(context.Background(), enginetest.Caller(caller), "", ts)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					seen := ids[caller]
+					mu.Unlock()
+					if seen != id {
+						errs <- fmt.Errorf("job %s of %s answered before a sync saw it", id, caller)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range submitters {
+		require.NoError(t, <-errs)
+	}
+	// A reader of the store may see a group's rows before its sync ends
+	// (the writer holds the rows' answers, not the rows): the last syncs
+	// are waited for.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, done := range synced {
+			if done == 3 {
+				n++
+			}
+		}
+		return n == submitters*each
+	}, time.Minute, 5*time.Millisecond, "every job's last outcome synced")
+	mu.Lock()
+	defer mu.Unlock()
+	require.NoError(t, scanErr)
+	require.Zero(t, early.Load(), "targets fetched before the outcome of the one before was synced")
+	for _, id := range ids {
+		j, err := store.Job(id)
+		require.NoError(t, err)
+		require.Equal(t, persistence.StatusDone, j.Status)
+	}
 }

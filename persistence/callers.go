@@ -4,7 +4,7 @@ package persistence
 // listing them a page at a time; and the index of every job (e keys), for
 // listing across callers. CreateJob writes a job's entries and deleting
 // the job deletes them, in the same writes as the job's own rows; Open
-// writes the entries of jobs stored before an index (once).
+// checks each index and repairs it (backfill).
 
 import (
 	"bytes"
@@ -14,20 +14,27 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
+// ListScan bounds the index entries one page of [Store.CallerJobs] or
+// [Store.AllJobs] looks at: a page whose keep refuses many jobs stops
+// there, with fewer jobs than its limit (maybe none) and a next cursor that
+// goes on after the last job looked at. So a page's cost does not depend on
+// how many jobs are stored, whatever the filter.
+const ListScan = 1_000
+
 // CallerJobs returns up to limit of caller's jobs, newest first (by
 // creation time, then by id, both descending), that keep accepts (a nil
 // keep accepts all), from one snapshot, as [Store.Job] returns them. after
 // is nil for the first page, or the next of the page before; next is nil
-// when no job is left after the page, or a cursor for the next one (the
-// page after it may be empty when keep refuses the rest). A page goes on
-// after the last job the one before looked at: a job created since then
-// that is newer is not on it. A cursor is
-// opaque; one that is not from CallerJobs gives an error wrapping
-// [ErrBadCursor]. limit below 1 is 1.
+// when no job is left after the page, or a cursor for the next one. A page
+// looks at most at ListScan jobs: when keep refuses many, it may hold
+// fewer than limit jobs, or none, with a next cursor (and the page after
+// the last may be empty when keep refuses the rest). A page goes on after
+// the last job the one before looked at: a job created since then that is
+// newer is not on it. A cursor is opaque; one that is not from CallerJobs
+// gives an error wrapping [ErrBadCursor]. limit below 1 is 1.
 //
-// It costs a seek and, per job looked at, a point read of its row (and for
-// an unsettled job a walk of its outcome rows): keep sees every job of the
-// caller until the page is full.
+// It costs a seek and, per job looked at (at most ListScan), a point read
+// of its row (and for an unsettled job a walk of its outcome rows).
 func (s *Store) CallerJobs(caller string, after []byte, limit int, keep func(*JobRecord) bool) (jobs []JobRecord, next []byte, err error) {
 	return s.listIndex(callerPrefix(caller), callerKeyLen, after, limit, func(j *JobRecord) bool {
 		// another caller whose name hashes to the same 8 bytes is not listed
@@ -39,10 +46,11 @@ func (s *Store) CallerJobs(caller string, after []byte, limit int, keep func(*Jo
 // creation time, then by id, both descending), from the index of every
 // job (e keys, keys.go). Its cursors are the same as CallerJobs's: the
 // position of a job ([CallerCursor]), so they sort, as bytes, in the order
-// AllJobs lists. It costs a seek and, per job looked at, a point read of
-// its row (and for an unsettled job a walk of its outcome rows): the cost
-// of a page does not depend on how many jobs are stored, but keep sees
-// every job until the page is full. Safe for concurrent use.
+// AllJobs lists. It costs a seek and, per job looked at (at most
+// ListScan, as for CallerJobs), a point read of its row (and for an
+// unsettled job a walk of its outcome rows): the cost of a page does not
+// depend on how many jobs are stored, whatever keep refuses. Safe for
+// concurrent use.
 func (s *Store) AllJobs(after []byte, limit int, keep func(*JobRecord) bool) (jobs []JobRecord, next []byte, err error) {
 	return s.listIndex([]byte{prefixEvery}, everyKeyLen, after, limit, keep)
 }
@@ -59,19 +67,27 @@ func (s *Store) listIndex(prefix []byte, keyLen int, after []byte, limit int, ke
 		defer it.Close()
 		start := append(bytes.Clone(prefix), after...)
 		var last []byte // the key looked at last, past the prefix
+		looked := 0     // index keys looked at
 		for it.Seek(start); it.Valid(); it.Next() {
 			k := it.Item().Key()
 			if after != nil && bytes.Equal(k, start) {
 				continue // the last job the page before looked at
 			}
-			if len(jobs) == limit {
-				next = last // there is a job after the page: go on after it
+			if len(jobs) == limit || looked == ListScan {
+				// There is a job after the page: go on after the last one
+				// looked at (with a page cut short by ListScan, a page of
+				// fewer jobs than limit, maybe none).
+				next = last
 				return nil
 			}
+			looked++
 			last = append(last[:0], k[len(prefix):]...)
 			id, ok := newestFirstID(k, keyLen)
 			if !ok {
 				return fmt.Errorf("index key: %w", ErrCorrupt)
+			}
+			if s.unsynced.has(id) {
+				continue // not acknowledged yet (durable.go)
 			}
 			j, err := getJob(txn, id)
 			if errors.Is(err, badger.ErrKeyNotFound) {
@@ -113,39 +129,83 @@ func CallerCursor(created int64, id string) ([]byte, error) {
 	return callerKey("", created, raw)[1+callerHashLen:], nil
 }
 
-// indexCallers writes the caller entry of every job (jobs stored before
-// the index have none; writing one again is harmless), then the key that
-// says it is done, so that it runs once per store: at the first Open after
-// an upgrade, a walk of every job row (their keys held in memory, 41 bytes
-// a job), then writes of deleteBudget entries each. A store opened with
-// OpenReadOnly is not indexed: CallerJobs there lists only the jobs
-// created since.
-func (s *Store) indexCallers() error {
-	return s.backfill("index callers", keyCallers, func(j *JobRecord, id [idLen]byte) []byte {
+// indexes checks the caller index (c keys) and the index of every job (e
+// keys) against the job rows, and repairs them (backfill): each job has
+// its entry in each, and no entry names a job that is gone. Jobs stored
+// before an index have none; so do jobs written, after its marker, by an
+// older version (a rollback), which also leaves the entries of the jobs it
+// deletes. It runs at every Open: a key-only walk of the job rows and of
+// each index (docs/PERFORMANCE.md has its cost). A store opened with
+// OpenReadOnly is not checked: its lists there lack what is missing.
+func (s *Store) indexes() error {
+	var jobs idPrint
+	if err := s.view("index check", func(txn *badger.Txn) error {
+		jobs = fingerprint(txn, []byte{prefixJob}, jobKeyLen, false)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.backfill("index callers", keyCallers, []byte{prefixCaller}, callerKeyLen, jobs, func(j *JobRecord, id [idLen]byte) []byte {
 		return callerKey(j.Caller, j.Created, id)
-	})
-}
-
-// indexEvery writes the e key of every job (jobs stored before format 4
-// have none), then the key that says it is done: once per store, as
-// indexCallers (33 bytes a job in memory). A store opened with
-// OpenReadOnly is not indexed: AllJobs there lists only the jobs created
-// since.
-func (s *Store) indexEvery() error {
-	return s.backfill("index jobs", keyEvery, func(j *JobRecord, id [idLen]byte) []byte {
+	}); err != nil {
+		return err
+	}
+	return s.backfill("index jobs", keyEvery, []byte{prefixEvery}, everyKeyLen, jobs, func(j *JobRecord, id [idLen]byte) []byte {
 		return everyKey(j.Created, id)
 	})
 }
 
-// backfill writes keyOf's key for every stored job, unless done is
-// stored, then done.
-func (s *Store) backfill(op string, done []byte, keyOf func(*JobRecord, [idLen]byte) []byte) error {
-	finished := false
-	var keys [][]byte
+// idPrint sums up a set of job ids: how many, and the XOR of the ids. ok
+// is false when a key was malformed.
+type idPrint struct {
+	count int
+	sum   [idLen]byte
+	ok    bool
+}
+
+// fingerprint sums up the job ids of the keys under prefix, reading keys
+// only: the last 16 bytes of a key of length n, bit-inverted when
+// inverted. A key of another length spoils it (ok false).
+func fingerprint(txn *badger.Txn, prefix []byte, n int, inverted bool) idPrint {
+	p := idPrint{ok: true}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != n {
+			return idPrint{}
+		}
+		for i, c := range k[n-idLen:] {
+			if inverted {
+				c = ^c
+			}
+			p.sum[i] ^= c
+		}
+		p.count++
+	}
+	return p
+}
+
+// backfill makes the index under prefix hold keyOf's key for every stored
+// job and no other, then stores done. With done stored (the index was
+// built), it first compares jobs (the job rows' fingerprint) with the
+// index keys', reading keys only: as many, with the same XOR of their ids,
+// is taken for a whole index, since every write keeps a job and its index
+// key together; else (a version before the index wrote or deleted jobs
+// since: a rollback) it is rebuilt. A rebuild walks every job row (its key
+// held in memory, up to 41 bytes a job) and every index key, then writes
+// what is missing and deletes what names no job, deleteBudget keys a
+// transaction.
+func (s *Store) backfill(op string, done, prefix []byte, keyLen int, jobs idPrint, keyOf func(*JobRecord, [idLen]byte) []byte) error {
+	whole := false
+	want := make(map[string]struct{})
+	var stale [][]byte
 	err := s.view(op, func(txn *badger.Txn) error {
 		if _, err := txn.Get(done); err == nil {
-			finished = true
-			return nil
+			if keys := fingerprint(txn, prefix, keyLen, true); jobs.ok && keys == jobs {
+				whole = true
+				return nil
+			}
 		} else if !errors.Is(err, badger.ErrKeyNotFound) {
 			return err
 		}
@@ -163,24 +223,48 @@ func (s *Store) backfill(op string, done []byte, keyOf func(*JobRecord, [idLen]b
 			if err := it.Item().Value(func(v []byte) error {
 				j, err := decodeJob(id, v)
 				if err == nil {
-					keys = append(keys, keyOf(&j, id))
+					want[string(keyOf(&j, id))] = struct{}{}
 				}
 				return err
 			}); err != nil {
 				return err
 			}
 		}
+		ix := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer ix.Close()
+		for ix.Rewind(); ix.Valid(); ix.Next() {
+			k := ix.Item().Key()
+			if _, ok := want[string(k)]; ok {
+				delete(want, string(k)) // there already
+			} else {
+				stale = append(stale, ix.Item().KeyCopy(nil))
+			}
+		}
 		return nil
 	})
-	if err != nil || finished {
+	if err != nil || whole {
 		return err
 	}
-	for len(keys) > 0 {
-		batch := keys[:min(len(keys), deleteBudget)]
-		keys = keys[len(batch):]
+	if len(want) > 0 || len(stale) > 0 {
+		s.log.Infof("%s: repaired at open: %d keys written, %d deleted", op, len(want), len(stale))
+	}
+	keys := make([][]byte, 0, len(want))
+	for k := range want {
+		keys = append(keys, []byte(k))
+	}
+	for len(keys) > 0 || len(stale) > 0 {
+		set := keys[:min(len(keys), deleteBudget)]
+		keys = keys[len(set):]
+		del := stale[:min(len(stale), deleteBudget-len(set))]
+		stale = stale[len(del):]
 		if err := s.update(op, func(txn *badger.Txn) (int64, error) {
-			for _, k := range batch {
+			for _, k := range set {
 				if err := txn.Set(k, nil); err != nil {
+					return 0, err
+				}
+			}
+			for _, k := range del {
+				if err := txn.Delete(k); err != nil {
 					return 0, err
 				}
 			}
@@ -221,6 +305,9 @@ func (s *Store) JobsByIDPrefix(prefix []byte, scan int, keep func(*JobRecord) bo
 			}
 			var id [idLen]byte
 			copy(id[:], k[1:])
+			if s.unsynced.has(id) {
+				continue // not acknowledged yet (durable.go)
+			}
 			var j JobRecord
 			if err := it.Item().Value(func(v []byte) error {
 				var err error

@@ -1,6 +1,10 @@
 package persistence
 
 import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"testing"
@@ -226,8 +230,8 @@ func TestStore_AllJobs(t *testing.T) {
 }
 
 // TestStore_EveryIndexWrittenByOpen: a store whose jobs have no e keys
-// (written before format 4) is indexed by the next Open, once; a store
-// opened read-only is not written.
+// (written before format 4) is indexed by the next Open, and checked at each
+// Open after; a store opened read-only is not written.
 func TestStore_EveryIndexWrittenByOpen(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir)
@@ -261,17 +265,24 @@ func TestStore_EveryIndexWrittenByOpen(t *testing.T) {
 	require.Equal(t, 10, keysByPrefix(t, s)[prefixEvery])
 	require.NoError(t, s.Close())
 
-	// Once: a job that lost its entry now is not indexed again (the
-	// marker is stored).
+	// Checked at each Open, not only once: a job that lost its entry is
+	// indexed again although the marker is stored, and an entry whose job
+	// row is gone (an older version deleted the job) is deleted.
 	s, err = Open(dir)
 	require.NoError(t, err)
 	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
-		return 0, txn.Delete(everyKey(0, mustID(t, testID(0))))
+		if err := txn.Delete(everyKey(0, mustID(t, testID(0)))); err != nil {
+			return 0, err
+		}
+		return 0, txn.Delete(jobKey(mustID(t, testID(1))))
 	}))
 	require.NoError(t, s.Close())
 	s = mustOpen(t, dir)
 	ids, _ = allPages(t, s, 100, nil)
 	require.Len(t, ids, 9)
+	require.Equal(t, testID(0), ids[len(ids)-1])
+	require.Equal(t, 9, keysByPrefix(t, s)[prefixEvery])
+	require.Equal(t, 9, keysByPrefix(t, s)[prefixJob])
 }
 
 // TestStore_JobsByIDPrefix: the jobs whose id starts with a prefix, in id
@@ -315,4 +326,115 @@ func TestStore_JobsByIDPrefix(t *testing.T) {
 	require.Empty(t, jobs)
 	_, _, err = s.JobsByIDPrefix(make([]byte, 17), 100, nil)
 	require.ErrorIs(t, err, ErrBadCursor)
+}
+
+// TestStore_EveryIndexAfterARollback: a store indexed by this version,
+// then run by a version before the e keys (a rollback: it creates jobs
+// with their c keys only, and leaves the marker, which it does not know),
+// then opened by this version again lists every job across callers, as
+// it lists each caller's: the index is checked at Open, not trusted for
+// good once its marker is stored.
+func TestStore_EveryIndexAfterARollback(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	for n := range 4 {
+		callerJob(t, s, n, "alice", int64(n), true)
+	}
+	// The older version's jobs: their rows and c keys, no e key.
+	for n := 4; n < 8; n++ {
+		callerJob(t, s, n, "bob", int64(n), true)
+	}
+	require.NoError(t, s.update("test", func(txn *badger.Txn) (int64, error) {
+		for n := 4; n < 8; n++ {
+			if err := txn.Delete(everyKey(int64(n), mustID(t, testID(n)))); err != nil {
+				return 0, err
+			}
+		}
+		return 0, nil
+	}))
+	require.NoError(t, s.Close())
+
+	s = mustOpen(t, dir)
+	bob, _, err := s.CallerJobs("bob", nil, 100, nil)
+	require.NoError(t, err)
+	require.Len(t, bob, 4, "bob's own list has his jobs")
+	ids, _ := allPages(t, s, 100, nil)
+	require.Len(t, ids, 8, "the list across callers lacks the jobs bob's list has: %v", ids)
+	require.NoError(t, s.Close())
+}
+
+// BenchmarkStore_OpenIndexCheck is what Open's check of the caller index
+// and the index of every job costs (indexes, with both whole: a
+// key-only walk of the job rows and of each index), at 1k and 100k stored
+// jobs on disk; Open is the whole Open and Close of such a store.
+func BenchmarkStore_OpenIndexCheck(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		dir := filepath.Join(b.TempDir(), "store")
+		s, err := Open(dir)
+		require.NoError(b, err)
+		wb := s.db.NewWriteBatch()
+		for i := range n {
+			var id [idLen]byte
+			binary.BigEndian.PutUint64(id[8:], uint64(i)+1)
+			j := JobRecord{ID: hex.EncodeToString(id[:]), Caller: fmt.Sprint("caller", i%100), Status: StatusDone, Settled: true, TargetsTotal: 1, Created: int64(i) + 1}
+			for _, kv := range [][2][]byte{{jobKey(id), encodeJob(&j)}, {callerKey(j.Caller, j.Created, id), nil}, {everyKey(j.Created, id), nil}} {
+				require.NoError(b, wb.Set(kv[0], kv[1]))
+			}
+		}
+		require.NoError(b, wb.Flush())
+		require.NoError(b, s.Close())
+		name := fmt.Sprintf("stored=%dk", n/1000)
+		b.Run(name+"/check", func(b *testing.B) {
+			s, err := Open(dir)
+			require.NoError(b, err)
+			defer s.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.indexes(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/Open", func(b *testing.B) {
+			for b.Loop() {
+				s, err := Open(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestStore_ListScanBoundsAPage: a page looks at most at ListScan index
+// entries, whatever keep refuses: with a filter that only the oldest of
+// 2.5 × ListScan jobs passes, CallerJobs and AllJobs give pages with no
+// job and a next cursor until the one that holds it, and the walk lists
+// it once; a filter that passes all fills each page as before.
+func TestStore_ListScanBoundsAPage(t *testing.T) {
+	s := mustOpen(t, "")
+	n := ListScan*5/2 + 1
+	for i := range n {
+		callerJob(t, s, i, "alice", int64(i)+1, true)
+	}
+	var looked int
+	oldest := func(j *JobRecord) bool {
+		looked++
+		return j.ID == testID(0)
+	}
+	ids, pagesAll := allPages(t, s, 10, oldest)
+	require.Equal(t, []string{testID(0)}, ids)
+	require.Equal(t, 3, pagesAll, "ListScan entries a page: three pages for 2.5 × ListScan")
+	require.Equal(t, n, looked, "each job looked at once")
+	ids, pagesMine := pages(t, s, "alice", 10, oldest)
+	require.Equal(t, []string{testID(0)}, ids)
+	require.Equal(t, 3, pagesMine)
+
+	jobs, next, err := s.AllJobs(nil, 10, nil)
+	require.NoError(t, err)
+	require.Len(t, jobs, 10, "a filter that passes all fills the page")
+	require.NotNil(t, next)
 }

@@ -14,9 +14,18 @@ package persistence
 //     writer holds the store's write lock from one to the other. Badger's
 //     DB.Sync syncs only the current memtable's log (and the current value
 //     log file): a commit that filled the memtable in between would push the
-//     group's memtable aside unsynced.
+//     group's memtable aside unsynced, and a value-log file that filled
+//     is set aside unsynced too: so each sync also syncs the memtable logs
+//     and value-log files that became old since the last sync
+//     (syncRotatedLocked), from the newest ones that sync saw.
 //   - a job's creation ([Store.CreateJob]): synced on its own, under the
 //     write lock.
+//
+// Readers see a job only once its creation is synced: from its commit
+// until its sync succeeds (or, if that sync failed, until a later write of
+// the job is synced), [Store.Job], [Store.JobWithTargets], the job lists,
+// [Store.JobsByIDPrefix] and [Store.JobByKey] do not find it (unsyncedJobs), so nobody reads, or
+// is answered with, a job whose creation was never acknowledged.
 //
 // A Touch, a sweep, an eviction, the callers index and the node tags are
 // not acknowledgements and are not synced (they are made durable by the
@@ -44,6 +53,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -66,7 +77,17 @@ func (s *Store) SetDurable(on bool) error {
 	case s.readOnly:
 		return errReadOnly("durable store")
 	}
+	if on {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		f, err := newestLogs(s.dir)
+		if err != nil {
+			return fmt.Errorf("durable store: %w", err)
+		}
+		s.logFids = f
+	}
 	s.durable.Store(on)
+	s.abandoned.Store(false)
 	return nil
 }
 
@@ -97,6 +118,9 @@ func (s *Store) syncLocked(op string) error {
 		return nil
 	}
 	err := s.db.Sync()
+	if err == nil {
+		err = s.syncRotatedLocked()
+	}
 	if f := s.syncFault.Load(); err == nil && f != nil {
 		err = (*f)()
 	}
@@ -105,6 +129,140 @@ func (s *Store) syncLocked(op string) error {
 	}
 	s.syncs.Add(1)
 	return nil
+}
+
+// unsyncedJobs is the set of jobs whose creation a durable store has
+// committed but not synced. Safe for concurrent use; has costs an atomic
+// load while the set is empty.
+type unsyncedJobs struct {
+	n   atomic.Int64
+	mu  sync.RWMutex
+	ids map[[idLen]byte]struct{}
+}
+
+func (u *unsyncedJobs) add(id [idLen]byte) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ids == nil {
+		u.ids = make(map[[idLen]byte]struct{})
+	}
+	if _, ok := u.ids[id]; !ok {
+		u.ids[id] = struct{}{}
+		u.n.Add(1)
+	}
+}
+
+func (u *unsyncedJobs) remove(id [idLen]byte) {
+	if u.n.Load() == 0 {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.ids[id]; ok {
+		delete(u.ids, id)
+		u.n.Add(-1)
+	}
+}
+
+func (u *unsyncedJobs) has(id [idLen]byte) bool {
+	if u.n.Load() == 0 {
+		return false
+	}
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	_, ok := u.ids[id]
+	return ok
+}
+
+// logFids are the ids of the newest memtable log (NNNNN.mem) and value-log
+// file (NNNNNN.vlog) of a store's directory; Badger numbers each new one
+// of them the last one's id plus one.
+type logFids struct{ mem, vlog int }
+
+// memLogPath and vlogPath are Badger's names of its memtable logs and
+// value-log files (memtable.go, value.go).
+func memLogPath(dir string, fid int) string {
+	return filepath.Join(dir, fmt.Sprintf("%05d.mem", fid))
+}
+
+func vlogPath(dir string, fid int) string {
+	return filepath.Join(dir, fmt.Sprintf("%06d.vlog", fid))
+}
+
+// newestLogs finds the newest memtable log and value-log file in dir.
+func newestLogs(dir string) (logFids, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return logFids{}, err
+	}
+	var f logFids
+	for _, e := range es {
+		name := e.Name()
+		var id int
+		switch filepath.Ext(name) {
+		case ".mem":
+			if _, err := fmt.Sscanf(name, "%d.mem", &id); err == nil {
+				f.mem = max(f.mem, id)
+			}
+		case ".vlog":
+			if _, err := fmt.Sscanf(name, "%d.vlog", &id); err == nil {
+				f.vlog = max(f.vlog, id)
+			}
+		}
+	}
+	return f, nil
+}
+
+// syncRotatedLocked syncs the memtable logs and value-log files that
+// Badger set aside since the last sync (DB.Sync syncs only the newest of
+// each): from the newest one the last sync saw, every one that now has a
+// successor. It costs a stat of each kind when none was set aside. A
+// memtable log that is gone was flushed: Badger syncs the table and the
+// manifest before it deletes the log. s.mu is held.
+func (s *Store) syncRotatedLocked() error {
+	var err error
+	s.logFids.mem, err = syncRotated(s.logFids.mem, func(fid int) string { return memLogPath(s.dir, fid) })
+	if err != nil {
+		return err
+	}
+	s.logFids.vlog, err = syncRotated(s.logFids.vlog, func(fid int) string { return vlogPath(s.dir, fid) })
+	return err
+}
+
+// syncRotated syncs the files path(fid), path(fid+1), ... that have a
+// successor, and returns the newest fid (the one without).
+func syncRotated(fid int, path func(int) string) (int, error) {
+	for {
+		if _, err := os.Stat(path(fid + 1)); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return fid, nil
+			}
+			return fid, err
+		}
+		if err := syncFile(path(fid)); err != nil {
+			return fid, err
+		}
+		fid++
+	}
+}
+
+// syncFile syncs the file at path to stable storage (its pages written
+// through Badger's mappings are the file's: fsync writes them back); a
+// file that is gone (a flushed memtable's log, a collected value-log file)
+// needs none.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	serr := f.Sync()
+	if cerr := f.Close(); serr == nil {
+		serr = cerr
+	}
+	return serr
 }
 
 // gcFlushWait bounds how long a durable store's value-log GC waits for

@@ -17,8 +17,8 @@ package persistence
 //	e <^created:8> <^id:16>      → "" — every job, newest first (for listing across callers): created and id bit-inverted, as in c keys
 //	m stored                     → uint64 big-endian: stored bytes in all, what MaxBytes bounds: the value bytes of every job's rows (j, t, r, and the b rows its r rows name; stored.go); written with every write that moves it; absent: a store written before it, counted once by Open (a walk of every j, t and r row), which then writes it
 //	m bytes                      → uint64 big-endian: stored result bytes in all, before m stored (results only); Open deletes it when it writes m stored
-//	m callers                    → "" — every job has its c key (the index came after format 2: Open writes the missing ones once)
-//	m every                      → "" — every job has its e key (the index came with format 4: Open writes the missing ones once)
+//	m callers                    → "" — every job has its c key (the index came after format 2): Open built it, and checks it at each Open (Store.indexes)
+//	m every                      → "" — every job has its e key (the index came with format 4): Open built it, and checks it at each Open (Store.indexes)
 //	n <tag:4>                    → 1 <node name> — a cluster node met, by its tag (the first 4 bytes of its jobs' ids): format byte 1, then the name; at most MaxNodeTags keys (nodetags.go)
 //
 // A result longer than 512 bytes is not in its r row but in b rows of

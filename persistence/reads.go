@@ -10,15 +10,61 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
+// view runs fn in a Badger read transaction; op names the read in errors.
+// Every read goes through view: Close waits for the reads in flight
+// (readGate) before it closes Badger, and a read after Close is an error
+// wrapping ErrClosed, never a Badger panic or a read of a closed DB.
 func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
-	if s.closed.Load() {
+	if s.closed.Load() || !s.reads.enter() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
 	}
+	defer s.reads.exit()
 	return convert(op, s.db.View(fn))
+}
+
+// readGate counts the reads in flight, so that Store.Close can wait for
+// them: enter before a read (false once closed: do not read), exit after.
+// Reads nest freely (a read inside another's callback enters again). The
+// zero value is open.
+type readGate struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   sync.Cond // signalled when n falls to 0 after close; L is mu
+}
+
+func (g *readGate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.n++
+	return true
+}
+
+func (g *readGate) exit() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n--; g.n == 0 && g.closed {
+		g.idle.Broadcast()
+	}
+}
+
+// close refuses every read from now on and waits for those in flight.
+func (g *readGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.idle.L = &g.mu
+	for g.n > 0 {
+		g.idle.Wait()
+	}
 }
 
 func getJob(txn *badger.Txn, id [idLen]byte) (JobRecord, error) {
@@ -52,6 +98,9 @@ func (s *Store) Job(idHex string) (JobRecord, error) {
 	if !ok {
 		return JobRecord{}, fmt.Errorf("read job: %w", ErrNotFound)
 	}
+	if s.unsynced.has(id) {
+		return JobRecord{}, fmt.Errorf("read job: %w", ErrNotFound)
+	}
 	var j JobRecord
 	err := s.view("read job", func(txn *badger.Txn) error {
 		var err error
@@ -82,6 +131,9 @@ func (s *Store) TargetStatuses(idHex string) (JobRecord, []TargetRecord, error) 
 func (s *Store) jobWithTargets(op, idHex string, withResults bool) (JobRecord, []TargetRecord, error) {
 	id, ok := parseID(idHex)
 	if !ok {
+		return JobRecord{}, nil, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if s.unsynced.has(id) {
 		return JobRecord{}, nil, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	var j JobRecord
@@ -392,6 +444,9 @@ func (s *Store) JobByKey(key [32]byte) (JobRecord, bool, error) {
 			return nil
 		}); err != nil {
 			return err
+		}
+		if s.unsynced.has(id) {
+			return nil // its creation is not acknowledged: never reused
 		}
 		j, err = getJob(txn, id)
 		if errors.Is(err, badger.ErrKeyNotFound) {

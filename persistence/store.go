@@ -117,6 +117,7 @@ type Store struct {
 	readOnly bool       // opened by OpenReadOnly: every write is refused
 	specs    specsCache // the specs rows read, decoded (specs.go)
 	closed   atomic.Bool
+	reads    readGate                     // the reads in flight, that Close waits for (reads.go)
 	fault    atomic.Pointer[func() error] // see SetWriteFault
 	// The writer goroutine's own (writer.go): the retried writes it holds,
 	// per job in order, and whether the store is closing.
@@ -129,6 +130,18 @@ type Store struct {
 	durable   atomic.Bool
 	syncs     atomic.Int64
 	syncFault atomic.Pointer[func() error]
+	// logFids: the newest memtable log and value-log file at the last
+	// sync (or at SetDurable): the files from them on that are no longer
+	// the newest are synced too (syncRotatedLocked). Under mu.
+	logFids logFids
+	// unsynced: the jobs whose creation is stored but not yet synced
+	// (durable.go): readers do not see them.
+	unsynced unsyncedJobs
+	// commitDelayNs is SetCommitDelay's delay + 1 (0: the default);
+	// groupPeak the recent groups' peak size (writer goroutine's).
+	commitDelayNs atomic.Int64
+	abandoned     atomic.Bool // AbandonRetries was called (writer.go); SetDurable clears it
+	groupPeak     int
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
@@ -181,15 +194,12 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.indexCallers(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	if err := s.indexEvery(); err != nil {
+	if err := s.indexes(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	s.q.wake = make(chan struct{}, 1)
+	s.q.full = make(chan struct{}, 1)
 	s.q.abandon = make(chan chan struct{})
 	s.wg.Add(1)
 	go s.writeLoop()
@@ -243,12 +253,16 @@ func (s *Store) Dir() string { return s.dir }
 
 // Close stops the store's background work and closes Badger. Call it once,
 // after every runner using the store has been closed; later calls return nil.
+// It waits for the reads in flight (a reader's page, a find); a read that
+// begins once Close has begun is an error wrapping ErrClosed. Safe to call
+// while other goroutines read.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
 	s.wg.Wait()
+	s.reads.close() // a read in flight ends before Badger closes; later ones fail
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.db.Close(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
@@ -576,4 +577,45 @@ func TestStore_TouchUnexpired(t *testing.T) {
 	ok, err = s.Touch(other.ID, 600)
 	require.NoError(t, err)
 	require.True(t, ok, "Touch has no expiry")
+}
+
+// TestStore_CloseWaitsForReads: Close waits for a read in flight (here one
+// held inside Jobs's callback) before it closes Badger, and every read
+// that begins once Close has begun, by any path, is an error wrapping
+// ErrClosed: never a panic of a closed Badger.
+func TestStore_CloseWaitsForReads(t *testing.T) {
+	s, err := Open("")
+	require.NoError(t, err)
+	j := putJobRecord(t, s, 1, 1, 1, true)
+	entered, release := make(chan struct{}), make(chan struct{})
+	read := make(chan error, 1)
+	go func() {
+		read <- s.Jobs(func(JobRecord) bool {
+			close(entered)
+			<-release
+			return true
+		})
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	require.Eventually(t, s.closed.Load, 10*time.Second, time.Millisecond)
+	_, err = s.Job(j.ID)
+	require.ErrorIs(t, err, ErrClosed)
+	_, _, err = s.AllJobs(nil, 10, nil)
+	require.ErrorIs(t, err, ErrClosed)
+	_, _, err = s.CallerJobs("alice", nil, 10, nil)
+	require.ErrorIs(t, err, ErrClosed)
+	_, _, err = s.JobsByIDPrefix(nil, 10, nil)
+	require.ErrorIs(t, err, ErrClosed)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with a read in flight", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-read, "the read that began before Close ends whole")
+	require.NoError(t, <-closed)
+	_, err = s.Job(j.ID)
+	require.ErrorIs(t, err, ErrClosed)
 }

@@ -89,7 +89,9 @@ type ownerWrite struct {
 // committed; on its first answer (late false) an error wrapping
 // [ErrRetrying] says the writer holds it and will answer again (late true)
 // with nil, or with the error that made it give up. Any other error is
-// final. It is called from the store's writer goroutine (or the caller's,
+// final. On a durable store a held write has no first answer of its own:
+// it is answered once (late false), when it has been written and synced,
+// or given up. It is called from the store's writer goroutine (or the caller's,
 // for a write refused before it is queued) and must not block, nor write
 // to the store (on a durable store it may be called with the store's
 // write lock held).
@@ -185,14 +187,18 @@ func (s *Store) fail(w *ownerWrite, err error) {
 }
 
 // hold keeps w behind the job's held writes (or first, if there are
-// none) and answers it ErrRetrying unless it was answered already.
-// Writer goroutine only.
+// none) and answers it ErrRetrying unless it was answered already. On a
+// durable store it is not answered until it has been written and synced
+// (or given up): a write is acknowledged only once it is on stable
+// storage, and a job must not go on (its next target, a Cancel's answer)
+// past a write that is not; except once AbandonRetries has been called
+// (its runner is stopping). Writer goroutine only.
 func (s *Store) hold(w *ownerWrite, err error) {
 	if s.held == nil {
 		s.held = make(map[[idLen]byte][]*ownerWrite)
 	}
 	s.held[w.id] = append(s.held[w.id], w)
-	if !w.late {
+	if !w.late && (!s.durable.Load() || s.abandoned.Load()) {
 		w.late = true
 		w.doneR(fmt.Errorf("%w: %w", err, ErrRetrying), false)
 	}
@@ -266,8 +272,13 @@ func (s *Store) retryHeld(giveUp bool) {
 // and gives up those that fail: each is answered, late, with an error
 // wrapping [ErrClosed]. A runner calls it as it stops, so that no write of
 // a job it no longer owns commits later (the next runner reaps the job).
-// Safe for concurrent use; it returns once they are all answered.
+// Safe for concurrent use; it returns once they are all answered. On a
+// durable store it also ends the wait for a held write's answer: from then
+// until the next [Store.SetDurable], a write that fails is answered at
+// once (an error wrapping [ErrRetrying]) as on a store that is not
+// durable, so that a stopping runner's jobs do not wait for the disk.
 func (s *Store) AbandonRetries() {
+	s.abandoned.Store(true)
 	done := make(chan struct{})
 	select {
 	case s.q.abandon <- done:
@@ -362,6 +373,13 @@ func (s *Store) queue(w *ownerWrite) {
 		return
 	}
 	s.q.writes = append(s.q.writes, w)
+	if s.q.want > 0 && len(s.q.writes) >= s.q.want {
+		s.q.want = 0
+		select {
+		case s.q.full <- struct{}{}:
+		default:
+		}
+	}
 	s.q.mu.Unlock()
 	select {
 	case s.q.wake <- struct{}{}:
@@ -378,10 +396,13 @@ func (s *Store) writeLoop() {
 	var spare []*ownerWrite
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	delay := time.NewTimer(time.Hour)
+	delay.Stop()
 	armed := false
 	for {
 		select {
 		case <-s.q.wake:
+			s.commitDelay(delay)
 		case <-retry.C:
 			armed = false
 			s.retryHeld(false)
@@ -396,6 +417,10 @@ func (s *Store) writeLoop() {
 		s.q.writes = spare[:0]
 		s.q.closed = s.stopping
 		s.q.mu.Unlock()
+		if len(batch) > 0 {
+			// The groups' recent peak, decaying by an eighth a group.
+			s.groupPeak = max(len(batch), s.groupPeak-(s.groupPeak+7)/8)
+		}
 		for len(batch) > 0 {
 			n := groupSize(batch, s.valueThreshold)
 			s.writeGroup(batch[:n])
@@ -413,6 +438,57 @@ func (s *Store) writeLoop() {
 			armed = true
 		}
 	}
+}
+
+// DefaultCommitDelay is how long a durable store's writer waits, at most,
+// before it commits a group while other jobs are writing too
+// ([Store.SetCommitDelay]).
+const DefaultCommitDelay = 200 * time.Microsecond
+
+// SetCommitDelay sets how long a durable store's writer waits for more
+// writes before it commits a group (PostgreSQL's commit_delay): only when
+// the recent groups held more than one write (several jobs writing), and
+// only until as many writes are queued as the recent groups' peak. The
+// jobs answered by the last group's sync then join the next group
+// instead of making a group of their own: fewer syncs, more writes each.
+// d <= 0 turns it off; the default is [DefaultCommitDelay]. A store that
+// is not durable never waits. Safe to call at any time.
+func (s *Store) SetCommitDelay(d time.Duration) {
+	s.commitDelayNs.Store(int64(max(d, 0)) + 1)
+}
+
+// commitDelay waits, on a durable store whose recent groups held more than
+// one write, until groupPeak writes are queued, or the commit delay has
+// passed, or the store is closing. Writer goroutine only; t is its timer.
+func (s *Store) commitDelay(t *time.Timer) {
+	d := time.Duration(s.commitDelayNs.Load() - 1)
+	if d < 0 {
+		d = DefaultCommitDelay
+	}
+	if d == 0 || s.groupPeak < 2 || !s.durable.Load() {
+		return
+	}
+	s.q.mu.Lock()
+	if n := len(s.q.writes); n == 0 || n >= s.groupPeak { // nothing to wait with, or all in
+		s.q.mu.Unlock()
+		return
+	}
+	s.q.want = s.groupPeak
+	select {
+	case <-s.q.full: // a signal left from before
+	default:
+	}
+	s.q.mu.Unlock()
+	t.Reset(d)
+	select {
+	case <-s.q.full:
+	case <-t.C:
+	case <-s.stop:
+	}
+	t.Stop()
+	s.q.mu.Lock()
+	s.q.want = 0
+	s.q.mu.Unlock()
 }
 
 // groupSize is how many writes from the front of ws go in one transaction.
@@ -575,6 +651,11 @@ func (s *Store) commitSynced(ws []*ownerWrite) []error {
 	}
 	serr := s.syncLocked(ws[0].op)
 	if serr == nil {
+		for i, w := range ws {
+			if errs == nil || errs[i] == nil {
+				s.unsynced.remove(w.id)
+			}
+		}
 		return errs
 	}
 	if errs == nil {
@@ -745,4 +826,8 @@ type writeQueue struct {
 	closed  bool               // the writer has stopped: refuse new writes
 	wake    chan struct{}      // capacity 1: there are writes
 	abandon chan chan struct{} // AbandonRetries
+	// want, when not 0, is how many queued writes end the writer's commit
+	// delay (commitDelay): queue signals full (capacity 1) on reaching it.
+	want int
+	full chan struct{}
 }

@@ -87,7 +87,11 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	if len(targets) > 0xffff {
 		return fmt.Errorf("store job: %w: %d targets", ErrTooLarge, len(targets))
 	}
-	return s.updateSynced("store job", func(txn *badger.Txn) (int64, error) {
+	durable := s.durable.Load()
+	if durable {
+		s.unsynced.add(id)
+	}
+	err := s.updateSynced("store job", func(txn *badger.Txn) (int64, error) {
 		row := encodeJob(j)
 		if err := txn.Set(jobKey(id), row); err != nil {
 			return 0, err
@@ -115,6 +119,13 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 		}
 		return size, txn.Set(liveKey(id), nil)
 	})
+	if durable && !errors.Is(err, ErrNotSynced) {
+		// Synced, or not stored at all. A job stored but not synced stays
+		// hidden from readers and from reuse until a write of its own is
+		// synced (commitSynced): its creation was never acknowledged.
+		s.unsynced.remove(id)
+	}
+	return err
 }
 
 // indexed notes x and a keys about to be written (s.mu is held): a sweep or

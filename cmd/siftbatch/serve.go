@@ -328,8 +328,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 			return nil, fmt.Errorf("cluster %s: %w", f.cluster.Name, err)
 		}
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", api)
+	mux := http.NewServeMux() // /v1/ is api's, through httpapi.Front below
 	mux.Handle(routeUI, m.Middleware(routeUI, ui))
 	mux.Handle(routeMCP, m.Middleware(routeMCP, mcpH)) // MCP over streamable HTTP, stateless, through the API
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
@@ -339,7 +338,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	mux.Handle(routeHealth, m.Middleware(routeHealth, health.Handler(runner, self, time.Now, memberGrace)))
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           httpapi.Front(api, mux), // the API answers its own paths: a mux would redirect /v1/batch/./ID
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,

@@ -1130,8 +1130,9 @@ func TestServe_DurableFlag(t *testing.T) {
 
 // The order of syscalls proves durable mode: serve --durable runs under
 // strace -f -y, a job of 3 targets is submitted and waited for, and the
-// trace must show a sync of a store file (msync MS_SYNC on a range the
-// trace's mmap lines tie to a file in --data, or fsync/fdatasync of one)
+// trace must show a sync of the store's current memtable log, which holds
+// the writes (msync MS_SYNC on a range the trace's mmap lines tie to the
+// newest *.mem file in --data, or fsync/fdatasync of it)
 // completed after the POST was read and before the 202 was written; after
 // each target's fetch started (the GET written to the fixture) and before
 // the next target's fetch started; after the last one's and before the
@@ -1326,7 +1327,9 @@ var (
 
 // readTrace reads the trace of traceServeJob: store files are those under
 // data; a store mapping is a range an mmap of one of them returned (moved
-// by mremap, dropped by munmap).
+// by mremap, dropped by munmap). A sync counts only if it covers the
+// current memtable's log, which holds the writes: an msync(MS_SYNC) of a
+// range mapped from the newest *.mem, or an fsync/fdatasync of it.
 func readTrace(t *testing.T, trace, data, fixture, id string, n int) *syscallTrace {
 	t.Helper()
 	f, err := os.Open(trace)
@@ -1341,7 +1344,26 @@ func readTrace(t *testing.T, trace, data, fixture, id string, n int) *syscallTra
 	inStore := func(path string) bool {
 		return path == data || strings.HasPrefix(path, data+string(filepath.Separator))
 	}
-	type mapping struct{ start, end uint64 }
+	// The writes a sync must cover are in the current memtable's log: the
+	// newest NNNNN.mem of the store (each row here is under Badger's value
+	// threshold, so none goes to a value-log file). A sync of any other
+	// store file (a table, the manifest, a value-log file) does not count.
+	memFid := func(path string) int {
+		fid, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(path), ".mem"))
+		if !inStore(path) || !strings.HasSuffix(path, ".mem") || err != nil {
+			return -1
+		}
+		return fid
+	}
+	newestMem := -1 // the newest memtable log mapped or synced so far
+	current := func(path string) bool {
+		fid := memFid(path)
+		return fid >= 0 && fid == newestMem
+	}
+	type mapping struct {
+		start, end uint64
+		path       string
+	}
 	var maps []mapping
 	mapped := func(addr uint64) int {
 		for i, m := range maps {
@@ -1389,14 +1411,15 @@ func readTrace(t *testing.T, trace, data, fixture, id string, n int) *syscallTra
 			if len(args) >= 5 && ret != "" && strings.HasPrefix(ret, "0x") {
 				if m := traceFD.FindStringSubmatch(args[4]); m != nil && inStore(m[1]) {
 					start := num(ret)
-					maps = append(maps, mapping{start, start + num(args[1])})
+					maps = append(maps, mapping{start, start + num(args[1]), m[1]})
+					newestMem = max(newestMem, memFid(m[1]))
 				}
 			}
 		case "mremap":
 			if len(args) >= 3 && strings.HasPrefix(ret, "0x") {
 				if i := mapped(num(args[0])); i >= 0 {
 					start := num(ret)
-					maps[i] = mapping{start, start + num(args[2])}
+					maps[i] = mapping{start, start + num(args[2]), maps[i].path}
 				}
 			}
 		case "munmap":
@@ -1404,12 +1427,13 @@ func readTrace(t *testing.T, trace, data, fixture, id string, n int) *syscallTra
 				maps = append(maps[:i], maps[i+1:]...)
 			}
 		case "msync":
-			if len(args) >= 3 && strings.Contains(args[2], "MS_SYNC") && ret == "0" && mapped(num(args[0])) >= 0 {
+			if i := mapped(num(args[0])); len(args) >= 3 && strings.Contains(args[2], "MS_SYNC") && ret == "0" && i >= 0 && current(maps[i].path) {
 				tr.syncs++
 				tr.syncAt = append(tr.syncAt, at)
 			}
 		case "fsync", "fdatasync":
-			if m := traceFD.FindStringSubmatch(args[0]); m != nil && inStore(m[1]) && ret == "0" {
+			if m := traceFD.FindStringSubmatch(args[0]); m != nil && ret == "0" && memFid(m[1]) >= newestMem && memFid(m[1]) >= 0 {
+				newestMem = memFid(m[1])
 				tr.syncs++
 				tr.syncAt = append(tr.syncAt, at)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,7 +66,7 @@ func durationMS(d time.Duration) int64 {
 // runShow is the show command: one stored job and its targets as JSON.
 func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := cli.NewFlagSet("show", "show [--data DIR] [--results] ID",
-		"Print one stored job and its targets as JSON. ID is a job's whole id, or the\nstart of one (at least 4 hex digits): of its first 8 digits, the short id the\nlists show, or of digits 9 to 16 for a job of a cluster node (whose ids begin\nwith the node's tag). A start that more than one job has lists them and fails.\nThe store must not be in use by a running serve.")
+		"Print one stored job and its targets as JSON. ID is a job's whole id, or the\nstart of one (at least 4 hex digits): of its short id, the one the dashboard\nshows (its first 8 digits, or digits 9 to 16 for a job of a cluster node, whose\nids begin with the node's tag), or of more than 8 digits of the whole id. A start that more than one job\nhas lists them and fails. The store must not be in use by a running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
 	results := fs.Bool("results", false, "include each target's result")
 	pos, err := cli.ParseFlags(fs, args, stdout)
@@ -131,17 +132,33 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 
 // resolveID returns the id of the one stored job that arg names: arg
 // itself if it is not the start of an id (4 to 31 hex digits), else the
-// job whose id, or (for 8 digits or fewer) whose digits from the 9th on,
-// start with it. None, or more than one, is an error; the one for more
-// lists them, newest first.
+// job whose short id (as [engine.ShortID] gives it with the store's node
+// tags: the first 8 digits, or digits 9 to 16 of a job of a cluster node)
+// or, for more than 8 digits, whose whole id starts with it, as
+// Runner.FindJobs matches. None, or more than one, is an error; the one
+// for more lists them, newest first.
 func resolveID(store *persistence.Store, arg, dir string) (string, error) {
 	p := strings.ToLower(arg)
 	if len(p) < engine.MinShortPrefix || len(p) >= 32 || strings.Trim(p, "0123456789abcdef") != "" {
 		return arg, nil
 	}
+	tags, err := store.NodeTags()
+	if err != nil {
+		return "", err
+	}
+	tagged := make(map[string]bool, len(tags))
+	for t := range tags {
+		tagged[hex.EncodeToString(t[:])] = true
+	}
+	shortID := func(id string) string {
+		if len(id) == 32 && tagged[id[:2*engine.NodeTagLen]] {
+			return id[2*engine.NodeTagLen : 2*engine.NodeTagLen+engine.ShortIDLen]
+		}
+		return id[:min(len(id), engine.ShortIDLen)]
+	}
 	var found []persistence.JobRecord
 	if err := store.Jobs(func(j persistence.JobRecord) bool {
-		if strings.HasPrefix(j.ID, p) || (len(p) <= engine.ShortIDLen && strings.HasPrefix(j.ID[2*engine.NodeTagLen:], p)) {
+		if (len(p) > engine.ShortIDLen && strings.HasPrefix(j.ID, p)) || (len(p) <= engine.ShortIDLen && strings.HasPrefix(shortID(j.ID), p)) {
 			found = append(found, j)
 		}
 		return true

@@ -64,8 +64,8 @@ func TestShow(t *testing.T) {
 }
 
 // TestShow_ShortIDs: show takes the start of an id (4 digits or more, any
-// case): of its first 8 digits, or of digits 9 to 16 (a cluster node's
-// short id); a start more than one job has lists them, newest first, and
+// case): of its short id (its first 8 digits, or digits 9 to 16 for a job
+// of a cluster node whose tag the store holds), or of the whole id; a start more than one job has lists them, newest first, and
 // fails; none is "no job".
 func TestShow_ShortIDs(t *testing.T) {
 	t.Parallel()
@@ -78,6 +78,9 @@ func TestShow_ShortIDs(t *testing.T) {
 		"abcd0000000000000000000000000001",
 		"abcd1000000000000000000000000002",
 		"5e1f7a90c0ffee000000000000000003", // a node's: its short id is c0ffee00
+	}
+	if err := store.PutNodeTag([4]byte{0x5e, 0x1f, 0x7a, 0x90}, "node-a"); err != nil {
+		t.Fatal(err)
 	}
 	for i, id := range ids {
 		j := persistence.JobRecord{ID: id, Caller: "alice", Status: persistence.StatusDone, TargetsTotal: 1, TargetsDone: 1,
@@ -208,4 +211,44 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestShow_ShortIDOfAPlainStore: in a store of no cluster node (no node
+// tag stored), a job's short id is its first 8 digits, as jobs and the
+// dashboard show it: show opens the job by it, and another job whose
+// digits 9 to 16 happen to be the same is not a candidate (its short id,
+// as every list shows it, is another).
+func TestShow_ShortIDOfAPlainStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{
+		"abcd1234000000000000000000000001", // short id abcd1234
+		"77777777abcd12340000000000000002", // short id 77777777: no node tag is stored
+	}
+	for i, id := range ids {
+		j := persistence.JobRecord{ID: id, Caller: "alice", Status: persistence.StatusDone, TargetsTotal: 1, TargetsDone: 1,
+			Created: int64(i+1) * 1e9, Lease: int64(i+1) * 1e9, Settled: true}
+		j.Key[0] = byte(i)
+		if err := store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/" + id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := engine.ShortID(ids[1]); got != "77777777" {
+		t.Fatalf("ShortID(%s) = %s: a tag of this process matches", ids[1], got)
+	}
+	out, _, err := run(t, "show", "--data", dir, engine.ShortID(ids[0]))
+	if err != nil {
+		t.Fatalf("show %s, the short id jobs lists: %v", engine.ShortID(ids[0]), err)
+	}
+	var job storedJobJSON
+	if err := json.Unmarshal([]byte(out), &job); err != nil || job.ID != ids[0] {
+		t.Fatalf("show %s: %v %s, want %s", engine.ShortID(ids[0]), err, job.ID, ids[0])
+	}
 }

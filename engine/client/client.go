@@ -115,6 +115,12 @@ func New(baseURL, key string, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("new client: %w", err)
 		}
 	}
+	// The API never redirects: a redirect (a proxy's, or a mux cleaning a
+	// path) is answered as it is, an *Error, never followed to another
+	// resource whose answer would be decoded as the one asked for.
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	return c, nil
 }
 
@@ -137,6 +143,7 @@ type request struct {
 	query  url.Values
 	body   []byte // nil: none
 	header http.Header
+	err    error // not sent: this error instead (see jobRequest)
 }
 
 // do sends rq, again after a 429 or 503 (see the package doc), and returns
@@ -144,6 +151,9 @@ type request struct {
 // other answer is an *Error, its body read and closed. A request the
 // network failed is never sent again.
 func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
+	if rq.err != nil {
+		return nil, rq.err
+	}
 	target := c.base + rq.path
 	if len(rq.query) > 0 {
 		target += "?" + rq.query.Encode()
@@ -182,7 +192,9 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 			return nil, e
 		}
 		wait, ok := c.backoff(e.RetryAfter, attempt)
-		if !ok {
+		if dl, has := ctx.Deadline(); !ok || has && time.Until(dl) < wait {
+			// Asked to wait past the bound, or past ctx's deadline: the
+			// answer now, rather than a sleep that ends in ctx's error.
 			return nil, e
 		}
 		if err := c.sleep(ctx, wait); err != nil {
@@ -237,11 +249,17 @@ func (c *Client) getJSON(ctx context.Context, rq request, v any) error {
 	return nil
 }
 
-// jobPath is the path of job id, and of its target idx if idx ≥ 0.
-func jobPath(id string, idx int) string {
+// jobRequest is a request of job id, and of its target idx if idx ≥ 0.
+// An id that cannot be a job's ("", ".", "..", or one with a '/', which a
+// path would read as segments) is not sent: it answers the *Error of the
+// API's 404.
+func jobRequest(method, id string, idx int) request {
+	if id == "" || id == "." || id == ".." || strings.Contains(id, "/") {
+		return request{err: &Error{Status: http.StatusNotFound, Message: "job not found", Hint: "check the id; jobs are deleted a while after they finish"}}
+	}
 	p := "/v1/batch/" + url.PathEscape(id)
 	if idx >= 0 {
 		p += fmt.Sprintf("/%d", idx)
 	}
-	return p
+	return request{method: method, path: p}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,8 +231,8 @@ func TestClient_SubmitWithSendsTheIdempotencyKey(t *testing.T) {
 		t.Fatalf("the server got Idempotency-Key %q; want %q", got, key)
 	}
 	for _, bad := range []string{"a\tb", "line\n", strings.Repeat("k", 256), "\xff\xfe"} {
-		if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: bad}); err == nil {
-			t.Errorf("key %q: no error", bad)
+		if _, err := c.SubmitWith(ctx, targets("k", 1), client.SubmitOptions{IdempotencyKey: bad}); !errors.Is(err, client.ErrBadRequest) {
+			t.Errorf("key %q: %v; want the API's 400", bad, err)
 		}
 	}
 	if n := b.count("POST /v1/batch"); n != 1 {
@@ -310,4 +311,57 @@ func mustParse(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestClient_SubmitWithKeysDifferingInEdgeSpaces submits with keys that
+// differ from another only by a space at an end, " k" and "k ", and with
+// a key of spaces alone. HTTP drops a header value's edge spaces, so they
+// would reach the server as "k" (its job, or a 422): SubmitWith refuses
+// each, without a request, with the API's 400 naming the rule; a space
+// inside a key is a key of its own.
+func TestClient_SubmitWithKeysDifferingInEdgeSpaces(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	first, err := c.SubmitWith(ctx, targets("edge-a", 1), client.SubmitOptions{IdempotencyKey: "run 8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.count("POST /v1/batch")
+	for i, key := range []string{"run 8 ", " run 8", " "} {
+		s, err := c.SubmitWith(ctx, targets("edge-b"+strconv.Itoa(i), 1), client.SubmitOptions{IdempotencyKey: key})
+		var e *client.Error
+		if !errors.As(err, &e) || !errors.Is(err, client.ErrBadRequest) || !strings.Contains(e.Hint, "no space at either end") {
+			t.Fatalf("key %q: %+v, %v; want the API's 400 naming the rule", key, s, err)
+		}
+	}
+	if n := b.count("POST /v1/batch") - before; n != 0 {
+		t.Fatalf("%d refused submits reached the server", n)
+	}
+	s, err := c.SubmitWith(ctx, targets("edge-c", 1), client.SubmitOptions{IdempotencyKey: "run  8"})
+	if err != nil || s.Reused || s.ID == first.ID {
+		t.Fatalf("key %q: %+v, %v; want a fresh job", "run  8", s, err)
+	}
+}
+
+// TestClient_JobOfDotIDIsNotFound asks for jobs whose ids are path
+// segments: no job has id "." or "./" + a real id, so each is an error
+// matching engine.ErrNotFound, never a zero Job (the answer of another
+// resource, the list at /v1/batch/, decoded as a job).
+func TestClient_JobOfDotIDIsNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{})
+	c := b.client(t, "alice-key")
+	ctx := context.Background()
+	s, err := c.Submit(ctx, targets("dot", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{".", "./" + s.ID, s.ID + "/."} {
+		j, err := c.Job(ctx, id)
+		if !errors.Is(err, engine.ErrNotFound) {
+			t.Errorf("Job(%q) = %+v, %v; want ErrNotFound", id, j, err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -33,9 +34,11 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 )
 
-// Error is an answer of the API that is not a success. It matches, with
-// [errors.Is], the sentinel of its status class and the engine's sentinel
-// that the API's text names (see the package doc).
+// Error is an answer of the API that is not a success, or the answer the
+// API would make to a request the client refuses without sending it (an
+// Idempotency-Key the API refuses: 400). It matches, with [errors.Is], the
+// sentinel of its status class and the engine's sentinel that the API's
+// text names (see the package doc).
 type Error struct {
 	// Status is the HTTP status code.
 	Status int
@@ -124,13 +127,21 @@ func newError(resp *http.Response, body []byte, now time.Time) *Error {
 	return e
 }
 
+// maxRetryAfter is the Retry-After of a number of seconds too large for a
+// time.Duration: longer than any client's bound, so never waited for.
+const maxRetryAfter = time.Duration(math.MaxInt64)
+
 // parseRetryAfter reads a Retry-After: whole seconds, or an HTTP date; 0
-// if absent, malformed or past.
+// if absent, malformed or past. Seconds too many for a time.Duration (or
+// for 64 bits) are [maxRetryAfter]: longer than any bound, not "none".
 func parseRetryAfter(s string, now time.Time) time.Duration {
 	if s == "" {
 		return 0
 	}
-	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
 		return time.Duration(n) * time.Second
 	}
 	if t, err := http.ParseTime(s); err == nil && t.After(now) {

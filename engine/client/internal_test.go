@@ -18,6 +18,12 @@ func TestParseRetryAfter(t *testing.T) {
 		"-1":   0,
 		"1.5":  0,
 		"soon": 0,
+		// More seconds than 31 bits, than a Duration, than 64 bits: longer
+		// than any bound, never "none".
+		"4294967296":              4294967296 * time.Second,
+		"9223372037":              maxRetryAfter,
+		"99999999999999999999999": maxRetryAfter,
+		"9223372036":              9223372036 * time.Second,
 		now.Add(30 * time.Second).Format(http.TimeFormat): 30 * time.Second,
 		now.Add(-time.Minute).Format(http.TimeFormat):     0,
 	} {

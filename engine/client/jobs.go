@@ -54,8 +54,9 @@ type SubmitOptions struct {
 	// IdempotencyKey, if set, is sent as the Idempotency-Key header: the
 	// server matches the job by it instead of by the targets, and answers
 	// 422 if it is bound to other targets while that job is reusable. 1 to
-	// 255 bytes of printable UTF-8 (a space is printable; a tab is not),
-	// else SubmitWith fails without sending anything. A new key asks for a
+	// 255 bytes of printable UTF-8 (a space is printable, but not at either
+	// end, which HTTP drops; a tab is not), else SubmitWith fails without sending anything, with the *Error of
+	// the API's 400 (matching [ErrBadRequest]). A new key asks for a
 	// fresh job.
 	IdempotencyKey string
 }
@@ -147,8 +148,8 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	}
 	rq := request{method: http.MethodPost, path: "/v1/batch", body: body}
 	if k := opt.IdempotencyKey; k != "" {
-		if len(k) > 255 || !printable(k) {
-			return Submitted{}, errors.New("submit: the idempotency key must be at most 255 bytes of printable UTF-8")
+		if len(k) > maxIdempotencyKey || !printable(k) || k[0] == ' ' || k[len(k)-1] == ' ' {
+			return Submitted{}, fmt.Errorf("submit: %w", errBadIdempotencyKey())
 		}
 		rq.header = http.Header{"Idempotency-Key": {k}}
 	}
@@ -157,6 +158,17 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 		return Submitted{}, fmt.Errorf("submit: %w", err)
 	}
 	return s, nil
+}
+
+// maxIdempotencyKey is the longest Idempotency-Key the API takes, in
+// bytes (engine.MaxIdempotencyKey).
+const maxIdempotencyKey = 255
+
+// errBadIdempotencyKey is the refusal of a key the API would refuse, as
+// the API words it (400): SubmitWith refuses it without a request.
+func errBadIdempotencyKey() *Error {
+	return &Error{Status: http.StatusBadRequest, Message: "bad Idempotency-Key header",
+		Hint: "give 1 to 255 bytes of printable characters (no tab or control character, no space at either end)"}
 }
 
 // printable reports whether s is UTF-8 whose every rune is printable
@@ -177,7 +189,7 @@ func printable(s string) bool {
 // Job returns job id and its targets, without their results.
 func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	var j Job
-	if err := c.getJSON(ctx, request{method: http.MethodGet, path: jobPath(id, -1)}, &j); err != nil {
+	if err := c.getJSON(ctx, jobRequest(http.MethodGet, id, -1), &j); err != nil {
 		return Job{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	return j, nil
@@ -189,7 +201,7 @@ func (c *Client) Target(ctx context.Context, id string, idx int) (TargetStatus, 
 		return TargetStatus{}, fmt.Errorf("job %s target %d: negative index", id, idx)
 	}
 	var t TargetStatus
-	if err := c.getJSON(ctx, request{method: http.MethodGet, path: jobPath(id, idx)}, &t); err != nil {
+	if err := c.getJSON(ctx, jobRequest(http.MethodGet, id, idx), &t); err != nil {
 		return TargetStatus{}, fmt.Errorf("job %s target %d: %w", id, idx, err)
 	}
 	return t, nil
@@ -206,7 +218,9 @@ func (c *Client) Target(ctx context.Context, id string, idx int) (TargetStatus, 
 // no target is handed over. Leaving the loop early closes the answer.
 func (c *Client) Results(ctx context.Context, id string) iter.Seq2[TargetStatus, error] {
 	return func(yield func(TargetStatus, error) bool) {
-		resp, err := c.do(ctx, request{method: http.MethodGet, path: jobPath(id, -1), query: url.Values{"results": {"1"}}})
+		rq := jobRequest(http.MethodGet, id, -1)
+		rq.query = url.Values{"results": {"1"}}
+		resp, err := c.do(ctx, rq)
 		if err != nil {
 			yield(TargetStatus{}, fmt.Errorf("job %s results: %w", id, err))
 			return
@@ -421,7 +435,9 @@ func (c *Client) wait(ctx context.Context, id string, within, poll time.Duration
 			q.Set("wait", w.String())
 		}
 		var j Job
-		if err := c.getJSON(ctx, request{method: http.MethodGet, path: jobPath(id, -1), query: q}, &j); err != nil {
+		rq := jobRequest(http.MethodGet, id, -1)
+		rq.query = q
+		if err := c.getJSON(ctx, rq, &j); err != nil {
 			return last, fmt.Errorf("wait for job %s: %w", id, err)
 		}
 		if progress != nil && (first || j.Status != last.Status || j.TargetsDone != last.TargetsDone || j.TargetsFailed != last.TargetsFailed) {
@@ -444,7 +460,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	var out struct {
 		Cancelled bool `json:"cancelled"`
 	}
-	if err := c.getJSON(ctx, request{method: http.MethodDelete, path: jobPath(id, -1)}, &out); err != nil {
+	if err := c.getJSON(ctx, jobRequest(http.MethodDelete, id, -1), &out); err != nil {
 		return fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	if !out.Cancelled {

@@ -3,7 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,10 +112,42 @@ func TestClient_DoesNotWaitPastItsBound(t *testing.T) {
 	}
 }
 
+// TestClient_DoesNotWaitPastItsDeadline answers a 429 whose Retry-After
+// is within the client's bound but past the context's deadline at once,
+// after one request: the 429 (which says when to retry), not a sleep that
+// would end in the deadline's error.
+func TestClient_DoesNotWaitPastItsDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{}, httpapi.Options{RetryAfter: 20 * time.Second})
+	c := b.client(t, "alice-key", client.WithRetry(5, time.Minute))
+	w := &waits{}
+	client.SetSleep(c, w.sleep)
+	if _, err := c.Submit(context.Background(), []client.Target{{URL: "https://example.com/h/hold"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if _, err := c.Submit(ctx, targets("deadline-far", 1)); !errors.Is(err, engine.ErrCallerBusy) || len(w.all()) == 0 {
+		t.Fatalf("a deadline an hour away: %v, waits %v; want the retries waited for", err, w.all())
+	}
+	before, waited := b.count("POST /v1/batch"), len(w.all())
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.Submit(ctx, targets("deadline-near", 1))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusTooManyRequests || e.RetryAfter != 20*time.Second {
+		t.Fatalf("a deadline 5s away: %v; want the 429 with Retry-After 20s", err)
+	}
+	if n, got := b.count("POST /v1/batch")-before, len(w.all())-waited; n != 1 || got != 0 {
+		t.Fatalf("%d submits, %d waits; want 1 and none", n, got)
+	}
+}
+
 // TestClient_RetriesA503 reads through an authenticator that fails twice
-// (503, no Retry-After): the client backs off 500 ms then 1 s (each plus
-// at most a quarter) and the third read is served; a cancel that fails
-// once is sent again.
+// (503 with the API's Retry-After, 5 s): the client waits it each time
+// (plus at most a quarter) and the third read is served; a cancel that
+// fails once is sent again. (The backoff of a 503 without Retry-After is
+// TestBackoff's.)
 func TestClient_RetriesA503(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{}, httpapi.Options{})
@@ -144,8 +179,8 @@ func TestClient_RetriesA503(t *testing.T) {
 		t.Fatalf("%d reads; want 3", n)
 	}
 	got := w.all()
-	if len(got) != 2 || got[0] < 500*time.Millisecond || got[0] > 625*time.Millisecond || got[1] < time.Second || got[1] > 1250*time.Millisecond {
-		t.Fatalf("waits %v; want 500ms then 1s, each plus at most 25%%", got)
+	if len(got) != 2 || got[0] < 5*time.Second || got[0] > 6250*time.Millisecond || got[1] < 5*time.Second || got[1] > 6250*time.Millisecond {
+		t.Fatalf("waits %v; want Retry-After 5s twice, each plus at most 25%%", got)
 	}
 
 	// A cancel answered 503 is sent again, and cancels.
@@ -164,5 +199,54 @@ func TestClient_RetriesA503(t *testing.T) {
 	}
 	if j := b.WaitSettled(t, held.ID); j.Status != engine.StatusCancelled {
 		t.Fatalf("job %s", j.Status)
+	}
+}
+
+// TestClient_HostileRetryAfter answers every request 429 with a
+// Retry-After the client must not wait for: one far past its bound (in
+// seconds beyond 31 bits, or as a date years away), or malformed. A
+// Retry-After longer than the bound is returned at once (one request,
+// no wait); none is ever waited for beyond the bound.
+func TestClient_HostileRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, value string
+		requests    int64 // the requests the client sends in all
+	}{
+		{"seconds past the bound", "3600", 1},
+		{"seconds beyond 31 bits", "4294967296", 1},
+		{"seconds beyond 64 bits", "99999999999999999999999", 1},
+		{"a date years away", time.Now().Add(10 * 365 * 24 * time.Hour).UTC().Format(http.TimeFormat), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				w.Header().Set("Retry-After", tc.value)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":"too many jobs","hint":"wait"}`))
+			}))
+			defer srv.Close()
+			c, err := client.New(srv.URL, "alice-key", client.WithRetry(4, 30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &waits{}
+			client.SetSleep(c, w.sleep)
+			_, err = c.Job(context.Background(), "x")
+			var e *client.Error
+			if !errors.As(err, &e) || e.Status != http.StatusTooManyRequests {
+				t.Fatalf("Job: %v; want the 429", err)
+			}
+			if got := n.Load(); got != tc.requests {
+				t.Fatalf("Retry-After %q: %d requests (waits %v); want %d: a wait past the bound is not waited for", tc.value, got, w.all(), tc.requests)
+			}
+			for _, d := range w.all() {
+				if d > 30*time.Second {
+					t.Fatalf("waited %v, past the bound", d)
+				}
+			}
+		})
 	}
 }

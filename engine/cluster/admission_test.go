@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1189,4 +1190,83 @@ func hangingGrainCluster(t *testing.T) (*clustertest.Cluster, *node, string) {
 	}
 	t.Fatal("no caller's grain on the hanging member")
 	return nil, nil, ""
+}
+
+// TestAdmission_IdempotencyKeyFreeAfterTTLAcrossNodes: a key bound to a
+// done job is free once that job is past its TTL, on every node: the same
+// key with other targets on another node makes a fresh job (not 422), which
+// the key is then bound to everywhere; a crowd of two callers sending
+// that key at once over three nodes gets one job each, never the other's.
+func TestAdmission_IdempotencyKeyFreeAfterTTLAcrossNodes(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	clock := testkit.NewClock()
+	clock.Set(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys),
+		Config: engine.Config{Now: clock.Now, TTL: time.Hour, JobsPerCaller: 8, JobsTotal: 64}}, "a", "b", "c")
+	a, b, c := tc.Node("a"), tc.Node("b"), tc.Node("c")
+	const x, y = "https://example.com/ttl/x", "https://example.com/ttl/y"
+
+	code, old, body := submitIdem(a, "alice-key", "k-ttl", x)
+	if code != http.StatusAccepted {
+		t.Fatalf("first submit: %d %s", code, body)
+	}
+	a.WaitDone(t, old)
+	if code, _, body := submitIdem(b, "alice-key", "k-ttl", y); code != http.StatusUnprocessableEntity {
+		t.Fatalf("bound, other targets on b: %d %s, want 422", code, body)
+	}
+	clock.Advance(2 * time.Hour)
+	code, fresh, body := submitIdemUntil(t, b, "alice-key", "k-ttl", y)
+	if code != http.StatusAccepted || fresh == old || strings.Contains(string(body), `"reused":true`) {
+		t.Fatalf("past the TTL, other targets on b: %d %s (the old job %s); want a fresh job", code, body, old)
+	}
+	for _, n := range []*node{c, a} {
+		if code, id, body := submitIdemUntil(t, n, "alice-key", "k-ttl", y); code != http.StatusAccepted || id != fresh {
+			t.Fatalf("the key's new targets on %s: %d %s, want %s", n.Name, code, body, fresh)
+		}
+		if code, _, body := submitIdemUntil(t, n, "alice-key", "k-ttl", x); code != http.StatusUnprocessableEntity {
+			t.Fatalf("the key's old targets on %s: %d %s, want 422", n.Name, code, body)
+		}
+	}
+
+	// Two callers, one key, at once over three nodes.
+	nodes := tc.Nodes()
+	keys := [2]string{"alice-key", "bob-key"}
+	type answer struct {
+		caller, code int
+		id           string
+		body         []byte
+	}
+	answers := make(chan answer, 12)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			<-start
+			code, id, body := submitIdem(nodes[i%3], keys[i%2], "k-crowd-2", "https://example.com/crowd2/"+strconv.Itoa(i%2))
+			answers <- answer{i % 2, code, id, body}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	ids := [2]map[string]bool{{}, {}}
+	for an := range answers {
+		switch an.code {
+		case http.StatusAccepted:
+			ids[an.caller][an.id] = true
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		default:
+			t.Errorf("caller %d: %d %s", an.caller, an.code, an.body)
+		}
+	}
+	if len(ids[0]) != 1 || len(ids[1]) != 1 {
+		t.Fatalf("jobs by caller %v: want one each", ids)
+	}
+	for id := range ids[0] {
+		if ids[1][id] {
+			t.Fatalf("both callers answered job %s", id)
+		}
+	}
+	w.check(t)
 }

@@ -297,7 +297,7 @@ func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
 		a.log.Warn("list for another node", slog.String(logKeyErr, "store failed"))
 		return &clusterpb.ListReply{Error: "store failed"}
 	}
-	out := &clusterpb.ListReply{Jobs: make([]*clusterpb.ListedJob, len(jobs)), More: next != ""}
+	out := &clusterpb.ListReply{Jobs: make([]*clusterpb.ListedJob, len(jobs)), More: next != "", Next: next}
 	for i, j := range jobs {
 		out.Jobs[i] = &clusterpb.ListedJob{Id: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: int32(j.TargetsTotal),
 			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i],

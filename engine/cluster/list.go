@@ -41,7 +41,19 @@ func (f *forwarder) list(ctx context.Context, caller string, all bool, opt engin
 	for i, j := range local {
 		merged = append(merged, entry{j, cursors[i]})
 	}
-	more := localNext != ""
+	// frontier is the newest of the nodes' next cursors: a node that has
+	// more has listed every job of its own down to its next cursor, and
+	// none past it, so the merged page holds only the jobs down to the
+	// frontier, and goes on from there. A node's page cut short by
+	// engine.ListScan ends above its last job looked at, maybe with few
+	// jobs, or none.
+	frontier := ""
+	atFrontier := func(next string) {
+		if next != "" && (frontier == "" || engine.CompareCursors(next, frontier) < 0) {
+			frontier = next
+		}
+	}
+	atFrontier(localNext)
 	members := f.members.current()
 	self := f.life.me()
 	var (
@@ -70,7 +82,12 @@ func (f *forwarder) list(ctx context.Context, caller string, all bool, opt engin
 					TargetsTotal: int(j.TargetsTotal), TargetsDone: int(j.TargetsDone), TargetsFailed: int(j.TargetsFailed),
 					CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}, j.Cursor})
 			}
-			more = more || reply.More
+			switch {
+			case reply.More && reply.Next != "":
+				atFrontier(reply.Next)
+			case reply.More && len(reply.Jobs) > 0: // an older node: its pages are full
+				atFrontier(reply.Jobs[len(reply.Jobs)-1].Cursor)
+			}
 		})
 	}
 	wg.Wait()
@@ -83,15 +100,21 @@ func (f *forwarder) list(ctx context.Context, caller string, all bool, opt engin
 	if limit == 0 {
 		limit = engine.DefaultListLimit
 	}
+	if frontier != "" {
+		cut, _ := slices.BinarySearchFunc(merged, frontier, func(e entry, f string) int {
+			if engine.CompareCursors(e.cursor, f) <= 0 {
+				return -1
+			}
+			return 1
+		})
+		merged, next = merged[:cut], frontier
+	}
 	if len(merged) > limit {
-		merged, more = merged[:limit], true
+		merged, next = merged[:limit], merged[limit-1].cursor
 	}
 	jobs = make([]engine.Job, len(merged))
 	for i := range merged {
 		jobs[i] = merged[i].job
-	}
-	if more && len(merged) > 0 {
-		next = merged[len(merged)-1].cursor
 	}
 	return jobs, next, unavailable, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/enginetest/clustertest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 )
 
 func TestNode_ListMergesEveryNode(t *testing.T) {
@@ -453,4 +455,58 @@ type listPage struct {
 	} `json:"jobs"`
 	NextCursor  string   `json:"next_cursor"`
 	Unavailable []string `json:"unavailable_nodes"`
+}
+
+// TestNode_ListAllMergesPagesCutByTheScan: a node whose page is cut short
+// by engine.ListScan (a status few of its jobs have) has listed its jobs
+// only down to its next cursor, so the merged page stops there: another
+// node's jobs older than that wait for the next page, after the first
+// node's older matches, and every match is listed once, newest first.
+func TestNode_ListAllMergesPagesCutByTheScan(t *testing.T) {
+	t.Parallel()
+	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	now := time.Now().UnixNano()
+	put := func(n *node, i int, failed bool) string {
+		t.Helper()
+		created := now - int64(i+1)*int64(time.Millisecond) // i = 0 is the newest
+		j := persistence.JobRecord{ID: fmt.Sprintf("%s%024x", n.Name[:1]+"0000000", i+1), Caller: "alice", Status: persistence.StatusDone,
+			Settled: true, TargetsTotal: 1, TargetsDone: 1, Created: created, Lease: now, Started: created, Ended: created}
+		j.Key[0], j.Key[1], j.Key[2] = n.Name[0], byte(i>>8), byte(i)
+		if failed {
+			j.Status, j.TargetsDone, j.TargetsFailed = persistence.StatusFailed, 0, 1
+		}
+		if err := n.Store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/scan"}}); err != nil {
+			t.Fatal(err)
+		}
+		return j.ID
+	}
+	last := engine.ListScan * 3 / 2
+	for i := range last - 1 {
+		put(a, i, false)
+	}
+	// a's failed jobs are past its first page's scan; b's are one between
+	// a's frontier and a's failed jobs, and one older than all.
+	want := []string{put(b, engine.ListScan+100, true), put(a, last-1, true), put(a, last, true), put(b, last+100, true)}
+	var got []string
+	opt := engine.ListOptions{Status: "failed", Limit: 10}
+	for page := 0; ; page++ {
+		if page > 5 {
+			t.Fatal("too many pages")
+		}
+		jobs, next, unavailable, err := []*node{a, b}[page%2].Node.ListAll(context.Background(), opt)
+		if err != nil || len(unavailable) != 0 {
+			t.Fatalf("page %d: %v %v", page, err, unavailable)
+		}
+		for _, j := range jobs {
+			got = append(got, j.ID)
+		}
+		if next == "" {
+			break
+		}
+		opt.Cursor = next
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want %v", got, want)
+	}
 }

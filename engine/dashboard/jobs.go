@@ -171,6 +171,13 @@ func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPa
 		v.Jobs = h.rows(ss, jobs)
 		if next != "" {
 			v.Next = q.url(next)
+			if len(jobs) < jobsPerPage {
+				// The store looked at engine.ListScan jobs for this page
+				// and found fewer that match: the page is short, not the
+				// last.
+				v.Note = "This page looked at " + itoa(engine.ListScan) + " jobs (a page looks at no more) and found " +
+					itoa(len(jobs)) + " that match: Older → looks further."
+			}
 		}
 	case hexPrefix.MatchString(strings.ToLower(q.Q)):
 		v.Title = "Jobs whose id begins with " + strings.ToLower(q.Q)

@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"html"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 )
 
 // rowRE finds the jobs a list shows, in order.
@@ -767,5 +773,127 @@ func TestDashboard_URLSearchScansNewest5000(t *testing.T) {
 	r := b.do(t, b.signIn(t, "alice-key"), http.MethodGet, "/ui/jobs?status=failed&q=bench", nil)
 	if !strings.Contains(r.body, "Searched the URLs of all 0 jobs.") {
 		t.Errorf("a search of no job: %s", r.body)
+	}
+}
+
+// TestDashboard_JobsCrowd: a crowd of sessions lists, pages and searches
+// (by URL and id prefix) while alice's jobs come, run and end: every answer
+// is 200, or 429 for a search by URL past the two that run at once, never
+// a 5xx; bob's pages never show a job of alice's, by any of them; and once
+// the jobs have ended, the admin's search finds every one of them.
+func TestDashboard_JobsCrowd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bob := b.signIn(t, "bob-key")
+	root := b.signIn(t, "root-key")
+	own := b.submitRun(t, "bob", "https://bob.example/page")
+	first := b.submitRun(t, "alice", "https://alice-secret.example/0")
+	get := func(br *browser, path string) (int, string, error) {
+		req, err := http.NewRequest(http.MethodGet, b.url+path, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		req.AddCookie(br.cookie)
+		resp, err := b.client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	bobPaths := []string{"/ui/jobs", "/ui/jobs?caller=alice", "/ui/jobs?caller=*", "/ui/jobs?q=alice-secret", "/ui/jobs?q=" + first[:4],
+		"/ui/jobs?q=" + first[:10], "/ui/jobs?status=done&q=example", "/ui/jobs?id=" + engine.ShortID(first)}
+	rootPaths := []string{"/ui/jobs", "/ui/jobs?q=alice-secret", "/ui/jobs?caller=alice&q=secret", "/ui/jobs?status=terminal", "/ui/"}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var served atomic.Int64
+	crowd := func(br *browser, paths []string, who string, leaks bool) {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			path := paths[i%len(paths)]
+			code, body, err := get(br, path)
+			if err != nil {
+				t.Errorf("%s %s: %v", who, path, err)
+				return
+			}
+			served.Add(1)
+			switch {
+			case code == http.StatusTooManyRequests && strings.Contains(path, "q="):
+			case code == http.StatusNotFound && strings.Contains(path, "id="):
+			case code != http.StatusOK:
+				t.Errorf("%s %s: %d", who, path, code)
+				return
+			}
+			if leaks && (strings.Contains(body, "alice-secret.example") || strings.Contains(body, `class="caller">alice`)) {
+				t.Errorf("%s %s shows a job of alice's", who, path)
+				return
+			}
+		}
+	}
+	for range 3 {
+		wg.Add(2)
+		go crowd(bob, bobPaths, "bob", true)
+		go crowd(root, rootPaths, "root", false)
+	}
+	ids := []string{first}
+	for i := 1; i < 12; i++ {
+		ids = append(ids, b.submitRun(t, "alice", "https://alice-secret.example/"+strconv.Itoa(i)))
+	}
+	for served.Load() < 200 && !t.Failed() {
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	got := listed(b.do(t, root, http.MethodGet, "/ui/jobs?q=alice-secret", nil).body)
+	for _, id := range ids {
+		if !slices.Contains(got, id) {
+			t.Errorf("the admin's search lacks alice's job %s", id)
+		}
+	}
+	if got := listed(b.do(t, bob, http.MethodGet, "/ui/jobs", nil).body); !slices.Equal(got, []string{own}) {
+		t.Errorf("bob's list: %v, want only his own %s", got, own)
+	}
+}
+
+// TestDashboard_JobsPageShortByTheScan: a status few stored jobs have
+// gives pages cut short by engine.ListScan: such a page says how many
+// jobs it looked at and links to the older ones, and following "Older →"
+// lists every match, newest first.
+func TestDashboard_JobsPageShortByTheScan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := b.signIn(t, "alice-key")
+	now := b.Clock.Now().UnixNano()
+	n := engine.ListScan + engine.ListScan/2
+	var failed []string
+	for i := range n { // i = 0 is the newest
+		created := now - int64(i+1)*int64(time.Millisecond)
+		j := persistence.JobRecord{ID: fmt.Sprintf("%032x", i+1), Caller: "alice", Status: persistence.StatusDone,
+			Settled: true, TargetsTotal: 1, TargetsDone: 1, Created: created, Lease: now, Started: created, Ended: created}
+		j.Key[0], j.Key[1] = byte(i>>8), byte(i)
+		if i >= n-3 { // the three oldest failed: past the first page's scan
+			j.Status, j.TargetsDone, j.TargetsFailed = persistence.StatusFailed, 0, 1
+			failed = append(failed, j.ID)
+		}
+		if err := b.Store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/scan"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := b.do(t, alice, http.MethodGet, "/ui/jobs?status=failed", nil)
+	if got := listed(first.body); len(got) != 0 {
+		t.Fatalf("the first page lists %d jobs, want none among the newest %d", len(got), engine.ListScan)
+	}
+	if !strings.Contains(first.body, "looked at 1,000 jobs") || nextRE.FindStringSubmatch(first.body) == nil {
+		t.Fatalf("a page cut short by the scan says neither how many it looked at nor links on:\n%s", first.body)
+	}
+	got, pages := b.allPages(t, alice, "/ui/jobs?status=failed")
+	if !slices.Equal(got, failed) || pages != 2 {
+		t.Fatalf("status=failed lists %v on %d pages, want %v on 2", got, pages, failed)
 	}
 }

@@ -78,19 +78,29 @@ func LoadKeys(path string) (*Keys, error) {
 	return ReadKeys(f)
 }
 
-// ReadKeys reads a key file from r. A file without keys, a malformed line
-// or a key given twice is an error that names the line, never the key.
+// ReadKeys reads a key file from r. A file without keys, a malformed line,
+// a caller named "*" (which means every caller in ?caller=*) or a key given
+// twice is an error that names the line, never the key. A UTF-8 byte order
+// mark at its start (some editors save one) is not part of the first name;
+// words are apart by any Unicode space.
 func ReadKeys(r io.Reader) (*Keys, error) {
 	kr := &Keys{}
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+		text := sc.Text()
+		if n == 1 {
+			text = strings.TrimPrefix(text, "\ufeff")
+		}
+		line := strings.TrimSpace(text)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		fields := strings.Fields(line)
 		if len(fields) < 2 || len(fields) > 3 || (len(fields) == 3 && fields[2] != ClassRestricted && fields[2] != ClassAdmin) {
 			return nil, fmt.Errorf("keys line %d: want NAME KEY [restricted|admin]", n)
+		}
+		if fields[0] == "*" {
+			return nil, fmt.Errorf("keys line %d: no caller may be named * (it means every caller)", n)
 		}
 		k := apiKey{name: fields[0], sum: sha256.Sum256([]byte(fields[1])), class: ClassStandard}
 		k.sumHex = hex.EncodeToString(k.sum[:])

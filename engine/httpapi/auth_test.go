@@ -43,6 +43,14 @@ func TestKeys_ReadAndAuthenticate(t *testing.T) {
 	if c, class, err := admin.Authenticate(ctx, "root-key"); err != nil || c.Name != "root" || class != httpapi.ClassAdmin {
 		t.Fatalf("root: %+v %q %v", c, class, err)
 	}
+	// As Notepad saves it: a byte order mark, CRLF, a no-break space.
+	edited, err := httpapi.ReadKeys(strings.NewReader("\ufeffdave\u00a0dave-key\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err := edited.Authenticate(ctx, "dave-key"); err != nil || c.Name != "dave" {
+		t.Fatalf("dave: %+v %v", c, err)
+	}
 	for _, bad := range []string{"", "alice-key ", "ALICE-KEY", "nobody"} {
 		if _, _, err := kr.Authenticate(ctx, bad); !errors.Is(err, httpapi.ErrUnknownKey) {
 			t.Errorf("%q: %v, want ErrUnknownKey", bad, err)
@@ -264,7 +272,8 @@ func TestAPI_AuthRefusesTwoAuthorizationHeaders(t *testing.T) {
 
 // TestAPI_Authenticator: the handler asks the authenticator about the
 // Bearer key only. ErrUnknownKey (wrapped or not), a caller without a
-// name, or no caller is 401; any other error is 503 and a panic 500, both
+// name, or no caller is 401; any other error is 503 (with Retry-After)
+// and a panic 500, both
 // logged without their text; no answer or log line holds what the
 // authenticator's error or panic said. New refuses a nil authenticator
 // or runner and a negative MaxBody.
@@ -311,6 +320,9 @@ func TestAPI_Authenticator(t *testing.T) {
 		if rec.Code != c.code {
 			t.Errorf("key %s: got %d, want %d: %s", c.key, rec.Code, c.code, rec.Body)
 		}
+		if ra := rec.Header().Get("Retry-After"); (c.code == 503) != (ra == "5") {
+			t.Errorf("key %s: %d with Retry-After %q; want 5 on a 503 only", c.key, rec.Code, ra)
+		}
 		wantNoLeak(t, "key "+c.key, rec.Body.Bytes(), secrets...)
 	}
 	if !strings.Contains(logs.String(), "authenticate failed") {
@@ -332,5 +344,17 @@ func TestAPI_Authenticator(t *testing.T) {
 	want := []string{"down", "empty", "nameless", "nilcaller", "other", "panic", "wrapped"}
 	if !slices.Equal(seen, want) {
 		t.Errorf("the authenticator saw %q, want %q", seen, want)
+	}
+}
+
+// TestKeys_StarIsNoCallerName: "*" means every caller in a list by caller
+// (GET /v1/batch?caller=*), so no caller may be named "*": its jobs could
+// never be listed as one caller's (an admin's ?caller=* lists everyone's),
+// and the dashboard's caller filter "*" is every caller too. ReadKeys
+// refuses the name, naming the line.
+func TestKeys_StarIsNoCallerName(t *testing.T) {
+	_, err := httpapi.ReadKeys(strings.NewReader("root root-key admin\n* star-key\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "star-key") {
+		t.Fatalf("a caller named *: %v, want an error that names line 2 and not the key", err)
 	}
 }

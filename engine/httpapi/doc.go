@@ -20,7 +20,7 @@
 // unknown one, one given twice or a malformed value (results is 1, true,
 // 0 or false) is 400 naming it. A path with a trailing slash is the
 // resource without it. A submit may carry an Idempotency-Key header (1 to
-// 255 printable characters): the job's key instead of its targets
+// 255 printable characters, no space at either end): the job's key instead of its targets
 // ([engine.SubmitOptions]); malformed, 400; bound to other targets, 422.
 //
 // A POST body over [Options.MaxBody] is 413; a body that stops coming

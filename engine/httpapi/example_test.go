@@ -73,5 +73,5 @@ func ExampleNew() {
 	fmt.Print("target: ", code, " ", body)
 	// Output:
 	// submit: 202
-	// target: 200 {"idx":0,"url":"https://example.com/a","status":"done","result":{"content":"<h1>https://example.com/a</h1>"}}
+	// target: 200 {"idx":0,"url":"https://example.com/a","status":"done","duration_ms":1,"result":{"content":"<h1>https://example.com/a</h1>"}}
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,7 +21,7 @@ import (
 const (
 	// DefaultMaxBody caps a POST /v1/batch body.
 	DefaultMaxBody = 256 << 10
-	// DefaultRetryAfter is the Retry-After of a 429.
+	// DefaultRetryAfter is the Retry-After of a 429 or a 503.
 	DefaultRetryAfter = 5 * time.Second
 	// DefaultMaxWait caps the ?wait= of a long-poll.
 	DefaultMaxWait = 60 * time.Second
@@ -63,7 +64,8 @@ type Options struct {
 	// hint of a 422 "too many targets". Default
 	// [engine.DefaultTargetsPerJob].
 	TargetsPerJob int
-	// RetryAfter is the Retry-After of a 429, rounded up to seconds.
+	// RetryAfter is the Retry-After of a 429 or a 503, rounded up to
+	// seconds.
 	// Default [DefaultRetryAfter] (5s).
 	RetryAfter time.Duration
 	// Honoured names the target options ([engine.Options], as spelled in
@@ -181,6 +183,7 @@ type Handler struct {
 	o       Options
 	log     *slog.Logger
 	mux     *http.ServeMux
+	otherH  http.Handler // routeOther's, for paths the mux would redirect
 
 	// ending is cancelled by EndWaits.
 	ending   context.Context
@@ -246,6 +249,9 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 			hh = o.Wrap(route, hh)
 		}
 		h.mux.Handle(route, hh)
+		if route == routeOther {
+			h.otherH = hh
+		}
 	}
 	// A submit takes no turn: it is what keeps the workers busy, once per
 	// job, and must not queue behind a crowd of polls
@@ -266,7 +272,10 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 
 // ServeHTTP answers one API request. A path that ends in a slash is the
 // resource of the path without it: GET /v1/batch/ lists, as GET /v1/batch
-// does (the route's label for Options.Wrap is the resource's).
+// does (the route's label for Options.Wrap is the resource's). A path
+// with a "." or ".." segment or an empty one (/v1/batch/./ID) names no
+// resource: 404, never the redirect to the cleaned path that
+// [http.ServeMux] would answer (the API never redirects).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.Path; len(p) > len("/v1/") && strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "//") {
 		r2 := new(http.Request)
@@ -276,7 +285,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = r2
 	}
+	if p := r.URL.Path; strings.HasPrefix(p, "/v1/") && len(p) > len("/v1/") && path.Clean(p) != p {
+		h.otherH.ServeHTTP(w, r)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// Front returns a handler that gives every request under /v1/ to api (the
+// API's [Handler], wrapped or not) and any other to next (a mux of the
+// server's other routes). Mounted as mux.Handle("/v1/", api) instead, a
+// path with a "." or empty segment (/v1/batch/./ID) would be answered by
+// the mux's redirect to the cleaned path before api saw it; through
+// Front, api answers it 404. It is safe for concurrent use if api and
+// next are.
+func Front(api, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			api.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // EndWaits ends every pending long-poll (GET /v1/batch/{id}?wait=…) with
@@ -359,6 +389,7 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			t.give() // the answer, or its end, goes out without the turn
 		case err != nil && !errors.Is(err, ErrUnknownKey):
 			h.log.Warn("authenticate failed")
+			h.retryAfter(w)
 			writeError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="siftbatch"`)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -568,7 +569,8 @@ func TestAPI_QueryParameters(t *testing.T) {
 // TestAPI_TrailingSlash: a path with a trailing slash is the resource
 // without it (never a 405 for a method the resource takes); a 405 names
 // the methods the resource takes; a path of no resource is 404, slash or
-// not; 202's Location is the job's path without a slash.
+// not, and so is one with a "." or empty segment (never a redirect);
+// 202's Location is the job's path without a slash.
 func TestAPI_TrailingSlash(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -597,6 +599,17 @@ func TestAPI_TrailingSlash(t *testing.T) {
 		{http.MethodPost, "/v1/batch/" + id + "/", "alice-key", 405, "GET, DELETE"},
 		{http.MethodDelete, "/v1/batch/" + id + "/0/", "alice-key", 405, "GET"},
 		{http.MethodPost, "/v1/openapi.json", "alice-key", 405, "GET"},
+		// Dot and empty segments name no resource: 404 (401 without a
+		// key), never ServeMux's redirect to the cleaned path.
+		{http.MethodGet, "/v1/batch/.", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/..", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/./" + id, "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/.", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/" + id + "/./0", "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch//" + id, "alice-key", 404, ""},
+		{http.MethodGet, "/v1/batch/%2e/" + id, "alice-key", 404, ""},
+		{http.MethodDelete, "/v1/batch/./" + live, "bob-key", 404, ""},
+		{http.MethodGet, "/v1/batch/./" + id, "", 401, ""},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			r := b.do(t, tc.method, tc.path, tc.key, nil)
@@ -619,5 +632,106 @@ func TestAPI_TrailingSlash(t *testing.T) {
 	newID, _ := r.json(t)["id"].(string)
 	if loc := r.header.Get("Location"); newID == "" || loc != "/v1/batch/"+newID {
 		t.Fatalf("Location %q for %s", loc, r.body)
+	}
+}
+
+// TestAPI_EdgeRequests sends requests the other tests do not: methods the
+// document does not list, malformed path segments and query values, a
+// top-level field in another case, a body of another type. Each answers
+// the status below with the API's JSON error, and each exchange conforms
+// to the OpenAPI document (the bundle's check).
+func TestAPI_EdgeRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	for _, tc := range []struct {
+		method, path, key, body string
+		code                    int
+	}{
+		{http.MethodGet, "/v1/openapi.json?x=1", "", "", 400},
+		{http.MethodGet, "/v1/openapi.json", "nobody-key", "", 200},
+		{http.MethodGet, "/v1/batch/" + id + "/abc", "alice-key", "", 404},
+		{http.MethodGet, "/v1/batch/" + id + "/-1", "alice-key", "", 404},
+		{http.MethodGet, "/v1/batch/" + id + "/99999999999999999999", "alice-key", "", 404},
+		{http.MethodGet, "/v1/batch/" + id + "/0?results=1", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?wait=-1s", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?wait=9999h", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?wait=", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?results=TRUE", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch/" + id + "?results=1;wait=1s", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?limit=0", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?limit=101", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?limit=-1", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?cursor=%ff%fe", "alice-key", "", 400},
+		{http.MethodGet, "/v1/batch?caller=bob", "alice-key", "", 403},
+		{http.MethodDelete, "/v1/batch/" + missingID, "alice-key", "", 404},
+		{http.MethodDelete, "/v1/batch/" + id + "?x=1", "alice-key", "", 400},
+		{http.MethodPost, "/v1/batch?x=1", "alice-key", targetsBody("https://example.com/q"), 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"TARGETS":[{"url":"https://example.com/u"}]}`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"URL":"https://example.com/u"}]}`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `[{"url":"https://example.com/u"}]`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/u"}]} {}`, 400},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":null}`, 422},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/u","options":null}]}`, 202},
+		{http.MethodPatch, "/v1/batch/" + id, "alice-key", "", 405},
+		{http.MethodHead, "/v1/batch/" + id, "alice-key", "", 200},
+		{http.MethodHead, "/v1/openapi.json", "", "", 200},
+		{http.MethodOptions, "/v1/batch", "alice-key", "", 405},
+		{http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"https://example.com/` + strings.Repeat("p", 300<<10) + `"}]}`, 413},
+		{http.MethodGet, "/v1/batch", "", "", 401},
+		{http.MethodGet, "/v1/batch/" + id, "nobody-key", "", 401},
+	} {
+		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			r := b.do(t, tc.method, tc.path, tc.key, body)
+			wantCode(t, r, tc.code)
+			if tc.code >= 400 {
+				if m := r.json(t); m["error"] == "" || m["hint"] == "" {
+					t.Fatalf("error answer %s", r.body)
+				}
+			}
+		})
+	}
+}
+
+// TestAPI_ClosedRunnerAnswersConform closes the runner under the API and
+// sends every route: a submit is 503 "shutting down"; the reads of a
+// stored job still answer (the store stays readable); a 503 says when to
+// retry (Retry-After); no answer is a 500,
+// each error has the API's shape with a hint, and each conforms to the
+// OpenAPI document.
+func TestAPI_ClosedRunnerAnswersConform(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/a")
+	b.waitTerminal(t, id)
+	b.Runner.Close()
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/batch", targetsBody("https://example.com/closed")},
+		{http.MethodGet, "/v1/batch", ""},
+		{http.MethodGet, "/v1/batch/" + id, ""},
+		{http.MethodGet, "/v1/batch/" + id + "?results=1", ""},
+		{http.MethodGet, "/v1/batch/" + id + "/0", ""},
+		{http.MethodDelete, "/v1/batch/" + id, ""},
+	} {
+		var body io.Reader
+		if tc.body != "" {
+			body = strings.NewReader(tc.body)
+		}
+		r := b.do(t, tc.method, tc.path, "alice-key", body)
+		if r.code >= 500 && r.code != http.StatusServiceUnavailable || tc.method == http.MethodPost && r.code != http.StatusServiceUnavailable {
+			t.Errorf("%s %s on a closed runner: %d %s", tc.method, tc.path, r.code, r.body)
+			continue
+		}
+		if m := r.json(t); r.code >= 400 && (m["error"] == "" || m["hint"] == "") {
+			t.Errorf("%s %s: %s", tc.method, tc.path, r.body)
+		}
+		if r.code == http.StatusServiceUnavailable && r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", tc.method, tc.path)
+		}
 	}
 }

@@ -90,6 +90,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *engine.Caller,
 		return
 	case err != nil:
 		h.log.Warn("list jobs", "err", "store failed")
+		h.retryAfter(w)
 		writeError(w, http.StatusServiceUnavailable, "jobs cannot be listed now", "try again in a moment")
 		return
 	}

@@ -132,11 +132,10 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// Every request to /v1/ and its answer are checked against the
 	// OpenAPI document (package apispec).
-	b.handler, b.api = apispec.Conform(t, httpapi.OpenAPI(), mux), api
+	b.handler, b.api = apispec.Conform(t, httpapi.OpenAPI(), httpapi.Front(api, mux)), api
 	srv := httptest.NewServer(b.handler)
 	b.url = srv.URL
 	transport := &http.Transport{}

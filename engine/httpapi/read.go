@@ -433,7 +433,7 @@ func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed", "use GET")
 		return
 	}
-	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" && !slices.Contains(parts, "") {
+	if len(parts) >= 2 && parts[0] == "v1" && parts[1] == "batch" && !slices.ContainsFunc(parts, func(s string) bool { return s == "" || s == "." || s == ".." }) {
 		allow := ""
 		switch len(parts) {
 		case 2:

@@ -314,3 +314,30 @@ func TestAPI_GetTimings(t *testing.T) {
 		t.Fatalf("the list's times: %v", j)
 	}
 }
+
+// TestAPI_ShortIDsAreNoIDs: ids over the API stay whole (issue 26): a
+// job's short id, a longer prefix of it, its id in upper case or with
+// a digit more are each answered, on every route that takes an id and for
+// its owner too, exactly as an id that names no job; the job is untouched.
+func TestAPI_ShortIDsAreNoIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.submit(t, "alice-key", "https://example.com/whole")
+	b.waitTerminal(t, id)
+	missing := strings.Repeat("0", 32)
+	for _, bad := range []string{engine.ShortID(id), id[:4], id[:16], id[:31], strings.ToUpper(id), id + "0"} {
+		for _, route := range []struct{ method, path string }{
+			{http.MethodGet, "/v1/batch/%s"}, {http.MethodGet, "/v1/batch/%s?results=1"},
+			{http.MethodGet, "/v1/batch/%s/0"}, {http.MethodDelete, "/v1/batch/%s"},
+		} {
+			got := b.do(t, route.method, strings.Replace(route.path, "%s", bad, 1), "alice-key", nil)
+			want := b.do(t, route.method, strings.Replace(route.path, "%s", missing, 1), "alice-key", nil)
+			if got.code != want.code || !bytes.Equal(got.body, want.body) {
+				t.Errorf("%s %s: %d %s, want as a missing id's: %d %s", route.method, strings.Replace(route.path, "%s", bad, 1), got.code, got.body, want.code, want.body)
+			}
+		}
+	}
+	if r := b.do(t, http.MethodGet, "/v1/batch/"+id, "alice-key", nil); r.code != http.StatusOK {
+		t.Fatalf("the job by its whole id: %d", r.code)
+	}
+}

@@ -39,7 +39,7 @@ type submitResponse struct {
 //
 // An Idempotency-Key header, if given, is the job's key instead of the
 // one derived from the targets ([engine.SubmitOptions.IdempotencyKey]):
-// once, 1 to 255 printable characters, else 400.
+// once, 1 to 255 printable characters, no space at either end, else 400.
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Caller, class string) {
 	if r.Body == nil {
 		w.Header().Set("Allow", "GET")
@@ -146,6 +146,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		writeError(w, http.StatusTooManyRequests, "jobs busy", "the server runs as many jobs as it may; retry after Retry-After seconds")
 		return
 	case errors.Is(err, engine.ErrClosed):
+		h.retryAfter(w) // a restarted server, or another behind the same address
 		writeError(w, http.StatusServiceUnavailable, "shutting down", "retry against a running server")
 		return
 	case errors.Is(err, engine.ErrNoAdmission):
@@ -178,7 +179,7 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 	}
 	if err := engine.CheckIdempotencyKey(vs[0]); err != nil {
 		writeError(w, http.StatusBadRequest, "bad Idempotency-Key header",
-			fmt.Sprintf("give 1 to %d bytes of printable characters (no tab or control character)", engine.MaxIdempotencyKey))
+			fmt.Sprintf("give 1 to %d bytes of printable characters (no tab or control character, no space at either end)", engine.MaxIdempotencyKey))
 		return "", false
 	}
 	return vs[0], true
@@ -235,7 +236,8 @@ func (h *Handler) honoured() string {
 	return strings.Join(h.o.Honoured, ", ")
 }
 
-// retryAfter sets a 429's Retry-After, in whole seconds.
+// retryAfter sets a 429's or a 503's Retry-After ([Options.RetryAfter]),
+// in whole seconds.
 func (h *Handler) retryAfter(w http.ResponseWriter) {
 	s := int64((h.o.RetryAfter + 999_999_999) / 1e9)
 	w.Header().Set("Retry-After", strconv.FormatInt(s, 10))

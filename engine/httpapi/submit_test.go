@@ -613,3 +613,45 @@ func TestAPI_SubmitIdempotencyKey(t *testing.T) {
 	// The longest key is taken.
 	b.waitTerminal(t, accepted(post("alice-key", strings.Repeat("k", 255), a)).ID)
 }
+
+// TestAPI_IdempotencyKeyBodyIsItsTargets: the body an Idempotency-Key is
+// bound to is its targets, not its bytes: the same targets written
+// otherwise (fields in another order, spaces, empty options, an escaped
+// character) answer the same job, reused; a target more or another
+// option is another body (422).
+func TestAPI_IdempotencyKeyBodyIsItsTargets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	post := func(body string) response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/batch", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer alice-key")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "same-targets")
+		return send(t, b.client, req)
+	}
+	first := post(`{"targets":[{"url":"https://example.com/x"}]}`)
+	wantCode(t, first, http.StatusAccepted)
+	id := first.json(t)["id"].(string)
+	b.waitTerminal(t, id)
+	for _, body := range []string{
+		`{"targets":[{"url":"https://example.com/x","options":{}}]}`,
+		` { "targets" : [ { "options" : { } , "url" : "https://example.com/x" } ] } `,
+		`{"targets":[{"url":"https:\/\/example.com\/\u0078"}]}`,
+	} {
+		r := post(body)
+		wantCode(t, r, http.StatusAccepted)
+		if m := r.json(t); m["id"] != id || m["reused"] != true {
+			t.Fatalf("%s: %s; want job %s reused", body, r.body, id)
+		}
+	}
+	for _, body := range []string{
+		`{"targets":[{"url":"https://example.com/x"},{"url":"https://example.com/x"}]}`,
+		`{"targets":[{"url":"https://example.com/x/"}]}`,
+	} {
+		wantError(t, post(body), http.StatusUnprocessableEntity, "idempotency key reused with other targets")
+	}
+}

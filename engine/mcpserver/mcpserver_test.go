@@ -51,6 +51,8 @@ var bigContent = func() string {
 type fetches struct {
 	mu    sync.Mutex
 	gates map[string]*testkit.Gate
+	// contents are the contents of URLs a test set (/content/…).
+	contents sync.Map
 }
 
 func (f *fetches) gate(name string) *testkit.Gate {
@@ -68,6 +70,9 @@ func (f *fetches) gate(name string) *testkit.Gate {
 }
 
 func (f *fetches) fetch(ctx context.Context, c *engine.Caller, t engine.Target) (engine.Result, error) {
+	if v, ok := f.contents.Load(t.URL); ok {
+		return engine.Result{Content: v.(string)}, nil
+	}
 	switch {
 	case strings.Contains(t.URL, "/big/"):
 		return engine.Result{Content: bigContent, Meta: map[string]any{"type": "text/plain"}}, nil
@@ -92,6 +97,20 @@ type bundle struct {
 
 func setup(t testing.TB, cfg engine.Config) *bundle {
 	t.Helper()
+	return setupWrapped(t, cfg, nil)
+}
+
+// setupWrapped is setup with the API wrapped by wrap (if not nil), at
+// /v1/ and where /mcp calls it.
+func setupWrapped(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Handler) *bundle {
+	t.Helper()
+	return setupWith(t, cfg, wrap, mcpserver.Options{PollEvery: 20 * time.Millisecond})
+}
+
+// setupWith is setupWrapped with the MCP server's options o (Log: the
+// bundle's).
+func setupWith(t testing.TB, cfg engine.Config, wrap func(http.Handler) http.Handler, o mcpserver.Options) *bundle {
+	t.Helper()
 	f := &fetches{}
 	eb := enginetest.Setup(t, f.fetch, cfg)
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
@@ -102,12 +121,17 @@ func setup(t testing.TB, cfg engine.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := mcpserver.NewHandler(api, keys, mcpserver.Options{PollEvery: 20 * time.Millisecond, Log: eb.Log})
+	var inner http.Handler = api
+	if wrap != nil {
+		inner = wrap(api)
+	}
+	o.Log = eb.Log
+	h, err := mcpserver.NewHandler(inner, keys, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", api)
+	mux.Handle("/v1/", inner)
 	mux.Handle("/mcp", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { api.EndWaits(); h.EndWaits(); srv.Close() })
@@ -535,8 +559,10 @@ func TestMCP_ResultOf16MiBReadInPages(t *testing.T) {
 			}
 			break
 		}
-		if *p.NextPage != page+1 || len(text) < mcpserver.MaxPageBytes-utf8.UTFMax {
-			t.Fatalf("page %d: next %d, %d bytes: a page before the last is full", page, *p.NextPage, len(text))
+		// A page before the last is full: as JSON encodes it, within a
+		// rune's escape (6 bytes) of the bound.
+		if enc, _ := json.Marshal(text); *p.NextPage != page+1 || len(enc)-2 < mcpserver.MaxPageBytes-6 || len(enc)-2 > mcpserver.MaxPageBytes {
+			t.Fatalf("page %d: next %d, %d bytes, %d as JSON: a page before the last is full", page, *p.NextPage, len(text), len(enc)-2)
 		}
 	}
 	if got.String() != bigContent {
@@ -648,5 +674,532 @@ func TestMCP_NodeClient(t *testing.T) {
 	j, ok := b.Runner.Job(got.ID)
 	if !ok || j.Caller != "alice" {
 		t.Fatalf("the node client's job %s: %+v %v", got.ID, j, ok)
+	}
+}
+
+// TestMCP_ResultPagesAtTheirEdges reads, over a real /mcp, results whose
+// size or runes fall on a page's edge: an empty result, one of exactly a
+// page, one a byte past it, a 4-byte rune straddling the edge, characters
+// JSON escapes (\u003c, six bytes each as a page counts them), and a rune
+// just before an escape at the edge. Every page is at most 256 KiB of
+// valid UTF-8, the pages joined
+// are the result, next_page is absent on the last page only, and the page
+// past the last is a tool error.
+func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	const P = mcpserver.MaxPageBytes
+	for _, tc := range []struct {
+		name    string
+		content string
+		pages   int
+	}{
+		{"empty", "", 1},
+		{"one byte", "x", 1},
+		{"exactly a page", strings.Repeat("a", P), 1},
+		{"a byte past a page", strings.Repeat("a", P+1), 2},
+		{"an emoji across the edge", strings.Repeat("a", P-1) + "😀b", 2},
+		{"an emoji ending the page", strings.Repeat("a", P-4) + "😀", 1},
+		// A '<' is 6 bytes as JSON (\u003c): a page holds P/6 of them.
+		{"escaped characters filling a page", strings.Repeat("<", P/6), 1},
+		{"escaped characters past a page", strings.Repeat("<", P/6+1), 2},
+		{"escaped characters of many pages", strings.Repeat("<", P+1), (P + 1 + P/6 - 1) / (P / 6)},
+		{"a rune then an escape at the edge", strings.Repeat("a", P-3) + "é\n" + "tail", 2},
+		{"two-byte runes only", strings.Repeat("é", P/2+1), 2},
+		{"U+2028 across the edge", strings.Repeat("a", P-1) + "\u2028", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := b.url("/content/" + strings.ReplaceAll(tc.name, " ", "-"))
+			b.f.contents.Store(u, tc.content)
+			var sub mcpserver.Submitted
+			call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": u}}}, &sub)
+			var job mcpserver.Job
+			call(t, cs, "batch_wait", map[string]any{"id": sub.ID}, &job)
+			if job.Status != "done" {
+				t.Fatalf("job %+v", job)
+			}
+			var got strings.Builder
+			for page := 0; ; page++ {
+				var p mcpserver.ResultPage
+				res := call(t, cs, "batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": page}, &p)
+				text := textOf(res)
+				if res.IsError || len(text) > P || !utf8.ValidString(text) || p.PageBytes != len(text) || p.Pages != tc.pages || p.ContentBytes != len(tc.content) {
+					t.Fatalf("page %d: error %v %q…, %d bytes, valid %v, %+v; want %d pages", page, res.IsError, text[:min(len(text), 80)], len(text), utf8.ValidString(text), p, tc.pages)
+				}
+				got.WriteString(text)
+				if p.NextPage == nil {
+					if page != tc.pages-1 {
+						t.Fatalf("page %d has no next_page; want %d pages", page, tc.pages)
+					}
+					break
+				}
+				if page >= tc.pages {
+					t.Fatalf("next_page %d past %d pages", *p.NextPage, tc.pages)
+				}
+			}
+			if got.String() != tc.content {
+				t.Fatalf("the pages joined are %d bytes, not the content's %d", got.Len(), len(tc.content))
+			}
+			requireToolError(t, call(t, cs, "batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": tc.pages}, nil), "page not found")
+		})
+	}
+}
+
+// TestMCP_HostileArguments calls the tools with arguments an agent gets
+// wrong: negative, huge, of the wrong type, unicode, a path in an id. Each
+// is an error (a tool error or the protocol's), never a success nor a
+// crash, and the session still works after.
+func TestMCP_HostileArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}}, &sub)
+	var job mcpserver.Job
+	call(t, cs, "batch_wait", map[string]any{"id": sub.ID}, &job)
+	huge := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"batch_result", map[string]any{"id": sub.ID, "idx": -1}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": -1}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": 1 << 40}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 1 << 40}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 1e300}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": 0.5}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": "0"}},
+		{"batch_result", map[string]any{"id": sub.ID, "idx": nil}},
+		{"batch_result", map[string]any{"id": 7, "idx": 0}},
+		{"batch_status", map[string]any{"id": "ジョブ\u0000\u202e"}},
+		{"batch_status", map[string]any{"id": huge}},
+		{"batch_status", map[string]any{"id": ".."}},
+		{"batch_status", map[string]any{"id": "../openapi.json"}},
+		{"batch_status", map[string]any{"id": sub.ID + "/0"}},
+		{"batch_status", map[string]any{"id": sub.ID + "?results=1"}},
+		{"batch_status", map[string]any{"id": []any{sub.ID}}},
+		{"batch_wait", map[string]any{"id": sub.ID, "seconds": -1}},
+		{"batch_wait", map[string]any{"id": sub.ID, "seconds": 1 << 40}},
+		{"batch_wait", map[string]any{"id": sub.ID, "seconds": "60"}},
+		{"batch_list", map[string]any{"limit": -5}},
+		{"batch_list", map[string]any{"limit": 1 << 40}},
+		{"batch_list", map[string]any{"cursor": "\xff not a cursor"}},
+		{"batch_list", map[string]any{"status": huge}},
+		{"batch_cancel", map[string]any{"id": ".."}},
+		{"batch_cancel", map[string]any{"id": "../batch/" + sub.ID}},
+		{"batch_submit", map[string]any{"targets": []any{}}},
+		{"batch_submit", map[string]any{"targets": "https://a.example"}},
+		{"batch_submit", map[string]any{"targets": []any{map[string]any{"url": "https://" + huge + ".example"}}}},
+		{"batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}, "idempotency_key": 7}},
+	} {
+		name := tc.tool + " " + fmt.Sprint(tc.args)
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if err == nil && !res.IsError {
+			raw, _ := json.Marshal(res.StructuredContent)
+			t.Errorf("%.120s: a success: %.300s", name, raw)
+		}
+	}
+	// The session still works.
+	var st mcpserver.Job
+	call(t, cs, "batch_status", map[string]any{"id": sub.ID}, &st)
+	if st.Status != "done" {
+		t.Fatalf("status after: %+v", st)
+	}
+}
+
+// TestMCP_RefusedIdempotencyKeyIsTheAPIsError submits with an
+// idempotency_key the API refuses (256 bytes, a tab, a control
+// character): the tool error is the API's 400 with its hint, as every
+// other refused input is, not "unavailable; try again", which an agent
+// would retry for ever.
+func TestMCP_RefusedIdempotencyKeyIsTheAPIsError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	for _, key := range []string{strings.Repeat("k", 256), "a\tb", "bell\a"} {
+		text := requireToolError(t, call(t, cs, "batch_submit", map[string]any{
+			"targets": []any{map[string]any{"url": b.url("/a")}}, "idempotency_key": key}, nil), "400")
+		if strings.Contains(text, "unavailable") || !strings.Contains(strings.ToLower(text), "idempotency") {
+			t.Fatalf("key %.20q: tool error %q; want the API's 400 naming the idempotency key", key, text)
+		}
+	}
+	// 255 bytes is a key.
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}, "idempotency_key": strings.Repeat("k", 255)}, &sub)
+	if sub.ID == "" {
+		t.Fatal("a 255-byte key refused")
+	}
+}
+
+// TestMCP_IdempotencyKeysAreTheCallers submits the same idempotency_key
+// from two keys over /mcp: each gets a job of its own (never the other's,
+// never a 422 for the other's targets), and neither can read the other's.
+func TestMCP_IdempotencyKeysAreTheCallers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	alice, _ := b.connect(t, "alice-key")
+	bob, _ := b.connect(t, "bob-key")
+	var a, bb, a2 mcpserver.Submitted
+	call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/idem-a")}}, "idempotency_key": "shared"}, &a)
+	call(t, bob, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/idem-b")}}, "idempotency_key": "shared"}, &bb)
+	if a.ID == "" || bb.ID == "" || a.ID == bb.ID || bb.Reused {
+		t.Fatalf("alice %+v, bob %+v: want two fresh jobs", a, bb)
+	}
+	call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/idem-a")}}, "idempotency_key": "shared"}, &a2)
+	if a2.ID != a.ID || !a2.Reused {
+		t.Fatalf("alice again %+v; want %s reused", a2, a.ID)
+	}
+	requireToolError(t, call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/idem-b")}}, "idempotency_key": "shared"}, nil), "422")
+	requireToolError(t, call(t, bob, "batch_status", map[string]any{"id": a.ID}, nil), "404")
+	requireToolError(t, call(t, bob, "batch_result", map[string]any{"id": a.ID, "idx": 0}, nil), "404")
+	requireToolError(t, call(t, bob, "batch_cancel", map[string]any{"id": a.ID}, nil), "404")
+	// Cancelled, alice's job frees the key for other targets.
+	var c mcpserver.Cancelled
+	call(t, alice, "batch_cancel", map[string]any{"id": a.ID}, &c)
+	b.f.gate("/gate/idem-a").Open()
+	var job mcpserver.Job
+	call(t, alice, "batch_wait", map[string]any{"id": a.ID}, &job)
+	var fresh mcpserver.Submitted
+	call(t, alice, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/idem-b")}}, "idempotency_key": "shared"}, &fresh)
+	if fresh.ID == a.ID || fresh.ID == bb.ID || fresh.Reused {
+		t.Fatalf("after the cancel: %+v; want a fresh job", fresh)
+	}
+}
+
+// TestMCP_DotIDsAreNotFound asks for jobs whose ids are path segments:
+// "." and "./" + a real id. No job has such an id: each is a 404 tool
+// error, as an id no job has, never another resource's answer (the list,
+// at /v1/batch/, read as an empty job).
+func TestMCP_DotIDsAreNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/a")}}}, &sub)
+	for _, id := range []string{".", "./" + sub.ID, sub.ID + "/."} {
+		res := call(t, cs, "batch_status", map[string]any{"id": id}, nil)
+		raw, _ := json.Marshal(res.StructuredContent)
+		if !res.IsError {
+			t.Errorf("batch_status of id %q: a success: %s", id, raw)
+			continue
+		}
+		requireToolError(t, res, "404")
+	}
+}
+
+// TestMCP_WaitEndsWhenItsClientGoes starts a batch_wait of a job that
+// does not end, then the client gives up (its context ends, its HTTP
+// request with it). The tool call ends with it: it does not poll the API
+// for the rest of its 60 s, for a client that is gone.
+func TestMCP_WaitEndsWhenItsClientGoes(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/gone")}}}, &sub)
+	defer b.f.gate("/gate/gone").Open()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}})
+		done <- err
+	}()
+	testkit.WaitFor(t, "the wait polls", func() bool { return polls.Load() >= 2 })
+	cancel()
+	if err := testkit.Recv(t, done); err == nil {
+		t.Fatal("the cancelled call answered")
+	}
+	at := polls.Load()
+	ended := "tool=batch_wait job_id=" + sub.ID
+	testkit.WaitFor(t, "the wait ends, or polls on", func() bool {
+		return strings.Contains(b.Logs.String(), ended) || polls.Load() >= at+100
+	})
+	if n := polls.Load() - at; !strings.Contains(b.Logs.String(), ended) {
+		t.Fatalf("the client went, and the tool call polled the API %d more times, and goes on", n)
+	}
+}
+
+// TestMCP_CrowdKeepsKeysApart runs 12 MCP clients at once, half with
+// alice's key and half with bob's, each submitting, waiting for and
+// reading its own job: each sees its own job's content, and each key's
+// list holds its own jobs only.
+func TestMCP_CrowdKeepsKeysApart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{JobsPerCaller: 16, JobsTotal: 64})
+	keys := [2]string{"alice-key", "bob-key"}
+	mine := [2]sync.Map{}
+	var wg sync.WaitGroup
+	for i := range 12 {
+		cs, _ := b.connect(t, keys[i%2])
+		wg.Go(func() {
+			u := b.url("/crowd/" + strconv.Itoa(i))
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_submit",
+				Arguments: map[string]any{"targets": []any{map[string]any{"url": u}}}})
+			if err != nil || res.IsError {
+				t.Errorf("client %d submit: %v %s", i, err, textOf(res))
+				return
+			}
+			raw, _ := json.Marshal(res.StructuredContent)
+			var sub mcpserver.Submitted
+			_ = json.Unmarshal(raw, &sub)
+			mine[i%2].Store(sub.ID, true)
+			if res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID}}); err != nil || res.IsError {
+				t.Errorf("client %d wait: %v %s", i, err, textOf(res))
+				return
+			}
+			res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_result", Arguments: map[string]any{"id": sub.ID, "idx": 0}})
+			if err != nil || res.IsError || textOf(res) != enginetest.Content(u) {
+				t.Errorf("client %d result: %v %q", i, err, textOf(res))
+			}
+		})
+	}
+	wg.Wait()
+	for k, key := range keys {
+		cs, _ := b.connect(t, key)
+		var list mcpserver.JobList
+		call(t, cs, "batch_list", map[string]any{"limit": 100}, &list)
+		if len(list.Jobs) != 6 {
+			t.Fatalf("%s lists %d jobs, want its 6", key, len(list.Jobs))
+		}
+		for _, j := range list.Jobs {
+			if _, ok := mine[k].Load(j.ID); !ok {
+				t.Fatalf("%s lists job %s, not its own", key, j.ID)
+			}
+		}
+	}
+}
+
+// TestMCP_LogsCarryNoKeyGivenAsID: an agent that passes its API key (or
+// another secret shaped like a word) as a job id gets a 404, and the log
+// line of the call does not hold it: only an id of the API's own shape is
+// logged.
+func TestMCP_LogsCarryNoKeyGivenAsID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	cs, _ := b.connect(t, "alice-key")
+	for _, tool := range []string{"batch_status", "batch_wait", "batch_cancel"} {
+		requireToolError(t, call(t, cs, tool, map[string]any{"id": "alice-key"}, nil), "404")
+		requireToolError(t, call(t, cs, tool, map[string]any{"id": "sk_live_51HxQ2eK9s3cret"}, nil), "404")
+	}
+	requireToolError(t, call(t, cs, "batch_result", map[string]any{"id": "alice-key", "idx": 0}, nil), "404")
+	testkit.RequireNoneOf(t, b.Logs.String(), "alice-key", "sk_live_51HxQ2eK9s3cret")
+}
+
+// TestMCP_WaitIsBoundedUnderAShortMaxWait: a server whose MCP Options
+// MaxWait is under a second (to keep within an API whose ?wait= cap is
+// that short) still bounds batch_wait: a wait without seconds answers with
+// the job still running, it does not wait until the job ends.
+func TestMCP_WaitIsBoundedUnderAShortMaxWait(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWith(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}, mcpserver.Options{MaxWait: 500 * time.Millisecond, PollEvery: 20 * time.Millisecond})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/short")}}}, &sub)
+	defer b.f.gate("/gate/short").Open()
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		done <- res
+	}()
+	// 500 ms in polls of 20 ms is about 25 polls; 200 polls is a wait
+	// that does not end.
+	var res *mcp.CallToolResult
+	testkit.WaitFor(t, "the wait answers, or polls on", func() bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return polls.Load() >= 200
+		}
+	})
+	if res == nil {
+		b.f.gate("/gate/short").Open()
+		res = testkit.Recv(t, done)
+		t.Fatalf("batch_wait went on past its 500 ms bound (%d polls) until the job ended: %s", polls.Load(), textOf(res))
+	}
+	var job mcpserver.Job
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &job); err != nil || res.IsError || job.Status == "done" {
+		t.Fatalf("wait: %s %+v", textOf(res), job)
+	}
+	// seconds 1 is the bound, 500 ms; 2 is past it, and the error says so.
+	if res = call(t, cs, "batch_wait", map[string]any{"id": sub.ID, "seconds": 1}, &job); res.IsError || job.Status == "done" {
+		t.Fatalf("wait of seconds 1: %s %+v", textOf(res), job)
+	}
+	if text := requireToolError(t, call(t, cs, "batch_wait", map[string]any{"id": sub.ID, "seconds": 2}, nil), "400"); !strings.Contains(text, "from 1 to 1") {
+		t.Fatalf("seconds 2: %q; want the range 1 to 1", text)
+	}
+}
+
+// TestMCP_ServeStdioRefusesWhatItsClientRefuses: a server URL with user
+// info, a query or a fragment, or a key with a space or a control
+// character, cannot make a single API call (the Go client refuses them):
+// ServeStdio refuses them at once with a clear error, rather than serve
+// tools each of which answers "401 unauthorized".
+func TestMCP_ServeStdioRefusesWhatItsClientRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ url, key string }{
+		{"http://user:pw@127.0.0.1:1", "k"},
+		{"http://127.0.0.1:1/?x=1", "k"},
+		{"http://127.0.0.1:1/#frag", "k"},
+		{"http://127.0.0.1:1", "alice key"},
+		{"http://127.0.0.1:1", "key\n"},
+	} {
+		err := mcpserver.ServeStdio(context.Background(), tc.url, tc.key, nil, io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard}, mcpserver.Options{})
+		if err == nil {
+			t.Errorf("server %q key %q: served", tc.url, tc.key)
+		}
+	}
+}
+
+// TestMCP_EndWaitsAnswersLaterWaitsAtOnce: once EndWaits has been called
+// (the server is stopping), a batch_wait that starts after answers with
+// the job as it stands, without polling for its seconds.
+func TestMCP_EndWaitsAnswersLaterWaitsAtOnce(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	cs, _ := b.connect(t, "alice-key")
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/later")}}}, &sub)
+	defer b.f.gate("/gate/later").Open()
+	b.mcp.EndWaits()
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		done <- res
+	}()
+	var res *mcp.CallToolResult
+	testkit.WaitFor(t, "the wait answers, or polls on", func() bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return polls.Load() >= 100
+		}
+	})
+	if res == nil {
+		b.f.gate("/gate/later").Open()
+		res = testkit.Recv(t, done)
+		t.Fatalf("a wait after EndWaits polled %d times: %s", polls.Load(), textOf(res))
+	}
+	var job mcpserver.Job
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &job); err != nil || res.IsError || job.ID != sub.ID || job.Status == "done" {
+		t.Fatalf("wait after EndWaits: %s %+v", textOf(res), job)
+	}
+}
+
+// TestMCP_ResultMessageBoundedWhateverTheContent reads pages of results
+// made of the characters JSON escapes the most (control characters and
+// '<', six bytes each as \u00XX): each MCP message is still at most about
+// a page (the bound TestMCP_ResultOf16MiBReadInPages holds a 16 MiB
+// result of mixed text to: twice a page and its envelope), not six times
+// one.
+func TestMCP_ResultMessageBoundedWhateverTheContent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	for _, tc := range []struct{ name, unit string }{{"control", "\x01"}, {"angle", "<"}} {
+		cs, rt := b.connect(t, "alice-key")
+		u := b.url("/content/escapes-" + tc.name)
+		b.f.contents.Store(u, strings.Repeat(tc.unit, 1<<20))
+		var sub mcpserver.Submitted
+		call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": u}}}, &sub)
+		call(t, cs, "batch_wait", map[string]any{"id": sub.ID}, nil)
+		rt.maxBody.Store(0)
+		var p mcpserver.ResultPage
+		res := call(t, cs, "batch_result", map[string]any{"id": sub.ID, "idx": 0}, &p)
+		if res.IsError || p.PageBytes > mcpserver.MaxPageBytes {
+			t.Fatalf("%s: %s %+v", tc.name, textOf(res)[:min(80, len(textOf(res)))], p)
+		}
+		if m := rt.maxBody.Load(); m > 2*mcpserver.MaxPageBytes+4096 {
+			t.Errorf("%s: a page of %d bytes came in an MCP message of %d bytes", tc.name, p.PageBytes, m)
+		}
+	}
+}
+
+// TestMCP_StdioWaitEndsWhenItsClientCancels: over stdio (a session that
+// lasts), a client that cancels its batch_wait (notifications/cancelled)
+// ends the tool call: it stops polling the API.
+func TestMCP_StdioWaitEndsWhenItsClientCancels(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("wait") {
+				polls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	defer b.f.gate("/gate/stdio-gone").Open()
+	cin, sout := io.Pipe()
+	sin, cout := io.Pipe()
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- mcpserver.ServeStdio(sctx, b.srv.URL, "alice-key", nil, sin, sout,
+			mcpserver.Options{PollEvery: 20 * time.Millisecond, Log: b.Log})
+	}()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.IOTransport{Reader: cin, Writer: cout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub mcpserver.Submitted
+	call(t, cs, "batch_submit", map[string]any{"targets": []any{map[string]any{"url": b.url("/gate/stdio-gone")}}}, &sub)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "batch_wait", Arguments: map[string]any{"id": sub.ID, "seconds": 60}})
+		done <- err
+	}()
+	testkit.WaitFor(t, "the wait polls", func() bool { return polls.Load() >= 2 })
+	cancel()
+	if err := testkit.Recv(t, done); err == nil {
+		t.Fatal("the cancelled call answered")
+	}
+	at := polls.Load()
+	ended := "tool=batch_wait job_id=" + sub.ID
+	testkit.WaitFor(t, "the wait ends, or polls on", func() bool {
+		return strings.Contains(b.Logs.String(), ended) || polls.Load() >= at+100
+	})
+	if n := polls.Load() - at; !strings.Contains(b.Logs.String(), ended) {
+		t.Fatalf("the client cancelled, and the tool call polled the API %d more times, and goes on", n)
+	}
+	_ = cs.Close()
+	stop()
+	if err := testkit.Recv(t, served); err != nil {
+		t.Fatalf("ServeStdio: %v", err)
 	}
 }

@@ -12,7 +12,12 @@ import (
 	"unicode/utf8"
 )
 
-// MaxPageBytes caps the content bytes of one batch_result page (256 KiB).
+// MaxPageBytes caps one batch_result page (256 KiB) as its MCP message
+// carries it: its content's size as JSON encodes it, each escape counted
+// ('<' and a control character are 6 bytes as \u00XX, a quote 2), so
+// that a page's message stays near a page whatever its content. The
+// page's content bytes are at most that too (fewer for text dense with
+// escapes).
 const MaxPageBytes = 256 << 10
 
 // errBadAnswer is an answer of the API that is not the JSON expected.
@@ -143,30 +148,123 @@ func keyOf(dec *json.Decoder) (string, error) {
 	return key, nil
 }
 
-// pager keeps page want of a text fed one rune at a time, in pages of at
-// most size bytes that never split a rune.
+// asciiCost is the size of each ASCII character as encoding/json writes
+// it in a string (with its HTML escaping, as the MCP message is encoded):
+// 1, 2 for \" \\ \n \r \t…, 6 for \u00XX.
+var asciiCost = func() (c [utf8.RuneSelf]uint8) {
+	for i := range c {
+		b, _ := json.Marshal(string(rune(i)))
+		c[i] = uint8(len(b) - 2)
+	}
+	return c
+}()
+
+// jsonCost is the size of one rune's UTF-8 bytes b (or one byte of
+// invalid UTF-8) as encoding/json writes it in a string.
+func jsonCost(b []byte) int {
+	if len(b) == 1 && b[0] < utf8.RuneSelf {
+		return int(asciiCost[b[0]])
+	}
+	r, n := utf8.DecodeRune(b)
+	if r == utf8.RuneError && n <= 1 || r == '\u2028' || r == '\u2029' {
+		return 6 // \ufffd, \u2028, \u2029
+	}
+	return len(b)
+}
+
+// notPlain marks the bytes that stop a plain span: the ASCII characters
+// JSON escapes, and 0xE2, the lead byte of U+2028 and U+2029.
+var notPlain = func() (t [256]bool) {
+	for i := range utf8.RuneSelf {
+		t[i] = asciiCost[i] != 1
+	}
+	t[0xE2] = true
+	return t
+}()
+
+// plainPrefix is the length of b's longest prefix of whole runes that
+// JSON writes as they are (a byte each). b ends with a whole rune.
+func plainPrefix(b []byte) int {
+	i := 0
+	for i < len(b) {
+		c := b[i]
+		if !notPlain[c] {
+			i++
+			continue
+		}
+		if c != 0xE2 || i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9) {
+			break
+		}
+		i++
+	}
+	if utf8.Valid(b[:i]) {
+		return i
+	}
+	return plainRunes(b) // invalid UTF-8 (not from the API): rune by rune
+}
+
+// plainRunes is plainPrefix, decoding b rune by rune.
+func plainRunes(b []byte) int {
+	i := 0
+	for i < len(b) {
+		if c := b[i]; c < utf8.RuneSelf {
+			if asciiCost[c] != 1 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 || r == '\u2028' || r == '\u2029' {
+			return i
+		}
+		i += n
+	}
+	return i
+}
+
+// pager keeps page want of a text fed one rune at a time, in pages that
+// never split a rune and whose JSON encoding ([jsonCost]) is at most size
+// bytes (a rune larger than a page alone on one).
 type pager struct {
 	want, size int
-	page, cur  int // the page being filled, and its bytes so far
-	total      int
+	page, cur  int // the page being filled, and its JSON-encoded bytes so far
+	total      int // the text's bytes
 	buf        strings.Builder
 }
 
 // add adds one rune's UTF-8 bytes (or one byte of invalid UTF-8).
 func (p *pager) add(b []byte) {
-	if p.cur > 0 && p.cur+len(b) > p.size {
+	cost := jsonCost(b)
+	if p.cur > 0 && p.cur+cost > p.size {
 		p.page++
 		p.cur = 0
 	}
-	p.take(b)
+	p.take(b, cost)
 }
 
-// addRun adds whole runes of plain text, as add would one by one.
+// addRun adds whole runes of unescaped text, as add would one by one: its
+// spans JSON writes as they are go to addPlain whole.
 func (p *pager) addRun(b []byte) {
+	for len(b) > 0 {
+		if n := plainPrefix(b); n > 0 {
+			p.addPlain(b[:n])
+			b = b[n:]
+			continue
+		}
+		_, n := utf8.DecodeRune(b)
+		p.add(b[:n])
+		b = b[n:]
+	}
+}
+
+// addPlain adds whole runes that JSON writes as they are, as add would
+// one by one.
+func (p *pager) addPlain(b []byte) {
 	for len(b) > 0 {
 		room := max(p.size-p.cur, 0) // a rune larger than a page may have overfilled it
 		if len(b) <= room {
-			p.take(b)
+			p.take(b, len(b))
 			return
 		}
 		// The last rune boundary that fits.
@@ -176,21 +274,22 @@ func (p *pager) addRun(b []byte) {
 		}
 		switch {
 		case k > 0:
-			p.take(b[:k])
+			p.take(b[:k], k)
 			b = b[k:]
 		case p.cur > 0: // the page is full: the next begins
 			p.page++
 			p.cur = 0
 		default: // a rune larger than a page: alone on it
 			_, n := utf8.DecodeRune(b)
-			p.take(b[:n])
+			p.take(b[:n], n)
 			b = b[n:]
 		}
 	}
 }
 
-func (p *pager) take(b []byte) {
-	p.cur += len(b)
+// take adds b, of JSON-encoded size cost, to the page being filled.
+func (p *pager) take(b []byte, cost int) {
+	p.cur += cost
 	p.total += len(b)
 	if p.page == p.want {
 		if p.buf.Cap() == 0 {

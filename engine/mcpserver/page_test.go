@@ -1,24 +1,29 @@
 package mcpserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
 )
 
-// refPages cuts s as the pager must: pages of at most size bytes, each
-// ending where adding the next rune would pass size.
+// refPages cuts s as the pager must: pages whose JSON encoding (as
+// json.Marshal writes the string, its quotes aside) is at most size bytes,
+// each ending where adding the next rune would pass size.
 func refPages(s string, size int) []string {
 	var pages []string
-	cur := ""
+	cur, curCost := "", 0
 	for _, r := range s {
 		rs := string(r)
-		if len(cur) > 0 && len(cur)+len(rs) > size {
+		b, _ := json.Marshal(rs)
+		cost := len(b) - 2
+		if len(cur) > 0 && curCost+cost > size {
 			pages = append(pages, cur)
-			cur = ""
+			cur, curCost = "", 0
 		}
 		cur += rs
+		curCost += cost
 	}
 	if cur != "" || len(pages) == 0 {
 		pages = append(pages, cur)
@@ -26,6 +31,10 @@ func refPages(s string, size int) []string {
 	return pages
 }
 
+// TestReadTargetPage_CutsAtRuneBoundaries reads every page of contents
+// dense with escapes, as the API may write them (HTML-escaped or not):
+// each page is cut between runes where its JSON encoding would pass the
+// size, as refPages cuts it.
 func TestReadTargetPage_CutsAtRuneBoundaries(t *testing.T) {
 	contents := []string{
 		"",
@@ -34,12 +43,17 @@ func TestReadTargetPage_CutsAtRuneBoundaries(t *testing.T) {
 		"quotes \" and \\ backslashes \n\t\r\b\f and \u0001 control \u2028 separators",
 		strings.Repeat("a\"b\\c😀", 40) + "<tag>&amp;",
 		"surrogates 😀 𝄞 and an invalid byte \xff here",
+		strings.Repeat("<\x01>&\x7f", 30) + "é",
 	}
-	for _, content := range contents {
-		raw, err := json.Marshal(map[string]any{"content": content, "meta": map[string]any{"type": "text/plain"}})
-		if err != nil {
+	for n := range 2 * len(contents) {
+		content := contents[n/2]
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(n%2 == 0) // raw '<', '>' and '&' in the stream, or \u003c…
+		if err := enc.Encode(map[string]any{"content": content, "meta": map[string]any{"type": "text/plain"}}); err != nil {
 			t.Fatal(err)
 		}
+		raw := bytes.TrimSpace(buf.Bytes())
 		want := strings.ToValidUTF8(content, "\uFFFD")
 		for _, size := range []int{1, 3, 4, 7, 64} {
 			pages := refPages(want, size)

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -51,8 +53,9 @@ const (
 type Options struct {
 	// Version is the server's version in the MCP handshake; default "dev".
 	Version string
-	// MaxWait caps batch_wait's seconds; default [DefaultMaxWait]. It
-	// must not pass the API's own ?wait= cap.
+	// MaxWait caps batch_wait's wait; default [DefaultMaxWait]. It
+	// must not pass the API's own ?wait= cap. Under a second, batch_wait
+	// takes seconds 1 only, and waits MaxWait.
 	MaxWait time.Duration
 	// PollEvery is how often batch_wait asks the API for the job's
 	// progress (a ?wait= of this length), to send a progress
@@ -97,6 +100,44 @@ type tools struct {
 	key    keyFunc
 	o      Options
 	ending context.Context // done: batch_wait answers at once (nil: never)
+	reqs   *requests       // the HTTP requests the calls came in (nil: stdio)
+}
+
+// headerRequest is the header by which a tool call finds the HTTP request
+// it came in ([requests]); a client's own is overwritten.
+const headerRequest = "X-Siftbatch-Mcp-Request"
+
+// requests are the contexts of the HTTP requests being served, by the
+// number given in their headerRequest. The SDK's stateless handler runs a
+// tool call on a context detached from its HTTP request (for older
+// protocol versions): a batch_wait ends with its request's context, found
+// here, so that it stops polling once its client has gone.
+type requests struct {
+	seq atomic.Uint64
+	m   sync.Map // string → context.Context
+}
+
+// tag numbers r in its header and keeps its context while next serves it.
+func (rs *requests) tag(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := strconv.FormatUint(rs.seq.Add(1), 36)
+		r.Header.Set(headerRequest, n)
+		rs.m.Store(n, r.Context())
+		defer rs.m.Delete(n)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// context is the context of the HTTP request req came in, if known.
+func (rs *requests) context(req *mcp.CallToolRequest) (context.Context, bool) {
+	if rs == nil || req.Extra == nil || req.Extra.Header == nil {
+		return nil, false
+	}
+	v, ok := rs.m.Load(req.Extra.Header.Get(headerRequest))
+	if !ok {
+		return nil, false
+	}
+	return v.(context.Context), true
 }
 
 // client is the API's Go client for one call, with key. It never retries
@@ -143,7 +184,7 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	}
 	ending, end := context.WithCancel(context.Background())
 	t := &tools{b: &backend{hc: &http.Client{Transport: handlerTransport{h: api}}, base: "http://siftbatch.invalid"},
-		key: keyOfHeader, o: o, ending: ending}
+		key: keyOfHeader, o: o, ending: ending, reqs: &requests{}}
 	srv := t.server()
 	// The SDK's guard against DNS rebinding (403 to a request that came
 	// to a loopback address under another Host) is off: every request
@@ -151,7 +192,7 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	// guard would refuse every request of a proxy on the same machine.
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
-	return &Handler{h: requireKey(auth, h), endWaits: end}, nil
+	return &Handler{h: requireKey(auth, t.reqs.tag(h)), endWaits: end}, nil
 }
 
 // keyOfHeader is the Bearer key of the HTTP request a call came in.
@@ -187,6 +228,7 @@ func requireKey(auth httpapi.Authenticator, next http.Handler) http.Handler {
 		case err == nil:
 			next.ServeHTTP(w, r)
 		case !errors.Is(err, httpapi.ErrUnknownKey):
+			w.Header().Set("Retry-After", strconv.Itoa(int(httpapi.DefaultRetryAfter/time.Second)))
 			writeHTTPError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="siftbatch"`)
@@ -204,7 +246,10 @@ func writeHTTPError(w http.ResponseWriter, code int, msg, hint string) {
 // ServeStdio serves MCP over in and out (a command's stdin and stdout)
 // until ctx is done or in ends, calling the API at baseURL
 // (http://host:port of a serve) with key. hc, if nil, is a client with no
-// overall timeout (a batch_wait long-polls).
+// overall timeout (a batch_wait long-polls). A baseURL or key the API's
+// Go client refuses (user info, a query or a fragment in the URL; a space
+// or a control character in the key) is refused at once, with the
+// client's error: no tool call could be made with it.
 func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io.ReadCloser, out io.WriteCloser, o Options) error {
 	if key == "" {
 		return ErrNoKey
@@ -212,6 +257,9 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errors.New("mcpserver: the server must be an http(s) URL such as http://127.0.0.1:8080")
+	}
+	if _, err := client.New(baseURL, key); err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
 	}
 	o, err = o.withDefaults()
 	if err != nil {
@@ -400,15 +448,16 @@ func (t *tools) call(req *mcp.CallToolRequest, tool, id string, fn func(key stri
 	return err
 }
 
-// loggedID is id as the log shows it: an id as the API makes them
-// (letters, digits, '-' and '_'), else "(malformed)", so that nothing an
-// agent passes as an id (a URL, a key) reaches the log.
+// loggedID is id as the log shows it: an id of the shape the API makes
+// them (32 lower-case hex digits), else "(malformed)", so that nothing
+// else an agent passes as an id (a URL, its API key, another secret)
+// reaches the log.
 func loggedID(id string) string {
-	if len(id) > 64 {
+	if len(id) != 32 {
 		return "(malformed)"
 	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+	for i := range len(id) {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return "(malformed)"
 		}
 	}
@@ -418,9 +467,15 @@ func loggedID(id string) string {
 // stopping reports whether the server is stopping (EndWaits).
 func (t *tools) stopping() bool { return t.ending != nil && t.ending.Err() != nil }
 
+// jobPath is the API path of job id. An id that a path would read as
+// segments (".", "..", one with a '/') is no job's: 404, as the API
+// answers it.
 func jobPath(id string) (string, error) {
 	if id == "" {
 		return "", &APIError{Status: http.StatusBadRequest, Message: "no id", Hint: "give the id batch_submit answered"}
+	}
+	if id == "." || id == ".." || strings.Contains(id, "/") {
+		return "", &APIError{Status: http.StatusNotFound, Message: "job not found", Hint: "check the id; jobs are deleted a while after they finish"}
 	}
 	return "/v1/batch/" + url.PathEscape(id), nil
 }
@@ -486,26 +541,35 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 		if _, err := jobPath(in.ID); err != nil {
 			return err
 		}
-		maxSec := int(t.o.MaxWait / time.Second)
+		// The wait is MaxWait by default, else seconds, at most MaxWait
+		// (a MaxWait under a second still takes seconds 1: MaxWait).
+		maxSec := max(int(t.o.MaxWait/time.Second), 1)
+		within := t.o.MaxWait
 		switch {
-		case in.Seconds == 0:
-			in.Seconds = maxSec
 		case in.Seconds < 0 || in.Seconds > maxSec:
 			return &APIError{Status: http.StatusBadRequest, Message: "bad seconds", Hint: "give seconds from 1 to " + strconv.Itoa(maxSec)}
+		case in.Seconds > 0:
+			within = min(time.Duration(in.Seconds)*time.Second, t.o.MaxWait)
 		}
 		c, err := t.client(key)
 		if err != nil {
 			return err
 		}
 		// A stopping server (EndWaits) ends the wait with the job as it
-		// then stands.
+		// then stands; a client gone (its HTTP request's context done)
+		// ends it too.
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if t.ending != nil {
 			defer context.AfterFunc(t.ending, cancel)()
 		}
+		gone, stopGone := context.WithCancel(context.Background())
+		defer stopGone()
+		if rctx, ok := t.reqs.context(req); ok {
+			defer context.AfterFunc(rctx, func() { stopGone(); cancel() })()
+		}
 		token := req.Params.GetProgressToken()
-		j, err := c.WaitProgress(wctx, in.ID, time.Duration(in.Seconds)*time.Second, t.o.PollEvery, func(j client.Job) {
+		j, err := c.WaitProgress(wctx, in.ID, within, t.o.PollEvery, func(j client.Job) {
 			if token == nil || req.Session == nil {
 				return
 			}
@@ -514,7 +578,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 				Message: fmt.Sprintf("%d of %d targets stored, %d failed; job %s", j.TargetsDone, j.TargetsTotal, j.TargetsFailed, j.Status),
 			})
 		})
-		if err != nil && ctx.Err() == nil && t.stopping() {
+		if err != nil && ctx.Err() == nil && gone.Err() == nil && t.stopping() {
 			j, err = c.Job(ctx, in.ID)
 		}
 		out = jobOf(j)

@@ -741,8 +741,14 @@ type ListReply struct {
 	More bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	// bad_request is set, with the reason, when the request was refused
 	// (engine.ErrBadList); error, when the node could not list.
-	BadRequest    string `protobuf:"bytes,3,opt,name=bad_request,json=badRequest,proto3" json:"bad_request,omitempty"`
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	BadRequest string `protobuf:"bytes,3,opt,name=bad_request,json=badRequest,proto3" json:"bad_request,omitempty"`
+	Error      string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// next is the node's cursor of its next page when more is set: after
+	// its last job listed, or, for a page cut short by engine.ListScan
+	// (fewer jobs than the limit), after the last job it looked at. A node
+	// that does not send it (an older one) sends full pages: its next is its
+	// last job's cursor.
+	Next          string `protobuf:"bytes,5,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,6 +807,13 @@ func (x *ListReply) GetBadRequest() string {
 func (x *ListReply) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *ListReply) GetNext() string {
+	if x != nil {
+		return x.Next
 	}
 	return ""
 }
@@ -1703,13 +1716,14 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\n" +
 	" \x01(\x03R\tstartedAt\x12\x19\n" +
-	"\bended_at\x18\v \x01(\x03R\aendedAt\"\x8b\x01\n" +
+	"\bended_at\x18\v \x01(\x03R\aendedAt\"\x9f\x01\n" +
 	"\tListReply\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.ListedJobR\x04jobs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1f\n" +
 	"\vbad_request\x18\x03 \x01(\tR\n" +
 	"badRequest\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"g\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x12\n" +
+	"\x04next\x18\x05 \x01(\tR\x04next\"g\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x0e\n" +

@@ -20,6 +20,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine/client"
@@ -72,7 +74,11 @@ func (c *conn) client() (*client.Client, error) {
 }
 
 // ReadKeyFile reads an API key from a file that holds it alone (a
-// trailing newline, or spaces around it, are fine). Its errors never hold
+// trailing newline, CRLF, spaces around it, or a UTF-8 byte order mark
+// before it, as some editors save a file, are fine). A key with a space
+// inside, ASCII or not (unicode.IsSpace: U+00A0, U+3000…), is more than
+// the key; one with another character that is not printable (a control or
+// format character such as U+200B) is refused too. Its errors never hold
 // the file's content.
 func ReadKeyFile(path string) (string, error) {
 	f, err := os.Open(path)
@@ -84,14 +90,16 @@ func ReadKeyFile(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("key file %s: %w", path, err)
 	}
-	key := strings.TrimSpace(string(b))
+	key := strings.TrimSpace(strings.TrimPrefix(string(b), "\ufeff"))
 	switch {
 	case len(b) > maxKeyFile:
 		return "", fmt.Errorf("key file %s: more than %d bytes; it must hold the API key alone", path, maxKeyFile)
 	case key == "":
 		return "", fmt.Errorf("key file %s is empty; it must hold the API key alone", path)
-	case strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return "", fmt.Errorf("key file %s: holds more than one word; it must hold the API key alone (not a serve --keys line)", path)
+	case strings.ContainsFunc(key, unicode.IsSpace):
+		return "", fmt.Errorf("key file %s: holds more than one word (a space or a line break inside); it must hold the API key alone (not a serve --keys line)", path)
+	case !utf8.ValidString(key) || strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }):
+		return "", fmt.Errorf("key file %s: holds a character that is not printable (a control or an invisible format character); it must hold the API key alone", path)
 	}
 	return key, nil
 }

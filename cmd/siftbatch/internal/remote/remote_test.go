@@ -333,3 +333,25 @@ func TestGet_PrintsPageTextSafeForATerminal(t *testing.T) {
 		t.Fatalf("get --json: %v\n%s", err, out)
 	}
 }
+
+// TestReadKeyFile_TakesAKeySavedByAnotherEditor reads a key file as
+// Windows' Notepad saves it (a UTF-8 byte order mark, CRLF): the key is
+// the key, not the key behind an invisible U+FEFF that every server
+// answers 401. And a serve --keys line whose words are apart by a
+// non-ASCII space (U+00A0, U+3000) is refused as more than the key, as
+// one with an ASCII space is.
+func TestReadKeyFile_TakesAKeySavedByAnotherEditor(t *testing.T) {
+	t.Parallel()
+	if k, err := ReadKeyFile(writeFile(t, "k", "\ufeffs3cret-key\r\n")); err != nil || k != "s3cret-key" {
+		t.Errorf("a BOM and CRLF: %q, %v; want the key alone", k, err)
+	}
+	for name, content := range map[string]string{
+		"no-break space":    "alice\u00a0s3cret-key\n",
+		"ideographic space": "alice\u3000s3cret-key\n",
+		"zero-width space":  "alice\u200bs3cret-key\n",
+	} {
+		if k, err := ReadKeyFile(writeFile(t, "k", content)); err == nil {
+			t.Errorf("%s: took %q; want an error: more than the key", name, k)
+		}
+	}
+}
