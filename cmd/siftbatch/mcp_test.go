@@ -255,8 +255,10 @@ func TestMCP_ServeProcessPages16MiBResult(t *testing.T) {
 			}
 			break
 		}
-		if next != float64(page+1) || len(text) < mcpserver.MaxPageBytes-utf8.UTFMax {
-			t.Fatalf("page %d: next %v, %d bytes: a page before the last is full", page, next, len(text))
+		// A page before the last is full: as JSON encodes it (a page is
+		// bounded by its encoded size), within a rune's escape (6 bytes).
+		if enc, _ := json.Marshal(text); next != float64(page+1) || len(enc)-2 < mcpserver.MaxPageBytes-6 || len(enc)-2 > mcpserver.MaxPageBytes {
+			t.Fatalf("page %d: next %v, %d bytes, %d as JSON: a page before the last is full", page, next, len(text), len(enc)-2)
 		}
 	}
 	if got.String() != mcpBigContent {

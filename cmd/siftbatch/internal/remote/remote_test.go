@@ -137,7 +137,7 @@ func TestCommands_SessionInTextAndJSON(t *testing.T) {
 	}
 	out, _, err = b.run(t, Get, id, "--results", "--json")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if err != nil || len(lines) != 2 || lines[0] != `{"idx":0,"url":"https://example.com/a","status":"done","result":{"content":"<h1>https://example.com/a</h1>"}}` {
+	if err != nil || len(lines) != 2 || lines[0] != `{"idx":0,"url":"https://example.com/a","status":"done","duration_ms":1,"result":{"content":"<h1>https://example.com/a</h1>"}}` {
 		t.Fatalf("get --results --json: %v\n%s", err, out)
 	}
 	out, _, err = b.run(t, Get, id, "0")
