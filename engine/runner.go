@@ -52,6 +52,9 @@ type Runner struct {
 	waitMu    sync.Mutex
 	waits     map[string]*waited
 	storeGone bool
+
+	// refused counts the submits refused at a cap (refusals.go).
+	refused refusals
 }
 
 // waited is a job some Waits wait for, on a runner that owns its store.
@@ -261,6 +264,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		reuse, err := adm.Admit(ctx, c.Name, hex.EncodeToString(m.Job.Key[:]), body, m.Job.ID)
 		switch {
 		case errors.Is(err, ErrCallerBusy):
+			r.refused.count(ErrCallerBusy)
 			return "", false, ErrCallerBusy
 		case errors.Is(err, ErrIdempotencyMismatch):
 			return "", false, ErrIdempotencyMismatch
@@ -296,6 +300,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		return "", false, fmt.Errorf("submit: %w", err)
 	}
 	if reply.Refused != nil {
+		r.refused.count(reply.Refused)
 		return "", false, reply.Refused
 	}
 	if reply.Err != nil {
