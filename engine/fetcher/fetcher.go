@@ -194,6 +194,9 @@ func (f *Fetcher) Close() {
 	f.filters.close()
 }
 
+// Timeout returns one fetch's deadline: [Options.Timeout], defaulted.
+func (f *Fetcher) Timeout() time.Duration { return f.o.Timeout }
+
 // FilterDeaths returns how many filter processes have died or been killed
 // since [New], by reason: every one of [FilterDeathReasons], zeros
 // included. A process killed because its fetch's context was done or the

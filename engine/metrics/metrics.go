@@ -16,8 +16,13 @@
 //	siftbatch_hook_panics_total            hook calls that panicked (see [Metrics.Attach])
 //	siftbatch_http_requests_total{route,code}  HTTP requests by route and status code
 //	siftbatch_http_request_seconds{route}  histogram: HTTP request latency by route
+//	siftbatch_fetch_oldest_seconds         age of the oldest fetch in progress (see [Metrics.Fetch])
+//	siftbatch_submits_refused_total{reason}  submits refused at a cap: caller_cap, global_cap
 //
-// A cluster node's peer counters are a collector apart, [Cluster].
+// A cluster node's peer counters are a collector apart, [Cluster]; so are
+// its membership ([Membership]), a store's series ([Store]) and a
+// fetcher's ([Fetcher]). docs/observability/ has alert rules and a
+// Grafana dashboard over them.
 package metrics
 
 import (
@@ -58,8 +63,11 @@ type Metrics struct {
 	hookPanics     prometheus.CounterFunc
 	requests       *prometheus.CounterVec
 	requestSeconds *prometheus.HistogramVec
+	fetchOldest    prometheus.GaugeFunc
+	refused        prometheus.Collector
 
-	runner atomic.Pointer[engine.Runner]
+	runner  atomic.Pointer[engine.Runner]
+	fetches fetches
 }
 
 // New returns the metrics, every job outcome and target result at zero so
@@ -115,6 +123,12 @@ func New() *Metrics {
 		}
 		return 0
 	})
+	m.fetches = fetches{now: time.Now, started: map[uint64]time.Time{}}
+	m.fetchOldest = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "siftbatch_fetch_oldest_seconds",
+		Help: "Age of the oldest fetch in progress, 0 when none (through Metrics.Fetch).",
+	}, m.fetches.oldest)
+	m.refused = m.refusedCollector()
 	for _, o := range outcomes {
 		m.jobs.WithLabelValues(o)
 	}
@@ -126,7 +140,7 @@ func New() *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.jobs, m.targets, m.targetSeconds, m.resultBytes, m.jobSeconds,
-		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds}
+		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds, m.fetchOldest, m.refused}
 }
 
 // Describe sends the descriptors of every series, for
@@ -144,7 +158,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Attach has siftbatch_hook_panics_total read r's [engine.Runner.HookPanics].
+// Attach has siftbatch_hook_panics_total read r's [engine.Runner.HookPanics],
+// and siftbatch_submits_refused_total its [engine.Runner.Refusals].
 // Call it once [engine.Open] (or [engine.New]) has returned the runner that m's hooks observe;
 // until then the series reads 0.
 func (m *Metrics) Attach(r *engine.Runner) { m.runner.Store(r) }
