@@ -203,3 +203,47 @@ func boardExprs(t *testing.T, path string) []expr {
 	}
 	return out
 }
+
+// TestObservability_EveryAlertHasARunbook: every alert's runbook
+// annotation names RUNBOOK.md and a section of it headed with the alert's
+// name.
+func TestObservability_EveryAlertHasARunbook(t *testing.T) {
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	book, err := os.ReadFile("../RUNBOOK.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := 0
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			want := "docs/observability/RUNBOOK.md#" + strings.ToLower(r.Alert)
+			if got := r.Annotations["runbook"]; got != want {
+				t.Errorf("%s: runbook %q, want %q", r.Alert, got, want)
+			}
+			if !strings.Contains(string(book), "\n## "+r.Alert+"\n") {
+				t.Errorf("%s: RUNBOOK.md has no section ## %s", r.Alert, r.Alert)
+			}
+		}
+	}
+	if alerts < 8 {
+		t.Errorf("%d alerts read", alerts)
+	}
+}
