@@ -45,6 +45,14 @@ const (
 	ResultBusy   = "busy" // came back busy for longer than Config.RetryFor
 )
 
+// targetBuckets are siftbatch_target_seconds' buckets, in seconds: from
+// 1 ms, where a page answered at once on a near network lands (a 404, a
+// 500 or a 429 took 0.2 to 2.6 ms on loopback), through a page's usual
+// 100 ms to 1 s (the demo's fast and slow pages: 121 and 904 ms), to the
+// fetcher's 210 s deadline. docs/observability/README.md has the
+// measurement (BenchmarkFetch_FixturePages in cmd/siftbatch).
+var targetBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 210}
+
 // outcomes are the values of siftbatch_jobs_total's outcome label.
 var outcomes = []string{"created", "reused", engine.StatusDone, engine.StatusPartial, engine.StatusFailed, engine.StatusCancelled}
 
@@ -85,7 +93,7 @@ func New() *Metrics {
 		targetSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "siftbatch_target_seconds",
 			Help:    "Time to fetch and store one target.",
-			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 210},
+			Buckets: targetBuckets,
 		}),
 		resultBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "siftbatch_result_bytes_total",
