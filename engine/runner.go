@@ -55,6 +55,8 @@ type Runner struct {
 
 	// refused counts the submits refused at a cap (refusals.go).
 	refused refusals
+	// classes are the live jobs' caller classes (classes.go).
+	classes liveClasses
 }
 
 // waited is a job some Waits wait for, on a runner that owns its store.
@@ -278,7 +280,9 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 			return reuse, true, nil
 		}
 	}
+	r.classes.submitting(m.Job.ID, callerClass, r.Live) // before the job can be live
 	reply, err := r.sys.Submit(m)
+	r.classes.submitted(m.Job.ID, err == nil && reply.ID == m.Job.ID && reply.Refused == nil && reply.Err == nil)
 	var mismatch error // a job of the caller's own key reused here, bound to other targets
 	if err == nil && reply.Reused {
 		mismatch = r.sameTargets(reply.ID, m, opt.IdempotencyKey)

@@ -18,6 +18,7 @@
 //	siftbatch_http_request_seconds{route}  histogram: HTTP request latency by route
 //	siftbatch_fetch_oldest_seconds         age of the oldest fetch in progress (see [Metrics.Fetch])
 //	siftbatch_submits_refused_total{reason}  submits refused at a cap: caller_cap, global_cap
+//	siftbatch_live_jobs_by_class{class}    live jobs by caller class: standard, restricted, admin, none, other
 //
 // A cluster node's peer counters are a collector apart, [Cluster]; so are
 // its membership ([Membership]), a store's series ([Store]) and a
@@ -73,6 +74,7 @@ type Metrics struct {
 	requestSeconds *prometheus.HistogramVec
 	fetchOldest    prometheus.GaugeFunc
 	refused        prometheus.Collector
+	liveByClass    prometheus.Collector
 
 	runner  atomic.Pointer[engine.Runner]
 	fetches fetches
@@ -137,6 +139,7 @@ func New() *Metrics {
 		Help: "Age of the oldest fetch in progress, 0 when none (through Metrics.Fetch).",
 	}, m.fetches.oldest)
 	m.refused = m.refusedCollector()
+	m.liveByClass = m.liveByClassCollector()
 	for _, o := range outcomes {
 		m.jobs.WithLabelValues(o)
 	}
@@ -148,7 +151,7 @@ func New() *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.jobs, m.targets, m.targetSeconds, m.resultBytes, m.jobSeconds,
-		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds, m.fetchOldest, m.refused}
+		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds, m.fetchOldest, m.refused, m.liveByClass}
 }
 
 // Describe sends the descriptors of every series, for
@@ -167,7 +170,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Attach has siftbatch_hook_panics_total read r's [engine.Runner.HookPanics],
-// and siftbatch_submits_refused_total its [engine.Runner.Refusals].
+// siftbatch_submits_refused_total its [engine.Runner.Refusals] and
+// siftbatch_live_jobs_by_class its [engine.Runner.LiveByClass].
 // Call it once [engine.Open] (or [engine.New]) has returned the runner that m's hooks observe;
 // until then the series reads 0.
 func (m *Metrics) Attach(r *engine.Runner) { m.runner.Store(r) }

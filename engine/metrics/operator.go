@@ -110,6 +110,49 @@ func (m *Metrics) refusedCollector() prometheus.Collector {
 	}
 }
 
+// Caller classes, the values of siftbatch_live_jobs_by_class's class
+// label: serve's key classes (engine/httpapi's ClassStandard,
+// ClassRestricted, ClassAdmin), ClassNone for a job submitted without a
+// class, ClassOther for any other (an embedder's own: a class is never
+// its own label value unless it is one of these, so the label stays
+// bounded).
+const (
+	ClassStandard   = "standard"
+	ClassRestricted = "restricted"
+	ClassAdmin      = "admin"
+	ClassNone       = "none"
+	ClassOther      = "other"
+)
+
+// liveByClassCollector is siftbatch_live_jobs_by_class, read from the
+// attached runner's [engine.Runner.LiveByClass] (zeros until Attach).
+func (m *Metrics) liveByClassCollector() prometheus.Collector {
+	return constCollector{
+		desc: prometheus.NewDesc("siftbatch_live_jobs_by_class",
+			"Jobs queued or running, by the caller class they were submitted with: standard, restricted, admin, none, other.",
+			[]string{"class"}, nil),
+		vtype: prometheus.GaugeValue,
+		read: func(emit func(float64, ...string)) {
+			counts := map[string]int{ClassStandard: 0, ClassRestricted: 0, ClassAdmin: 0, ClassNone: 0, ClassOther: 0}
+			if r := m.runner.Load(); r != nil {
+				for class, n := range r.LiveByClass() {
+					switch class {
+					case ClassStandard, ClassRestricted, ClassAdmin:
+					case "":
+						class = ClassNone
+					default:
+						class = ClassOther
+					}
+					counts[class] += n
+				}
+			}
+			for class, n := range counts {
+				emit(float64(n), class)
+			}
+		},
+	}
+}
+
 // StoreCounters is what a store tells of itself: a
 // *github.com/sift/batch/persistence.Store has them.
 type StoreCounters interface {

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -131,4 +132,40 @@ func TestMetrics_Membership(t *testing.T) {
 	wantValues(t, b.scrape(t), map[string]float64{"siftbatch_cluster_members": 3, "siftbatch_cluster_member": 1})
 	members, self = 2, false
 	wantValues(t, b.scrape(t), map[string]float64{"siftbatch_cluster_members": 2, "siftbatch_cluster_member": 0})
+}
+
+// TestMetrics_LiveJobsByClass: the attached runner's live jobs by caller
+// class, serve's classes under their own names, no class as "none", any
+// other as "other"; every class at zero before and after.
+func TestMetrics_LiveJobsByClass(t *testing.T) {
+	t.Parallel()
+	m, b := setup(t)
+	zero := map[string]float64{}
+	for _, c := range []string{"standard", "restricted", "admin", "none", "other"} {
+		zero[`siftbatch_live_jobs_by_class{class="`+c+`"}`] = 0
+	}
+	wantValues(t, b.scrape(t), zero)
+	gate := testkit.NewGate()
+	eb := enginetest.Setup(t, enginetest.GatedFetch(gate), engine.Config{JobsPerCaller: 1, JobsTotal: 8})
+	m.Attach(eb.Runner)
+	var ids []string
+	for i, class := range []string{"standard", "standard", "admin", "", "sift-internal", "batch-tier-7"} {
+		id, _, err := eb.Runner.Submit(context.Background(), enginetest.Caller(fmt.Sprint("c", i)), class, enginetest.Targets(fmt.Sprint("t", i), 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	wantValues(t, b.scrape(t), map[string]float64{
+		`siftbatch_live_jobs_by_class{class="standard"}`:   2,
+		`siftbatch_live_jobs_by_class{class="restricted"}`: 0,
+		`siftbatch_live_jobs_by_class{class="admin"}`:      1,
+		`siftbatch_live_jobs_by_class{class="none"}`:       1,
+		`siftbatch_live_jobs_by_class{class="other"}`:      2,
+	})
+	gate.Open()
+	for _, id := range ids {
+		eb.WaitSettled(t, id)
+	}
+	wantValues(t, b.scrape(t), zero)
 }
