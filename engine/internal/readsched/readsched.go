@@ -35,9 +35,9 @@ type Scheduler struct {
 	maxQueued int
 
 	mu     sync.Mutex
-	busy   int                    // places taken
+	busy   int                     // places taken
 	queues map[string]*callerQueue // callers with reads waiting; an entry is deleted once empty
-	ring   list.List              // of *callerQueue: the callers that wait, the next to be served first
+	ring   list.List               // of *callerQueue: the callers that wait, the next to be served first
 }
 
 // callerQueue is one caller's reads waiting, in the order they came.
