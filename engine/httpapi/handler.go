@@ -31,7 +31,7 @@ const (
 	DefaultMaxAnswerBytes = 64 << 20
 	// DefaultMaxQueuedReads is how many reads of one caller may wait for
 	// their turn at once (Options.MaxQueuedReads).
-	DefaultMaxQueuedReads = 32
+	DefaultMaxQueuedReads = 64
 )
 
 // The routes, each also the fixed label [Options.Wrap] is given.
@@ -119,7 +119,7 @@ type Options struct {
 	// queued" with Retry-After at once, having done no work. A request
 	// already admitted that takes its turn again (after a long-poll's
 	// wait, between the results of a ?results=1 answer) is never refused:
-	// it waits in its caller's queue. Default [DefaultMaxQueuedReads] (32).
+	// it waits in its caller's queue. Default [DefaultMaxQueuedReads] (64).
 	MaxQueuedReads int
 	// MaxAnswerBytes caps, for each caller (API key), the bytes of its
 	// answers held in memory while they are written to its clients: a
