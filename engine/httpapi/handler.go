@@ -196,8 +196,8 @@ type runner interface {
 // with [New]. It is safe for concurrent use.
 type Handler struct {
 	reads   *readsched.Scheduler // the turns, shared fairly by caller (Options.MaxInFlight, MaxQueuedReads)
-	answers *answerBudget // each caller's answer bytes held (Options.MaxAnswerBytes)
-	sizes   resultSizes   // the sizes of results read, to refuse an answer before its read
+	answers *answerBudget        // each caller's answer bytes held (Options.MaxAnswerBytes)
+	sizes   resultSizes          // the sizes of results read, to refuse an answer before its read
 	r       runner
 	auth    Authenticator
 	o       Options
@@ -455,8 +455,8 @@ type turn struct {
 	reads  *readsched.Scheduler
 	caller string
 	held   bool
-	w     *turnWriter // nil outside authenticate (a handler called directly in tests)
-	ans   answerHold  // the bytes the answer holds of its caller's budget
+	w      *turnWriter // nil outside authenticate (a handler called directly in tests)
+	ans    answerHold  // the bytes the answer holds of its caller's budget
 }
 
 type turnKey struct{}
