@@ -223,14 +223,14 @@ func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPa
 		v.Jobs = h.rows(ss, keep)
 		if len(keep) == 0 {
 			// Hex digits may be part of a URL too.
-			if u := h.urlSearch(ctx, ss, q, v); !u.Busy {
+			if u := h.urlSearch(ctx, ss, q, v, false); !u.Busy {
 				return u
 			}
 			v.Note = "No job's id begins with these digits (a search of the URLs for them is not possible right now: try again in a moment)."
 		}
 		v.First = ""
 	default:
-		return h.urlSearch(ctx, ss, q, v)
+		return h.urlSearch(ctx, ss, q, v, true)
 	}
 	return v
 }
@@ -259,12 +259,20 @@ func (h *Handler) readIn(ctx context.Context, ss *session, v *jobsPageView, fn f
 // A search takes one of the urlSearches places, shared fairly by caller
 // (a caller's search past urlSearchesQueued waiting is 429), and reads
 // each page of jobs in a read turn of its own, so that the other reads of
-// the server go on between its pages.
-func (h *Handler) urlSearch(ctx context.Context, ss *session, q jobsQuery, v jobsPageView) jobsPageView {
+// the server go on between its pages. Without wait (a search by id that
+// found nothing, tried on the URLs too), it runs only if a place is free
+// at once, else it is Busy.
+func (h *Handler) urlSearch(ctx context.Context, ss *session, q jobsQuery, v jobsPageView, wait bool) jobsPageView {
 	v.Title, v.First, v.Next = "Jobs with a URL that holds “"+q.Q+"”", "", ""
-	if err := h.searches.Acquire(ctx, ss.name, false); err != nil {
-		v.Msg, v.Busy = "Other searches by URL of yours wait already: try again in a moment, or search by id.", true
+	switch {
+	case !wait && !h.searches.TryAcquire():
+		v.Msg, v.Busy = "Other searches by URL are running: try again in a moment, or search by id.", true
 		return v
+	case wait:
+		if err := h.searches.Acquire(ctx, ss.name, false); err != nil {
+			v.Msg, v.Busy = "Other searches by URL of yours wait already: try again in a moment, or search by id.", true
+			return v
+		}
 	}
 	defer h.searches.Release()
 	needle := strings.ToLower(q.Q)

@@ -110,6 +110,18 @@ func (s *Scheduler) Acquire(ctx context.Context, caller string, must bool) error
 	return ctx.Err()
 }
 
+// TryAcquire takes a place only if one is free and no
+// read waits; it reports whether it did. Release it as Acquire's.
+func (s *Scheduler) TryAcquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy < s.places && s.ring.Len() == 0 {
+		s.busy++
+		return true
+	}
+	return false
+}
+
 // Release gives back a place taken by [Scheduler.Acquire]: the next read
 // in the rotation takes it.
 func (s *Scheduler) Release() {

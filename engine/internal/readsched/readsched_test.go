@@ -94,6 +94,24 @@ func TestScheduler_FreePlaceTakenAtOnce(t *testing.T) {
 	}
 }
 
+func TestScheduler_TryAcquireOnlyWhenFree(t *testing.T) {
+	s := New(1, 4)
+	if !s.TryAcquire() {
+		t.Fatal("TryAcquire with a place free")
+	}
+	if s.TryAcquire() {
+		t.Fatal("TryAcquire with no place free")
+	}
+	s.Release()
+	if !s.TryAcquire() {
+		t.Fatal("TryAcquire once the place is free again")
+	}
+	s.Release()
+	if s.busy != 0 {
+		t.Fatalf("busy %d", s.busy)
+	}
+}
+
 func TestScheduler_QueueBoundPerCaller(t *testing.T) {
 	s := New(1, 2)
 	if err := s.Acquire(context.Background(), "holder", false); err != nil {
