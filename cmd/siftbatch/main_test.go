@@ -98,9 +98,9 @@ func holdStoreInChild(t *testing.T, dir string) {
 
 // Test keys: alice and bob are standard callers, carol is restricted.
 const testKeys = `# name key [restricted]
-alice alice-key
-bob   bob-key
-carol carol-key restricted
+alice alice-secret-key
+bob   bob-long-secret-key
+carol carol-secret-key restricted
 `
 
 // missingID is a well-formed job id that no test job has.

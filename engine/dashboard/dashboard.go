@@ -389,6 +389,11 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	c, class, err := h.auth.Authenticate(r.Context(), key)
 	switch {
 	case err == nil && c != nil && c.Name != "" && key != "":
+	case errors.Is(err, httpapi.ErrThrottled):
+		secs := httpapi.RetryAfterSeconds(err)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		h.page(w, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many unknown keys from this address: wait " + strconv.Itoa(secs) + " s and try again."})
+		return
 	case err != nil && !errors.Is(err, httpapi.ErrUnknownKey):
 		h.log.Warn("dashboard sign-in: authenticate failed")
 		h.page(w, http.StatusServiceUnavailable, "signin", signInPage{Msg: "Signing in is not possible right now: try again later."})
