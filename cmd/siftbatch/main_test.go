@@ -30,6 +30,7 @@ const holdStoreEnv = "SIFTBATCH_TEST_HOLD_STORE"
 func TestMain(m *testing.M) {
 	fetcher.RunFilterChild() // the filter processes of the fetchers the tests make
 	if os.Getenv(runMainEnv) != "" {
+		setFileLimit(os.Getenv(fileLimitEnv))
 		main() // the command itself (TestServe_Cluster's nodes); it exits
 	}
 	if dir := os.Getenv(holdStoreEnv); dir != "" {
