@@ -138,6 +138,7 @@ type runner interface {
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	Result(id string, idx int) (*engine.Result, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
+	ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool)
 	Cancel(id string) bool
 	Err() error
 	HookPanics() uint64
