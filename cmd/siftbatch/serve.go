@@ -22,9 +22,11 @@ import (
 	"github.com/sift/batch/cmd/siftbatch/internal/health"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/connlimit"
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/keyguard"
 	"github.com/sift/batch/engine/mcpserver"
 	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
@@ -44,7 +46,7 @@ const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
 	writeTimeout      = httpapi.DefaultMaxWait + 30*time.Second // a long-poll's wait, then its answer
-	idleTimeout       = 120 * time.Second
+	idleTimeout       = 10 * time.Second                        // a keep-alive connection's: idle ones are what a stranger fills the caps with
 	shutdownTimeout   = 10 * time.Second
 	defaultDataDir    = "./siftbatch-data"
 )
@@ -64,9 +66,13 @@ type serveFlags struct {
 	maxBody      int64
 	filterMemory int64
 	maxAnswer    int64
+	maxQueued    int // --max-queued-reads
+	maxMCPCalls  int // --max-mcp-calls
 	uiSession    time.Duration
 	tlsProxy     bool
 	durable      bool
+	maxConns     int
+	maxConnsAddr int
 	cfg          engine.Config
 	cluster      clusterflags.Flags
 
@@ -135,9 +141,14 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
 	fs.Int64Var(&f.filterMemory, "filter-memory", fetcher.DefaultFilterMemory, "memory limit in bytes of each process that runs a page's jq and grep, at least 32 MiB")
 	fs.Int64Var(&f.maxAnswer, "max-answer-bytes", httpapi.DefaultMaxAnswerBytes, "bytes of one caller's answers held while they are written to its clients; past it its reads answer 429 until it reads them (an answer larger than this is served alone)")
+	fs.IntVar(&f.maxQueued, "max-queued-reads", httpapi.DefaultMaxQueuedReads, "reads (API, MCP tools, dashboard) of one caller that may wait for their turn at once; past it its reads answer 429 with Retry-After. Turns go round the callers that wait, one read each")
+	fs.IntVar(&f.maxMCPCalls, "max-mcp-calls", mcpserver.DefaultMaxCallsPerCaller, "MCP tool calls of one caller that run at once; past it a call answers 429 with Retry-After (a JSON-RPC batch is refused in any case)")
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	fs.BoolVar(&f.durable, "durable", defaultDurable, "sync every acknowledged write to disk before answering it (a job before its 202, each target before the job's next one): it survives a power cut or kernel crash, not only a crash of serve; needs --data on disk (see docs/PERFORMANCE.md for its cost)")
+	maxConns, limit := connlimit.DefaultMax()
+	fs.IntVar(&f.maxConns, "max-conns", maxConns, fmt.Sprintf("most connections held at once; past it the longest idle is closed for a new one, or the new one refused. Its default is the file limit (%d here) less an eighth, and at least 256, for the store and the fetcher, at most %d", limit, connlimit.MaxDefault))
+	fs.IntVar(&f.maxConnsAddr, "max-conns-per-addr", connlimit.DefaultPerAddr, "most connections of one client address (an IPv6 one by its /64), likewise; 0 means --max-conns, the default with --tls-proxy (every client then has the proxy's address)")
 	addConfigFlags(fs, &f.cfg)
 	f.cluster.Add(fs)
 	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
@@ -148,6 +159,9 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.tlsProxy && !set["max-conns-per-addr"] {
+		f.maxConnsAddr = 0 // every client has the proxy's address
+	}
 	if err := f.setDurability(set["durable"]); err != nil {
 		return serveFlags{}, err
 	}
@@ -200,6 +214,10 @@ func (f *serveFlags) validate() error {
 		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
 		{"filter-memory", f.filterMemory >= fetcher.MinFilterMemory, fmt.Sprintf("at least %d (32 MiB)", fetcher.MinFilterMemory), f.filterMemory},
 		{"max-answer-bytes", f.maxAnswer >= 1, "at least 1 (bytes)", f.maxAnswer},
+		{"max-queued-reads", f.maxQueued >= 1, "at least 1", f.maxQueued},
+		{"max-mcp-calls", f.maxMCPCalls >= 1, "at least 1", f.maxMCPCalls},
+		{"max-conns", f.maxConns >= 1, "at least 1", f.maxConns},
+		{"max-conns-per-addr", f.maxConnsAddr >= 0, "at least 0 (0: --max-conns)", f.maxConnsAddr},
 		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
 		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
 		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
@@ -233,6 +251,7 @@ func listenError(addr string, err error) error {
 // server is serve's running parts, in the order they are stopped.
 type server struct {
 	http    *http.Server
+	conns   *connlimit.Limiter
 	ui      *dashboard.Handler
 	node    *cluster.Node // nil without --cluster
 	members *membersLog   // nil without --cluster
@@ -245,6 +264,11 @@ type server struct {
 // startServer opens the store and starts the runner behind the API; with
 // --cluster, the runner is a node of the cluster, joined before it returns.
 func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
+	guard, conns, err := newLimits(f, log)
+	if err != nil {
+		return nil, err
+	}
+	keys = guard.Authenticator(keys) // every route's keys: each unknown one counts against its address
 	node, err := f.cluster.NewNode(log)
 	if err != nil {
 		return nil, err
@@ -266,6 +290,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	m, reg, scrape := newMetrics()
 	reg.MustRegister(metrics.Fetcher(fetch))
+	reg.MustRegister(metrics.Keys(guard), metrics.Conns(conns))
 	if node != nil {
 		reg.MustRegister(metrics.Cluster(node), metrics.Membership(func() (int, bool) { // its peers' panics and refusals; its members
 			return len(node.Members()), node.Membership().Member
@@ -290,6 +315,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	api, err := httpapi.New(runner, keys, httpapi.Options{
 		TargetsPerJob:  cfg.TargetsPerJob,
 		MaxAnswerBytes: f.maxAnswer,
+		MaxQueuedReads: f.maxQueued,
 		Honoured:       fetch.Honours(), // grep and jq; other options are refused at submit
 		Check:          fetch.Check,
 		Wrap:           m.Middleware,
@@ -302,7 +328,9 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
-	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{Log: log})
+	// The MCP tools call the API in process: their reads take its turns,
+	// and their answers count in its answer budget.
+	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{MaxCallsPerCaller: f.maxMCPCalls, Answers: api, Log: log})
 	if err != nil {
 		runner.Close()
 		fetch.Close()
@@ -316,6 +344,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		Gatherer:   reg,
 		Log:        log,
 		Cluster:    uiCluster,
+		Reads:      api, // the dashboard's reads share the API's turns, fair by caller
 	})
 	if err != nil {
 		runner.Close()
@@ -342,7 +371,8 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	mux.Handle(routeHealth, m.Middleware(routeHealth, health.Handler(runner, self, time.Now, memberGrace)))
 	hs := &http.Server{
-		Handler:           httpapi.Front(api, mux), // the API answers its own paths: a mux would redirect /v1/batch/./ID
+		Handler:           guard.Wrap(httpapi.Front(api, mux)), // the API answers its own paths: a mux would redirect /v1/batch/./ID
+		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -356,18 +386,38 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	if node != nil {
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}
-	srv := &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}
+	srv := &server{http: hs, conns: conns, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}
 	if node != nil {
 		srv.members = startMembersLog(node, log)
 	}
 	return srv, nil
 }
 
+// newLimits makes serve's guard of failed keys and its connection caps,
+// and logs the caps.
+func newLimits(f serveFlags, log *slog.Logger) (*keyguard.Guard, *connlimit.Limiter, error) {
+	guard, err := keyguard.New(keyguard.Options{TLSProxy: f.tlsProxy, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	perAddr := f.maxConnsAddr
+	if perAddr == 0 {
+		perAddr = f.maxConns
+	}
+	conns, err := connlimit.New(connlimit.Options{Max: f.maxConns, PerAddr: perAddr})
+	if err != nil {
+		return nil, nil, err
+	}
+	_, limit := connlimit.DefaultMax()
+	log.Info("connection caps", slog.Int(logKeyMaxConns, conns.Max()), slog.Int(logKeyPerAddr, conns.PerAddr()), slog.Uint64(logKeyFileLimit, limit))
+	return guard, conns, nil
+}
+
 // serve serves on ln until ctx is cancelled or the listener fails, then
 // stops everything.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(ln) }()
+	go func() { errc <- s.http.Serve(s.conns.Listener(ln)) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -417,6 +467,9 @@ const (
 	logKeyErr        = "err"
 	logKeyWorkers    = "workers"
 	logKeyDurability = "durability"
+	logKeyMaxConns   = "max_conns"
+	logKeyPerAddr    = "max_conns_per_addr"
+	logKeyFileLimit  = "file_limit"
 )
 
 // newLogger returns a text logger on w at the named level.

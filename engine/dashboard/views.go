@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
 )
@@ -83,7 +82,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.page(w, http.StatusOK, "signin", signInPage{})
 		return
 	}
-	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(r.Context(), ss)})
+	var v overviewView
+	if !h.readTurn(w, r, ss, func() { v = h.overviewView(r.Context(), ss) }) {
+		return // refused (429), or the client has gone
+	}
+	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: v})
 }
 
 // jobView is one job as a row of the overview shows it.
@@ -492,27 +495,20 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 		return
 	}
 	_, ts, ok := h.r.Targets(id)
-	res, rok := h.r.Result(id, idx)
+	res, rok := readHead(h.r, id, idx) // the content's first bytes and the meta: not the whole result
 	if !ok || !rok || idx >= len(ts) {
 		h.page(w, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
 		return
 	}
-	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
-	v.Content = res.Content
-	if len(v.Content) > previewBytes {
-		cut := previewBytes
-		for cut > 0 && !utf8.RuneStart(v.Content[cut]) {
-			cut--
-		}
-		v.Content, v.Truncated = v.Content[:cut], true
-	}
-	keys := make([]string, 0, len(res.Meta))
-	for k := range res.Meta {
+	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(int(res.size))}
+	v.Content, v.Truncated = res.content, res.truncated
+	keys := make([]string, 0, len(res.meta))
+	for k := range res.meta {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.Meta[k])})
+		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.meta[k])})
 	}
 	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, engine.ShortID(id)), User: user(ss), Body: v})
 }
@@ -545,7 +541,7 @@ func (s *sizes) get(r runner, id string, idx int) (int, bool) {
 	if ok {
 		return n, true
 	}
-	b, ok := r.ResultJSON(id, idx)
+	_, size, ok := r.ResultRange(id, idx, 0, 0) // its length alone: no result read
 	if !ok {
 		return 0, false
 	}
@@ -554,6 +550,6 @@ func (s *sizes) get(r runner, id string, idx int) (int, bool) {
 	if s.m == nil || len(s.m) >= maxSizes {
 		s.m = make(map[string]int)
 	}
-	s.m[key] = len(b)
-	return len(b), true
+	s.m[key] = int(size)
+	return int(size), true
 }

@@ -59,7 +59,7 @@ func setup(t *testing.T) *bundle {
 	// Room for a few live jobs: the tests submit one after another, and
 	// the runner may count a job that has ended a moment after it reads so.
 	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), engine.Config{JobsPerCaller: 8})
-	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
+	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-secret-key\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func setup(t *testing.T) *bundle {
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	})
 	b.server = srv.URL
-	b.keyFile = writeFile(t, "key", "alice-key\n")
+	b.keyFile = writeFile(t, "key", "alice-secret-key\n")
 	return b
 }
 
