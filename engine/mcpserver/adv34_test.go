@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/mcpserver"
 )
 
@@ -94,5 +96,64 @@ func TestAdv34_ResultPageAllocationFlat(t *testing.T) {
 	t.Logf("page 1 of a 1 MiB result: %d bytes allocated; of an 8 MiB result: %d", small, large)
 	if large > small+2*mcpserver.MaxPageBytes {
 		t.Errorf("a page of an 8 MiB result allocates %d bytes, %d more than a page of a 1 MiB one: a page reads the whole result", large, large-small)
+	}
+}
+
+// TestAdv34_SmuggledCallAnswerCounted: an MCP answer's bytes count in its
+// caller's answer budget however the tool call is spelled. A tools/call
+// with bytes after its JSON object runs (the SDK decodes the first JSON
+// value) but the bound's check (encoding/json over the whole body) does
+// not see a tools/call, so its answer is written uncounted: a caller who
+// never reads its answers is still served.
+func TestAdv34_SmuggledCallAnswerCounted(t *testing.T) {
+	t.Parallel()
+	eb := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.New(eb.Runner, keys, httpapi.Options{MaxAnswerBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := &heldBudget{AnswerBudget: api, held: map[string]int{}}
+	h, err := mcpserver.NewHandler(api, keys, mcpserver.Options{Answers: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { api.EndWaits(); h.EndWaits() })
+	w := &stuckWriter{header: http.Header{}, entered: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rawPost(h, w, "alice-key", "2025-06-18", toolCall(1, "batch_list", `{}`)+" x")
+	}()
+	testkit.RequireClosed(t, w.entered)
+	held := budget.of("alice")
+	close(w.release)
+	testkit.RequireClosed(t, done)
+	if held < 64 {
+		t.Fatalf("alice's unread answer to a tools/call followed by \" x\" holds %d bytes of her budget, want its size", held)
+	}
+}
+
+// TestAdv34_BatchSpellingsRefused (holds): no spelling of a JSON-RPC
+// batch runs a call: a batch of 1, of 0, nested, after any JSON
+// whitespace, under every MCP-Protocol-Version (absent, old, new,
+// garbage).
+func TestAdv34_BatchSpellingsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	one := toolCall(1, "batch_list", `{}`)
+	for _, body := range []string{"[" + one + "]", "[]", "[[" + one + "]]", "\t\r\n [" + one + "," + one + "]", "[" + one + "] x"} {
+		for _, version := range []string{"", "2024-11-05", "2025-03-26", "2025-06-18", "garbage", "2099-01-01"} {
+			rec := rawPost(b.mcp, nil, "alice-key", version, body)
+			if rec.Code == http.StatusOK || strings.Contains(rec.Body.String(), `"jobs"`) {
+				t.Errorf("batch %.40q, version %q: %d %.200s", body, version, rec.Code, rec.Body)
+			}
+		}
+	}
+	if n := strings.Count(b.Logs.String(), "tool call"); n != 0 {
+		t.Errorf("%d tool calls logged: a refused batch runs none", n)
 	}
 }
