@@ -58,10 +58,8 @@ func childMain(args []string) error {
 		return mmapMsync(args[1])
 	case "mmap-prealloc":
 		return mmapPrealloc(args[1], args[2])
-	case "store-write":
-		from, _ := strconv.Atoi(args[2])
-		n, _ := strconv.Atoi(args[3])
-		return storeJobs(args[1], from, n, args[4] == "durable")
+	case "store-roundtrip":
+		return storeRoundTrip(args[1], args[2] == "durable")
 	case "store-check":
 		n, _ := strconv.Atoi(args[2])
 		return checkJobs(args[1], n)
