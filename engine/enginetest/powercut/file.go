@@ -169,6 +169,51 @@ func (fl *file) flush() error {
 	return nil
 }
 
+// reap forgets the files whose last name went with a directory change
+// made stable (journal's forget): what they held can never be read again,
+// nor come back after a cut.
+func (f *FS) reap() {
+	f.mu.Lock()
+	gone := f.gone
+	f.gone = nil
+	f.mu.Unlock()
+	for _, ino := range gone {
+		fl := f.peekFile(ino)
+		if fl == nil {
+			continue
+		}
+		fl.mu.Lock()
+		fl.reapIfGone()
+		done := fl.opens <= 0 && fl.fd < 0
+		fl.mu.Unlock()
+		if done {
+			f.mu.Lock()
+			if f.files[ino] == fl {
+				delete(f.files, ino)
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// reapIfGone drops the cache and closes the backing file of a file that
+// no handle holds and no name names (not even a grave). Under fl.mu.
+func (fl *file) reapIfGone() {
+	if fl.opens > 0 || fl.fd < 0 {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fl.fd, &st) != nil || st.Nlink > 0 {
+		return
+	}
+	if fl.c != nil {
+		fl.fsys.logf("powercut: %s is gone (unlinked, the unlink synced): %d unsynced pages forgotten", fl.name, len(fl.c.pages))
+	}
+	fl.dropCache()
+	_ = unix.Close(fl.fd)
+	fl.fd = -1
+}
+
 func (fl *file) dirtySince() uint64 {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()

@@ -147,6 +147,10 @@ func (f *FS) syncDir(ino uint64) error {
 func (c *dirChange) forget(f *FS) error {
 	var err error
 	if c.grave != "" && f.graveFd >= 0 {
+		var st unix.Stat_t
+		if unix.Fstatat(f.graveFd, c.grave, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			f.gone = append(f.gone, st.Ino)
+		}
 		err = removeAt(f.graveFd, c.grave)
 	}
 	for _, d := range c.dirs {

@@ -483,8 +483,10 @@ func (n *node) fsyncDir() syscall.Errno {
 		return errno(err)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.syncDir(st.Ino); err != nil {
+	err = f.syncDir(st.Ino)
+	f.mu.Unlock()
+	f.reap()
+	if err != nil {
 		f.logf("powercut: fsync of directory %s: %v", name, err)
 		return syscall.EIO
 	}
@@ -503,9 +505,12 @@ func (n *node) Release(ctx context.Context, _ fs.FileHandle) syscall.Errno {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	fl.opens--
-	if fl.opens <= 0 && fl.c == nil && fl.fd >= 0 {
-		_ = unix.Close(fl.fd)
-		fl.fd = -1
+	if fl.opens <= 0 {
+		fl.reapIfGone()
+		if fl.c == nil && fl.fd >= 0 {
+			_ = unix.Close(fl.fd)
+			fl.fd = -1
+		}
 	}
 	return 0
 }

@@ -169,6 +169,7 @@ type FS struct {
 	dirs      map[uint64]*dirState // by backing inode, while a change refers to them
 	files     map[uint64]*file     // by backing inode
 	dirty     map[*file]struct{}   // files with a cache
+	gone      []uint64             // inodes of files whose last name a directory sync removed: reap them
 	graves    int
 
 	endOnce sync.Once
@@ -220,6 +221,18 @@ func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 			return nil, fmt.Errorf("powercut: mount: %s is not a directory", d)
 		}
 	}
+	if within(mountpoint, backing) || within(backing, mountpoint) {
+		return nil, fmt.Errorf("powercut: mount: %s and %s must not contain each other", backing, mountpoint)
+	}
+	if opt.ControlPath != "" {
+		cp, err := filepath.Abs(opt.ControlPath)
+		if err != nil {
+			return nil, fmt.Errorf("powercut: mount: %w", err)
+		}
+		if within(cp, backing) || within(cp, mountpoint) {
+			return nil, fmt.Errorf("powercut: mount: the control file %s must lie outside %s and %s", cp, backing, mountpoint)
+		}
+	}
 	seed := opt.Seed
 	if seed == 0 {
 		seed = time.Now().UnixNano()
@@ -260,7 +273,7 @@ func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 	}
 
 	if opt.ControlPath != "" {
-		c, err := openControl(opt.ControlPath, mountpoint)
+		c, err := openControl(opt.ControlPath)
 		if err != nil {
 			cleanup()
 			return nil, err
@@ -301,6 +314,12 @@ func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 		f.ctl.start(f)
 	}
 	return f, nil
+}
+
+// within reports whether path is dir or lies under it (both absolute).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // logfWriter adapts Logf to go-fuse's debug logger.

@@ -354,12 +354,33 @@ func TestFS_UnlinkSyncedStays(t *testing.T) {
 	b.file(t, "b", []byte("b"))
 	require.NoError(t, os.Remove(b.m("a")))
 	b.syncDir(t, ".")
+	b.write(t, "b", []byte("unsynced"), 0, false)
 	require.NoError(t, os.Rename(b.m("b"), b.m("c")))
 	require.NoError(t, os.Remove(b.m("c")))
 	b.syncDir(t, ".")
+	require.True(t, containsLine(b.log.all(), "b is gone (unlinked, the unlink synced): 1 unsynced pages forgotten"),
+		"a file gone for good takes its cache with it")
 
 	b.cut(t, powercut.DropAll)
 	requireOnlyNames(t, b.backing)
+}
+
+func TestMount_RefusesNesting(t *testing.T) {
+	if err := powercut.Available(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	inside := filepath.Join(dir, "in")
+	require.NoError(t, os.Mkdir(inside, 0o755))
+	_, err := powercut.Mount(dir, inside, powercut.Options{})
+	require.ErrorContains(t, err, "must not contain each other")
+	_, err = powercut.Mount(inside, dir, powercut.Options{})
+	require.ErrorContains(t, err, "must not contain each other")
+	_, err = powercut.Mount(inside, t.TempDir(), powercut.Options{ControlPath: filepath.Join(inside, "ctl")})
+	require.ErrorContains(t, err, "must lie outside")
+	_, err = powercut.Mount(filepath.Join(dir, "missing"), t.TempDir(), powercut.Options{})
+	require.ErrorIs(t, err, os.ErrNotExist)
+	requireOnlyNames(t, inside)
 }
 
 // TestFS_MmapMsync: a shared writable mapping (Badger's memtable logs)
