@@ -56,6 +56,10 @@ func childMain(args []string) error {
 	switch args[0] {
 	case "mmap-msync":
 		return mmapMsync(args[1])
+	case "mmap-enospc":
+		return mmapFault(args[1], syscall.ENOSPC)
+	case "mmap-eio":
+		return mmapFault(args[1], syscall.EIO)
 	case "mmap-prealloc":
 		return mmapPrealloc(args[1], args[2])
 	case "store-roundtrip":
@@ -425,6 +429,47 @@ func mmapMsync(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// TestFS_MmapFaults: a mapping's pages meet the faults too: the kernel's
+// write-back past the write budget fails and msync says ENOSPC (as on the
+// full disk Badger's memory-mapped logs meet); a failed fsync makes msync
+// say EIO, once, and its pages are lost.
+func TestFS_MmapFaults(t *testing.T) {
+	b := setup(t, powercut.Options{})
+	b.file(t, "00001.mem", make([]byte, mmapSize))
+	b.fs.SetWriteBudget(4096)
+	runChild(t, "mmap-enospc", b.m("00001.mem"))
+	b.fs.SetWriteBudget(-1)
+	b.fs.FailNextFsync("00001.mem")
+	runChild(t, "mmap-eio", b.m("00001.mem"))
+	b.cut(t, powercut.DropAll)
+	require.Equal(t, make([]byte, mmapSize), readFile(t, b.k("00001.mem")))
+}
+
+// mmapFault (in a child process) writes three pages of the mapping and
+// expects msync to fail with want, then to succeed.
+func mmapFault(path string, want syscall.Errno) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, mmapSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(m)
+	for p := range 3 {
+		m[p*4096] = 'x'
+	}
+	if err := unix.Msync(m, unix.MS_SYNC); !errors.Is(err, want) {
+		return fmt.Errorf("msync: %v, want %v", err, want)
+	}
+	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+		return fmt.Errorf("msync again: %v, want it reported once", err)
+	}
+	return nil
 }
 
 // TestFS_MmapOfPreallocatedFile: Badger's way with a new log: create,
