@@ -25,20 +25,41 @@
 // takes: a file created, written and fsynced whose directory was never
 // fsynced is gone after a cut.
 //
+// What counts as a sync: fsync and fdatasync of a file or a directory,
+// msync(MS_SYNC) (the kernel writes the mapping's dirty pages in the
+// range, then sends an fsync of the whole file), and each write to a file
+// opened O_SYNC or O_DSYNC (Badger's KEYREGISTRY). sync(2) and syncfs(2)
+// never reach a FUSE file system (the kernel sends it nothing for them),
+// nor does sync_file_range, nor msync(MS_ASYNC): like a mapping's dirty
+// pages the kernel writes back on its own (on close, under memory
+// pressure, after dirty_expire_centisecs), what they write lands in the
+// cache, unsynced. No FUSE write-back cache is needed for msync: without
+// it, every write(2) reaches the file system at once.
+//
 // Faults on demand: [FS.FailNextFsync] and [FS.FailFsyncs] (EIO, and the
 // pages that fsync would have written are lost, as Linux loses them),
 // [FS.SetWriteBudget] (ENOSPC past a byte budget). A process outside the
 // test drives the same calls through [Options.ControlPath].
 //
-// Not modelled: file modes, owners and times (applied to the backing file
-// at once, synced or not), extended attributes, and the size of a file
-// created as a hole (a cut keeps the synced size). Random choices (which
+// A size change (ftruncate, fallocate) is part of a file's unsynced state
+// like its pages: an fsync makes it stable, a cut drops it ([DropRandom]'s
+// kept pages may still extend the file, as their writes would). Not
+// modelled: modes, owners and times (applied to the backing entry at
+// once, synced or not; a file reports its backing file's times); extended
+// attributes are not supported. Random choices (which
 // pages [DropRandom] keeps, where [TearLast] tears, which fsync
 // [FS.FailFsyncs] fails) come from [Options.Seed], which Mount logs: the
 // same seed and the same operations give the same result.
 //
 // Mounting needs Linux, root and /dev/fuse ([Available]); the mount is
 // made with mount(2) directly (go-fuse's direct mount), no fusermount.
+//
+// A memory-mapped file of the mount must be used from another process
+// than the one that serves it (run the store under test in a child
+// process, as TestFS_Badger does): a page fault on the mapping waits for
+// the server, and the Go runtime's stop-the-world, waiting for the
+// faulting goroutine, never lets the server run. Plain reads and writes
+// from the serving process are fine (tests do them).
 package powercut
 
 import (
