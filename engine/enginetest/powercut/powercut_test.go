@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -613,6 +614,93 @@ func TestFS_FailNextFsyncDropsPages(t *testing.T) {
 	want := fill('a', 8192)
 	copy(want, fill('c', 10))
 	require.Equal(t, want, readFile(t, b.k("d/f")))
+}
+
+// TestFS_FailNextFsyncOfADirectory: a directory's failed fsync leaves its
+// changes unstable; the next one makes them stable.
+func TestFS_FailNextFsyncOfADirectory(t *testing.T) {
+	b := setup(t, powercut.Options{})
+	require.NoError(t, os.Mkdir(b.m("d"), 0o755))
+	b.syncDir(t, ".")
+	b.write(t, "d/lost", []byte("x"), 0, true)
+	b.fs.FailNextFsync("d")
+	d, err := os.Open(b.m("d"))
+	require.NoError(t, err)
+	defer d.Close()
+	require.ErrorIs(t, d.Sync(), syscall.EIO)
+	b.cut(t, powercut.DropAll)
+	requireOnlyNames(t, b.k("d"))
+
+	b = setup(t, powercut.Options{})
+	b.write(t, "kept", []byte("x"), 0, true)
+	b.fs.FailNextFsync(".")
+	d, err = os.Open(b.mnt)
+	require.NoError(t, err)
+	defer d.Close()
+	require.ErrorIs(t, d.Sync(), syscall.EIO)
+	require.NoError(t, d.Sync())
+	b.cut(t, powercut.DropAll)
+	requireOnlyNames(t, b.backing, "kept")
+}
+
+// TestFS_CutUnderLoad: writers append records to their files, each fsync
+// acknowledged; a cut in the middle, in each mode, keeps every
+// acknowledged record, whatever it does to the rest, and returns although
+// the writers are still at it.
+func TestFS_CutUnderLoad(t *testing.T) {
+	for _, mode := range []powercut.CutMode{powercut.DropAll, powercut.DropRandom, powercut.TearLast} {
+		t.Run(mode.String(), func(t *testing.T) {
+			b := setup(t, powercut.Options{})
+			const writers, record = 4, 1000
+			for w := range writers {
+				b.write(t, "w"+strconv.Itoa(w), nil, 0, true)
+			}
+			b.syncDir(t, ".")
+			acked := make([]atomic.Int64, writers) // records acknowledged by an fsync
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					f, err := os.OpenFile(b.m("w"+strconv.Itoa(w)), os.O_RDWR, 0)
+					if err != nil {
+						return
+					}
+					defer f.Close()
+					for i := int64(0); ; i++ {
+						if _, err := f.WriteAt(fill(byte('a'+i%26), record), i*record); err != nil {
+							return
+						}
+						if i%3 == 2 { // some records are written and never synced
+							continue
+						}
+						if err := f.Sync(); err != nil {
+							return
+						}
+						acked[w].Store(i + 1)
+					}
+				}()
+			}
+			testkit.WaitFor(t, "20 records acknowledged by each writer", func() bool {
+				for w := range writers {
+					if acked[w].Load() < 20 {
+						return false
+					}
+				}
+				return true
+			})
+			b.cut(t, mode)
+			wg.Wait()
+			for w := range writers {
+				got := readFile(t, b.k("w"+strconv.Itoa(w)))
+				n := acked[w].Load()
+				require.GreaterOrEqual(t, int64(len(got)), n*record, "writer %d: %d records acknowledged", w, n)
+				for i := range n {
+					require.Equal(t, fill(byte('a'+i%26), record), got[i*record:(i+1)*record], "writer %d record %d", w, i)
+				}
+			}
+		})
+	}
 }
 
 func TestFS_FailFsyncs(t *testing.T) {
