@@ -23,6 +23,10 @@ type file struct {
 	opens int        // open handles
 	c     *cache     // what is not synced; nil when clean
 	name  string     // its path relative to the mount when last seen: for the log
+	// alloc is the space the file holds, for the write budget: its bytes
+	// up to alloc count as allocated (written or fallocated). -1 until
+	// known: ensureCache takes it from the backing file.
+	alloc int64
 }
 
 // fileOf returns the file of the backing inode ino, making it if need be.
@@ -31,7 +35,7 @@ func (f *FS) fileOf(ino uint64) *file {
 	defer f.mu.Unlock()
 	fl := f.files[ino]
 	if fl == nil {
-		fl = &file{fsys: f, ino: ino, fd: -1}
+		fl = &file{fsys: f, ino: ino, fd: -1, alloc: -1}
 		f.files[ino] = fl
 	}
 	return fl
@@ -79,12 +83,37 @@ func (fl *file) ensureCache(n *node) syscall.Errno {
 	if err := unix.Fstat(fl.fd, &st); err != nil {
 		return errno(err)
 	}
+	if fl.alloc < 0 {
+		// What the backing file has allocated, taken to lie at its start.
+		fl.alloc = min(st.Size, st.Blocks*512)
+	}
 	f := fl.fsys
 	f.mu.Lock()
 	fl.c = newCache(f.nextSeq(), st.Size)
 	f.dirty[fl] = struct{}{}
 	f.mu.Unlock()
 	return 0
+}
+
+// allocate makes the file hold space up to end, taking what it lacks from
+// the write budget; false if that does not fit (ENOSPC). Under fl.mu,
+// after ensureCache.
+func (fl *file) allocate(end int64) bool {
+	if end <= fl.alloc {
+		return true
+	}
+	if !fl.fsys.charge(end - fl.alloc) {
+		return false
+	}
+	fl.alloc = end
+	return true
+}
+
+// truncate sets the file's size in the cache; space past it is no longer
+// the file's. Under fl.mu, after ensureCache.
+func (fl *file) truncate(size int64) {
+	fl.c.truncate(size)
+	fl.alloc = min(fl.alloc, size)
 }
 
 // dropCache forgets what is not synced. Under fl.mu.

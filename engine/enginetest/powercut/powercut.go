@@ -385,14 +385,20 @@ func (f *FS) FailFsyncs(p float64) {
 	f.logf("powercut: fsyncs fail with EIO with probability %g", p)
 }
 
-// SetWriteBudget makes writes fail with ENOSPC once they would add more
-// than n bytes in total, from now: a write request (or the kernel's
-// write-back of a mapped page) that does not fit in what is left fails
-// whole, writing nothing; a smaller one may still fit. The kernel sends a
-// write(2) whose first page is partial as two requests (up to the page
-// boundary, then the rest), so such a write(2) may come out short. Every
-// byte written counts (an overwrite too), and what fallocate adds to a
-// file's size; ftruncate does not (it makes a hole). n < 0: no budget.
+// SetWriteBudget gives the file system n more bytes of space, from now,
+// as a disk that is nearly full: past them, a write or a fallocate that
+// needs space fails with ENOSPC. Space is counted per file as a disk
+// allocates it: a file holds the bytes up to the furthest point written
+// or fallocated (an overwrite, or a write into space fallocate gave,
+// needs none; a write past that point needs the distance, holes
+// included); ftruncate gives none (it makes a hole). Space freed (a
+// truncation, an unlink) does not come back: call SetWriteBudget again to
+// make room. A write request (or the kernel's write-back of a mapped
+// page) that does not fit fails whole, writing nothing; a smaller one may
+// still fit. The kernel sends a write(2) whose first page is partial as
+// two requests (up to the page boundary, then the rest), so such a
+// write(2) may come out short. statfs reports no more free space than is
+// left. n < 0: no budget (the default).
 func (f *FS) SetWriteBudget(n int64) {
 	if n < 0 {
 		n = -1

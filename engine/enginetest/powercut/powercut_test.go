@@ -61,6 +61,8 @@ func childMain(args []string) error {
 		return mmapFault(args[1], syscall.ENOSPC)
 	case "mmap-eio":
 		return mmapFault(args[1], syscall.EIO)
+	case "mmap-ok":
+		return mmapFault(args[1], 0)
 	case "mmap-prealloc":
 		return mmapPrealloc(args[1], args[2])
 	case "store-roundtrip":
@@ -433,19 +435,30 @@ func mmapMsync(path string) error {
 }
 
 // TestFS_MmapFaults: a mapping's pages meet the faults too: the kernel's
-// write-back past the write budget fails and msync says ENOSPC (as on the
-// full disk Badger's memory-mapped logs meet); a failed fsync makes msync
-// say EIO, once, and its pages are lost.
+// write-back into a hole past the write budget fails and msync says
+// ENOSPC (as on the full disk Badger's sparse memory-mapped logs meet),
+// while a file written before takes them on a full disk; a failed fsync
+// makes msync say EIO, once, and its pages are lost.
 func TestFS_MmapFaults(t *testing.T) {
 	b := setup(t, powercut.Options{})
-	b.file(t, "00001.mem", make([]byte, mmapSize))
+	b.file(t, "00001.mem", make([]byte, mmapSize)) // written: allocated
+	f, err := os.Create(b.m("sparse.mem"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(mmapSize)) // a hole: no space
+	require.NoError(t, f.Close())
 	b.fs.SetWriteBudget(4096)
-	runChild(t, "mmap-enospc", b.m("00001.mem"))
+	runChild(t, "mmap-enospc", b.m("sparse.mem"))
+	b.fs.SetWriteBudget(0)
+	runChild(t, "mmap-ok", b.m("00001.mem"))
 	b.fs.SetWriteBudget(-1)
 	b.fs.FailNextFsync("00001.mem")
 	runChild(t, "mmap-eio", b.m("00001.mem"))
 	b.cut(t, powercut.DropAll)
-	require.Equal(t, make([]byte, mmapSize), readFile(t, b.k("00001.mem")))
+	want := make([]byte, mmapSize)
+	for p := range 3 {
+		want[p*4096] = 1 // the mmap-ok child's, synced; not the failed one's
+	}
+	require.Equal(t, want, readFile(t, b.k("00001.mem")))
 }
 
 // mmapFault (in a child process) writes three pages of the mapping and
@@ -462,9 +475,9 @@ func mmapFault(path string, want syscall.Errno) error {
 	}
 	defer unix.Munmap(m)
 	for p := range 3 {
-		m[p*4096] = 'x'
+		m[p*4096]++
 	}
-	if err := unix.Msync(m, unix.MS_SYNC); !errors.Is(err, want) {
+	if err := unix.Msync(m, unix.MS_SYNC); want != 0 && !errors.Is(err, want) || want == 0 && err != nil {
 		return fmt.Errorf("msync: %v, want %v", err, want)
 	}
 	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
@@ -744,15 +757,34 @@ func TestFS_WriteBudget(t *testing.T) {
 	require.Zero(t, n, "a write that does not fit writes nothing")
 	_, err = f.WriteAt(fill('b', 4096), 2*4096)
 	require.NoError(t, err, "one that fits does")
+	_, err = f.WriteAt([]byte("x"), 3*4096)
+	require.ErrorIs(t, err, syscall.ENOSPC, "the disk is full")
 	_, err = f.WriteAt([]byte("x"), 0)
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.ErrorIs(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20), syscall.ENOSPC, "fallocate counts")
+	require.NoError(t, err, "an overwrite needs no space")
+	require.ErrorIs(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20), syscall.ENOSPC, "fallocate needs space")
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(b.mnt, &st))
 	require.Zero(t, st.Bavail, "statfs shows the budget")
 
+	// Preallocated, as Badger's mapped files: the writes into it need no
+	// more space.
+	g, err := os.OpenFile(b.m("g"), os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	defer g.Close()
+	b.fs.SetWriteBudget(1 << 20)
+	require.ErrorIs(t, unix.Fallocate(int(g.Fd()), 0, 0, 2<<20), syscall.ENOSPC)
+	require.NoError(t, unix.Fallocate(int(g.Fd()), 0, 0, 1<<20))
+	_, err = g.WriteAt(fill('g', 1<<20), 0)
+	require.NoError(t, err)
+	_, err = g.WriteAt([]byte("x"), 1<<20)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	// ftruncate makes a hole: a write into it needs the space.
+	require.NoError(t, g.Truncate(4<<20))
+	_, err = g.WriteAt([]byte("x"), 3<<20)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+
 	b.fs.SetWriteBudget(-1)
-	_, err = f.WriteAt([]byte("x"), 0)
+	_, err = f.WriteAt([]byte("y"), 1)
 	require.NoError(t, err)
 	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20))
 	require.NoError(t, f.Sync())
@@ -760,7 +792,7 @@ func TestFS_WriteBudget(t *testing.T) {
 	b.cut(t, powercut.DropAll)
 	got := readFile(t, b.k("f"))
 	require.Len(t, got, 1<<20)
-	require.Equal(t, append([]byte("x"), fill('a', 2*4096-1)...), got[:2*4096])
+	require.Equal(t, append([]byte("xy"), fill('a', 2*4096-2)...), got[:2*4096])
 	require.Equal(t, fill('b', 4096), got[2*4096:3*4096])
 	require.Equal(t, make([]byte, 1<<20-3*4096), got[3*4096:])
 }
@@ -824,16 +856,19 @@ func TestFS_ControlFile(t *testing.T) {
 	require.ErrorIs(t, f.Sync(), syscall.EIO)
 	send("enospc 3")
 	testkit.WaitFor(t, "enospc 3 done", func() bool { return containsLine(b.log.all(), `"enospc 3" done`) })
-	_, err = f.WriteAt([]byte("abcd"), 0)
-	require.ErrorIs(t, err, syscall.ENOSPC)
+	_, err = f.WriteAt([]byte("abcdefghij"), 0)
+	require.ErrorIs(t, err, syscall.ENOSPC, "4 bytes past the file's 6")
+	_, err = f.WriteAt([]byte("abcdefghi"), 0)
+	require.NoError(t, err, "3 bytes past them")
+	require.NoError(t, f.Truncate(3))
 	_, err = f.WriteAt([]byte("abc"), 0)
-	require.NoError(t, err)
+	require.NoError(t, err, "an overwrite")
 	send("cut tear")
 	testkit.RequireClosed(t, b.fs.Done())
 	require.ErrorIs(t, b.fs.Cut(powercut.DropAll), powercut.ErrClosed)
 	require.True(t, containsLine(b.log.all(), `unknown command "bogus"`))
 	got := readFile(t, b.k("f"))
-	require.Len(t, got, 6)
+	require.Len(t, got, 6, "the truncation is dropped")
 	k := 0
 	for k < 3 && got[k] == "abc"[k] {
 		k++
