@@ -195,6 +195,7 @@ func (fl *file) flush() error {
 		return fmt.Errorf("powercut: flush %s: %w", fl.name, err)
 	}
 	fl.dropCache()
+	fl.fsys.fsyncs.Add(1)
 	return nil
 }
 
@@ -278,8 +279,11 @@ func (fl *file) cut(mode CutMode) error {
 		if len(order) > 0 || c.size != c.floor {
 			f.logf("powercut: cut: %s: %d unsynced pages dropped", name, len(order))
 		}
+		f.pagesDropped.Add(int64(len(order)))
 	case DropRandom:
 		keep := f.intn(len(order) + 1)
+		f.pagesKept.Add(int64(keep))
+		f.pagesDropped.Add(int64(len(order) - keep))
 		for _, idx := range order[:keep] {
 			if err := c.writePage(fl.fd, idx, pageSize); err != nil {
 				return fmt.Errorf("powercut: cut %s: %w", name, err)
@@ -293,8 +297,11 @@ func (fl *file) cut(mode CutMode) error {
 		last := order[len(order)-1]
 		size := c.pageLen(last)
 		if size == 0 {
+			f.pagesDropped.Add(int64(len(order)))
 			break
 		}
+		f.pagesKept.Add(1)
+		f.pagesDropped.Add(int64(len(order) - 1))
 		keep := int64(1)
 		if size > 1 {
 			keep = 1 + int64(f.intn(int(size-1)))

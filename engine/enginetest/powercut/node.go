@@ -495,6 +495,7 @@ func (n *node) fsyncDir() syscall.Errno {
 		f.logf("powercut: fsync of directory %s: %v", name, err)
 		return syscall.EIO
 	}
+	f.dirSyncs.Add(1)
 	return 0
 }
 

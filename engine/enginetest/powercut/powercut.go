@@ -161,6 +161,18 @@ var (
 	ErrClosed = errors.New("powercut: file system already cut or unmounted")
 )
 
+// Stats counts what the file system did, for a test's report: that its
+// cuts dropped something, that its faults were met.
+type Stats struct {
+	Fsyncs       int64 // fsyncs of files (and a clean unmount's flushes) that wrote a cache to the backing file
+	DirSyncs     int64 // fsyncs of directories that made their changes stable
+	FailedSyncs  int64 // fsyncs failed with EIO by FailNextFsync or FailFsyncs
+	NoSpace      int64 // writes and fallocates refused with ENOSPC by the write budget
+	PagesDropped int64 // unsynced pages a cut dropped (a torn page counts as kept)
+	PagesKept    int64 // unsynced pages a cut kept: DropRandom's, TearLast's torn one
+	Undone       int64 // directory changes a cut undid
+}
+
 // FS is a mounted power-cut file system. Its methods are safe for
 // concurrent use.
 type FS struct {
@@ -179,6 +191,9 @@ type FS struct {
 	frozen bool
 
 	budget atomic.Int64 // bytes writes may still add; < 0: no budget
+
+	fsyncs, dirSyncs, failedSyncs, noSpace atomic.Int64
+	pagesDropped, pagesKept, undone        atomic.Int64
 
 	// mu guards what follows. Lock order: file.mu before mu.
 	mu        sync.Mutex
@@ -351,6 +366,15 @@ func (w logfWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Stats returns the counts so far (a cut's, once it has returned).
+func (f *FS) Stats() Stats {
+	return Stats{
+		Fsyncs: f.fsyncs.Load(), DirSyncs: f.dirSyncs.Load(), FailedSyncs: f.failedSyncs.Load(),
+		NoSpace: f.noSpace.Load(), PagesDropped: f.pagesDropped.Load(), PagesKept: f.pagesKept.Load(),
+		Undone: f.undone.Load(),
+	}
+}
+
 // Seed returns the seed in use (Options.Seed, or the one Mount chose).
 func (f *FS) Seed() int64 { return f.seed }
 
@@ -415,6 +439,7 @@ func (f *FS) charge(n int64) bool {
 			return true
 		}
 		if n > b {
+			f.noSpace.Add(1)
 			return false
 		}
 		if f.budget.CompareAndSwap(b, b-n) {
@@ -427,11 +452,13 @@ func (f *FS) charge(n int64) bool {
 func (f *FS) failFsync(name string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failNames[name] {
-		delete(f.failNames, name)
-		return true
+	fail := f.failNames[name]
+	delete(f.failNames, name)
+	fail = fail || f.failP > 0 && f.rng.Float64() < f.failP
+	if fail {
+		f.failedSyncs.Add(1)
 	}
-	return f.failP > 0 && f.rng.Float64() < f.failP
+	return fail
 }
 
 // enter read-holds the gate for one FUSE operation; it reports false (the

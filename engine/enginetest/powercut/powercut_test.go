@@ -206,6 +206,10 @@ func TestFS_UnsyncedWriteIsGone(t *testing.T) {
 	b.cut(t, powercut.DropAll)
 	require.Equal(t, fill('a', 3*4096), readFile(t, b.k("f")))
 	requireOnlyNames(t, b.backing, "f")
+	st := b.fs.Stats()
+	require.EqualValues(t, 3, st.PagesDropped, "pages 0, 1 and 3")
+	require.EqualValues(t, 1, st.Fsyncs)
+	require.EqualValues(t, 1, st.DirSyncs)
 }
 
 func TestFS_SyncedWriteStays(t *testing.T) {
@@ -272,6 +276,7 @@ func TestFS_NewFileWithoutDirSyncIsGone(t *testing.T) {
 	b.syncDir(t, "lost")
 
 	b.cut(t, powercut.DropAll)
+	require.EqualValues(t, 2, b.fs.Stats().Undone, "the creations of new.vlog and of lost (lost/f's was synced)")
 	requireOnlyNames(t, b.backing, "d")
 	requireOnlyNames(t, b.k("d"), "kept.vlog", "empty.vlog")
 	require.Equal(t, fill('k', 5000), readFile(t, b.k("d/kept.vlog")))
@@ -558,6 +563,9 @@ func TestFS_TearLastKeepsAPrefix(t *testing.T) {
 			}
 		}
 		require.Equal(t, []string{"1", strconv.Itoa(k), "4096"}, logged, "the log says where it tore")
+		st := b.fs.Stats()
+		require.EqualValues(t, 1, st.PagesKept)
+		require.EqualValues(t, 1, st.PagesDropped)
 		return k
 	}
 	k1 := torn(7)
@@ -601,6 +609,7 @@ func TestFS_DropRandomKeepsOlderPages(t *testing.T) {
 			}
 		}
 		require.Equal(t, []string{strconv.Itoa(k), strconv.Itoa(pages)}, logged, "seed %d", seed)
+		require.Equal(t, powercut.Stats{Fsyncs: 1, DirSyncs: 1, PagesKept: int64(k), PagesDropped: int64(pages - k)}, b.fs.Stats())
 		kept[k] = true
 	}
 	require.Greater(t, len(kept), 1, "different seeds keep different prefixes")
@@ -618,6 +627,7 @@ func TestFS_FailNextFsyncDropsPages(t *testing.T) {
 	b.fs.FailNextFsync("d/f")
 	require.ErrorIs(t, f.Sync(), syscall.EIO)
 	require.NoError(t, f.Sync(), "the error is returned once")
+	require.EqualValues(t, 1, b.fs.Stats().FailedSyncs)
 	require.NoError(t, f.Close())
 	require.Equal(t, fill('a', 8192), readFile(t, b.m("d/f")), "the pages of the failed fsync are lost")
 	// The file system goes on: a later write and fsync stay.
@@ -765,6 +775,7 @@ func TestFS_WriteBudget(t *testing.T) {
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(b.mnt, &st))
 	require.Zero(t, st.Bavail, "statfs shows the budget")
+	require.EqualValues(t, 3, b.fs.Stats().NoSpace)
 
 	// Preallocated, as Badger's mapped files: the writes into it need no
 	// more space.
