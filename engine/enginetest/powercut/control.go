@@ -124,6 +124,9 @@ func (f *FS) command(line string) (end bool, err error) {
 		}
 		f.FailFsyncs(p)
 		return false, nil
+	case "stats":
+		f.logf("powercut: stats: %+v", f.Stats())
+		return false, nil
 	case "enospc":
 		n, err := strconv.ParseInt(arg, 10, 64)
 		if err != nil {

@@ -113,6 +113,7 @@ type Options struct {
 	//	eio NAME      FS.FailNextFsync(NAME)
 	//	eio-rate P    FS.FailFsyncs(P)
 	//	enospc N      FS.SetWriteBudget(N)
+	//	stats         logs FS.Stats()
 	//
 	// (for instance `echo cut > $CONTROL`). The outcome of each command is
 	// logged via Logf; an unknown command is logged and ignored. A cut or

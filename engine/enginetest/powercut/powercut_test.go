@@ -857,6 +857,7 @@ func TestFS_ControlFile(t *testing.T) {
 		require.NoError(t, w.Close())
 	}
 	send("bogus")
+	send("stats")
 	send("eio f")
 	testkit.WaitFor(t, "eio f done", func() bool { return containsLine(b.log.all(), `"eio f" done`) })
 	f, err := os.OpenFile(b.m("f"), os.O_RDWR, 0)
@@ -878,6 +879,7 @@ func TestFS_ControlFile(t *testing.T) {
 	testkit.RequireClosed(t, b.fs.Done())
 	require.ErrorIs(t, b.fs.Cut(powercut.DropAll), powercut.ErrClosed)
 	require.True(t, containsLine(b.log.all(), `unknown command "bogus"`))
+	require.True(t, containsLine(b.log.all(), `powercut: stats: {Fsyncs:1 DirSyncs:1 FailedSyncs:0`))
 	got := readFile(t, b.k("f"))
 	require.Len(t, got, 6, "the truncation is dropped")
 	k := 0
