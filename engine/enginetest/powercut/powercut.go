@@ -334,6 +334,7 @@ func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 			DirectMountStrict: true,
 			FsName:            backing,
 			Name:              "powercut",
+			DisableXAttrs:     true, // not modelled; and the kernel stops asking on each new file
 			Debug:             opt.Debug,
 			Logger:            logger,
 		},
