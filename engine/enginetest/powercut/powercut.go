@@ -235,8 +235,15 @@ func Available() error {
 
 // Mount mounts the file system over the directory backing at mountpoint,
 // which must exist (and should be empty: the mount hides what it holds).
-// backing must exist; what it holds is taken as synced. A leftover of an
-// earlier mount's graves directory is removed.
+// backing must exist; what it holds is taken as synced. The two must not
+// contain each other. Mount logs the seed in use (Options.Logf).
+//
+// A process that dies with the file system mounted (no Cut, no Unmount)
+// leaves the backing directory as the mount showed it, but for the pages
+// never synced: its directory changes all applied, the entries it had
+// unlinked or replaced in a directory of graves (.powercut-graves, which
+// the mount hides), and a dead mount at mountpoint (umount -l it). Mount
+// removes such a leftover graves directory.
 func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 	if err := Available(); err != nil {
 		return nil, err
