@@ -78,7 +78,10 @@ type FS struct {
 // never synced: its directory changes all applied, the entries it had
 // unlinked or replaced in a directory of graves (.powercut-graves, which
 // the mount hides), and a dead mount at mountpoint (umount -l it). Mount
-// removes such a leftover graves directory.
+// removes such a leftover graves directory. Should the process die with
+// files of its own mount open, its exit (which flushes them, a request to
+// itself) hangs in the kernel: umount -f the mount to release it. Tests
+// keep the files of the mount closed, and cut at cleanup.
 func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 	if err := Available(); err != nil {
 		return nil, err
