@@ -53,7 +53,10 @@ test/rules: ## the alert rules: promtool check and unit tests (apt-get install p
 	cd docs/observability && $(PROMTOOL) test rules alerts_test.yml
 	cd docs/observability/promqlcheck && $(GO) test -count=1 ./...
 
-.PHONY: test/strace bench/durable
+.PHONY: test/strace test/powercutfs bench/durable
+test/powercutfs: ## the power-cut file system's own tests, verbose (root, /dev/fuse; make test runs them where it can mount, else they skip)
+	$(GO) test -race -count=1 -v ./engine/enginetest/powercut/...
+
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
 
