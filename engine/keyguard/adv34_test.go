@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,4 +160,44 @@ func TestAdv34_ConcurrentRightKeysNotThrottled(t *testing.T) {
 	if n := g.Failures(); n != 0 {
 		t.Errorf("%d failures counted, want 0", n)
 	}
+}
+
+// TestAdv34_ThrottleLogNamesNoKeyNorAddr (holds): the throttle's log
+// line, rate-limited, carries counts only: never the key guessed, the
+// right key, nor the address.
+func TestAdv34_ThrottleLogNamesNoKeyNorAddr(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	_, now, check := setup(t, keyguard.Options{Burst: 1, Refill: time.Second, Log: log})
+	for i := range 50 {
+		_ = check("192.0.2.99:4242", "guessed-key-number-"+fmt.Sprint(i))
+		_ = check("192.0.2.99:4242", goodKey)
+		*now = now.Add(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := logs.String()
+	if !strings.Contains(out, "throttled") {
+		t.Fatalf("no log line of the throttle: %q", out)
+	}
+	if n := strings.Count(out, "\n"); n > 1 {
+		t.Errorf("%d log lines in 5 s of throttling, want at most one a minute", n)
+	}
+	for _, s := range []string{"guessed-key", goodKey, "192.0.2.99", "4242"} {
+		if strings.Contains(out, s) {
+			t.Errorf("the log names %q: %s", s, out)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
