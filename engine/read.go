@@ -148,10 +148,10 @@ func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []pers
 		if r.expired(&rec) {
 			return Job{}, nil, false
 		}
-		return toJob(&rec), toTargets(ts, results), true
+		return toJob(&rec), toTargets(&rec, ts, results), true
 	}
 	overlay(&rec, ts, snap)
-	job, targets := toJob(&rec), toTargets(ts, results)
+	job, targets := toJob(&rec), toTargets(&rec, ts, results)
 	if !results && IsLive(snap.Job.Status) {
 		v.SetDerived(snap, &targetsRead{job: job, targets: slices.Clone(targets)})
 	}
@@ -191,11 +191,14 @@ func toJob(j *persistence.JobRecord) Job {
 	}
 }
 
-func toTargets(ts []persistence.TargetRecord, results bool) []TargetStatus {
+// toTargets is job j's targets ts as a read answers them, each with the
+// hint [TargetHint] gives it (a pending target of an ended job says why it
+// will not run).
+func toTargets(j *persistence.JobRecord, ts []persistence.TargetRecord, results bool) []TargetStatus {
 	out := make([]TargetStatus, len(ts))
 	for i := range ts {
 		t := &ts[i]
-		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: TargetHint(j.Status, j.Error, t.Status, t.Error, t.Hint),
 			Options: decodeOptions(t.Options), Duration: t.Took, StoredAt: t.Stored / 1e9}
 		if results && t.Status == persistence.TargetDone && t.Result != nil {
 			out[i].Result = decodeResult(t.Result)

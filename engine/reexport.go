@@ -268,3 +268,33 @@ func TargetStates() []TargetState {
 func HasOutcome(state TargetState) bool {
 	return batchtype.HasOutcome(state)
 }
+
+// WillNotRun reports whether a target will never run: it reads pending
+// and its job has ended (cancelled, or failed by a restart, a shutdown or
+// the runner's failure: a job whose targets all ran has none pending).
+// The contract keeps such a target pending; [TargetHint] says why it will
+// not run, and [NotRun] counts them from a job's summary.
+func WillNotRun(job JobStatus, state TargetState) bool {
+	return batchtype.WillNotRun(job, state)
+}
+
+// NotRun returns how many targets of a job will never run: for an ended
+// job, those without a stored outcome (total − stored, which is 0 for a
+// job that ended by its outcomes); 0 for a live one. So stored + NotRun
+// is the job's total once it has ended. A target a cancel found in flight
+// is counted until its outcome is stored, an instant later.
+func NotRun(job JobStatus, total, stored int) int {
+	return batchtype.NotRun(job, total, stored)
+}
+
+// TargetHint returns the hint a target reads, for a job of status job and
+// error jobError, a target of status state, error text err and stored
+// hint hint: the stored hint if there is one; for a target that will
+// never run ([WillNotRun]), why (the job was cancelled, the server
+// restarted or shut down, the runner failed); for a failure stored
+// without a hint, what its error text tells (busy too long, a bug in the
+// server, a stop); else "". Every view reads a target's hint through it
+// (engine's reads apply it), so that a hint is derived once.
+func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
+	return batchtype.TargetHint(job, jobError, state, err, hint)
+}

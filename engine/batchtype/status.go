@@ -1,5 +1,7 @@
 package batchtype
 
+import "strings"
+
 // JobStatus is a job's status word: the value of engine.Job.Status. It is
 // another name for string (the field stays a string, the contract's type),
 // so each constant goes wherever a string does. A job is stored queued,
@@ -99,3 +101,69 @@ func TargetStates() []TargetState {
 // failed. A target with an outcome counts in its job's progress
 // (engine.Job.TargetsDone) and never changes again.
 func HasOutcome(state TargetState) bool { return state == TargetDone || state == TargetFailed }
+
+// WillNotRun reports whether a target will never run: it reads pending
+// and its job has ended (cancelled, or failed by a restart, a shutdown or
+// the runner's failure: a job whose targets all ran has none pending).
+// The contract keeps such a target pending; [TargetHint] says why it will
+// not run, and [NotRun] counts them from a job's summary.
+func WillNotRun(job JobStatus, state TargetState) bool {
+	return state == TargetPending && IsTerminal(job)
+}
+
+// NotRun returns how many targets of a job will never run: for an ended
+// job, those without a stored outcome (total − stored, which is 0 for a
+// job that ended by its outcomes); 0 for a live one. So stored + NotRun
+// is the job's total once it has ended. A target a cancel found in flight
+// is counted until its outcome is stored, an instant later.
+func NotRun(job JobStatus, total, stored int) int {
+	if !IsTerminal(job) || stored >= total {
+		return 0
+	}
+	return total - stored
+}
+
+// TargetHint returns the hint a target reads, for a job of status job and
+// error jobError, a target of status state, error text err and stored
+// hint hint: the stored hint if there is one; for a target that will
+// never run ([WillNotRun]), why (the job was cancelled, the server
+// restarted or shut down, the runner failed); for a failure stored
+// without a hint, what its error text tells (busy too long, a bug in the
+// server, a stop); else "". Every view reads a target's hint through it
+// (engine's reads apply it), so that a hint is derived once.
+func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
+	switch {
+	case hint != "":
+		return hint
+	case WillNotRun(job, state):
+		return notRunHint(job, jobError)
+	case state != TargetFailed:
+		return ""
+	case strings.HasPrefix(err, "retry later"):
+		return "the site kept answering busy (429 or 503) for longer than the server retries; try again later in a new job"
+	case err == "internal error":
+		return "the fetch failed on a bug in the server, not on the page; try again in a new job, and report it if it persists"
+	case err == "shutdown" || err == "restart" || strings.HasPrefix(err, "fetch stopped"):
+		return "the server stopped while this target was fetched; submit the job again"
+	}
+	return "the fetch failed; check the URL, or try again in a new job"
+}
+
+// notRunHint is the hint of a target that will never run, by its job's
+// status and error.
+func notRunHint(job JobStatus, jobError string) string {
+	const again = " before this target started, and jobs never resume: submit it in a new job to fetch it"
+	switch {
+	case job == StatusCancelled:
+		return "not run: the job was cancelled before this target started: submit it in a new job to fetch it"
+	case jobError == "restart":
+		return "not run: the server restarted (it had stopped without a clean shutdown)" + again
+	case jobError == "shutdown":
+		return "not run: the server shut down" + again
+	case jobError == "internal error":
+		return "not run: the runner stopped on an internal error" + again
+	case jobError != "":
+		return "not run: the job ended (" + jobError + ")" + again
+	}
+	return "not run: the job ended" + again
+}

@@ -101,8 +101,8 @@ func appendJobHead(b []byte, job *engine.Job) []byte {
 	return b
 }
 
-// appendTargetHead appends t's JSON as encoding/json writes a targetHead
-// (its hint as hintFor gives it), but open: without its closing "}", for
+// appendTargetHead appends t's JSON as encoding/json writes a targetHead,
+// but open: without its closing "}", for
 // a result to follow or not.
 func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
 	b = append(b, `{"idx":`...)
@@ -115,9 +115,9 @@ func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, t.Error)
 	}
-	if hint := hintFor(t); hint != "" {
+	if t.Hint != "" {
 		b = append(b, `,"hint":`...)
-		b = appendJSONString(b, hint)
+		b = appendJSONString(b, t.Hint)
 	}
 	if ms := durationMS(t.Duration); ms != 0 {
 		b = append(b, `,"duration_ms":`...)

@@ -130,7 +130,7 @@ func BenchmarkAppendJob(b *testing.B) {
 			_ = enc.Encode(jobHead{ID: job.ID, Status: job.Status, TargetsTotal: job.TargetsTotal, TargetsDone: job.TargetsDone, CreatedAt: job.CreatedAt})
 			for i := range targets {
 				t := &targets[i]
-				_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t)})
+				_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint})
 			}
 		}
 	})
