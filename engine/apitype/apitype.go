@@ -85,3 +85,20 @@ type Result struct {
 	Content string         `json:"content" jsonschema:"the fetched content"`
 	Meta    map[string]any `json:"meta,omitempty" jsonschema:"the result's meta: content type, truncation and the like"`
 }
+
+// Submitted is the answer to a submit (POST /v1/batch, 202): the API's
+// {"id","reused","status","location"}.
+type Submitted struct {
+	// ID is the job's id.
+	ID string `json:"id"`
+	// Reused is true if the answer is an earlier job of the same targets
+	// (or the same idempotency key), still reusable, not a new one.
+	Reused bool `json:"reused"`
+	// Status is the job's URL path, "/v1/batch/{id}", not a status word:
+	// the contract's name for it, kept for the clients that read it. Read
+	// Location instead; GET the path for the job's status.
+	Status string `json:"status"`
+	// Location is the job's URL path, "/v1/batch/{id}", as the Location
+	// header gives it.
+	Location string `json:"location"`
+}

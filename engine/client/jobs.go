@@ -37,17 +37,13 @@ type Target struct {
 	Options Options `json:"options,omitzero"`
 }
 
-// Submitted is the answer to a submit: the API's {"id","reused","status"}.
-type Submitted struct {
-	// ID is the job's id.
-	ID string `json:"id"`
-	// Reused is true if the answer is an earlier job of the same targets
-	// (or the same idempotency key), still reusable, not a new one.
-	Reused bool `json:"reused"`
-	// Location is the job's URL path, "/v1/batch/{id}": the API's
-	// "status" field (and Location header), not a status word.
-	Location string `json:"status"`
-}
+// Submitted is the answer to a submit: the API's {"id","reused",
+// "status","location"}, defined in package
+// github.com/sift/batch/engine/apitype. Its Location is the job's URL
+// path, "/v1/batch/{id}" (filled from "status", the same path, when a
+// server older than "location" answers); its Status is that same path
+// too, not a status word: the contract's name for it.
+type Submitted = apitype.Submitted
 
 // SubmitOptions are [Client.SubmitWith]'s options.
 type SubmitOptions struct {
@@ -109,6 +105,9 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	var s Submitted
 	if err := c.getJSON(ctx, rq, &s); err != nil {
 		return Submitted{}, fmt.Errorf("submit: %w", err)
+	}
+	if s.Location == "" {
+		s.Location = s.Status // a server from before "location"
 	}
 	return s, nil
 }

@@ -25,7 +25,7 @@ const maxTargetsFile = 16 << 20
 // one job and prints its id.
 func Submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("submit", "submit --key-file FILE [--server URL] [--grep RE] [--jq PROG] [--idempotency-key K] [--json] (URL... | --targets FILE)",
-		"Submit URLs to a running serve as one job, and print the job's id (with --json,\nthe API's answer: {\"id\",\"reused\",\"status\"}). The same targets submitted again\nwhile their job is reusable answer that job (\"reused\", noted on stderr); a new\n--idempotency-key asks for a fresh one. --grep and --jq apply to every URL;\n--targets reads {\"targets\":[{\"url\",\"options\"}]} or a list of targets, in JSON,\nfrom a file (- for stdin).")
+		"Submit URLs to a running serve as one job, and print the job's id (with --json,\nthe API's answer: {\"id\",\"reused\",\"status\",\"location\"}, where \"status\" is the\njob's path, /v1/batch/ID, as \"location\" is: not a status word; get or wait\ngives the job's status). The same targets submitted again while their job is\nreusable answer that job (\"reused\", noted on stderr); a new --idempotency-key\nasks for a fresh one. --grep and --jq apply to every URL;\n--targets reads {\"targets\":[{\"url\",\"options\"}]} or a list of targets, in JSON,\nfrom a file (- for stdin).")
 	c := addConn(fs)
 	grep := fs.String("grep", "", "keep the lines this RE2 expression matches, for every URL")
 	jq := fs.String("jq", "", "run this jq program on each page (JSON pages)")
