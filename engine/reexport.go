@@ -292,8 +292,8 @@ func NotRun(job JobStatus, total, stored int) int {
 // hint hint: the stored hint if there is one; for a target that will
 // never run ([WillNotRun]), why (the job was cancelled, the server
 // restarted or shut down, the runner failed); for a failure stored
-// without a hint, what its error text tells (busy too long, a bug in the
-// server, a stop); else "". Every view reads a target's hint through it
+// without a hint, what its error text tells (a cancel that stopped its
+// fetch, busy too long, a bug in the server, a stop); else "". Every view reads a target's hint through it
 // (engine's reads apply it), so that a hint is derived once.
 func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
 	return batchtype.TargetHint(job, jobError, state, err, hint)

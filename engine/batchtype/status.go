@@ -128,8 +128,8 @@ func NotRun(job JobStatus, total, stored int) int {
 // hint hint: the stored hint if there is one; for a target that will
 // never run ([WillNotRun]), why (the job was cancelled, the server
 // restarted or shut down, the runner failed); for a failure stored
-// without a hint, what its error text tells (busy too long, a bug in the
-// server, a stop); else "". Every view reads a target's hint through it
+// without a hint, what its error text tells (a cancel that stopped its
+// fetch, busy too long, a bug in the server, a stop); else "". Every view reads a target's hint through it
 // (engine's reads apply it), so that a hint is derived once.
 func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
 	switch {
@@ -139,6 +139,8 @@ func TargetHint(job JobStatus, jobError string, state TargetState, err, hint str
 		return notRunHint(job, jobError)
 	case state != TargetFailed:
 		return ""
+	case job == StatusCancelled && (err == "cancelled" || strings.HasSuffix(err, "context canceled")):
+		return "the job was cancelled while this target was fetched: submit it in a new job to fetch it"
 	case strings.HasPrefix(err, "retry later"):
 		return "the site kept answering busy (429 or 503) for longer than the server retries; try again later in a new job"
 	case err == "internal error":

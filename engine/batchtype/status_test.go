@@ -147,6 +147,8 @@ func TestStatus_TargetHint(t *testing.T) {
 		{"pending, runner failed", batchtype.StatusFailed, "internal error", batchtype.TargetPending, "", "", "not run: the runner stopped on an internal error"},
 		{"pending, another error", batchtype.StatusFailed, "disk full", batchtype.TargetPending, "", "", "not run: the job ended (disk full)"},
 		{"pending, no error", batchtype.StatusFailed, "", batchtype.TargetPending, "", "", "not run: the job ended before"},
+		{"failed by the cancel", batchtype.StatusCancelled, "", batchtype.TargetFailed, "interrupted: context canceled", "", "the job was cancelled while this target was fetched"},
+		{"failed, cancelled, own words", batchtype.StatusCancelled, "", batchtype.TargetFailed, "cancelled", "", "the job was cancelled while"},
 		{"failed busy", batchtype.StatusFailed, "", batchtype.TargetFailed, "retry later: 429", "", "kept answering busy"},
 		{"failed panic", batchtype.StatusPartial, "", batchtype.TargetFailed, "internal error", "", "a bug in the server"},
 		{"failed at a shutdown", batchtype.StatusFailed, "shutdown", batchtype.TargetFailed, "shutdown", "", "the server stopped while"},
