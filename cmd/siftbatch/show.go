@@ -109,7 +109,7 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	for _, t := range targets {
 		st := storedTargetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error,
-			Hint: engine.TargetHint(j.Status, j.Error, t.Status, t.Error, t.Hint),
+			Hint:       engine.TargetHint(j.Status, j.Error, t.Status, t.Error, t.Hint),
 			DurationMS: durationMS(t.Took), StoredAt: t.Stored / 1e9}
 		// Decoded and encoded again, as the result below: options stored
 		// by json.Marshal escape HTML (a grep of "<h1>").
