@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -191,14 +192,14 @@ func toJob(j *persistence.JobRecord) Job {
 	}
 }
 
-// toTargets is job j's targets ts as a read answers them, each with the
-// hint [TargetHint] gives it (a pending target of an ended job says why it
-// will not run).
+// toTargets is job j's targets ts as a read answers them: a pending
+// target of an ended job reads the hint [NotRunHint] gives it (why it will
+// not run).
 func toTargets(j *persistence.JobRecord, ts []persistence.TargetRecord, results bool) []TargetStatus {
 	out := make([]TargetStatus, len(ts))
 	for i := range ts {
 		t := &ts[i]
-		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: TargetHint(j.Status, j.Error, t.Status, t.Error, t.Hint),
+		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: cmp.Or(t.Hint, NotRunHint(j.Status, j.Error, t.Status)),
 			Options: decodeOptions(t.Options), Duration: t.Took, StoredAt: t.Stored / 1e9}
 		if results && t.Status == persistence.TargetDone && t.Result != nil {
 			out[i].Result = decodeResult(t.Result)

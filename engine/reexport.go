@@ -287,14 +287,31 @@ func NotRun(job JobStatus, total, stored int) int {
 	return batchtype.NotRun(job, total, stored)
 }
 
-// TargetHint returns the hint a target reads, for a job of status job and
-// error jobError, a target of status state, error text err and stored
-// hint hint: the stored hint if there is one; for a target that will
-// never run ([WillNotRun]), why (the job was cancelled, the server
-// restarted or shut down, the runner failed); for a failure stored
-// without a hint, what its error text tells (a cancel that stopped its
-// fetch, busy too long, a bug in the server, a stop); else "". Every view reads a target's hint through it
-// (engine's reads apply it), so that a hint is derived once.
+// TargetHint returns the hint a target reads where every hint is given
+// (the API, and so MCP, the Go client and the CLI): the stored hint if
+// there is one, else [NotRunHint], else [FailureHint]. job and jobError
+// are its job's status and error, state, err and hint the target's status,
+// error text and stored hint.
 func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
 	return batchtype.TargetHint(job, jobError, state, err, hint)
+}
+
+// NotRunHint returns the hint of a target that will never run
+// ([WillNotRun]): that it will not, and why (the job was cancelled, the
+// server restarted or shut down, the runner failed); "" for any other
+// target. The engine's reads give it to such a target (which has no
+// stored hint: it has no outcome), so that every view reads the same.
+func NotRunHint(job JobStatus, jobError string, state TargetState) string {
+	return batchtype.NotRunHint(job, jobError, state)
+}
+
+// FailureHint returns the hint the API gives a target stored failed
+// without a hint of its own (a FetchFunc that returned a plain error, a
+// panic, a busy site past RetryFor), by its error text err and its job's
+// status job: a cancel that stopped its fetch, busy too long, a bug in the
+// server, a stop, or else a general one; "" for a target that has not
+// failed. The engine stores and reads such a failure without a hint (its
+// contract); the API adds this one for the agent.
+func FailureHint(job JobStatus, state TargetState, err string) string {
+	return batchtype.FailureHint(job, state, err)
 }

@@ -93,10 +93,9 @@ type TargetStatus struct {
 	Status string // a [TargetState]: pending | running | done | failed
 	Result *Result
 	Error  string
-	// Hint says what to do about the target, as [TargetHint] gives it: the
-	// hint stored with a failure; for a failure stored without one, what
-	// its error tells; for a pending target of a job that has ended (a
-	// cancel, a restart, a shutdown), that it will not run and why.
+	// Hint says what to do about the target: the hint stored with a
+	// failure; for a pending target of a job that has ended (a cancel, a
+	// restart, a shutdown), that it will not run and why ([NotRunHint]).
 	Hint string
 	// Options are the options the target was submitted with.
 	Options Options

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -109,7 +110,7 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	for _, t := range targets {
 		st := storedTargetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error,
-			Hint:       engine.TargetHint(j.Status, j.Error, t.Status, t.Error, t.Hint),
+			Hint:       cmp.Or(t.Hint, engine.NotRunHint(j.Status, j.Error, t.Status)), // as the runner reads it
 			DurationMS: durationMS(t.Took), StoredAt: t.Stored / 1e9}
 		// Decoded and encoded again, as the result below: options stored
 		// by json.Marshal escape HTML (a grep of "<h1>").

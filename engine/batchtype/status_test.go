@@ -1,6 +1,7 @@
 package batchtype_test
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"testing"
@@ -156,6 +157,14 @@ func TestStatus_TargetHint(t *testing.T) {
 		{"failed, other", batchtype.StatusFailed, "", batchtype.TargetFailed, "boom", "", "the fetch failed; check the URL"},
 	}
 	for _, tt := range tests {
+		// TargetHint is the stored hint, else NotRunHint, else FailureHint.
+		notRun, failure := batchtype.NotRunHint(tt.job, tt.jobErr, tt.state), batchtype.FailureHint(tt.job, tt.state, tt.e)
+		if notRun != "" && failure != "" {
+			t.Errorf("%s: both a not-run hint %q and a failure hint %q", tt.name, notRun, failure)
+		}
+		if want := cmp.Or(tt.hint, notRun, failure); batchtype.TargetHint(tt.job, tt.jobErr, tt.state, tt.e, tt.hint) != want {
+			t.Errorf("%s: TargetHint is not the stored hint, else NotRunHint, else FailureHint", tt.name)
+		}
 		got := batchtype.TargetHint(tt.job, tt.jobErr, tt.state, tt.e, tt.hint)
 		switch {
 		case tt.want == "" && got != "":

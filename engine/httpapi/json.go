@@ -101,10 +101,10 @@ func appendJobHead(b []byte, job *engine.Job) []byte {
 	return b
 }
 
-// appendTargetHead appends t's JSON as encoding/json writes a targetHead,
-// but open: without its closing "}", for
-// a result to follow or not.
-func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
+// appendTargetHead appends t's JSON, a target of a job of status job, as
+// encoding/json writes a targetHead (its hint as hintFor gives it), but
+// open: without its closing "}", for a result to follow or not.
+func appendTargetHead(b []byte, job string, t *engine.TargetStatus) []byte {
 	b = append(b, `{"idx":`...)
 	b = strconv.AppendInt(b, int64(t.Idx), 10)
 	b = append(b, `,"url":`...)
@@ -115,9 +115,9 @@ func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, t.Error)
 	}
-	if t.Hint != "" {
+	if hint := hintFor(job, t); hint != "" {
 		b = append(b, `,"hint":`...)
-		b = appendJSONString(b, t.Hint)
+		b = appendJSONString(b, hint)
 	}
 	if ms := durationMS(t.Duration); ms != 0 {
 		b = append(b, `,"duration_ms":`...)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,9 +36,9 @@ func headOf(j *engine.Job) jobHead {
 // pending or running, and when unknown.
 type targetHead = apitype.TargetStatus
 
-// targetHeadOf is t's targetHead.
-func targetHeadOf(t *engine.TargetStatus) targetHead {
-	return targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint, DurationMS: durationMS(t.Duration)}
+// targetHeadOf is t's targetHead, t a target of a job of status job.
+func targetHeadOf(job string, t *engine.TargetStatus) targetHead {
+	return targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(job, t), DurationMS: durationMS(t.Duration)}
 }
 
 // durationMS is d in whole milliseconds, rounded up; 0 for d ≤ 0.
@@ -204,7 +205,7 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 			buf = append(buf, ',')
 		}
 		t := &targets[i]
-		buf = appendTargetHead(buf, t)
+		buf = appendTargetHead(buf, job.Status, t)
 		if !withResults || t.Status != engine.TargetDone {
 			buf = append(buf, '}')
 			continue
@@ -301,7 +302,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		h.sizes.put(j.ID, idx, len(res))
 	}
 	bp := getBuf()
-	buf := appendTargetHead(*bp, t)
+	buf := appendTargetHead(*bp, j.Status, t)
 	defer func() { *bp = buf; putBuf(bp) }()
 	if !h.hold(w, r, resultSize(len(buf), res)) { // given back once written (authenticate)
 		return
@@ -434,4 +435,12 @@ func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller
 		}
 	}
 	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
+}
+
+// hintFor returns the hint the API gives t, a target of a job of status
+// job, as [engine.TargetHint] does: its own (a pending target of an ended
+// job has the engine's, [engine.NotRunHint]: why it will not run), or for
+// a failure stored without one, [engine.FailureHint]'s.
+func hintFor(job string, t *engine.TargetStatus) string {
+	return cmp.Or(t.Hint, engine.FailureHint(job, t.Status, t.Error))
 }
