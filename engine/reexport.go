@@ -272,7 +272,7 @@ func HasOutcome(state TargetState) bool {
 // WillNotRun reports whether a target will never run: it reads pending
 // and its job has ended (cancelled, or failed by a restart, a shutdown or
 // the runner's failure: a job whose targets all ran has none pending).
-// The contract keeps such a target pending; [TargetHint] says why it will
+// The contract keeps such a target pending; [NotRunHint] says why it will
 // not run, and [NotRun] counts them from a job's summary.
 func WillNotRun(job JobStatus, state TargetState) bool {
 	return batchtype.WillNotRun(job, state)
