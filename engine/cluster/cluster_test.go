@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,21 +168,35 @@ func TestNode_StartErrors(t *testing.T) {
 // interface), which answers the peers' polls.
 func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	manage := l.Addr().String()
-	managePort := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	one := solo(t)
-	n, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "n"),
-		Provider: cluster.Automanaged(manage, []string{manage}, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(one.Runner, one.API); err != nil {
-		t.Fatal(err)
+	// The node binds the manage address itself (what is tested): a port
+	// free a moment ago may have been taken since, so another is tried.
+	var (
+		n          *cluster.Node
+		manage     string
+		managePort int
+	)
+	for attempt := 1; n == nil; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		manage, managePort = l.Addr().String(), l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		m, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "n"),
+			Provider: cluster.Automanaged(manage, []string{manage}, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.Start(one.Runner, one.API)
+		if err == nil {
+			n = m
+			break
+		}
+		_ = m.Close()
+		if attempt == 5 || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatal(err)
+		}
 	}
 	defer n.Close()
 	testkit.WaitFor(t, "the node is a member", func() bool { return n.Membership().Member })
@@ -388,26 +403,37 @@ func TestNode_ListBeforeStartNeverPanics(t *testing.T) {
 // second Start, its server's goroutines gone. Not parallel: it counts the
 // process's gRPC servers.
 func TestNode_FailedStartFreesRemote(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: addr, TLS: clustertest.NodeTLS(t, "a"), Provider: cluster.ProtoactorProvider(failingProvider{})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	one := solo(t) // a runner and a handler
-	if err := n.Start(one.Runner, one.API); err == nil {
-		t.Fatal("Start with a failing provider: no error")
-	}
-	_ = n.Close()
-	l, err = net.Listen("tcp", addr)
-	if err != nil {
-		t.Errorf("after a failed Start (and Close), the cluster address %s is still bound: %v", addr, err)
-	} else {
+	// protoactor's remote binds the address itself: a port free a moment
+	// ago may have been taken since, so another is tried.
+	var port int
+	for attempt := 1; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
+		n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: l.Addr().String(), TLS: clustertest.NodeTLS(t, "a"), Provider: cluster.ProtoactorProvider(failingProvider{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = n.Start(one.Runner, one.API)
+		_ = n.Close()
+		if err == nil {
+			t.Fatal("Start with a failing provider: no error")
+		}
+		if !strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) {
+			break // the provider's failure: the remote had bound the port
+		}
+		if attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+	// This process no longer listens on it (read from /proc: binding it
+	// again would race any other program).
+	if hosts := listening(t)[port]; len(hosts) != 0 {
+		t.Errorf("after a failed Start (and Close), the cluster port %d is still listened on (%v)", port, hosts)
 	}
 	// gRPC's Serve goroutine ends on its own once the server stopped.
 	waitNone(t, "google.golang.org/grpc.(*Server).Serve") // gRPC gives nothing to wait on
