@@ -84,14 +84,6 @@ func TestNode_StartErrors(t *testing.T) {
 	}
 	defer taken.Close()
 	inUse := taken.Addr().String()
-	free := func(t *testing.T) string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
 	newNode := func(t *testing.T, addr string, p cluster.Provider) *cluster.Node {
 		n, err := cluster.New(cluster.Config{Name: "start-errors", Node: "n", Addr: addr, TLS: clustertest.NodeTLS(t, "n"), Provider: p})
 		if err != nil {
@@ -105,8 +97,8 @@ func TestNode_StartErrors(t *testing.T) {
 		"remote address in use":       newNode(t, inUse, testProvider),
 		"manage address in use":       newNode(t, "127.0.0.1:0", cluster.Automanaged(inUse, []string{inUse}, 0)),
 		"manage address without port": newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:0", []string{"127.0.0.1:1"}, 0)),
-		"no peers":                    newNode(t, "127.0.0.1:0", cluster.Automanaged(free(t), nil, 0)),
-		"bad peer":                    newNode(t, "127.0.0.1:0", cluster.Automanaged(free(t), []string{"nowhere"}, 0)),
+		"no peers":                    newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:1", nil, 0)),                 // refused before binding
+		"bad peer":                    newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:1", []string{"nowhere"}, 0)), // refused before binding
 		"address of another host":     newNode(t, "192.0.2.1:0", testProvider),
 	} {
 		if err := n.Start(r, h); err == nil {
@@ -124,18 +116,31 @@ func TestNode_StartErrors(t *testing.T) {
 
 	// A provider that fails once protoactor's remote has started: the
 	// remote's port is given back.
-	addr := free(t)
-	n := newNode(t, addr, cluster.ProtoactorProvider(failingProvider{}))
-	if err := n.Start(r, h); err == nil || !strings.Contains(err.Error(), "no way in") {
-		t.Errorf("a failing provider: Start gave %v", err)
-	}
-	testkit.WaitFor(t, "the remote's port is free", func() bool {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			_ = l.Close()
+	// protoactor's remote binds the address itself: a port free a moment
+	// ago may have been taken since, so another is tried.
+	var (
+		n    *cluster.Node
+		addr string
+	)
+	for attempt := 1; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err == nil
-	})
+		addr = l.Addr().String()
+		_ = l.Close()
+		n = newNode(t, addr, cluster.ProtoactorProvider(failingProvider{}))
+		err = n.Start(r, h)
+		if err != nil && strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) && attempt < 5 {
+			_ = n.Close()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "no way in") {
+			t.Errorf("a failing provider: Start gave %v", err)
+		}
+		break
+	}
+	waitNotListening(t, "the remote's port", addr)
 	_ = n.Close()
 
 	n = newNode(t, "127.0.0.1:0", testProvider)
@@ -448,6 +453,22 @@ func (failingProvider) StartClient(*pacluster.Cluster) error { return errors.New
 
 func (failingProvider) Shutdown(bool) error { return nil }
 
+// waitNotListening waits until this process no longer listens on addr's
+// port (read from /proc: binding the port to find out would race any other
+// program that takes it meanwhile).
+func waitNotListening(t *testing.T, what, addr string) {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, what+" no longer listened on", func() bool { return len(listening(t)[port]) == 0 })
+}
+
 // listening returns the TCP sockets this process listens on, by port:
 // each one's local address as /proc/net/tcp and tcp6 write it (hex; IPv4
 // 127.0.0.1 is 0100007F, IPv6 every address is 32 zeros).
@@ -523,10 +544,6 @@ func TestNode_CloseDoesNotWaitOnHangingMember(t *testing.T) {
 	if inFlight == 0 {
 		t.Fatal("Close returned only once the grain requests to the hanging member ended")
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("the node's port after Close: %v", err)
-	}
-	_ = l.Close()
+	waitNotListening(t, "the node's port after Close", addr)
 	waitNone(t, call) // they end by themselves
 }

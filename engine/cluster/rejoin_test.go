@@ -490,13 +490,7 @@ func TestNode_CloseDuringRejoin(t *testing.T) {
 		return goroutinesIn("cluster.(*Node).watchRejoin(") == watchers-1
 	})
 	// Nothing of an incarnation made as it closed is left: its port is free.
-	testkit.WaitFor(t, "n3's cluster port free", func() bool {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			_ = l.Close()
-		}
-		return err == nil
-	})
+	waitNotListening(t, "n3's cluster port", addr)
 }
 
 // TestNode_RejoinsAfterEveryNodeCutOff: two nodes blocked at once, and

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,5 +371,44 @@ func TestDiskSyncRate_MeasuresAndCleansUp(t *testing.T) {
 	}
 	if _, err := DiskSyncRate(filepath.Join(dir, "missing"), 0); err == nil {
 		t.Fatal("DiskSyncRate in a missing directory: no error")
+	}
+}
+
+// TestPorts_DistinctFreeAndOutsideTheEphemeralRange: the ports are
+// distinct, bindable once returned, and outside the kernel's range.
+func TestPorts_DistinctFreeAndOutsideTheEphemeralRange(t *testing.T) {
+	t.Parallel()
+	ports := Ports(t, 9)
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d twice in %v", p, ports)
+		}
+		seen[p] = true
+		if p >= 32768 && p <= 60999 {
+			t.Errorf("port %d is in the kernel's default ephemeral range", p)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d: %v", p, err)
+		}
+		_ = l.Close()
+	}
+}
+
+// TestRefusedAddr_RefusesAndCannotBeTaken: a connection is refused, and a
+// listener cannot bind the port while the test runs.
+func TestRefusedAddr_RefusesAndCannotBeTaken(t *testing.T) {
+	t.Parallel()
+	addr := RefusedAddr(t)
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Fatalf("dial %s: connected, want refused", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial %s: %v, want connection refused", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		_ = l.Close()
+		t.Errorf("listen on %s: bound, want address in use", addr)
 	}
 }
