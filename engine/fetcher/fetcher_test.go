@@ -308,7 +308,10 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		f, _ := setup(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://intranet.example:"+s.port+"/")
-		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "intranet.example")
+		te := wantTargetError(t, err, http.StatusForbidden, "address not allowed", "intranet.example")
+		if !strings.Contains(te.Hint, "serve --allow-private") {
+			t.Errorf("hint %q: want it to point at the operator's serve --allow-private", te.Hint)
+		}
 		if s.hits.Load() != before {
 			t.Fatal("the request reached the loopback server")
 		}
