@@ -61,10 +61,10 @@ func (s *sharedListener) view() net.Listener {
 	return v
 }
 
-// close closes the port and waits for its accepting goroutine.
+// close closes the port and the view of the moment, and waits for the
+// port's accepting goroutine (which may be handing that view a
+// connection: the view is closed first).
 func (s *sharedListener) close() {
-	_ = s.l.Close()
-	s.done.Wait()
 	s.mu.Lock()
 	v := s.cur
 	s.cur = nil
@@ -72,6 +72,8 @@ func (s *sharedListener) close() {
 	if v != nil {
 		_ = v.Close()
 	}
+	_ = s.l.Close()
+	s.done.Wait()
 }
 
 // listenerView is one incarnation's listener on a [sharedListener].

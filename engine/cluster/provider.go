@@ -135,7 +135,7 @@ func automanagedBase(peers []string, refresh time.Duration) Provider {
 			if !ok {
 				return nil, errors.New("automanaged: the manage listener is not TCP")
 			}
-			p := &automanagedProvider{port: addr.Port}
+			p := &automanagedProvider{port: addr.Port, manage: manage}
 			p.echo = healthServer(manage, p.health)
 			p.AutoManagedProvider = automanaged.NewWithTesting(refresh, addr.Port, p.echo, peers...)
 			return p, nil
@@ -163,6 +163,7 @@ type automanagedProvider struct {
 	*automanaged.AutoManagedProvider
 	port    int
 	echo    *echo.Echo
+	manage  net.Listener // its view of the node's manage port
 	cluster atomic.Pointer[pacluster.Cluster]
 	// members returns the member ids of the members the node counts now,
 	// which the health endpoint tells (set before StartMember).
@@ -241,7 +242,10 @@ func peerViews(ctx context.Context, peers []string, timeout time.Duration) []pee
 // release closes the health endpoint's server and its view of the manage
 // port, when the node did not start (protoactor's provider closes it when
 // the node stops); the port stays the node's.
-func (p *automanagedProvider) release() { _ = p.echo.Close() }
+func (p *automanagedProvider) release() {
+	_ = p.echo.Close()
+	_ = p.manage.Close() // echo closes it only if it had begun to serve it
+}
 
 // healthServer is an echo server of the health endpoint on l, silent (no
 // banner, no address printed, no log).
