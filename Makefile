@@ -34,7 +34,7 @@ demo-cluster: bin/siftbatch ## run the cluster demo: three serve processes on lo
 install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH)/bin
 	$(GO) install ./cmd/siftbatch
 
-readme: ## run the README's session and cluster block (the tests that extract them): curl and python3 needed
+readme: ## run the README's bash blocks, the CLI's, the session's and the cluster's (the tests that extract them): curl and python3 needed
 	$(GO) test -run '^TestREADME_' -count=1 -v ./cmd/siftbatch
 
 # make test runs lint and test/race at once (-j2): each waits on much
