@@ -36,7 +36,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	jq := fs.String("jq", "", "run this jq program on each page (JSON pages)")
 	file := fs.String("targets", "", "read the targets, in JSON, from this file (- for stdin) instead of URLs")
 	key := fs.String("idempotency-key", "", "match the job by this key instead of by its targets")
-	noRetry := fs.Bool("no-retry", false, "answer a 429 or 503 (the caller's or the server's jobs at their cap) at once, exit 1,\ninstead of waiting its Retry-After to try again (a few times, each said on stderr)")
+	noRetry := fs.Bool("no-retry", false, "answer a 429 or 503 (a cap reached, a node away) at once, exit 1, instead of\nwaiting its Retry-After to try again (up to 4 times in all, each wait said on stderr)")
 	pos, err := cli.ParseFlags(fs, args, stdout)
 	if err != nil {
 		return err
