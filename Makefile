@@ -208,6 +208,18 @@ bench/durable: ## durable vs default: throughput by workers and live jobs, Submi
 	done
 	$(BENCHSTAT) $(BENCHDIR)/durable.txt
 
+# make bench/fair: issue 34's figures (docs/PERFORMANCE.md, "One caller
+# cannot exhaust serve"): this commit's serve, and beside it, alternating,
+# the serve binary REF_BIN if set (a reference: another commit's, built with
+# go build -o FILE ./cmd/siftbatch).
+REF_BIN ?=
+.PHONY: bench/fair
+bench/fair: ## one caller cannot exhaust serve: RSS under one MCP batch POST, a bystander's GET beside floods of reads, the scheduler's own cost (REF_BIN: a reference serve to run beside)
+	@mkdir -p $(BENCHDIR)
+	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 2 -bench '^BenchmarkServe_MCPBatchRSS$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/fair.txt; grep -q '^ok' $(BENCHDIR)/fair.txt
+	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 1 -bench '^BenchmarkServe_Bystander$$' -benchtime 2x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/fair-bystander.txt; grep -q '^ok' $(BENCHDIR)/fair-bystander.txt
+	$(GO) test -run '^$$' -count 3 -bench '^BenchmarkScheduler_Uncontended$$' -benchtime 200000x ./engine/internal/readsched | tee $(BENCHDIR)/fair-sched.txt; grep -q '^ok' $(BENCHDIR)/fair-sched.txt
+
 bench/reads-summary: ## the medians of bench/reads and bench/poll, and their ratios (run those first)
 	@echo "== Runner.Job and Runner.Targets, 512 KiB results vs 1 KiB (target: within 1.5x in time and B/op; Job <= 5us, Targets <= 40us)"
 	@$(BENCHSTAT) -filter '.name:Runner_Read /result:(1KiB OR 512KiB)' -col /result $(BENCHDIR)/reads.txt

@@ -72,6 +72,16 @@
 // clients that read slowly, or not at all) is 429 "answers unread" with
 // Retry-After, at once; a caller that holds nothing is always served.
 //
+// Reads are shared fairly by caller: every authenticated read (and
+// cancel) takes a turn ([Options.MaxInFlight]) while it works; a read
+// that finds none free waits in its caller's queue, and the turns go round
+// the callers that wait, one read each, so one caller's flood of reads
+// makes only its own wait. A caller with [Options.MaxQueuedReads] (64)
+// reads waiting has its next read answered 429 "reads queued" with
+// Retry-After at once. [Handler.Read] lets the dashboard's reads take the
+// same turns; [Handler.AnswerRoom] and [Handler.HoldAnswer] let the MCP
+// server count its answers in the same budget.
+//
 // Long-poll: ?wait=D (a duration, or whole seconds; at most
 // [Options.MaxWait], else 400) answers once the job has ended, or D has
 // passed, or [Handler.EndWaits] is called, with the job as it then
