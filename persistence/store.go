@@ -134,6 +134,10 @@ type Store struct {
 	// sync (or at SetDurable): the files from them on that are no longer
 	// the newest are synced too (syncRotatedLocked). Under mu.
 	logFids logFids
+	// dirDirty: the directory has entries a durable sync must sync
+	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
+	dirDirty bool
+	dirSyncs atomic.Int64
 	// unsynced: the jobs whose creation is stored but not yet synced
 	// (durable.go): readers do not see them.
 	unsynced unsyncedJobs
