@@ -97,6 +97,7 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	store.SetLogger(log)
+	logRecovery(log, store.Recovery())
 	rememberTag(cfg.NodeTag) // for ShortID
 	// A store that cannot list its tags fails the reads below as well.
 	if tags, err := store.NodeTags(); err == nil {

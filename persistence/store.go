@@ -138,6 +138,9 @@ type Store struct {
 	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
 	dirDirty bool
 	dirSyncs atomic.Int64
+	// rec is what Open repaired (recover.go).
+	recMu sync.Mutex
+	rec   Recovery
 	// unsynced: the jobs whose creation is stored but not yet synced
 	// (durable.go): readers do not see them.
 	unsynced unsyncedJobs
@@ -173,11 +176,12 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
+	var rec Recovery
 	if dir != "" {
 		if err := checkTables(dir); err != nil {
 			return nil, err
 		}
-		if err := prepareDir(dir); err != nil { // not a store; crash leftovers: see vlog.go
+		if err := prepareDir(dir, &rec); err != nil { // not a store; crash leftovers: see vlog.go, recover.go
 			return nil, err
 		}
 	}
@@ -185,7 +189,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	db, err := openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
-		if rerr := prepareDir(dir); rerr != nil {
+		if rerr := prepareDir(dir, &rec); rerr != nil {
 			return nil, rerr
 		}
 		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
@@ -193,7 +197,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold)}
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
