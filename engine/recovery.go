@@ -12,9 +12,9 @@ import (
 // index keys or a byte total that disagreed with the rows are not (Warn).
 func logRecovery(log *slog.Logger, rec persistence.Recovery) {
 	if rec.UnlistedTables > 0 || rec.EmptyLogs > 0 {
-		log.Info("store recovered at open", slog.Int("unlisted_tables", rec.UnlistedTables), slog.Int("empty_logs", rec.EmptyLogs))
+		log.Info("store recovered at open", slog.Int(keyUnlistedTables, rec.UnlistedTables), slog.Int(keyEmptyLogs, rec.EmptyLogs))
 	}
 	if rec.IndexKeys > 0 || rec.BytesCounted {
-		log.Warn("store repaired at open", slog.Int("index_keys", rec.IndexKeys), slog.Bool("bytes_counted", rec.BytesCounted))
+		log.Warn("store repaired at open", slog.Int(keyIndexKeys, rec.IndexKeys), slog.Bool(keyBytesCounted, rec.BytesCounted))
 	}
 }
