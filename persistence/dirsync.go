@@ -57,7 +57,7 @@ func syncDir(dir string) error {
 // sync found one, syncRotatedLocked), or when an earlier sync of the
 // directory failed, and counts it. s.mu is held, by a durable sync.
 func (s *Store) syncDirLocked(created bool) error {
-	if !created && !s.dirDirty {
+	if (!created && !s.dirDirty) || s.noDirSync {
 		return nil
 	}
 	s.dirDirty = true

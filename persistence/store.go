@@ -138,6 +138,8 @@ type Store struct {
 	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
 	dirDirty bool
 	dirSyncs atomic.Int64
+	// noDirSync turns the directory syncs off: a benchmark's baseline.
+	noDirSync bool
 	// rec is what Open repaired (recover.go).
 	recMu sync.Mutex
 	rec   Recovery
