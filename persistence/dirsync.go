@@ -26,14 +26,48 @@ package persistence
 //     hold, and Badger refuses to open. That happens on Badger's own
 //     goroutine, out of a store's reach; Open repairs it (recover.go).
 //
+// The store's directory itself, when Open creates it, is an entry of its
+// parent: Open syncs the parent of each directory it creates (mkdirSynced),
+// or a cut could take the whole store.
+//
 // A deletion that was not synced undoes itself: the file comes back (a
 // flushed memtable's log, replayed again, which changes nothing; a
 // collected value-log file, which holds nothing live).
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 )
+
+// mkdirSynced creates dir and its missing parents, as os.MkdirAll does,
+// and syncs the parent of each directory it created.
+func mkdirSynced(dir string) error {
+	dir = filepath.Clean(dir)
+	var created []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		created = append(created, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := syncDir(filepath.Dir(created[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // syncDir syncs the directory dir: the entries created, renamed or
 // removed in it are on stable storage when it returns nil.

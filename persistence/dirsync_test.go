@@ -95,3 +95,16 @@ func BenchmarkStore_DirSync(b *testing.B) {
 		}
 	}
 }
+
+// mkdirSynced creates every missing directory of a path (and is fine
+// with one that exists).
+func TestMkdirSynced(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir() + "/a/b/c"
+	require.NoError(t, mkdirSynced(dir))
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.True(t, st.IsDir())
+	require.NoError(t, mkdirSynced(dir))
+	require.Error(t, mkdirSynced("/proc/self/status/x"))
+}

@@ -174,7 +174,7 @@ func Open(dir string) (*Store, error) { return open(dir, false) }
 // durable store's one sync per group (durable.go).
 func open(dir string, syncWrites bool) (s *Store, err error) {
 	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := mkdirSynced(dir); err != nil { // a cut must not take the store's own entry (dirsync.go)
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
