@@ -71,16 +71,19 @@ func (h *History) AddCancel(c Cancel) {
 	h.cancels = append(h.cancels, c)
 }
 
-// Jobs returns the acknowledged jobs (each once): their key and id.
-func (h *History) Jobs() [][2]string {
+// Job is an acknowledged job: its caller's key and its id.
+type Job struct{ Key, ID string }
+
+// Jobs returns the acknowledged jobs, each once.
+func (h *History) Jobs() []Job {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen := map[string]bool{}
-	var out [][2]string
+	var out []Job
 	for _, s := range h.submits {
 		if !seen[s.ID] {
 			seen[s.ID] = true
-			out = append(out, [2]string{s.Key, s.ID})
+			out = append(out, Job{s.Key, s.ID})
 		}
 	}
 	return out
