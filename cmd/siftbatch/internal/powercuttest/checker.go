@@ -89,27 +89,35 @@ func (h *History) Jobs() []Job {
 	return out
 }
 
-// Counts returns how many submits, shown targets and cancels the history
-// holds, answered before cut.
+// Counts returns how many jobs were acknowledged, targets shown done and
+// cancels answered 200 before cut, each counted once.
 func (h *History) Counts(cut time.Time) (submits, targets, cancels int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	jobs, cancelled := map[string]bool{}, map[string]bool{}
+	shown := map[string]map[int]bool{}
 	for _, s := range h.submits {
 		if s.At.Before(cut) {
-			submits++
+			jobs[s.ID] = true
 		}
 	}
 	for _, s := range h.shown {
 		if s.At.Before(cut) {
-			targets++
+			if shown[s.ID] == nil {
+				shown[s.ID] = map[int]bool{}
+			}
+			if !shown[s.ID][s.Idx] {
+				shown[s.ID][s.Idx] = true
+				targets++
+			}
 		}
 	}
 	for _, c := range h.cancels {
 		if c.At.Before(cut) {
-			cancels++
+			cancelled[c.ID] = true
 		}
 	}
-	return submits, targets, cancels
+	return len(jobs), targets, len(cancelled)
 }
 
 // Reading is a job as serve read it back after the restart.

@@ -73,6 +73,7 @@ func TestCheck_AfterTheCutAcknowledgesNothing(t *testing.T) {
 	h.AddSubmit(Submit{Key: "k", ID: "c", At: cut.Add(time.Millisecond)})
 	h.AddShown(Shown{Key: "k", ID: "a", Idx: 1, Sum: SumOf("z"), At: cut})
 	h.AddCancel(Cancel{Key: "k", ID: "a", At: cut.Add(time.Second)})
+	h.AddShown(Shown{Key: "k", ID: "a", Idx: 0, Sum: SumOf("x"), At: cut.Add(-time.Second)}) // read again: counted once
 	require.Empty(t, Check(h, cut, intact()))
 	s, tg, c := h.Counts(cut)
 	require.Equal(t, []int{2, 1, 1}, []int{s, tg, c})

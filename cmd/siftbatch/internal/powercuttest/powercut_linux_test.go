@@ -1,7 +1,3 @@
-//go:build linux && powercutkit
-
-// (the tag powercutkit goes once engine/enginetest/powercut is merged)
-
 package powercuttest
 
 import (
