@@ -69,11 +69,19 @@ const (
 // faultSeeds are the rounds that once found a fault, by seed and mode:
 // TestPowerCut_FoundFaults runs each again (docs/RELIABILITY.md, "Power
 // cut").
+// Seeds within make test's own rounds (defaultSeed to defaultSeed+9,
+// durable) are run there and skipped here.
 var faultSeeds = []struct {
 	seed    int64
 	durable bool
 	why     string
-}{}
+}{
+	// Before 86833ce and 655ddb7: the store's directory, made by Open,
+	// was gone after the cut (its entry in the mount never synced), and
+	// with it every job; with that fixed, the value-log file Badger made
+	// at Open was gone, so every result in it read "store corrupt".
+	{3500, true, "the store's directory and a new value-log file's entries not synced"},
+}
 
 // TestPowerCut_Durable: serve --durable loses nothing acknowledged to a
 // power cut, in any cut mode.
@@ -97,6 +105,9 @@ func TestPowerCut_Default(t *testing.T) {
 func TestPowerCut_FoundFaults(t *testing.T) {
 	for _, f := range faultSeeds {
 		t.Run(fmt.Sprintf("seed=%d", f.seed), func(t *testing.T) {
+			if f.durable && f.seed >= defaultSeed && f.seed < defaultSeed+10 {
+				t.Skipf("seed %d is a round of TestPowerCut_Durable", f.seed)
+			}
 			s := runRounds(t, f.durable, 1, int(f.seed))
 			if f.durable && s.lost() > 0 {
 				t.Errorf("%s: lost %d", f.why, s.lost())
