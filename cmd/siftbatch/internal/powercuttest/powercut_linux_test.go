@@ -55,8 +55,9 @@ import (
 //
 // POWERCUT_ROUNDS sets the rounds (10 in make test's durable run, 4 in
 // its default-mode run); POWERCUT_SEED the first round's seed (each round
-// uses seed+round): the seed of a failing round is printed, and replays
-// its schedule (the timing of the processes is the machine's).
+// uses seed+round, its cut mode seed%3, on the store the rounds before
+// left): a failing round prints the two that replay its schedule (the
+// timing of the processes is the machine's).
 
 const (
 	roundsEnv = "POWERCUT_ROUNDS"
@@ -172,8 +173,8 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 	for r := range rounds {
 		rs := int64(seed + r)
 		rng := rand.New(rand.NewPCG(uint64(rs), 35))
-		mode := powercut.CutMode(r % 3)
-		t.Logf("round %d: seed %d, mode %s (replay: %s=%d %s=1)", r, rs, mode, seedEnv, rs, roundsEnv)
+		mode := powercut.CutMode(rs % 3)
+		t.Logf("round %d: seed %d, mode %s (replay: %s=%d %s=%d)", r, rs, mode, seedEnv, seed, roundsEnv, r+1)
 		hist := &History{}
 		cut := h.load(t, hist, rng, time.Duration(300+rng.IntN(2200))*time.Millisecond, mode)
 		s.rounds++
@@ -207,6 +208,9 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 		}
 		if len(losses) > 0 {
 			s.seedsLost = append(s.seedsLost, rs)
+			if h.durable {
+				t.Logf("serve's warnings after the restart:\n%s", tail(warnings(h.serve.stderr.String()), 3000))
+			}
 		}
 		s.maxAge = max(s.maxAge, oldest)
 		s.lostSeconds += oldest
@@ -560,6 +564,19 @@ func call(c *http.Client, method, url, key, body string) (int, []byte, error) {
 		return 0, nil, errors.Join(errors.New("answer cut short"), err)
 	}
 	return resp.StatusCode, out, nil
+}
+
+// warnings are the lines of a serve log at WARN or ERROR, each once.
+func warnings(log string) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for l := range strings.Lines(log) {
+		if (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) && !seen[l[min(len(l), 30):]] {
+			seen[l[min(len(l), 30):]] = true
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 // tail is the last n bytes of s.
