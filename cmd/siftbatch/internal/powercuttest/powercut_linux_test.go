@@ -179,7 +179,11 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 		cut := h.load(t, hist, rng, time.Duration(300+rng.IntN(2200))*time.Millisecond, mode)
 		s.rounds++
 		s.cuts++
-		s.checkStore(t, h.copyStore(t), rs)
+		stored := h.copyStore(t)
+		if keep := os.Getenv("POWERCUT_KEEP"); keep != "" && stored != "" { // a copy of each round's store as the cut left it
+			_ = exec.Command("cp", "-a", "--sparse=always", stored, filepath.Join(keep, fmt.Sprintf("store-%d", rs))).Run()
+		}
+		s.checkStore(t, stored, rs)
 		h.mount(t, rs+1)
 		h.start(t)
 		jobs := hist.Jobs()
