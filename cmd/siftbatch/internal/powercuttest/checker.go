@@ -122,9 +122,12 @@ func (h *History) Counts(cut time.Time) (submits, targets, cancels int) {
 
 // Reading is a job as serve read it back after the restart.
 type Reading struct {
-	Code   int    // the HTTP status of GET /v1/batch/{id}?results=1
+	Code   int    // the HTTP status of GET /v1/batch/{id}
 	Status string // the job's status (a 200)
 	Done   map[int]Sum
+	// Unreadable are the targets that read done whose result does not
+	// read (GET /v1/batch/{id}/{idx} fails).
+	Unreadable map[int]bool
 }
 
 // The rules a history is checked against: each Loss names one.
@@ -133,6 +136,9 @@ const (
 	RuleSubmitLost = "submit-lost"
 	// RuleTargetLost: a target a read showed done is not done.
 	RuleTargetLost = "target-lost"
+	// RuleTargetUnreadable: a target a read showed done reads done, but
+	// its result does not read.
+	RuleTargetUnreadable = "target-unreadable"
 	// RuleTargetChanged: a target a read showed done has other content.
 	RuleTargetChanged = "target-changed"
 	// RuleCancelLost: a job whose cancel was answered 200 does not read
@@ -201,6 +207,8 @@ func Check(h *History, cut time.Time, after map[string]Reading) []Loss {
 			continue
 		}
 		switch sum, done := r.Done[s.Idx]; {
+		case r.Unreadable[s.Idx]:
+			losses = append(losses, Loss{RuleTargetUnreadable, s.ID, s.Idx, cut.Sub(s.At)})
 		case !done:
 			losses = append(losses, Loss{RuleTargetLost, s.ID, s.Idx, cut.Sub(s.At)})
 		case sum != s.Sum:

@@ -46,6 +46,9 @@ func TestCheck_Rules(t *testing.T) {
 			[]Loss{{RuleSubmitLost, "b", -1, time.Second}}},
 		{"target lost", func(r map[string]Reading) { r["a"] = Reading{Code: 200, Status: "failed"} },
 			[]Loss{{RuleTargetLost, "a", 0, 2 * time.Second}}},
+		{"target unreadable", func(r map[string]Reading) {
+			r["a"] = Reading{Code: 200, Status: "failed", Unreadable: map[int]bool{0: true}}
+		}, []Loss{{RuleTargetUnreadable, "a", 0, 2 * time.Second}}},
 		{"target changed", func(r map[string]Reading) {
 			r["a"] = Reading{Code: 200, Status: "failed", Done: map[int]Sum{0: SumOf("y")}}
 		}, []Loss{{RuleTargetChanged, "a", 0, 2 * time.Second}}},

@@ -139,6 +139,9 @@ type summary struct {
 	lostSeconds               time.Duration // the sum over cuts of the oldest loss's age
 	recovered                 persistence.Recovery
 	seedsLost                 []int64
+	// unreadable: targets that read done after the restart but whose
+	// result does not read (never acknowledged, or they would be losses).
+	unreadable int
 }
 
 func (s *summary) lost() int {
@@ -154,9 +157,9 @@ func (s *summary) report(t *testing.T) {
 	if s.durable {
 		mode = "durable"
 	}
-	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; seeds with a loss %v",
+	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; %d targets read done but unreadable; seeds with a loss %v",
 		mode, s.rounds, s.cuts, s.submits, s.targets, s.cancels, s.lost(), s.losses, s.maxAge.Round(time.Millisecond), s.lostSeconds.Round(time.Millisecond),
-		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.seedsLost)
+		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.unreadable, s.seedsLost)
 }
 
 // runRounds runs rounds rounds on one store, from seed seed.
@@ -200,6 +203,9 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 				losses = append(losses, Loss{RuleSubmitLost, id, -1, 0})
 			}
 		}
+		for _, r := range after {
+			s.unreadable += len(r.Unreadable)
+		}
 		sub, tg, c := hist.Counts(cut)
 		s.submits, s.targets, s.cancels = s.submits+sub, s.targets+tg, s.cancels+c
 		var oldest time.Duration
@@ -214,6 +220,7 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 			s.seedsLost = append(s.seedsLost, rs)
 			if h.durable {
 				t.Logf("serve's warnings after the restart:\n%s", tail(warnings(h.serve.stderr.String()), 3000))
+				t.Logf("the file system's log:\n%s", tail(h.logs.String(), 3000))
 			}
 		}
 		s.maxAge = max(s.maxAge, oldest)
@@ -525,26 +532,61 @@ func (h *harness) read(c *http.Client, key, id string) (int, Reading, error) {
 	return code, r, nil
 }
 
-// readBack reads every job of jobs from the restarted serve.
+// readBack reads every job of jobs from the restarted serve: the job
+// (without results), then each of its done targets alone, so that a
+// target that does not read (Reading.Unreadable) spoils no other.
 func (h *harness) readBack(t *testing.T, jobs []Job) map[string]Reading {
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
 	after := map[string]Reading{}
 	for _, j := range jobs {
-		// A job whose answer keeps failing (cut short: a result that does
-		// not read) reads as code 0: lost.
-		r := Reading{}
-		for range 5 {
-			code, got, err := h.read(c, j.Key, j.ID)
-			if err == nil && code != http.StatusTooManyRequests {
-				r = got
-				break
-			}
-			t.Logf("read job %s back: %d %v", j.ID, code, err)
-		}
-		after[j.ID] = r
+		after[j.ID] = h.readJob(t, c, j)
 	}
 	return after
+}
+
+// readJob reads one job back; a request that keeps failing reads as code
+// 0 (the job) or unreadable (a target).
+func (h *harness) readJob(t *testing.T, c *http.Client, j Job) Reading {
+	get := func(path string) (int, []byte) {
+		for range 5 {
+			code, out, err := call(c, http.MethodGet, h.serve.base+path, j.Key, "")
+			if err == nil && code != http.StatusTooManyRequests {
+				return code, out
+			}
+			t.Logf("read %s back: %d %v", path, code, err)
+		}
+		return 0, nil
+	}
+	code, out := get("/v1/batch/" + j.ID)
+	r := Reading{Code: code}
+	if code != http.StatusOK {
+		return r
+	}
+	var job struct {
+		Status  string
+		Targets []struct {
+			Idx    int
+			Status string
+		}
+	}
+	if err := json.Unmarshal(out, &job); err != nil {
+		t.Fatalf("job %s: %v", j.ID, err)
+	}
+	r.Status, r.Done, r.Unreadable = job.Status, map[int]Sum{}, map[int]bool{}
+	for _, tg := range job.Targets {
+		if tg.Status != "done" {
+			continue
+		}
+		code, out := get(fmt.Sprintf("/v1/batch/%s/%d", j.ID, tg.Idx))
+		var one struct{ Result *struct{ Content string } }
+		if code != http.StatusOK || json.Unmarshal(out, &one) != nil || one.Result == nil {
+			r.Unreadable[tg.Idx] = true
+			continue
+		}
+		r.Done[tg.Idx] = SumOf(one.Result.Content)
+	}
+	return r
 }
 
 // call makes one request as key, and reads the answer whole.
