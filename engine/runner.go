@@ -148,7 +148,7 @@ const (
 // settles the ones left cancelled with a target in flight; it returns how
 // many it failed. No actor may own any of them.
 func (r *Runner) reap(text string) (int, error) {
-	left, err := r.store.Unsettled()
+	left, err := r.dropUnreadable()
 	if err != nil {
 		return 0, fmt.Errorf("reap: %w", err)
 	}

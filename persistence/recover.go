@@ -59,6 +59,11 @@ type Recovery struct {
 	// unless a store was written before the index, since a job's row and
 	// its index keys are one transaction.
 	IndexKeys int
+	// DroppedResults is how many results of jobs that were live the
+	// runner's restart found unreadable and dropped
+	// ([Store.DropUnreadableResults]): never acknowledged on a durable
+	// store.
+	DroppedResults int
 	// BytesCounted is true when the store had no byte total and Open
 	// counted it (a store written before it).
 	BytesCounted bool
