@@ -70,10 +70,13 @@ const (
 // faultSeeds are the rounds that once found a fault, by seed and mode:
 // TestPowerCut_FoundFaults runs each again (docs/RELIABILITY.md, "Power
 // cut").
-// Seeds within make test's own rounds (defaultSeed to defaultSeed+9,
-// durable) are run there and skipped here.
+// faultSeeds are the runs that once found a fault: first seed, and the
+// round (counted from 1) that found it; TestPowerCut_FoundFaults runs each
+// again up to that round. Those within make test's own rounds (from
+// defaultSeed, 10 durable) are run there and skipped here.
 var faultSeeds = []struct {
-	seed    int64
+	seed    int
+	rounds  int
 	durable bool
 	why     string
 }{
@@ -81,7 +84,12 @@ var faultSeeds = []struct {
 	// was gone after the cut (its entry in the mount never synced), and
 	// with it every job; with that fixed, the value-log file Badger made
 	// at Open was gone, so every result in it read "store corrupt".
-	{3500, true, "the store's directory and a new value-log file's entries not synced"},
+	{3500, 1, true, "the store's directory and a new value-log file's entries not synced"},
+	// Before DropUnreadableResults: a target being stored at the cut
+	// kept its row (the memtable's log) and lost its value-log bytes;
+	// its job's read of all results failed, acknowledged ones included.
+	{3500, 2, true, "a result's row replayed without its value-log bytes"},
+	{3510, 3, true, "a result's row replayed without its value-log bytes"},
 }
 
 // TestPowerCut_Durable: serve --durable loses nothing acknowledged to a
@@ -102,14 +110,14 @@ func TestPowerCut_Default(t *testing.T) {
 	s.report(t)
 }
 
-// TestPowerCut_FoundFaults runs again each round that once found a fault.
+// TestPowerCut_FoundFaults runs again each run that once found a fault.
 func TestPowerCut_FoundFaults(t *testing.T) {
 	for _, f := range faultSeeds {
-		t.Run(fmt.Sprintf("seed=%d", f.seed), func(t *testing.T) {
-			if f.durable && f.seed >= defaultSeed && f.seed < defaultSeed+10 {
-				t.Skipf("seed %d is a round of TestPowerCut_Durable", f.seed)
+		t.Run(fmt.Sprintf("seed=%d/rounds=%d", f.seed, f.rounds), func(t *testing.T) {
+			if f.durable && f.seed == defaultSeed && f.rounds <= 10 {
+				t.Skipf("rounds of TestPowerCut_Durable")
 			}
-			s := runRounds(t, f.durable, 1, int(f.seed))
+			s := runRounds(t, f.durable, f.rounds, f.seed)
 			if f.durable && s.lost() > 0 {
 				t.Errorf("%s: lost %d", f.why, s.lost())
 			}
@@ -142,6 +150,8 @@ type summary struct {
 	// unreadable: targets that read done after the restart but whose
 	// result does not read (never acknowledged, or they would be losses).
 	unreadable int
+	// dropped: results the restart dropped as unreadable (serve's log).
+	dropped int
 }
 
 func (s *summary) lost() int {
@@ -157,9 +167,9 @@ func (s *summary) report(t *testing.T) {
 	if s.durable {
 		mode = "durable"
 	}
-	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; %d targets read done but unreadable; seeds with a loss %v",
+	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; %d targets read done but unreadable; %d jobs with results dropped as unreadable at the restart; seeds with a loss %v",
 		mode, s.rounds, s.cuts, s.submits, s.targets, s.cancels, s.lost(), s.losses, s.maxAge.Round(time.Millisecond), s.lostSeconds.Round(time.Millisecond),
-		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.unreadable, s.seedsLost)
+		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.unreadable, s.dropped, s.seedsLost)
 }
 
 // runRounds runs rounds rounds on one store, from seed seed.
@@ -206,6 +216,7 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 		for _, r := range after {
 			s.unreadable += len(r.Unreadable)
 		}
+		s.dropped += strings.Count(h.serve.stderr.String(), "dropped results a power cut left unreadable")
 		sub, tg, c := hist.Counts(cut)
 		s.submits, s.targets, s.cancels = s.submits+sub, s.targets+tg, s.cancels+c
 		var oldest time.Duration
