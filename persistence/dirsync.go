@@ -48,10 +48,8 @@ func mkdirSynced(dir string) error {
 	dir = filepath.Clean(dir)
 	var created []string
 	for p := dir; ; p = filepath.Dir(p) {
-		if _, err := os.Stat(p); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			break // there, or not a directory's place: MkdirAll says which
 		}
 		created = append(created, p)
 		if filepath.Dir(p) == p {
