@@ -144,7 +144,7 @@ type summary struct {
 	submits, targets, cancels int // acknowledged before a cut, checked after it
 	losses                    map[string]int
 	maxAge                    time.Duration // the oldest loss's age at its cut
-	lostSeconds               time.Duration // the sum over cuts of the oldest loss's age
+	lostWindow               time.Duration // the sum over cuts of the oldest loss's age
 	recovered                 persistence.Recovery
 	seedsLost                 []int64
 	// unreadable: targets that read done after the restart but whose
@@ -168,7 +168,7 @@ func (s *summary) report(t *testing.T) {
 		mode = "durable"
 	}
 	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; %d targets read done but unreadable; %d jobs with results dropped as unreadable at the restart; seeds with a loss %v",
-		mode, s.rounds, s.cuts, s.submits, s.targets, s.cancels, s.lost(), s.losses, s.maxAge.Round(time.Millisecond), s.lostSeconds.Round(time.Millisecond),
+		mode, s.rounds, s.cuts, s.submits, s.targets, s.cancels, s.lost(), s.losses, s.maxAge.Round(time.Millisecond), s.lostWindow.Round(time.Millisecond),
 		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.unreadable, s.dropped, s.seedsLost)
 }
 
@@ -235,7 +235,7 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 			}
 		}
 		s.maxAge = max(s.maxAge, oldest)
-		s.lostSeconds += oldest
+		s.lostWindow += oldest
 		t.Logf("round %d: %d submits, %d targets, %d cancels acknowledged; %d lost", r, sub, tg, c, len(losses))
 		for _, j := range jobs {
 			if after[j.ID].Code == 200 {
