@@ -6,8 +6,9 @@
 //	powercutfs [-seed N] [-control PATH] [-debug] BACKING MOUNTPOINT
 //
 // Then, from anywhere: echo cut > PATH (or "cut random", "cut tear",
-// "unmount", "eio NAME", "eio-rate P", "enospc N"). It logs to stderr and
-// exits 0 once the file system is cut or unmounted. Linux, root, /dev/fuse.
+// "unmount", "eio NAME", "eio-rate P", "enospc N", "stats"). It logs to
+// stderr, its counts (powercut.Stats) last, and exits 0 once the file
+// system is cut or unmounted. Linux, root, /dev/fuse.
 package main
 
 import (
@@ -55,9 +56,12 @@ func run(args []string) error {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case <-f.Done():
-		return nil
 	case s := <-sig:
 		logger.Printf("powercutfs: %v: unmounting", s)
-		return f.Unmount()
+		if err := f.Unmount(); err != nil {
+			return err
+		}
 	}
+	logger.Printf("powercutfs: %+v", f.Stats())
+	return nil
 }

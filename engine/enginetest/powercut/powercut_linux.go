@@ -1,44 +1,5 @@
-// Package powercut (engine/enginetest/powercut) is a FUSE file system over
-// a backing directory with LazyFS's semantics: what was not fsynced is lost
-// when the power is cut.
-//
-// Everything written through the mount (write, pwrite, a shared writable
-// mmap flushed by the kernel, ftruncate, fallocate) goes to the file
-// system's own per-file page cache (4 KiB pages), not to the backing file;
-// reads see that cache over the backing file. An fsync or fdatasync of a
-// file (msync(MS_SYNC) reaches the daemon as one, after the kernel has
-// written the mapping's dirty pages) writes that file's cached pages to
-// the backing file and syncs it. A file's name is a directory entry: a
-// create, mkdir, mknod, symlink, link, rename, unlink or rmdir is applied
-// to the backing directory at once but journaled, and it becomes stable
-// only when every directory it touched has been fsynced since (a rename
-// across directories needs both). [FS.Cut] freezes the file system (no
-// further operation reaches the backing directory: each fails with EIO),
-// drops what was not synced (by its [CutMode]), undoes every directory
-// change that is not stable (a new file is removed, a rename is undone, an
-// unlinked file comes back with what of it was synced) and unmounts: the
-// backing directory then holds exactly what a machine would have found
-// after losing its power. [FS.Unmount] is a clean shutdown instead: it
-// makes everything stable.
-//
-// So, as on Linux's ext4 with the strict reading of POSIX that LazyFS
-// takes: a file created, written and fsynced whose directory was never
-// fsynced is gone after a cut.
-//
-// Faults on demand: [FS.FailNextFsync] and [FS.FailFsyncs] (EIO, and the
-// pages that fsync would have written are lost, as Linux loses them),
-// [FS.SetWriteBudget] (ENOSPC past a byte budget). A process outside the
-// test drives the same calls through [Options.ControlPath].
-//
-// Not modelled: file modes, owners and times (applied to the backing file
-// at once, synced or not), extended attributes, and the size of a file
-// created as a hole (a cut keeps the synced size). Random choices (which
-// pages [DropRandom] keeps, where [TearLast] tears, which fsync
-// [FS.FailFsyncs] fails) come from [Options.Seed], which Mount logs: the
-// same seed and the same operations give the same result.
-//
-// Mounting needs Linux, root and /dev/fuse ([Available]); the mount is
-// made with mount(2) directly (go-fuse's direct mount), no fusermount.
+//go:build linux
+
 package powercut
 
 import (
@@ -49,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -66,79 +26,6 @@ import (
 // stable (a cut puts them back). It is hidden from the mount and removed
 // by a cut or an unmount.
 const graveName = ".powercut-graves"
-
-// pageSize is the size of a page of the file system's cache: what
-// [DropRandom] keeps or loses, what [TearLast] tears.
-const pageSize = 4096
-
-// Options configures [Mount]. The zero value is valid.
-type Options struct {
-	// Seed seeds every random choice (cuts, FailFsyncs). 0: a seed from
-	// the clock. The seed in use is logged by Mount (via Logf) and
-	// returned by [FS.Seed].
-	Seed int64
-	// Logf, if set, receives the file system's log lines: the seed, each
-	// cut and what it kept, each fault injected, each control command.
-	// nil: no log.
-	Logf func(format string, args ...any)
-	// ControlPath, if set, is a path OUTSIDE the mount where Mount creates
-	// a FIFO (or reuses one), for a process outside the test: each line
-	// written to it is a command, run in order:
-	//
-	//	cut           FS.Cut(DropAll)
-	//	cut random    FS.Cut(DropRandom)
-	//	cut tear      FS.Cut(TearLast)
-	//	unmount       FS.Unmount()
-	//	eio NAME      FS.FailNextFsync(NAME)
-	//	eio-rate P    FS.FailFsyncs(P)
-	//	enospc N      FS.SetWriteBudget(N)
-	//
-	// (for instance `echo cut > $CONTROL`). The outcome of each command is
-	// logged via Logf; an unknown command is logged and ignored. A cut or
-	// an unmount ends the file system: [FS.Done] is closed once it is
-	// complete (and powercutfs exits). The FIFO is removed then.
-	ControlPath string
-	// Debug logs every FUSE request and answer via Logf (go-fuse's debug
-	// output). Off by default.
-	Debug bool
-}
-
-// CutMode says what a cut keeps of what was not synced.
-type CutMode int
-
-const (
-	// DropAll drops every unsynced page and every unsynced directory change.
-	DropAll CutMode = iota
-	// DropRandom keeps, per file, a random prefix (in page-write order: a
-	// page's place is that of its latest write) of the unsynced pages and
-	// loses the rest; a truncation not synced is lost. Directory changes
-	// as DropAll.
-	DropRandom
-	// TearLast is DropAll, but the last unsynced page (in write order) of
-	// each file keeps a random prefix of its bytes: at least one byte, and
-	// fewer than all of them when the page has more than one.
-	TearLast
-)
-
-// String names the mode as the control file does.
-func (m CutMode) String() string {
-	switch m {
-	case DropAll:
-		return "drop-all"
-	case DropRandom:
-		return "drop-random"
-	case TearLast:
-		return "tear-last"
-	}
-	return fmt.Sprintf("CutMode(%d)", int(m))
-}
-
-// Errors of the file system's life cycle.
-var (
-	// ErrClosed is returned by Cut and Unmount once the file system has
-	// been cut or unmounted.
-	ErrClosed = errors.New("powercut: file system already cut or unmounted")
-)
 
 // FS is a mounted power-cut file system. Its methods are safe for
 // concurrent use.
@@ -159,6 +46,9 @@ type FS struct {
 
 	budget atomic.Int64 // bytes writes may still add; < 0: no budget
 
+	fsyncs, dirSyncs, failedSyncs, noSpace atomic.Int64
+	pagesDropped, pagesKept, undone        atomic.Int64
+
 	// mu guards what follows. Lock order: file.mu before mu.
 	mu        sync.Mutex
 	rng       *rand.Rand
@@ -178,28 +68,20 @@ type FS struct {
 	ctl     *control
 }
 
-// Available reports whether this process can mount the file system: nil on
-// Linux, as root, with /dev/fuse; otherwise an error that says what is
-// missing (tests skip with it).
-func Available() error {
-	if runtime.GOOS != "linux" {
-		return fmt.Errorf("powercut: needs Linux (this is %s)", runtime.GOOS)
-	}
-	if os.Geteuid() != 0 {
-		return errors.New("powercut: needs root (mount(2) of a FUSE file system)")
-	}
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("powercut: needs /dev/fuse: %w", err)
-	}
-	_ = f.Close()
-	return nil
-}
-
 // Mount mounts the file system over the directory backing at mountpoint,
 // which must exist (and should be empty: the mount hides what it holds).
-// backing must exist; what it holds is taken as synced. A leftover of an
-// earlier mount's graves directory is removed.
+// backing must exist; what it holds is taken as synced. The two must not
+// contain each other. Mount logs the seed in use (Options.Logf).
+//
+// A process that dies with the file system mounted (no Cut, no Unmount)
+// leaves the backing directory as the mount showed it, but for the pages
+// never synced: its directory changes all applied, the entries it had
+// unlinked or replaced in a directory of graves (.powercut-graves, which
+// the mount hides), and a dead mount at mountpoint (umount -l it). Mount
+// removes such a leftover graves directory. Should the process die with
+// files of its own mount open, its exit (which flushes them, a request to
+// itself) hangs in the kernel: umount -f the mount to release it. Tests
+// keep the files of the mount closed, and cut at cleanup.
 func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 	if err := Available(); err != nil {
 		return nil, err
@@ -297,6 +179,7 @@ func Mount(backing, mountpoint string, opt Options) (*FS, error) {
 			DirectMountStrict: true,
 			FsName:            backing,
 			Name:              "powercut",
+			DisableXAttrs:     true, // not modelled; and the kernel stops asking on each new file
 			Debug:             opt.Debug,
 			Logger:            logger,
 		},
@@ -328,6 +211,15 @@ type logfWriter func(format string, args ...any)
 func (w logfWriter) Write(p []byte) (int, error) {
 	w("%s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// Stats returns the counts so far (a cut's, once it has returned).
+func (f *FS) Stats() Stats {
+	return Stats{
+		Fsyncs: f.fsyncs.Load(), DirSyncs: f.dirSyncs.Load(), FailedSyncs: f.failedSyncs.Load(),
+		NoSpace: f.noSpace.Load(), PagesDropped: f.pagesDropped.Load(), PagesKept: f.pagesKept.Load(),
+		Undone: f.undone.Load(),
+	}
 }
 
 // Seed returns the seed in use (Options.Seed, or the one Mount chose).
@@ -364,14 +256,20 @@ func (f *FS) FailFsyncs(p float64) {
 	f.logf("powercut: fsyncs fail with EIO with probability %g", p)
 }
 
-// SetWriteBudget makes writes fail with ENOSPC once they would add more
-// than n bytes in total, from now: a write request (or the kernel's
-// write-back of a mapped page) that does not fit in what is left fails
-// whole, writing nothing; a smaller one may still fit. The kernel sends a
-// write(2) whose first page is partial as two requests (up to the page
-// boundary, then the rest), so such a write(2) may come out short. Every
-// byte written counts (an overwrite too), and what fallocate adds to a
-// file's size; ftruncate does not (it makes a hole). n < 0: no budget.
+// SetWriteBudget gives the file system n more bytes of space, from now,
+// as a disk that is nearly full: past them, a write or a fallocate that
+// needs space fails with ENOSPC. Space is counted per file as a disk
+// allocates it: a file holds the bytes up to the furthest point written
+// or fallocated (an overwrite, or a write into space fallocate gave,
+// needs none; a write past that point needs the distance, holes
+// included); ftruncate gives none (it makes a hole). Space freed (a
+// truncation, an unlink) does not come back: call SetWriteBudget again to
+// make room. A write request (or the kernel's write-back of a mapped
+// page) that does not fit fails whole, writing nothing; a smaller one may
+// still fit. The kernel sends a write(2) whose first page is partial as
+// two requests (up to the page boundary, then the rest), so such a
+// write(2) may come out short. statfs reports no more free space than is
+// left. n < 0: no budget (the default).
 func (f *FS) SetWriteBudget(n int64) {
 	if n < 0 {
 		n = -1
@@ -388,6 +286,7 @@ func (f *FS) charge(n int64) bool {
 			return true
 		}
 		if n > b {
+			f.noSpace.Add(1)
 			return false
 		}
 		if f.budget.CompareAndSwap(b, b-n) {
@@ -400,11 +299,13 @@ func (f *FS) charge(n int64) bool {
 func (f *FS) failFsync(name string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failNames[name] {
-		delete(f.failNames, name)
-		return true
+	fail := f.failNames[name]
+	delete(f.failNames, name)
+	fail = fail || f.failP > 0 && f.rng.Float64() < f.failP
+	if fail {
+		f.failedSyncs.Add(1)
 	}
-	return f.failP > 0 && f.rng.Float64() < f.failP
+	return fail
 }
 
 // enter read-holds the gate for one FUSE operation; it reports false (the

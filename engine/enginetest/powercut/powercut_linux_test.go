@@ -1,3 +1,5 @@
+//go:build linux
+
 package powercut_test
 
 import (
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -56,6 +59,12 @@ func childMain(args []string) error {
 	switch args[0] {
 	case "mmap-msync":
 		return mmapMsync(args[1])
+	case "mmap-enospc":
+		return mmapFault(args[1], syscall.ENOSPC)
+	case "mmap-eio":
+		return mmapFault(args[1], syscall.EIO)
+	case "mmap-ok":
+		return mmapFault(args[1], 0)
 	case "mmap-prealloc":
 		return mmapPrealloc(args[1], args[2])
 	case "store-roundtrip":
@@ -199,6 +208,10 @@ func TestFS_UnsyncedWriteIsGone(t *testing.T) {
 	b.cut(t, powercut.DropAll)
 	require.Equal(t, fill('a', 3*4096), readFile(t, b.k("f")))
 	requireOnlyNames(t, b.backing, "f")
+	st := b.fs.Stats()
+	require.EqualValues(t, 3, st.PagesDropped, "pages 0, 1 and 3")
+	require.EqualValues(t, 1, st.Fsyncs)
+	require.EqualValues(t, 1, st.DirSyncs)
 }
 
 func TestFS_SyncedWriteStays(t *testing.T) {
@@ -265,6 +278,7 @@ func TestFS_NewFileWithoutDirSyncIsGone(t *testing.T) {
 	b.syncDir(t, "lost")
 
 	b.cut(t, powercut.DropAll)
+	require.EqualValues(t, 2, b.fs.Stats().Undone, "the creations of new.vlog and of lost (lost/f's was synced)")
 	requireOnlyNames(t, b.backing, "d")
 	requireOnlyNames(t, b.k("d"), "kept.vlog", "empty.vlog")
 	require.Equal(t, fill('k', 5000), readFile(t, b.k("d/kept.vlog")))
@@ -427,6 +441,58 @@ func mmapMsync(path string) error {
 	return f.Close()
 }
 
+// TestFS_MmapFaults: a mapping's pages meet the faults too: the kernel's
+// write-back into a hole past the write budget fails and msync says
+// ENOSPC (as on the full disk Badger's sparse memory-mapped logs meet),
+// while a file written before takes them on a full disk; a failed fsync
+// makes msync say EIO, once, and its pages are lost.
+func TestFS_MmapFaults(t *testing.T) {
+	b := setup(t, powercut.Options{})
+	b.file(t, "00001.mem", make([]byte, mmapSize)) // written: allocated
+	f, err := os.Create(b.m("sparse.mem"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(mmapSize)) // a hole: no space
+	require.NoError(t, f.Close())
+	b.fs.SetWriteBudget(4096)
+	runChild(t, "mmap-enospc", b.m("sparse.mem"))
+	b.fs.SetWriteBudget(0)
+	runChild(t, "mmap-ok", b.m("00001.mem"))
+	b.fs.SetWriteBudget(-1)
+	b.fs.FailNextFsync("00001.mem")
+	runChild(t, "mmap-eio", b.m("00001.mem"))
+	b.cut(t, powercut.DropAll)
+	want := make([]byte, mmapSize)
+	for p := range 3 {
+		want[p*4096] = 1 // the mmap-ok child's, synced; not the failed one's
+	}
+	require.Equal(t, want, readFile(t, b.k("00001.mem")))
+}
+
+// mmapFault (in a child process) writes three pages of the mapping and
+// expects msync to fail with want, then to succeed.
+func mmapFault(path string, want syscall.Errno) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, mmapSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(m)
+	for p := range 3 {
+		m[p*4096]++
+	}
+	if err := unix.Msync(m, unix.MS_SYNC); want != 0 && !errors.Is(err, want) || want == 0 && err != nil {
+		return fmt.Errorf("msync: %v, want %v", err, want)
+	}
+	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+		return fmt.Errorf("msync again: %v, want it reported once", err)
+	}
+	return nil
+}
+
 // TestFS_MmapOfPreallocatedFile: Badger's way with a new log: create,
 // grow with ftruncate or fallocate, map, write, msync, sync the directory.
 func TestFS_MmapOfPreallocatedFile(t *testing.T) {
@@ -499,6 +565,9 @@ func TestFS_TearLastKeepsAPrefix(t *testing.T) {
 			}
 		}
 		require.Equal(t, []string{"1", strconv.Itoa(k), "4096"}, logged, "the log says where it tore")
+		st := b.fs.Stats()
+		require.EqualValues(t, 1, st.PagesKept)
+		require.EqualValues(t, 1, st.PagesDropped)
 		return k
 	}
 	k1 := torn(7)
@@ -542,6 +611,7 @@ func TestFS_DropRandomKeepsOlderPages(t *testing.T) {
 			}
 		}
 		require.Equal(t, []string{strconv.Itoa(k), strconv.Itoa(pages)}, logged, "seed %d", seed)
+		require.Equal(t, powercut.Stats{Fsyncs: 1, DirSyncs: 1, PagesKept: int64(k), PagesDropped: int64(pages - k)}, b.fs.Stats())
 		kept[k] = true
 	}
 	require.Greater(t, len(kept), 1, "different seeds keep different prefixes")
@@ -559,6 +629,7 @@ func TestFS_FailNextFsyncDropsPages(t *testing.T) {
 	b.fs.FailNextFsync("d/f")
 	require.ErrorIs(t, f.Sync(), syscall.EIO)
 	require.NoError(t, f.Sync(), "the error is returned once")
+	require.EqualValues(t, 1, b.fs.Stats().FailedSyncs)
 	require.NoError(t, f.Close())
 	require.Equal(t, fill('a', 8192), readFile(t, b.m("d/f")), "the pages of the failed fsync are lost")
 	// The file system goes on: a later write and fsync stay.
@@ -568,6 +639,93 @@ func TestFS_FailNextFsyncDropsPages(t *testing.T) {
 	want := fill('a', 8192)
 	copy(want, fill('c', 10))
 	require.Equal(t, want, readFile(t, b.k("d/f")))
+}
+
+// TestFS_FailNextFsyncOfADirectory: a directory's failed fsync leaves its
+// changes unstable; the next one makes them stable.
+func TestFS_FailNextFsyncOfADirectory(t *testing.T) {
+	b := setup(t, powercut.Options{})
+	require.NoError(t, os.Mkdir(b.m("d"), 0o755))
+	b.syncDir(t, ".")
+	b.write(t, "d/lost", []byte("x"), 0, true)
+	b.fs.FailNextFsync("d")
+	d, err := os.Open(b.m("d"))
+	require.NoError(t, err)
+	defer d.Close()
+	require.ErrorIs(t, d.Sync(), syscall.EIO)
+	b.cut(t, powercut.DropAll)
+	requireOnlyNames(t, b.k("d"))
+
+	b = setup(t, powercut.Options{})
+	b.write(t, "kept", []byte("x"), 0, true)
+	b.fs.FailNextFsync(".")
+	d, err = os.Open(b.mnt)
+	require.NoError(t, err)
+	defer d.Close()
+	require.ErrorIs(t, d.Sync(), syscall.EIO)
+	require.NoError(t, d.Sync())
+	b.cut(t, powercut.DropAll)
+	requireOnlyNames(t, b.backing, "kept")
+}
+
+// TestFS_CutUnderLoad: writers append records to their files, each fsync
+// acknowledged; a cut in the middle, in each mode, keeps every
+// acknowledged record, whatever it does to the rest, and returns although
+// the writers are still at it.
+func TestFS_CutUnderLoad(t *testing.T) {
+	for _, mode := range []powercut.CutMode{powercut.DropAll, powercut.DropRandom, powercut.TearLast} {
+		t.Run(mode.String(), func(t *testing.T) {
+			b := setup(t, powercut.Options{})
+			const writers, record = 4, 1000
+			for w := range writers {
+				b.write(t, "w"+strconv.Itoa(w), nil, 0, true)
+			}
+			b.syncDir(t, ".")
+			acked := make([]atomic.Int64, writers) // records acknowledged by an fsync
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					f, err := os.OpenFile(b.m("w"+strconv.Itoa(w)), os.O_RDWR, 0)
+					if err != nil {
+						return
+					}
+					defer f.Close()
+					for i := int64(0); ; i++ {
+						if _, err := f.WriteAt(fill(byte('a'+i%26), record), i*record); err != nil {
+							return
+						}
+						if i%3 == 2 { // some records are written and never synced
+							continue
+						}
+						if err := f.Sync(); err != nil {
+							return
+						}
+						acked[w].Store(i + 1)
+					}
+				}()
+			}
+			testkit.WaitFor(t, "20 records acknowledged by each writer", func() bool {
+				for w := range writers {
+					if acked[w].Load() < 20 {
+						return false
+					}
+				}
+				return true
+			})
+			b.cut(t, mode)
+			wg.Wait()
+			for w := range writers {
+				got := readFile(t, b.k("w"+strconv.Itoa(w)))
+				n := acked[w].Load()
+				require.GreaterOrEqual(t, int64(len(got)), n*record, "writer %d: %d records acknowledged", w, n)
+				for i := range n {
+					require.Equal(t, fill(byte('a'+i%26), record), got[i*record:(i+1)*record], "writer %d record %d", w, i)
+				}
+			}
+		})
+	}
 }
 
 func TestFS_FailFsyncs(t *testing.T) {
@@ -611,15 +769,35 @@ func TestFS_WriteBudget(t *testing.T) {
 	require.Zero(t, n, "a write that does not fit writes nothing")
 	_, err = f.WriteAt(fill('b', 4096), 2*4096)
 	require.NoError(t, err, "one that fits does")
+	_, err = f.WriteAt([]byte("x"), 3*4096)
+	require.ErrorIs(t, err, syscall.ENOSPC, "the disk is full")
 	_, err = f.WriteAt([]byte("x"), 0)
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.ErrorIs(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20), syscall.ENOSPC, "fallocate counts")
+	require.NoError(t, err, "an overwrite needs no space")
+	require.ErrorIs(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20), syscall.ENOSPC, "fallocate needs space")
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(b.mnt, &st))
 	require.Zero(t, st.Bavail, "statfs shows the budget")
+	require.EqualValues(t, 3, b.fs.Stats().NoSpace)
+
+	// Preallocated, as Badger's mapped files: the writes into it need no
+	// more space.
+	g, err := os.OpenFile(b.m("g"), os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	defer g.Close()
+	b.fs.SetWriteBudget(1 << 20)
+	require.ErrorIs(t, unix.Fallocate(int(g.Fd()), 0, 0, 2<<20), syscall.ENOSPC)
+	require.NoError(t, unix.Fallocate(int(g.Fd()), 0, 0, 1<<20))
+	_, err = g.WriteAt(fill('g', 1<<20), 0)
+	require.NoError(t, err)
+	_, err = g.WriteAt([]byte("x"), 1<<20)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	// ftruncate makes a hole: a write into it needs the space.
+	require.NoError(t, g.Truncate(4<<20))
+	_, err = g.WriteAt([]byte("x"), 3<<20)
+	require.ErrorIs(t, err, syscall.ENOSPC)
 
 	b.fs.SetWriteBudget(-1)
-	_, err = f.WriteAt([]byte("x"), 0)
+	_, err = f.WriteAt([]byte("y"), 1)
 	require.NoError(t, err)
 	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 1<<20))
 	require.NoError(t, f.Sync())
@@ -627,7 +805,7 @@ func TestFS_WriteBudget(t *testing.T) {
 	b.cut(t, powercut.DropAll)
 	got := readFile(t, b.k("f"))
 	require.Len(t, got, 1<<20)
-	require.Equal(t, append([]byte("x"), fill('a', 2*4096-1)...), got[:2*4096])
+	require.Equal(t, append([]byte("xy"), fill('a', 2*4096-2)...), got[:2*4096])
 	require.Equal(t, fill('b', 4096), got[2*4096:3*4096])
 	require.Equal(t, make([]byte, 1<<20-3*4096), got[3*4096:])
 }
@@ -681,6 +859,7 @@ func TestFS_ControlFile(t *testing.T) {
 		require.NoError(t, w.Close())
 	}
 	send("bogus")
+	send("stats")
 	send("eio f")
 	testkit.WaitFor(t, "eio f done", func() bool { return containsLine(b.log.all(), `"eio f" done`) })
 	f, err := os.OpenFile(b.m("f"), os.O_RDWR, 0)
@@ -691,16 +870,20 @@ func TestFS_ControlFile(t *testing.T) {
 	require.ErrorIs(t, f.Sync(), syscall.EIO)
 	send("enospc 3")
 	testkit.WaitFor(t, "enospc 3 done", func() bool { return containsLine(b.log.all(), `"enospc 3" done`) })
-	_, err = f.WriteAt([]byte("abcd"), 0)
-	require.ErrorIs(t, err, syscall.ENOSPC)
+	_, err = f.WriteAt([]byte("abcdefghij"), 0)
+	require.ErrorIs(t, err, syscall.ENOSPC, "4 bytes past the file's 6")
+	_, err = f.WriteAt([]byte("abcdefghi"), 0)
+	require.NoError(t, err, "3 bytes past them")
+	require.NoError(t, f.Truncate(3))
 	_, err = f.WriteAt([]byte("abc"), 0)
-	require.NoError(t, err)
+	require.NoError(t, err, "an overwrite")
 	send("cut tear")
 	testkit.RequireClosed(t, b.fs.Done())
 	require.ErrorIs(t, b.fs.Cut(powercut.DropAll), powercut.ErrClosed)
 	require.True(t, containsLine(b.log.all(), `unknown command "bogus"`))
+	require.True(t, containsLine(b.log.all(), `powercut: stats: {Fsyncs:1 DirSyncs:1 FailedSyncs:0`))
 	got := readFile(t, b.k("f"))
-	require.Len(t, got, 6)
+	require.Len(t, got, 6, "the truncation is dropped")
 	k := 0
 	for k < 3 && got[k] == "abc"[k] {
 		k++

@@ -1,3 +1,5 @@
+//go:build linux
+
 package powercut
 
 import (
@@ -241,7 +243,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 		if e := fl.ensureCache(n); e != 0 {
 			return e
 		}
-		fl.c.truncate(int64(sz))
+		fl.truncate(int64(sz))
 	}
 	mt, mok := in.GetMTime()
 	at, aok := in.GetATime()
@@ -282,7 +284,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		if e := fl.ensureCache(n); e != 0 {
 			return nil, 0, e
 		}
-		fl.c.truncate(0)
+		fl.truncate(0)
 	}
 	return &handle{}, 0, 0
 }
@@ -341,7 +343,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if e := fl.ensureCache(nil); e != 0 { // the descriptor is open: no path needed
 			return nil, nil, 0, e
 		}
-		fl.c.truncate(0)
+		fl.truncate(0)
 	}
 	ch := n.NewInode(ctx, &node{fsys: f}, id)
 	out.Attr.FromStat(toSyscallStat(&st))
@@ -382,7 +384,7 @@ func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int6
 	if e := fl.ensureCache(n); e != 0 {
 		return 0, e
 	}
-	if !n.fsys.charge(int64(len(data))) {
+	if !fl.allocate(off + int64(len(data))) {
 		return 0, syscall.ENOSPC
 	}
 	if err := fl.c.writeAt(fl.fd, data, off, n.fsys.pageSeq); err != nil {
@@ -391,9 +393,10 @@ func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int6
 	return uint32(len(data)), 0
 }
 
-// Allocate: mode 0 (and FALLOC_FL_ZERO_RANGE) extends the size in the
-// cache, what it adds counted against the write budget; KEEP_SIZE alone
-// does nothing; PUNCH_HOLE zeroes the range in the cache.
+// Allocate: mode 0 (and FALLOC_FL_ZERO_RANGE, which zeroes the range too)
+// allocates space, counted against the write budget, and extends the size
+// in the cache unless KEEP_SIZE; PUNCH_HOLE zeroes the range in the cache
+// (the space does not come back).
 func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	if !n.fsys.enter() {
 		return syscall.EIO
@@ -410,19 +413,23 @@ func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size u
 		return e
 	}
 	end := int64(off + size)
-	if mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_ZERO_RANGE) != 0 {
+	if mode&unix.FALLOC_FL_PUNCH_HOLE != 0 {
+		if err := fl.c.zero(fl.fd, int64(off), int64(size), n.fsys.pageSeq); err != nil {
+			return errno(err)
+		}
+		return 0
+	}
+	if !fl.allocate(end) {
+		return syscall.ENOSPC
+	}
+	if mode&unix.FALLOC_FL_ZERO_RANGE != 0 {
 		if err := fl.c.zero(fl.fd, int64(off), int64(size), n.fsys.pageSeq); err != nil {
 			return errno(err)
 		}
 	}
-	if mode&unix.FALLOC_FL_KEEP_SIZE != 0 || end <= fl.c.size {
-		return 0
+	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 && end > fl.c.size {
+		fl.c.truncate(end)
 	}
-	grow := end - fl.c.size
-	if !n.fsys.charge(grow) {
-		return syscall.ENOSPC
-	}
-	fl.c.truncate(end)
 	return 0
 }
 
@@ -490,6 +497,7 @@ func (n *node) fsyncDir() syscall.Errno {
 		f.logf("powercut: fsync of directory %s: %v", name, err)
 		return syscall.EIO
 	}
+	f.dirSyncs.Add(1)
 	return 0
 }
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package powercut
 
 import (
@@ -205,6 +207,7 @@ func (f *FS) undoJournal() []error {
 			errs = append(errs, fmt.Errorf("powercut: cut: undo %s of %s: %w", c.kind, c.path, err))
 		} else {
 			f.logf("powercut: cut: undid %s of %s", c.kind, c.path)
+			f.undone.Add(1)
 		}
 		for _, d := range c.dirs {
 			f.unref(d)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package powercut
 
 import (
@@ -123,6 +125,9 @@ func (f *FS) command(line string) (end bool, err error) {
 			return false, fmt.Errorf("eio-rate needs a probability in [0, 1], not %q", arg)
 		}
 		f.FailFsyncs(p)
+		return false, nil
+	case "stats":
+		f.logf("powercut: stats: %+v", f.Stats())
 		return false, nil
 	case "enospc":
 		n, err := strconv.ParseInt(arg, 10, 64)

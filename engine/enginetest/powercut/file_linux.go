@@ -1,3 +1,5 @@
+//go:build linux
+
 package powercut
 
 import (
@@ -23,6 +25,10 @@ type file struct {
 	opens int        // open handles
 	c     *cache     // what is not synced; nil when clean
 	name  string     // its path relative to the mount when last seen: for the log
+	// alloc is the space the file holds, for the write budget: its bytes
+	// up to alloc count as allocated (written or fallocated). -1 until
+	// known: ensureCache takes it from the backing file.
+	alloc int64
 }
 
 // fileOf returns the file of the backing inode ino, making it if need be.
@@ -31,7 +37,7 @@ func (f *FS) fileOf(ino uint64) *file {
 	defer f.mu.Unlock()
 	fl := f.files[ino]
 	if fl == nil {
-		fl = &file{fsys: f, ino: ino, fd: -1}
+		fl = &file{fsys: f, ino: ino, fd: -1, alloc: -1}
 		f.files[ino] = fl
 	}
 	return fl
@@ -79,12 +85,37 @@ func (fl *file) ensureCache(n *node) syscall.Errno {
 	if err := unix.Fstat(fl.fd, &st); err != nil {
 		return errno(err)
 	}
+	if fl.alloc < 0 {
+		// What the backing file has allocated, taken to lie at its start.
+		fl.alloc = min(st.Size, st.Blocks*512)
+	}
 	f := fl.fsys
 	f.mu.Lock()
 	fl.c = newCache(f.nextSeq(), st.Size)
 	f.dirty[fl] = struct{}{}
 	f.mu.Unlock()
 	return 0
+}
+
+// allocate makes the file hold space up to end, taking what it lacks from
+// the write budget; false if that does not fit (ENOSPC). Under fl.mu,
+// after ensureCache.
+func (fl *file) allocate(end int64) bool {
+	if end <= fl.alloc {
+		return true
+	}
+	if !fl.fsys.charge(end - fl.alloc) {
+		return false
+	}
+	fl.alloc = end
+	return true
+}
+
+// truncate sets the file's size in the cache; space past it is no longer
+// the file's. Under fl.mu, after ensureCache.
+func (fl *file) truncate(size int64) {
+	fl.c.truncate(size)
+	fl.alloc = min(fl.alloc, size)
 }
 
 // dropCache forgets what is not synced. Under fl.mu.
@@ -166,6 +197,7 @@ func (fl *file) flush() error {
 		return fmt.Errorf("powercut: flush %s: %w", fl.name, err)
 	}
 	fl.dropCache()
+	fl.fsys.fsyncs.Add(1)
 	return nil
 }
 
@@ -249,8 +281,11 @@ func (fl *file) cut(mode CutMode) error {
 		if len(order) > 0 || c.size != c.floor {
 			f.logf("powercut: cut: %s: %d unsynced pages dropped", name, len(order))
 		}
+		f.pagesDropped.Add(int64(len(order)))
 	case DropRandom:
 		keep := f.intn(len(order) + 1)
+		f.pagesKept.Add(int64(keep))
+		f.pagesDropped.Add(int64(len(order) - keep))
 		for _, idx := range order[:keep] {
 			if err := c.writePage(fl.fd, idx, pageSize); err != nil {
 				return fmt.Errorf("powercut: cut %s: %w", name, err)
@@ -264,8 +299,11 @@ func (fl *file) cut(mode CutMode) error {
 		last := order[len(order)-1]
 		size := c.pageLen(last)
 		if size == 0 {
+			f.pagesDropped.Add(int64(len(order)))
 			break
 		}
+		f.pagesKept.Add(1)
+		f.pagesDropped.Add(int64(len(order) - 1))
 		keep := int64(1)
 		if size > 1 {
 			keep = 1 + int64(f.intn(int(size-1)))
