@@ -39,6 +39,7 @@ func TestRunner_Close(t *testing.T) {
 	require.Equal(t, "failed", ts[0].Status, "the in-flight outcome is stored")
 	require.Equal(t, "interrupted: context canceled", ts[0].Error)
 	require.Equal(t, "pending", ts[1].Status)
+	require.Contains(t, ts[1].Hint, "not run: the server shut down", "a target the shutdown left says it will not run")
 	j, _, _ = b.Runner.Status(queued)
 	require.Equal(t, "failed", j.Status)
 	require.Equal(t, "shutdown", j.Error)

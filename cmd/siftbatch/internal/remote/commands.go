@@ -25,7 +25,7 @@ const maxTargetsFile = 16 << 20
 // one job and prints its id.
 func Submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("submit", "submit --key-file FILE [--server URL] [--grep RE] [--jq PROG] [--idempotency-key K] [--json] (URL... | --targets FILE)",
-		"Submit URLs to a running serve as one job, and print the job's id (with --json,\nthe API's answer: {\"id\",\"reused\",\"status\"}). The same targets submitted again\nwhile their job is reusable answer that job (\"reused\", noted on stderr); a new\n--idempotency-key asks for a fresh one. --grep and --jq apply to every URL;\n--targets reads {\"targets\":[{\"url\",\"options\"}]} or a list of targets, in JSON,\nfrom a file (- for stdin).")
+		"Submit URLs to a running serve as one job, and print the job's id (with --json,\nthe API's answer: {\"id\",\"reused\",\"status\",\"location\"}, where \"status\" is the\njob's path, /v1/batch/ID, as \"location\" is: not a status word; get or wait\ngives the job's status). The same targets submitted again while their job is\nreusable answer that job (\"reused\", noted on stderr); a new --idempotency-key\nasks for a fresh one. --grep and --jq apply to every URL;\n--targets reads {\"targets\":[{\"url\",\"options\"}]} or a list of targets, in JSON,\nfrom a file (- for stdin).")
 	c := addConn(fs)
 	grep := fs.String("grep", "", "keep the lines this RE2 expression matches, for every URL")
 	jq := fs.String("jq", "", "run this jq program on each page (JSON pages)")
@@ -179,7 +179,10 @@ func printJob(w io.Writer, j client.Job) error {
 	fmt.Fprintln(tw, "IDX\tSTATUS\tURL\tERROR")
 	for _, t := range j.Targets {
 		e := t.Error
-		if t.Hint != "" {
+		switch {
+		case e == "":
+			e = t.Hint // a pending target that will not run says why
+		case t.Hint != "":
 			e += " (" + t.Hint + ")"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", t.Idx, t.Status, cleanCell(t.URL), cleanCell(e))
@@ -281,7 +284,7 @@ func (p *progress) finish(interrupted bool) {
 // List is the ls command: a table of the caller's jobs, newest first.
 func List(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("ls", "ls --key-file FILE [--server URL] [--status S] [--limit N] [--json]",
-		"List your jobs on a running serve, newest first (with --json, a list of the\nAPI's jobs). DONE/TOTAL counts the targets with a stored outcome, done or\nfailed; FAILED the failed ones.")
+		"List your jobs on a running serve, newest first (with --json, a list of the\nAPI's jobs). DONE/TOTAL counts the targets with a stored outcome, done or\nfailed; FAILED the failed ones; NOT RUN those a job that ended (cancelled, or\nfailed by a restart or a shutdown) left pending, which will never run.")
 	c := addConn(fs)
 	status := fs.String("status", "", "only jobs of this status: live, queued, running, done, partial, failed, cancelled or terminal")
 	limit := fs.Int("limit", 20, "list at most this many jobs (0: all)")
@@ -322,10 +325,10 @@ func List(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tDONE/TOTAL\tFAILED\tCREATED\tERROR")
+	fmt.Fprintln(tw, "ID\tSTATUS\tDONE/TOTAL\tFAILED\tNOT RUN\tCREATED\tERROR")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\t%s\n", cleanCell(j.ID), j.Status, j.TargetsDone, j.TargetsTotal, j.TargetsFailed,
-			j.Created().UTC().Format(time.DateTime)+"Z", cleanCell(j.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", cleanCell(j.ID), j.Status, j.TargetsDone, j.TargetsTotal, j.TargetsFailed,
+			j.NotRun(), j.Created().UTC().Format(time.DateTime)+"Z", cleanCell(j.Error))
 	}
 	return tw.Flush()
 }

@@ -121,10 +121,17 @@ func printLine(w io.Writer, v any) error {
 }
 
 // summary is a job's one-line summary:
-// "job ID: partial, 2 of 2 stored, 1 failed, created 2026-01-02 03:04:05Z".
+// "job ID: partial, 2 of 2 stored, 1 failed, created 2026-01-02 03:04:05Z";
+// a job that ended with targets that never ran counts them, so that the
+// counts add up: "job ID: failed, 1 of 3 stored, 0 failed, 2 not run,
+// created … (restart)".
 func summary(j client.Job) string {
-	s := fmt.Sprintf("job %s: %s, %d of %d stored, %d failed, created %s", j.ID, j.Status,
-		j.TargetsDone, j.TargetsTotal, j.TargetsFailed, j.Created().UTC().Format(time.DateTime)+"Z")
+	notRun := ""
+	if n := j.NotRun(); n > 0 {
+		notRun = fmt.Sprintf(", %d not run", n)
+	}
+	s := fmt.Sprintf("job %s: %s, %d of %d stored, %d failed%s, created %s", j.ID, j.Status,
+		j.TargetsDone, j.TargetsTotal, j.TargetsFailed, notRun, j.Created().UTC().Format(time.DateTime)+"Z")
 	if j.Error != "" {
 		s += " (" + j.Error + ")"
 	}

@@ -114,6 +114,13 @@ func TestCommands_SessionInTextAndJSON(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &sub) != nil || sub.ID != id || !sub.Reused || sub.Location != "/v1/batch/"+id || stderr != "" {
 		t.Fatalf("submit again --json: %q %q %v", out, stderr, err)
 	}
+	if !strings.Contains(out, `"status": "/v1/batch/`+id+`"`) || !strings.Contains(out, `"location": "/v1/batch/`+id+`"`) {
+		t.Fatalf("submit --json: %s, want the API's answer: status and location, the job's path", out)
+	}
+	var help bytes.Buffer
+	if err := Submit(context.Background(), []string{"--help"}, &help, io.Discard); !strings.Contains(help.String(), `"status" is the`+"\n"+`job's path, /v1/batch/ID`) {
+		t.Fatalf("submit --help (%v) does not say what --json's status is:\n%s", err, help.String())
+	}
 	if _, stderr, _ = b.run(t, Submit, "https://example.com/a", "https://example.com/fail"); !strings.Contains(stderr, "reused") {
 		t.Fatalf("submit again: stderr %q; want a note that the job was reused", stderr)
 	}
@@ -353,5 +360,57 @@ func TestReadKeyFile_TakesAKeySavedByAnotherEditor(t *testing.T) {
 		if k, err := ReadKeyFile(writeFile(t, "k", content)); err == nil {
 			t.Errorf("%s: took %q; want an error: more than the key", name, k)
 		}
+	}
+}
+
+// TestSummary_CountsTargetsThatWillNotRun: the summary line's counts add
+// up: a job that ended with targets pending counts them "not run".
+func TestSummary_CountsTargetsThatWillNotRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		j    client.Job
+		want string
+	}{
+		{client.Job{ID: "j", Status: "failed", Error: "restart", TargetsTotal: 3, TargetsDone: 1}, "job j: failed, 1 of 3 stored, 0 failed, 2 not run, created 1970-01-01 00:00:00Z (restart)"},
+		{client.Job{ID: "j", Status: "cancelled", TargetsTotal: 2}, "job j: cancelled, 0 of 2 stored, 0 failed, 2 not run, created 1970-01-01 00:00:00Z"},
+		{client.Job{ID: "j", Status: "running", TargetsTotal: 3, TargetsDone: 1}, "job j: running, 1 of 3 stored, 0 failed, created 1970-01-01 00:00:00Z"},
+		{client.Job{ID: "j", Status: "partial", TargetsTotal: 2, TargetsDone: 2, TargetsFailed: 1}, "job j: partial, 2 of 2 stored, 1 failed, created 1970-01-01 00:00:00Z"},
+	}
+	for _, tt := range tests {
+		if got := summary(tt.j); got != tt.want {
+			t.Errorf("summary(%+v) = %q, want %q", tt.j, got, tt.want)
+		}
+	}
+}
+
+// TestCommands_CancelledJobSaysWhatWillNotRun: a job cancelled with a
+// target in flight and one pending reads, in get and ls, 1 not run, and
+// the pending target's hint says it will not run because of the cancel.
+func TestCommands_CancelledJobSaysWhatWillNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, _, err := b.run(t, Submit, "https://example.com/a", "https://example.com/x/hold", "https://example.com/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	testkit.Recv(t, b.gate.Entered())
+	if _, _, err := b.run(t, Cancel, id); err != nil {
+		t.Fatal(err)
+	}
+	b.gate.Open()
+	testkit.WaitFor(t, "the target in flight at the cancel stored", func() bool {
+		j, ok := b.Runner.Job(id)
+		return ok && j.TargetsDone == 2
+	})
+	out, _, err = b.run(t, Get, id)
+	if err != nil || !strings.HasPrefix(out, "job "+id+": cancelled, 2 of 3 stored, 1 failed, 1 not run, created ") ||
+		!strings.Contains(out, "context canceled (the job was cancelled while this target was fetched") ||
+		!strings.Contains(out, "2    pending  https://example.com/c       not run: the job was cancelled before this target started") {
+		t.Fatalf("get: %v\n%s", err, out)
+	}
+	out, _, err = b.run(t, List)
+	if err != nil || !strings.Contains(out, "NOT RUN") || !strings.Contains(out, id+"  cancelled  2/3         1       1 ") {
+		t.Fatalf("ls: %v\n%s", err, out)
 	}
 }
