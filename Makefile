@@ -95,6 +95,19 @@ FAULTS_BUDGET ?= 180
 test/faults: ## the cluster under network faults in network namespaces (Linux, root, iproute2, iptables): CI runs it once, within FAULTS_BUDGET (180) s
 	SIFTBATCH_TIER=faults timeout $(FAULTS_BUDGET) $(GO) test -race -count=1 -v -run '^TestFaults_' -timeout $$(( $(FAULTS_BUDGET) - 10 ))s ./engine/cluster/faults
 
+# make test/powercut: the power-cut test's long tier (docs/RELIABILITY.md,
+# "Power cut"): ROUNDS rounds of serve --durable, then ROUNDS of the default
+# mode, on engine/enginetest/powercut's file system (Linux, root, /dev/fuse),
+# each round a cut at a random moment under load; POWERCUT_SEED=N replays
+# from round seed N. make test runs 10 durable rounds and 4 default ones.
+# The log stays in $(POWERCUTLOG); its POWERCUT lines are the figures.
+ROUNDS      ?= 200
+POWERCUTLOG ?= powercut.out
+
+.PHONY: test/powercut
+test/powercut: ## power cuts under load, ROUNDS (200) rounds in each mode (Linux, root, /dev/fuse): run by hand, its figures in docs/RELIABILITY.md
+	POWERCUT_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -timeout 6h -run '^TestPowerCut_(Durable|Default)$$' ./cmd/siftbatch/internal/powercuttest 2>&1 | tee $(POWERCUTLOG) | grep -E 'POWERCUT|seed [0-9]+ \(|^(--- |ok|FAIL)'; grep -q '^ok' $(POWERCUTLOG)
+
 # make test/stress: STRESS_RUNS runs of make STRESS_TARGET in a row on a clean
 # clone (of HEAD: commit first) in a temporary directory, while a CPU hog keeps
 # every core busy; it stops at the first failure and prints each run's wall

@@ -102,6 +102,7 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	store.SetLogger(log)
+	logRecovery(log, store.Recovery())
 	rememberTag(cfg.NodeTag) // for ShortID
 	// A store that cannot list its tags fails the reads below as well.
 	if tags, err := store.NodeTags(); err == nil {
@@ -152,7 +153,7 @@ const (
 // settles the ones left cancelled with a target in flight; it returns how
 // many it failed. No actor may own any of them.
 func (r *Runner) reap(text string) (int, error) {
-	left, err := r.store.Unsettled()
+	left, err := r.dropUnreadable()
 	if err != nil {
 		return 0, fmt.Errorf("reap: %w", err)
 	}

@@ -139,6 +139,15 @@ type Store struct {
 	// sync (or at SetDurable): the files from them on that are no longer
 	// the newest are synced too (syncRotatedLocked). Under mu.
 	logFids logFids
+	// dirDirty: the directory has entries a durable sync must sync
+	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
+	dirDirty bool
+	dirSyncs atomic.Int64
+	// noDirSync turns the directory syncs off: a benchmark's baseline.
+	noDirSync bool
+	// rec is what Open repaired (recover.go).
+	recMu sync.Mutex
+	rec   Recovery
 	// unsynced: the jobs whose creation is stored but not yet synced
 	// (durable.go): readers do not see them.
 	unsynced unsyncedJobs
@@ -170,15 +179,16 @@ func Open(dir string) (*Store, error) { return open(dir, false) }
 // durable store's one sync per group (durable.go).
 func open(dir string, syncWrites bool) (s *Store, err error) {
 	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := mkdirSynced(dir); err != nil { // a cut must not take the store's own entry (dirsync.go)
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
+	var rec Recovery
 	if dir != "" {
 		if err := checkTables(dir); err != nil {
 			return nil, err
 		}
-		if err := prepareDir(dir); err != nil { // not a store; crash leftovers: see vlog.go
+		if err := prepareDir(dir, &rec); err != nil { // not a store; crash leftovers: see vlog.go, recover.go
 			return nil, err
 		}
 	}
@@ -186,7 +196,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	db, err := openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
-		if rerr := prepareDir(dir); rerr != nil {
+		if rerr := prepareDir(dir, &rec); rerr != nil {
 			return nil, rerr
 		}
 		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
@@ -194,7 +204,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold)}
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
