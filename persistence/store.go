@@ -54,8 +54,12 @@ const (
 	// rewrite them: Submit with 100,000 32-target jobs stored took 1.75×
 	// as long as with 1,000 (BenchmarkRunner_Scaling); now 1.15×.
 	valueThreshold = 1 << 10
-	// valueLogFileSize caps one value at 64 MiB as well.
-	valueLogFileSize = 64 << 20
+	// valueLogFileSize: Badger opens a value-log file at twice this, and
+	// its blocks are allocated then (persistence/internal/ristretto: a
+	// write through the map of a sparse file is a SIGBUS on a full disk):
+	// 32 MiB taken at once. No value is near it: results go in 512 KiB
+	// chunks, and a row is at most 15% of a memtable.
+	valueLogFileSize = 16 << 20
 	indexCacheSize   = 8 << 20
 	// gcInterval is how often the value log is garbage collected on disk.
 	gcInterval = 5 * time.Minute
