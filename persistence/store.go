@@ -149,6 +149,7 @@ type Store struct {
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
+	disk      diskWatch    // WatchDisk's (diskspace.go)
 	stop      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -202,6 +203,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.disk.init()
 	s.q.wake = make(chan struct{}, 1)
 	s.q.full = make(chan struct{}, 1)
 	s.q.abandon = make(chan chan struct{})

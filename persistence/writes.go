@@ -67,6 +67,7 @@ func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 		return convert(op, err)
 	}
 	s.bytes.Add(delta)
+	s.diskWritten(delta)
 	return nil
 }
 
