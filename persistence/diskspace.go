@@ -259,3 +259,24 @@ func isDiskFull(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
 		strings.Contains(err.Error(), syscall.ENOSPC.Error()) || strings.Contains(err.Error(), syscall.EDQUOT.Error())
 }
+
+// SetDiskStatfs makes the watch measure the free space with statfs instead
+// of the file system's (nil: the file system's again). It stands in for a
+// full disk in tests where the real thing cannot be arranged. Safe to call
+// at any time; it applies from the next measure.
+func (s *Store) SetDiskStatfs(statfs func(dir string) (free int64, err error)) {
+	if statfs == nil {
+		statfs = statfsFree
+	}
+	s.disk.mu.Lock()
+	s.disk.statfs = statfs
+	s.disk.mu.Unlock()
+}
+
+// MeasureDisk measures the free space now, as the watch does every
+// DiskWatch.Every, and returns the state: for tests, which wait for no
+// timer. Safe for concurrent use.
+func (s *Store) MeasureDisk() (DiskState, error) {
+	err := s.measureDisk()
+	return s.Disk(), err
+}
