@@ -302,6 +302,7 @@ func (s *supervisor) waitDisk(ctx actor.Context) {
 	if s.diskWait != nil {
 		return
 	}
+	s.cfg.Log.Debug("targets held: the store's disk is below its reserve", slog.Int(keyLive, s.live()))
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	s.diskWait = time.AfterFunc(min(s.cfg.RetryWait, diskPoll), func() {
 		if !s.stopped.Load() {
