@@ -14,6 +14,7 @@ package persistence
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -89,7 +90,18 @@ type diskWatch struct {
 	// reserve: read lock-free by DiskFull and every write.
 	full atomic.Bool
 	left atomic.Int64
+	// free is the free space at the last measure less what the store has
+	// written since (twice), or 0 once a write failed for want of space;
+	// floor is the least free space at which a write goes to Badger
+	// (gate): both lock-free.
+	free  atomic.Int64
+	floor atomic.Int64
 }
+
+// rotateSize is what Badger needs free to go on writing: its next
+// value-log file and memtable log. Below it (or below the reserve, if
+// that is smaller) no write goes to Badger: see gate.
+const rotateSize = 2*valueLogFileSize + memLogFileSize
 
 // noWatch is the room left above no reserve: never used up.
 const noWatch = math.MaxInt64 / 4
@@ -98,6 +110,7 @@ const noWatch = math.MaxInt64 / 4
 func (d *diskWatch) init() {
 	d.poke = make(chan struct{}, 1)
 	d.left.Store(noWatch)
+	d.free.Store(noWatch)
 }
 
 // WatchDisk starts (or changes, or with a Reserve of 0 stops) the watch of
@@ -158,6 +171,7 @@ func (s *Store) diskWritten(n int64) {
 	if n <= 0 {
 		return
 	}
+	d.free.Add(-2 * n)
 	if d.left.Add(-2*n) < 0 {
 		select {
 		case d.poke <- struct{}{}:
@@ -209,6 +223,8 @@ func (s *Store) measureDisk() error {
 	log := s.log.l.Load()
 	if d.cfg.Reserve <= 0 {
 		d.left.Store(noWatch)
+		d.free.Store(noWatch)
+		d.floor.Store(0)
 		d.full.Store(false)
 		d.state = DiskState{Free: d.state.Free}
 		return nil
@@ -227,6 +243,8 @@ func (s *Store) measureDisk() error {
 	was := d.state.Full
 	d.state.Free, d.state.Reserve = free, reserve
 	d.left.Store(free - reserve)
+	d.floor.Store(min(reserve, rotateSize))
+	d.free.Store(free)
 	d.full.Store(full)
 	switch {
 	case full && (!was || d.state.Since.IsZero()):
@@ -279,4 +297,37 @@ func (s *Store) SetDiskStatfs(statfs func(dir string) (free int64, err error)) {
 func (s *Store) MeasureDisk() (DiskState, error) {
 	err := s.measureDisk()
 	return s.Disk(), err
+}
+
+// gate refuses a write, before it reaches Badger, while the free space may
+// be below the floor (the reserve, or what Badger needs to open its next
+// files if that is less), and wakes the watcher to measure it. Badger's
+// value log does not take back a write that failed for want of space: it
+// has moved its write offset past it, and every write tried while the disk
+// is full moves it further and leaves a hole of zeros in the file, past
+// which a reopen or a value-log GC sees nothing. So a disk that filled is
+// not written to again until a measure finds room. Lock-free.
+func (s *Store) gate(op string) error {
+	d := &s.disk
+	if d.free.Load() >= d.floor.Load() {
+		return nil
+	}
+	select {
+	case d.poke <- struct{}{}:
+	default:
+	}
+	return fmt.Errorf("%s: %w", op, ErrDiskFull)
+}
+
+// diskFailed takes the error of a write that reached Badger: one that
+// failed for want of space closes the gate until the next measure.
+func (s *Store) diskFailed(err error) {
+	if err == nil || !errors.Is(err, ErrDiskFull) {
+		return
+	}
+	s.disk.free.Store(0)
+	select {
+	case s.disk.poke <- struct{}{}:
+	default:
+	}
 }

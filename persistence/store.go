@@ -289,7 +289,7 @@ func (s *Store) gcLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for s.runGC() == nil {
+			for !s.DiskFull() && s.runGC() == nil { // a GC writes: not on a full disk (diskspace.go)
 				select {
 				case <-s.stop:
 					return
