@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -190,4 +191,79 @@ func TestStore_DiskFullTmpfs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, result(1<<20, 7), ts[1].Result)
 	t.Logf("%d writes of 1 MiB before the disk was full (%v); written again once the filler was removed", len(stored), full)
+}
+
+// BenchmarkStore_DiskWatch: the free-space check's cost per write, side by
+// side: 8 writers, each the owner of one live job, write one 1 KiB outcome
+// after another on a directory store, with the disk watched (a reserve:
+// every write passes the gate and counts its bytes; statfs every second and
+// when the room above the reserve may be used up) and not. With -count N
+// the two alternate (-count 1: DISK_BENCH_ROUNDS rounds of the pair, 3 by
+// default). One op is one outcome written.
+func BenchmarkStore_DiskWatch(b *testing.B) {
+	rounds, _ := strconv.Atoi(os.Getenv("DISK_BENCH_ROUNDS"))
+	for i := range max(rounds, 3) * 2 {
+		watch := i%2 == 1
+		b.Run(fmt.Sprintf("watch=%v", watch), func(b *testing.B) {
+			s, err := Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if watch {
+				if err := s.WatchDisk(DiskWatch{Reserve: batchtype.DefaultDiskReserve}); err != nil {
+					b.Fatal(err)
+				}
+				if s.DiskFull() {
+					b.Skip("the disk is below the reserve")
+				}
+			}
+			const writers = 8
+			jobs := make([]JobRecord, writers)
+			for i := range jobs {
+				jobs[i] = putJobRecord(b, s, i, 1, 1, false)
+			}
+			res := result(1<<10, 1)
+			var next atomic.Int64
+			errs := make(chan error, writers)
+			b.ResetTimer()
+			for w := range writers {
+				go func() {
+					var err error
+					for i := next.Add(1); i <= int64(b.N) && err == nil; i = next.Add(1) {
+						err = s.SaveOutcome(jobs[w].ID, &TargetRecord{Idx: int(i % 0xffff), Status: TargetDone, Result: res, Stored: i})
+					}
+					errs <- err
+				}()
+			}
+			for range writers {
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+		})
+	}
+}
+
+// BenchmarkStore_DiskCheck is what the free-space check adds to one write
+// of a watched store, alone: the gate before Badger and the count of its
+// bytes after (diskspace.go); the dispatch's and Submit's DiskFull is one
+// atomic load more.
+func BenchmarkStore_DiskCheck(b *testing.B) {
+	s := mustOpen(b, b.TempDir())
+	if err := s.WatchDisk(DiskWatch{Reserve: 1}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := s.gate("save outcome"); err != nil {
+			b.Fatal(err)
+		}
+		s.diskWritten(1)
+		if s.DiskFull() {
+			b.Fatal("full")
+		}
+	}
 }
