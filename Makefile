@@ -37,9 +37,13 @@ test/short: ## the quick tier: go test -short ./..., no race; long multi-process
 test/browser: ## the dashboard's browser tests and demo --ui's (Chromium), under -race: CI runs them once
 	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/... ./cmd/siftbatch/internal/demo/...
 
-.PHONY: test/strace bench/durable
+.PHONY: test/strace bench/durable test/disk
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
+
+ROUNDS ?= 5
+test/disk: ## the full-disk tests' long tier: ROUNDS (5) rounds of each of serve's fills, both durabilities, on tmpfs (root)
+	SIFTBATCH_DISK_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -run '^TestServe_DiskFull$$' -timeout 60m ./cmd/siftbatch/
 
 test/node: ## the MCP server against a Node client on the official TypeScript SDK (npm ci from the committed lock file): CI runs it once
 	SIFTBATCH_TIER=node $(GO) test -race -count=1 -run Node ./engine/mcpserver/...

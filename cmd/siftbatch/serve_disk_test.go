@@ -251,6 +251,7 @@ func TestServe_DiskFull(t *testing.T) {
 	for _, fill := range []string{"jobs", "other"} {
 		for _, durable := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/durable=%v", fill, durable), func(t *testing.T) {
+				t.Parallel()
 				for round := range diskRounds(t) {
 					diskRound(t, site.URL, fill, durable, round)
 				}
