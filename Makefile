@@ -37,7 +37,10 @@ test/short: ## the quick tier: go test -short ./..., no race; long multi-process
 test/browser: ## the dashboard's browser tests and demo --ui's (Chromium), under -race: CI runs them once
 	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/... ./cmd/siftbatch/internal/demo/...
 
-.PHONY: test/strace bench/durable test/disk
+.PHONY: test/strace test/powercutfs bench/durable test/disk
+test/powercutfs: ## the power-cut file system's own tests, verbose (root, /dev/fuse; make test runs them where it can mount, else they skip)
+	$(GO) test -race -count=1 -v ./engine/enginetest/powercut/...
+
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
 
