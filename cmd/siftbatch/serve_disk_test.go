@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/powercut"
 	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
@@ -138,6 +142,11 @@ func (h *diskHistory) submit(t *testing.T, s *diskServe, site string) int {
 		m := r.json(t)
 		if m["error"] != "disk full" || !strings.Contains(fmt.Sprint(m["hint"]), "reserve") || r.header.Get("Retry-After") == "" {
 			t.Fatalf("a 507 says why and when to retry: %v %v", m, r.header)
+		}
+	case http.StatusServiceUnavailable:
+		h.refused++ // the disk failed to sync the job: nothing was created
+		if m := r.json(t); m["error"] != "disk failed" {
+			t.Fatalf("a 503 on submit says why: %v", m)
 		}
 	case http.StatusTooManyRequests:
 		// The caps: wait for the oldest job to change.
@@ -344,4 +353,87 @@ func diskRound(t *testing.T, site, fill string, durable bool, round int) {
 	stats, _ := json.Marshal(map[string]any{"fill": fill, "durable": durable, "round": round, "acknowledged": len(h.jobs),
 		"refused_507": h.refused, "targets_read": read, "lost": 0, "deaths": 0, "resume_seconds": resumed.Seconds()})
 	t.Logf("disk round: %s", stats)
+}
+
+// TestServe_DiskFaults: serve on the power-cut file system (a FUSE mount:
+// root and /dev/fuse; it skips with one line without them), both
+// durabilities, SIFTBATCH_DISK_ROUNDS rounds of each. In each round, while
+// jobs run: ENOSPC past a random byte budget (statfs reports no more than
+// is left), and in durable rounds EIO on a random share of the fsyncs;
+// the reserve is the default or 1 MiB (so that the budget runs out between
+// two measures, as a disk filled by another process does). Then the
+// faults clear. History checked: every job acknowledged with a 202 reads
+// back ended with its stored results whole, nothing is live once the
+// faults have cleared, a submit refused is refused with 507 naming the
+// disk, serve is alive throughout and exits 0.
+func TestServe_DiskFaults(t *testing.T) {
+	testkit.Long(t)
+	if err := powercut.Available(); err != nil {
+		t.Skipf("the power-cut file system: %v", err)
+	}
+	t.Parallel()
+	page := strings.Repeat("0123456789abcdef", 16<<10) // 256 KiB
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, page) }))
+	t.Cleanup(site.Close)
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			for round := range diskRounds(t) {
+				faultRound(t, site.URL, durable, round)
+			}
+		})
+	}
+}
+
+// faultRound is one round of TestServe_DiskFaults.
+func faultRound(t *testing.T, site string, durable bool, round int) {
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(round)))
+	backing, mnt := t.TempDir(), t.TempDir()
+	fsys, err := powercut.Mount(backing, mnt, powercut.Options{Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *diskServe
+	defer func() {
+		if s != nil {
+			s.stop() // before the file system goes
+		}
+		if err := fsys.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	}()
+	reserve := "1048576"
+	if rng.IntN(2) == 0 {
+		reserve = strconv.Itoa(engine.DefaultDiskReserve)
+	}
+	args := []string{"--disk-reserve", reserve}
+	if durable {
+		args = append(args, "--durable")
+	}
+	s = startDiskServe(t, filepath.Join(mnt, "store"), args...)
+	h := &diskHistory{resultSz: 256 << 10}
+	for range 3 {
+		h.submit(t, s, site)
+	}
+	budget := rng.Int64N(48 << 20)
+	fsys.SetWriteBudget(budget)
+	p := 0.0
+	if durable {
+		p = 0.2 + 0.6*rng.Float64()
+		fsys.FailFsyncs(p)
+	}
+	for range 12 {
+		h.submit(t, s, site)
+		s.alive(t, "under the faults")
+	}
+	fsys.SetWriteBudget(-1)
+	fsys.FailFsyncs(0)
+	read := h.check(t, s)
+	s.alive(t, "after the faults cleared")
+	s.stop()
+	st := fsys.Stats()
+	stats, _ := json.Marshal(map[string]any{"durable": durable, "round": round, "seed": seed, "budget": budget, "eio_p": p,
+		"reserve": reserve, "acknowledged": len(h.jobs), "refused_507": h.refused, "targets_read": read, "lost": 0, "deaths": 0,
+		"fs": fmt.Sprintf("%+v", st)})
+	t.Logf("fault round: %s", stats)
 }

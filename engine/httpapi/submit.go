@@ -153,6 +153,11 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		h.retryAfter(w)
 		writeError(w, http.StatusServiceUnavailable, "admission unavailable", "the cluster could not count your jobs just now (a node joined or left); retry after Retry-After seconds")
 		return
+	case errors.Is(err, engine.ErrNotSynced):
+		h.retryAfter(w)
+		writeError(w, http.StatusServiceUnavailable, "disk failed",
+			"the server's disk failed to sync the job (an I/O error): nothing was created; retry after Retry-After seconds")
+		return
 	case errors.Is(err, engine.ErrDiskFull):
 		h.retryAfter(w)
 		writeError(w, http.StatusInsufficientStorage, "disk full",
