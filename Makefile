@@ -45,8 +45,8 @@ test/strace: ## durable mode's syscall order: serve --durable under strace syncs
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
 
 ROUNDS ?= 5
-test/disk: ## the full-disk tests' long tier: ROUNDS (5) rounds of each of serve's fills, both durabilities, on tmpfs (root)
-	SIFTBATCH_DISK_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -run '^TestServe_DiskFull$$' -timeout 60m ./cmd/siftbatch/
+test/disk: ## the disk tests' long tier: ROUNDS (5) rounds of serve's full tmpfs (its jobs, another process) and of the power-cut file system's ENOSPC and EIO, both durabilities (root; /dev/fuse)
+	SIFTBATCH_DISK_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -run '^TestServe_Disk(Full|Faults)$$' -timeout 60m ./cmd/siftbatch/
 
 test/node: ## the MCP server against a Node client on the official TypeScript SDK (npm ci from the committed lock file): CI runs it once
 	SIFTBATCH_TIER=node $(GO) test -race -count=1 -run Node ./engine/mcpserver/...
