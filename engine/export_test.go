@@ -11,3 +11,11 @@ func Waiting(r *Runner, id string) int {
 	}
 	return 0
 }
+
+// ClassEntries returns how many jobs' classes the runner keeps for
+// LiveByClass.
+func ClassEntries(r *Runner) int {
+	r.classes.mu.Lock()
+	defer r.classes.mu.Unlock()
+	return len(r.classes.m)
+}
