@@ -372,7 +372,7 @@ func TestServe_DiskFaults(t *testing.T) {
 		t.Skipf("the power-cut file system: %v", err)
 	}
 	t.Parallel()
-	page := strings.Repeat("0123456789abcdef", 16<<10) // 256 KiB
+	page := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, page) }))
 	t.Cleanup(site.Close)
 	for _, durable := range []bool{false, true} {
@@ -403,7 +403,7 @@ func faultRound(t *testing.T, site string, durable bool, round int) {
 		}
 	}()
 	reserve := "1048576"
-	if rng.IntN(2) == 0 {
+	if rng.IntN(3) == 0 {
 		reserve = strconv.Itoa(engine.DefaultDiskReserve)
 	}
 	args := []string{"--disk-reserve", reserve}
@@ -411,11 +411,11 @@ func faultRound(t *testing.T, site string, durable bool, round int) {
 		args = append(args, "--durable")
 	}
 	s = startDiskServe(t, filepath.Join(mnt, "store"), args...)
-	h := &diskHistory{resultSz: 256 << 10}
+	h := &diskHistory{resultSz: 1 << 20}
 	for range 3 {
 		h.submit(t, s, site)
 	}
-	budget := rng.Int64N(8 << 20) // the 15 jobs want 7.5 MiB of results
+	budget := rng.Int64N(24 << 20) // the 15 jobs want 30 MiB: past the 16 MiB of a value-log file, whose next one takes 32
 	fsys.SetWriteBudget(budget)
 	p := 0.0
 	if durable {
@@ -426,6 +426,21 @@ func faultRound(t *testing.T, site string, durable bool, round int) {
 		h.submit(t, s, site)
 		s.alive(t, "under the faults")
 	}
+	// The faults stay until they have been met (a write past the budget,
+	// a failed fsync, the disk below its reserve) or the jobs have ended:
+	// each pass waits on a job's long-poll.
+	for end := time.Now().Add(45 * time.Second); time.Now().Before(end); {
+		st := fsys.Stats()
+		if st.NoSpace > 0 || st.FailedSyncs > 2 || s.Runner(t).diskFull {
+			break
+		}
+		live := h.live(t, s)
+		if live == nil {
+			break
+		}
+		s.do(t, http.MethodGet, "/v1/batch/"+live.id+"?wait=1s", live.key, "")
+	}
+	s.alive(t, "under the faults")
 	fsys.SetWriteBudget(-1)
 	fsys.FailFsyncs(0)
 	read := h.check(t, s)
@@ -436,4 +451,25 @@ func faultRound(t *testing.T, site string, durable bool, round int) {
 		"reserve": reserve, "acknowledged": len(h.jobs), "refused": h.refused, "targets_read": read, "lost": 0, "deaths": 0,
 		"fs": fmt.Sprintf("%+v", st)})
 	t.Logf("fault round: %s", stats)
+}
+
+// live returns a job of h still queued or running, or nil.
+func (h *diskHistory) live(t *testing.T, s *diskServe) *diskJob {
+	t.Helper()
+	for i := range h.jobs {
+		j := &h.jobs[i]
+		if st := s.do(t, http.MethodGet, "/v1/batch/"+j.id, j.key, "").json(t)["status"]; st == "queued" || st == "running" {
+			return j
+		}
+	}
+	return nil
+}
+
+// diskHealth is what /healthz says of the disk.
+type diskHealth struct{ diskFull bool }
+
+// Runner asks serve's /healthz whether its disk is below the reserve.
+func (s *diskServe) Runner(t *testing.T) diskHealth {
+	t.Helper()
+	return diskHealth{strings.Contains(string(s.do(t, http.MethodGet, "/healthz", "", "").body), `"disk full"`)}
 }
