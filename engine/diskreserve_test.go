@@ -26,15 +26,17 @@ func TestRunner_DiskReserve(t *testing.T) {
 	_, err := b.Store.MeasureDisk()
 	require.NoError(t, err)
 	var startedFull atomic.Int64 // fetches that started below the reserve
+	started := make(chan struct{}, 8)
 	st.onStart = func() {
 		if b.Store.DiskFull() {
 			startedFull.Add(1)
 		}
+		started <- struct{}{}
 	}
 	ctx := context.Background()
 
 	a := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
-	waitRunning(t, b.Runner, a, 0)
+	testkit.Recv(t, started) // a0's fetch has started, with room
 	free.Store(1 << 10)
 	d, err := b.Store.MeasureDisk()
 	require.NoError(t, err)
