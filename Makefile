@@ -70,12 +70,16 @@ test/rules: ## the alert rules: promtool check and unit tests (apt-get install p
 	cd docs/observability && $(PROMTOOL) test rules alerts_test.yml
 	cd docs/observability/promqlcheck && $(GO) test -count=1 ./...
 
-.PHONY: test/strace test/powercutfs bench/durable
+.PHONY: test/strace test/powercutfs bench/durable test/disk
 test/powercutfs: ## the power-cut file system's own tests, verbose (root, /dev/fuse; make test runs them where it can mount, else they skip)
 	$(GO) test -race -count=1 -v ./engine/enginetest/powercut/...
 
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
+
+ROUNDS ?= 5
+test/disk: ## the disk tests' long tier: ROUNDS (5) rounds of serve's full tmpfs (its jobs, another process) and of the power-cut file system's ENOSPC and EIO, both durabilities (root; /dev/fuse)
+	SIFTBATCH_DISK_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -run '^TestServe_Disk(Full|Faults)$$' -timeout 60m ./cmd/siftbatch/
 
 test/node: ## the MCP server against a Node client on the official TypeScript SDK (npm ci from the committed lock file): CI runs it once
 	SIFTBATCH_TIER=node $(GO) test -race -count=1 -run Node ./engine/mcpserver/...

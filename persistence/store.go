@@ -54,8 +54,12 @@ const (
 	// rewrite them: Submit with 100,000 32-target jobs stored took 1.75×
 	// as long as with 1,000 (BenchmarkRunner_Scaling); now 1.15×.
 	valueThreshold = 1 << 10
-	// valueLogFileSize caps one value at 64 MiB as well.
-	valueLogFileSize = 64 << 20
+	// valueLogFileSize: Badger opens a value-log file at twice this, and
+	// its blocks are allocated then (persistence/internal/ristretto: a
+	// write through the map of a sparse file is a SIGBUS on a full disk):
+	// 32 MiB taken at once. No value is near it: results go in 512 KiB
+	// chunks, and a row is at most 15% of a memtable.
+	valueLogFileSize = 16 << 20
 	indexCacheSize   = 8 << 20
 	// gcInterval is how often the value log is garbage collected on disk.
 	gcInterval = 5 * time.Minute
@@ -159,6 +163,7 @@ type Store struct {
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
+	disk      diskWatch    // WatchDisk's (diskspace.go)
 	stop      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -213,6 +218,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.disk.init()
 	s.q.wake = make(chan struct{}, 1)
 	s.q.full = make(chan struct{}, 1)
 	s.q.abandon = make(chan chan struct{})
@@ -298,7 +304,7 @@ func (s *Store) gcLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for s.runGC() == nil {
+			for !s.DiskFull() && s.runGC() == nil { // a GC writes: not on a full disk (diskspace.go)
 				select {
 				case <-s.stop:
 					return
