@@ -144,7 +144,7 @@ type summary struct {
 	submits, targets, cancels int // acknowledged before a cut, checked after it
 	losses                    map[string]int
 	maxAge                    time.Duration // the oldest loss's age at its cut
-	lostWindow               time.Duration // the sum over cuts of the oldest loss's age
+	lostWindow                time.Duration // the sum over cuts of the oldest loss's age
 	recovered                 persistence.Recovery
 	seedsLost                 []int64
 	// unreadable: targets that read done after the restart but whose
