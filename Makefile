@@ -26,7 +26,7 @@ install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH
 readme: ## run the README's session and cluster block (the tests that extract them): curl and python3 needed
 	$(GO) test -run '^TestREADME_' -count=1 -v ./cmd/siftbatch
 
-test: lint test/race ## lint, then every test under the race detector: what CI runs (< 6 min on 2 cores)
+test: lint test/race test/rules ## lint, then every test under the race detector, then the alert rules' tests: what CI runs (< 6 min on 2 cores)
 
 test/race: ## go test -race ./... (-timeout 10m)
 	$(GO) test -race -count=1 -timeout 10m ./...
@@ -37,7 +37,26 @@ test/short: ## the quick tier: go test -short ./..., no race; long multi-process
 test/browser: ## the dashboard's browser tests and demo --ui's (Chromium), under -race: CI runs them once
 	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/... ./cmd/siftbatch/internal/demo/...
 
-.PHONY: test/strace bench/durable
+# make test/rules: docs/observability's alert rules, checked and unit-tested
+# by promtool (Debian's prometheus package: apt-get install prometheus;
+# .ci/run installs it), then every expression of the rules and of the
+# Grafana board parsed with Prometheus's PromQL parser and its series
+# names checked against what a real serve exposes
+# (docs/observability/testdata/exposed.txt, which TestServe_MetricsExposed
+# keeps true) by the module of its own in docs/observability/promqlcheck.
+PROMTOOL ?= promtool
+
+.PHONY: test/rules
+test/rules: ## the alert rules: promtool check and unit tests (apt-get install prometheus), and their and the board's series names against serve's
+	@command -v $(PROMTOOL) > /dev/null || { echo "make test/rules needs promtool: apt-get install prometheus"; exit 1; }
+	$(PROMTOOL) check rules docs/observability/alerts.yml
+	cd docs/observability && $(PROMTOOL) test rules alerts_test.yml
+	cd docs/observability/promqlcheck && $(GO) test -count=1 ./...
+
+.PHONY: test/strace test/powercutfs bench/durable
+test/powercutfs: ## the power-cut file system's own tests, verbose (root, /dev/fuse; make test runs them where it can mount, else they skip)
+	$(GO) test -race -count=1 -v ./engine/enginetest/powercut/...
+
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
 

@@ -9,6 +9,7 @@ require (
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/dgraph-io/ristretto/v2 v2.2.0
 	github.com/getkin/kin-openapi v0.153.0
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/itchyny/gojq v0.12.20
 	github.com/labstack/echo v3.3.10+incompatible
 	github.com/modelcontextprotocol/go-sdk v1.8.0

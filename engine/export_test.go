@@ -23,3 +23,11 @@ func ContentRangeMetaLen(stored []byte) (int, bool) {
 	}
 	return len(stored) - 1 - i, true
 }
+
+// ClassEntries returns how many jobs' classes the runner keeps for
+// LiveByClass.
+func ClassEntries(r *Runner) int {
+	r.classes.mu.Lock()
+	defer r.classes.mu.Unlock()
+	return len(r.classes.m)
+}

@@ -188,7 +188,16 @@ func toJob(j *persistence.JobRecord) Job {
 		CreatedAt:     j.Created / 1e9,
 		StartedAt:     j.Started / 1e9,
 		EndedAt:       j.Ended / 1e9,
+		Duration:      jobDuration(j),
 	}
+}
+
+// jobDuration is j's Ended − Started, or 0 when either is unknown.
+func jobDuration(j *persistence.JobRecord) time.Duration {
+	if j.Started <= 0 || j.Ended < j.Started {
+		return 0
+	}
+	return time.Duration(j.Ended - j.Started)
 }
 
 func toTargets(ts []persistence.TargetRecord, results bool) []TargetStatus {

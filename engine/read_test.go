@@ -739,6 +739,7 @@ func TestRunner_Timings(t *testing.T) {
 	require.Equal(t, t0, j.CreatedAt)
 	require.Equal(t, t0, j.StartedAt)
 	require.Equal(t, t0+5, j.EndedAt)
+	require.Equal(t, 5*time.Second, j.Duration, "to the clock's precision")
 	for _, read := range []func(string) (engine.Job, []engine.TargetStatus, bool){b.Runner.Status, b.Runner.Targets} {
 		job, ts, ok := read(id)
 		require.True(t, ok)
@@ -761,6 +762,7 @@ func TestRunner_Timings(t *testing.T) {
 	job, ts := b.WaitStatus(t, held, "running")
 	require.Equal(t, t0+65, job.StartedAt)
 	require.Zero(t, job.EndedAt)
+	require.Zero(t, job.Duration, "live")
 	require.Zero(t, ts[0].Duration)
 	require.Zero(t, ts[0].StoredAt)
 	// Queued behind it (one worker): not started.
@@ -775,10 +777,12 @@ func TestRunner_Timings(t *testing.T) {
 	require.True(t, ok)
 	require.Zero(t, job.StartedAt, "never started")
 	require.Equal(t, t0+125, job.EndedAt, "ended when cancelled")
+	require.Zero(t, job.Duration, "never started: unknown")
 	gate.Open()
 	job = waitJob(t, b.Runner, held)
 	require.Equal(t, t0+65, job.StartedAt)
 	require.Equal(t, t0+125, job.EndedAt)
+	require.Equal(t, time.Minute, job.Duration)
 }
 
 // TestRunner_TimingsOfAReapedJob: a job a previous process left running

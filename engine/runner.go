@@ -52,6 +52,11 @@ type Runner struct {
 	waitMu    sync.Mutex
 	waits     map[string]*waited
 	storeGone bool
+
+	// refused counts the submits refused at a cap (refusals.go).
+	refused refusals
+	// classes are the live jobs' caller classes (classes.go).
+	classes liveClasses
 }
 
 // waited is a job some Waits wait for, on a runner that owns its store.
@@ -261,6 +266,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		reuse, err := adm.Admit(ctx, c.Name, hex.EncodeToString(m.Job.Key[:]), body, m.Job.ID)
 		switch {
 		case errors.Is(err, ErrCallerBusy):
+			r.refused.count(ErrCallerBusy)
 			return "", false, ErrCallerBusy
 		case errors.Is(err, ErrIdempotencyMismatch):
 			return "", false, ErrIdempotencyMismatch
@@ -274,7 +280,9 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 			return reuse, true, nil
 		}
 	}
+	r.classes.submitting(m.Job.ID, callerClass, r.Live) // before the job can be live
 	reply, err := r.sys.Submit(m)
+	r.classes.submitted(m.Job.ID, err == nil && reply.ID == m.Job.ID && reply.Refused == nil && reply.Err == nil)
 	var mismatch error // a job of the caller's own key reused here, bound to other targets
 	if err == nil && reply.Reused {
 		mismatch = r.sameTargets(reply.ID, m, opt.IdempotencyKey)
@@ -296,6 +304,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		return "", false, fmt.Errorf("submit: %w", err)
 	}
 	if reply.Refused != nil {
+		r.refused.count(reply.Refused)
 		return "", false, reply.Refused
 	}
 	if reply.Err != nil {

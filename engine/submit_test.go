@@ -84,6 +84,11 @@ func TestRunner_Submit(t *testing.T) {
 		b.Submit(t, "bob", enginetest.Targets("b", 1))
 		_, _, err = b.Runner.Submit(context.Background(), enginetest.Caller("carol"), "", enginetest.Targets("c", 1))
 		require.ErrorIs(t, err, engine.ErrBusy)
+		_, _, err = b.Runner.Submit(context.Background(), enginetest.Caller("carol"), "", enginetest.Targets("c", 1))
+		require.ErrorIs(t, err, engine.ErrBusy)
+		_, _, err = b.Runner.Submit(context.Background(), enginetest.Caller("carol"), "", make([]engine.Target, 0))
+		require.ErrorIs(t, err, engine.ErrNoTargets)
+		require.Equal(t, engine.Refusals{CallerBusy: 1, Busy: 2}, b.Runner.Refusals(), "each cap's refusals, nothing else")
 	})
 
 	t.Run("ConcurrentSubmitsNeverPassACap", func(t *testing.T) {

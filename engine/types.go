@@ -84,6 +84,10 @@ type Job struct {
 	// cancelled), in unix seconds by [Config.Now]; 0 while live, and for a
 	// job stored before the timings were (unknown).
 	EndedAt int64
+	// Duration is how long the job ran, from StartedAt to EndedAt at the
+	// store's precision (nanoseconds, not whole seconds); 0 while live,
+	// and when either is unknown.
+	Duration time.Duration
 }
 
 // TargetStatus is one target of a job as [Runner.Status] reports it.

@@ -130,6 +130,11 @@ type Store struct {
 	durable   atomic.Bool
 	syncs     atomic.Int64
 	syncFault atomic.Pointer[func() error]
+	// writeErrors and writeRetries count the writes that failed for a
+	// reason of the disk, and the owner writes held to be retried
+	// (counters.go).
+	writeErrors  atomic.Int64
+	writeRetries atomic.Int64
 	// logFids: the newest memtable log and value-log file at the last
 	// sync (or at SetDurable): the files from them on that are no longer
 	// the newest are synced too (syncRotatedLocked). Under mu.

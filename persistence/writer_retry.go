@@ -25,9 +25,10 @@ func retryable(err error) bool {
 // (see the top of this file). Writer goroutine only.
 func (s *Store) fail(w *ownerWrite, err error) {
 	if !w.retry || s.stopping || !retryable(err) {
-		w.release(err)
+		w.release(s.counted(err))
 		return
 	}
+	s.writeRetries.Add(1)
 	s.hold(w, err)
 }
 
@@ -93,6 +94,7 @@ func (s *Store) retryHeld(giveUp bool) {
 				w.release(err)
 				progress = true
 			case giveUp:
+				s.writeErrors.Add(1)
 				w.release(fmt.Errorf("%w: %w", err, errGivenUp))
 				progress = true
 			default:
@@ -101,6 +103,7 @@ func (s *Store) retryHeld(giveUp bool) {
 		}
 		for _, w := range failed {
 			if giveUp {
+				s.writeErrors.Add(1)
 				w.release(fmt.Errorf("%s: %w", w.op, errGivenUp))
 				progress = true
 				continue

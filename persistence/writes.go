@@ -34,10 +34,14 @@ func (s *Store) updateSynced(op string, fn func(txn *badger.Txn) (int64, error))
 	if err := s.updateLocked(op, fn); err != nil {
 		return err
 	}
-	return s.syncLocked(op)
+	return s.counted(s.syncLocked(op))
 }
 
 func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error)) error {
+	return s.counted(s.updateUncounted(op, fn))
+}
+
+func (s *Store) updateUncounted(op string, fn func(txn *badger.Txn) (int64, error)) error {
 	if s.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
 	}

@@ -283,9 +283,11 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, err
 	}
 	m, reg, scrape := newMetrics()
-	reg.MustRegister(metrics.Keys(guard), metrics.Conns(conns))
+	reg.MustRegister(metrics.Keys(guard), metrics.Conns(conns), metrics.Fetcher(fetch))
 	if node != nil {
-		reg.MustRegister(metrics.Cluster(node)) // its peers' panics and refusals
+		reg.MustRegister(metrics.Cluster(node), metrics.Membership(func() (int, bool) { // its peers' panics and refusals; its members
+			return len(node.Members()), node.Membership().Member
+		}))
 	}
 	cfg := f.cfg
 	cfg.Hooks = m.Hooks()
@@ -295,13 +297,14 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		cfg.NodeTag, cfg.Admission = node.Tag(), node.Admission()
 		apiCluster, uiCluster = node, node
 	}
-	runner, err := engine.New(store, fetch.Fetch, cfg, log)
+	runner, err := engine.New(store, m.Fetch(fetch.Fetch), cfg, log)
 	if err != nil {
 		fetch.Close()
 		_ = store.Close()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
 	m.Attach(runner)
+	reg.MustRegister(metrics.Store(store, runner.Config().MaxBytes))
 	api, err := httpapi.New(runner, keys, httpapi.Options{
 		TargetsPerJob:  cfg.TargetsPerJob,
 		MaxAnswerBytes: f.maxAnswer,

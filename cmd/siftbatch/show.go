@@ -30,6 +30,7 @@ type storedJobJSON struct {
 	CreatedAt     int64              `json:"created_at"`
 	StartedAt     int64              `json:"started_at,omitempty"`
 	EndedAt       int64              `json:"ended_at,omitempty"`
+	DurationMS    int64              `json:"duration_ms,omitempty"`
 	Lease         int64              `json:"lease"`
 	ResultBytes   int64              `json:"result_bytes"`
 	Targets       []storedTargetJSON `json:"targets"`
@@ -48,6 +49,15 @@ type storedTargetJSON struct {
 	DurationMS int64          `json:"duration_ms,omitempty"`
 	StoredAt   int64          `json:"stored_at,omitempty"`
 	Result     *engine.Result `json:"result,omitempty"`
+}
+
+// jobDurationMS is how long j ran, Ended − Started, as the API's job
+// duration_ms; 0 when either is unknown.
+func jobDurationMS(j *persistence.JobRecord) int64 {
+	if j.Started <= 0 || j.Ended < j.Started {
+		return 0
+	}
+	return durationMS(time.Duration(j.Ended - j.Started))
 }
 
 // durationMS is d in whole milliseconds, rounded up, as the API's
@@ -103,6 +113,7 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		CreatedAt:     j.Created / 1e9,
 		StartedAt:     j.Started / 1e9,
 		EndedAt:       j.Ended / 1e9,
+		DurationMS:    jobDurationMS(&j),
 		Lease:         j.Lease / 1e9,
 		ResultBytes:   j.ResultBytes,
 		Targets:       make([]storedTargetJSON, 0, len(targets)),

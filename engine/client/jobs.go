@@ -81,6 +81,9 @@ type Job struct {
 	// job stored by a server before them).
 	StartedAt int64 `json:"started_at,omitempty"`
 	EndedAt   int64 `json:"ended_at,omitempty"`
+	// DurationMS is how long it ran, from StartedAt to EndedAt, in
+	// milliseconds rounded up; 0 while not known.
+	DurationMS int64 `json:"duration_ms,omitempty"`
 	// Caller is the job's caller, in a list by caller
 	// ([ListOptions.Caller]) only.
 	Caller string `json:"caller,omitempty"`

@@ -301,7 +301,7 @@ func (a *answerer) listHere(m *clusterpb.ListRequest) *clusterpb.ListReply {
 	for i, j := range jobs {
 		out.Jobs[i] = &clusterpb.ListedJob{Id: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: int32(j.TargetsTotal),
 			TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt, Cursor: cursors[i],
-			Caller: j.Caller, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
+			Caller: j.Caller, StartedAt: j.StartedAt, EndedAt: j.EndedAt, DurationNs: int64(j.Duration)}
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func (f *forwarder) readJob(ctx context.Context, id string) (job engine.Job, tar
 	pj := reply.Job
 	job = engine.Job{ID: pj.Id, Caller: pj.Caller, Status: pj.Status, Error: pj.Error,
 		TargetsTotal: int(pj.TargetsTotal), TargetsDone: int(pj.TargetsDone), TargetsFailed: int(pj.TargetsFailed),
-		CreatedAt: pj.CreatedAt, StartedAt: pj.StartedAt, EndedAt: pj.EndedAt}
+		CreatedAt: pj.CreatedAt, StartedAt: pj.StartedAt, EndedAt: pj.EndedAt, Duration: time.Duration(pj.DurationNs)}
 	targets = make([]engine.TargetStatus, 0, len(reply.Targets))
 	for _, t := range reply.Targets {
 		ts := engine.TargetStatus{Idx: int(t.Idx), URL: t.Url, Status: t.Status, Error: t.Error, Hint: t.Hint,
@@ -116,7 +116,7 @@ func (a *answerer) jobHere(m *clusterpb.JobRequest) *clusterpb.JobReply {
 	}
 	out := &clusterpb.JobReply{Found: true, Job: &clusterpb.ListedJob{Id: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: int32(j.TargetsTotal),
 		TargetsDone: int32(j.TargetsDone), TargetsFailed: int32(j.TargetsFailed), CreatedAt: j.CreatedAt,
-		Caller: j.Caller, StartedAt: j.StartedAt, EndedAt: j.EndedAt}}
+		Caller: j.Caller, StartedAt: j.StartedAt, EndedAt: j.EndedAt, DurationNs: int64(j.Duration)}}
 	size := 0
 	for _, t := range ts {
 		opts, _ := json.Marshal(t.Options) // plain strings and bools: never fails

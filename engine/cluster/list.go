@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pacluster "github.com/asynkron/protoactor-go/cluster"
@@ -80,7 +81,7 @@ func (f *forwarder) list(ctx context.Context, caller string, all bool, opt engin
 				}
 				merged = append(merged, entry{engine.Job{ID: j.Id, Caller: owner, Status: j.Status, Error: j.Error,
 					TargetsTotal: int(j.TargetsTotal), TargetsDone: int(j.TargetsDone), TargetsFailed: int(j.TargetsFailed),
-					CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}, j.Cursor})
+					CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt, Duration: time.Duration(j.DurationNs)}, j.Cursor})
 			}
 			switch {
 			case reply.More && reply.Next != "":

@@ -503,7 +503,7 @@ func TestDashboard_BrowserAdminFinishedAndTimings(t *testing.T) {
 		return eval[string](t, br, fmt.Sprintf(`(document.querySelector(%q) || {textContent: ''}).textContent.trim()`, sel))
 	}
 	for sel, want := range map[string]string{
-		"#job-started": "Jan 2 03:04:05 UTC", "#job-ended": "Jan 2 03:04:06 UTC", "#job-took": "1 s",
+		"#job-started": "Jan 2 03:04:05 UTC", "#job-ended": "Jan 2 03:04:06 UTC", "#job-took": "1.5 s",
 		"tbody tr:first-child .took": "1.5 s", "tbody tr:first-child .opt": "grep: price", "tbody tr:nth-child(2) .hint": "check the URL",
 	} {
 		if got := text(sel); got != want {

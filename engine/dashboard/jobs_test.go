@@ -302,7 +302,7 @@ func TestDashboard_JobPageTimings(t *testing.T) {
 	for _, want := range []string{
 		`<time id="job-started">Jan 2 03:04:05 UTC</time>`,
 		`<time id="job-ended">Jan 2 03:04:06 UTC</time>`,
-		`id="job-took">1 s<`,
+		`id="job-took">1.5 s<`, // to the millisecond, not whole seconds
 		`class="took">1.5 s<`,
 		`<time>Jan 2 03:04:06 UTC</time>`,
 		`<code class="opt">grep: needle</code>`,

@@ -143,8 +143,11 @@ func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
 		Live: engine.IsLive(j.Status), Bar: newBar(j, atWorker),
 		Started: fmtWhen(j.StartedAt), Ended: fmtWhen(j.EndedAt),
 	}
-	if j.StartedAt > 0 && j.EndedAt >= j.StartedAt {
-		v.Took = fmtSpan(time.Duration(j.EndedAt-j.StartedAt) * time.Second)
+	switch {
+	case j.Duration > 0:
+		v.Took = fmtDuration(j.Duration) // to the millisecond
+	case j.StartedAt > 0 && j.EndedAt >= j.StartedAt:
+		v.Took = fmtSpan(time.Duration(j.EndedAt-j.StartedAt) * time.Second) // whole seconds are all that is known
 	}
 	return v
 }

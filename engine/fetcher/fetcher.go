@@ -194,6 +194,21 @@ func (f *Fetcher) Close() {
 	f.filters.close()
 }
 
+// Timeout returns one fetch's deadline: [Options.Timeout], defaulted.
+func (f *Fetcher) Timeout() time.Duration { return f.o.Timeout }
+
+// FilterDeaths returns how many filter processes have died or been killed
+// since [New], by reason: every one of [FilterDeathReasons], zeros
+// included. A process killed because its fetch's context was done or the
+// fetcher closed is not counted. Safe for concurrent use.
+func (f *Fetcher) FilterDeaths() map[string]uint64 {
+	out := make(map[string]uint64, len(FilterDeathReasons))
+	for i, r := range FilterDeathReasons {
+		out[r] = f.filters.deaths[i].Load()
+	}
+	return out
+}
+
 // Fetch GETs t.URL. A 2xx answer is a result with the body (at most
 // MaxBody bytes) as content and the status, content type, byte count,
 // truncation and final URL in meta. Its options, the ones [Fetcher.Honours]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -132,6 +133,10 @@ func TestFetcher_FilterLimits(t *testing.T) {
 			if err != nil || res.Content != "3" || res.Meta["jq_outputs"] != 1 {
 				t.Fatalf("after %+v, the next target: %q %v %v", c.o, res.Content, res.Meta, err)
 			}
+		}
+		d := f.FilterDeaths()
+		if limits := d["timeout"] + d["cpu"] + d["memory"]; limits != uint64(len(cases)) || d["crashed"]+d["broken"] != 0 {
+			t.Errorf("FilterDeaths %v, want %d at a limit and none crashed or broken", d, len(cases))
 		}
 	})
 }
@@ -603,6 +608,10 @@ func TestFetcher_FilterChildKilledFromOutside(t *testing.T) {
 		res, err = run(context.Background(), engine.Options{Grep: "^ABC"})
 		if err != nil || res.Meta["grep_lines"] != 1024 {
 			t.Errorf("the page after: %v %v", res.Meta, err)
+		}
+		want := map[string]uint64{"timeout": 0, "cpu": 0, "memory": 0, "broken": 0, "crashed": 2}
+		if got := f.FilterDeaths(); !maps.Equal(got, want) {
+			t.Errorf("FilterDeaths %v, want %v: the idle one and the one killed mid-page", got, want)
 		}
 	})
 }

@@ -71,6 +71,11 @@ type filterPool struct {
 	env        []string      // tests: more environment for new processes
 	slots      chan struct{} // one held per process running a page
 
+	// deaths counts the processes that died or were killed while they
+	// ran a page, or died idle, by FilterDeath reason (not those killed
+	// for a cancelled fetch or a close).
+	deaths [len(FilterDeathReasons)]atomic.Uint64
+
 	mu     sync.Mutex
 	idle   []*filterProc
 	live   map[*filterProc]struct{}
@@ -172,6 +177,7 @@ func (p *filterPool) runOnce(ctx context.Context, req filterRequest, maxContent 
 		c.kill(killNone) // it ended by itself (its pipe closed): its end says how
 	}
 	end := p.discard(c)
+	p.died(&end)
 	unseen = !acked && end.why == killNone && ctx.Err() == nil
 	return filterResponse{}, unseen, &end
 }
@@ -180,6 +186,41 @@ func (p *filterPool) runOnce(ctx context.Context, req filterRequest, maxContent 
 // ([Fetcher.filterError] turns it into the target's error).
 func (e *filterEnd) Error() string {
 	return fmt.Sprintf("filter process ended: reason %d, exit code %d, signal %d", e.why, e.code, e.signal)
+}
+
+// FilterDeathReasons are the reasons a filter process's death is counted
+// under ([Fetcher.FilterDeaths]), each a fixed word: "timeout" (killed at
+// FilterTimeout), "cpu" (past FilterCPU), "memory" (past its memory
+// limit), "broken" (it answered garbage, killed), "crashed" (it died by
+// itself, or by a signal the fetcher did not send: a kill from outside,
+// the system out of memory). The first three are a page's filters passing
+// a limit; the last two are not any page's doing.
+var FilterDeathReasons = [...]string{"timeout", "cpu", "memory", "broken", "crashed"}
+
+// deathReason is the index in FilterDeathReasons of end's reason, or -1
+// for a process the fetcher killed because its fetch was cancelled or the
+// fetcher closed. It classifies as [Fetcher.filterError] does.
+func deathReason(end *filterEnd) int {
+	switch {
+	case end.why == killCancel, end.why == killClosed:
+		return -1
+	case end.why == killDeadline:
+		return 0
+	case end.why == killBroken:
+		return 3
+	case end.code == childExitCPU || cpuSignal(end.signal):
+		return 1
+	case end.oom || oomText(end.stderr):
+		return 2
+	}
+	return 4
+}
+
+// died counts a process that ended as end.
+func (p *filterPool) died(end *filterEnd) {
+	if i := deathReason(end); i >= 0 {
+		p.deaths[i].Add(1)
+	}
 }
 
 // get returns an idle process, or starts one, once fewer than size run
@@ -205,7 +246,8 @@ func (p *filterPool) get(ctx context.Context) (*filterProc, error) {
 		}
 		// It ended while idle (killed from outside): reap it, try the next.
 		p.mu.Unlock()
-		p.reap(c)
+		end := p.reap(c)
+		p.died(&end)
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()

@@ -36,11 +36,12 @@
 // forwarded".
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
-// "targets_failed", "created_at", "started_at", "ended_at", "targets"}:
-// targets_done counts the targets whose outcome is stored, done or
-// failed, targets_failed the failed ones; created_at, started_at (the
-// first target went to a worker) and ended_at (the job ended) are in unix
-// seconds. A target is {"idx", "url", "status", "error", "hint",
+// "targets_failed", "created_at", "started_at", "ended_at", "duration_ms",
+// "targets"}: targets_done counts the targets whose outcome is stored,
+// done or failed, targets_failed the failed ones; created_at, started_at
+// (the first target went to a worker) and ended_at (the job ended) are in
+// unix seconds; duration_ms is how long it ran, from started_at to
+// ended_at, in milliseconds rounded up. A target is {"idx", "url", "status", "error", "hint",
 // "duration_ms", "result": {"content", "meta"}}: duration_ms is the
 // fetch's time, in milliseconds rounded up. Empty error and hint, and
 // times not known (yet, or stored before there were times), are omitted.

@@ -98,6 +98,10 @@ func appendJobHead(b []byte, job *engine.Job) []byte {
 		b = append(b, `,"ended_at":`...)
 		b = strconv.AppendInt(b, job.EndedAt, 10)
 	}
+	if ms := durationMS(job.Duration); ms != 0 {
+		b = append(b, `,"duration_ms":`...)
+		b = strconv.AppendInt(b, ms, 10)
+	}
 	return b
 }
 

@@ -72,6 +72,9 @@ func TestAppendJobHead(t *testing.T) {
 			{ID: "s", Status: engine.StatusRunning, CreatedAt: 1700000000, StartedAt: 1700000001},
 			{ID: "e", Status: engine.StatusDone, CreatedAt: 1700000000, StartedAt: 1700000001, EndedAt: 1700000002},
 			{ID: "o", Status: engine.StatusCancelled, CreatedAt: 1, EndedAt: math.MaxInt64, StartedAt: math.MinInt64},
+			{ID: "d", Status: engine.StatusDone, CreatedAt: 1, StartedAt: 1, EndedAt: 2, Duration: 1234567 * time.Microsecond},
+			{ID: "m", Status: engine.StatusDone, CreatedAt: 1, StartedAt: 1, EndedAt: 1, Duration: 1},
+			{ID: "n", Status: engine.StatusDone, Duration: -5},
 		} {
 			want := encodingJSON(t, headOf(&tc))
 			if got := string(appendJobHead(nil, &tc)) + "}"; got != want {

@@ -24,8 +24,9 @@ type jobHead struct {
 	TargetsDone   int    `json:"targets_done"`
 	TargetsFailed int    `json:"targets_failed"`
 	CreatedAt     int64  `json:"created_at"`
-	StartedAt     int64  `json:"started_at,omitempty"` // 0: queued, or unknown
-	EndedAt       int64  `json:"ended_at,omitempty"`   // 0: live, or unknown
+	StartedAt     int64  `json:"started_at,omitempty"`  // 0: queued, or unknown
+	EndedAt       int64  `json:"ended_at,omitempty"`    // 0: live, or unknown
+	DurationMS    int64  `json:"duration_ms,omitempty"` // 0: live, or unknown
 	// Caller is set in a list across callers (?caller=) only:
 	// appendJobHead never writes it (a job read by id is the caller's
 	// own).
@@ -35,7 +36,8 @@ type jobHead struct {
 // headOf is job's jobHead, without its caller.
 func headOf(j *engine.Job) jobHead {
 	return jobHead{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal, TargetsDone: j.TargetsDone,
-		TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
+		TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt,
+		DurationMS: durationMS(j.Duration)}
 }
 
 // targetHead is a target as the API shows it, but its result.

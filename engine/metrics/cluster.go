@@ -19,7 +19,7 @@ type PeerCounters interface {
 //	siftbatch_cluster_peer_panics_total    peers' calls that panicked on this node (each ended; the node went on)
 //	siftbatch_cluster_peer_refusals_total  peers' messages refused (malformed, system messages, not from a member)
 func Cluster(n PeerCounters) prometheus.Collector {
-	return clusterCollector{
+	return multiCollector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "siftbatch_cluster_peer_panics_total",
 			Help: "Calls of cluster peers that panicked on this node (each ended that call; the node went on).",
@@ -31,16 +31,16 @@ func Cluster(n PeerCounters) prometheus.Collector {
 	}
 }
 
-// clusterCollector is several collectors as one.
-type clusterCollector []prometheus.Collector
+// multiCollector is several collectors as one.
+type multiCollector []prometheus.Collector
 
-func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c multiCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range c {
 		x.Describe(ch)
 	}
 }
 
-func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
+func (c multiCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range c {
 		x.Collect(ch)
 	}

@@ -17,7 +17,7 @@ type KeyCounters interface {
 //	siftbatch_auth_failures_total   unknown keys presented (each answered 401)
 //	siftbatch_auth_throttled_total  requests answered 429, their key unchecked: the address presented too many unknown keys
 func Keys(k KeyCounters) prometheus.Collector {
-	return clusterCollector{
+	return multiCollector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "siftbatch_auth_failures_total",
 			Help: "Unknown keys presented, on every route that checks one (each answered 401).",
@@ -58,7 +58,7 @@ func Conns(c ConnCounters) prometheus.Collector {
 		}
 	}
 	const help = "New connections closed at once: a cap (per client address, or overall) was reached and no connection was idle."
-	return clusterCollector{
+	return multiCollector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "siftbatch_connections_refused_total", Help: help, ConstLabels: prometheus.Labels{"cap": "per_addr"},
 		}, refused(true)),

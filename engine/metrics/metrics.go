@@ -16,8 +16,14 @@
 //	siftbatch_hook_panics_total            hook calls that panicked (see [Metrics.Attach])
 //	siftbatch_http_requests_total{route,code}  HTTP requests by route and status code
 //	siftbatch_http_request_seconds{route}  histogram: HTTP request latency by route
+//	siftbatch_fetch_oldest_seconds         age of the oldest fetch in progress (see [Metrics.Fetch])
+//	siftbatch_submits_refused_total{reason}  submits refused at a cap: caller_cap, global_cap
+//	siftbatch_live_jobs_by_class{class}    live jobs by caller class: standard, restricted, admin, none, other
 //
-// A cluster node's peer counters are a collector apart, [Cluster].
+// A cluster node's peer counters are a collector apart, [Cluster]; so are
+// its membership ([Membership]), a store's series ([Store]) and a
+// fetcher's ([Fetcher]). docs/observability/ has alert rules and a
+// Grafana dashboard over them.
 package metrics
 
 import (
@@ -40,6 +46,14 @@ const (
 	ResultBusy   = "busy" // came back busy for longer than Config.RetryFor
 )
 
+// targetBuckets are siftbatch_target_seconds' buckets, in seconds: from
+// 1 ms, where a page answered at once on a near network lands (a 404, a
+// 500 or a 429 took 0.2 to 2.6 ms on loopback), through a page's usual
+// 100 ms to 1 s (the demo's fast and slow pages: 121 and 904 ms), to the
+// fetcher's 210 s deadline. docs/observability/README.md has the
+// measurement (BenchmarkFetch_FixturePages in cmd/siftbatch).
+var targetBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 210}
+
 // outcomes are the values of siftbatch_jobs_total's outcome label.
 var outcomes = []string{"created", "reused", engine.StatusDone, engine.StatusPartial, engine.StatusFailed, engine.StatusCancelled}
 
@@ -58,8 +72,12 @@ type Metrics struct {
 	hookPanics     prometheus.CounterFunc
 	requests       *prometheus.CounterVec
 	requestSeconds *prometheus.HistogramVec
+	fetchOldest    prometheus.GaugeFunc
+	refused        prometheus.Collector
+	liveByClass    prometheus.Collector
 
-	runner atomic.Pointer[engine.Runner]
+	runner  atomic.Pointer[engine.Runner]
+	fetches fetches
 }
 
 // New returns the metrics, every job outcome and target result at zero so
@@ -77,7 +95,7 @@ func New() *Metrics {
 		targetSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "siftbatch_target_seconds",
 			Help:    "Time to fetch and store one target.",
-			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 210},
+			Buckets: targetBuckets,
 		}),
 		resultBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "siftbatch_result_bytes_total",
@@ -115,6 +133,13 @@ func New() *Metrics {
 		}
 		return 0
 	})
+	m.fetches = fetches{now: time.Now, started: map[uint64]time.Time{}}
+	m.fetchOldest = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "siftbatch_fetch_oldest_seconds",
+		Help: "Age of the oldest fetch in progress, 0 when none (through Metrics.Fetch).",
+	}, m.fetches.oldest)
+	m.refused = m.refusedCollector()
+	m.liveByClass = m.liveByClassCollector()
 	for _, o := range outcomes {
 		m.jobs.WithLabelValues(o)
 	}
@@ -126,7 +151,7 @@ func New() *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.jobs, m.targets, m.targetSeconds, m.resultBytes, m.jobSeconds,
-		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds}
+		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds, m.fetchOldest, m.refused, m.liveByClass}
 }
 
 // Describe sends the descriptors of every series, for
@@ -144,7 +169,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Attach has siftbatch_hook_panics_total read r's [engine.Runner.HookPanics].
+// Attach has siftbatch_hook_panics_total read r's [engine.Runner.HookPanics],
+// siftbatch_submits_refused_total its [engine.Runner.Refusals] and
+// siftbatch_live_jobs_by_class its [engine.Runner.LiveByClass].
 // Call it once [engine.Open] (or [engine.New]) has returned the runner that m's hooks observe;
 // until then the series reads 0.
 func (m *Metrics) Attach(r *engine.Runner) { m.runner.Store(r) }

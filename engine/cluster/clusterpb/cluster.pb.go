@@ -620,8 +620,11 @@ type ListedJob struct {
 	// caller is the job's caller name.
 	Caller string `protobuf:"bytes,9,opt,name=caller,proto3" json:"caller,omitempty"`
 	// started_at and ended_at are unix seconds; 0 when unknown.
-	StartedAt     int64 `protobuf:"varint,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	EndedAt       int64 `protobuf:"varint,11,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	StartedAt int64 `protobuf:"varint,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt   int64 `protobuf:"varint,11,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// duration_ns is how long the job ran, ended_at − started_at at the
+	// store's precision (nanoseconds); 0 when unknown.
+	DurationNs    int64 `protobuf:"varint,12,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +732,13 @@ func (x *ListedJob) GetStartedAt() int64 {
 func (x *ListedJob) GetEndedAt() int64 {
 	if x != nil {
 		return x.EndedAt
+	}
+	return 0
+}
+
+func (x *ListedJob) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
 	}
 	return 0
 }
@@ -1701,7 +1711,7 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
 	"\x06cursor\x18\x04 \x01(\tR\x06cursor\x12\x10\n" +
-	"\x03all\x18\x05 \x01(\bR\x03all\"\xc1\x02\n" +
+	"\x03all\x18\x05 \x01(\bR\x03all\"\xe2\x02\n" +
 	"\tListedJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -1716,7 +1726,9 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\n" +
 	" \x01(\x03R\tstartedAt\x12\x19\n" +
-	"\bended_at\x18\v \x01(\x03R\aendedAt\"\x9f\x01\n" +
+	"\bended_at\x18\v \x01(\x03R\aendedAt\x12\x1f\n" +
+	"\vduration_ns\x18\f \x01(\x03R\n" +
+	"durationNs\"\x9f\x01\n" +
 	"\tListReply\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.siftbatch.cluster.v1.ListedJobR\x04jobs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1f\n" +

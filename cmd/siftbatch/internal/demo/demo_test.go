@@ -29,7 +29,7 @@ func TestRun_Summary(t *testing.T) {
 		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	out := stdout.String()
-	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE/TOTAL  FAILED  SECONDS") {
+	if !strings.Contains(out, "JOB   CALLER  STATUS   DONE/TOTAL  FAILED  MS") {
 		t.Fatalf("no summary table:\n%s", out)
 	}
 	for _, want := range []string{"job1  alice", "job2  bob", "job3  carol",

@@ -54,10 +54,10 @@ func (v *barsView) finish(interrupted bool) { v.b.Finish(interrupted) }
 // fetches the panic page made panic.
 func printSummary(w io.Writer, js []*job, panics int64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tSECONDS\tID")
+	fmt.Fprintln(tw, "JOB\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tMS\tID")
 	for _, d := range js {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%.1f\t%s\n", d.short(), d.caller, d.job.Status,
-			d.job.TargetsDone, d.job.TargetsTotal, d.job.TargetsFailed, d.finished.Sub(d.submitted).Seconds(), d.id)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", d.short(), d.caller, d.job.Status,
+			d.job.TargetsDone, d.job.TargetsTotal, d.job.TargetsFailed, d.finished.Sub(d.submitted).Milliseconds(), d.id)
 	}
 	_ = tw.Flush()
 
