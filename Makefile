@@ -1,32 +1,49 @@
 # siftbatch: `make demo` shows it working; `make test` is what CI runs.
-# The test tiers: test/short (no race, -short: the long multi-process tests
-# skip; < 90 s), test (lint and every test under -race; CI; < 6 min on 2
-# cores), and tiers of their own for what needs more than Go (test/browser:
-# Chromium; test/node: Node >= 18 and npm; test/codegen: oapi-codegen from
-# the module proxy), each run once by CI. A test joins a tier with
-# testkit.RequireTier(t, "NAME"), or skips under -short with testkit.Long(t).
+# The test tiers (their budgets: README.md, Make targets): test/short (no
+# race, -short: the long multi-process tests skip), test (lint and every
+# test under -race, at once; CI), and tiers of their own for what needs
+# more than Go (test/browser: Chromium; test/node: Node >= 18 and npm;
+# test/codegen: oapi-codegen from the module proxy), each run once by CI.
+# A test joins a tier with testkit.RequireTier(t, "NAME"), or skips under
+# -short with testkit.Long(t).
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo demo-cluster install readme test test/short test/race test/browser test/node test/codegen test/faults test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-ui demo-cluster bin/siftbatch install readme test test/short test/race test/browser test/node test/codegen test/faults test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
-demo: ## run the live demo: a fixture server, several jobs, progress bars, a summary
-	$(GO) run ./cmd/siftbatch demo
+# The demos build bin/siftbatch (ignored by git) and run it, not go run:
+# make runs the program itself, whose Ctrl-C is a clean stop (exit 0), so
+# no "make: *** Error 1" follows it (make, interrupted too, exits 130 as
+# any interrupted make does, and says nothing).
+bin/siftbatch: ## build the command into bin/siftbatch (what the demos run)
+	$(GO) build -o bin/siftbatch ./cmd/siftbatch
 
-demo-cluster: ## run the cluster demo: three serve processes on loopback, one killed and brought back; then Ctrl-C to stop
-	$(GO) run ./cmd/siftbatch demo-cluster
+demo: bin/siftbatch ## run the live demo: a fixture server, several jobs, progress bars, a summary
+	bin/siftbatch demo
+
+demo-ui: bin/siftbatch ## the live demo with the dashboard: open the URL it prints, sign in with its key; Ctrl-C to stop
+	bin/siftbatch demo --ui
+
+demo-cluster: bin/siftbatch ## run the cluster demo: three serve processes on loopback, one killed and brought back; then Ctrl-C to stop
+	bin/siftbatch demo-cluster
 
 install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH)/bin
 	$(GO) install ./cmd/siftbatch
 
-readme: ## run the README's session and cluster block (the tests that extract them): curl and python3 needed
+readme: ## run the README's bash blocks, the CLI's, the session's and the cluster's (the tests that extract them): curl and python3 needed
 	$(GO) test -run '^TestREADME_' -count=1 -v ./cmd/siftbatch
 
-test: lint test/race test/rules ## lint, then every test under the race detector, then the alert rules' tests: what CI runs (< 6 min on 2 cores)
+# make test runs lint, test/race and test/rules at once (-j3): each waits on
+# much besides the CPU (the race run on its tests' timers and processes,
+# lint on its first build of staticcheck), and a first run on a fresh
+# machine, with every build cache cold, costs the longest of them, not
+# their sum.
+test: ## lint, every test under the race detector and the alert rules' tests, at once: what CI runs (README, Make targets: the budget)
+	@$(MAKE) --no-print-directory -j3 --output-sync=line lint test/race test/rules
 
 test/race: ## go test -race ./... (-timeout 10m)
 	$(GO) test -race -count=1 -timeout 10m ./...
@@ -53,12 +70,16 @@ test/rules: ## the alert rules: promtool check and unit tests (apt-get install p
 	cd docs/observability && $(PROMTOOL) test rules alerts_test.yml
 	cd docs/observability/promqlcheck && $(GO) test -count=1 ./...
 
-.PHONY: test/strace test/powercutfs bench/durable
+.PHONY: test/strace test/powercutfs bench/durable test/disk
 test/powercutfs: ## the power-cut file system's own tests, verbose (root, /dev/fuse; make test runs them where it can mount, else they skip)
 	$(GO) test -race -count=1 -v ./engine/enginetest/powercut/...
 
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
+
+ROUNDS ?= 5
+test/disk: ## the disk tests' long tier: ROUNDS (5) rounds of serve's full tmpfs (its jobs, another process) and of the power-cut file system's ENOSPC and EIO, both durabilities (root; /dev/fuse)
+	SIFTBATCH_DISK_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -run '^TestServe_Disk(Full|Faults)$$' -timeout 60m ./cmd/siftbatch/
 
 test/node: ## the MCP server against a Node client on the official TypeScript SDK (npm ci from the committed lock file): CI runs it once
 	SIFTBATCH_TIER=node $(GO) test -race -count=1 -run Node ./engine/mcpserver/...
@@ -77,6 +98,19 @@ FAULTS_BUDGET ?= 180
 
 test/faults: ## the cluster under network faults in network namespaces (Linux, root, iproute2, iptables): CI runs it once, within FAULTS_BUDGET (180) s
 	SIFTBATCH_TIER=faults timeout $(FAULTS_BUDGET) $(GO) test -race -count=1 -v -run '^TestFaults_' -timeout $$(( $(FAULTS_BUDGET) - 10 ))s ./engine/cluster/faults
+
+# make test/powercut: the power-cut test's long tier (docs/RELIABILITY.md,
+# "Power cut"): ROUNDS rounds of serve --durable, then ROUNDS of the default
+# mode, on engine/enginetest/powercut's file system (Linux, root, /dev/fuse),
+# each round a cut at a random moment under load; POWERCUT_SEED=N replays
+# from round seed N. make test runs 10 durable rounds and 4 default ones.
+# The log stays in $(POWERCUTLOG); its POWERCUT lines are the figures.
+ROUNDS      ?= 200
+POWERCUTLOG ?= powercut.out
+
+.PHONY: test/powercut
+test/powercut: ## power cuts under load, ROUNDS (200) rounds in each mode (Linux, root, /dev/fuse): run by hand, its figures in docs/RELIABILITY.md
+	POWERCUT_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -timeout 6h -run '^TestPowerCut_(Durable|Default)$$' ./cmd/siftbatch/internal/powercuttest 2>&1 | tee $(POWERCUTLOG) | grep -E 'POWERCUT|seed [0-9]+ \(|^(--- |ok|FAIL)'; grep -q '^ok' $(POWERCUTLOG)
 
 # make test/stress: STRESS_RUNS runs of make STRESS_TARGET in a row on a clean
 # clone (of HEAD: commit first) in a temporary directory, while a CPU hog keeps

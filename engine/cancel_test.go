@@ -50,7 +50,13 @@ func TestRunner_Cancel(t *testing.T) {
 	require.Equal(t, "late", ts[0].Result.Content)
 	for _, tr := range ts[1:] {
 		require.Equal(t, "pending", tr.Status)
+		require.Equal(t, engine.TargetHint("cancelled", "", "pending", "", ""), tr.Hint, "a target a cancel left says it will not run")
+		require.Contains(t, tr.Hint, "not run: the job was cancelled")
 	}
+	require.Equal(t, "", ts[0].Hint, "a target that ran has no not-run hint")
+	require.Equal(t, j.TargetsTotal, j.TargetsDone+engine.NotRun(j.Status, j.TargetsTotal, j.TargetsDone))
+	_, tts, _ := b.Runner.Targets(id)
+	require.Equal(t, ts[len(ts)-1].Hint, tts[len(tts)-1].Hint, "Targets reads the hint Status reads")
 	select {
 	case idx := <-started:
 		t.Fatalf("target %d started after cancel", idx)

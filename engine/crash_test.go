@@ -458,6 +458,10 @@ func crashChild(dir string) {
 					<-ended
 					continue
 				}
+				if errors.Is(err, engine.ErrDiskFull) { // TestRunner_DiskFull: a client's back-off
+					<-time.After(20 * time.Millisecond)
+					continue
+				}
 				if err != nil {
 					fail("submit", err)
 				}
@@ -570,6 +574,9 @@ func TestRunner_Restart(t *testing.T) {
 	require.Equal(t, "done", got[0].Status)
 	require.Equal(t, "stored http://h/a/0", got[0].Result.Content, "finished targets stay readable")
 	require.Equal(t, "pending", got[1].Status)
+	require.Contains(t, got[1].Hint, "not run: the server restarted", "a target the restart left says it will not run")
+	require.Equal(t, "", got[0].Hint)
+	require.Equal(t, 2, engine.NotRun(j.Status, j.TargetsTotal, j.TargetsDone), "failed, 1 of 3 stored, 0 failed, 2 not run")
 	for _, id := range []string{queued, inflight} {
 		j, ts, ok := b.Runner.Status(id)
 		require.True(t, ok)

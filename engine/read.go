@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,10 +149,10 @@ func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []pers
 		if r.expired(&rec) {
 			return Job{}, nil, false
 		}
-		return toJob(&rec), toTargets(ts, results), true
+		return toJob(&rec), toTargets(&rec, ts, results), true
 	}
 	overlay(&rec, ts, snap)
-	job, targets := toJob(&rec), toTargets(ts, results)
+	job, targets := toJob(&rec), toTargets(&rec, ts, results)
 	if !results && IsLive(snap.Job.Status) {
 		v.SetDerived(snap, &targetsRead{job: job, targets: slices.Clone(targets)})
 	}
@@ -200,11 +201,14 @@ func jobDuration(j *persistence.JobRecord) time.Duration {
 	return time.Duration(j.Ended - j.Started)
 }
 
-func toTargets(ts []persistence.TargetRecord, results bool) []TargetStatus {
+// toTargets is job j's targets ts as a read answers them: a pending
+// target of an ended job reads the hint [NotRunHint] gives it (why it will
+// not run).
+func toTargets(j *persistence.JobRecord, ts []persistence.TargetRecord, results bool) []TargetStatus {
 	out := make([]TargetStatus, len(ts))
 	for i := range ts {
 		t := &ts[i]
-		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+		out[i] = TargetStatus{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: cmp.Or(t.Hint, NotRunHint(j.Status, j.Error, t.Status)),
 			Options: decodeOptions(t.Options), Duration: t.Took, StoredAt: t.Stored / 1e9}
 		if results && t.Status == persistence.TargetDone && t.Result != nil {
 			out[i].Result = decodeResult(t.Result)

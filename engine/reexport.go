@@ -16,6 +16,10 @@ const (
 	DefaultMaxBytes      = batchtype.DefaultMaxBytes
 	DefaultRetryWait     = batchtype.DefaultRetryWait
 	DefaultRetryFor      = batchtype.DefaultRetryFor
+	// DefaultDiskReserve (73.6 MiB) is what the store takes when it opens
+	// its next files at the sizes it opens Badger with: 2 memtable logs of
+	// 20.8 MiB and a value-log file of 32 MiB, allocated at once.
+	DefaultDiskReserve = batchtype.DefaultDiskReserve
 )
 
 // Config tunes a runner ([Runner]). The zero value is ready to use: each zero field
@@ -71,6 +75,16 @@ const (
 //	    // [DurabilityProcess] (the default) and [DurabilitySync]. Sync with a
 //	    // store in memory makes engine.New fail.
 //	    Durability Durability
+//	    // DiskReserve is the free space, in bytes, the runner keeps on its
+//	    // store's file system (a store on disk; measured with statfs every
+//	    // second, and at once when the store's writes may have used up the
+//	    // room above it). Below it Submit returns [ErrDiskFull], no new
+//	    // target starts (running jobs are held, their targets pending, none
+//	    // failed for it), and reads, lists, Touch and Cancel work as ever;
+//	    // once there is room again the held jobs go on by themselves. The
+//	    // writes in flight, cancels and settles go into the reserve. Default
+//	    // [DefaultDiskReserve] (73.6 MiB); 1 keeps next to nothing.
+//	    DiskReserve int64
 //	}
 type Config = batchtype.Config
 
@@ -144,6 +158,12 @@ var (
 	// idempotency key is bound to a reusable job of other targets: the
 	// caller sent the same key with another body.
 	ErrIdempotencyMismatch = batchtype.ErrIdempotencyMismatch
+	// ErrDiskFull is returned by [Runner.Submit] while the store's
+	// file system has less free space than [Config.DiskReserve] (nothing
+	// is created; submit again once there is room: the runner's running
+	// jobs are held meanwhile, and go on by themselves), and wrapped by a
+	// store write that failed with ENOSPC.
+	ErrDiskFull = batchtype.ErrDiskFull
 )
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
@@ -267,4 +287,51 @@ func TargetStates() []TargetState {
 // ([Job.TargetsDone]) and never changes again.
 func HasOutcome(state TargetState) bool {
 	return batchtype.HasOutcome(state)
+}
+
+// WillNotRun reports whether a target will never run: it reads pending
+// and its job has ended (cancelled, or failed by a restart, a shutdown or
+// the runner's failure: a job whose targets all ran has none pending).
+// The contract keeps such a target pending; [NotRunHint] says why it will
+// not run, and [NotRun] counts them from a job's summary.
+func WillNotRun(job JobStatus, state TargetState) bool {
+	return batchtype.WillNotRun(job, state)
+}
+
+// NotRun returns how many targets of a job will never run: for an ended
+// job, those without a stored outcome (total − stored, which is 0 for a
+// job that ended by its outcomes); 0 for a live one. So stored + NotRun
+// is the job's total once it has ended. A target a cancel found in flight
+// is counted until its outcome is stored, an instant later.
+func NotRun(job JobStatus, total, stored int) int {
+	return batchtype.NotRun(job, total, stored)
+}
+
+// TargetHint returns the hint a target reads where every hint is given
+// (the API, and so MCP, the Go client and the CLI): the stored hint if
+// there is one, else [NotRunHint], else [FailureHint]. job and jobError
+// are its job's status and error, state, err and hint the target's status,
+// error text and stored hint.
+func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
+	return batchtype.TargetHint(job, jobError, state, err, hint)
+}
+
+// NotRunHint returns the hint of a target that will never run
+// ([WillNotRun]): that it will not, and why (the job was cancelled, the
+// server restarted or shut down, the runner failed); "" for any other
+// target. The engine's reads give it to such a target (which has no
+// stored hint: it has no outcome), so that every view reads the same.
+func NotRunHint(job JobStatus, jobError string, state TargetState) string {
+	return batchtype.NotRunHint(job, jobError, state)
+}
+
+// FailureHint returns the hint the API gives a target stored failed
+// without a hint of its own (a FetchFunc that returned a plain error, a
+// panic, a busy site past RetryFor), by its error text err and its job's
+// status job: a cancel that stopped its fetch, busy too long, a bug in the
+// server, a stop, or else a general one; "" for a target that has not
+// failed. The engine stores and reads such a failure without a hint (its
+// contract); the API adds this one for the agent.
+func FailureHint(job JobStatus, state TargetState, err string) string {
+	return batchtype.FailureHint(job, state, err)
 }

@@ -97,7 +97,10 @@ type TargetStatus struct {
 	Status string // a [TargetState]: pending | running | done | failed
 	Result *Result
 	Error  string
-	Hint   string
+	// Hint says what to do about the target: the hint stored with a
+	// failure; for a pending target of a job that has ended (a cancel, a
+	// restart, a shutdown), that it will not run and why ([NotRunHint]).
+	Hint string
 	// Options are the options the target was submitted with.
 	Options Options
 	// Duration is how long the target's fetch took, by [Config.Now] (its

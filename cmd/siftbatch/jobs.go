@@ -31,7 +31,7 @@ func init() {
 // runJobs is the jobs command: a table of the jobs stored in a directory.
 func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := cli.NewFlagSet("jobs", "jobs [--data DIR] [--status S] [--caller NAME]",
-		"List the jobs stored in a store directory, newest first (as the API lists\nthem). DONE/TOTAL counts the targets with a stored outcome, done or failed;\nFAILED the failed ones. LAST ACTIVE is a job's last stored target or read: it\nstays readable for the --ttl of the serve that stored it (24h by default)\nafter that. The store must not be in use by a running serve.")
+		"List the jobs stored in a store directory, newest first (as the API lists\nthem). DONE/TOTAL counts the targets with a stored outcome, done or failed;\nFAILED the failed ones; NOT RUN those a job that ended (cancelled, or failed by\na restart or a shutdown) left pending, which will never run. LAST ACTIVE is a job's last stored target or read: it\nstays readable for the --ttl of the serve that stored it (24h by default)\nafter that. The store must not be in use by a running serve.")
 	data := fs.String("data", defaultDataDir, "store directory")
 	status := fs.String("status", "", "only the jobs with this status: queued, running, done, partial, failed, cancelled,\nor live (queued or running) or terminal (the others)")
 	caller := fs.String("caller", "", "only the jobs of the caller with this name")
@@ -69,10 +69,11 @@ func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	slices.SortStableFunc(jobs, newestFirst)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tCREATED\tLAST ACTIVE\tERROR")
+	fmt.Fprintln(tw, "ID\tCALLER\tSTATUS\tDONE/TOTAL\tFAILED\tNOT RUN\tCREATED\tLAST ACTIVE\tERROR")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", j.ID, j.Caller, j.Status,
-			j.TargetsDone, j.TargetsTotal, j.TargetsFailed, formatNanos(j.Created), formatNanos(j.Lease), j.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\t%s\n", j.ID, j.Caller, j.Status,
+			j.TargetsDone, j.TargetsTotal, j.TargetsFailed, engine.NotRun(j.Status, j.TargetsTotal, j.TargetsDone),
+			formatNanos(j.Created), formatNanos(j.Lease), j.Error)
 	}
 	return tw.Flush()
 }

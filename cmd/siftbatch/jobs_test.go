@@ -79,7 +79,7 @@ func TestJobs(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("want a header and 3 jobs:\n%s", out)
 	}
-	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "FAILED", "CREATED", "LAST ACTIVE"} {
+	for _, col := range []string{"ID", "CALLER", "STATUS", "DONE/TOTAL", "FAILED", "NOT RUN", "CREATED", "LAST ACTIVE"} {
 		if !strings.Contains(lines[0], col) {
 			t.Fatalf("header %q lacks %s", lines[0], col)
 		}

@@ -91,6 +91,7 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored bytes in all, every row of every job (specs, errors, results); past it the oldest finished jobs are deleted")
 	fs.DurationVar(&cfg.RetryWait, "retry-wait", engine.DefaultRetryWait, "pause before a busy (429/503) target is tried again")
 	fs.DurationVar(&cfg.RetryFor, "retry-for", engine.DefaultRetryFor, "how long one target may keep coming back busy before it fails")
+	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", engine.DefaultDiskReserve, "free bytes kept on the store's file system (default 73.6 MiB: the store's next 2 memtable logs of 20.8 MiB and value-log file of 32 MiB); below it submits answer 507 and running jobs are held, until there is room")
 }
 
 // runServe is the serve command: the HTTP API until ctx is cancelled
@@ -211,6 +212,7 @@ func (f *serveFlags) validate() error {
 		{"jobs-per-caller", c.JobsPerCaller >= 1, "at least 1", c.JobsPerCaller},
 		{"jobs-total", c.JobsTotal >= 1, "at least 1", c.JobsTotal},
 		{"max-bytes", c.MaxBytes >= 1, "at least 1 (bytes)", c.MaxBytes},
+		{"disk-reserve", c.DiskReserve >= 1, "at least 1 (bytes)", c.DiskReserve},
 		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
 		{"filter-memory", f.filterMemory >= fetcher.MinFilterMemory, fmt.Sprintf("at least %d (32 MiB)", fetcher.MinFilterMemory), f.filterMemory},
 		{"max-answer-bytes", f.maxAnswer >= 1, "at least 1 (bytes)", f.maxAnswer},
@@ -289,8 +291,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, err
 	}
 	m, reg, scrape := newMetrics()
-	reg.MustRegister(metrics.Fetcher(fetch))
-	reg.MustRegister(metrics.Keys(guard), metrics.Conns(conns))
+	reg.MustRegister(metrics.Keys(guard), metrics.Conns(conns), metrics.Fetcher(fetch))
 	if node != nil {
 		reg.MustRegister(metrics.Cluster(node), metrics.Membership(func() (int, bool) { // its peers' panics and refusals; its members
 			return len(node.Members()), node.Membership().Member

@@ -190,6 +190,8 @@ func TestServe_WrongKeysThrottled(t *testing.T) {
 		t.Errorf("wrong sign-ins (%d) did not count on the API: %d more wrong keys there, want %d", nUI, nAfter, nAPI-nUI)
 	}
 
+	t.Logf("wrong keys answered 401 before the throttle: /v1/batch %d, /mcp %d, the dashboard's sign-in %d (its own throttle) then /v1/batch %d", nAPI, nMCP, nUI, nAfter)
+
 	// Another address, and its right key, are served.
 	if code, _ := call(t, clientFrom("127.0.0.5"), http.MethodGet, s.base+"/v1/batch", "alice-secret-key", "", ""); code != http.StatusOK {
 		t.Errorf("another address's right key: %d, want 200", code)

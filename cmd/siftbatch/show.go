@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -40,7 +41,7 @@ type storedJobJSON struct {
 type storedTargetJSON struct {
 	Idx     int             `json:"idx"`
 	URL     string          `json:"url"`
-	Options json.RawMessage `json:"options,omitempty"`
+	Options *engine.Options `json:"options,omitempty"`
 	Status  string          `json:"status"`
 	Error   string          `json:"error,omitempty"`
 	Hint    string          `json:"hint,omitempty"`
@@ -119,10 +120,14 @@ func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 		Targets:       make([]storedTargetJSON, 0, len(targets)),
 	}
 	for _, t := range targets {
-		st := storedTargetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: t.Hint,
+		st := storedTargetJSON{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error,
+			Hint:       cmp.Or(t.Hint, engine.NotRunHint(j.Status, j.Error, t.Status)), // as the runner reads it
 			DurationMS: durationMS(t.Took), StoredAt: t.Stored / 1e9}
-		if json.Valid(t.Options) && string(t.Options) != "{}" {
-			st.Options = t.Options
+		// Decoded and encoded again, as the result below: options stored
+		// by json.Marshal escape HTML (a grep of "<h1>").
+		var o engine.Options
+		if json.Unmarshal(t.Options, &o) == nil && o != (engine.Options{}) {
+			st.Options = &o
 		}
 		if *results && t.Result != nil {
 			// Decoded and encoded again: the stored JSON escapes HTML

@@ -252,3 +252,64 @@ func TestShow_ShortIDOfAPlainStore(t *testing.T) {
 		t.Fatalf("show %s: %v %s, want %s", engine.ShortID(ids[0]), err, job.ID, ids[0])
 	}
 }
+
+// TestShowAndJobs_CountTargetsThatWillNotRun: a job a restart failed with
+// 1 of 3 targets stored reads, in jobs, 1/3 stored, 0 failed, 2 not run;
+// show gives each of the 2 a hint that says why it will not run, and
+// prints options as they were given (a grep of "<h1>", not "\u003ch1\u003e").
+func TestShowAndJobs_CountTargetsThatWillNotRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store, err := persistence.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "feed0000000000000000000000000001"
+	j := persistence.JobRecord{ID: id, Caller: "alice", Status: persistence.StatusFailed, Error: "restart", TargetsTotal: 3,
+		Created: 1e9, Lease: 1e9, Settled: true}
+	opts, err := json.Marshal(engine.Options{Grep: "<h1>"}) // as the engine stores them
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := []persistence.TargetRecord{{Idx: 0, URL: "https://example.com/a", Options: opts}, {Idx: 1, URL: "https://example.com/b"}, {Idx: 2, URL: "https://example.com/c"}}
+	if err := store.CreateJob(&j, ts); err != nil {
+		t.Fatal(err)
+	}
+	ts[0].Status, ts[0].Result, ts[0].Stored = persistence.TargetDone, []byte(`{"content":"x"}`), 2e9
+	j.TargetsDone = 1
+	if err := store.SaveTarget(&j, &ts[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, err := run(t, "jobs", "--data", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "DONE/TOTAL  FAILED  NOT RUN") || !strings.Contains(lines[1], "1/3         0       2 ") {
+		t.Fatalf("jobs: want 1/3 stored, 0 failed, 2 not run:\n%s", out)
+	}
+
+	out, _, err = run(t, "show", "--data", dir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job storedJobJSON
+	if err := json.Unmarshal([]byte(out), &job); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if job.Status != "failed" || job.TargetsDone != 1 || job.Targets[0].Hint != "" {
+		t.Fatalf("show:\n%s", out)
+	}
+	for _, tg := range job.Targets[1:] {
+		if tg.Status != "pending" || !strings.HasPrefix(tg.Hint, "not run: the server restarted") {
+			t.Fatalf("show: target %d %s %q, want pending with a hint that it will not run:\n%s", tg.Idx, tg.Status, tg.Hint, out)
+		}
+	}
+	if !strings.Contains(out, `"grep": "<h1>"`) || strings.Contains(out, `\u003c`) {
+		t.Fatalf("show escapes HTML in options:\n%s", out)
+	}
+}

@@ -1,5 +1,7 @@
 package batchtype
 
+import "strings"
+
 // JobStatus is a job's status word: the value of engine.Job.Status. It is
 // another name for string (the field stays a string, the contract's type),
 // so each constant goes wherever a string does. A job is stored queued,
@@ -99,3 +101,87 @@ func TargetStates() []TargetState {
 // failed. A target with an outcome counts in its job's progress
 // (engine.Job.TargetsDone) and never changes again.
 func HasOutcome(state TargetState) bool { return state == TargetDone || state == TargetFailed }
+
+// WillNotRun reports whether a target will never run: it reads pending
+// and its job has ended (cancelled, or failed by a restart, a shutdown or
+// the runner's failure: a job whose targets all ran has none pending).
+// The contract keeps such a target pending; [NotRunHint] says why it will
+// not run, and [NotRun] counts them from a job's summary.
+func WillNotRun(job JobStatus, state TargetState) bool {
+	return state == TargetPending && IsTerminal(job)
+}
+
+// NotRun returns how many targets of a job will never run: for an ended
+// job, those without a stored outcome (total − stored, which is 0 for a
+// job that ended by its outcomes); 0 for a live one. So stored + NotRun
+// is the job's total once it has ended. A target a cancel found in flight
+// is counted until its outcome is stored, an instant later.
+func NotRun(job JobStatus, total, stored int) int {
+	if !IsTerminal(job) || stored >= total {
+		return 0
+	}
+	return total - stored
+}
+
+// TargetHint returns the hint a target reads where every hint is given
+// (the API, and so MCP, the Go client and the CLI): the stored hint if
+// there is one, else [NotRunHint], else [FailureHint]. job and jobError
+// are its job's status and error, state, err and hint the target's status,
+// error text and stored hint.
+func TargetHint(job JobStatus, jobError string, state TargetState, err, hint string) string {
+	if hint != "" {
+		return hint
+	}
+	if h := NotRunHint(job, jobError, state); h != "" {
+		return h
+	}
+	return FailureHint(job, state, err)
+}
+
+// NotRunHint returns the hint of a target that will never run
+// ([WillNotRun]): that it will not, and why (the job was cancelled, the
+// server restarted or shut down, the runner failed); "" for any other
+// target. The engine's reads give it to such a target (which has no
+// stored hint: it has no outcome), so that every view reads the same.
+func NotRunHint(job JobStatus, jobError string, state TargetState) string {
+	if !WillNotRun(job, state) {
+		return ""
+	}
+	const again = " before this target started, and jobs never resume: submit it in a new job to fetch it"
+	switch {
+	case job == StatusCancelled:
+		return "not run: the job was cancelled before this target started: submit it in a new job to fetch it"
+	case jobError == "restart":
+		return "not run: the server restarted (it had stopped without a clean shutdown)" + again
+	case jobError == "shutdown":
+		return "not run: the server shut down" + again
+	case jobError == "internal error":
+		return "not run: the runner stopped on an internal error" + again
+	case jobError != "":
+		return "not run: the job ended (" + jobError + ")" + again
+	}
+	return "not run: the job ended" + again
+}
+
+// FailureHint returns the hint the API gives a target stored failed
+// without a hint of its own (a FetchFunc that returned a plain error, a
+// panic, a busy site past RetryFor), by its error text err and its job's
+// status job: a cancel that stopped its fetch, busy too long, a bug in the
+// server, a stop, or else a general one; "" for a target that has not
+// failed. The engine stores and reads such a failure without a hint (its
+// contract); the API adds this one for the agent.
+func FailureHint(job JobStatus, state TargetState, err string) string {
+	switch {
+	case state != TargetFailed:
+		return ""
+	case job == StatusCancelled && (err == "cancelled" || strings.HasSuffix(err, "context canceled")):
+		return "the job was cancelled while this target was fetched: submit it in a new job to fetch it"
+	case strings.HasPrefix(err, "retry later"):
+		return "the site kept answering busy (429 or 503) for longer than the server retries; try again later in a new job"
+	case err == "internal error":
+		return "the fetch failed on a bug in the server, not on the page; try again in a new job, and report it if it persists"
+	case err == "shutdown" || err == "restart" || strings.HasPrefix(err, "fetch stopped"):
+		return "the server stopped while this target was fetched; submit the job again"
+	}
+	return "the fetch failed; check the URL, or try again in a new job"
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -33,7 +34,7 @@ func TestClient_SessionThroughEveryMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sub.ID == "" || sub.Reused || sub.Location != "/v1/batch/"+sub.ID {
+	if sub.ID == "" || sub.Reused || sub.Location != "/v1/batch/"+sub.ID || sub.Status != sub.Location {
 		t.Fatalf("submit answered %+v", sub)
 	}
 	job, err := c.Wait(ctx, sub.ID, 0)
@@ -363,5 +364,26 @@ func TestClient_JobOfDotIDIsNotFound(t *testing.T) {
 		if !errors.Is(err, engine.ErrNotFound) {
 			t.Errorf("Job(%q) = %+v, %v; want ErrNotFound", id, j, err)
 		}
+	}
+}
+
+// TestClient_SubmitReadsTheLocationOfAnOlderServer: a server from before
+// "location" answers the job's path as "status" only; Location is that.
+func TestClient_SubmitReadsTheLocationOfAnOlderServer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/v1/batch/abc")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"id":"abc","reused":false,"status":"/v1/batch/abc"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := client.New(srv.URL, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Submit(context.Background(), targets("old", 1))
+	if err != nil || sub.Location != "/v1/batch/abc" || sub.Status != "/v1/batch/abc" {
+		t.Fatalf("submit: %+v %v", sub, err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/sift/batch/engine/batchtype"
+	"github.com/sift/batch/engine/apitype"
 )
 
 // Options are a target's fetch options, as the API spells them. A server
@@ -37,17 +37,13 @@ type Target struct {
 	Options Options `json:"options,omitzero"`
 }
 
-// Submitted is the answer to a submit: the API's {"id","reused","status"}.
-type Submitted struct {
-	// ID is the job's id.
-	ID string `json:"id"`
-	// Reused is true if the answer is an earlier job of the same targets
-	// (or the same idempotency key), still reusable, not a new one.
-	Reused bool `json:"reused"`
-	// Location is the job's URL path, "/v1/batch/{id}": the API's
-	// "status" field (and Location header), not a status word.
-	Location string `json:"status"`
-}
+// Submitted is the answer to a submit: the API's {"id","reused",
+// "status","location"}, defined in package
+// github.com/sift/batch/engine/apitype. Its Location is the job's URL
+// path, "/v1/batch/{id}" (filled from "status", the same path, when a
+// server older than "location" answers); its Status is that same path
+// too, not a status word: the contract's name for it.
+type Submitted = apitype.Submitted
 
 // SubmitOptions are [Client.SubmitWith]'s options.
 type SubmitOptions struct {
@@ -62,66 +58,16 @@ type SubmitOptions struct {
 }
 
 // Job is a job: the API's {"id","status","error","targets_total",
-// "targets_done","targets_failed","created_at","targets"}.
-type Job struct {
-	ID string `json:"id"`
-	// Status is queued, running, done, partial, failed or cancelled.
-	Status string `json:"status"`
-	// Error says why a failed job failed ("shutdown", "restart").
-	Error        string `json:"error,omitempty"`
-	TargetsTotal int    `json:"targets_total"`
-	// TargetsDone counts the targets whose outcome is stored, done or
-	// failed: the job's progress.
-	TargetsDone   int `json:"targets_done"`
-	TargetsFailed int `json:"targets_failed"`
-	// CreatedAt is the job's creation, in unix seconds.
-	CreatedAt int64 `json:"created_at"`
-	// StartedAt is when its first target went to a worker, EndedAt when
-	// it ended, in unix seconds; 0 while not known (queued, live, or a
-	// job stored by a server before them).
-	StartedAt int64 `json:"started_at,omitempty"`
-	EndedAt   int64 `json:"ended_at,omitempty"`
-	// DurationMS is how long it ran, from StartedAt to EndedAt, in
-	// milliseconds rounded up; 0 while not known.
-	DurationMS int64 `json:"duration_ms,omitempty"`
-	// Caller is the job's caller, in a list by caller
-	// ([ListOptions.Caller]) only.
-	Caller string `json:"caller,omitempty"`
-	// Targets are the job's targets, without results ([Client.Job],
-	// [Client.Wait]); nil in a list.
-	Targets []TargetStatus `json:"targets,omitempty"`
-}
-
-// Ended reports whether the job has ended: done, partial, failed or
-// cancelled. An ended job never changes.
-func (j Job) Ended() bool { return batchtype.IsTerminal(j.Status) }
-
-// Created returns CreatedAt as a time.
-func (j Job) Created() time.Time { return time.Unix(j.CreatedAt, 0) }
-
-// TargetStatus is a job's target: the API's {"idx","url","status",
-// "error","hint","result"}.
-type TargetStatus struct {
-	Idx int    `json:"idx"`
-	URL string `json:"url"`
-	// Status is pending, running, done (it succeeded) or failed.
-	Status string `json:"status"`
-	// Error and Hint say why a failed target failed, and what to do.
-	Error string `json:"error,omitempty"`
-	Hint  string `json:"hint,omitempty"`
-	// DurationMS is a stored target's fetch time in milliseconds,
-	// rounded up; 0 while pending or running, or not known.
-	DurationMS int64 `json:"duration_ms,omitempty"`
-	// Result is a done target's result, where the answer has results
-	// ([Client.Target], [Client.Results]); nil otherwise.
-	Result *Result `json:"result,omitempty"`
-}
-
-// Result is what a done target fetched: the API's {"content","meta"}.
-type Result struct {
-	Content string         `json:"content"`
-	Meta    map[string]any `json:"meta,omitempty"`
-}
+// "targets_done","targets_failed","created_at","started_at","ended_at",
+// "targets"}; TargetStatus a job's target, and Result a done target's
+// result. Each is defined once, in package
+// github.com/sift/batch/engine/apitype, for the API, this client and the
+// MCP tools alike.
+type (
+	Job          = apitype.Job
+	TargetStatus = apitype.TargetStatus
+	Result       = apitype.Result
+)
 
 // Submit submits targets as a new job, or finds the caller's earlier job
 // of the same targets, and answers which ([Submitted.Reused]).
@@ -159,6 +105,9 @@ func (c *Client) SubmitWith(ctx context.Context, targets []Target, opt SubmitOpt
 	var s Submitted
 	if err := c.getJSON(ctx, rq, &s); err != nil {
 		return Submitted{}, fmt.Errorf("submit: %w", err)
+	}
+	if s.Location == "" {
+		s.Location = s.Status // a server from before "location"
 	}
 	return s, nil
 }

@@ -226,7 +226,9 @@ func (f *forwarder) unavailable(w http.ResponseWriter, node string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": "node unavailable", "hint": hint})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // as the API's answers: a node's name is written as it is
+	_ = enc.Encode(map[string]string{"error": "node unavailable", "hint": hint})
 }
 
 // announcedWait is r's ?wait= (a duration, or whole seconds), at most

@@ -84,7 +84,7 @@ func (c *client) get(path string) error {
 	if res.StatusCode != http.StatusOK {
 		return errors.New(res.Status)
 	}
-	return nil
+	return err
 }
 
 // send sends GET path without reading its answer.

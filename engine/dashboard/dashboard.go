@@ -148,6 +148,7 @@ type runner interface {
 	Result(id string, idx int) (*engine.Result, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
 	ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool)
+	ContentRange(id string, idx int, off, n int64) (engine.ContentRange, bool)
 	Cancel(id string) bool
 	Err() error
 	HookPanics() uint64
@@ -319,7 +320,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.NoBody
 	}
 	if r.Method == http.MethodPost && !sameOrigin(r) {
-		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form was sent from another site."})
+		h.page(w, r, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form was sent from another site."})
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -364,7 +365,7 @@ func (h *Handler) signedIn(fn func(http.ResponseWriter, *http.Request, *session)
 			http.Redirect(w, r, Prefix, http.StatusSeeOther)
 			return
 		}
-		h.page(w, http.StatusUnauthorized, "error", errorPage{Title: "Signed out", Msg: "Your session has ended: sign in again."})
+		h.page(w, r, http.StatusUnauthorized, "error", errorPage{Title: "Signed out", Msg: "Your session has ended: sign in again."})
 	}
 }
 
@@ -398,7 +399,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := h.throttle.allow(clientAddr(r, h.o.TLSProxy), now); !ok {
 		secs := int(wait.Seconds()) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		h.page(w, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many sign-in attempts: wait " + strconv.Itoa(secs) + " s and try again."})
+		h.page(w, r, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many sign-in attempts: wait " + strconv.Itoa(secs) + " s and try again."})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
@@ -409,15 +410,15 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, httpapi.ErrThrottled):
 		secs := httpapi.RetryAfterSeconds(err)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		h.page(w, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many unknown keys from this address: wait " + strconv.Itoa(secs) + " s and try again."})
+		h.page(w, r, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many unknown keys from this address: wait " + strconv.Itoa(secs) + " s and try again."})
 		return
 	case err != nil && !errors.Is(err, httpapi.ErrUnknownKey):
 		h.log.Warn("dashboard sign-in: authenticate failed")
-		h.page(w, http.StatusServiceUnavailable, "signin", signInPage{Msg: "Signing in is not possible right now: try again later."})
+		h.page(w, r, http.StatusServiceUnavailable, "signin", signInPage{Msg: "Signing in is not possible right now: try again later."})
 		return
 	default:
 		h.log.Info("dashboard sign-in refused")
-		h.page(w, http.StatusUnauthorized, "signin", signInPage{Msg: "That key is not known."})
+		h.page(w, r, http.StatusUnauthorized, "signin", signInPage{Msg: "That key is not known."})
 		return
 	}
 	admin := class == httpapi.ClassAdmin
@@ -430,7 +431,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 // signOut is POST /ui/signout: the session ends here and in the browser.
 func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, ss *session) {
 	if !ss.validCSRF(r.PostFormValue("csrf")) {
-		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
+		h.page(w, r, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
 		return
 	}
 	h.sessions.end(ss)
@@ -445,26 +446,26 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request, ss *session) {
 func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request, ss *session) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if !ss.validCSRF(r.PostFormValue("csrf")) {
-		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
+		h.page(w, r, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
 		return
 	}
 	jr, ok := h.read(r.Context(), r.PathValue("id"), ss)
 	switch {
 	case !ok:
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 		return
 	case jr.err != nil:
-		h.nodeUnavailable(w, jr)
+		h.nodeUnavailable(w, r, jr)
 		return
 	case jr.node != "":
-		h.page(w, http.StatusConflict, "error", errorPage{Title: "On another node", Msg: "This job runs on node " + jr.node +
+		h.page(w, r, http.StatusConflict, "error", errorPage{Title: "On another node", Msg: "This job runs on node " + jr.node +
 			": this node's dashboard cancels only its own node's jobs. Cancel it from node " + jr.node +
 			"'s dashboard, or over the API (DELETE /v1/batch/" + jr.job.ID + " with its owner's key, on any node).", Back: Prefix + "jobs/" + jr.job.ID})
 		return
 	}
 	j := jr.job
 	if !h.r.Cancel(j.ID) {
-		h.page(w, http.StatusConflict, "error", errorPage{Title: "Already ended", Msg: "The job has already ended: there is nothing to cancel.", Back: Prefix + "jobs/" + j.ID})
+		h.page(w, r, http.StatusConflict, "error", errorPage{Title: "Already ended", Msg: "The job has already ended: there is nothing to cancel.", Back: Prefix + "jobs/" + j.ID})
 		return
 	}
 	h.log.Info("job cancelled from the dashboard", slog.String(logKeyCaller, ss.name), slog.Bool(logKeyAdmin, ss.admin), slog.String(logKeyJobID, j.ID))
@@ -510,18 +511,18 @@ func (h *Handler) read(ctx context.Context, id string, ss *session) (jr jobRead,
 
 // nodeUnavailable answers 503 for a job whose node cannot be read now,
 // as the API does: the job may be there.
-func (h *Handler) nodeUnavailable(w http.ResponseWriter, jr jobRead) {
+func (h *Handler) nodeUnavailable(w http.ResponseWriter, r *http.Request, jr jobRead) {
 	w.Header().Set("Retry-After", "5")
-	h.page(w, http.StatusServiceUnavailable, "error", errorPage{Title: "Node unavailable",
+	h.page(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Node unavailable",
 		Msg: "This job is another node's, which cannot be read now (" + jr.err.Error() + "): try again in a while.", Back: Prefix})
 }
 
-func (h *Handler) jobNotFound(w http.ResponseWriter) {
-	h.page(w, http.StatusNotFound, "error", errorPage{Title: "Job not found", Msg: "No job of yours has this id. Jobs are deleted a while after they finish.", Back: Prefix})
+func (h *Handler) jobNotFound(w http.ResponseWriter, r *http.Request) {
+	h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "Job not found", Msg: "No job of yours has this id. Jobs are deleted a while after they finish.", Back: Prefix})
 }
 
-func (h *Handler) notFound(w http.ResponseWriter, _ *http.Request) {
-	h.page(w, http.StatusNotFound, "error", errorPage{Title: "Not found", Msg: "There is no such page.", Back: Prefix})
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Msg: "There is no such page.", Back: Prefix})
 }
 
 // staticFiles serves the embedded assets, cacheable for a few minutes.

@@ -359,7 +359,7 @@ func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, i
 		return
 	}
 	if !hexPrefix.MatchString(id) {
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 		return
 	}
 	var (
@@ -374,10 +374,10 @@ func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, i
 	case err == nil && len(jobs) == 0 && len(missing) > 0:
 		// The job may be on a node that did not answer.
 		w.Header().Set("Retry-After", "5")
-		h.page(w, http.StatusServiceUnavailable, "error", errorPage{Title: "Node unavailable",
+		h.page(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Node unavailable",
 			Msg: "No job found with these digits, but node " + strings.Join(missing, ", ") + " did not answer: its jobs were not searched. Try again in a while.", Back: Prefix})
 	case err != nil || len(jobs) == 0:
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 	case len(jobs) == 1:
 		http.Redirect(w, r, Prefix+"jobs/"+jobs[0].ID, http.StatusSeeOther)
 	default:

@@ -128,7 +128,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 	first, ok, skip := render(ss)
 	switch {
 	case !ok:
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 		return
 	case skip:
 		w.Header().Set("Retry-After", "5")

@@ -50,15 +50,15 @@ func (h *Handler) readTurn(w http.ResponseWriter, r *http.Request, ss *session, 
 	case err == nil:
 		return true
 	case errors.Is(err, errBusy):
-		h.tooManyReads(w)
+		h.tooManyReads(w, r)
 	}
 	return false
 }
 
 // tooManyReads answers 429: the caller has too many reads waiting.
-func (h *Handler) tooManyReads(w http.ResponseWriter) {
+func (h *Handler) tooManyReads(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Retry-After", "5")
-	h.page(w, http.StatusTooManyRequests, "error", errorPage{Title: "Too many reads",
+	h.page(w, r, http.StatusTooManyRequests, "error", errorPage{Title: "Too many reads",
 		Msg: "Too many reads of yours wait for their turn already: try again in a few seconds.", Back: Prefix})
 }
 

@@ -24,27 +24,27 @@ import (
 func (h *Handler) resubmitJob(w http.ResponseWriter, r *http.Request, ss *session) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if !ss.validCSRF(r.PostFormValue("csrf")) {
-		h.page(w, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
+		h.page(w, r, http.StatusForbidden, "error", errorPage{Title: "Forbidden", Msg: "This form has expired: reload the page and try again."})
 		return
 	}
 	jr, ok := h.read(r.Context(), r.PathValue("id"), ss)
 	switch {
 	case !ok:
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 		return
 	case jr.err != nil:
-		h.nodeUnavailable(w, jr)
+		h.nodeUnavailable(w, r, jr)
 		return
 	}
 	j, ts := jr.job, jr.targets
 	back := Prefix + "jobs/" + j.ID
 	if jr.node == "" {
 		if _, ts, ok = h.r.Targets(j.ID); !ok {
-			h.jobNotFound(w)
+			h.jobNotFound(w, r)
 			return
 		}
 	} else if len(ts) < j.TargetsTotal {
-		h.page(w, http.StatusConflict, "error", errorPage{Title: "Not resubmitted", Msg: "This job, on node " + jr.node +
+		h.page(w, r, http.StatusConflict, "error", errorPage{Title: "Not resubmitted", Msg: "This job, on node " + jr.node +
 			", has too many targets to be read from this node whole: resubmit its failed targets from node " + jr.node + "'s dashboard.", Back: back})
 		return
 	}
@@ -55,7 +55,7 @@ func (h *Handler) resubmitJob(w http.ResponseWriter, r *http.Request, ss *sessio
 		}
 	}
 	if engine.IsLive(j.Status) || len(failed) == 0 {
-		h.page(w, http.StatusConflict, "error", errorPage{Title: "Nothing to resubmit", Msg: "Only a job that has ended with failed targets can have them resubmitted.", Back: back})
+		h.page(w, r, http.StatusConflict, "error", errorPage{Title: "Nothing to resubmit", Msg: "Only a job that has ended with failed targets can have them resubmitted.", Back: back})
 		return
 	}
 	caller, class := engine.Caller{Name: j.Caller}, httpapi.ClassStandard
@@ -67,7 +67,7 @@ func (h *Handler) resubmitJob(w http.ResponseWriter, r *http.Request, ss *sessio
 		code, msg := resubmitRefusal(err)
 		h.log.Info("dashboard resubmit refused", slog.String(logKeyCaller, ss.name), slog.Bool(logKeyAdmin, ss.admin),
 			slog.String(logKeyJobID, j.ID), slog.Int(logKeyTargets, len(failed)), slog.String(logKeyReason, msg))
-		h.page(w, code, "error", errorPage{Title: "Not resubmitted", Msg: msg, Back: back})
+		h.page(w, r, code, "error", errorPage{Title: "Not resubmitted", Msg: msg, Back: back})
 		return
 	}
 	h.log.Info("failed targets resubmitted from the dashboard", slog.String(logKeyCaller, ss.name), slog.Bool(logKeyAdmin, ss.admin),
@@ -87,6 +87,10 @@ func resubmitRefusal(err error) (int, string) {
 		return http.StatusTooManyRequests, "The job's owner has as many live jobs as it may: wait for one to end, then try again."
 	case errors.Is(err, engine.ErrBusy):
 		return http.StatusTooManyRequests, "The runner has as many live jobs as it may: wait for one to end, then try again."
+	case errors.Is(err, engine.ErrNotSynced):
+		return http.StatusServiceUnavailable, "The server's disk failed to sync the job: nothing was created. Try again in a moment."
+	case errors.Is(err, engine.ErrDiskFull):
+		return http.StatusInsufficientStorage, "The server's disk is below its reserve: no new job is taken until there is room. Running jobs are held and go on by themselves."
 	case errors.Is(err, engine.ErrTooManyTargets):
 		return http.StatusBadRequest, "Too many targets for one job."
 	case errors.Is(err, engine.ErrRetryLater), errors.Is(err, engine.ErrNoAdmission):

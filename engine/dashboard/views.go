@@ -49,13 +49,18 @@ type errorPage struct {
 
 type signInPage struct{ Msg string }
 
-// page renders a page for someone who is not (or no longer) signed in.
-func (h *Handler) page(w http.ResponseWriter, code int, name string, body any) {
-	title := "Sign in"
+// page renders a page outside the signed-in pages: the sign-in form, or
+// an error page. An error page for r of a live session keeps the
+// navigation and Sign out, as every signed-in page has them.
+func (h *Handler) page(w http.ResponseWriter, r *http.Request, code int, name string, body any) {
+	d := pageData{Title: "Sign in", Body: body}
 	if e, ok := body.(errorPage); ok {
-		title = e.Title
+		d.Title = e.Title
+		if ss, ok := h.session(r); ok {
+			d.User = user(ss)
+		}
 	}
-	h.render(w, code, name, pageData{Title: title, Body: body})
+	h.render(w, code, name, d)
 }
 
 // render writes a page: the template name executed with d.
@@ -79,7 +84,7 @@ func user(ss *session) *userView { return &userView{Name: ss.name, Admin: ss.adm
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	ss, ok := h.session(r)
 	if !ok {
-		h.page(w, http.StatusOK, "signin", signInPage{})
+		h.page(w, r, http.StatusOK, "signin", signInPage{})
 		return
 	}
 	var v overviewView
@@ -101,8 +106,11 @@ type jobView struct {
 	Total      int
 	Done       int
 	Failed     int
-	Live       bool
-	Bar        barView
+	// NotRun counts the targets an ended job left pending, which will
+	// never run ([engine.NotRun]): Done + NotRun is Total once it ended.
+	NotRun int
+	Live   bool
+	Bar    barView
 	// Started and Ended are the job's times ("" when unknown: not yet, or
 	// stored before siftbatch kept them); Took is its duration, or how
 	// long it has run so far while live ("" when unknown).
@@ -111,25 +119,32 @@ type jobView struct {
 
 // barView is a progress bar: succeeded, failed, the target in flight
 // (the next one, while it is at a worker: a job's targets go one at a
-// time), and the pending rest, as percentages of the SVG's width.
+// time), and the pending rest (or, once the job has ended, the targets
+// that will never run), as percentages of the SVG's width.
 type barView struct {
 	OkPct, FailPct      float64
 	FlightX, FlightPct  float64
+	NotRunX, NotRunPct  float64
 	Flight              bool
 	Ok, Failed, Pending int
+	NotRun              int
 }
 
 // newBar is j's bar; atWorker says that one of its targets is at a
 // worker now (a running job waits its turn in the rotation most of the
 // time: it shows no target in flight then).
 func newBar(j engine.Job, atWorker bool) barView {
-	b := barView{Ok: j.TargetsDone - j.TargetsFailed, Failed: j.TargetsFailed, Pending: j.TargetsTotal - j.TargetsDone}
+	b := barView{Ok: j.TargetsDone - j.TargetsFailed, Failed: j.TargetsFailed, NotRun: engine.NotRun(j.Status, j.TargetsTotal, j.TargetsDone)}
+	b.Pending = j.TargetsTotal - j.TargetsDone - b.NotRun
 	if j.TargetsTotal <= 0 {
 		return b
 	}
 	unit := 100 / float64(j.TargetsTotal)
 	b.OkPct = round2(float64(b.Ok) * unit)
 	b.FailPct = round2(float64(b.Failed) * unit)
+	if b.NotRun > 0 {
+		b.NotRunX, b.NotRunPct = round2(b.OkPct+b.FailPct), round2(float64(b.NotRun)*unit)
+	}
 	if atWorker && engine.IsLive(j.Status) && b.Pending > 0 {
 		b.Flight, b.FlightX, b.FlightPct = true, round2(b.OkPct+b.FailPct), round2(unit)
 	}
@@ -143,7 +158,7 @@ func newJobView(j engine.Job, showCaller, atWorker bool) jobView {
 	v := jobView{
 		ID: j.ID, Short: engine.ShortID(j.ID), Caller: j.Caller, ShowCaller: showCaller, Status: j.Status, Error: j.Error,
 		Created: time.Unix(j.CreatedAt, 0).UTC().Format("Jan 2 15:04:05 UTC"),
-		Total:   j.TargetsTotal, Done: j.TargetsDone, Failed: j.TargetsFailed,
+		Total:   j.TargetsTotal, Done: j.TargetsDone, Failed: j.TargetsFailed, NotRun: engine.NotRun(j.Status, j.TargetsTotal, j.TargetsDone),
 		Live: engine.IsLive(j.Status), Bar: newBar(j, atWorker),
 		Started: fmtWhen(j.StartedAt), Ended: fmtWhen(j.EndedAt),
 	}
@@ -357,7 +372,7 @@ type targetView struct {
 	Status string
 	Error  string
 	Hint   string
-	Size   string // the stored result's size, "" when none
+	Size   string // the size of the page the result holds (its content), "" when none
 	// Options are the options the target ran with, those set.
 	Options []metaPair
 	// Took is the fetch's duration, Stored when its outcome was stored
@@ -441,16 +456,24 @@ func (h *Handler) jobPageView(ctx context.Context, id string, ss *session) (v jo
 
 // jobPage is GET /ui/jobs/{id}: every target of a job the session may
 // see; 404 for another caller's job, exactly as for a missing one; 503
-// for another node's job when that node cannot be read now.
+// for another node's job when that node cannot be read now. An id that is
+// not whole (the short id every list shows, or 4 or more of its first
+// digits, in any case) is answered as "Open a job" answers it
+// ([Handler.openJob]): the one job of the session's that begins so opens,
+// several are listed, none (or only another caller's) is 404.
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	id := r.PathValue("id")
+	if !validID.MatchString(id) {
+		h.openJob(w, r, ss, strings.ToLower(id))
+		return
+	}
 	v, ok, err := h.jobPageView(r.Context(), id, ss)
 	switch {
 	case !ok:
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 		return
 	case err != nil:
-		h.nodeUnavailable(w, jobRead{err: err})
+		h.nodeUnavailable(w, r, jobRead{err: err})
 		return
 	}
 	if from := r.URL.Query().Get("from"); validID.MatchString(from) {
@@ -484,20 +507,20 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 	idx, err := strconv.Atoi(r.PathValue("idx"))
 	switch {
 	case ok && jr.err != nil:
-		h.nodeUnavailable(w, jr)
+		h.nodeUnavailable(w, r, jr)
 		return
 	case !ok || err != nil || idx < 0 || idx >= j.TargetsTotal:
-		h.jobNotFound(w)
+		h.jobNotFound(w, r)
 		return
 	case jr.node != "":
-		h.page(w, http.StatusNotImplemented, "error", errorPage{Title: "On another node", Msg: "This job's results are stored on node " + jr.node +
+		h.page(w, r, http.StatusNotImplemented, "error", errorPage{Title: "On another node", Msg: "This job's results are stored on node " + jr.node +
 			": open them from node " + jr.node + "'s dashboard, or over the API (GET /v1/batch/" + id + "/" + strconv.Itoa(idx) + " with its owner's key, on any node).", Back: Prefix + "jobs/" + id})
 		return
 	}
 	_, ts, ok := h.r.Targets(id)
 	res, rok := readHead(h.r, id, idx) // the content's first bytes and the meta: not the whole result
 	if !ok || !rok || idx >= len(ts) {
-		h.page(w, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
+		h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
 		return
 	}
 	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(int(res.size))}
@@ -523,8 +546,10 @@ func humanBytes(n int) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
-// sizes caches the sizes of stored results: a result never changes once
-// stored, so each is read once. Safe for concurrent use.
+// sizes caches the sizes of stored results' contents (the page, as the
+// result page shows it, not the stored JSON with its meta and escapes): a
+// result never changes once stored, so each is read once. Safe for
+// concurrent use.
 type sizes struct {
 	mu sync.Mutex
 	m  map[string]int
@@ -541,15 +566,16 @@ func (s *sizes) get(r runner, id string, idx int) (int, bool) {
 	if ok {
 		return n, true
 	}
-	_, size, ok := r.ResultRange(id, idx, 0, 0) // its length alone: no result read
+	cr, ok := r.ContentRange(id, idx, 0, 1) // the page's length (its JSON text) from the stored result's ends: no result read
 	if !ok {
 		return 0, false
 	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil || len(s.m) >= maxSizes {
 		s.m = make(map[string]int)
 	}
-	s.m[key] = int(size)
-	return int(size), true
+	s.m[key] = int(cr.Total)
+	return int(cr.Total), true
 }

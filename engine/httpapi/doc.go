@@ -30,7 +30,9 @@
 // too many, a URL that is not absolute http(s) or whose port is not 1 to
 // 65535, a target option the FetchFunc does not honour
 // ([Options.Honoured]) or whose value it refuses ([Options.Check]) 422; a
-// caller or the server at its cap of live jobs 429 with Retry-After. A
+// caller or the server at its cap of live jobs 429 with Retry-After; the
+// server's disk below its reserve ([engine.ErrDiskFull]) 507 "disk full"
+// with Retry-After (running jobs are held meanwhile, reads work). A
 // request without a body (Body nil, as a cluster forwards requests) is
 // never a submit: POST /v1/batch is 405, "submit to any node: POST is not
 // forwarded".

@@ -105,10 +105,10 @@ func appendJobHead(b []byte, job *engine.Job) []byte {
 	return b
 }
 
-// appendTargetHead appends t's JSON as encoding/json writes a targetHead
-// (its hint as hintFor gives it), but open: without its closing "}", for
-// a result to follow or not.
-func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
+// appendTargetHead appends t's JSON, a target of a job of status job, as
+// encoding/json writes a targetHead (its hint as hintFor gives it), but
+// open: without its closing "}", for a result to follow or not.
+func appendTargetHead(b []byte, job string, t *engine.TargetStatus) []byte {
 	b = append(b, `{"idx":`...)
 	b = strconv.AppendInt(b, int64(t.Idx), 10)
 	b = append(b, `,"url":`...)
@@ -119,7 +119,7 @@ func appendTargetHead(b []byte, t *engine.TargetStatus) []byte {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, t.Error)
 	}
-	if hint := hintFor(t); hint != "" {
+	if hint := hintFor(job, t); hint != "" {
 		b = append(b, `,"hint":`...)
 		b = appendJSONString(b, hint)
 	}

@@ -96,8 +96,8 @@ func TestAppendJobHead(t *testing.T) {
 			cases = append(cases, engine.TargetStatus{Idx: len(cases), Status: engine.TargetDone, Duration: d})
 		}
 		for _, tc := range cases {
-			want := encodingJSON(t, targetHeadOf(&tc))
-			if got := string(appendTargetHead(nil, &tc)) + "}"; got != want {
+			want := encodingJSON(t, targetHeadOf("", &tc))
+			if got := string(appendTargetHead(nil, "", &tc)) + "}"; got != want {
 				t.Errorf("appendTargetHead(%+v) = %s, want %s", tc, got, want)
 			}
 		}
@@ -118,7 +118,7 @@ func BenchmarkAppendJob(b *testing.B) {
 			bp := getBuf()
 			buf := appendJobHead(*bp, &job)
 			for i := range targets {
-				buf = append(appendTargetHead(buf, &targets[i]), '}')
+				buf = append(appendTargetHead(buf, job.Status, &targets[i]), '}')
 			}
 			*bp = buf
 			putBuf(bp)
@@ -133,7 +133,7 @@ func BenchmarkAppendJob(b *testing.B) {
 			_ = enc.Encode(jobHead{ID: job.ID, Status: job.Status, TargetsTotal: job.TargetsTotal, TargetsDone: job.TargetsDone, CreatedAt: job.CreatedAt})
 			for i := range targets {
 				t := &targets[i]
-				_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t)})
+				_ = enc.Encode(targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(job.Status, t)})
 			}
 		}
 	})
@@ -162,7 +162,7 @@ func encodingJSONJob(t *testing.T, job engine.Job, targets []engine.TargetStatus
 			b.WriteByte(',')
 		}
 		tg := &targets[i]
-		s := encodingJSON(t, targetHeadOf(tg))
+		s := encodingJSON(t, targetHeadOf(job.Status, tg))
 		if res := results[tg.Idx]; results != nil && tg.Status == engine.TargetDone && res != nil {
 			s = strings.TrimSuffix(s, "}") + `,"result":` + string(res) + "}"
 		}
@@ -204,13 +204,13 @@ func TestHandler_WriteJob(t *testing.T) {
 		}
 	}
 	for _, tg := range targets {
-		want := encodingJSON(t, targetHeadOf(&tg))
+		want := encodingJSON(t, targetHeadOf("", &tg))
 		if res := results[tg.Idx]; tg.Status == engine.TargetDone && res != nil {
 			want = strings.TrimSuffix(want, "}") + `,"result":` + string(res) + "}"
 		}
-		got := string(appendResult(appendTargetHead(nil, &tg), results[tg.Idx]))
+		got := string(appendResult(appendTargetHead(nil, "", &tg), results[tg.Idx]))
 		if tg.Status != engine.TargetDone {
-			got = string(appendResult(appendTargetHead(nil, &tg), nil))
+			got = string(appendResult(appendTargetHead(nil, "", &tg), nil))
 		}
 		if got != want {
 			t.Errorf("target %d:\n got %s\nwant %s", tg.Idx, got, want)

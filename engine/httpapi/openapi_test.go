@@ -104,8 +104,8 @@ func TestAPI_OpenAPIConformanceCatchesDrift(t *testing.T) {
 		{"429 without Retry-After", "GET", "/v1/batch/x", "", 429, nil, `{"error":"busy","hint":"h"}`, "answer is not as the document says"},
 		{"429 with Retry-After", "GET", "/v1/batch/x", "", 429, map[string]string{"Retry-After": "5"}, `{"error":"busy","hint":"h"}`, ""},
 		{"error of another shape", "GET", "/v1/batch/x", "", 404, nil, `{"message":"gone"}`, "answer is not as the document says"},
-		{"202 without Location", "POST", "/v1/batch", `{"targets":[{"url":"https://a.example"}]}`, 202, nil, `{"id":"x","reused":false,"status":"/v1/batch/x"}`, "answer is not as the document says"},
-		{"a request refused by the document, taken", "POST", "/v1/batch", `{"targets":[]}`, 202, map[string]string{"Location": "/v1/batch/x"}, `{"id":"x","reused":false,"status":"/v1/batch/x"}`, "took a request the document refuses"},
+		{"202 without Location", "POST", "/v1/batch", `{"targets":[{"url":"https://a.example"}]}`, 202, nil, `{"id":"x","reused":false,"status":"/v1/batch/x","location":"/v1/batch/x"}`, "answer is not as the document says"},
+		{"a request refused by the document, taken", "POST", "/v1/batch", `{"targets":[]}`, 202, map[string]string{"Location": "/v1/batch/x"}, `{"id":"x","reused":false,"status":"/v1/batch/x","location":"/v1/batch/x"}`, "took a request the document refuses"},
 		{"outside the document, 200", "GET", "/v1/other", "", 200, nil, `{}`, "outside the document"},
 		{"outside the document, 404", "GET", "/v1/other", "", 404, nil, `{"error":"not found","hint":"h"}`, ""},
 	} {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,25 +14,15 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/apitype"
 )
 
-// jobHead is a job as the API shows it, but its targets.
-type jobHead struct {
-	ID            string `json:"id"`
-	Status        string `json:"status"`
-	Error         string `json:"error,omitempty"`
-	TargetsTotal  int    `json:"targets_total"`
-	TargetsDone   int    `json:"targets_done"`
-	TargetsFailed int    `json:"targets_failed"`
-	CreatedAt     int64  `json:"created_at"`
-	StartedAt     int64  `json:"started_at,omitempty"`  // 0: queued, or unknown
-	EndedAt       int64  `json:"ended_at,omitempty"`    // 0: live, or unknown
-	DurationMS    int64  `json:"duration_ms,omitempty"` // 0: live, or unknown
-	// Caller is set in a list across callers (?caller=) only:
-	// appendJobHead never writes it (a job read by id is the caller's
-	// own).
-	Caller string `json:"caller,omitempty"`
-}
+// jobHead is a job as the API shows it, but its targets (Targets nil):
+// the one shape of a job ([apitype.Job]), which the Go client reads and
+// the MCP tools answer too. Caller is set in a list across callers
+// (?caller=) only: appendJobHead never writes it (a job read by id is the
+// caller's own).
+type jobHead = apitype.Job
 
 // headOf is job's jobHead, without its caller.
 func headOf(j *engine.Job) jobHead {
@@ -40,22 +31,15 @@ func headOf(j *engine.Job) jobHead {
 		DurationMS: durationMS(j.Duration)}
 }
 
-// targetHead is a target as the API shows it, but its result.
-type targetHead struct {
-	Idx    int    `json:"idx"`
-	URL    string `json:"url"`
-	Status string `json:"status"`
-	Error  string `json:"error,omitempty"`
-	Hint   string `json:"hint,omitempty"`
-	// DurationMS is the fetch's time in milliseconds, rounded up (a known
-	// time is at least 1); 0 (absent) while pending or running, and when
-	// unknown.
-	DurationMS int64 `json:"duration_ms,omitempty"`
-}
+// targetHead is a target as the API shows it, but its result (Result
+// nil): [apitype.TargetStatus]. Its DurationMS is the fetch's time in
+// milliseconds, rounded up (a known time is at least 1); 0 (absent) while
+// pending or running, and when unknown.
+type targetHead = apitype.TargetStatus
 
-// targetHeadOf is t's targetHead.
-func targetHeadOf(t *engine.TargetStatus) targetHead {
-	return targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(t), DurationMS: durationMS(t.Duration)}
+// targetHeadOf is t's targetHead, t a target of a job of status job.
+func targetHeadOf(job string, t *engine.TargetStatus) targetHead {
+	return targetHead{Idx: t.Idx, URL: t.URL, Status: t.Status, Error: t.Error, Hint: hintFor(job, t), DurationMS: durationMS(t.Duration)}
 }
 
 // durationMS is d in whole milliseconds, rounded up; 0 for d ≤ 0.
@@ -222,7 +206,7 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 			buf = append(buf, ',')
 		}
 		t := &targets[i]
-		buf = appendTargetHead(buf, t)
+		buf = appendTargetHead(buf, job.Status, t)
 		if !withResults || t.Status != engine.TargetDone {
 			buf = append(buf, '}')
 			continue
@@ -319,7 +303,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		h.sizes.put(j.ID, idx, len(res))
 	}
 	bp := getBuf()
-	buf := appendTargetHead(*bp, t)
+	buf := appendTargetHead(*bp, j.Status, t)
 	defer func() { *bp = buf; putBuf(bp) }()
 	if !h.hold(w, r, resultSize(len(buf), res)) { // given back once written (authenticate)
 		return
@@ -454,19 +438,10 @@ func (h *Handler) other(w http.ResponseWriter, r *http.Request, _ *engine.Caller
 	writeError(w, http.StatusNotFound, "not found", "the API is POST /v1/batch and GET or DELETE /v1/batch/{id}")
 }
 
-// hintFor returns a target's hint: its own, or, for a failure stored
-// without one, a hint from its error, so that every failed target has one.
-func hintFor(t *engine.TargetStatus) string {
-	switch {
-	case t.Hint != "" || t.Status != engine.TargetFailed:
-		return t.Hint
-	case strings.HasPrefix(t.Error, "retry later"):
-		return "the site kept answering busy (429 or 503) for longer than the server retries; try again later in a new job"
-	case t.Error == "internal error":
-		return "the fetch failed on a bug in the server, not on the page; try again in a new job, and report it if it persists"
-	case t.Error == "shutdown" || t.Error == "restart" || strings.HasPrefix(t.Error, "fetch stopped"):
-		return "the server stopped while this target was fetched; submit the job again"
-	default:
-		return "the fetch failed; check the URL, or try again in a new job"
-	}
+// hintFor returns the hint the API gives t, a target of a job of status
+// job, as [engine.TargetHint] does: its own (a pending target of an ended
+// job has the engine's, [engine.NotRunHint]: why it will not run), or for
+// a failure stored without one, [engine.FailureHint]'s.
+func hintFor(job string, t *engine.TargetStatus) string {
+	return cmp.Or(t.Hint, engine.FailureHint(job, t.Status, t.Error))
 }

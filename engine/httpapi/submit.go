@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/apitype"
 )
 
 // submitRequest is the body of POST /v1/batch.
@@ -25,12 +26,9 @@ type submitRequest struct {
 	Targets []engine.Target `json:"targets"`
 }
 
-// submitResponse is the answer to POST /v1/batch.
-type submitResponse struct {
-	ID     string `json:"id"`
-	Reused bool   `json:"reused"`
-	Status string `json:"status"`
-}
+// submitResponse is the answer to POST /v1/batch: its "status" is the
+// job's path (the contract's shape), and so is its "location".
+type submitResponse = apitype.Submitted
 
 // submit is POST /v1/batch. A request without a Body (nil: not one
 // net/http read off a connection, which always has one, but one a cluster
@@ -153,6 +151,16 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		h.retryAfter(w)
 		writeError(w, http.StatusServiceUnavailable, "admission unavailable", "the cluster could not count your jobs just now (a node joined or left); retry after Retry-After seconds")
 		return
+	case errors.Is(err, engine.ErrNotSynced):
+		h.retryAfter(w)
+		writeError(w, http.StatusServiceUnavailable, "disk failed",
+			"the server's disk failed to sync the job (an I/O error): nothing was created; retry after Retry-After seconds")
+		return
+	case errors.Is(err, engine.ErrDiskFull):
+		h.retryAfter(w)
+		writeError(w, http.StatusInsufficientStorage, "disk full",
+			"the server's disk is below its reserve: no new job is taken until there is room; running jobs are held and go on by themselves, reads and cancels work; retry after Retry-After seconds")
+		return
 	default:
 		h.log.Warn("submit failed", slog.String(logKeyCaller, c.Name), slog.String("err", err.Error()))
 		writeError(w, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")
@@ -162,7 +170,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		slog.Int(logKeyTargets, len(req.Targets)), slog.Bool("reused", reused))
 	loc := "/v1/batch/" + id
 	w.Header().Set("Location", loc)
-	writeJSON(w, http.StatusAccepted, submitResponse{ID: id, Reused: reused, Status: loc})
+	writeJSON(w, http.StatusAccepted, submitResponse{ID: id, Reused: reused, Status: loc, Location: loc})
 }
 
 // idempotencyKey returns r's Idempotency-Key header ("" if none), or

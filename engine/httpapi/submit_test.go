@@ -98,7 +98,9 @@ func TestAPI_Submit(t *testing.T) {
 		wantCode(t, r, http.StatusAccepted)
 		m := r.json(t)
 		id, _ := m["id"].(string)
-		if len(id) != 32 || m["reused"] != false || m["status"] != "/v1/batch/"+id {
+		// "status" is the job's path (the contract's shape), and so is
+		// "location", beside the Location header.
+		if len(id) != 32 || m["reused"] != false || m["status"] != "/v1/batch/"+id || m["location"] != "/v1/batch/"+id {
 			t.Fatalf("answer %s", r.body)
 		}
 		if loc := r.header.Get("Location"); loc != "/v1/batch/"+id {

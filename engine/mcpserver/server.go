@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sift/batch/engine/apitype"
 	"github.com/sift/batch/engine/client"
 	"github.com/sift/batch/engine/httpapi"
 )
@@ -221,7 +222,7 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	if l.answers == nil {
 		l.answers, _ = api.(AnswerBudget)
 	}
-	return &Handler{h: requireKey(auth, l.wrap(t.reqs.tag(h))), endWaits: end, limits: l}, nil
+	return &Handler{h: requireKey(auth, l.wrap(t.reqs.tag(unescapeHTML(h)))), endWaits: end, limits: l}, nil
 }
 
 // keyOfHeader is the Bearer key of the HTTP request a call came in.
@@ -275,7 +276,9 @@ func requireKey(auth httpapi.Authenticator, next http.Handler) http.Handler {
 func writeHTTPError(w http.ResponseWriter, code int, msg, hint string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "hint": hint})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]string{"error": msg, "hint": hint})
 }
 
 // ServeStdio serves MCP over in and out (a command's stdin and stdout)
@@ -305,7 +308,7 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	}
 	t := &tools{b: &backend{hc: hc, base: strings.TrimRight(u.String(), "/")},
 		key: func(*mcp.CallToolRequest) (string, bool) { return key, true }, o: o}
-	err = t.server().Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	err = t.server().Run(ctx, &mcp.IOTransport{Reader: in, Writer: &unescapeCloser{u: unescaper{w: out}, out: out}})
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || ctx.Err() != nil) {
 		return nil
 	}
@@ -340,9 +343,11 @@ const (
 		"Options per target are honoured or refused, never ignored: this server's fetcher honours grep " +
 		"(an RE2 expression: keep matching lines) and jq (a jq program run on a JSON page); " +
 		"an option it does not honour is a 422 error naming it. A 429 error says when to retry."
-	descStatus = "The job's status (queued, running, done, partial, failed, cancelled), its counts " +
-		"(targets_done counts stored targets, done or failed; targets_failed the failed ones) and " +
-		"each target's url, status, error and hint. Results are not included: read them with batch_result."
+	descStatus = "The job as GET /v1/batch/{id} answers it: its status (queued, running, done, partial, failed, " +
+		"cancelled), its counts (targets_done counts stored targets, done or failed; targets_failed the failed ones), " +
+		"created_at, started_at and ended_at, and each target's url, status, error, hint and duration_ms. " +
+		"A target still pending in a job that has ended (cancelled, or failed by a restart or a shutdown) will " +
+		"not run: its hint says why. Results are not included: read them with batch_result."
 	descWait = "Wait until the job has ended, or at most seconds (1 to 60, default 60), and answer the job " +
 		"as batch_status does. Sends a progress notification (progress = targets_done, total = targets_total) " +
 		"each time targets land, when the call carries a progress token. If the job is still queued or " +
@@ -414,26 +419,15 @@ type ListIn struct {
 	Cursor string `json:"cursor,omitempty" jsonschema:"the next_cursor of the page before; none for the first page"`
 }
 
-// Job is a job as batch_status and batch_wait answer it.
-type Job struct {
-	ID            string         `json:"id"`
-	Status        string         `json:"status"`
-	Error         string         `json:"error,omitempty"`
-	TargetsTotal  int            `json:"targets_total"`
-	TargetsDone   int            `json:"targets_done"`
-	TargetsFailed int            `json:"targets_failed"`
-	CreatedAt     int64          `json:"created_at"`
-	Targets       []TargetStatus `json:"targets,omitempty"`
-}
-
-// TargetStatus is one target of a Job, without its result.
-type TargetStatus struct {
-	Idx    int    `json:"idx"`
-	URL    string `json:"url"`
-	Status string `json:"status"`
-	Error  string `json:"error,omitempty"`
-	Hint   string `json:"hint,omitempty"`
-}
+// Job is a job as batch_status, batch_wait and batch_list answer it:
+// exactly the job GET /v1/batch/{id} answers (its targets without their
+// results; no targets in a list), the one shape of a job defined in
+// package github.com/sift/batch/engine/apitype; TargetStatus is one of its
+// targets.
+type (
+	Job          = apitype.Job
+	TargetStatus = apitype.TargetStatus
+)
 
 // ResultPage is batch_result's output beside the page's text (the call's
 // text content).
@@ -544,15 +538,6 @@ func (t *tools) submit(ctx context.Context, req *mcp.CallToolRequest, in SubmitI
 	return nil, out, err
 }
 
-func jobOf(j client.Job) Job {
-	out := Job{ID: j.ID, Status: j.Status, Error: j.Error, TargetsTotal: j.TargetsTotal, TargetsDone: j.TargetsDone,
-		TargetsFailed: j.TargetsFailed, CreatedAt: j.CreatedAt}
-	for _, tg := range j.Targets {
-		out.Targets = append(out.Targets, TargetStatus{Idx: tg.Idx, URL: tg.URL, Status: tg.Status, Error: tg.Error, Hint: tg.Hint})
-	}
-	return out
-}
-
 func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (*mcp.CallToolResult, Job, error) {
 	var out Job
 	err := t.call(req, "batch_status", in.ID, func(key string) error {
@@ -564,7 +549,7 @@ func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (
 			return err
 		}
 		j, err := c.Job(ctx, in.ID)
-		out = jobOf(j)
+		out = j
 		return err
 	})
 	return nil, out, err
@@ -616,7 +601,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 		if err != nil && ctx.Err() == nil && gone.Err() == nil && t.stopping() {
 			j, err = c.Job(ctx, in.ID)
 		}
-		out = jobOf(j)
+		out = j
 		return err
 	})
 	return nil, out, err
@@ -685,9 +670,7 @@ func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (
 			return err
 		}
 		p, err := c.ListPage(ctx, client.ListOptions{Status: in.Status, Limit: in.Limit, Cursor: in.Cursor})
-		for _, j := range p.Jobs {
-			out.Jobs = append(out.Jobs, jobOf(j))
-		}
+		out.Jobs = append(out.Jobs, p.Jobs...)
 		out.NextCursor, out.Unavailable = p.NextCursor, p.UnavailableNodes
 		return err
 	})

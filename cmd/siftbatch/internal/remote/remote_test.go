@@ -11,7 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine"
@@ -55,11 +58,16 @@ func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	b := &bundle{gate: testkit.NewGate()}
 	// Room for a few live jobs: the tests submit one after another, and
 	// the runner may count a job that has ended a moment after it reads so.
-	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), engine.Config{JobsPerCaller: 8})
-	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-secret-key\n"))
+	return setupWith(t, engine.Config{JobsPerCaller: 8})
+}
+
+func setupWith(t *testing.T, cfg engine.Config) *bundle {
+	t.Helper()
+	b := &bundle{gate: testkit.NewGate()}
+	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), cfg)
+	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +121,13 @@ func TestCommands_SessionInTextAndJSON(t *testing.T) {
 	var sub client.Submitted
 	if err != nil || json.Unmarshal([]byte(out), &sub) != nil || sub.ID != id || !sub.Reused || sub.Location != "/v1/batch/"+id || stderr != "" {
 		t.Fatalf("submit again --json: %q %q %v", out, stderr, err)
+	}
+	if !strings.Contains(out, `"status": "/v1/batch/`+id+`"`) || !strings.Contains(out, `"location": "/v1/batch/`+id+`"`) {
+		t.Fatalf("submit --json: %s, want the API's answer: status and location, the job's path", out)
+	}
+	var help bytes.Buffer
+	if err := Submit(context.Background(), []string{"--help"}, &help, io.Discard); !strings.Contains(help.String(), `"status" is the`+"\n"+`job's path, /v1/batch/ID`) {
+		t.Fatalf("submit --help (%v) does not say what --json's status is:\n%s", err, help.String())
 	}
 	if _, stderr, _ = b.run(t, Submit, "https://example.com/a", "https://example.com/fail"); !strings.Contains(stderr, "reused") {
 		t.Fatalf("submit again: stderr %q; want a note that the job was reused", stderr)
@@ -353,5 +368,150 @@ func TestReadKeyFile_TakesAKeySavedByAnotherEditor(t *testing.T) {
 		if k, err := ReadKeyFile(writeFile(t, "k", content)); err == nil {
 			t.Errorf("%s: took %q; want an error: more than the key", name, k)
 		}
+	}
+}
+
+// TestSummary_CountsTargetsThatWillNotRun: the summary line's counts add
+// up: a job that ended with targets pending counts them "not run".
+func TestSummary_CountsTargetsThatWillNotRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		j    client.Job
+		want string
+	}{
+		{client.Job{ID: "j", Status: "failed", Error: "restart", TargetsTotal: 3, TargetsDone: 1}, "job j: failed, 1 of 3 stored, 0 failed, 2 not run, created 1970-01-01 00:00:00Z (restart)"},
+		{client.Job{ID: "j", Status: "cancelled", TargetsTotal: 2}, "job j: cancelled, 0 of 2 stored, 0 failed, 2 not run, created 1970-01-01 00:00:00Z"},
+		{client.Job{ID: "j", Status: "running", TargetsTotal: 3, TargetsDone: 1}, "job j: running, 1 of 3 stored, 0 failed, created 1970-01-01 00:00:00Z"},
+		{client.Job{ID: "j", Status: "partial", TargetsTotal: 2, TargetsDone: 2, TargetsFailed: 1}, "job j: partial, 2 of 2 stored, 1 failed, created 1970-01-01 00:00:00Z"},
+	}
+	for _, tt := range tests {
+		if got := summary(tt.j); got != tt.want {
+			t.Errorf("summary(%+v) = %q, want %q", tt.j, got, tt.want)
+		}
+	}
+}
+
+// TestCommands_CancelledJobSaysWhatWillNotRun: a job cancelled with a
+// target in flight and one pending reads, in get and ls, 1 not run, and
+// the pending target's hint says it will not run because of the cancel.
+func TestCommands_CancelledJobSaysWhatWillNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, _, err := b.run(t, Submit, "https://example.com/a", "https://example.com/x/hold", "https://example.com/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	testkit.Recv(t, b.gate.Entered())
+	if _, _, err := b.run(t, Cancel, id); err != nil {
+		t.Fatal(err)
+	}
+	b.gate.Open()
+	testkit.WaitFor(t, "the target in flight at the cancel stored", func() bool {
+		j, ok := b.Runner.Job(id)
+		return ok && j.TargetsDone == 2
+	})
+	out, _, err = b.run(t, Get, id)
+	if err != nil || !strings.HasPrefix(out, "job "+id+": cancelled, 2 of 3 stored, 1 failed, 1 not run, created ") ||
+		!strings.Contains(out, "context canceled (the job was cancelled while this target was fetched") ||
+		!strings.Contains(out, "2    pending  https://example.com/c       not run: the job was cancelled before this target started") {
+		t.Fatalf("get: %v\n%s", err, out)
+	}
+	out, _, err = b.run(t, List)
+	if err != nil || !strings.Contains(out, "NOT RUN") || !strings.Contains(out, id+"  cancelled  2/3         1       1 ") {
+		t.Fatalf("ls: %v\n%s", err, out)
+	}
+}
+
+// lineWriter is a stderr that signals each line written to it.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line) // not a whole line yet
+			return len(p), nil
+		}
+		select {
+		case w.lines <- strings.TrimSuffix(line, "\n"):
+		default:
+		}
+	}
+}
+
+// TestSubmit_SaysWhyItWaitsOrAnswersAtOnce: a submit answered 429 (the
+// caller at its cap) says on stderr, in one line, why it waits and when
+// it tries again, before the wait; with --no-retry it answers the 429 at
+// once.
+func TestSubmit_SaysWhyItWaitsOrAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, engine.Config{JobsPerCaller: 1})
+	if _, _, err := b.run(t, Submit, "https://example.com/hold"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := b.run(t, Submit, "https://example.com/second", "--no-retry")
+	if !errors.Is(err, engine.ErrCallerBusy) || out != "" || stderr != "" {
+		t.Fatalf("submit --no-retry at the cap: %v, stdout %q, stderr %q; want busy (429) at once, nothing printed", err, out, stderr)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &lineWriter{lines: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() {
+		done <- Submit(ctx, []string{"https://example.com/second", "--server", b.server, "--key-file", b.keyFile}, io.Discard, w)
+	}()
+	line := testkit.Recv(t, w.lines)
+	cancel() // no need to wait it out
+	if err := testkit.Recv(t, done); !errors.Is(err, context.Canceled) {
+		t.Errorf("submit interrupted during its wait: %v", err)
+	}
+	for _, want := range []string{"siftbatch submit: the server answered busy (429)", "trying again in ", "(attempt 2 of 4)", "--no-retry answers at once"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the note before the wait: %q; want it to hold %q", line, want)
+		}
+	}
+}
+
+// TestCommands_HintWhenNothingListens: a refused connection (no serve at
+// --server) is the error with a hint that names the address and --server.
+func TestCommands_HintWhenNothingListens(t *testing.T) {
+	t.Parallel()
+	addr := testkit.RefusedAddr(t)
+	key := writeFile(t, "key", "alice-key\n")
+	for name, cmd := range map[string]func(context.Context, []string, io.Writer, io.Writer) error{"submit": Submit, "ls": List} {
+		args := []string{"--server", addr, "--key-file", key}
+		if name == "submit" {
+			args = append(args, "https://example.com/a")
+		}
+		err := cmd(context.Background(), args, io.Discard, io.Discard)
+		hint := cli.HintOf(err)
+		if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(hint, "nothing listens at "+addr) ||
+			!strings.Contains(hint, "is siftbatch serve running there?") || !strings.Contains(hint, "--server") {
+			t.Errorf("%s with nothing at %s: %v, hint %q", name, addr, err, hint)
+		}
+	}
+}
+
+// TestRetryNote_IsOneLine: the note names the command, the answer, the
+// wait rounded and the time it tries again, in one line whatever the
+// server's text holds.
+func TestRetryNote_IsOneLine(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := client.Retry{Err: &client.Error{Status: 503, Message: "node\nunavailable", Hint: "retry\x1b[31m", RetryAfter: 2 * time.Second},
+		Wait: 2345 * time.Millisecond, Attempt: 3, MaxAttempts: 4}
+	got := retryNote("get", r, now)
+	want := "siftbatch get: the server answered node unavailable (503): retry\ufffd[31m; trying again in 2.3s, at 03:04:07 (attempt 3 of 4)"
+	if got != want {
+		t.Errorf("note\n%q\nwant\n%q", got, want)
 	}
 }

@@ -69,6 +69,9 @@ func run() error {
 		return fmt.Errorf("submit: %d %s", sub.StatusCode(), sub.Body)
 	}
 	rep.ID, rep.Reused, rep.Location = sub.JSON202.Id, sub.JSON202.Reused, sub.Headers202.Location
+	if sub.JSON202.Location != rep.Location {
+		return fmt.Errorf("submit: location %q, Location header %q", sub.JSON202.Location, rep.Location)
+	}
 
 	// The same key and body: the same job.
 	again, err := c.SubmitWithResponse(ctx, &batchclient.SubmitParams{IdempotencyKey: &idem}, body)
