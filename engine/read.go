@@ -284,8 +284,9 @@ func (r *Runner) ResultJSON(id string, idx int) ([]byte, bool) {
 }
 
 // ResultRange returns bytes [off, off+n) of target idx's result as its
-// stored JSON (fewer at its end, none past it or for a negative off or n),
-// and the stored JSON's whole length; false as for [Runner.ResultJSON].
+// stored JSON (fewer at its end, none past it: n is clamped to what is
+// left, any n up to MaxInt64 is safe), and the stored JSON's whole
+// length; false as for [Runner.ResultJSON], and for a negative off or n.
 // It reads the target's outcome and only the stored chunks (512 KiB each)
 // the range covers, so a page of a large result costs about the page, and
 // n 0 costs no result read at all: the length alone. The stored JSON is
@@ -293,7 +294,7 @@ func (r *Runner) ResultJSON(id string, idx int) ([]byte, bool) {
 // {"content":" and the content's text follows, JSON-escaped. The bytes
 // are the caller's. Safe for concurrent use.
 func (r *Runner) ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool) {
-	if idx < 0 {
+	if idx < 0 || off < 0 || n < 0 {
 		return nil, 0, false
 	}
 	rec, snap, ok := r.row(id)
@@ -310,10 +311,10 @@ func (r *Runner) ResultRange(id string, idx int, off, n int64) ([]byte, int64, b
 					return nil, 0, false
 				}
 				size := int64(len(u.Result))
-				if off < 0 || n <= 0 || off >= size {
+				if n == 0 || off >= size {
 					return []byte{}, size, true
 				}
-				return append([]byte(nil), u.Result[off:min(size, off+n)]...), size, true
+				return append([]byte(nil), u.Result[off:off+min(n, size-off)]...), size, true
 			}
 		}
 	}

@@ -14,8 +14,8 @@ import (
 
 // TestRunner_ResultRange: a range of a stored result is the same bytes as
 // ResultJSON's, at any offset, small (inline) and large (chunked); n 0
-// gives the length alone; a target without a result, an unknown job or an
-// idx out of range is false.
+// gives the length alone; a target without a result, an unknown job, an
+// idx out of range or a negative off or n is false.
 func TestRunner_ResultRange(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("héllo <wörld> \"q\"\n", 100_000) // ~1.9 MB: chunked
@@ -45,6 +45,10 @@ func TestRunner_ResultRange(t *testing.T) {
 		_, size, ok := rig.Runner.ResultRange(id, idx, 0, 0)
 		require.True(t, ok)
 		require.Equal(t, n, size)
+	}
+	for _, rg := range [][2]int64{{-1, 10}, {0, -1}} {
+		_, _, ok := rig.Runner.ResultRange(id, 0, rg[0], rg[1])
+		require.False(t, ok, "range %v", rg)
 	}
 	for _, idx := range []int{2, 3, -1} {
 		_, _, ok := rig.Runner.ResultRange(id, idx, 0, 10)

@@ -17,6 +17,9 @@ import (
 var (
 	// ErrNotFound is returned for a job id that is not stored.
 	ErrNotFound = errors.New("not found")
+	// ErrBadRange is returned by [Store.ResultRange] for a negative
+	// offset or length.
+	ErrBadRange = errors.New("bad range")
 	// ErrInUse is returned by [Open] when another process (or another Store
 	// in this one) holds the directory.
 	ErrInUse = errors.New("store in use by another process")

@@ -191,8 +191,13 @@ func getOutcome(txn *badger.Txn, id [idLen]byte, idx int) (outcome, bool, error)
 // whole length; the target must be stored done, as for
 // [Store.ResultJSON]. It reads the target's outcome row and only the
 // chunks the range covers: a page of a 32 MiB result costs a chunk or
-// two (512 KiB each), not the result. A negative off or n reads nothing.
+// two (512 KiB each), not the result. n is clamped to what is left after
+// off (any n, up to MaxInt64, is safe); a negative off or n is
+// [ErrBadRange].
 func (s *Store) ResultRange(idHex string, idx int, off, n int64) ([]byte, int64, error) {
+	if off < 0 || n < 0 {
+		return nil, 0, fmt.Errorf("read result: %w", ErrBadRange)
+	}
 	id, ok := parseID(idHex)
 	if !ok || idx < 0 || idx > 0xffff {
 		return nil, 0, fmt.Errorf("read result: %w", ErrNotFound)
@@ -211,11 +216,11 @@ func (s *Store) ResultRange(idHex string, idx int, off, n int64) ([]byte, int64,
 		if !o.chunked {
 			size = int64(len(o.inline))
 		}
-		if off < 0 || n <= 0 || off >= size {
+		if n == 0 || off >= size {
 			res = []byte{}
 			return nil
 		}
-		end := min(size, off+n)
+		end := off + min(n, size-off) // never off+n: it may pass MaxInt64
 		if !o.chunked {
 			res = bytes.Clone(o.inline[off:end])
 			return nil

@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,22 +38,27 @@ func TestStore_ResultRange(t *testing.T) {
 			for i, r := range res {
 				n := int64(len(r))
 				for _, rg := range [][2]int64{
-					{0, n}, {0, 1}, {n - 1, 1}, {0, n + 100}, {n, 10}, {n + 5, 10}, {-1, 10}, {0, 0}, {0, -3},
+					{0, n}, {0, 1}, {n - 1, 1}, {0, n + 100}, {n, 10}, {n + 5, 10}, {0, 0},
 					{resultChunkSize - 3, 6}, {resultChunkSize, 1}, {resultChunkSize - 1, resultChunkSize + 2},
 					{2*resultChunkSize + 5, 256 << 10},
+					{0, math.MaxInt64}, {n - 1, math.MaxInt64}, {math.MaxInt64, math.MaxInt64}, {math.MaxInt64, 1},
 				} {
 					got, size, err := s.ResultRange(id, i, rg[0], rg[1])
 					require.NoError(t, err)
 					require.Equal(t, n, size)
 					var want []byte
-					if rg[0] >= 0 && rg[1] > 0 && rg[0] < n {
-						want = r[rg[0]:min(n, rg[0]+rg[1])]
+					if rg[1] > 0 && rg[0] < n {
+						want = r[rg[0] : rg[0]+min(rg[1], n-rg[0])]
 					}
 					require.Equal(t, len(want), len(got), "result %d range %v", i, rg)
 					if len(want) > 0 {
 						require.Equal(t, want, got, "result %d range %v", i, rg)
 					}
 				}
+			}
+			for _, rg := range [][2]int64{{-1, 10}, {0, -3}, {math.MinInt64, math.MaxInt64}} {
+				_, _, err := s.ResultRange(id, 0, rg[0], rg[1])
+				require.ErrorIs(t, err, ErrBadRange, "range %v", rg)
 			}
 			for _, bad := range []struct {
 				id  string

@@ -78,6 +78,9 @@ func (c *client) get(path string) error {
 	}
 	_, err = io.Copy(io.Discard, res.Body)
 	_ = res.Body.Close()
+	if err != nil { // the answer cut short: the connection was closed
+		return err
+	}
 	if res.StatusCode != http.StatusOK {
 		return errors.New(res.Status)
 	}

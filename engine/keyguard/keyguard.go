@@ -12,9 +12,11 @@
 //
 // Each address has a bucket of [Options.Burst] unknown keys, refilled by
 // one every [Options.Refill]. A key is checked only if the bucket holds
-// one: it is taken while the key is checked and given back if the key
-// was known, so a tenant that presents its own key is never slowed, and
-// concurrent guesses cannot overrun the bucket. An empty bucket refuses
+// one; only an unknown key takes one, so a tenant that presents its own
+// key is never slowed, however many of its requests are checked at once.
+// Concurrent guesses cannot overrun the bucket: a check holds one of its
+// keys while it runs, and an unknown key checked while all were held is
+// answered throttled (and taken all the same). An empty bucket refuses
 // with an error wrapping [httpapi.ErrThrottled], which the handlers answer
 // 429 with Retry-After: the time until the bucket holds one again.
 package keyguard
@@ -88,16 +90,22 @@ type Guard struct {
 	failures  atomic.Int64
 	throttled atomic.Int64
 
-	mu      sync.Mutex
-	m       map[string]*bucket
-	lastLog time.Time
-	unseen  int64 // refusals since the last log line
+	mu       sync.Mutex
+	m        map[string]*bucket
+	overflow bucket    // shared by the addresses the full table cannot take
+	nextScan time.Time // no scan for room before it (the last one found too little)
+	lastLog  time.Time
+	unseen   int64 // refusals since the last log line
 }
 
-// bucket is one address's unknown keys left, as of last.
+// bucket is one address's unknown keys left, as of last (below zero: keys
+// checked past the allowance while others were, a debt the refill pays
+// first), its checks running now, and how many of them hold a key.
 type bucket struct {
-	tokens float64
-	last   time.Time
+	tokens   float64
+	last     time.Time
+	checking int
+	holding  int
 }
 
 // New returns a Guard with the options o.
@@ -120,7 +128,9 @@ func New(o Options) (*Guard, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Guard{o: o, m: make(map[string]*bucket)}, nil
+	g := &Guard{o: o, m: make(map[string]*bucket)}
+	g.overflow.tokens = float64(o.Burst)
+	return g, nil
 }
 
 // addrKey is the context key of a request's client address.
@@ -141,90 +151,158 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 // calls of the API, was counted where it came in). An address whose
 // bucket is empty gets an error wrapping [httpapi.ErrThrottled] (a
 // [*httpapi.ThrottledError]) without its key being checked.
+//
+// A known key never costs its address anything, however many are checked
+// at once: a check holds one of the address's unknown keys while it runs
+// and gives it back if the key was known. A check that finds every one
+// held by others runs at once all the same (a tenant's own requests are
+// never throttled unless the address was, by unknown keys); if its key
+// was unknown, it is answered throttled, not unknown, and still taken
+// from the bucket (below zero: a debt paid before the address is served
+// again), so no more than the bucket's keys are ever answered unknown.
 func (g *Guard) Authenticator(a httpapi.Authenticator) httpapi.Authenticator {
 	return httpapi.AuthenticatorFunc(func(ctx context.Context, key string) (*engine.Caller, string, error) {
 		addr, ok := ctx.Value(addrKey{}).(string)
 		if !ok {
 			return a.Authenticate(ctx, key)
 		}
-		if wait, ok := g.take(addr); !ok {
+		b, held, wait, ok := g.take(addr)
+		if !ok {
 			return nil, "", &httpapi.ThrottledError{RetryAfter: wait}
 		}
 		c, class, err := a.Authenticate(ctx, key)
-		if errors.Is(err, httpapi.ErrUnknownKey) || err == nil && (c == nil || c.Name == "") {
+		unknown := errors.Is(err, httpapi.ErrUnknownKey) || err == nil && (c == nil || c.Name == "")
+		if wait, ok := g.settle(b, held, unknown); !ok {
+			return nil, "", &httpapi.ThrottledError{RetryAfter: wait}
+		}
+		if unknown {
 			g.failures.Add(1)
-		} else {
-			g.giveBack(addr)
 		}
 		return c, class, err
 	})
 }
 
-// Failures is how many unknown keys have been presented in all.
+// Failures is how many unknown keys have been answered unknown in all.
 func (g *Guard) Failures() int64 { return g.failures.Load() }
 
-// Throttled is how many requests have been refused, their key unchecked.
+// Throttled is how many requests have been answered throttled: their key
+// unchecked, or an unknown key checked past the address's allowance.
 func (g *Guard) Throttled() int64 { return g.throttled.Load() }
 
-// take takes one key's check from addr's bucket; if it is empty, false
-// and how long until it is not.
-func (g *Guard) take(addr string) (time.Duration, bool) {
+// bucketLocked is addr's bucket, made if it is new: the shared overflow
+// bucket if the table is full and no room can be made.
+func (g *Guard) bucketLocked(addr string, now time.Time) *bucket {
+	if b := g.m[addr]; b != nil {
+		return b
+	}
+	if !g.makeRoom(now) {
+		return &g.overflow
+	}
+	b := &bucket{tokens: float64(g.o.Burst), last: now}
+	g.m[addr] = b
+	return b
+}
+
+// take starts a key's check from addr, in its bucket b (kept while the
+// check runs): false, and how long until b holds a key again, if it is
+// empty (the address is throttled); held reports whether the check holds
+// one of its keys.
+func (g *Guard) take(addr string) (b *bucket, held bool, wait time.Duration, ok bool) {
 	now := g.o.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	b := g.m[addr]
-	if b == nil {
-		g.makeRoom(now)
-		b = &bucket{tokens: float64(g.o.Burst), last: now}
-		g.m[addr] = b
-	}
+	b = g.bucketLocked(addr, now)
 	g.refill(b, now)
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.tokens < 1 {
+		return nil, false, g.refuseLocked(b, now), false
+	}
+	b.checking++
+	if held = b.tokens-float64(b.holding) >= 1; held {
+		b.holding++
+	}
+	return b, held, 0, true
+}
+
+// settle ends a key's check of b's: an unknown key is taken from b.
+// False, and how long until b holds a key again, if the key was unknown
+// and checked without holding one of b's keys.
+func (g *Guard) settle(b *bucket, held, unknown bool) (time.Duration, bool) {
+	now := g.o.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refill(b, now)
+	b.checking--
+	if held {
+		b.holding--
+	}
+	if !unknown {
 		return 0, true
 	}
+	b.tokens--
+	if held {
+		return 0, true
+	}
+	return g.refuseLocked(b, now), false
+}
+
+// refuseLocked counts a request refused for b and logs, at most once a
+// minute; it returns how long until b holds a key again.
+func (g *Guard) refuseLocked(b *bucket, now time.Time) time.Duration {
 	g.throttled.Add(1)
 	g.unseen++
 	if now.Sub(g.lastLog) >= logEvery {
 		g.o.Log.Warn("unknown keys throttled", slog.Int64(logKeyRefused, g.unseen), slog.Int(logKeyAddrs, g.emptyLocked()))
 		g.lastLog, g.unseen = now, 0
 	}
-	return time.Duration((1 - b.tokens) * float64(g.o.Refill)), false
-}
-
-// giveBack returns the check of a known key to addr's bucket.
-func (g *Guard) giveBack(addr string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if b := g.m[addr]; b != nil {
-		b.tokens = min(b.tokens+1, float64(g.o.Burst))
-	}
+	return time.Duration((1 - b.tokens) * float64(g.o.Refill))
 }
 
 // refill adds what the time since b.last has earned.
 func (g *Guard) refill(b *bucket, now time.Time) {
+	if b.last.IsZero() {
+		b.last = now
+	}
 	if d := now.Sub(b.last); d > 0 {
 		b.tokens = min(float64(g.o.Burst), b.tokens+float64(d)/float64(g.o.Refill))
 		b.last = now
 	}
 }
 
-// makeRoom forgets the addresses whose bucket is full again once
-// MaxAddrs are tracked; if more than three quarters remain (a flood of
-// addresses), all of them. So a scan comes at most once per MaxAddrs/4
-// new addresses.
-func (g *Guard) makeRoom(now time.Time) {
+// makeRoom makes room for a new address once MaxAddrs are tracked: it
+// forgets the addresses whose bucket is full again (they lose nothing),
+// then, down to three quarters of MaxAddrs, those not throttled (they get
+// their burst again). A throttled address, or one whose key is being
+// checked, is never forgotten: a flood of addresses cannot lift a
+// throttle. False if no room could be made: the new address shares the
+// overflow bucket with the others the table cannot take, and no scan is
+// tried again for one Refill (in which every throttled address earns a
+// key), so a flood costs one scan a Refill.
+func (g *Guard) makeRoom(now time.Time) bool {
 	if len(g.m) < g.o.MaxAddrs {
-		return
+		return true
+	}
+	if now.Before(g.nextScan) {
+		return false
 	}
 	for k, b := range g.m {
-		if g.refill(b, now); b.tokens >= float64(g.o.Burst) {
+		if g.refill(b, now); b.tokens >= float64(g.o.Burst) && b.checking == 0 {
 			delete(g.m, k)
 		}
 	}
-	if len(g.m) > g.o.MaxAddrs*3/4 {
-		clear(g.m)
+	low := g.o.MaxAddrs * 3 / 4
+	for k, b := range g.m {
+		if len(g.m) <= low {
+			break
+		}
+		if b.tokens >= 1 && b.checking == 0 {
+			delete(g.m, k)
+		}
 	}
+	if len(g.m) >= g.o.MaxAddrs {
+		g.nextScan = now.Add(g.o.Refill)
+		return false
+	}
+	return true
 }
 
 // emptyLocked counts the addresses throttled now.
@@ -234,6 +312,9 @@ func (g *Guard) emptyLocked() int {
 		if b.tokens < 1 {
 			n++
 		}
+	}
+	if g.overflow.tokens < 1 {
+		n++
 	}
 	return n
 }

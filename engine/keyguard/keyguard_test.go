@@ -126,7 +126,7 @@ func TestGuard_WithoutAddressNotCounted(t *testing.T) {
 
 func TestGuard_AddressesBounded(t *testing.T) {
 	// Past MaxAddrs addresses, those whose bucket is full again are
-	// forgotten first; a flood of throttled ones clears the table.
+	// forgotten first; a throttled one never is.
 	_, now, check := setup(t, keyguard.Options{Burst: 1, Refill: time.Second, MaxAddrs: 4})
 	_ = check("192.0.2.1:1", "wrong-key-wrong-key")
 	*now = now.Add(time.Second) // 192.0.2.1 full again
@@ -137,11 +137,24 @@ func TestGuard_AddressesBounded(t *testing.T) {
 	if err := check("192.0.2.2:1", goodKey); !errors.Is(err, httpapi.ErrThrottled) {
 		t.Fatalf("192.0.2.2 kept: %v, want throttled", err)
 	}
-	for i := 6; i < 7; i++ { // the table fills with throttled addresses: cleared
-		_ = check("192.0.2."+string(rune('0'+i))+":1", "wrong-key-wrong-key")
+	// The table is full of throttled addresses: a new one shares the
+	// overflow bucket with the others it cannot take, and no throttled
+	// address is forgotten before it would have refilled.
+	if err := check("192.0.2.6:1", "wrong-key-wrong-key"); !errors.Is(err, httpapi.ErrUnknownKey) {
+		t.Fatalf("a new address beside a table full of throttled ones: %v, want checked", err)
+	}
+	if err := check("192.0.2.7:1", goodKey); !errors.Is(err, httpapi.ErrThrottled) {
+		t.Fatalf("another new address: %v, want throttled with .6 (the shared overflow bucket)", err)
+	}
+	if err := check("192.0.2.2:1", goodKey); !errors.Is(err, httpapi.ErrThrottled) {
+		t.Fatalf("192.0.2.2 after new addresses: %v, want still throttled", err)
+	}
+	*now = now.Add(time.Second) // one refill: every address may try again, a new one is tracked
+	if err := check("192.0.2.8:1", goodKey); err != nil {
+		t.Fatalf("a new address once the table has room: %v", err)
 	}
 	if err := check("192.0.2.2:1", goodKey); err != nil {
-		t.Fatalf("after a flood of addresses: %v, want the table cleared", err)
+		t.Fatalf("192.0.2.2 once refilled: %v", err)
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -34,7 +36,10 @@ type callerKey struct{}
 // limits is what bounds one caller's MCP requests: one JSON-RPC message a
 // POST (a batch is refused, 400, whatever MCP-Protocol-Version says: the
 // 2025-06-18 revision removed batches, and one POST of thousands of calls
-// had serve build and hold every answer), at most maxCalls tool calls of
+// had serve build and hold every answer), one JSON object with nothing
+// after it, each JSON-RPC member once and spelled exactly (400 otherwise,
+// so the tools/call it counts is the one the SDK runs: the SDK reads the
+// first JSON value alone, its keys case-sensitively), at most maxCalls tool calls of
 // one caller at once (429 past it), none while the caller's unread
 // answers fill its answer budget (429), and each answer's bytes counted in
 // that budget while they are written.
@@ -70,10 +75,16 @@ func (l *limits) wrap(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		var msg struct {
-			Method string `json:"method"`
+		msg, err := readMessage(body)
+		if err != nil {
+			writeRPCError(w, err)
+			return
 		}
-		if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
+		if !msg.call {
+			if msg.ambiguous != nil {
+				writeRPCError(w, msg.ambiguous)
+				return
+			}
 			next.ServeHTTP(w, r) // the SDK answers it, or its error
 			return
 		}
@@ -92,6 +103,10 @@ func (l *limits) wrap(next http.Handler) http.Handler {
 				return
 			}
 			w = &countedWriter{ResponseWriter: w, answers: l.answers, caller: caller}
+		}
+		if msg.ambiguous != nil {
+			writeRPCError(w, msg.ambiguous) // counted like the call's answer
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -159,3 +174,97 @@ func (w *countedWriter) Flush() {
 
 // Unwrap is for http.ResponseController.
 func (w *countedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// errBadMessage and errAmbiguousMessage are readMessage's errors: a body
+// refused, 400, before the SDK reads it.
+var (
+	errBadMessage       = errors.New("the body is not one JSON-RPC message (a JSON object)")
+	errAmbiguousMessage = errors.New("the body is an ambiguous JSON-RPC message")
+)
+
+// rpcMembers are the members of a JSON-RPC message the SDK reads.
+var rpcMembers = [...]string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// message is what limits reads of a POST's body.
+type message struct {
+	// call reports whether a tools/call is named by a top-level "method"
+	// key however it is spelled ("method", "Method", a second "method"):
+	// what the SDK reads (its first JSON value, keys matched exactly), and
+	// what any other reading would.
+	call bool
+	// ambiguous, if not nil, is why readers could disagree on the message:
+	// bytes other than JSON whitespace after its object, a member of
+	// JSON-RPC twice, or a key that differs from one only by case. The
+	// SDK would read the first object alone, exactly; the body is refused
+	// (400) instead, after a call in it is counted.
+	ambiguous error
+}
+
+// readMessage reads body as the SDK will: its first JSON value, which must
+// be an object (a batch is refused before, by isBatch). An error means the
+// first value is not a well-formed JSON object: the SDK would not run it
+// either, and the body is refused.
+func readMessage(body []byte) (message, error) {
+	var m message
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return m, errBadMessage
+	}
+	var seen [len(rpcMembers)]bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return m, errBadMessage
+		}
+		key, _ := tok.(string)
+		member := -1
+		for i, name := range rpcMembers {
+			if strings.EqualFold(key, name) { // encoding/json's folding: "ſ" is "s"
+				member = i
+				break
+			}
+		}
+		if member >= 0 {
+			if key != rpcMembers[member] {
+				m.ambiguous = fmt.Errorf("%w: a key differs from %q by case only", errAmbiguousMessage, rpcMembers[member])
+			} else if seen[member] {
+				m.ambiguous = fmt.Errorf("%w: key %q twice", errAmbiguousMessage, rpcMembers[member])
+			}
+			seen[member] = true
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return m, errBadMessage
+		}
+		if member >= 0 && rpcMembers[member] == "method" {
+			var method string
+			if json.Unmarshal(raw, &method) == nil && method == "tools/call" {
+				m.call = true
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the object's '}'
+		return m, errBadMessage
+	}
+	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		m.ambiguous = fmt.Errorf("%w: %d bytes after its JSON object", errAmbiguousMessage, len(rest))
+	}
+	return m, nil
+}
+
+// writeRPCError answers a body refused by readMessage: 400, with a
+// JSON-RPC error (code -32600, invalid request; id null: no id of the
+// body is trusted).
+func writeRPCError(w http.ResponseWriter, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": "2.0",
+		"id":      nil,
+		"error": map[string]any{
+			"code":    -32600,
+			"message": err.Error(),
+			"data":    map[string]string{"hint": "send one JSON-RPC message, a JSON object with each member once, spelled in lower case, and nothing after it"},
+		},
+	})
+}

@@ -97,6 +97,40 @@ func TestMCP_BatchRefused(t *testing.T) {
 	}
 }
 
+// TestMCP_AmbiguousMessageRefused: a body readers could read two ways
+// (bytes after its object, a member twice, a member spelled in another
+// case) is refused, 400 with a JSON-RPC error, and runs nothing: the
+// SDK reads the first object alone, case-sensitively, and the per-caller
+// bound must count what it runs. A body that is no JSON object is refused
+// too; a plain call runs.
+func TestMCP_AmbiguousMessageRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	call := toolCall(1, "batch_list", `{}`)
+	open := strings.TrimSuffix(call, "}")
+	for name, body := range map[string]string{
+		"trailing bytes":       call + " x",
+		"second object":        call + "\n{}",
+		"method twice":         `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"name":"batch_list","arguments":{}},"method":"tools/call"}`,
+		"Method beside method": open + `,"Method":"ping"}`,
+		"long s in params":     `{"jsonrpc":"2.0","id":1,"method":"tools/call","paramſ":{}}`,
+		"not an object":        `"tools/call"`,
+		"unterminated":         open,
+	} {
+		rec := rawPost(b.mcp, nil, "alice-key", "2025-06-18", body)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":-32600`) {
+			t.Errorf("%s: %d %.200s", name, rec.Code, rec.Body)
+		}
+	}
+	if n := strings.Count(b.Logs.String(), "tool call"); n != 0 {
+		t.Errorf("%d tool calls logged: a refused body runs none", n)
+	}
+	rec := rawPost(b.mcp, nil, "alice-key", "2025-06-18", call+" \r\n\t")
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"jobs"`) {
+		t.Fatalf("one call and whitespace: %d %.300s", rec.Code, rec.Body)
+	}
+}
+
 // TestMCP_ToolCallsBoundPerCaller: at most MaxCallsPerCaller tool calls
 // of one caller run at once: past it 429 with Retry-After, before the
 // call runs; another caller's calls run meanwhile; once the caller's
