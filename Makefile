@@ -1,32 +1,49 @@
 # siftbatch: `make demo` shows it working; `make test` is what CI runs.
-# The test tiers: test/short (no race, -short: the long multi-process tests
-# skip; < 90 s), test (lint and every test under -race; CI; < 6 min on 2
-# cores), and tiers of their own for what needs more than Go (test/browser:
-# Chromium; test/node: Node >= 18 and npm; test/codegen: oapi-codegen from
-# the module proxy), each run once by CI. A test joins a tier with
-# testkit.RequireTier(t, "NAME"), or skips under -short with testkit.Long(t).
+# The test tiers (their budgets: README.md, Make targets): test/short (no
+# race, -short: the long multi-process tests skip), test (lint and every
+# test under -race, at once; CI), and tiers of their own for what needs
+# more than Go (test/browser: Chromium; test/node: Node >= 18 and npm;
+# test/codegen: oapi-codegen from the module proxy), each run once by CI.
+# A test joins a tier with testkit.RequireTier(t, "NAME"), or skips under
+# -short with testkit.Long(t).
 GO          ?= go
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 
-.PHONY: help demo demo-cluster install readme test test/short test/race test/browser test/node test/codegen test/faults test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
+.PHONY: help demo demo-ui demo-cluster bin/siftbatch install readme test test/short test/race test/browser test/node test/codegen test/faults test/stress lint doclinks build build-k8s proto bench bench/rss bench/reads bench/poll bench/boundaries bench/reads-summary bench/profile fmt tidy
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
-demo: ## run the live demo: a fixture server, several jobs, progress bars, a summary
-	$(GO) run ./cmd/siftbatch demo
+# The demos build bin/siftbatch (ignored by git) and run it, not go run:
+# make runs the program itself, whose Ctrl-C is a clean stop (exit 0), so
+# no "make: *** Error 1" follows it (make, interrupted too, exits 130 as
+# any interrupted make does, and says nothing).
+bin/siftbatch: ## build the command into bin/siftbatch (what the demos run)
+	$(GO) build -o bin/siftbatch ./cmd/siftbatch
 
-demo-cluster: ## run the cluster demo: three serve processes on loopback, one killed and brought back; then Ctrl-C to stop
-	$(GO) run ./cmd/siftbatch demo-cluster
+demo: bin/siftbatch ## run the live demo: a fixture server, several jobs, progress bars, a summary
+	bin/siftbatch demo
+
+demo-ui: bin/siftbatch ## the live demo with the dashboard: open the URL it prints, sign in with its key; Ctrl-C to stop
+	bin/siftbatch demo --ui
+
+demo-cluster: bin/siftbatch ## run the cluster demo: three serve processes on loopback, one killed and brought back; then Ctrl-C to stop
+	bin/siftbatch demo-cluster
 
 install: ## go install ./cmd/siftbatch: the siftbatch command in $(go env GOPATH)/bin
 	$(GO) install ./cmd/siftbatch
 
-readme: ## run the README's session and cluster block (the tests that extract them): curl and python3 needed
+readme: ## run the README's bash blocks, the CLI's, the session's and the cluster's (the tests that extract them): curl and python3 needed
 	$(GO) test -run '^TestREADME_' -count=1 -v ./cmd/siftbatch
 
-test: lint test/race test/rules ## lint, then every test under the race detector, then the alert rules' tests: what CI runs (< 6 min on 2 cores)
+# make test runs lint, test/race and test/rules at once (-j3): each waits on
+# much besides the CPU (the race run on its tests' timers and processes,
+# lint on its first build of staticcheck), and a first run on a fresh
+# machine, with every build cache cold, costs the longest of them, not
+# their sum.
+test: ## lint, every test under the race detector and the alert rules' tests, at once: what CI runs (README, Make targets: the budget)
+	@$(MAKE) --no-print-directory -j3 --output-sync=line lint test/race test/rules
 
 test/race: ## go test -race ./... (-timeout 10m)
 	$(GO) test -race -count=1 -timeout 10m ./...

@@ -47,6 +47,21 @@ func TestRunner_Close(t *testing.T) {
 	left, err := b.Store.Unsettled()
 	require.NoError(t, err)
 	require.Empty(t, left)
+	require.Contains(t, b.Logs.String(), `msg="runner closed; live jobs failed \"shutdown\"" count=2`, "a close that failed live jobs says how many")
+}
+
+// TestRunner_CleanCloseSaysNothingFailed: a runner closed with no live job
+// logs only that it closed: no "jobs failed" with a count of 0 to read as
+// an alarm.
+func TestRunner_CleanCloseSaysNothingFailed(t *testing.T) {
+	t.Parallel()
+	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
+	id := b.Submit(t, "alice", enginetest.Targets("a", 1))
+	b.WaitSettled(t, id)
+	b.Runner.Close()
+	logs := b.Logs.String()
+	require.Contains(t, logs, `msg="runner closed"`)
+	require.NotContains(t, logs, "failed \"shutdown\"")
 }
 
 // TestRunner_CloseStartsNoTarget: Close stops the dispatching before it

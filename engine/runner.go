@@ -515,7 +515,14 @@ func (r *Runner) shutdown(ctx context.Context) (err error) {
 	} else {
 		close(r.done)
 	}
-	r.log.Info("runner closed; jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up", gaveUp))
+	if n > 0 || gaveUp {
+		// The live jobs a stop ends read failed "shutdown" (README,
+		// Restarts): said with how many. A stop that ended none says only
+		// that it closed.
+		r.log.Info("runner closed; live jobs failed \"shutdown\"", slog.Int(keyCount, n), slog.Bool("gave_up", gaveUp))
+	} else {
+		r.log.Info("runner closed")
+	}
 	if r.ownsStore {
 		r.waitMu.Lock()
 		for id, w := range r.waits {

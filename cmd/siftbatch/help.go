@@ -29,7 +29,8 @@ func printUsage(w io.Writer) {
 		"--server URL (default "+remote.DefaultServer+") and --key-file FILE, a file that\n"+
 		"holds your API key alone; --json prints the API's JSON.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "siftbatch COMMAND --help" for a command's flags.`)
+	fmt.Fprintln(w, `Run "siftbatch COMMAND --help" for a command's flags, "siftbatch --version" for`)
+	fmt.Fprintln(w, "the version and revision it was built from.")
 }
 
 // runHelp lists the commands, or with a command name prints that command's

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,7 +31,7 @@ func TestHelp(t *testing.T) {
 		"cluster-certs": {"dir", "nodes", "hosts"},
 		"jobs":          {"data"},
 		"show":          {"data", "results"},
-		"submit":        {"server", "key-file", "json", "grep", "jq", "targets", "idempotency-key"},
+		"submit":        {"server", "key-file", "json", "grep", "jq", "targets", "idempotency-key", "no-retry"},
 		"get":           {"server", "key-file", "json", "results"},
 		"wait":          {"server", "key-file", "json", "timeout"},
 		"ls":            {"server", "key-file", "json", "status", "limit"},
@@ -93,5 +95,48 @@ func TestHelp(t *testing.T) {
 		if err != nil || !strings.Contains(out, "Commands:") {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
+	}
+}
+
+// TestRun_Version: --version (and -version, version) prints the module's
+// path and version, the revision (unknown in a test binary, which records
+// none) and Go's version, and exits 0.
+func TestRun_Version(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"--version", "-version", "version"} {
+		out, _, err := run(t, arg)
+		if err != nil || !strings.HasPrefix(out, "siftbatch github.com/sift/batch ") || !strings.Contains(out, "\nrevision: ") || !strings.Contains(out, "\ngo: go1.") {
+			t.Errorf("%s: %v\n%s", arg, err, out)
+		}
+	}
+}
+
+// TestReport_PrintsTheHint: an error with a hint (cli.WithHint) prints the
+// error, then the hint on a line of its own, and exits 1.
+func TestReport_PrintsTheHint(t *testing.T) {
+	t.Parallel()
+	var msg bytes.Buffer
+	err := cli.WithHint(errors.New("dial tcp 127.0.0.1:9: connect: connection refused"), "hint: nothing listens at 127.0.0.1:9")
+	if code := report(err, &msg); code != exitError || msg.String() != "siftbatch: dial tcp 127.0.0.1:9: connect: connection refused\nhint: nothing listens at 127.0.0.1:9\n" {
+		t.Errorf("exit %d, %q", code, msg.String())
+	}
+}
+
+// TestServe_DataIsAFile: serve --data FILE says --data is a file, and
+// leaves the file as it was.
+func TestServe_DataIsAFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	file := filepath.Join(dir, "notes")
+	if os.WriteFile(keys, []byte(testKeys), 0o600) != nil || os.WriteFile(file, []byte("mine"), 0o600) != nil {
+		t.Fatal("write files")
+	}
+	_, _, err := run(t, "serve", "--keys", keys, "--data", file, "--addr", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "--data "+file+" is a file") {
+		t.Errorf("serve --data FILE: %v", err)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "mine" {
+		t.Errorf("the file after: %q %v", b, err)
 	}
 }

@@ -83,6 +83,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "-help", "--help":
 		printUsage(stdout)
 		return nil
+	case "--version", "-version", "version":
+		_, err := fmt.Fprintln(stdout, cli.Version())
+		return err
 	}
 	for _, c := range commands {
 		if c.name == name {
@@ -92,8 +95,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return cli.Usagef("unknown command %q", name)
 }
 
-// report prints err to stderr in one line (with a hint for usage errors) and
-// returns the process exit code for it. A command returns ctx's error only
+// report prints err to stderr in one line (with a hint for usage errors
+// and a [cli.HintError]) and returns the process exit code for it. A command returns ctx's error only
 // once it has stopped cleanly (a failed stop is an error of its own): an
 // interrupt is then no failure.
 func report(err error, stderr io.Writer) int {
@@ -110,6 +113,9 @@ func report(err error, stderr io.Writer) int {
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "siftbatch: %v\n", err)
+		if hint := cli.HintOf(err); hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
 		return exitError
 	}
 }

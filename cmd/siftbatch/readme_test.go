@@ -126,3 +126,26 @@ func TestREADME_Cluster(t *testing.T) {
 		t.Errorf("n3 did not answer n1's job, done:\n%s", text)
 	}
 }
+
+// TestREADME_CLI runs the CLI block of README.md as pasted on a machine
+// without internet: it builds the command, serves pages with python and
+// starts serve on ports they pick, submits, waits, gets, lists and
+// cancels through the commands, stops both and removes its directory.
+func TestREADME_CLI(t *testing.T) {
+	testkit.Long(t)
+	t.Parallel()
+	block, root := readmeBlock(t, "cli")
+	text := runBlock(t, block, root)
+	m := regexp.MustCompile(`(?m)^job ([0-9a-f]{32}): partial, 3 of 3 stored, 1 failed, created `).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("wait did not print the job, partial:\n%s", text)
+	}
+	for _, want := range []string{
+		"--- 0 done http://127.0.0.1:", "<h1>a</h1>", "<h1>b</h1>", "--- 2 failed http://127.0.0.1:", "HTTP 404",
+		"ID  ", m[1], "job already finished",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the CLI block's output lacks %q:\n%s", want, text)
+		}
+	}
+}

@@ -235,19 +235,13 @@ type clusterNode struct {
 	err    error
 }
 
-// freePorts returns n distinct free ports on 127.0.0.1.
+// freePorts returns n distinct free ports on 127.0.0.1 for serve
+// processes, which bind them themselves: outside the kernel's ephemeral
+// range, where nothing the kernel allocates takes one before the process
+// binds it, nor after it exits (a node restarted on its ports).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close() // held until all are picked: no port twice
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports
+	return testkit.Ports(t, n)
 }
 
 // startClusterNode starts serve with args as a child process; the test's

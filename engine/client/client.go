@@ -41,6 +41,21 @@ type Client struct {
 	pollWait    time.Duration
 	// sleep waits d or until ctx is done (tests count the waits).
 	sleep func(ctx context.Context, d time.Duration) error
+	// onRetry, if set, is told of each wait before a retry.
+	onRetry func(Retry)
+}
+
+// Retry is what a function given to [WithOnRetry] is told before the
+// client waits to send a request again.
+type Retry struct {
+	// Err is the answer that asks for the retry: a 429 or a 503, its
+	// message, hint and Retry-After.
+	Err *Error
+	// Wait is how long the client waits before it sends the request again.
+	Wait time.Duration
+	// Attempt is the number of the attempt that follows the wait (2 for
+	// the first retry), of MaxAttempts in all.
+	Attempt, MaxAttempts int
 }
 
 // Option configures a [Client] made by [New].
@@ -71,6 +86,17 @@ func WithRetry(maxAttempts int, maxWait time.Duration) Option {
 			return errors.New("retry: maxAttempts must be at least 1 and maxWait not negative")
 		}
 		c.maxAttempts, c.maxWait = maxAttempts, maxWait
+		return nil
+	}
+}
+
+// WithOnRetry has the client call fn before each wait for a retry (a
+// command line says on stderr why it waits, and until when). fn runs on
+// the goroutine of the call that retries, and must not block. Default:
+// nothing is told.
+func WithOnRetry(fn func(Retry)) Option {
+	return func(c *Client) error {
+		c.onRetry = fn
 		return nil
 	}
 }
@@ -196,6 +222,9 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 			// Asked to wait past the bound, or past ctx's deadline: the
 			// answer now, rather than a sleep that ends in ctx's error.
 			return nil, e
+		}
+		if c.onRetry != nil {
+			c.onRetry(Retry{Err: e, Wait: wait, Attempt: attempt + 1, MaxAttempts: c.maxAttempts})
 		}
 		if err := c.sleep(ctx, wait); err != nil {
 			return nil, err

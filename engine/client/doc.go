@@ -29,7 +29,8 @@
 // plus up to a quarter more of jitter, at most [DefaultMaxAttempts] times
 // in all and never after a wait longer than [DefaultMaxWait]
 // ([WithRetry] sets both): an answer whose wait would pass that bound, or
-// the context's deadline, is returned at once. Those answers come before the server did the
+// the context's deadline, is returned at once. [WithOnRetry] is told of
+// each wait before it (a command line says why it waits). Those answers come before the server did the
 // request's work (a submit refused by the caps, a read refused by the
 // caller's answer budget, a shutting-down server, a cluster node away), and
 // every request the client sends is safe to repeat: reads are reads, a

@@ -48,7 +48,8 @@ func TestClient_RetriesA429AfterItsRetryAfter(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{}, httpapi.Options{RetryAfter: 3 * time.Second})
 	ctx := context.Background()
-	c := b.client(t, "alice-key", client.WithRetry(3, time.Minute))
+	var told []client.Retry
+	c := b.client(t, "alice-key", client.WithRetry(3, time.Minute), client.WithOnRetry(func(r client.Retry) { told = append(told, r) }))
 	w := &waits{}
 	client.SetSleep(c, w.sleep)
 
@@ -70,6 +71,17 @@ func TestClient_RetriesA429AfterItsRetryAfter(t *testing.T) {
 	for _, d := range got {
 		if d < 3*time.Second || d > 3*time.Second+3*time.Second/4 {
 			t.Fatalf("waited %v; want Retry-After 3s plus at most 25%% jitter", d)
+		}
+	}
+	// WithOnRetry is told of each wait, before it: why, how long, which
+	// attempt comes next.
+	if len(told) != len(got) {
+		t.Fatalf("told of %d retries, waited %d times", len(told), len(got))
+	}
+	for i, r := range told {
+		if r.Err == nil || r.Err.Status != http.StatusTooManyRequests || r.Err.RetryAfter != 3*time.Second || r.Wait != got[i] ||
+			r.Attempt != i+2 || r.MaxAttempts != 3 {
+			t.Errorf("retry %d told %+v (err %+v), want the 429 with Retry-After 3s, wait %v, attempt %d of 3", i, r, r.Err, got[i], i+2)
 		}
 	}
 

@@ -32,6 +32,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -254,15 +256,63 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 			return fmt.Errorf("start node: %w", err)
 		}
 	}
-	host, port, _ := splitHostPort(n.cfg.Addr)
-	l, err := net.Listen("tcp", n.cfg.Addr) // protoactor panics on an address in use
+	if n.cfg.Provider.listen != nil {
+		l, err := n.cfg.Provider.listen()
+		if err != nil {
+			return fmt.Errorf("start node: %w", err)
+		}
+		n.life.manage = share(l)
+	}
+	inc, err := n.bindAndIncarnate(r, h)
 	if err != nil {
-		return fmt.Errorf("start node: cluster address: %w", err)
+		if n.life.manage != nil {
+			n.life.manage.close()
+			n.life.manage = nil
+		}
+		return fmt.Errorf("start node: %w", err)
+	}
+	n.life.started = true
+	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, inc.system.Address()),
+		slog.String("provider", n.cfg.Provider.name))
+	n.life.goWork(n.watchRejoin)
+	return nil
+}
+
+// portAttempts is how many ports Start tries when Addr's port is 0:
+// protoactor's remote binds its address itself, so the port Start picked
+// may be taken by another program before the remote binds it.
+const portAttempts = 5
+
+// bindAndIncarnate settles the node's addresses and makes its first
+// incarnation. With Addr's port 0 it picks a free port and, should
+// another program take it before protoactor's remote binds it, another.
+func (n *Node) bindAndIncarnate(r *engine.Runner, h http.Handler) (*incarnation, error) {
+	host, port, _ := splitHostPort(n.cfg.Addr)
+	for attempt := 1; ; attempt++ {
+		b, err := n.bind(r, h, host, port)
+		if err != nil {
+			return nil, err
+		}
+		inc, err := n.incarnate(b)
+		// protoactor's panic carries the error as text only.
+		if err != nil && port == 0 && attempt < portAttempts && strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) {
+			continue
+		}
+		return inc, err
+	}
+}
+
+// bind sets what Start bound: the runner, the handler and the remote's
+// address, host:port (port 0: a free port, picked now).
+func (n *Node) bind(r *engine.Runner, h http.Handler, host string, port int) (*bound, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))) // protoactor panics on an address in use
+	if err != nil {
+		return nil, fmt.Errorf("cluster address: %w", err)
 	}
 	if port == 0 {
 		port = l.Addr().(*net.TCPAddr).Port
 	}
-	_ = l.Close()
+	_ = l.Close() // protoactor's remote binds it itself: bindAndIncarnate tries again if it is taken meanwhile
 	advertise := n.cfg.AdvertiseAddr
 	if _, aport, _ := splitHostPort(advertise); aport == 0 {
 		ahost, _, _ := splitHostPort(advertise)
@@ -273,15 +323,7 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 	n.life.run = b
 	n.life.bound.Store(b)
 	n.members.loadTags(peer)
-	inc, err := n.incarnate(b)
-	if err != nil {
-		return fmt.Errorf("start node: %w", err)
-	}
-	n.life.started = true
-	n.log.Info("cluster node started", slog.String(logKeyNode, n.cfg.Node), slog.String(logKeyAddress, inc.system.Address()),
-		slog.String("provider", n.cfg.Provider.name))
-	n.life.goWork(n.watchRejoin)
-	return nil
+	return b, nil
 }
 
 // incarnate makes the node's incarnation (rejoin.go): a provider, an actor
@@ -289,7 +331,11 @@ func (n *Node) Start(r *engine.Runner, h http.Handler) error {
 // as the node's, and starts its member. An error if any of that fails,
 // having left nothing started.
 func (n *Node) incarnate(b *bound) (*incarnation, error) {
-	provider, err := n.cfg.Provider.make()
+	var manage net.Listener
+	if n.life.manage != nil {
+		manage = n.life.manage.view()
+	}
+	provider, err := n.cfg.Provider.make(manage)
 	if err != nil {
 		return nil, err
 	}
@@ -402,6 +448,9 @@ func (n *Node) Close() error {
 			if ok, _ := shutdown(inc.c); !ok {
 				n.log.Warn("cluster remote stopped hard: protoactor panicked in its graceful stop")
 			}
+		}
+		if n.life.manage != nil {
+			n.life.manage.close()
 		}
 		n.log.Info("cluster node stopped", slog.String(logKeyNode, n.cfg.Node))
 	}

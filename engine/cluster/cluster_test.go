@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,14 +84,6 @@ func TestNode_StartErrors(t *testing.T) {
 	}
 	defer taken.Close()
 	inUse := taken.Addr().String()
-	free := func(t *testing.T) string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
 	newNode := func(t *testing.T, addr string, p cluster.Provider) *cluster.Node {
 		n, err := cluster.New(cluster.Config{Name: "start-errors", Node: "n", Addr: addr, TLS: clustertest.NodeTLS(t, "n"), Provider: p})
 		if err != nil {
@@ -104,8 +97,8 @@ func TestNode_StartErrors(t *testing.T) {
 		"remote address in use":       newNode(t, inUse, testProvider),
 		"manage address in use":       newNode(t, "127.0.0.1:0", cluster.Automanaged(inUse, []string{inUse}, 0)),
 		"manage address without port": newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:0", []string{"127.0.0.1:1"}, 0)),
-		"no peers":                    newNode(t, "127.0.0.1:0", cluster.Automanaged(free(t), nil, 0)),
-		"bad peer":                    newNode(t, "127.0.0.1:0", cluster.Automanaged(free(t), []string{"nowhere"}, 0)),
+		"no peers":                    newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:1", nil, 0)),                 // refused before binding
+		"bad peer":                    newNode(t, "127.0.0.1:0", cluster.Automanaged("127.0.0.1:1", []string{"nowhere"}, 0)), // refused before binding
 		"address of another host":     newNode(t, "192.0.2.1:0", testProvider),
 	} {
 		if err := n.Start(r, h); err == nil {
@@ -123,18 +116,31 @@ func TestNode_StartErrors(t *testing.T) {
 
 	// A provider that fails once protoactor's remote has started: the
 	// remote's port is given back.
-	addr := free(t)
-	n := newNode(t, addr, cluster.ProtoactorProvider(failingProvider{}))
-	if err := n.Start(r, h); err == nil || !strings.Contains(err.Error(), "no way in") {
-		t.Errorf("a failing provider: Start gave %v", err)
-	}
-	testkit.WaitFor(t, "the remote's port is free", func() bool {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			_ = l.Close()
+	// protoactor's remote binds the address itself: a port free a moment
+	// ago may have been taken since, so another is tried.
+	var (
+		n    *cluster.Node
+		addr string
+	)
+	for attempt := 1; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err == nil
-	})
+		addr = l.Addr().String()
+		_ = l.Close()
+		n = newNode(t, addr, cluster.ProtoactorProvider(failingProvider{}))
+		err = n.Start(r, h)
+		if err != nil && strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) && attempt < 5 {
+			_ = n.Close()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "no way in") {
+			t.Errorf("a failing provider: Start gave %v", err)
+		}
+		break
+	}
+	waitNotListening(t, "the remote's port", addr)
 	_ = n.Close()
 
 	n = newNode(t, "127.0.0.1:0", testProvider)
@@ -167,21 +173,35 @@ func TestNode_StartErrors(t *testing.T) {
 // interface), which answers the peers' polls.
 func TestNode_ListensOnlyOnGivenHost(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	manage := l.Addr().String()
-	managePort := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	one := solo(t)
-	n, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "n"),
-		Provider: cluster.Automanaged(manage, []string{manage}, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(one.Runner, one.API); err != nil {
-		t.Fatal(err)
+	// The node binds the manage address itself (what is tested): a port
+	// free a moment ago may have been taken since, so another is tried.
+	var (
+		n          *cluster.Node
+		manage     string
+		managePort int
+	)
+	for attempt := 1; n == nil; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		manage, managePort = l.Addr().String(), l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		m, err := cluster.New(cluster.Config{Name: "listen", Node: "n", Addr: "127.0.0.1:0", TLS: clustertest.NodeTLS(t, "n"),
+			Provider: cluster.Automanaged(manage, []string{manage}, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.Start(one.Runner, one.API)
+		if err == nil {
+			n = m
+			break
+		}
+		_ = m.Close()
+		if attempt == 5 || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatal(err)
+		}
 	}
 	defer n.Close()
 	testkit.WaitFor(t, "the node is a member", func() bool { return n.Membership().Member })
@@ -388,26 +408,37 @@ func TestNode_ListBeforeStartNeverPanics(t *testing.T) {
 // second Start, its server's goroutines gone. Not parallel: it counts the
 // process's gRPC servers.
 func TestNode_FailedStartFreesRemote(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: addr, TLS: clustertest.NodeTLS(t, "a"), Provider: cluster.ProtoactorProvider(failingProvider{})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	one := solo(t) // a runner and a handler
-	if err := n.Start(one.Runner, one.API); err == nil {
-		t.Fatal("Start with a failing provider: no error")
-	}
-	_ = n.Close()
-	l, err = net.Listen("tcp", addr)
-	if err != nil {
-		t.Errorf("after a failed Start (and Close), the cluster address %s is still bound: %v", addr, err)
-	} else {
+	// protoactor's remote binds the address itself: a port free a moment
+	// ago may have been taken since, so another is tried.
+	var port int
+	for attempt := 1; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
+		n, err := cluster.New(cluster.Config{Name: "c", Node: "a", Addr: l.Addr().String(), TLS: clustertest.NodeTLS(t, "a"), Provider: cluster.ProtoactorProvider(failingProvider{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = n.Start(one.Runner, one.API)
+		_ = n.Close()
+		if err == nil {
+			t.Fatal("Start with a failing provider: no error")
+		}
+		if !strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) {
+			break // the provider's failure: the remote had bound the port
+		}
+		if attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+	// This process no longer listens on it (read from /proc: binding it
+	// again would race any other program).
+	if hosts := listening(t)[port]; len(hosts) != 0 {
+		t.Errorf("after a failed Start (and Close), the cluster port %d is still listened on (%v)", port, hosts)
 	}
 	// gRPC's Serve goroutine ends on its own once the server stopped.
 	waitNone(t, "google.golang.org/grpc.(*Server).Serve") // gRPC gives nothing to wait on
@@ -421,6 +452,22 @@ func (failingProvider) StartMember(*pacluster.Cluster) error { return errors.New
 func (failingProvider) StartClient(*pacluster.Cluster) error { return errors.New("no way in") }
 
 func (failingProvider) Shutdown(bool) error { return nil }
+
+// waitNotListening waits until this process no longer listens on addr's
+// port (read from /proc: binding the port to find out would race any other
+// program that takes it meanwhile).
+func waitNotListening(t *testing.T, what, addr string) {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, what+" no longer listened on", func() bool { return len(listening(t)[port]) == 0 })
+}
 
 // listening returns the TCP sockets this process listens on, by port:
 // each one's local address as /proc/net/tcp and tcp6 write it (hex; IPv4
@@ -497,10 +544,6 @@ func TestNode_CloseDoesNotWaitOnHangingMember(t *testing.T) {
 	if inFlight == 0 {
 		t.Fatal("Close returned only once the grain requests to the hanging member ended")
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("the node's port after Close: %v", err)
-	}
-	_ = l.Close()
+	waitNotListening(t, "the node's port after Close", addr)
 	waitNone(t, call) // they end by themselves
 }

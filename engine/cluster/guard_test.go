@@ -562,21 +562,27 @@ func TestGuard_StrangerCannotAnswerAnothersRequests(t *testing.T) {
 }
 
 // automanaged returns the automanaged providers of count nodes on
-// loopback, each polling all every 200 ms (the tests wait on members).
+// loopback, each polling all every 200 ms (the tests wait on members),
+// each given its manage port's listener (no port is closed and bound
+// again).
 func automanaged(t *testing.T, count int) []cluster.Provider {
 	t.Helper()
-	var peers []string
+	var (
+		peers []string
+		ls    []net.Listener
+	)
 	for range count {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close() // held until all are picked
+		t.Cleanup(func() { _ = l.Close() }) // if no node took it over
+		ls = append(ls, l)
 		peers = append(peers, l.Addr().String())
 	}
 	out := make([]cluster.Provider, count)
 	for i := range out {
-		out[i] = cluster.Automanaged(peers[i], peers, 200*time.Millisecond)
+		out[i] = cluster.AutomanagedOn(ls[i], peers, 200*time.Millisecond)
 	}
 	return out
 }

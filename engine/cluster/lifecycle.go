@@ -38,6 +38,10 @@ type lifecycle struct {
 	// rejoin (rejoin.go); nil before Start and while a rejoin makes the
 	// next one. Components load it once per request or answer.
 	inc atomic.Pointer[incarnation]
+	// manage is the provider's own port (the automanaged provider's
+	// manage address), bound by Start and kept until Close: nil for a
+	// provider without one, and before Start.
+	manage *sharedListener
 
 	mu     sync.Mutex // guards closed and work.Add; apart from startMu, which Start holds while protoactor publishes
 	closed bool

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -221,15 +220,9 @@ func startSlowMember(t *testing.T, tc *clustertest.Cluster, name string, hello <
 // 200 {"fake":true}, a ListRequest with no jobs.
 func startSlowHelloMember(t *testing.T, tc *clustertest.Cluster, name string, hello chan<- struct{}, release <-chan struct{}) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	quiet := slog.New(slog.DiscardHandler)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	c := pacluster.New(system, pacluster.Configure(tc.Name, test.NewTestProvider(tc.Agent), disthash.New(), remote.Configure("127.0.0.1", port, clustertest.RemoteTLS(t, name)...)))
+	c := pacluster.New(system, pacluster.Configure(tc.Name, test.NewTestProvider(tc.Agent), disthash.New(), remote.Configure("127.0.0.1", 0, clustertest.RemoteTLS(t, name)...)))
 	if _, err := system.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case *clusterpb.Hello:

@@ -23,9 +23,15 @@ import (
 // [Kubernetes] or [ProtoactorProvider].
 type Provider struct {
 	name string
-	make func() (pacluster.ClusterProvider, error)
-	// check runs before the node starts: a manage port in use, say.
+	// make makes the provider of one incarnation of the node; manage is
+	// a view of the port listen bound (nil if listen is nil).
+	make func(manage net.Listener) (pacluster.ClusterProvider, error)
+	// check runs before the node starts: a bad peer address, say.
 	check func() error
+	// listen binds the provider's own port (the automanaged provider's
+	// manage address) when the node starts; the node keeps it until it
+	// closes, across its incarnations. nil for a provider without one.
+	listen func() (net.Listener, error)
 	// views asks every peer who it is and which members it counts (the
 	// automanaged provider's health endpoints); nil for a provider that
 	// cannot tell (rejoin.go).
@@ -52,13 +58,71 @@ type peerView struct {
 // [DefaultRefresh], 2s, which is also each poll's timeout). The endpoint
 // says who the node is (its member id, address and port: what protoactor's
 // says), in plain HTTP: it carries membership health only; every message
-// between the nodes goes over the remote, under the cluster's TLS.
+// between the nodes goes over the remote, under the cluster's TLS. The node
+// binds manageAddr when it starts and keeps it until it closes, a rejoin
+// under a new member id included.
 //
 // Known behaviour of protoactor's automanaged provider, designed around: a
 // member that misses one poll is dropped for good by the node that polled
 // it (it comes back after a restart, under a new member id); there is no
 // consensus between the nodes' views of the membership.
 func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provider {
+	p := automanagedBase(peers, refresh)
+	p.check = func() error {
+		if err := checkPeers(peers); err != nil {
+			return err
+		}
+		_, port, err := splitHostPort(manageAddr)
+		if err != nil {
+			return fmt.Errorf("automanaged: manage address: %w", err)
+		}
+		if port == 0 {
+			return errors.New("automanaged: the manage address needs a port")
+		}
+		return nil
+	}
+	p.listen = func() (net.Listener, error) {
+		l, err := net.Listen("tcp", manageAddr)
+		if err != nil {
+			return nil, fmt.Errorf("automanaged: manage port: %w", err)
+		}
+		return l, nil
+	}
+	return p
+}
+
+// AutomanagedOn is [Automanaged] with the health endpoint served on l, a
+// TCP listener the caller made: its address is the node's manage address
+// (one of peers). The node takes l over when it starts (it closes it when
+// it closes, or when Start fails), so no port is picked, closed and bound
+// again: nothing else can take it meanwhile. A provider made by
+// AutomanagedOn serves one node, once.
+func AutomanagedOn(l net.Listener, peers []string, refresh time.Duration) Provider {
+	p := automanagedBase(peers, refresh)
+	p.check = func() error {
+		if l == nil {
+			return errors.New("automanaged: no manage listener")
+		}
+		if _, ok := l.Addr().(*net.TCPAddr); !ok {
+			return errors.New("automanaged: the manage listener is not TCP")
+		}
+		return checkPeers(peers)
+	}
+	var once sync.Once
+	p.listen = func() (net.Listener, error) {
+		var given net.Listener
+		once.Do(func() { given = l })
+		if given == nil {
+			return nil, errors.New("automanaged: the manage listener was used already")
+		}
+		return given, nil
+	}
+	return p
+}
+
+// automanagedBase is what [Automanaged] and [AutomanagedOn] share: the
+// provider of each incarnation, on a view of the manage port.
+func automanagedBase(peers []string, refresh time.Duration) Provider {
 	if refresh <= 0 {
 		refresh = DefaultRefresh
 	}
@@ -66,39 +130,30 @@ func Automanaged(manageAddr string, peers []string, refresh time.Duration) Provi
 		name:    "automanaged",
 		refresh: refresh,
 		views:   func(ctx context.Context) []peerView { return peerViews(ctx, peers, max(refresh, viewTimeout)) },
-		check: func() error {
-			if len(peers) == 0 {
-				return errors.New("automanaged: no peers")
+		make: func(manage net.Listener) (pacluster.ClusterProvider, error) {
+			addr, ok := manage.Addr().(*net.TCPAddr)
+			if !ok {
+				return nil, errors.New("automanaged: the manage listener is not TCP")
 			}
-			for _, p := range peers {
-				if _, _, err := splitHostPort(p); err != nil {
-					return fmt.Errorf("automanaged: peer: %w", err)
-				}
-			}
-			_, port, err := splitHostPort(manageAddr)
-			if err != nil {
-				return fmt.Errorf("automanaged: manage address: %w", err)
-			}
-			if port == 0 {
-				return errors.New("automanaged: the manage address needs a port")
-			}
-			return nil
-		},
-		make: func() (pacluster.ClusterProvider, error) {
-			_, port, err := splitHostPort(manageAddr)
-			if err != nil {
-				return nil, err
-			}
-			l, err := net.Listen("tcp", manageAddr)
-			if err != nil {
-				return nil, fmt.Errorf("automanaged: manage port: %w", err)
-			}
-			p := &automanagedProvider{port: port}
-			p.echo = healthServer(l, p.health)
-			p.AutoManagedProvider = automanaged.NewWithTesting(refresh, port, p.echo, peers...)
+			p := &automanagedProvider{port: addr.Port, manage: manage}
+			p.echo = healthServer(manage, p.health)
+			p.AutoManagedProvider = automanaged.NewWithTesting(refresh, addr.Port, p.echo, peers...)
 			return p, nil
 		},
 	}
+}
+
+// checkPeers checks the automanaged provider's peers.
+func checkPeers(peers []string) error {
+	if len(peers) == 0 {
+		return errors.New("automanaged: no peers")
+	}
+	for _, p := range peers {
+		if _, _, err := splitHostPort(p); err != nil {
+			return fmt.Errorf("automanaged: peer: %w", err)
+		}
+	}
+	return nil
 }
 
 // automanagedProvider is protoactor's automanaged provider, its health
@@ -108,6 +163,7 @@ type automanagedProvider struct {
 	*automanaged.AutoManagedProvider
 	port    int
 	echo    *echo.Echo
+	manage  net.Listener // its view of the node's manage port
 	cluster atomic.Pointer[pacluster.Cluster]
 	// members returns the member ids of the members the node counts now,
 	// which the health endpoint tells (set before StartMember).
@@ -183,9 +239,13 @@ func peerViews(ctx context.Context, peers []string, timeout time.Duration) []pee
 	return out
 }
 
-// release closes the health endpoint's listener, when the node did not
-// start (protoactor's provider closes it when the node stops).
-func (p *automanagedProvider) release() { _ = p.echo.Close() }
+// release closes the health endpoint's server and its view of the manage
+// port, when the node did not start (protoactor's provider closes it when
+// the node stops); the port stays the node's.
+func (p *automanagedProvider) release() {
+	_ = p.echo.Close()
+	_ = p.manage.Close() // echo closes it only if it had begun to serve it
+}
 
 // healthServer is an echo server of the health endpoint on l, silent (no
 // banner, no address printed, no log).
@@ -204,11 +264,11 @@ func healthServer(l net.Listener, health echo.HandlerFunc) *echo.Echo {
 // github.com/sift/batch/engine/cluster/kubernetes's, say). name is for the
 // logs.
 func NewProvider(name string, make func() (pacluster.ClusterProvider, error)) Provider {
-	return Provider{name: name, make: make}
+	return Provider{name: name, make: func(net.Listener) (pacluster.ClusterProvider, error) { return make() }}
 }
 
 // ProtoactorProvider is any protoactor cluster provider: the test
 // provider, Consul, etcd.
 func ProtoactorProvider(p pacluster.ClusterProvider) Provider {
-	return Provider{name: "protoactor", make: func() (pacluster.ClusterProvider, error) { return p, nil }}
+	return Provider{name: "protoactor", make: func(net.Listener) (pacluster.ClusterProvider, error) { return p, nil }}
 }

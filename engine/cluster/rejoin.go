@@ -191,7 +191,7 @@ func (n *Node) rejoin() {
 	}
 	wait.Stop()
 	if p, ok := old.c.Config.ClusterProvider.(*automanagedProvider); ok {
-		p.release() // its manage port, if protoactor's stop did not get to it
+		p.release() // its view of the manage port, if protoactor's stop did not get to it (the node keeps the port)
 	}
 	b := n.life.run
 	waitFreed(net.JoinHostPort(b.host, strconv.Itoa(b.port)))

@@ -110,15 +110,18 @@ func (k *link) setCut(cut bool) {
 	}
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
+// manageListener returns a loopback listener for a node's manage port,
+// handed to the node itself (cluster.AutomanagedOn): no port is picked,
+// closed and bound again. It is closed at the test's end if no node took
+// it over.
+func manageListener(t *testing.T) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // partitionable starts a cluster of nodes names under the automanaged
@@ -126,22 +129,22 @@ func freeAddr(t *testing.T) string {
 // of its own: links[from][to].
 func partitionable(t *testing.T, refresh time.Duration, names ...string) (*clustertest.Cluster, map[string]map[string]*link) {
 	t.Helper()
-	manage := map[string]string{}
+	manage := map[string]net.Listener{}
 	for _, n := range names {
-		manage[n] = freeAddr(t)
+		manage[n] = manageListener(t)
 	}
 	links := map[string]map[string]*link{}
 	specs := make([]clustertest.Spec, len(names))
 	for i, from := range names {
 		links[from] = map[string]*link{}
-		peers := []string{manage[from]}
+		peers := []string{manage[from].Addr().String()}
 		for _, to := range names {
 			if to != from {
-				links[from][to] = newLink(t, manage[to])
+				links[from][to] = newLink(t, manage[to].Addr().String())
 				peers = append(peers, links[from][to].addr())
 			}
 		}
-		p := cluster.Automanaged(manage[from], peers, refresh)
+		p := cluster.AutomanagedOn(manage[from], peers, refresh)
 		specs[i] = clustertest.Spec{Name: from, NodeOptions: clustertest.NodeOptions{Provider: &p}}
 	}
 	return clustertest.StartSpecs(t, clustertest.Options{}, specs...), links
@@ -487,13 +490,7 @@ func TestNode_CloseDuringRejoin(t *testing.T) {
 		return goroutinesIn("cluster.(*Node).watchRejoin(") == watchers-1
 	})
 	// Nothing of an incarnation made as it closed is left: its port is free.
-	testkit.WaitFor(t, "n3's cluster port free", func() bool {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			_ = l.Close()
-		}
-		return err == nil
-	})
+	waitNotListening(t, "n3's cluster port", addr)
 }
 
 // TestNode_RejoinsAfterEveryNodeCutOff: two nodes blocked at once, and

@@ -445,7 +445,7 @@ func (f *Fetcher) classify(ctx context.Context, err error) error {
 	case errors.Is(err, errAddrRefused):
 		te.Status = http.StatusForbidden
 		te.Msg = "address not allowed"
-		te.Hint = "the host is or resolves to an address that is not public (loopback, private, link-local, documentation, this host's own…); only public addresses are fetched"
+		te.Hint = "the host is or resolves to an address that is not public (loopback, private, link-local, documentation, this host's own…); only public addresses are fetched, unless the server's operator allows the others, for local testing (siftbatch serve --allow-private)"
 	case errors.Is(err, errBadURL):
 		te.Status = http.StatusUnprocessableEntity
 		te.Msg = "bad url"

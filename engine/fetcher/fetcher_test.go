@@ -253,13 +253,9 @@ func TestFetcher_Statuses(t *testing.T) {
 		}
 	}
 
-	// A closed port: connection refused, without the address.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	// A port bound but not listening: connection refused, without the
+	// address.
+	closed := testkit.RefusedAddr(t)
 	_, err = fetch(t, f, "http://"+closed+"/")
 	wantTargetError(t, err, http.StatusBadGateway, "connection refused", closed)
 }
@@ -312,7 +308,10 @@ func TestFetcher_PrivateAddresses(t *testing.T) {
 		f, _ := setup(t, fetcher.Options{Resolver: res})
 		before := s.hits.Load()
 		_, err := fetch(t, f, "http://intranet.example:"+s.port+"/")
-		wantTargetError(t, err, http.StatusForbidden, "address not allowed", "intranet.example")
+		te := wantTargetError(t, err, http.StatusForbidden, "address not allowed", "intranet.example")
+		if !strings.Contains(te.Hint, "serve --allow-private") {
+			t.Errorf("hint %q: want it to point at the operator's serve --allow-private", te.Hint)
+		}
 		if s.hits.Load() != before {
 			t.Fatal("the request reached the loopback server")
 		}
@@ -913,13 +912,8 @@ func TestFetcher_BadPortsNeverDialled(t *testing.T) {
 // its host, its port, its path or query, nor the resolver's address.
 func TestFetcher_ErrorsNeverNameTheURL(t *testing.T) {
 	t.Parallel()
-	// A closed loopback port: connection refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	// A loopback port bound but not listening: connection refused.
+	closed := testkit.RefusedAddr(t)
 	hang := make(chan struct{})
 	defer close(hang)
 	slow := newSite(t, func(w http.ResponseWriter, r *http.Request) {

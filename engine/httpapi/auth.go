@@ -96,8 +96,8 @@ func ReadKeys(r io.Reader) (*Keys, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) < 2 || len(fields) > 3 || (len(fields) == 3 && fields[2] != ClassRestricted && fields[2] != ClassAdmin) {
-			return nil, fmt.Errorf("keys line %d: want NAME KEY [restricted|admin]", n)
+		if err := checkKeyLine(fields); err != nil {
+			return nil, fmt.Errorf("keys line %d: %s; want NAME KEY [restricted|admin]", n, err)
 		}
 		if fields[0] == "*" {
 			return nil, fmt.Errorf("keys line %d: no caller may be named * (it means every caller)", n)
@@ -121,6 +121,29 @@ func ReadKeys(r io.Reader) (*Keys, error) {
 		return nil, errors.New("read keys: no keys")
 	}
 	return kr, nil
+}
+
+// checkKeyLine checks the words of a key file's line, and says which is
+// wrong without ever quoting one that may be a key: a class word is
+// quoted only when it is a short word of letters, as a class is and a key
+// is not meant to be.
+func checkKeyLine(fields []string) error {
+	switch {
+	case len(fields) == 1:
+		return errors.New("one word only (a name, or a key, alone)")
+	case len(fields) > 3:
+		return fmt.Errorf("%d words, not 2 or 3", len(fields))
+	case len(fields) == 3 && fields[2] != ClassRestricted && fields[2] != ClassAdmin:
+		class := fields[2]
+		if len(class) > 12 || strings.ContainsFunc(class, func(r rune) bool { return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') }) {
+			return errors.New("the third word is not restricted or admin (not shown: it may be a key)")
+		}
+		if class == ClassStandard {
+			return errors.New(`the third word is "standard", the default class: leave it out`)
+		}
+		return fmt.Errorf("the third word, %q, is not restricted or admin", class)
+	}
+	return nil
 }
 
 // Authenticate returns the caller of key, named as in the file, with the

@@ -66,6 +66,21 @@ func TestKeys_ReadAndAuthenticate(t *testing.T) {
 			t.Errorf("error %q shows a key", err)
 		}
 	}
+	// Each error names the line and what is wrong with it, never a word
+	// that may be a key.
+	for bad, want := range map[string]string{
+		"alice\n":                        `keys line 1: one word only (a name, or a key, alone); want NAME KEY [restricted|admin]`,
+		"\na k1 admn\n":                  `keys line 2: the third word, "admn", is not restricted or admin; want NAME KEY [restricted|admin]`,
+		"a k1 standard\n":                `keys line 1: the third word is "standard", the default class: leave it out; want NAME KEY [restricted|admin]`,
+		"a k1 k2-secret\n":               `keys line 1: the third word is not restricted or admin (not shown: it may be a key); want NAME KEY [restricted|admin]`,
+		"a k1 SecretKeyOfLetters\n":      `keys line 1: the third word is not restricted or admin (not shown: it may be a key); want NAME KEY [restricted|admin]`,
+		"# c\na k1 admin extra-secret\n": `keys line 2: 4 words, not 2 or 3; want NAME KEY [restricted|admin]`,
+	} {
+		_, err := httpapi.ReadKeys(strings.NewReader(bad))
+		if err == nil || err.Error() != want {
+			t.Errorf("%q: %v, want %s", bad, err, want)
+		}
+	}
 }
 
 // TestAPI_AuthNeedsABearerKey: every route answers 401 with

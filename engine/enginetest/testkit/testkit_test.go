@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,5 +370,22 @@ func TestDiskSyncRate_MeasuresAndCleansUp(t *testing.T) {
 	}
 	if _, err := DiskSyncRate(filepath.Join(dir, "missing"), 0); err == nil {
 		t.Fatal("DiskSyncRate in a missing directory: no error")
+	}
+}
+
+// TestRefusedAddr_RefusesAndCannotBeTaken: a connection is refused, and a
+// listener cannot bind the port while the test runs.
+func TestRefusedAddr_RefusesAndCannotBeTaken(t *testing.T) {
+	t.Parallel()
+	addr := RefusedAddr(t)
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Fatalf("dial %s: connected, want refused", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial %s: %v, want connection refused", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		_ = l.Close()
+		t.Errorf("listen on %s: bound, want address in use", addr)
 	}
 }

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -77,5 +80,61 @@ func TestPlural(t *testing.T) {
 	t.Parallel()
 	if Plural(1, "job", "jobs") != "job" || Plural(0, "job", "jobs") != "jobs" || Plural(2, "job", "jobs") != "jobs" {
 		t.Error("Plural")
+	}
+}
+
+// TestOpenStore_DataIsAFile: --data naming a file is an error that says
+// so, for serve and demo (OpenStore) and jobs and show (OpenForInspection);
+// the file is left as it was.
+func TestOpenStore_DataIsAFile(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(file, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "--data " + file + " is a file: give the store's directory (made if missing), or \"\" for a store in memory"
+	if _, err := OpenStore(file); err == nil || err.Error() != want {
+		t.Errorf("OpenStore(a file): %v, want %s", err, want)
+	}
+	if _, err := OpenForInspection(file); err == nil || err.Error() != want {
+		t.Errorf("OpenForInspection(a file): %v, want %s", err, want)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "mine" {
+		t.Errorf("the file after: %q %v", b, err)
+	}
+}
+
+// TestHint_PrintedApart: WithHint keeps the error (errors.Is) and carries
+// the hint; nil stays nil.
+func TestHint_PrintedApart(t *testing.T) {
+	t.Parallel()
+	base := errors.New("dial: refused")
+	err := WithHint(fmt.Errorf("submit: %w", base), "hint: start serve")
+	if !errors.Is(err, base) || err.Error() != "submit: dial: refused" || HintOf(fmt.Errorf("x: %w", err)) != "hint: start serve" {
+		t.Errorf("WithHint: %v, hint %q", err, HintOf(err))
+	}
+	if WithHint(nil, "h") != nil || HintOf(base) != "" {
+		t.Error("WithHint(nil) or HintOf without a hint")
+	}
+}
+
+// TestVersion_FromBuildInfo: the module's path and version, the VCS
+// revision (marked modified) and time, and Go's version; a build without
+// VCS information says so.
+func TestVersion_FromBuildInfo(t *testing.T) {
+	t.Parallel()
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sift/batch", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-12-06T06:37:04Z"}, {Key: "vcs.modified", Value: "true"}}}
+	want := "siftbatch github.com/sift/batch v1.2.3\nrevision: abc123 (modified)\ncommit time: 2026-12-06T06:37:04Z\ngo: go1.26.8"
+	if got := versionOf(bi); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	bi = &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sift/batch"}}
+	want = "siftbatch github.com/sift/batch (devel)\nrevision: unknown (built without VCS information: go run, or -buildvcs=false)\ngo: go1.26.8"
+	if got := versionOf(bi); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if v := Version(); !strings.HasPrefix(v, "siftbatch ") || !strings.Contains(v, "go: go") {
+		t.Errorf("Version() of this binary: %q", v)
 	}
 }

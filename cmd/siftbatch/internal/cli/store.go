@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/sift/batch/persistence"
 )
@@ -17,8 +18,11 @@ func (e *StoreInUseError) Error() string {
 func (e *StoreInUseError) Unwrap() error { return persistence.ErrInUse }
 
 // OpenStore opens the store in dir ("" in memory) for a runner: serve and
-// demo, which write.
+// demo, which write. A dir that is a file is an error that says so.
 func OpenStore(dir string) (*persistence.Store, error) {
+	if err := notAFile(dir); err != nil {
+		return nil, err
+	}
 	s, err := persistence.Open(dir)
 	switch {
 	case errors.Is(err, persistence.ErrInUse):
@@ -36,6 +40,9 @@ func OpenForInspection(dir string) (*persistence.Store, error) {
 	if dir == "" {
 		return nil, Usagef("--data must name a store directory")
 	}
+	if err := notAFile(dir); err != nil {
+		return nil, err
+	}
 	s, err := persistence.OpenReadOnly(dir)
 	switch {
 	case errors.Is(err, persistence.ErrNoStore):
@@ -48,4 +55,16 @@ func OpenForInspection(dir string) (*persistence.Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// notAFile is an error if dir names something that is not a directory (a
+// file, say): a store is a directory.
+func notAFile(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("--data %s is a file: give the store's directory (made if missing), or \"\" for a store in memory", dir)
+	}
+	return nil
 }

@@ -46,6 +46,21 @@ func TestRun_Summary(t *testing.T) {
 	testkit.RequireNoneOf(t, stderr.String(), "127.0.0.1", "http://", fixture.ErrPanic.Error(), "level=ERROR")
 }
 
+// TestRun_NoFailureNoHeading: a run whose jobs meet no failing page (one
+// job of 2 targets: a fast page and a slow one) prints no heading of
+// failed targets with nothing under it, but says that none failed.
+func TestRun_NoFailureNoHeading(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	var stdout, stderr testkit.SyncBuffer
+	if err := Run(context.Background(), Options{Jobs: 1, Targets: 2, Workers: 1}, &stdout, &stderr); err != nil {
+		t.Fatalf("demo: %v\nstderr:\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	if strings.Contains(out, "Failed targets") || !strings.Contains(out, "No target failed") || !strings.Contains(out, "First bytes of a few results:") {
+		t.Errorf("a run without failures:\n%s", out)
+	}
+}
+
 // lineSignal is a SyncBuffer that closes seen the first time what has been
 // written to it.
 type lineSignal struct {

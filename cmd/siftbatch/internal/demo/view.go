@@ -63,7 +63,7 @@ func printSummary(w io.Writer, js []*job, panics int64) {
 
 	// One result of each kind of page that has one: fast, slow, and busy
 	// (answered 429 twice, then fetched).
-	fmt.Fprintln(w, "\nFirst bytes of a few results:")
+	var firsts []string
 	shown := map[string]bool{}
 	for _, d := range js {
 		for _, t := range d.targets {
@@ -72,11 +72,13 @@ func printSummary(w io.Writer, js []*job, panics int64) {
 				continue
 			}
 			shown[kind] = true
-			fmt.Fprintf(w, "  %s #%d %-5s %q\n", d.short(), t.Idx, kind, firstBytes(t.Result.Content, 60))
+			firsts = append(firsts, fmt.Sprintf("  %s #%d %-5s %q\n", d.short(), t.Idx, kind, firstBytes(t.Result.Content, 60)))
 		}
 	}
-	fmt.Fprintln(w, "\nFailed targets, each on purpose (the fixture serves pages that are missing, broken, or make the fetch panic):")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(firsts) > 0 {
+		fmt.Fprint(w, "\nFirst bytes of a few results:\n"+strings.Join(firsts, ""))
+	}
+	var failed []string
 	for _, d := range js {
 		for _, t := range d.targets {
 			if t.Status != engine.TargetFailed {
@@ -86,10 +88,19 @@ func printSummary(w io.Writer, js []*job, panics int64) {
 			if t.Hint != "" {
 				hint = " (" + t.Hint + ")"
 			}
-			fmt.Fprintf(tw, "  %s #%d\t%s\t%s%s\n", d.short(), t.Idx, d.kinds[t.Idx], t.Error, hint)
+			failed = append(failed, fmt.Sprintf("  %s #%d\t%s\t%s%s\n", d.short(), t.Idx, d.kinds[t.Idx], t.Error, hint))
 		}
 	}
-	_ = tw.Flush()
+	if len(failed) == 0 {
+		fmt.Fprintln(w, "\nNo target failed: these jobs met none of the fixture's missing, broken or panic pages (more --targets do).")
+	} else {
+		fmt.Fprintln(w, "\nFailed targets, each on purpose (the fixture serves pages that are missing, broken, or make the fetch panic):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, line := range failed {
+			fmt.Fprint(tw, line)
+		}
+		_ = tw.Flush()
+	}
 	if panics > 0 {
 		fmt.Fprintf(w, "\nThe panic page made %d %s panic on purpose: the runner stored %s failed (\"internal error\") and went on.\n",
 			panics, cli.Plural(int(panics), "fetch", "fetches"), cli.Plural(int(panics), "that target", "those targets"))

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clustertls"
+	"github.com/sift/batch/internal/loopback"
 )
 
 // node is one of the cluster's nodes, across its restarts.
@@ -66,7 +66,7 @@ func (d *demo) setUp() error {
 	if err := clustertls.Write(certs, names, nil); err != nil {
 		return fmt.Errorf("make the cluster's certificates: %w", err)
 	}
-	ports, err := freeLoopbackPorts(3 * nodeCount)
+	ports, err := loopback.Ports(3 * nodeCount) // outside the kernel's ephemeral range: no connection takes one before a node binds it, or while n3 is down
 	if err != nil {
 		return err
 	}
@@ -92,20 +92,6 @@ func (d *demo) setUp() error {
 		})
 	}
 	return nil
-}
-
-// freeLoopbackPorts returns n distinct ports free on 127.0.0.1 just now.
-func freeLoopbackPorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a port: %w", err)
-		}
-		defer l.Close() // held until all are picked: no port twice
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }
 
 // startNode starts n's process; its output goes to its log file.

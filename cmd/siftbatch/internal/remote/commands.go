@@ -24,13 +24,19 @@ const maxTargetsFile = 16 << 20
 // Submit is the submit command: it submits URLs (or a file of targets) as
 // one job and prints its id.
 func Submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("submit", "submit --key-file FILE [--server URL] [--grep RE] [--jq PROG] [--idempotency-key K] [--json] (URL... | --targets FILE)",
+	return explain(submit(ctx, args, stdout, stderr))
+}
+
+// submit is Submit without [explain].
+func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlagSet("submit", "submit --key-file FILE [--server URL] [--grep RE] [--jq PROG] [--idempotency-key K] [--no-retry] [--json] (URL... | --targets FILE)",
 		"Submit URLs to a running serve as one job, and print the job's id (with --json,\nthe API's answer: {\"id\",\"reused\",\"status\",\"location\"}, where \"status\" is the\njob's path, /v1/batch/ID, as \"location\" is: not a status word; get or wait\ngives the job's status). The same targets submitted again while their job is\nreusable answer that job (\"reused\", noted on stderr); a new --idempotency-key\nasks for a fresh one. --grep and --jq apply to every URL;\n--targets reads {\"targets\":[{\"url\",\"options\"}]} or a list of targets, in JSON,\nfrom a file (- for stdin).")
 	c := addConn(fs)
 	grep := fs.String("grep", "", "keep the lines this RE2 expression matches, for every URL")
 	jq := fs.String("jq", "", "run this jq program on each page (JSON pages)")
 	file := fs.String("targets", "", "read the targets, in JSON, from this file (- for stdin) instead of URLs")
 	key := fs.String("idempotency-key", "", "match the job by this key instead of by its targets")
+	noRetry := fs.Bool("no-retry", false, "answer a 429 or 503 (a cap reached, a node away) at once, exit 1, instead of\nwaiting its Retry-After to try again (up to 4 times in all, each wait said on stderr)")
 	pos, err := cli.ParseFlags(fs, args, stdout)
 	if err != nil {
 		return err
@@ -53,7 +59,11 @@ func Submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			targets = append(targets, client.Target{URL: u, Options: client.Options{Grep: *grep, JQ: *jq}})
 		}
 	}
-	cl, err := c.client()
+	var opts []client.Option
+	if *noRetry {
+		opts = append(opts, client.WithRetry(1, 0))
+	}
+	cl, err := c.client(stderr, opts...)
 	if err != nil {
 		return err
 	}
@@ -112,6 +122,11 @@ func readTargets(path string, stdin io.Reader) ([]client.Target, error) {
 // Get is the get command: a job and its targets, with --results each
 // result (streamed, one held at a time), or one target with its result.
 func Get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return explain(get(ctx, args, stdout, stderr))
+}
+
+// get is Get without [explain].
+func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("get", "get --key-file FILE [--server URL] [--results] [--json] ID [IDX]",
 		"Print a job of yours and its targets: a summary line and a table (with --json,\nthe API's job). With --results, each target's result too, read one at a time\n(with --json, one target a line). With IDX, that one target and its result.")
 	c := addConn(fs)
@@ -125,7 +140,7 @@ func Get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil || idx < 0 {
 			return cli.CmdUsagef("get", "IDX %q: want a target's index, 0 or more", pos[1])
 		}
-		cl, err := c.client()
+		cl, err := c.client(stderr)
 		if err != nil {
 			return err
 		}
@@ -142,7 +157,7 @@ func Get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cl, err := c.client()
+	cl, err := c.client(stderr)
 	if err != nil {
 		return err
 	}
@@ -217,6 +232,11 @@ func printResult(w io.Writer, t client.TargetStatus) error {
 // Wait is the wait command: it waits for a job to end, with a progress bar
 // on a terminal, and prints it.
 func Wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return explain(wait(ctx, args, stdout, stderr))
+}
+
+// wait is Wait without [explain].
+func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("wait", "wait --key-file FILE [--server URL] [--timeout D] [--json] ID",
 		"Wait until a job of yours has ended (done, partial, failed or cancelled), with\na progress bar on a terminal, then print it as get does. Past --timeout with the\njob still live, it fails (exit 1).")
 	c := addConn(fs)
@@ -232,7 +252,7 @@ func Wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *timeout < 0 {
 		return cli.CmdUsagef("wait", "--timeout must not be negative")
 	}
-	cl, err := c.client()
+	cl, err := c.client(stderr)
 	if err != nil {
 		return err
 	}
@@ -283,6 +303,11 @@ func (p *progress) finish(interrupted bool) {
 
 // List is the ls command: a table of the caller's jobs, newest first.
 func List(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return explain(list(ctx, args, stdout, stderr))
+}
+
+// list is List without [explain].
+func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("ls", "ls --key-file FILE [--server URL] [--status S] [--limit N] [--json]",
 		"List your jobs on a running serve, newest first (with --json, a list of the\nAPI's jobs). DONE/TOTAL counts the targets with a stored outcome, done or\nfailed; FAILED the failed ones; NOT RUN those a job that ended (cancelled, or\nfailed by a restart or a shutdown) left pending, which will never run.")
 	c := addConn(fs)
@@ -294,7 +319,7 @@ func List(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *limit < 0 {
 		return cli.CmdUsagef("ls", "--limit must not be negative")
 	}
-	cl, err := c.client()
+	cl, err := c.client(stderr)
 	if err != nil {
 		return err
 	}
@@ -335,6 +360,11 @@ func List(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // Cancel is the cancel command: it cancels a live job of the caller's.
 func Cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return explain(cancel(ctx, args, stdout, stderr))
+}
+
+// cancel is Cancel without [explain].
+func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("cancel", "cancel --key-file FILE [--server URL] [--json] ID",
 		"Cancel a live job of yours: its running targets stop, its pending ones never\nstart. A job that has already ended is an error.")
 	c := addConn(fs)
@@ -346,7 +376,7 @@ func Cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	cl, err := c.client()
+	cl, err := c.client(stderr)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -53,8 +55,9 @@ func addConn(fs *flag.FlagSet) *conn {
 }
 
 // client is the client of the flags' server, with the key from the key
-// file.
-func (c *conn) client() (*client.Client, error) {
+// file. Each wait before a retry (a 429 or 503) is told on stderr, in one
+// line: why, and when it tries again. opts are more options.
+func (c *conn) client(stderr io.Writer, opts ...client.Option) (*client.Client, error) {
 	if *c.keyFile == "" {
 		return nil, cli.CmdUsagef(c.cmd, "--key-file is required: a file that holds the API key alone")
 	}
@@ -66,11 +69,44 @@ func (c *conn) client() (*client.Client, error) {
 	if !strings.Contains(server, "://") {
 		server = "http://" + server
 	}
-	cl, err := client.New(server, key)
+	opts = append([]client.Option{client.WithOnRetry(func(r client.Retry) { fmt.Fprintln(stderr, retryNote(c.cmd, r, time.Now())) })}, opts...)
+	cl, err := client.New(server, key, opts...)
 	if err != nil {
 		return nil, cli.CmdUsagef(c.cmd, "--server %q: want a URL such as %s", *c.server, DefaultServer)
 	}
 	return cl, nil
+}
+
+// retryNote is the line a command prints before it waits to retry: the
+// server's answer (status, error, hint), how long it waits and until when,
+// and which attempt follows. submit's says how not to wait.
+func retryNote(cmd string, r client.Retry, now time.Time) string {
+	wait := r.Wait.Round(100 * time.Millisecond)
+	s := fmt.Sprintf("siftbatch %s: the server answered %v; trying again in %s, at %s (attempt %d of %d)",
+		cmd, r.Err, wait, now.Add(r.Wait).Format(time.TimeOnly), r.Attempt, r.MaxAttempts)
+	if cmd == "submit" {
+		s += "; --no-retry answers at once"
+	}
+	return cleanCell(s)
+}
+
+// explain adds a hint to an error a person can act on: a refused
+// connection (no serve at --server), a server that sent no answer.
+func explain(err error) error {
+	var ue *url.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ECONNREFUSED):
+		where := "that address"
+		if errors.As(err, &ue) {
+			if u, perr := url.Parse(ue.URL); perr == nil {
+				where = u.Host
+			}
+		}
+		return cli.WithHint(err, fmt.Sprintf("hint: nothing listens at %s: is siftbatch serve running there? --server names the serve to talk to (default %s)", where, DefaultServer))
+	}
+	return err
 }
 
 // ReadKeyFile reads an API key from a file that holds it alone (a

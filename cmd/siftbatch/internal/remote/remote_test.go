@@ -11,7 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/engine"
@@ -55,10 +58,15 @@ func fakeFetch(g *testkit.Gate) engine.FetchFunc {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	b := &bundle{gate: testkit.NewGate()}
 	// Room for a few live jobs: the tests submit one after another, and
 	// the runner may count a job that has ended a moment after it reads so.
-	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), engine.Config{JobsPerCaller: 8})
+	return setupWith(t, engine.Config{JobsPerCaller: 8})
+}
+
+func setupWith(t *testing.T, cfg engine.Config) *bundle {
+	t.Helper()
+	b := &bundle{gate: testkit.NewGate()}
+	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), cfg)
 	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -383,6 +391,30 @@ func TestSummary_CountsTargetsThatWillNotRun(t *testing.T) {
 	}
 }
 
+// lineWriter is a stderr that signals each line written to it.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line) // not a whole line yet
+			return len(p), nil
+		}
+		select {
+		case w.lines <- strings.TrimSuffix(line, "\n"):
+		default:
+		}
+	}
+}
+
 // TestCommands_CancelledJobSaysWhatWillNotRun: a job cancelled with a
 // target in flight and one pending reads, in get and ls, 1 not run, and
 // the pending target's hint says it will not run because of the cancel.
@@ -412,5 +444,74 @@ func TestCommands_CancelledJobSaysWhatWillNotRun(t *testing.T) {
 	out, _, err = b.run(t, List)
 	if err != nil || !strings.Contains(out, "NOT RUN") || !strings.Contains(out, id+"  cancelled  2/3         1       1 ") {
 		t.Fatalf("ls: %v\n%s", err, out)
+	}
+}
+
+// TestSubmit_SaysWhyItWaitsOrAnswersAtOnce: a submit answered 429 (the
+// caller at its cap) says on stderr, in one line, why it waits and when
+// it tries again, before the wait; with --no-retry it answers the 429 at
+// once.
+func TestSubmit_SaysWhyItWaitsOrAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, engine.Config{JobsPerCaller: 1})
+	if _, _, err := b.run(t, Submit, "https://example.com/hold"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := b.run(t, Submit, "https://example.com/second", "--no-retry")
+	if !errors.Is(err, engine.ErrCallerBusy) || out != "" || stderr != "" {
+		t.Fatalf("submit --no-retry at the cap: %v, stdout %q, stderr %q; want busy (429) at once, nothing printed", err, out, stderr)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &lineWriter{lines: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() {
+		done <- Submit(ctx, []string{"https://example.com/second", "--server", b.server, "--key-file", b.keyFile}, io.Discard, w)
+	}()
+	line := testkit.Recv(t, w.lines)
+	cancel() // no need to wait it out
+	if err := testkit.Recv(t, done); !errors.Is(err, context.Canceled) {
+		t.Errorf("submit interrupted during its wait: %v", err)
+	}
+	for _, want := range []string{"siftbatch submit: the server answered busy (429)", "trying again in ", "(attempt 2 of 4)", "--no-retry answers at once"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the note before the wait: %q; want it to hold %q", line, want)
+		}
+	}
+}
+
+// TestCommands_HintWhenNothingListens: a refused connection (no serve at
+// --server) is the error with a hint that names the address and --server.
+func TestCommands_HintWhenNothingListens(t *testing.T) {
+	t.Parallel()
+	addr := testkit.RefusedAddr(t)
+	key := writeFile(t, "key", "alice-key\n")
+	for name, cmd := range map[string]func(context.Context, []string, io.Writer, io.Writer) error{"submit": Submit, "ls": List} {
+		args := []string{"--server", addr, "--key-file", key}
+		if name == "submit" {
+			args = append(args, "https://example.com/a")
+		}
+		err := cmd(context.Background(), args, io.Discard, io.Discard)
+		hint := cli.HintOf(err)
+		if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(hint, "nothing listens at "+addr) ||
+			!strings.Contains(hint, "is siftbatch serve running there?") || !strings.Contains(hint, "--server") {
+			t.Errorf("%s with nothing at %s: %v, hint %q", name, addr, err, hint)
+		}
+	}
+}
+
+// TestRetryNote_IsOneLine: the note names the command, the answer, the
+// wait rounded and the time it tries again, in one line whatever the
+// server's text holds.
+func TestRetryNote_IsOneLine(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := client.Retry{Err: &client.Error{Status: 503, Message: "node\nunavailable", Hint: "retry\x1b[31m", RetryAfter: 2 * time.Second},
+		Wait: 2345 * time.Millisecond, Attempt: 3, MaxAttempts: 4}
+	got := retryNote("get", r, now)
+	want := "siftbatch get: the server answered node unavailable (503): retry\ufffd[31m; trying again in 2.3s, at 03:04:07 (attempt 3 of 4)"
+	if got != want {
+		t.Errorf("note\n%q\nwant\n%q", got, want)
 	}
 }

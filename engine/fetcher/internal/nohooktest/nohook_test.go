@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
@@ -24,10 +26,13 @@ import (
 const lateHookEnv = "SIFTBATCH_NOHOOKTEST_LATE"
 
 // markerDir is where a copy of this test binary started as a filter
-// process leaves a mark named after its parent and itself: the fetcher
-// empties its environment, so a fixed directory is the only way to tell
-// the parent.
-var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest")
+// process leaves a mark named after its parent and itself. The fetcher
+// empties its environment, so the directory is named after what every
+// process of one run can find out alone: the run's first process of this
+// executable (the one go test started), its oldest ancestor of the same
+// executable. Two runs at once never share it; the first process removes
+// it when its tests end.
+var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest-"+strconv.Itoa(runRoot()))
 
 // TestMain deliberately does NOT call fetcher.RunFilterChild first: this
 // is the embedder who forgot the hook, or calls it late. Started by the
@@ -37,13 +42,29 @@ var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest")
 // close), without ever saying it is ready; it never runs the tests, so
 // that a missing guard in the fetcher cannot turn into a fork bomb.
 func TestMain(m *testing.M) {
-	if os.Getenv(lateHookEnv) == "" && sameExeAncestors() > 0 {
+	if os.Getenv(lateHookEnv) == "" && runRoot() != os.Getpid() {
 		_ = os.MkdirAll(markerDir, 0o700)
 		_ = os.WriteFile(filepath.Join(markerDir, strconv.Itoa(os.Getppid())+"-"+strconv.Itoa(os.Getpid())), []byte(strings.Join(os.Args, " ")), 0o600)
 		_, _ = io.Copy(io.Discard, os.Stdin) // until the fetcher kills it, or its parent ends
 		os.Exit(3)
 	}
+	if runRoot() == os.Getpid() {
+		_ = os.RemoveAll(markerDir)                      // left by an earlier run whose process had this pid, killed
+		goleak.VerifyTestMain(removeAfter{m, markerDir}) // enginetest.Main's check, then the removal
+	}
 	enginetest.Main(m)
+}
+
+// removeAfter runs the tests, then removes dir.
+type removeAfter struct {
+	*testing.M
+	dir string
+}
+
+func (r removeAfter) Run() int {
+	code := r.M.Run()
+	_ = os.RemoveAll(r.dir)
+	return code
 }
 
 // TestFetcher_FilterWithoutHook: in a program that has not called
@@ -118,32 +139,33 @@ func TestFetcher_FilterHookCalledLate(t *testing.T) {
 	}
 }
 
-// sameExeAncestors counts this process's ancestors that run the same
-// executable.
-func sameExeAncestors() int {
+// runRoot returns the pid of this process's oldest ancestor that runs the
+// same executable, or its own pid if its parent runs another (or /proc
+// cannot tell).
+func runRoot() int {
+	root := os.Getpid()
 	self, err := os.Readlink("/proc/self/exe")
 	if err != nil {
-		return 0
+		return root
 	}
-	n := 0
 	for pid := os.Getppid(); pid > 1; {
 		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 		if err != nil || exe != self {
-			return n
+			return root
 		}
-		n++
+		root = pid
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			return n
+			return root
 		}
 		_, rest, _ := strings.Cut(string(stat), ") ")
 		f := strings.Fields(rest)
 		if len(f) < 2 {
-			return n
+			return root
 		}
 		pid, _ = strconv.Atoi(f[1])
 	}
-	return n
+	return root
 }
 
 // fetchesUnfiltered starts a site serving {"a":1} and a fetcher with one
