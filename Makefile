@@ -70,12 +70,16 @@ test/rules: ## the alert rules: promtool check and unit tests (apt-get install p
 	cd docs/observability && $(PROMTOOL) test rules alerts_test.yml
 	cd docs/observability/promqlcheck && $(GO) test -count=1 ./...
 
-.PHONY: test/strace test/powercutfs bench/durable
+.PHONY: test/strace test/powercutfs bench/durable test/disk
 test/powercutfs: ## the power-cut file system's own tests, verbose (root, /dev/fuse; make test runs them where it can mount, else they skip)
 	$(GO) test -race -count=1 -v ./engine/enginetest/powercut/...
 
 test/strace: ## durable mode's syscall order: serve --durable under strace syncs before each 202 and each next fetch (Debian's strace): CI runs it once
 	SIFTBATCH_TIER=strace $(GO) test -race -count=1 -run '^TestServe_DurableSyncsBeforeAnswering$$' ./cmd/siftbatch/
+
+ROUNDS ?= 5
+test/disk: ## the disk tests' long tier: ROUNDS (5) rounds of serve's full tmpfs (its jobs, another process) and of the power-cut file system's ENOSPC and EIO, both durabilities (root; /dev/fuse)
+	SIFTBATCH_DISK_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -run '^TestServe_Disk(Full|Faults)$$' -timeout 60m ./cmd/siftbatch/
 
 test/node: ## the MCP server against a Node client on the official TypeScript SDK (npm ci from the committed lock file): CI runs it once
 	SIFTBATCH_TIER=node $(GO) test -race -count=1 -run Node ./engine/mcpserver/...
@@ -94,6 +98,19 @@ FAULTS_BUDGET ?= 180
 
 test/faults: ## the cluster under network faults in network namespaces (Linux, root, iproute2, iptables): CI runs it once, within FAULTS_BUDGET (180) s
 	SIFTBATCH_TIER=faults timeout $(FAULTS_BUDGET) $(GO) test -race -count=1 -v -run '^TestFaults_' -timeout $$(( $(FAULTS_BUDGET) - 10 ))s ./engine/cluster/faults
+
+# make test/powercut: the power-cut test's long tier (docs/RELIABILITY.md,
+# "Power cut"): ROUNDS rounds of serve --durable, then ROUNDS of the default
+# mode, on engine/enginetest/powercut's file system (Linux, root, /dev/fuse),
+# each round a cut at a random moment under load; POWERCUT_SEED=N replays
+# from round seed N. make test runs 10 durable rounds and 4 default ones.
+# The log stays in $(POWERCUTLOG); its POWERCUT lines are the figures.
+ROUNDS      ?= 200
+POWERCUTLOG ?= powercut.out
+
+.PHONY: test/powercut
+test/powercut: ## power cuts under load, ROUNDS (200) rounds in each mode (Linux, root, /dev/fuse): run by hand, its figures in docs/RELIABILITY.md
+	POWERCUT_ROUNDS=$(ROUNDS) $(GO) test -count=1 -v -timeout 6h -run '^TestPowerCut_(Durable|Default)$$' ./cmd/siftbatch/internal/powercuttest 2>&1 | tee $(POWERCUTLOG) | grep -E 'POWERCUT|seed [0-9]+ \(|^(--- |ok|FAIL)'; grep -q '^ok' $(POWERCUTLOG)
 
 # make test/stress: STRESS_RUNS runs of make STRESS_TARGET in a row on a clean
 # clone (of HEAD: commit first) in a temporary directory, while a CPU hog keeps
@@ -207,6 +224,18 @@ bench/durable: ## durable vs default: throughput by workers and live jobs, Submi
 		(cd persistence && ../$(BENCHDIR)/persistence.test -test.run '^$$' -test.bench '^BenchmarkStore_DurableWrites$$' -test.benchtime 4000x) | tee -a $(BENCHDIR)/durable.txt; \
 	done
 	$(BENCHSTAT) $(BENCHDIR)/durable.txt
+
+# make bench/fair: issue 34's figures (docs/PERFORMANCE.md, "One caller
+# cannot exhaust serve"): this commit's serve, and beside it, alternating,
+# the serve binary REF_BIN if set (a reference: another commit's, built with
+# go build -o FILE ./cmd/siftbatch).
+REF_BIN ?=
+.PHONY: bench/fair
+bench/fair: ## one caller cannot exhaust serve: RSS under one MCP batch POST, a bystander's GET beside floods of reads, the scheduler's own cost (REF_BIN: a reference serve to run beside)
+	@mkdir -p $(BENCHDIR)
+	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 2 -bench '^BenchmarkServe_MCPBatchRSS$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/fair.txt; grep -q '^ok' $(BENCHDIR)/fair.txt
+	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 1 -bench '^BenchmarkServe_Bystander$$' -benchtime 2x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/fair-bystander.txt; grep -q '^ok' $(BENCHDIR)/fair-bystander.txt
+	$(GO) test -run '^$$' -count 3 -bench '^BenchmarkScheduler_Uncontended$$' -benchtime 200000x ./engine/internal/readsched | tee $(BENCHDIR)/fair-sched.txt; grep -q '^ok' $(BENCHDIR)/fair-sched.txt
 
 bench/reads-summary: ## the medians of bench/reads and bench/poll, and their ratios (run those first)
 	@echo "== Runner.Job and Runner.Targets, 512 KiB results vs 1 KiB (target: within 1.5x in time and B/op; Job <= 5us, Targets <= 40us)"

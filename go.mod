@@ -107,3 +107,10 @@ require (
 	sigs.k8s.io/json v0.0.0-20221116044647-bc3834ca7abd // indirect
 	sigs.k8s.io/structured-merge-diff/v4 v4.2.3 // indirect
 )
+
+// A full disk must fail a store write as an error, never kill the process
+// with a SIGBUS: ristretto v2.2.0's package z, which Badger maps its files
+// with, grows them sparse. persistence/internal/ristretto is v2.2.0 with
+// them preallocated (its PATCH.md). A replace applies only when this is the
+// main module: an embedder's build gets it only by adding the same line.
+replace github.com/dgraph-io/ristretto/v2 => ./persistence/internal/ristretto

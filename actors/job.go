@@ -329,7 +329,7 @@ func (j *job) settle() {
 // storeErrText is a store error for a log line: the store's own sentinels by
 // name, anything else as "write failed" (Badger's texts may carry keys).
 func storeErrText(err error) string {
-	for _, e := range []error{persistence.ErrClosed, persistence.ErrTooLarge, persistence.ErrNotFound, persistence.ErrCorrupt} {
+	for _, e := range []error{persistence.ErrClosed, persistence.ErrTooLarge, persistence.ErrNotFound, persistence.ErrCorrupt, persistence.ErrDiskFull, persistence.ErrNotSynced} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

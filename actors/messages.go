@@ -27,7 +27,8 @@ import (
 //	                     a stored target, a busy answer, a cancel, a late
 //	                     answer that settles it; it gives the worker back,
 //	                     if it holds one)
-//	timer → supervisor:  retryReady
+//	timer → supervisor:  retryReady; diskCheck (while the store's disk is
+//	                     below its reserve no target starts: see dispatch)
 //	supervisor, job → maintainer: maintain (sweep after a Submit; evict
 //	                     after a write that adds bytes or settles a job)
 //	timer → maintainer:  maintainTick (the periodic sweep)
@@ -130,6 +131,10 @@ type shutdownJob struct{}
 // retryReady says a waiting job may be tried again.
 type retryReady struct{ id string }
 
+// diskCheck says the store's disk may have room again (a timer the
+// supervisor set while it held the jobs for it).
+type diskCheck struct{}
+
 // The runner's own messages, which move targets along, go ahead of the API's
 // requests in a mailbox (see mailbox). So does Drain: Close queues it before
 // it cancels the fetches, and no target their return frees may start
@@ -144,3 +149,4 @@ func (*jobDone) urgent()       {}
 func (*targetWritten) urgent() {}
 func (*lateWritten) urgent()   {}
 func (*retryReady) urgent()    {}
+func (*diskCheck) urgent()     {}

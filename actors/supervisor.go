@@ -71,6 +71,7 @@ type supervisor struct {
 	closing   bool
 	drainer   *actor.PID  // who asked for the drain, answered once nothing is in flight
 	stopped   atomic.Bool // read by timer callbacks
+	diskWait  *time.Timer // the store's disk is below its reserve: when to look again (diskCheck)
 
 	// The producers of the children; tests stand probes in for them.
 	worker actor.Producer
@@ -146,6 +147,9 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		}
 	case *jobDone:
 		s.jobDone(ctx, m)
+	case *diskCheck:
+		s.diskWait = nil
+		s.dispatch(ctx)
 	case *retryReady:
 		if j := s.jobs[m.id]; j != nil && j.life.live() && j.life.phase == phaseWaiting {
 			s.to(ctx, j, life{j.life.status, phaseIdle})
@@ -178,6 +182,10 @@ func (s *supervisor) start(ctx actor.Context) {
 
 func (s *supervisor) stopTimers() {
 	s.stopped.Store(true)
+	if s.diskWait != nil {
+		s.diskWait.Stop()
+		s.diskWait = nil
+	}
 	for _, j := range s.jobs {
 		if j.retry != nil {
 			j.retry.Stop()
@@ -256,8 +264,14 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	return &SubmitReply{ID: j.id}
 }
 
-// dispatch hands free workers to the jobs at the head of the rotation.
+// dispatch hands free workers to the jobs at the head of the rotation;
+// none while the store's disk is below its reserve (the jobs are held,
+// their next targets pending, until a diskCheck finds room).
 func (s *supervisor) dispatch(ctx actor.Context) {
+	if len(s.idle) > 0 && !s.closing && s.cfg.Store.DiskFull() {
+		s.waitDisk(ctx)
+		return
+	}
 	for len(s.idle) > 0 && !s.closing {
 		j, ok := s.ready.peek()
 		if !ok {
@@ -277,6 +291,24 @@ func (s *supervisor) dispatch(ctx actor.Context) {
 		ctx.Send(j.pid, &dispatch{worker: w, busySince: j.busySince})
 		s.cfg.hookInflight(ctx, s.inflight)
 	}
+}
+
+// diskPoll is how often, at most, the supervisor looks again at a disk
+// below its reserve (RetryWait, if shorter).
+const diskPoll = time.Second
+
+// waitDisk sets the timer of the next diskCheck, unless one is set.
+func (s *supervisor) waitDisk(ctx actor.Context) {
+	if s.diskWait != nil {
+		return
+	}
+	s.cfg.Log.Debug("targets held: the store's disk is below its reserve", slog.Int(keyLive, s.live()))
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	s.diskWait = time.AfterFunc(min(s.cfg.RetryWait, diskPoll), func() {
+		if !s.stopped.Load() {
+			root.Send(self, &diskCheck{})
+		}
+	})
 }
 
 // jobDone takes a job's report: its worker back, and its new state.

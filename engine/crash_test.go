@@ -458,6 +458,10 @@ func crashChild(dir string) {
 					<-ended
 					continue
 				}
+				if errors.Is(err, engine.ErrDiskFull) { // TestRunner_DiskFull: a client's back-off
+					<-time.After(20 * time.Millisecond)
+					continue
+				}
 				if err != nil {
 					fail("submit", err)
 				}

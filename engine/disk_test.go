@@ -25,9 +25,10 @@ import (
 // stepFetch is a FetchFunc that returns one target per receive on step, and a
 // channel that Hooks.Target signals after each store attempt.
 type stepper struct {
-	step   chan struct{}
-	stored chan error
-	result func(engine.Target) engine.Result // nil: "content of URL"
+	onStart func() // nil: none; called as each fetch starts
+	step    chan struct{}
+	stored  chan error
+	result  func(engine.Target) engine.Result // nil: "content of URL"
 }
 
 func newStepper() *stepper {
@@ -35,6 +36,9 @@ func newStepper() *stepper {
 }
 
 func (s *stepper) fetch(ctx context.Context, _ *engine.Caller, tg engine.Target) (engine.Result, error) {
+	if s.onStart != nil {
+		s.onStart()
+	}
 	select {
 	case <-s.step:
 	case <-ctx.Done():
@@ -353,12 +357,14 @@ func TestRunner_WriteFaultAtEveryWrite(t *testing.T) {
 
 // TestRunner_DiskFull fills a real disk: a small tmpfs, mounted for the
 // test (root only; skipped where mounting is not allowed). A child process
-// runs jobs with large results on it until the disk is full; Badger writes
-// through mmap, so a full tmpfs is a SIGBUS that kills the child (or, if it
-// does not die, the test kills it a little after the disk filled). Then the
-// disk is made read-only: opening the store is a clear error. Then it is
-// grown: the store opens, New reaps, every target the child reported stored
-// is there with its exact result, and a new job runs to its end.
+// runs jobs with large results on it until the free space is below the
+// runner's reserve (engine.DefaultDiskReserve): there the child holds its
+// jobs and answers ErrDiskFull to its submits, and must still be alive
+// fillGrace later (it used to die of SIGBUS: Badger writes through mmap,
+// its files are now preallocated), when the test kills it. Then the disk
+// is made read-only: opening the store is a clear error. Then it is grown:
+// the store opens, New reaps, every target the child reported stored is
+// there with its exact result, and a new job runs to its end.
 func TestRunner_DiskFull(t *testing.T) {
 	if os.Getenv(envCrashDir) != "" {
 		t.Skip("in a crash child")
@@ -379,7 +385,7 @@ func TestRunner_DiskFull(t *testing.T) {
 // diskFull is TestRunner_DiskFull with the child's runner durable or not.
 func diskFull(t *testing.T, durable bool) {
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
 	}
 	t.Cleanup(func() {
@@ -392,6 +398,8 @@ func diskFull(t *testing.T, durable bool) {
 	lines, ended := runFillChild(t, dir, mnt, durable, logFile)
 	logs, err := os.ReadFile(logFile)
 	require.NoError(t, err)
+	require.Equal(t, endedKilled, ended, "the child lives on a disk at its reserve; its log ends:\n%s", tail(string(logs), 600))
+	require.Contains(t, string(logs), "disk below its reserve", "and says so")
 	scanLogText(t, string(logs))
 	warns := 0 // Warn lines about store writes (the others are the fetches' panics)
 	for _, l := range strings.Split(string(logs), "\n") {
@@ -434,6 +442,9 @@ func diskFull(t *testing.T, durable bool) {
 	t.Logf("disk full: the child %s after %d targets reported stored (%d Warn lines about failed store writes before); read-only: %q; grown: 0 of %d targets lost, a new job done",
 		ended, len(lines), warns, roErr, len(lines))
 }
+
+// endedKilled is how a fill child that outlived its disk's filling ended.
+const endedKilled = "ran on past its disk's reserve and was killed"
 
 // runFillChild runs the crash child with large results on dir until it
 // dies, or until it has outlived a full disk by fillGrace; it returns the
@@ -486,7 +497,7 @@ func runFillChild(t *testing.T, dir, mnt string, durable bool, logFile string) (
 		}
 		var st syscall.Statfs_t
 		require.NoError(t, syscall.Statfs(mnt, &st))
-		if full.IsZero() && st.Bavail*uint64(st.Bsize) < 1<<20 {
+		if full.IsZero() && st.Bavail*uint64(st.Bsize) < engine.DefaultDiskReserve {
 			full = time.Now()
 		}
 		if !full.IsZero() && time.Since(full) > fillGrace {
@@ -503,7 +514,7 @@ func runFillChild(t *testing.T, dir, mnt string, durable bool, logFile string) (
 	logs, _ := os.ReadFile(logFile)
 	switch {
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
-		return stored, fmt.Sprintf("ran on %s past the full disk and was killed", fillGrace)
+		return stored, endedKilled
 	case strings.Contains(string(logs), "SIGBUS"):
 		return stored, "died of SIGBUS (Badger writes through mmap)"
 	}

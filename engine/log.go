@@ -12,6 +12,11 @@ const (
 	keyJobID = "job_id"
 	keyCount = "count"
 	keyErr   = "err"
+	// What Open repaired in a store (recovery.go).
+	keyUnlistedTables = "unlisted_tables"
+	keyEmptyLogs      = "empty_logs"
+	keyIndexKeys      = "index_keys"
+	keyBytesCounted   = "bytes_counted"
 )
 
 // storeErrText is a store error for a log line: the store's own sentinels

@@ -18,6 +18,12 @@ var (
 	ErrStoreCorrupt = persistence.ErrCorrupt
 )
 
+// ErrNotSynced is wrapped by [Runner.Submit], with [DurabilitySync], when
+// the store's disk failed to sync the new job (an I/O error): nothing was
+// created as far as the caller can tell (the job is never shown, nor run);
+// submit again. It is package persistence's.
+var ErrNotSynced = persistence.ErrNotSynced
+
 // Open starts a runner on a store of its own, so that an embedder imports
 // package engine alone: it opens the store in dir ("" for an in-memory
 // store, gone when the runner closes; otherwise a Badger directory, created

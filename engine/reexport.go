@@ -16,6 +16,10 @@ const (
 	DefaultMaxBytes      = batchtype.DefaultMaxBytes
 	DefaultRetryWait     = batchtype.DefaultRetryWait
 	DefaultRetryFor      = batchtype.DefaultRetryFor
+	// DefaultDiskReserve (73.6 MiB) is what the store takes when it opens
+	// its next files at the sizes it opens Badger with: 2 memtable logs of
+	// 20.8 MiB and a value-log file of 32 MiB, allocated at once.
+	DefaultDiskReserve = batchtype.DefaultDiskReserve
 )
 
 // Config tunes a runner ([Runner]). The zero value is ready to use: each zero field
@@ -71,6 +75,16 @@ const (
 //	    // [DurabilityProcess] (the default) and [DurabilitySync]. Sync with a
 //	    // store in memory makes engine.New fail.
 //	    Durability Durability
+//	    // DiskReserve is the free space, in bytes, the runner keeps on its
+//	    // store's file system (a store on disk; measured with statfs every
+//	    // second, and at once when the store's writes may have used up the
+//	    // room above it). Below it Submit returns [ErrDiskFull], no new
+//	    // target starts (running jobs are held, their targets pending, none
+//	    // failed for it), and reads, lists, Touch and Cancel work as ever;
+//	    // once there is room again the held jobs go on by themselves. The
+//	    // writes in flight, cancels and settles go into the reserve. Default
+//	    // [DefaultDiskReserve] (73.6 MiB); 1 keeps next to nothing.
+//	    DiskReserve int64
 //	}
 type Config = batchtype.Config
 
@@ -144,6 +158,12 @@ var (
 	// idempotency key is bound to a reusable job of other targets: the
 	// caller sent the same key with another body.
 	ErrIdempotencyMismatch = batchtype.ErrIdempotencyMismatch
+	// ErrDiskFull is returned by [Runner.Submit] while the store's
+	// file system has less free space than [Config.DiskReserve] (nothing
+	// is created; submit again once there is room: the runner's running
+	// jobs are held meanwhile, and go on by themselves), and wrapped by a
+	// store write that failed with ENOSPC.
+	ErrDiskFull = batchtype.ErrDiskFull
 )
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are

@@ -102,6 +102,10 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	store.SetLogger(log)
+	logRecovery(log, store.Recovery())
+	if err := store.WatchDisk(persistence.DiskWatch{Reserve: cfg.DiskReserve, Now: cfg.Now}); err != nil {
+		log.Warn("measure free disk space", slog.String(keyErr, err.Error())) // the watch goes on
+	}
 	rememberTag(cfg.NodeTag) // for ShortID
 	// A store that cannot list its tags fails the reads below as well.
 	if tags, err := store.NodeTags(); err == nil {
@@ -152,7 +156,7 @@ const (
 // settles the ones left cancelled with a target in flight; it returns how
 // many it failed. No actor may own any of them.
 func (r *Runner) reap(text string) (int, error) {
-	left, err := r.store.Unsettled()
+	left, err := r.dropUnreadable()
 	if err != nil {
 		return 0, fmt.Errorf("reap: %w", err)
 	}
@@ -182,7 +186,9 @@ func (r *Runner) reap(text string) (int, error) {
 // queued, running, done or partial and not expired, its id is returned with
 // reused true and nothing else happens. Then the caps: [ErrTooManyTargets],
 // [ErrCallerBusy], [ErrBusy]. The job and its targets are stored before
-// Submit returns.
+// Submit returns. While the store's disk is below [Config.DiskReserve]
+// (after the checks of the request, before reuse and the caps), or when
+// the store's write finds the disk full, an error wrapping [ErrDiskFull].
 //
 // ctx is checked before the job is submitted; a done ctx returns its error.
 // Submit is SubmitWith with no [SubmitOptions].
@@ -249,6 +255,9 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 	}
 	if err := ctx.Err(); err != nil {
 		return "", false, err
+	}
+	if r.store.DiskFull() {
+		return "", false, fmt.Errorf("%w: free space below the reserve", ErrDiskFull)
 	}
 	m, err := r.newSubmit(c, targets, opt.IdempotencyKey)
 	if err != nil {
@@ -581,3 +590,13 @@ func (r *Runner) Err() error {
 // goroutine) since [New]. Each such call is logged at Error with the hook's
 // name and skipped; the runner goes on.
 func (r *Runner) HookPanics() uint64 { return r.sys.HookPanics() }
+
+// DiskState is the free space of a store's file system as last measured:
+// see [Runner.Disk].
+type DiskState = persistence.DiskState
+
+// Disk returns the free space of the store's file system as last measured
+// (every second, see [Config.DiskReserve]); Full while it is below the
+// reserve. A store in memory has no disk: the zero DiskState. Safe for
+// concurrent use.
+func (r *Runner) Disk() DiskState { return r.store.Disk() }

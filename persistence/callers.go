@@ -247,6 +247,7 @@ func (s *Store) backfill(op string, done, prefix []byte, keyLen int, jobs idPrin
 	}
 	if len(want) > 0 || len(stale) > 0 {
 		s.log.Infof("%s: repaired at open: %d keys written, %d deleted", op, len(want), len(stale))
+		s.noteRecovery(func(r *Recovery) { r.IndexKeys += len(want) + len(stale) })
 	}
 	keys := make([][]byte, 0, len(want))
 	for k := range want {

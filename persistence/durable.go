@@ -85,6 +85,10 @@ func (s *Store) SetDurable(on bool) error {
 			return fmt.Errorf("durable store: %w", err)
 		}
 		s.logFids = f
+		// The logs Open created: their entries too (dirsync.go).
+		if err := s.syncDirLocked(true); err != nil {
+			return fmt.Errorf("durable store: %w", err)
+		}
 	}
 	s.durable.Store(on)
 	s.abandoned.Store(false)
@@ -216,17 +220,24 @@ func newestLogs(dir string) (logFids, error) {
 // syncRotatedLocked syncs the memtable logs and value-log files that
 // Badger set aside since the last sync (DB.Sync syncs only the newest of
 // each): from the newest one the last sync saw, every one that now has a
-// successor. It costs a stat of each kind when none was set aside. A
-// memtable log that is gone was flushed: Badger syncs the table and the
-// manifest before it deletes the log. s.mu is held.
+// successor; then, if Badger created one, the directory (dirsync.go). It
+// costs a stat of each kind when none was set aside. A memtable log that
+// is gone was flushed: Badger syncs the table and the manifest before it
+// deletes the log. s.mu is held.
 func (s *Store) syncRotatedLocked() error {
-	var err error
-	s.logFids.mem, err = syncRotated(s.logFids.mem, func(fid int) string { return memLogPath(s.dir, fid) })
+	mem, err := syncRotated(s.logFids.mem, func(fid int) string { return memLogPath(s.dir, fid) })
+	created := mem != s.logFids.mem
+	s.logFids.mem = mem
 	if err != nil {
 		return err
 	}
-	s.logFids.vlog, err = syncRotated(s.logFids.vlog, func(fid int) string { return vlogPath(s.dir, fid) })
-	return err
+	vlog, err := syncRotated(s.logFids.vlog, func(fid int) string { return vlogPath(s.dir, fid) })
+	created = created || vlog != s.logFids.vlog
+	s.logFids.vlog = vlog
+	if err != nil {
+		return err
+	}
+	return s.syncDirLocked(created)
 }
 
 // syncRotated syncs the files path(fid), path(fid+1), ... that have a

@@ -160,6 +160,12 @@ func syncsAcrossMemtables(t *testing.T, resultLen int) {
 		found  []string
 		mems   = map[string]bool{}
 		failed error
+		// dirSynced: the newest memtable log when the directory was
+		// last synced; newer ones seen at a sync without a directory
+		// sync are unsyncedDir.
+		dirSynced   string
+		dirSyncs    int64
+		unsyncedDir []string
 	)
 	s.SetSyncFault(func() error {
 		dirty, err := logsDirty(dir)
@@ -173,13 +179,23 @@ func syncsAcrossMemtables(t *testing.T, resultLen int) {
 			found = append(found, fmt.Sprintf("%s: %d pages", name, dirty[name]))
 		}
 		es, _ := os.ReadDir(dir)
+		newest := ""
 		for _, e := range es {
 			if filepath.Ext(e.Name()) == ".mem" {
 				mems[e.Name()] = true
+				newest = max(newest, e.Name())
 			}
+		}
+		if n := s.DirSyncs(); n != dirSyncs {
+			dirSyncs, dirSynced = n, newest
+		} else if newest > dirSynced {
+			unsyncedDir = append(unsyncedDir, newest)
 		}
 		return nil
 	})
+	dirSyncs = s.DirSyncs()
+	require.Equal(t, int64(1), dirSyncs, "SetDurable syncs the directory once")
+	dirSynced = newestMem(t, dir)
 	done := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -203,6 +219,16 @@ func syncsAcrossMemtables(t *testing.T, resultLen int) {
 	require.NoError(t, failed)
 	require.GreaterOrEqual(t, len(mems), 2, "no memtable filled")
 	require.Empty(t, found, "log pages dirty right after a sync; memtable logs seen: %v", mems)
+	require.Empty(t, unsyncedDir, "a sync answered writes in a new memtable log whose directory entry was not synced")
+	require.Greater(t, dirSyncs, int64(1), "no directory sync for the new memtable logs")
+}
+
+// newestMem is the name of the newest memtable log in dir.
+func newestMem(t *testing.T, dir string) string {
+	t.Helper()
+	f, err := newestLogs(dir)
+	require.NoError(t, err)
+	return filepath.Base(memLogPath(dir, f.mem))
 }
 
 // A durable store's writer waits, before it commits a group, for as many

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/sift/batch/engine/batchtype"
 )
 
 // The errors the store returns. Badger's own errors never leave this package.
@@ -54,6 +55,11 @@ var (
 	// failed: it is readable, but may not survive a power cut. An owner
 	// write that fails so is retried (written and synced again).
 	ErrNotSynced = errors.New("write not synced to disk")
+	// ErrDiskFull is wrapped by a write that failed because the store's
+	// file system is full (ENOSPC, EDQUOT). An owner write that fails so
+	// is retried. It is [batchtype.ErrDiskFull], which the runner returns
+	// too ([Store.DiskFull]).
+	ErrDiskFull = batchtype.ErrDiskFull
 )
 
 // errTruncateNeeded is Badger's refusal, read-only, of a memtable log with
@@ -66,8 +72,10 @@ func convert(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge),
-		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags), errors.Is(err, ErrNotSynced):
+		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags), errors.Is(err, ErrNotSynced), errors.Is(err, ErrDiskFull):
 		return fmt.Errorf("%s: %w", op, err)
+	case isDiskFull(err):
+		return fmt.Errorf("%s: %w", op, ErrDiskFull)
 	case errors.Is(err, badger.ErrReadOnlyTxn):
 		return fmt.Errorf("%s: %w", op, ErrReadOnly)
 	case errors.Is(err, badger.ErrKeyNotFound):

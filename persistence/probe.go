@@ -35,6 +35,9 @@ func (s *Store) SetWriteFault(fault func() error) {
 }
 
 func (s *Store) checkFault(op string) error {
+	if err := s.gate(op); err != nil { // a full disk (diskspace.go)
+		return err
+	}
 	if f := s.fault.Load(); f != nil {
 		if err := (*f)(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)

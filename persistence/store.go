@@ -54,8 +54,12 @@ const (
 	// rewrite them: Submit with 100,000 32-target jobs stored took 1.75×
 	// as long as with 1,000 (BenchmarkRunner_Scaling); now 1.15×.
 	valueThreshold = 1 << 10
-	// valueLogFileSize caps one value at 64 MiB as well.
-	valueLogFileSize = 64 << 20
+	// valueLogFileSize: Badger opens a value-log file at twice this, and
+	// its blocks are allocated then (persistence/internal/ristretto: a
+	// write through the map of a sparse file is a SIGBUS on a full disk):
+	// 32 MiB taken at once. No value is near it: results go in 512 KiB
+	// chunks, and a row is at most 15% of a memtable.
+	valueLogFileSize = 16 << 20
 	indexCacheSize   = 8 << 20
 	// gcInterval is how often the value log is garbage collected on disk.
 	gcInterval = 5 * time.Minute
@@ -139,6 +143,15 @@ type Store struct {
 	// sync (or at SetDurable): the files from them on that are no longer
 	// the newest are synced too (syncRotatedLocked). Under mu.
 	logFids logFids
+	// dirDirty: the directory has entries a durable sync must sync
+	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
+	dirDirty bool
+	dirSyncs atomic.Int64
+	// noDirSync turns the directory syncs off: a benchmark's baseline.
+	noDirSync bool
+	// rec is what Open repaired (recover.go).
+	recMu sync.Mutex
+	rec   Recovery
 	// unsynced: the jobs whose creation is stored but not yet synced
 	// (durable.go): readers do not see them.
 	unsynced unsyncedJobs
@@ -150,6 +163,7 @@ type Store struct {
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
+	disk      diskWatch    // WatchDisk's (diskspace.go)
 	stop      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -170,15 +184,16 @@ func Open(dir string) (*Store, error) { return open(dir, false) }
 // durable store's one sync per group (durable.go).
 func open(dir string, syncWrites bool) (s *Store, err error) {
 	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := mkdirSynced(dir); err != nil { // a cut must not take the store's own entry (dirsync.go)
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
+	var rec Recovery
 	if dir != "" {
 		if err := checkTables(dir); err != nil {
 			return nil, err
 		}
-		if err := prepareDir(dir); err != nil { // not a store; crash leftovers: see vlog.go
+		if err := prepareDir(dir, &rec); err != nil { // not a store; crash leftovers: see vlog.go, recover.go
 			return nil, err
 		}
 	}
@@ -186,7 +201,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	db, err := openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
-		if rerr := prepareDir(dir); rerr != nil {
+		if rerr := prepareDir(dir, &rec); rerr != nil {
 			return nil, rerr
 		}
 		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
@@ -194,7 +209,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold)}
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -203,6 +218,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.disk.init()
 	s.q.wake = make(chan struct{}, 1)
 	s.q.full = make(chan struct{}, 1)
 	s.q.abandon = make(chan chan struct{})
@@ -288,7 +304,7 @@ func (s *Store) gcLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for s.runGC() == nil {
+			for !s.DiskFull() && s.runGC() == nil { // a GC writes: not on a full disk (diskspace.go)
 				select {
 				case <-s.stop:
 					return

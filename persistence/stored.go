@@ -202,6 +202,9 @@ func (s *Store) loadBytes() error {
 		return err
 	}
 	s.bytes.Store(n)
+	if n != 0 { // a new store has no total yet, and nothing to count
+		s.noteRecovery(func(r *Recovery) { r.BytesCounted = true })
+	}
 	if s.readOnly {
 		return nil
 	}

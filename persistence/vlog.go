@@ -35,9 +35,10 @@ func isEmptyValueLogError(msg string) bool {
 // prepareDir readies dir for Badger, holding the directory's lock (the one
 // Badger takes) so that no running store can be creating a file in it at
 // that moment: it refuses a directory that is not a store (checkStoreDir),
-// before it touches any file, and then deletes the empty *.vlog and *.mem
-// files a crash left.
-func prepareDir(dir string) error {
+// before it touches any file, then takes off the MANIFEST the tables a
+// power cut took (recover.go), and deletes the empty *.vlog and *.mem
+// files a crash left; it adds what it repaired to rec.
+func prepareDir(dir string, rec *Recovery) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", dir, err)
@@ -50,7 +51,14 @@ func prepareDir(dir string) error {
 	if err := checkStoreDir(dir); err != nil {
 		return err
 	}
-	return removeEmptyLogs(dir)
+	n, err := unlistMissingTables(dir)
+	rec.UnlistedTables += n
+	if err != nil {
+		return err
+	}
+	n, err = removeEmptyLogs(dir)
+	rec.EmptyLogs += n
+	return err
 }
 
 // The files Badger's first Open of a directory writes before its
@@ -85,22 +93,24 @@ func checkStoreDir(dir string) error {
 }
 
 // removeEmptyLogs deletes the empty *.vlog and *.mem files in dir, a
-// store's. The caller holds the directory's lock.
-func removeEmptyLogs(dir string) error {
+// store's, and returns how many. The caller holds the directory's lock.
+func removeEmptyLogs(dir string) (int, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", dir, err)
+		return 0, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", dir, err)
+		return 0, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	n := 0
 	for _, f := range append(files, mems...) {
 		if st, err := os.Stat(f); err == nil && st.Size() == 0 {
 			if err := os.Remove(f); err != nil {
-				return fmt.Errorf("open store %s: %w", dir, err)
+				return n, fmt.Errorf("open store %s: %w", dir, err)
 			}
+			n++
 		}
 	}
-	return nil
+	return n, nil
 }

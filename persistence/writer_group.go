@@ -195,7 +195,9 @@ func (s *Store) chunkTxn(w *ownerWrite, chunk int, res []byte) error {
 		}
 		res = res[n:]
 	}
-	return convert(w.op, txn.Commit())
+	err := convert(w.op, txn.Commit())
+	s.diskFailed(err)
+	return err
 }
 
 // commitSynced commits ws (commitLocked) and, on a durable store, syncs

@@ -68,9 +68,12 @@ func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 		}
 	}
 	if err := txn.Commit(); err != nil {
-		return convert(op, err)
+		err = convert(op, err)
+		s.diskFailed(err)
+		return err
 	}
 	s.bytes.Add(delta)
+	s.diskWritten(delta)
 	return nil
 }
 

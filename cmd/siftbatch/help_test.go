@@ -25,7 +25,7 @@ func TestHelp(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"demo": {"jobs", "targets", "workers", "data"},
-		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "filter-memory", "max-answer-bytes", "ui-session", "tls-proxy", "log-level",
+		"serve": {"addr", "data", "keys", "allow-private", "ttl", "targets-per-job", "jobs-per-caller", "jobs-total", "workers", "max-bytes", "retry-wait", "retry-for", "fetch-timeout", "max-body", "filter-memory", "max-answer-bytes", "max-queued-reads", "max-mcp-calls", "ui-session", "tls-proxy", "log-level",
 			"cluster", "node", "cluster-addr", "advertise-addr", "manage-addr", "peers", "cluster-provider",
 			"cluster-ca", "cluster-cert", "cluster-key", "cluster-insecure"},
 		"cluster-certs": {"dir", "nodes", "hosts"},

@@ -64,6 +64,8 @@ type serveFlags struct {
 	maxBody      int64
 	filterMemory int64
 	maxAnswer    int64
+	maxQueued    int // --max-queued-reads
+	maxMCPCalls  int // --max-mcp-calls
 	uiSession    time.Duration
 	tlsProxy     bool
 	durable      bool
@@ -85,6 +87,7 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.Int64Var(&cfg.MaxBytes, "max-bytes", engine.DefaultMaxBytes, "stored bytes in all, every row of every job (specs, errors, results); past it the oldest finished jobs are deleted")
 	fs.DurationVar(&cfg.RetryWait, "retry-wait", engine.DefaultRetryWait, "pause before a busy (429/503) target is tried again")
 	fs.DurationVar(&cfg.RetryFor, "retry-for", engine.DefaultRetryFor, "how long one target may keep coming back busy before it fails")
+	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", engine.DefaultDiskReserve, "free bytes kept on the store's file system (default 73.6 MiB: the store's next 2 memtable logs of 20.8 MiB and value-log file of 32 MiB); below it submits answer 507 and running jobs are held, until there is room")
 }
 
 // runServe is the serve command: the HTTP API until ctx is cancelled
@@ -135,6 +138,8 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.Int64Var(&f.maxBody, "max-body", fetcher.DefaultMaxBody, "body bytes kept from one page, at most 16 MiB; the rest is cut")
 	fs.Int64Var(&f.filterMemory, "filter-memory", fetcher.DefaultFilterMemory, "memory limit in bytes of each process that runs a page's jq and grep, at least 32 MiB")
 	fs.Int64Var(&f.maxAnswer, "max-answer-bytes", httpapi.DefaultMaxAnswerBytes, "bytes of one caller's answers held while they are written to its clients; past it its reads answer 429 until it reads them (an answer larger than this is served alone)")
+	fs.IntVar(&f.maxQueued, "max-queued-reads", httpapi.DefaultMaxQueuedReads, "reads (API, MCP tools, dashboard) of one caller that may wait for their turn at once; past it its reads answer 429 with Retry-After. Turns go round the callers that wait, one read each")
+	fs.IntVar(&f.maxMCPCalls, "max-mcp-calls", mcpserver.DefaultMaxCallsPerCaller, "MCP tool calls of one caller that run at once; past it a call answers 429 with Retry-After (a JSON-RPC batch is refused in any case)")
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	fs.BoolVar(&f.durable, "durable", defaultDurable, "sync every acknowledged write to disk before answering it (a job before its 202, each target before the job's next one): it survives a power cut or kernel crash, not only a crash of serve; needs --data on disk (see docs/PERFORMANCE.md for its cost)")
@@ -197,9 +202,12 @@ func (f *serveFlags) validate() error {
 		{"jobs-per-caller", c.JobsPerCaller >= 1, "at least 1", c.JobsPerCaller},
 		{"jobs-total", c.JobsTotal >= 1, "at least 1", c.JobsTotal},
 		{"max-bytes", c.MaxBytes >= 1, "at least 1 (bytes)", c.MaxBytes},
+		{"disk-reserve", c.DiskReserve >= 1, "at least 1 (bytes)", c.DiskReserve},
 		{"max-body", f.maxBody >= 1 && f.maxBody <= maxMaxBody, fmt.Sprintf("1 to %d (16 MiB)", maxMaxBody), f.maxBody},
 		{"filter-memory", f.filterMemory >= fetcher.MinFilterMemory, fmt.Sprintf("at least %d (32 MiB)", fetcher.MinFilterMemory), f.filterMemory},
 		{"max-answer-bytes", f.maxAnswer >= 1, "at least 1 (bytes)", f.maxAnswer},
+		{"max-queued-reads", f.maxQueued >= 1, "at least 1", f.maxQueued},
+		{"max-mcp-calls", f.maxMCPCalls >= 1, "at least 1", f.maxMCPCalls},
 		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
 		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
 		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
@@ -290,6 +298,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	api, err := httpapi.New(runner, keys, httpapi.Options{
 		TargetsPerJob:  cfg.TargetsPerJob,
 		MaxAnswerBytes: f.maxAnswer,
+		MaxQueuedReads: f.maxQueued,
 		Honoured:       fetch.Honours(), // grep and jq; other options are refused at submit
 		Check:          fetch.Check,
 		Wrap:           m.Middleware,
@@ -302,7 +311,9 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
-	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{Log: log})
+	// The MCP tools call the API in process: their reads take its turns,
+	// and their answers count in its answer budget.
+	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{MaxCallsPerCaller: f.maxMCPCalls, Answers: api, Log: log})
 	if err != nil {
 		runner.Close()
 		fetch.Close()
@@ -316,6 +327,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		Gatherer:   reg,
 		Log:        log,
 		Cluster:    uiCluster,
+		Reads:      api, // the dashboard's reads share the API's turns, fair by caller
 	})
 	if err != nil {
 		runner.Close()

@@ -606,7 +606,13 @@ type serveProcess struct {
 // stopped (SIGTERM) and waited for at t's cleanup, or by p.stop.
 func startServeProcess(t testing.TB, args ...string) *serveProcess {
 	t.Helper()
-	bin := clitest.Binary(t)
+	return startServeBinary(t, clitest.Binary(t), args...)
+}
+
+// startServeBinary is startServeProcess with the serve of binary bin
+// (another commit's, for a benchmark's reference).
+func startServeBinary(t testing.TB, bin string, args ...string) *serveProcess {
+	t.Helper()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {

@@ -27,6 +27,10 @@ const (
 	DefaultMaxBytes      = 64 << 20
 	DefaultRetryWait     = 2 * time.Second
 	DefaultRetryFor      = 10 * time.Minute
+	// DefaultDiskReserve (73.6 MiB) is what the store takes when it opens
+	// its next files at the sizes it opens Badger with: 2 memtable logs of
+	// 20.8 MiB and a value-log file of 32 MiB, allocated at once.
+	DefaultDiskReserve = 77175192
 )
 
 // Config tunes a runner (engine.Runner). The zero value is ready to use: each zero field
@@ -79,6 +83,16 @@ type Config struct {
 	// [DurabilityProcess] (the default) and [DurabilitySync]. Sync with a
 	// store in memory makes engine.New fail.
 	Durability Durability
+	// DiskReserve is the free space, in bytes, the runner keeps on its
+	// store's file system (a store on disk; measured with statfs every
+	// second, and at once when the store's writes may have used up the
+	// room above it). Below it Submit returns [ErrDiskFull], no new
+	// target starts (running jobs are held, their targets pending, none
+	// failed for it), and reads, lists, Touch and Cancel work as ever;
+	// once there is room again the held jobs go on by themselves. The
+	// writes in flight, cancels and settles go into the reserve. Default
+	// [DefaultDiskReserve] (73.6 MiB); 1 keeps next to nothing.
+	DiskReserve int64
 }
 
 // Durability is what a runner's acknowledged writes survive: a job and its
@@ -137,6 +151,7 @@ func (c Config) WithDefaults() (Config, error) {
 		{"MaxBytes", c.MaxBytes},
 		{"RetryWait", int64(c.RetryWait)},
 		{"RetryFor", int64(c.RetryFor)},
+		{"DiskReserve", c.DiskReserve},
 	} {
 		if f.v < 0 {
 			return c, fmt.Errorf("config %s must not be negative", f.name)
@@ -178,6 +193,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.RetryFor == 0 {
 		c.RetryFor = DefaultRetryFor
+	}
+	if c.DiskReserve == 0 {
+		c.DiskReserve = DefaultDiskReserve
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -42,4 +42,10 @@ var (
 	// idempotency key is bound to a reusable job of other targets: the
 	// caller sent the same key with another body.
 	ErrIdempotencyMismatch = errors.New("idempotency key reused with other targets")
+	// ErrDiskFull is returned by engine.Runner.Submit while the store's
+	// file system has less free space than [Config.DiskReserve] (nothing
+	// is created; submit again once there is room: the runner's running
+	// jobs are held meanwhile, and go on by themselves), and wrapped by a
+	// store write that failed with ENOSPC.
+	ErrDiskFull = errors.New("disk full")
 )

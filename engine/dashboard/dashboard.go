@@ -22,6 +22,7 @@ import (
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/internal/httpx"
+	"github.com/sift/batch/engine/internal/readsched"
 )
 
 // Prefix is the path the dashboard serves under; its session cookie's
@@ -101,6 +102,14 @@ type Options struct {
 	// Now is the clock for sessions and the sign-in throttle. Default
 	// time.Now.
 	Now func() time.Time
+	// Reads is the road the dashboard's reads take: each page's reads run
+	// in a turn of its caller's, shared fairly by caller; past the
+	// caller's bound of reads waiting, the page is 429 with Retry-After.
+	// serve gives it the API's handler ([httpapi.Handler.Read]), so that
+	// the dashboard's reads, the API's and the MCP tools' share one set
+	// of turns. Default: turns of the dashboard's own (GOMAXPROCS/2),
+	// fair by caller, [DefaultMaxQueuedReads] waiting for each.
+	Reads Reads
 	// Cluster, if set, makes the dashboard one node's in a cluster
 	// (package github.com/sift/batch/engine/cluster's *Node is one): its
 	// lists, searches and "Recently finished" take in every node's jobs,
@@ -162,9 +171,12 @@ type Handler struct {
 	stats    stats
 	sizes    sizes
 	ticks    ticker
-	// searches holds a token for each search by URL running (at most
-	// urlSearches).
-	searches chan struct{}
+	// searches are the places of the searches by URL (urlSearches),
+	// shared fairly by caller; each caller may have
+	// urlSearchesQueued waiting.
+	searches *readsched.Scheduler
+	// reads is Options.Reads, or the dashboard's own.
+	reads Reads
 
 	// ctx is cancelled by Close: it ends the background loop and every
 	// event stream.
@@ -225,7 +237,11 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.sessions.m = make(map[[sha256.Size]byte]*session)
-	h.searches = make(chan struct{}, urlSearches)
+	h.searches = readsched.New(urlSearches, urlSearchesQueued)
+	h.reads = o.Reads
+	if h.reads == nil {
+		h.reads = newOwnReads()
+	}
 	h.throttle = throttle{perMinute: o.SignInsPerMinute, m: make(map[string]*bucket)}
 	h.ticks.init()
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -236,8 +252,8 @@ func newHandler(r runner, auth httpapi.Authenticator, o Options) (*Handler, erro
 	h.mux.HandleFunc("POST "+Prefix+"signin", h.signIn)
 	h.mux.HandleFunc("POST "+Prefix+"signout", h.signedIn(h.signOut))
 	h.mux.HandleFunc("GET "+Prefix+"jobs", h.signedIn(h.jobsPage))
-	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}", h.signedIn(h.jobPage))
-	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}/{idx}", h.signedIn(h.resultPage))
+	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}", h.signedIn(h.inTurn(h.jobPage)))
+	h.mux.HandleFunc("GET "+Prefix+"jobs/{id}/{idx}", h.signedIn(h.inTurn(h.resultPage)))
 	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/cancel", h.signedIn(h.cancelJob))
 	h.mux.HandleFunc("POST "+Prefix+"jobs/{id}/resubmit", h.signedIn(h.resubmitJob))
 	h.mux.HandleFunc("GET "+Prefix+"events", h.signedIn(h.events))

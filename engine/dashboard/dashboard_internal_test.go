@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -147,9 +148,11 @@ func TestStats_FetchQuantiles(t *testing.T) {
 }
 
 // TestDashboard_URLSearchesBounded: at most urlSearches searches by URL
-// run at once across every session; past it the page answers 429 with
-// Retry-After, reading nothing, and a search runs again once one ends.
-// A search by id or a plain page is never held up by them.
+// run at once across every session, shared fairly by caller: while
+// another user's searches take every place, a search waits for one (it
+// is not refused); a caller's search past its bound of searches waiting
+// (one) answers 429 with Retry-After, reading nothing. A search by id or
+// a plain page is never held up by them.
 func TestDashboard_URLSearchesBounded(t *testing.T) {
 	t.Parallel()
 	b := enginetest.Setup(t, enginetest.OKFetch, engine.Config{})
@@ -171,22 +174,35 @@ func TestDashboard_URLSearchesBounded(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		return rec
 	}
+	ctx := context.Background()
 	for range urlSearches {
-		h.searches <- struct{}{} // searches running elsewhere
-	}
-	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "try again in a moment") {
-		t.Fatalf("a search past the bound: %d %v", rec.Code, rec.Header())
-	}
-	for _, path := range []string{Prefix + "jobs", Prefix + "jobs?q=" + "abcd"} {
-		if rec := get(path); rec.Code == http.StatusTooManyRequests {
-			t.Errorf("GET %s held up by the searches by URL", path)
+		if err := h.searches.Acquire(ctx, "mallory", false); err != nil { // another user's searches, running
+			t.Fatal(err)
 		}
 	}
-	<-h.searches
-	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "Searched the URLs of all 1 jobs") {
-		t.Fatalf("a search once one ended: %d", rec.Code)
+	for _, path := range []string{Prefix + "jobs", Prefix + "jobs?q=" + "abcd"} {
+		if rec := get(path); rec.Code != http.StatusOK {
+			t.Errorf("GET %s held up by the searches by URL: %d", path, rec.Code)
+		}
 	}
-	if len(h.searches) != urlSearches-1 {
-		t.Fatalf("the search left %d tokens taken, want %d", len(h.searches), urlSearches-1)
+	// Alice's search waits for a place (it is not refused because
+	// another user's searches run) ...
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- get(Prefix + "jobs?q=example") }()
+	testkit.WaitFor(t, "alice's search waiting", func() bool { return h.searches.Waiting("alice") == 1 })
+	// ... and her own second one, past her bound of searches waiting, is.
+	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "try again in a moment") {
+		t.Fatalf("alice's second search waiting: %d %v", rec.Code, rec.Header())
+	}
+	h.searches.Release() // one of the other user's searches ends
+	if rec := testkit.Recv(t, done); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "Searched the URLs of all 1 jobs") {
+		t.Fatalf("alice's search once a place was free: %d", rec.Code)
+	}
+	if n := h.searches.Waiting("alice"); n != 0 {
+		t.Fatalf("alice has %d searches waiting after hers ended", n)
+	}
+	h.searches.Release()
+	if rec := get(Prefix + "jobs?q=example"); rec.Code != http.StatusOK {
+		t.Fatalf("a search with every place free: %d", rec.Code)
 	}
 }

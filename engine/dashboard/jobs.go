@@ -29,8 +29,14 @@ const (
 	// maxQuery is the longest search the page takes, in bytes.
 	maxQuery = 512
 	// urlSearches is how many searches by URL run at once, across every
-	// session: each reads up to urlScanJobs jobs' targets. Past it, 429.
+	// session: each reads up to urlScanJobs jobs' targets. They are
+	// shared fairly by caller (round-robin among the callers whose
+	// searches wait), so one user's searches make another's wait for one
+	// search at most, never refuse it.
 	urlSearches = 2
+	// urlSearchesQueued is how many searches by URL of one caller may
+	// wait for a place; past it, 429.
+	urlSearchesQueued = 1
 )
 
 // statusChoices are the jobs page's status filter, as [engine.ListOptions]
@@ -162,7 +168,17 @@ func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPa
 	}
 	switch {
 	case q.Q == "":
-		jobs, next, missing, err := h.listPage(ctx, ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: jobsPerPage, Cursor: q.Cursor})
+		var (
+			jobs    []engine.Job
+			next    string
+			missing []string
+			err     error
+		)
+		if !h.readIn(ctx, ss, &v, func() {
+			jobs, next, missing, err = h.listPage(ctx, ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: jobsPerPage, Cursor: q.Cursor})
+		}) {
+			return v
+		}
 		if err != nil {
 			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
@@ -181,7 +197,15 @@ func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPa
 		}
 	case hexPrefix.MatchString(strings.ToLower(q.Q)):
 		v.Title = "Jobs whose id begins with " + strings.ToLower(q.Q)
-		jobs, missing, bounded, err := h.findByPrefix(ctx, ss, strings.ToLower(q.Q), idMatches)
+		var (
+			jobs    []engine.Job
+			missing []string
+			bounded bool
+			err     error
+		)
+		if !h.readIn(ctx, ss, &v, func() { jobs, missing, bounded, err = h.findByPrefix(ctx, ss, strings.ToLower(q.Q), idMatches) }) {
+			return v
+		}
 		if err != nil {
 			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
@@ -199,16 +223,31 @@ func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPa
 		v.Jobs = h.rows(ss, keep)
 		if len(keep) == 0 {
 			// Hex digits may be part of a URL too.
-			if u := h.urlSearch(ss, q, v); !u.Busy {
+			if u := h.urlSearch(ctx, ss, q, v, false); !u.Busy {
 				return u
 			}
 			v.Note = "No job's id begins with these digits (a search of the URLs for them is not possible right now: try again in a moment)."
 		}
 		v.First = ""
 	default:
-		return h.urlSearch(ss, q, v)
+		return h.urlSearch(ctx, ss, q, v, true)
 	}
 	return v
+}
+
+// readIn runs fn in a read turn of ss's caller ([Options.Reads]); false,
+// with v's message set (Busy: 429), if it was refused or ctx ended.
+func (h *Handler) readIn(ctx context.Context, ss *session, v *jobsPageView, fn func()) bool {
+	err := h.reads.Read(ctx, ss.name, fn)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, errBusy):
+		v.Msg, v.Busy = "Too many reads of yours wait for their turn already: try again in a few seconds.", true
+	default:
+		v.Msg, v.Unavailable = "The request ended before the jobs were read.", true
+	}
+	return false
 }
 
 // urlSearch lists the jobs, among the newest urlScanJobs the session may
@@ -216,34 +255,57 @@ func (h *Handler) jobsView(ctx context.Context, ss *session, q jobsQuery) jobsPa
 // aside): the first urlMatches of them. In a cluster, this node's jobs
 // only (the other nodes' targets are not read: as many requests as jobs),
 // and the page says so.
-func (h *Handler) urlSearch(ss *session, q jobsQuery, v jobsPageView) jobsPageView {
+//
+// A search takes one of the urlSearches places, shared fairly by caller
+// (a caller's search past urlSearchesQueued waiting is 429), and reads
+// each page of jobs in a read turn of its own, so that the other reads of
+// the server go on between its pages. Without wait (a search by id that
+// found nothing, tried on the URLs too), it runs only if a place is free
+// at once, else it is Busy.
+func (h *Handler) urlSearch(ctx context.Context, ss *session, q jobsQuery, v jobsPageView, wait bool) jobsPageView {
 	v.Title, v.First, v.Next = "Jobs with a URL that holds “"+q.Q+"”", "", ""
-	select {
-	case h.searches <- struct{}{}:
-		defer func() { <-h.searches }()
-	default:
+	switch {
+	case !wait && !h.searches.TryAcquire():
 		v.Msg, v.Busy = "Other searches by URL are running: try again in a moment, or search by id.", true
 		return v
+	case wait:
+		if err := h.searches.Acquire(ctx, ss.name, false); err != nil {
+			v.Msg, v.Busy = "Other searches by URL of yours wait already: try again in a moment, or search by id.", true
+			return v
+		}
 	}
+	defer h.searches.Release()
 	needle := strings.ToLower(q.Q)
 	scanned, cursor := 0, ""
 	var found []engine.Job
 	more := false
 	for scanned < urlScanJobs && len(found) < urlMatches {
-		jobs, next, err := h.localPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: engine.MaxListLimit, Cursor: cursor})
+		var (
+			jobs []engine.Job
+			next string
+			err  error
+		)
+		if !h.readIn(ctx, ss, &v, func() {
+			jobs, next, err = h.localPage(ss, q.Caller, engine.ListOptions{Status: q.Status, Limit: engine.MaxListLimit, Cursor: cursor})
+			if err != nil {
+				return
+			}
+			for i, j := range jobs {
+				if scanned == urlScanJobs || len(found) == urlMatches {
+					more = more || i < len(jobs) || next != ""
+					break
+				}
+				scanned++
+				if _, ts, ok := h.r.Targets(j.ID); ok && anyURLHolds(ts, needle) {
+					found = append(found, j)
+				}
+			}
+		}) {
+			return v
+		}
 		if err != nil {
 			v.Msg, v.Unavailable = listErrText(err), !errors.Is(err, engine.ErrBadList)
 			return v
-		}
-		for i, j := range jobs {
-			if scanned == urlScanJobs || len(found) == urlMatches {
-				more = more || i < len(jobs) || next != ""
-				break
-			}
-			scanned++
-			if _, ts, ok := h.r.Targets(j.ID); ok && anyURLHolds(ts, needle) {
-				found = append(found, j)
-			}
 		}
 		if next == "" {
 			break
@@ -300,7 +362,14 @@ func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, i
 		h.jobNotFound(w, r)
 		return
 	}
-	jobs, missing, _, err := h.findByPrefix(r.Context(), ss, id, idMatches)
+	var (
+		jobs    []engine.Job
+		missing []string
+		err     error
+	)
+	if !h.readTurn(w, r, ss, func() { jobs, missing, _, err = h.findByPrefix(r.Context(), ss, id, idMatches) }) {
+		return // refused (429), or the client has gone
+	}
 	switch {
 	case err == nil && len(jobs) == 0 && len(missing) > 0:
 		// The job may be on a node that did not answer.

@@ -93,14 +93,28 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, ss *session) {
 				return nil, false, false
 			}
 			v := h.jobsView(ctx, ss, q)
+			if v.Busy {
+				return nil, true, true // refused: nothing sent now
+			}
 			if v.Msg != "" {
 				return nil, false, false
 			}
 			err = h.tpl.ExecuteTemplate(&buf, "jobs-main", v)
 		case jobID == "":
-			err = h.tpl.ExecuteTemplate(&buf, "overview-main", h.overviewView(ctx, ss))
+			var v overviewView
+			if h.reads.Read(ctx, ss.name, func() { v = h.overviewView(ctx, ss) }) != nil {
+				return nil, true, true // refused, or gone: nothing sent now
+			}
+			err = h.tpl.ExecuteTemplate(&buf, "overview-main", v)
 		default:
-			v, ok, rerr := h.jobPageView(ctx, jobID, ss)
+			var (
+				v    jobPageView
+				ok   bool
+				rerr error
+			)
+			if h.reads.Read(ctx, ss.name, func() { v, ok, rerr = h.jobPageView(ctx, jobID, ss) }) != nil {
+				return nil, true, true // refused, or gone: nothing sent now
+			}
 			switch {
 			case !ok:
 				return nil, false, false

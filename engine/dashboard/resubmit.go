@@ -87,6 +87,10 @@ func resubmitRefusal(err error) (int, string) {
 		return http.StatusTooManyRequests, "The job's owner has as many live jobs as it may: wait for one to end, then try again."
 	case errors.Is(err, engine.ErrBusy):
 		return http.StatusTooManyRequests, "The runner has as many live jobs as it may: wait for one to end, then try again."
+	case errors.Is(err, engine.ErrNotSynced):
+		return http.StatusServiceUnavailable, "The server's disk failed to sync the job: nothing was created. Try again in a moment."
+	case errors.Is(err, engine.ErrDiskFull):
+		return http.StatusInsufficientStorage, "The server's disk is below its reserve: no new job is taken until there is room. Running jobs are held and go on by themselves."
 	case errors.Is(err, engine.ErrTooManyTargets):
 		return http.StatusBadRequest, "Too many targets for one job."
 	case errors.Is(err, engine.ErrRetryLater), errors.Is(err, engine.ErrNoAdmission):

@@ -88,7 +88,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.page(w, r, http.StatusOK, "signin", signInPage{})
 		return
 	}
-	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: h.overviewView(r.Context(), ss)})
+	var v overviewView
+	if !h.readTurn(w, r, ss, func() { v = h.overviewView(r.Context(), ss) }) {
+		return // refused (429), or the client has gone
+	}
+	h.render(w, http.StatusOK, "overview", pageData{Title: "Overview", User: user(ss), Stream: Prefix + "events", Body: v})
 }
 
 // jobView is one job as a row of the overview shows it.

@@ -396,7 +396,9 @@ func TestAPI_AnswerBudgetCountsForwardedAnswers(t *testing.T) {
 // holds nothing once they are read.
 func TestAPI_AnswerBudgetServesParallelReadsThatFit(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, bigFetch, httpapi.Options{})
+	// Its 40 reads at once may all wait for a turn: MaxQueuedReads (32 by
+	// default) would refuse some, which is not what this test is about.
+	b := setupWith(t, bigFetch, httpapi.Options{MaxQueuedReads: 64})
 	srv, _ := keptServer(t, b.handler)
 	id := b.submit(t, "alice-key", "https://example.com/1", "https://example.com/2", "https://example.com/3", "https://example.com/4")
 	b.waitTerminal(t, id)

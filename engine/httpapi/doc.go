@@ -30,7 +30,9 @@
 // too many, a URL that is not absolute http(s) or whose port is not 1 to
 // 65535, a target option the FetchFunc does not honour
 // ([Options.Honoured]) or whose value it refuses ([Options.Check]) 422; a
-// caller or the server at its cap of live jobs 429 with Retry-After. A
+// caller or the server at its cap of live jobs 429 with Retry-After; the
+// server's disk below its reserve ([engine.ErrDiskFull]) 507 "disk full"
+// with Retry-After (running jobs are held meanwhile, reads work). A
 // request without a body (Body nil, as a cluster forwards requests) is
 // never a submit: POST /v1/batch is 405, "submit to any node: POST is not
 // forwarded".
@@ -71,6 +73,16 @@
 // answer does not fit beside the caller's answers still being sent (to
 // clients that read slowly, or not at all) is 429 "answers unread" with
 // Retry-After, at once; a caller that holds nothing is always served.
+//
+// Reads are shared fairly by caller: every authenticated read (and
+// cancel) takes a turn ([Options.MaxInFlight]) while it works; a read
+// that finds none free waits in its caller's queue, and the turns go round
+// the callers that wait, one read each, so one caller's flood of reads
+// makes only its own wait. A caller with [Options.MaxQueuedReads] (64)
+// reads waiting has its next read answered 429 "reads queued" with
+// Retry-After at once. [Handler.Read] lets the dashboard's reads take the
+// same turns; [Handler.AnswerRoom] and [Handler.HoldAnswer] let the MCP
+// server count its answers in the same budget.
 //
 // Long-poll: ?wait=D (a duration, or whole seconds; at most
 // [Options.MaxWait], else 400) answers once the job has ended, or D has

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/internal/httpx"
+	"github.com/sift/batch/engine/internal/readsched"
 )
 
 // The defaults a zero [Options] field takes.
@@ -28,6 +29,9 @@ const (
 	// DefaultMaxAnswerBytes is each caller's budget of answer bytes held
 	// while they are written (Options.MaxAnswerBytes).
 	DefaultMaxAnswerBytes = 64 << 20
+	// DefaultMaxQueuedReads is how many reads of one caller may wait for
+	// their turn at once (Options.MaxQueuedReads).
+	DefaultMaxQueuedReads = 64
 )
 
 // The routes, each also the fixed label [Options.Wrap] is given.
@@ -99,8 +103,24 @@ type Options struct {
 	// without a cap, hundreds of clients polling as fast as they can
 	// starve it (BenchmarkServe_PollLoad: 0.17× of the targets/s with
 	// /healthz polled instead; 0.86× with the default).
+	//
+	// The turns are shared fairly by caller (package
+	// engine/internal/readsched): a request that finds no turn free waits
+	// in its caller's queue, and the turns that free up go round the
+	// callers that wait, one request each (round-robin), each caller's in
+	// the order they came. So one caller's flood of reads makes its own
+	// reads wait, not another caller's: that one waits for at most one
+	// request of each caller ahead of it. The dashboard's reads and the
+	// MCP tools (which call this API) take the same turns ([Handler.Read]).
 	// Default GOMAXPROCS/2, at least 1.
 	MaxInFlight int
+	// MaxQueuedReads caps, for each caller, its requests that wait for a
+	// turn (MaxInFlight): past it a request is answered 429 "reads
+	// queued" with Retry-After at once, having done no work. A request
+	// already admitted that takes its turn again (after a long-poll's
+	// wait, between the results of a ?results=1 answer) is never refused:
+	// it waits in its caller's queue. Default [DefaultMaxQueuedReads] (64).
+	MaxQueuedReads int
 	// MaxAnswerBytes caps, for each caller (API key), the bytes of its
 	// answers held in memory while they are written to its clients: a
 	// target's result, the current result of a ?results=1 answer, a job
@@ -175,9 +195,9 @@ type runner interface {
 // [http.Handler] for the paths under /v1/ (see the package doc). Create one
 // with [New]. It is safe for concurrent use.
 type Handler struct {
-	slots   chan struct{} // one per request served (Options.MaxInFlight)
-	answers *answerBudget // each caller's answer bytes held (Options.MaxAnswerBytes)
-	sizes   resultSizes   // the sizes of results read, to refuse an answer before its read
+	reads   *readsched.Scheduler // the turns, shared fairly by caller (Options.MaxInFlight, MaxQueuedReads)
+	answers *answerBudget        // each caller's answer bytes held (Options.MaxAnswerBytes)
+	sizes   resultSizes          // the sizes of results read, to refuse an answer before its read
 	r       runner
 	auth    Authenticator
 	o       Options
@@ -217,6 +237,8 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 		return nil, errors.New("new handler: MaxInFlight must not be negative")
 	case o.MaxAnswerBytes < 0:
 		return nil, errors.New("new handler: MaxAnswerBytes must not be negative")
+	case o.MaxQueuedReads < 0:
+		return nil, errors.New("new handler: MaxQueuedReads must not be negative")
 	}
 	if o.MaxBody == 0 {
 		o.MaxBody = DefaultMaxBody
@@ -236,8 +258,11 @@ func newHandler(r runner, auth Authenticator, o Options) (*Handler, error) {
 	if o.MaxAnswerBytes == 0 {
 		o.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
+	if o.MaxQueuedReads == 0 {
+		o.MaxQueuedReads = DefaultMaxQueuedReads
+	}
 	o.Honoured = slices.Clone(o.Honoured)
-	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux(), slots: make(chan struct{}, o.MaxInFlight),
+	h := &Handler{r: r, auth: auth, o: o, log: o.Log, mux: http.NewServeMux(), reads: readsched.New(o.MaxInFlight, o.MaxQueuedReads),
 		answers: newAnswerBudget(o.MaxAnswerBytes)}
 	h.ending, h.endWaits = context.WithCancel(context.Background())
 	if h.log == nil {
@@ -378,9 +403,12 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			// The caller's work waits its turn (Options.MaxInFlight); it
 			// gives it up while it waits on the network or a long-poll,
 			// and what it writes meanwhile is kept until then (turnWriter).
-			t := &turn{slots: h.slots, ans: answerHold{b: h.answers, caller: c.Name}}
-			if !t.take(r.Context()) {
-				return // the client has gone
+			t := &turn{reads: h.reads, caller: c.Name, ans: answerHold{b: h.answers, caller: c.Name}}
+			if err := t.admit(r.Context()); err != nil {
+				if errors.Is(err, ErrReadsQueued) {
+					h.refuseQueued(w)
+				}
+				return // refused, or the client has gone
 			}
 			t.w = &turnWriter{ResponseWriter: w, t: t}
 			defer t.ans.free() // the answer is out, or its connection failed: its bytes are given back
@@ -424,29 +452,40 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 // caller's budget (answerHold, Options.MaxAnswerBytes) before it is built;
 // what is kept is counted when the turn is given up.
 type turn struct {
-	slots chan struct{}
-	held  bool
-	w     *turnWriter // nil outside authenticate (a handler called directly in tests)
-	ans   answerHold  // the bytes the answer holds of its caller's budget
+	reads  *readsched.Scheduler
+	caller string
+	held   bool
+	w      *turnWriter // nil outside authenticate (a handler called directly in tests)
+	ans    answerHold  // the bytes the answer holds of its caller's budget
 }
 
 type turnKey struct{}
 
-// take waits for a place; false if ctx ends first.
+// admit takes the request's first place, in its caller's queue:
+// ErrReadsQueued if the caller has Options.MaxQueuedReads requests
+// waiting already; ctx's error if it ends first.
+func (t *turn) admit(ctx context.Context) error {
+	if err := t.reads.Acquire(ctx, t.caller, false); err != nil {
+		return err
+	}
+	t.held = true
+	return nil
+}
+
+// take waits for a place again, in the caller's queue whatever its
+// bound (the request is admitted already); false if ctx ends first.
 func (t *turn) take(ctx context.Context) bool {
-	select {
-	case t.slots <- struct{}{}:
-		t.held = true
-		return true
-	case <-ctx.Done():
+	if t.reads.Acquire(ctx, t.caller, true) != nil {
 		return false
 	}
+	t.held = true
+	return true
 }
 
 // release frees the place, if held, and nothing else.
 func (t *turn) release() {
 	if t.held {
-		<-t.slots
+		t.reads.Release()
 		t.held = false
 	}
 }

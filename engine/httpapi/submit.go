@@ -151,6 +151,16 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		h.retryAfter(w)
 		writeError(w, http.StatusServiceUnavailable, "admission unavailable", "the cluster could not count your jobs just now (a node joined or left); retry after Retry-After seconds")
 		return
+	case errors.Is(err, engine.ErrNotSynced):
+		h.retryAfter(w)
+		writeError(w, http.StatusServiceUnavailable, "disk failed",
+			"the server's disk failed to sync the job (an I/O error): nothing was created; retry after Retry-After seconds")
+		return
+	case errors.Is(err, engine.ErrDiskFull):
+		h.retryAfter(w)
+		writeError(w, http.StatusInsufficientStorage, "disk full",
+			"the server's disk is below its reserve: no new job is taken until there is room; running jobs are held and go on by themselves, reads and cancels work; retry after Retry-After seconds")
+		return
 	default:
 		h.log.Warn("submit failed", slog.String(logKeyCaller, c.Name), slog.String("err", err.Error()))
 		writeError(w, http.StatusInternalServerError, "internal error", "try again; if it persists, report it")

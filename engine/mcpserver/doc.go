@@ -38,6 +38,13 @@
 //     (siftbatch mcp --server URL --key-file FILE); it calls the API at a
 //     URL with one key.
 //
+// Bounds on one caller ([NewHandler]): a POST carries one JSON-RPC
+// message (a batch is refused, 400, whatever its MCP-Protocol-Version);
+// at most [Options.MaxCallsPerCaller] (8) tool calls of a caller run at
+// once (429 with Retry-After past it); its calls are refused (429) while
+// its unread answers fill its answer budget, the API's, in which every
+// MCP answer's bytes count while they are written.
+//
 // batch_result reads the target through GET /v1/batch/{id}/{idx} and
 // streams its content: the server keeps only the requested page (at most
 // [MaxPageBytes], cut at a UTF-8 boundary) of a result, never the whole

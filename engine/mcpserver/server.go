@@ -65,13 +65,24 @@ type Options struct {
 	// PageBytes is batch_result's page size; default and cap
 	// [MaxPageBytes].
 	PageBytes int
+	// MaxCallsPerCaller caps, for [NewHandler], the tool calls of one
+	// caller (API key) that run at once: past it a call is answered 429
+	// with Retry-After before it runs. Default
+	// [DefaultMaxCallsPerCaller] (8).
+	MaxCallsPerCaller int
+	// Answers, for [NewHandler], is the callers' answer budget that the
+	// MCP answers are counted in while they are written, and that refuses
+	// a caller's tool calls (429) while its unread answers fill it: the
+	// API's own ([httpapi.Handler] is one). Default: the api handler given
+	// to NewHandler if it is one, else answers are not counted.
+	Answers AnswerBudget
 	// Log receives a line per tool call at Debug (tool, job id, status);
 	// default: nothing is logged.
 	Log *slog.Logger
 }
 
 func (o Options) withDefaults() (Options, error) {
-	if o.MaxWait < 0 || o.PollEvery < 0 || o.PageBytes < 0 {
+	if o.MaxWait < 0 || o.PollEvery < 0 || o.PageBytes < 0 || o.MaxCallsPerCaller < 0 {
 		return o, errors.New("mcpserver: negative option")
 	}
 	if o.Version == "" {
@@ -82,6 +93,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PollEvery == 0 {
 		o.PollEvery = DefaultPollEvery
+	}
+	if o.MaxCallsPerCaller == 0 {
+		o.MaxCallsPerCaller = DefaultMaxCallsPerCaller
 	}
 	if o.PageBytes == 0 || o.PageBytes > MaxPageBytes {
 		o.PageBytes = MaxPageBytes
@@ -157,6 +171,7 @@ func (t *tools) client(key string) (*client.Client, error) {
 type Handler struct {
 	h        http.Handler
 	endWaits context.CancelFunc
+	limits   *limits
 }
 
 // ServeHTTP answers one MCP request.
@@ -172,7 +187,17 @@ func (h *Handler) EndWaits() { h.endWaits() }
 // stateless, over api (the /v1/ [http.Handler], called in process). A
 // request whose Bearer key auth does not know is answered 401 (503 if auth
 // fails) before any MCP message is read; a tool call reaches the API with
-// that same key. Stateless, no session outlives its HTTP request: nothing
+// that same key, so its reads take the API's turns, shared fairly by
+// caller, and its answer budget.
+//
+// Bounds, for a caller that would send many calls at once: a POST holds
+// one JSON-RPC message: a batch (a JSON array) is refused, 400, whatever
+// its MCP-Protocol-Version header says; at most
+// [Options.MaxCallsPerCaller] tool calls of one caller run at once, and
+// none while its unread answers fill its answer budget
+// ([Options.Answers]): past either, 429 with Retry-After, before the call
+// runs. Each answer's bytes are counted in the caller's budget while they
+// are written, so a caller that stops reading stops being served. Stateless, no session outlives its HTTP request: nothing
 // to expire, no cap on sessions to keep, and any node behind a load
 // balancer answers any request.
 func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handler, error) {
@@ -193,7 +218,11 @@ func NewHandler(api http.Handler, auth httpapi.Authenticator, o Options) (*Handl
 	// guard would refuse every request of a proxy on the same machine.
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
-	return &Handler{h: requireKey(auth, t.reqs.tag(unescapeHTML(h))), endWaits: end}, nil
+	l := &limits{maxCalls: o.MaxCallsPerCaller, maxBody: mcp.DefaultMaxRequestBodyBytes, answers: o.Answers, calls: make(map[string]int)}
+	if l.answers == nil {
+		l.answers, _ = api.(AnswerBudget)
+	}
+	return &Handler{h: requireKey(auth, l.wrap(t.reqs.tag(unescapeHTML(h)))), endWaits: end, limits: l}, nil
 }
 
 // keyOfHeader is the Bearer key of the HTTP request a call came in.
@@ -219,15 +248,19 @@ func requireKey(auth httpapi.Authenticator, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r.Header)
 		var err error = httpapi.ErrUnknownKey
+		caller := ""
 		if ok {
 			c, _, aerr := auth.Authenticate(r.Context(), key)
 			if err = aerr; err == nil && (c == nil || c.Name == "") {
 				err = httpapi.ErrUnknownKey
 			}
+			if err == nil {
+				caller = c.Name
+			}
 		}
 		switch {
 		case err == nil:
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
 		case !errors.Is(err, httpapi.ErrUnknownKey):
 			w.Header().Set("Retry-After", strconv.Itoa(int(httpapi.DefaultRetryAfter/time.Second)))
 			writeHTTPError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")

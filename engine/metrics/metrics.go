@@ -70,6 +70,9 @@ type Metrics struct {
 	liveJobs       prometheus.Gauge
 	inflight       prometheus.Gauge
 	hookPanics     prometheus.CounterFunc
+	diskFree       prometheus.GaugeFunc
+	diskReserve    prometheus.GaugeFunc
+	diskFull       prometheus.GaugeFunc
 	requests       *prometheus.CounterVec
 	requestSeconds *prometheus.HistogramVec
 	fetchOldest    prometheus.GaugeFunc
@@ -133,6 +136,31 @@ func New() *Metrics {
 		}
 		return 0
 	})
+	disk := func(f func(engine.DiskState) float64) func() float64 {
+		return func() float64 {
+			if r := m.runner.Load(); r != nil {
+				return f(r.Disk())
+			}
+			return 0
+		}
+	}
+	m.diskFree = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "siftbatch_disk_free_bytes",
+		Help: "Free space of the store's file system at its last measure (every second; 0 for a store in memory).",
+	}, disk(func(d engine.DiskState) float64 { return float64(d.Free) }))
+	m.diskReserve = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "siftbatch_disk_reserve_bytes",
+		Help: "Free space the runner keeps on the store's file system (Config.DiskReserve; 0 for a store in memory).",
+	}, disk(func(d engine.DiskState) float64 { return float64(d.Reserve) }))
+	m.diskFull = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "siftbatch_disk_full",
+		Help: "1 while the free space is below the reserve: new jobs are refused (507) and running ones held.",
+	}, disk(func(d engine.DiskState) float64 {
+		if d.Full {
+			return 1
+		}
+		return 0
+	}))
 	m.fetches = fetches{now: time.Now, started: map[uint64]time.Time{}}
 	m.fetchOldest = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "siftbatch_fetch_oldest_seconds",
@@ -151,7 +179,7 @@ func New() *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.jobs, m.targets, m.targetSeconds, m.resultBytes, m.jobSeconds,
-		m.liveJobs, m.inflight, m.hookPanics, m.requests, m.requestSeconds, m.fetchOldest, m.refused, m.liveByClass}
+		m.liveJobs, m.inflight, m.hookPanics, m.diskFree, m.diskReserve, m.diskFull, m.requests, m.requestSeconds, m.fetchOldest, m.refused, m.liveByClass}
 }
 
 // Describe sends the descriptors of every series, for

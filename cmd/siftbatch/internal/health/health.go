@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 )
 
@@ -18,6 +19,8 @@ const ClusterParam = "cluster"
 type Runner interface {
 	// Err is non-nil once the runner has closed or failed.
 	Err() error
+	// Disk is the store's file system's free space.
+	Disk() engine.DiskState
 }
 
 // Member is a cluster node as the health check sees it: [cluster.Node].
@@ -26,7 +29,11 @@ type Member interface {
 }
 
 // Handler answers GET /healthz: 200 {"status":"ok"} while r serves, 503
-// {"status":"unavailable"} once it has closed or failed.
+// {"status":"unavailable"} once it has closed or failed. While the store's
+// disk is below its reserve it answers 200 {"status":"disk full",
+// "free_bytes":N,"reserve_bytes":M}: the node serves reads and cancels,
+// and its held jobs go on by themselves once there is room (a restart
+// would not make any), so a liveness probe must not restart it.
 //
 // GET /healthz?cluster=1, for a liveness probe, answers as /healthz, and
 // also 503 {"status":"not a member"} once node, having joined its cluster,
@@ -51,6 +58,10 @@ func Handler(r Runner, node Member, now func() time.Time, grace time.Duration) h
 				fmt.Fprintln(w, `{"status":"not a member"}`)
 				return
 			}
+		}
+		if d := r.Disk(); d.Full {
+			fmt.Fprintf(w, "{\"status\":\"disk full\",\"free_bytes\":%d,\"reserve_bytes\":%d}\n", d.Free, d.Reserve)
+			return
 		}
 		fmt.Fprintln(w, `{"status":"ok"}`)
 	})

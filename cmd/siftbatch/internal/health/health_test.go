@@ -9,12 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // runner is a runner whose Err a test sets.
-type runner struct{ closed atomic.Bool }
+type runner struct {
+	closed atomic.Bool
+	full   atomic.Bool
+}
+
+func (r *runner) Disk() engine.DiskState {
+	if r.full.Load() {
+		return engine.DiskState{Free: 1 << 20, Reserve: 2 << 20, Full: true}
+	}
+	return engine.DiskState{Free: 3 << 20, Reserve: 2 << 20}
+}
 
 func (r *runner) Err() error {
 	if r.closed.Load() {
@@ -99,5 +110,24 @@ func TestHandler_NoNode(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz?cluster=1", nil))
 	if rec.Code != http.StatusOK || rec.Body.String() != "{\"status\":\"ok\"}\n" || rec.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("no node, ?cluster=1: %d %q, Cache-Control %q", rec.Code, rec.Body, rec.Header().Get("Cache-Control"))
+	}
+}
+
+// TestHandler_DiskFull: while the disk is below its reserve /healthz says
+// so, with 200 (the node serves reads; a restart makes no room), and says
+// ok again once there is room.
+func TestHandler_DiskFull(t *testing.T) {
+	t.Parallel()
+	r := &runner{}
+	h := Handler(r, nil, time.Now, time.Second)
+	r.full.Store(true)
+	for _, path := range []string{"/healthz", "/healthz?cluster=1"} {
+		if code, body := get(h, path); code != http.StatusOK || body != "{\"status\":\"disk full\",\"free_bytes\":1048576,\"reserve_bytes\":2097152}\n" {
+			t.Errorf("disk full, %s: %d %s", path, code, body)
+		}
+	}
+	r.full.Store(false)
+	if code, body := get(h, "/healthz"); code != http.StatusOK || body != "{\"status\":\"ok\"}\n" {
+		t.Errorf("room again: %d %s", code, body)
 	}
 }

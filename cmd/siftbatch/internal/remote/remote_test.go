@@ -391,30 +391,6 @@ func TestSummary_CountsTargetsThatWillNotRun(t *testing.T) {
 	}
 }
 
-// lineWriter is a stderr that signals each line written to it.
-type lineWriter struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	lines chan string
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	for {
-		line, err := w.buf.ReadString('\n')
-		if err != nil {
-			w.buf.WriteString(line) // not a whole line yet
-			return len(p), nil
-		}
-		select {
-		case w.lines <- strings.TrimSuffix(line, "\n"):
-		default:
-		}
-	}
-}
-
 // TestCommands_CancelledJobSaysWhatWillNotRun: a job cancelled with a
 // target in flight and one pending reads, in get and ls, 1 not run, and
 // the pending target's hint says it will not run because of the cancel.
@@ -444,6 +420,30 @@ func TestCommands_CancelledJobSaysWhatWillNotRun(t *testing.T) {
 	out, _, err = b.run(t, List)
 	if err != nil || !strings.Contains(out, "NOT RUN") || !strings.Contains(out, id+"  cancelled  2/3         1       1 ") {
 		t.Fatalf("ls: %v\n%s", err, out)
+	}
+}
+
+// lineWriter is a stderr that signals each line written to it.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line) // not a whole line yet
+			return len(p), nil
+		}
+		select {
+		case w.lines <- strings.TrimSuffix(line, "\n"):
+		default:
+		}
 	}
 }
 

@@ -1,0 +1,213 @@
+package main
+
+// Issue 34's figures (docs/PERFORMANCE.md, "One caller cannot exhaust
+// serve"), each side by side in one run: this commit's serve and, when
+// SIFTBATCH_REF_BIN names a serve binary of another commit (the
+// reference: main before issue 34), that one, alternating:
+//
+//   - BenchmarkServe_MCPBatchRSS: serve's peak RSS growth under one MCP
+//     POST of 1,000 batch_result calls on a 4 MB result.
+//   - BenchmarkServe_Bystander: bob's GET of his own small job, 40 in a
+//     row, alone (the scheduler's cost on an uncontended read), beside 60
+//     readers of alice's 4 MB result, and beside 1,000 concurrent list
+//     requests of alice's (each scanning 1,000 of her jobs).
+//
+// Both run serve as a process of its own (in-memory store, loopback).
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
+)
+
+// benchBins are the serve binaries a side-by-side benchmark runs: this
+// commit's ("this"), and SIFTBATCH_REF_BIN's ("ref") if set.
+func benchBins(b *testing.B) [][2]string {
+	bins := [][2]string{{"this", clitest.Binary(b)}}
+	if ref := os.Getenv("SIFTBATCH_REF_BIN"); ref != "" {
+		bins = append(bins, [2]string{"ref", ref})
+	}
+	return bins
+}
+
+// bigResult is the size of the 4 MB result of issue 34's attacks (under
+// the fetcher's default body cap, 4 MiB).
+const bigResult = 4_000_000
+
+// BenchmarkServe_MCPBatchRSS: one op is, for each serve binary in turn, a
+// fresh serve process holding a 4 MB result, one POST to /mcp of 1,000
+// batch_result calls on it (a JSON-RPC batch, without an
+// MCP-Protocol-Version header), its answer read whole; it reports the
+// answer's status (code-NAME) and serve's peak RSS growth over its RSS
+// before the POST (growth-MiB-NAME). Issue 34's goal: ≤ 200 MiB, ideally
+// flat.
+func BenchmarkServe_MCPBatchRSS(b *testing.B) {
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		b.Skip("no /proc/PID/clear_refs: cannot reset a peak RSS")
+	}
+	site := benchSite(b)
+	bins := benchBins(b)
+	growth := map[string][]float64{}
+	for b.Loop() {
+		for _, bin := range bins {
+			p := startServeBinary(b, bin[1])
+			id := benchJob(b, p.c, p.base, "alice-key", site.URL, 1, bigResult, "mcprss")
+			before := procStatusBytes(b, p.pid, "VmRSS")
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
+				b.Skipf("cannot reset serve's peak RSS: %v", err)
+			}
+			code, _ := mcpPost(b, p.c, p.base, "alice-key", "", mcpBatch(1000, id))
+			peak := procStatusBytes(b, p.pid, "VmHWM")
+			growth[bin[0]] = append(growth[bin[0]], float64(peak-before)/(1<<20))
+			b.ReportMetric(float64(code), "code-"+bin[0])
+			p.stop()
+		}
+	}
+	for name, g := range growth {
+		b.ReportMetric(slices.Max(g), "growth-MiB-"+name)
+	}
+}
+
+// bystanderServe is one serve of BenchmarkServe_Bystander, with alice's
+// 4 MB result, her 1,000 small jobs and bob's small job.
+type bystanderServe struct {
+	name     string
+	p        *serveProcess
+	big, bob string
+}
+
+// BenchmarkServe_Bystander: one op is, for each serve binary in turn
+// (both running, set up first), bob's 40 GETs of his own small job, one
+// after the other, in each of three loads: alone; beside 60 clients
+// reading alice's 4 MB result as fast as they can; beside 1,000 clients
+// listing alice's jobs as fast as they can (?status=failed: each list
+// scans 1,000 of her jobs, ListScan, and finds none). It reports bob's
+// max and p50 in ms (max-ms-LOAD-NAME, p50-ms-LOAD-NAME) and, alone, his
+// mean in µs (mean-us-alone-NAME): the scheduler's cost on an
+// uncontended read is mean-us-alone-this over mean-us-alone-ref. Issue
+// 34's goals: max beside the readers ≤ 50 ms; the cost ≤ 5%.
+func BenchmarkServe_Bystander(b *testing.B) {
+	site := benchSite(b)
+	var serves []*bystanderServe
+	for _, bin := range benchBins(b) {
+		p := startServeBinary(b, bin[1], "--jobs-per-caller", "1000", "--jobs-total", "1002")
+		s := &bystanderServe{name: bin[0], p: p}
+		s.big = benchJob(b, p.c, p.base, "alice-key", site.URL, 1, bigResult, "big")
+		s.bob = benchJob(b, p.c, p.base, "bob-key", site.URL, 1, 256, "bob")
+		fillJobs(b, p, site.URL, 1000)
+		serves = append(serves, s)
+	}
+	samples := map[string][]time.Duration{}
+	for b.Loop() {
+		for _, s := range serves {
+			for _, load := range []string{"alone", "readers", "lists"} {
+				samples[load+"-"+s.name] = append(samples[load+"-"+s.name], s.bystander(b, load)...)
+			}
+		}
+	}
+	for k, d := range samples {
+		slices.Sort(d)
+		b.ReportMetric(float64(d[len(d)-1])/1e6, "max-ms-"+k)
+		b.ReportMetric(float64(d[len(d)/2])/1e6, "p50-ms-"+k)
+		if strings.HasPrefix(k, "alone-") {
+			var sum time.Duration
+			for _, x := range d {
+				sum += x
+			}
+			b.ReportMetric(float64(sum)/float64(len(d))/1e3, "mean-us-"+k)
+		}
+	}
+}
+
+// fillJobs submits n one-target jobs of alice's to p, 16 at a time, and
+// waits (long-polls) until each has ended.
+func fillJobs(b *testing.B, p *serveProcess, site string, n int) {
+	b.Helper()
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: benchTimeout}
+	defer c.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	ids := make([]string, n)
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/batch", strings.NewReader(targetsBody(fmt.Sprintf("%s/page/64?fill=%d", site, i))))
+				req.Header.Set("Authorization", "Bearer alice-key")
+				r := send(b, c, req)
+				if r.code != http.StatusAccepted {
+					b.Errorf("submit %d: %d %s", i, r.code, r.body)
+					return
+				}
+				ids[i-1] = r.json(b)["id"].(string)
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		for {
+			req, _ := http.NewRequest(http.MethodGet, p.base+"/v1/batch/"+id+"?wait=60s", nil)
+			req.Header.Set("Authorization", "Bearer alice-key")
+			if st := send(b, c, req).json(b)["status"]; st != "queued" && st != "running" {
+				break
+			}
+		}
+	}
+}
+
+// bystander runs load against s while bob reads his job 40 times, one
+// after the other, and returns his reads' times.
+func (s *bystanderServe) bystander(b *testing.B, load string) []time.Duration {
+	var clients int
+	var path string
+	switch load {
+	case "readers":
+		clients, path = 60, "/v1/batch/"+s.big+"/0"
+	case "lists":
+		clients, path = 1000, "/v1/batch?status=failed&limit=100"
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var started sync.WaitGroup
+	lc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients + 1, MaxConnsPerHost: clients + 1}, Timeout: benchTimeout}
+	defer lc.CloseIdleConnections()
+	for range clients {
+		wg.Add(1)
+		started.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			for !stop.Load() {
+				_, _, _ = benchGet(lc, s.p.base+path, "alice-key")
+				if first {
+					started.Done()
+					first = false
+				}
+			}
+			if first {
+				started.Done()
+			}
+		}()
+	}
+	started.Wait() // every client has had an answer: the load is on
+	c := benchClient(b)
+	var d []time.Duration
+	for range 40 {
+		t0 := time.Now()
+		code, n, err := benchGet(c, s.p.base+"/v1/batch/"+s.bob, "bob-key")
+		d = append(d, time.Since(t0))
+		if err != nil || code != http.StatusOK || n == 0 {
+			b.Errorf("%s, %s: bob's read: %d, %d bytes, %v", s.name, load, code, n, err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	return d
+}

@@ -1,0 +1,70 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRunner_DiskReserve: below the disk's reserve (a statfs that says so)
+// Submit returns ErrDiskFull, the running job's target in flight is stored
+// and no next target starts (the job stays running, the target pending,
+// nothing failed), reads and Cancel work; once there is room the held job
+// goes on by itself, and Submit works again.
+func TestRunner_DiskReserve(t *testing.T) {
+	t.Parallel()
+	b, st := setupDisk(t, t.TempDir(), engine.Config{DiskReserve: 1 << 20, RetryWait: 5 * time.Millisecond, JobsPerCaller: 2})
+	var free atomic.Int64
+	free.Store(1 << 30)
+	b.Store.SetDiskStatfs(func(string) (int64, error) { return free.Load(), nil })
+	_, err := b.Store.MeasureDisk()
+	require.NoError(t, err)
+	var startedFull atomic.Int64 // fetches that started below the reserve
+	started := make(chan struct{}, 8)
+	st.onStart = func() {
+		if b.Store.DiskFull() {
+			startedFull.Add(1)
+		}
+		started <- struct{}{}
+	}
+	ctx := context.Background()
+
+	a := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	testkit.Recv(t, started) // a0's fetch has started, with room
+	free.Store(1 << 10)
+	d, err := b.Store.MeasureDisk()
+	require.NoError(t, err)
+	require.True(t, d.Full)
+	require.Equal(t, d, b.Runner.Disk())
+
+	_, _, err = b.Runner.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("b", 0)}})
+	require.ErrorIs(t, err, engine.ErrDiskFull)
+	st.one(t) // a0, in flight when the disk went below its reserve: stored
+	testkit.WaitFor(t, "the supervisor to hold the jobs", func() bool {
+		return strings.Contains(b.Logs.String(), "targets held: the store's disk is below its reserve")
+	})
+	j, ts, ok := b.Runner.Status(a)
+	require.True(t, ok)
+	require.Equal(t, "running", j.Status)
+	require.Equal(t, "done", ts[0].Status)
+	require.Equal(t, "pending", ts[1].Status, "held, not failed")
+	jobs, _, err := b.Runner.List("alice", engine.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1, "lists work")
+
+	free.Store(1 << 30)
+	_, err = b.Store.MeasureDisk()
+	require.NoError(t, err)
+	st.one(t) // a1 starts by itself once there is room
+	b.WaitStatus(t, a, "done")
+	c := b.Submit(t, "carol", []engine.Target{{URL: secretURL("c", 0)}})
+	st.one(t)
+	b.WaitStatus(t, c, "done")
+	require.Zero(t, startedFull.Load(), "no target started below the reserve")
+}
