@@ -283,6 +283,48 @@ func (r *Runner) ResultJSON(id string, idx int) ([]byte, bool) {
 	return b, true
 }
 
+// ResultRange returns bytes [off, off+n) of target idx's result as its
+// stored JSON (fewer at its end, none past it or for a negative off or n),
+// and the stored JSON's whole length; false as for [Runner.ResultJSON].
+// It reads the target's outcome and only the stored chunks (512 KiB each)
+// the range covers, so a page of a large result costs about the page, and
+// n 0 costs no result read at all: the length alone. The stored JSON is
+// [Result]'s, as [Runner.ResultJSON] returns it: it begins
+// {"content":" and the content's text follows, JSON-escaped. The bytes
+// are the caller's. Safe for concurrent use.
+func (r *Runner) ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool) {
+	if idx < 0 {
+		return nil, 0, false
+	}
+	rec, snap, ok := r.row(id)
+	if !ok || idx >= rec.TargetsTotal {
+		return nil, 0, false
+	}
+	if snap != nil {
+		if idx == snap.Running {
+			return nil, 0, false
+		}
+		for _, u := range snap.Unsaved {
+			if u.Idx == idx {
+				if u.Status != persistence.TargetDone {
+					return nil, 0, false
+				}
+				size := int64(len(u.Result))
+				if off < 0 || n <= 0 || off >= size {
+					return []byte{}, size, true
+				}
+				return append([]byte(nil), u.Result[off:min(size, off+n)]...), size, true
+			}
+		}
+	}
+	b, size, err := r.store.ResultRange(id, idx, off, n)
+	if err != nil {
+		r.readFailed("read result", id, err)
+		return nil, 0, false
+	}
+	return b, size, true
+}
+
 // touchCoalesce is the granularity of a settled job's stored lease: Touch
 // writes it rounded up to the next whole second, so that many Touches of
 // one job within a second write once, and the stored lease is never

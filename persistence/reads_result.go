@@ -185,3 +185,70 @@ func getOutcome(txn *badger.Txn, id [idLen]byte, idx int) (outcome, bool, error)
 	o, err := parseOutcome(v)
 	return o, err == nil, err
 }
+
+// ResultRange returns bytes [off, off+n) of the result (its JSON) of
+// target idx of a job, fewer at its end (none past it), and the result's
+// whole length; the target must be stored done, as for
+// [Store.ResultJSON]. It reads the target's outcome row and only the
+// chunks the range covers: a page of a 32 MiB result costs a chunk or
+// two (512 KiB each), not the result. A negative off or n reads nothing.
+func (s *Store) ResultRange(idHex string, idx int, off, n int64) ([]byte, int64, error) {
+	id, ok := parseID(idHex)
+	if !ok || idx < 0 || idx > 0xffff {
+		return nil, 0, fmt.Errorf("read result: %w", ErrNotFound)
+	}
+	var res []byte
+	var size int64
+	err := s.view("read result", func(txn *badger.Txn) error {
+		o, found, err := getOutcome(txn, id, idx)
+		switch {
+		case err != nil:
+			return err
+		case !found || o.status != TargetDone:
+			return ErrNotFound
+		}
+		size = o.size
+		if !o.chunked {
+			size = int64(len(o.inline))
+		}
+		if off < 0 || n <= 0 || off >= size {
+			res = []byte{}
+			return nil
+		}
+		end := min(size, off+n)
+		if !o.chunked {
+			res = bytes.Clone(o.inline[off:end])
+			return nil
+		}
+		res, err = readResultRange(txn, id, idx, size, off, end)
+		return err
+	})
+	return res, size, err
+}
+
+// readResultRange reads bytes [off, end) of a chunked result of size
+// bytes, from the chunks that hold them.
+func readResultRange(txn *badger.Txn, id [idLen]byte, idx int, size, off, end int64) ([]byte, error) {
+	res := make([]byte, 0, end-off)
+	for chunk := int(off / resultChunkSize); int64(chunk)*resultChunkSize < end; chunk++ {
+		item, err := txn.Get(chunkKey(id, idx, chunk))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, fmt.Errorf("result chunk: %w", ErrCorrupt)
+		}
+		if err != nil {
+			return nil, err
+		}
+		start := int64(chunk) * resultChunkSize
+		want := min(size-start, resultChunkSize)
+		if err := item.Value(func(v []byte) error {
+			if int64(len(v)) != want {
+				return fmt.Errorf("result chunk: %w", ErrCorrupt)
+			}
+			res = append(res, v[max(off-start, 0):min(end-start, want)]...)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}

@@ -74,7 +74,7 @@ func BenchmarkServe_ClusterResults16MiB(b *testing.B) {
 			hBefore, fBefore := resetPeak(b, hpid), resetPeak(b, fpid)
 			b.StartTimer()
 			start := time.Now()
-			code, n, err := benchGet(c, via.base+path, "alice-key")
+			code, n, err := benchGet(c, via.base+path, "alice-secret-key")
 			d := time.Since(start)
 			b.StopTimer()
 			if err != nil || code != http.StatusOK || n < 16<<20 {
@@ -156,7 +156,7 @@ func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (hold
 		return n
 	}
 	holder, forwarder = start(0), start(1)
-	id = benchJob(b, c, holder.base, "alice-key", site, 16, 1<<20, fmt.Sprintf("cluster%d", op))
+	id = benchJob(b, c, holder.base, "alice-secret-key", site, 16, 1<<20, fmt.Sprintf("cluster%d", op))
 	fetched = procStatusBytes(b, holder.cmd.Process.Pid, "VmRSS")
 	c.Transport.(*http.Transport).CloseIdleConnections()
 	if !holder.stop(benchTimeout) {
@@ -173,7 +173,7 @@ func waitAnswer(b *testing.B, c *http.Client, url string) {
 	b.Helper()
 	deadline := time.Now().Add(benchTimeout)
 	for {
-		code, _, err := benchGet(c, url, "alice-key")
+		code, _, err := benchGet(c, url, "alice-secret-key")
 		if err == nil && code == http.StatusOK {
 			return
 		}

@@ -53,11 +53,11 @@ func benchMCPCall(b *testing.B, cs *mcp.ClientSession, tool string, args map[str
 func BenchmarkServe_MCPStatusVsGET(b *testing.B) {
 	site := benchSite(b)
 	p := startServeProcess(b)
-	id := benchJob(b, p.c, p.base, "alice-key", site.URL, 8, 1024, "mcpstatus")
-	cs, _ := benchMCP(b, p, "alice-key")
+	id := benchJob(b, p.c, p.base, "alice-secret-key", site.URL, 8, 1024, "mcpstatus")
+	cs, _ := benchMCP(b, p, "alice-secret-key")
 	status := func() { benchMCPCall(b, cs, "batch_status", map[string]any{"id": id}) }
 	get := func() {
-		if code, _, err := benchGet(p.c, p.base+"/v1/batch/"+id, "alice-key"); err != nil || code != http.StatusOK {
+		if code, _, err := benchGet(p.c, p.base+"/v1/batch/"+id, "alice-secret-key"); err != nil || code != http.StatusOK {
 			b.Fatalf("GET: %d %v", code, err)
 		}
 	}
@@ -93,8 +93,8 @@ func BenchmarkServe_MCPStatusVsGET(b *testing.B) {
 func BenchmarkServe_MCPResult16MiBPages(b *testing.B) {
 	site := benchSite(b)
 	p := startServeProcess(b, "--max-body", strconv.Itoa(16<<20))
-	id := benchJob(b, p.c, p.base, "alice-key", site.URL, 1, 16<<20, "mcppages")
-	cs, rt := benchMCP(b, p, "alice-key")
+	id := benchJob(b, p.c, p.base, "alice-secret-key", site.URL, 1, 16<<20, "mcppages")
+	cs, rt := benchMCP(b, p, "alice-secret-key")
 	pages := 0
 	readPages := func() {
 		for page := 0; ; page++ {
@@ -110,7 +110,7 @@ func BenchmarkServe_MCPResult16MiBPages(b *testing.B) {
 		}
 	}
 	readWhole := func() {
-		code, n, err := benchGet(p.c, fmt.Sprintf("%s/v1/batch/%s/0", p.base, id), "alice-key")
+		code, n, err := benchGet(p.c, fmt.Sprintf("%s/v1/batch/%s/0", p.base, id), "alice-secret-key")
 		if err != nil || code != http.StatusOK || n < 16<<20 {
 			b.Fatalf("GET target: %d %d %v", code, n, err)
 		}

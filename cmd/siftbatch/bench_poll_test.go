@@ -49,7 +49,7 @@ const (
 )
 
 // pollLoadKeys are the callers' keys (testKeys).
-var pollLoadKeys = [pollCallers]string{"alice-key", "bob-key"}
+var pollLoadKeys = [pollCallers]string{"alice-secret-key", "bob-long-secret-key"}
 
 // pollLoadConfig tells the load process what to load.
 type pollLoadConfig struct {

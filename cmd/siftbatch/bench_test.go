@@ -58,7 +58,7 @@ func benchSite(b testing.TB) *httptest.Server {
 // ones it sets (--addr, --data, --keys, --allow-private, --log-level
 // warn), and returns its base URL. serve is stopped, and waited for, at
 // b's cleanup, or by stop, which waits for it too. The keys are testKeys:
-// alice-key, bob-key, carol-key.
+// alice-secret-key, bob-long-secret-key, carol-secret-key.
 func benchServe(b testing.TB, args ...string) (base string, stop func()) {
 	b.Helper()
 	dir := b.TempDir()
@@ -185,13 +185,13 @@ func BenchmarkServe_Poll(b *testing.B) {
 	site := benchSite(b)
 	base, _ := benchServe(b)
 	c := benchClient(b)
-	small := benchJob(b, c, base, "alice-key", site.URL, 32, 256, "small")
-	large := benchJob(b, c, base, "bob-key", site.URL, 32, 512<<10, "large")
+	small := benchJob(b, c, base, "alice-secret-key", site.URL, 32, 256, "small")
+	large := benchJob(b, c, base, "bob-long-secret-key", site.URL, 32, 512<<10, "large")
 	type request struct{ url, key string }
 	reqs := map[string]request{
 		"healthz":            {base + "/healthz", ""},
-		"poll/results=8KiB":  {base + "/v1/batch/" + small, "alice-key"},
-		"poll/results=16MiB": {base + "/v1/batch/" + large, "bob-key"},
+		"poll/results=8KiB":  {base + "/v1/batch/" + small, "alice-secret-key"},
+		"poll/results=16MiB": {base + "/v1/batch/" + large, "bob-long-secret-key"},
 	}
 	get := func(b *testing.B, r request) {
 		code, n, err := benchGet(c, r.url, r.key)
@@ -299,7 +299,7 @@ func BenchmarkServe_ReadersRSS(b *testing.B) {
 			b.Fatal("serve did not start")
 		}
 		c := benchClient(b)
-		id := benchJob(b, c, base, "alice-key", site.URL, 32, 512<<10, "rss")
+		id := benchJob(b, c, base, "alice-secret-key", site.URL, 32, 512<<10, "rss")
 		pid := cmd.Process.Pid
 		rss := procStatusBytes(b, pid, "VmRSS")
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
@@ -309,7 +309,7 @@ func BenchmarkServe_ReadersRSS(b *testing.B) {
 		errs := make(chan error, readers)
 		for range readers {
 			go func() {
-				code, n, err := benchGet(c, base+"/v1/batch/"+id+"?results=1", "alice-key")
+				code, n, err := benchGet(c, base+"/v1/batch/"+id+"?results=1", "alice-secret-key")
 				if err == nil && (code != http.StatusOK || n < 16<<20) {
 					err = fmt.Errorf("answer %d of %d bytes", code, n)
 				}
@@ -364,7 +364,7 @@ func BenchmarkServe_SlowReadersOfOneKey(b *testing.B) {
 		}
 		for _, mode := range modes {
 			p := startServeProcess(b, args[mode]...)
-			id := benchJob(b, p.c, p.base, "alice-key", site.URL, 1, 4<<20, "slow")
+			id := benchJob(b, p.c, p.base, "alice-secret-key", site.URL, 1, 4<<20, "slow")
 			before := procStatusBytes(b, p.pid, "VmRSS")
 			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
 				b.Skipf("cannot reset serve's peak RSS: %v", err)
@@ -378,7 +378,7 @@ func BenchmarkServe_SlowReadersOfOneKey(b *testing.B) {
 				}
 				conns = append(conns, conn)
 				_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-				fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", id)
+				fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-secret-key\r\n\r\n", id)
 				resp, err := http.ReadResponse(bufio.NewReader(conn), nil) // the head only
 				if err != nil {
 					b.Fatalf("slow reader: %v", err)
@@ -453,8 +453,8 @@ func BenchmarkServe_HostileFilters(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				p := startServeProcess(b, "--workers", "1")
-				warm := p.submit(b, "carol-key", []engine.Target{{URL: site.URL + "/json?warm", Options: engine.Options{JQ: ".items | length"}}})
-				if j := p.wait(b, "carol-key", warm); j["status"] != "done" {
+				warm := p.submit(b, "carol-secret-key", []engine.Target{{URL: site.URL + "/json?warm", Options: engine.Options{JQ: ".items | length"}}})
+				if j := p.wait(b, "carol-secret-key", warm); j["status"] != "done" {
 					b.Fatalf("warm-up job: %v", j)
 				}
 				rss := procStatusBytes(b, p.pid, "VmRSS")
@@ -463,8 +463,8 @@ func BenchmarkServe_HostileFilters(b *testing.B) {
 				}
 				b.StartTimer()
 				start := time.Now()
-				id := p.submit(b, "alice-key", []engine.Target{{URL: site.URL + "/json", Options: h.o}})
-				j := p.wait(b, "alice-key", id)
+				id := p.submit(b, "alice-secret-key", []engine.Target{{URL: site.URL + "/json", Options: h.o}})
+				j := p.wait(b, "alice-secret-key", id)
 				d := time.Since(start)
 				b.StopTimer()
 				tg := j["targets"].([]any)[0].(map[string]any)
@@ -503,8 +503,8 @@ func BenchmarkServe_SlowReader(b *testing.B) {
 	site := benchSite(b)
 	base, _ := benchServe(b, "--max-body", strconv.Itoa(16<<20))
 	c := benchClient(b)
-	big := benchJob(b, c, base, "alice-key", site.URL, 1, 16<<20, "big")
-	small := benchJob(b, c, base, "bob-key", site.URL, 32, 256, "small")
+	big := benchJob(b, c, base, "alice-secret-key", site.URL, 1, 16<<20, "big")
+	small := benchJob(b, c, base, "bob-long-secret-key", site.URL, 32, 256, "small")
 	const polls = 200
 	lat := map[string][]time.Duration{}
 	slowReader := func() (close func()) {
@@ -512,7 +512,7 @@ func BenchmarkServe_SlowReader(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", big)
+		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-secret-key\r\n\r\n", big)
 		// Its answer has begun; the rest is not read.
 		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusOK {
 			b.Fatalf("slow reader: %v", err)
@@ -531,7 +531,7 @@ func BenchmarkServe_SlowReader(b *testing.B) {
 			}
 			for range polls {
 				start := time.Now()
-				code, n, err := benchGet(c, base+"/v1/batch/"+small, "bob-key")
+				code, n, err := benchGet(c, base+"/v1/batch/"+small, "bob-long-secret-key")
 				lat[mode] = append(lat[mode], time.Since(start))
 				if err != nil || code != http.StatusOK || n == 0 {
 					b.Fatalf("poll: %d, %d bytes, %v", code, n, err)

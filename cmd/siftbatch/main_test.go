@@ -30,6 +30,7 @@ const holdStoreEnv = "SIFTBATCH_TEST_HOLD_STORE"
 func TestMain(m *testing.M) {
 	fetcher.RunFilterChild() // the filter processes of the fetchers the tests make
 	if os.Getenv(runMainEnv) != "" {
+		setFileLimit(os.Getenv(fileLimitEnv))
 		main() // the command itself (TestServe_Cluster's nodes); it exits
 	}
 	if dir := os.Getenv(holdStoreEnv); dir != "" {
@@ -98,9 +99,9 @@ func holdStoreInChild(t *testing.T, dir string) {
 
 // Test keys: alice and bob are standard callers, carol is restricted.
 const testKeys = `# name key [restricted]
-alice alice-key
-bob   bob-key
-carol carol-key restricted
+alice alice-secret-key
+bob   bob-long-secret-key
+carol carol-secret-key restricted
 `
 
 // missingID is a well-formed job id that no test job has.

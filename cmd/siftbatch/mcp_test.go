@@ -86,7 +86,7 @@ func TestMCP_ServeAndStdioCommand(t *testing.T) {
 		t.Cleanup(func() { _ = cs.Close() })
 		return cs
 	}
-	alice := connectHTTP("alice-key")
+	alice := connectHTTP("alice-secret-key")
 	tools, err := alice.ListTools(context.Background(), nil)
 	if err != nil || len(tools.Tools) != 6 {
 		t.Fatalf("tools: %v %v", tools, err)
@@ -141,7 +141,7 @@ func TestMCP_ServeAndStdioCommand(t *testing.T) {
 		t.Cleanup(func() { _ = cs.Close() })
 		return cs
 	}
-	stdio := connectStdio("alice-key")
+	stdio := connectStdio("alice-secret-key")
 	if _, job, _ := mcpCall(t, stdio, "batch_status", map[string]any{"id": id}); job["status"] != "done" || job["targets_done"] != 1.0 {
 		t.Fatalf("status over stdio: %v", job)
 	}
@@ -156,7 +156,7 @@ func TestMCP_ServeAndStdioCommand(t *testing.T) {
 	}
 
 	// Another key, either way, sees none of alice's job.
-	for name, bob := range map[string]*mcp.ClientSession{"http": connectHTTP("bob-key"), "stdio": connectStdio("bob-key")} {
+	for name, bob := range map[string]*mcp.ClientSession{"http": connectHTTP("bob-long-secret-key"), "stdio": connectStdio("bob-long-secret-key")} {
 		if res, _, text := mcpCall(t, bob, "batch_status", map[string]any{"id": id}); !res.IsError || !strings.Contains(text, "404 job not found") {
 			t.Errorf("%s: bob's status of alice's job: %q", name, text)
 		}
@@ -221,7 +221,7 @@ func TestMCP_ServeProcessPages16MiBResult(t *testing.T) {
 	}))
 	t.Cleanup(site.Close)
 	p := startServeProcess(t, "--max-body", strconv.Itoa(16<<20))
-	rt := &countingKeyTransport{key: "alice-key"}
+	rt := &countingKeyTransport{key: "alice-secret-key"}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
 		Endpoint: p.base + "/mcp", HTTPClient: &http.Client{Transport: rt}, MaxRetries: -1}, nil)
@@ -303,7 +303,7 @@ func TestMCP_StdioWaitSendsProgress(t *testing.T) {
 	})
 	p := startServeProcess(t)
 	keyFile := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(keyFile, []byte("alice-key\n"), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, []byte("alice-secret-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var progress testkit.Signal[*mcp.ProgressNotificationParams]

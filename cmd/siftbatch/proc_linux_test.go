@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
@@ -9,4 +10,15 @@ import (
 // dies, even killed at its -timeout, when no cleanup runs.
 func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// setFileLimit sets this process's RLIMIT_NOFILE, soft and hard, to the
+// number s names, if any: a serve started by the tests with fileLimitEnv
+// (TestServe_IdleConnectionsCannotStarve), before main.
+func setFileLimit(s string) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		return
+	}
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
 }

@@ -27,7 +27,7 @@ func TestRemoteCommands_Binary(t *testing.T) {
 	testkit.Long(t)
 	release := make(chan struct{})
 	b := enginetest.Setup(t, fakeFetch(release), engine.Config{JobsPerCaller: 4}) // jobs one after another
-	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
+	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-secret-key\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestRemoteCommands_Binary(t *testing.T) {
 		srv.Close()
 	})
 	keyFile := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(keyFile, []byte("alice-key\n"), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, []byte("alice-secret-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := clitest.Binary(t) // the build the package's other binary tests share; remote's own tests run under -race
@@ -104,6 +104,6 @@ func TestRemoteCommands_Binary(t *testing.T) {
 	if _, stderr, code = sb("", "wait"); code != exitUsage || !strings.Contains(stderr, `"siftbatch wait --help"`) {
 		t.Fatalf("wait without an id: exit %d %q", code, stderr)
 	}
-	testkit.RequireNoneOf(t, allErr.String(), "alice-key")
+	testkit.RequireNoneOf(t, allErr.String(), "alice-secret-key")
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 }

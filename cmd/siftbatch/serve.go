@@ -22,9 +22,11 @@ import (
 	"github.com/sift/batch/cmd/siftbatch/internal/health"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/cluster"
+	"github.com/sift/batch/engine/connlimit"
 	"github.com/sift/batch/engine/dashboard"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/keyguard"
 	"github.com/sift/batch/engine/mcpserver"
 	"github.com/sift/batch/engine/metrics"
 	"github.com/sift/batch/persistence"
@@ -44,7 +46,7 @@ const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
 	writeTimeout      = httpapi.DefaultMaxWait + 30*time.Second // a long-poll's wait, then its answer
-	idleTimeout       = 120 * time.Second
+	idleTimeout       = 10 * time.Second                        // a keep-alive connection's: idle ones are what a stranger fills the caps with
 	shutdownTimeout   = 10 * time.Second
 	defaultDataDir    = "./siftbatch-data"
 )
@@ -69,6 +71,8 @@ type serveFlags struct {
 	uiSession    time.Duration
 	tlsProxy     bool
 	durable      bool
+	maxConns     int
+	maxConnsAddr int
 	cfg          engine.Config
 	cluster      clusterflags.Flags
 
@@ -143,6 +147,9 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.uiSession, "ui-session", dashboard.DefaultSessionTTL, "how long a dashboard sign-in (at /ui/) lasts")
 	fs.BoolVar(&f.tlsProxy, "tls-proxy", false, "TLS ends at a proxy in front of serve: mark the dashboard's session cookie Secure, and throttle sign-ins by the address the proxy appends to X-Forwarded-For")
 	fs.BoolVar(&f.durable, "durable", defaultDurable, "sync every acknowledged write to disk before answering it (a job before its 202, each target before the job's next one): it survives a power cut or kernel crash, not only a crash of serve; needs --data on disk (see docs/PERFORMANCE.md for its cost)")
+	maxConns, limit := connlimit.DefaultMax()
+	fs.IntVar(&f.maxConns, "max-conns", maxConns, fmt.Sprintf("most connections held at once; past it the longest idle is closed for a new one, or the new one refused. Its default is the file limit (%d here) less an eighth, and at least 256, for the store and the fetcher, at most %d", limit, connlimit.MaxDefault))
+	fs.IntVar(&f.maxConnsAddr, "max-conns-per-addr", connlimit.DefaultPerAddr, "most connections of one client address (an IPv6 one by its /64), likewise; 0 means --max-conns, the default with --tls-proxy (every client then has the proxy's address)")
 	addConfigFlags(fs, &f.cfg)
 	f.cluster.Add(fs)
 	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {
@@ -153,6 +160,9 @@ func parseServe(args []string, stdout io.Writer) (serveFlags, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.tlsProxy && !set["max-conns-per-addr"] {
+		f.maxConnsAddr = 0 // every client has the proxy's address
+	}
 	if err := f.setDurability(set["durable"]); err != nil {
 		return serveFlags{}, err
 	}
@@ -208,6 +218,8 @@ func (f *serveFlags) validate() error {
 		{"max-answer-bytes", f.maxAnswer >= 1, "at least 1 (bytes)", f.maxAnswer},
 		{"max-queued-reads", f.maxQueued >= 1, "at least 1", f.maxQueued},
 		{"max-mcp-calls", f.maxMCPCalls >= 1, "at least 1", f.maxMCPCalls},
+		{"max-conns", f.maxConns >= 1, "at least 1", f.maxConns},
+		{"max-conns-per-addr", f.maxConnsAddr >= 0, "at least 0 (0: --max-conns)", f.maxConnsAddr},
 		{"ttl", c.TTL > 0, "a positive duration such as 24h", c.TTL},
 		{"retry-wait", c.RetryWait > 0, "a positive duration such as 2s", c.RetryWait},
 		{"retry-for", c.RetryFor > 0, "a positive duration such as 10m", c.RetryFor},
@@ -241,6 +253,7 @@ func listenError(addr string, err error) error {
 // server is serve's running parts, in the order they are stopped.
 type server struct {
 	http    *http.Server
+	conns   *connlimit.Limiter
 	ui      *dashboard.Handler
 	node    *cluster.Node // nil without --cluster
 	members *membersLog   // nil without --cluster
@@ -253,6 +266,11 @@ type server struct {
 // startServer opens the store and starts the runner behind the API; with
 // --cluster, the runner is a node of the cluster, joined before it returns.
 func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*server, error) {
+	guard, conns, err := newLimits(f, log)
+	if err != nil {
+		return nil, err
+	}
+	keys = guard.Authenticator(keys) // every route's keys: each unknown one counts against its address
 	node, err := f.cluster.NewNode(log)
 	if err != nil {
 		return nil, err
@@ -273,7 +291,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, err
 	}
 	m, reg, scrape := newMetrics()
-	reg.MustRegister(metrics.Fetcher(fetch))
+	reg.MustRegister(metrics.Keys(guard), metrics.Conns(conns), metrics.Fetcher(fetch))
 	if node != nil {
 		reg.MustRegister(metrics.Cluster(node), metrics.Membership(func() (int, bool) { // its peers' panics and refusals; its members
 			return len(node.Members()), node.Membership().Member
@@ -354,7 +372,8 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	}
 	mux.Handle(routeHealth, m.Middleware(routeHealth, health.Handler(runner, self, time.Now, memberGrace)))
 	hs := &http.Server{
-		Handler:           httpapi.Front(api, mux), // the API answers its own paths: a mux would redirect /v1/batch/./ID
+		Handler:           guard.Wrap(httpapi.Front(api, mux)), // the API answers its own paths: a mux would redirect /v1/batch/./ID
+		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -368,18 +387,38 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	if node != nil {
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}
-	srv := &server{http: hs, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}
+	srv := &server{http: hs, conns: conns, ui: ui, node: node, runner: runner, fetcher: fetch, store: store, log: log}
 	if node != nil {
 		srv.members = startMembersLog(node, log)
 	}
 	return srv, nil
 }
 
+// newLimits makes serve's guard of failed keys and its connection caps,
+// and logs the caps.
+func newLimits(f serveFlags, log *slog.Logger) (*keyguard.Guard, *connlimit.Limiter, error) {
+	guard, err := keyguard.New(keyguard.Options{TLSProxy: f.tlsProxy, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	perAddr := f.maxConnsAddr
+	if perAddr == 0 {
+		perAddr = f.maxConns
+	}
+	conns, err := connlimit.New(connlimit.Options{Max: f.maxConns, PerAddr: perAddr})
+	if err != nil {
+		return nil, nil, err
+	}
+	_, limit := connlimit.DefaultMax()
+	log.Info("connection caps", slog.Int(logKeyMaxConns, conns.Max()), slog.Int(logKeyPerAddr, conns.PerAddr()), slog.Uint64(logKeyFileLimit, limit))
+	return guard, conns, nil
+}
+
 // serve serves on ln until ctx is cancelled or the listener fails, then
 // stops everything.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(ln) }()
+	go func() { errc <- s.http.Serve(s.conns.Listener(ln)) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -429,6 +468,9 @@ const (
 	logKeyErr        = "err"
 	logKeyWorkers    = "workers"
 	logKeyDurability = "durability"
+	logKeyMaxConns   = "max_conns"
+	logKeyPerAddr    = "max_conns_per_addr"
+	logKeyFileLimit  = "file_limit"
 )
 
 // newLogger returns a text logger on w at the named level.

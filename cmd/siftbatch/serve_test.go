@@ -80,7 +80,7 @@ func TestServe(t *testing.T) {
 	client := &http.Client{Transport: transport}
 	do := func(method, path, body string) response {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer alice-key")
+		req.Header.Set("Authorization", "Bearer alice-secret-key")
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestServe(t *testing.T) {
 		t.Fatalf("stored job %+v %v", j, err)
 	}
 	l := logs.String()
-	if !strings.Contains(l, "stopped") || strings.Contains(l, "127.0.0.1:"+strings.TrimPrefix(site.URL, "http://127.0.0.1:")) || strings.Contains(l, "alice-key") {
+	if !strings.Contains(l, "stopped") || strings.Contains(l, "127.0.0.1:"+strings.TrimPrefix(site.URL, "http://127.0.0.1:")) || strings.Contains(l, "alice-secret-key") {
 		t.Fatalf("logs:\n%s", l)
 	}
 }
@@ -591,8 +591,8 @@ func TestServe_LongPollEndsOnStop(t *testing.T) {
 }
 
 // serveProcess is `siftbatch serve` run from the built binary, on a
-// loopback port, its store in memory, keys testKeys (alice-key, bob-key,
-// carol-key), private addresses allowed.
+// loopback port, its store in memory, keys testKeys (alice-secret-key, bob-long-secret-key,
+// carol-secret-key), private addresses allowed.
 type serveProcess struct {
 	base string
 	pid  int
@@ -732,15 +732,15 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 	site := filterSite(t)
 	p := startServeProcess(t, "--workers", "1")
 
-	r := p.do(t, http.MethodPost, "/v1/batch", "alice-key", `{"targets":[{"url":"`+site.URL+`/json","options":{"grep":"[A-Z]{1000}x"}}]}`)
+	r := p.do(t, http.MethodPost, "/v1/batch", "alice-secret-key", `{"targets":[{"url":"`+site.URL+`/json","options":{"grep":"[A-Z]{1000}x"}}]}`)
 	wantCode(t, r, http.StatusUnprocessableEntity)
 	if !strings.Contains(string(r.body), "500 allowed") {
 		t.Fatalf("a grep of 1003 instructions: %s, want the limit named", r.body)
 	}
 
 	// Warm up: the filter process starts; serve's RSS with a page in.
-	warm := p.submit(t, "carol-key", []engine.Target{{URL: site.URL + "/json?warm", Options: engine.Options{JQ: ".items | length"}}})
-	if j := p.wait(t, "carol-key", warm); j["status"] != "done" {
+	warm := p.submit(t, "carol-secret-key", []engine.Target{{URL: site.URL + "/json?warm", Options: engine.Options{JQ: ".items | length"}}})
+	if j := p.wait(t, "carol-secret-key", warm); j["status"] != "done" {
 		t.Fatalf("warm-up job: %v", j)
 	}
 	base := procStatusBytes(t, p.pid, "VmRSS")
@@ -760,18 +760,18 @@ func TestServe_HostileFiltersBounded(t *testing.T) {
 			targets = append(targets, engine.Target{URL: fmt.Sprintf("%s/json?r=%d&i=%d", site.URL, round, i), Options: o})
 		}
 	}
-	alice := p.submit(t, "alice-key", targets)
+	alice := p.submit(t, "alice-secret-key", targets)
 	testkit.WaitFor(t, "alice's job running", func() bool {
-		return p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-key", "").json(t)["status"] == "running"
+		return p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-secret-key", "").json(t)["status"] == "running"
 	})
-	bob := p.submit(t, "bob-key", []engine.Target{{URL: site.URL + "/json?bob", Options: engine.Options{JQ: "[.items[].name] | length"}}})
-	if j := p.wait(t, "bob-key", bob); j["status"] != "done" {
+	bob := p.submit(t, "bob-long-secret-key", []engine.Target{{URL: site.URL + "/json?bob", Options: engine.Options{JQ: "[.items[].name] | length"}}})
+	if j := p.wait(t, "bob-long-secret-key", bob); j["status"] != "done" {
 		t.Fatalf("bob's job: %v", j)
 	}
-	if done := p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-key", "").json(t)["targets_done"].(float64); done > 4 {
+	if done := p.do(t, http.MethodGet, "/v1/batch/"+alice, "alice-secret-key", "").json(t)["targets_done"].(float64); done > 4 {
 		t.Errorf("bob's job ended after %v of alice's 8 hostile targets, want at most 4", done)
 	}
-	j := p.wait(t, "alice-key", alice)
+	j := p.wait(t, "alice-secret-key", alice)
 	if j["status"] != "failed" || j["targets_failed"] != float64(len(targets)) {
 		t.Fatalf("alice's job: %v", j)
 	}
@@ -807,7 +807,7 @@ func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
 	const depth = 125 << 10
 	program := strings.Repeat("[", depth) + "." + strings.Repeat("]", depth)
 	body := `{"targets":[{"url":"http://127.0.0.1:1/x","options":{"jq":"` + program + `"}}]}`
-	if r := p.do(t, http.MethodPost, "/v1/batch", "alice-key", body); r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), fmt.Sprintf("more than the %d allowed", fetcher.MaxJQLen)) {
+	if r := p.do(t, http.MethodPost, "/v1/batch", "alice-secret-key", body); r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), fmt.Sprintf("more than the %d allowed", fetcher.MaxJQLen)) {
 		t.Fatalf("the first submit: %d %.200s, want 422 naming the length limit", r.code, r.body)
 	}
 	base := procStatusBytes(t, p.pid, "VmRSS")
@@ -824,7 +824,7 @@ func TestServe_JQCheckAtSubmitBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-turns }()
-			codes <- p.do(t, http.MethodPost, "/v1/batch", "alice-key", body).code
+			codes <- p.do(t, http.MethodPost, "/v1/batch", "alice-secret-key", body).code
 		}()
 	}
 	wg.Wait()
@@ -877,8 +877,8 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 	site := benchSite(t)
 	base, _ := benchServe(t, "--max-body", strconv.Itoa(16<<20))
 	c := benchClient(t)
-	big := benchJob(t, c, base, "alice-key", site.URL, 1, 16<<20, "big")
-	small := benchJob(t, c, base, "bob-key", site.URL, 2, 256, "small")
+	big := benchJob(t, c, base, "alice-secret-key", site.URL, 1, 16<<20, "big")
+	small := benchJob(t, c, base, "bob-long-secret-key", site.URL, 2, 256, "small")
 
 	var answers []*http.Response
 	for range max(runtime.GOMAXPROCS(0)/2, 1) + 1 {
@@ -887,7 +887,7 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", big)
+		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-secret-key\r\n\r\n", big)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil) // the head only: its body is not read
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("slow reader: %v %v", resp, err)
@@ -897,10 +897,10 @@ func TestServe_SlowReadersHoldNoTurn(t *testing.T) {
 	}
 
 	for _, rq := range []struct{ key, path string }{
-		{"bob-key", "/v1/batch/" + small},
-		{"bob-key", "/v1/batch/" + small + "/1"},
-		{"bob-key", "/v1/batch"},
-		{"alice-key", "/v1/batch/" + big},
+		{"bob-long-secret-key", "/v1/batch/" + small},
+		{"bob-long-secret-key", "/v1/batch/" + small + "/1"},
+		{"bob-long-secret-key", "/v1/batch"},
+		{"alice-secret-key", "/v1/batch/" + big},
 	} {
 		if code, n, err := benchGet(c, base+rq.path, rq.key); err != nil || code != http.StatusOK || n == 0 {
 			t.Fatalf("GET %s: %d, %d bytes, %v", rq.path, code, n, err)
@@ -934,8 +934,8 @@ func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 	const readers = 32
 	site := benchSite(t)
 	p := startServeProcess(t, "--max-body", strconv.Itoa(16<<20))
-	id := benchJob(t, p.c, p.base, "alice-key", site.URL, 1, 16<<20, "slow")
-	other := benchJob(t, p.c, p.base, "bob-key", site.URL, 1, 16<<20, "other")
+	id := benchJob(t, p.c, p.base, "alice-secret-key", site.URL, 1, 16<<20, "slow")
+	other := benchJob(t, p.c, p.base, "bob-long-secret-key", site.URL, 1, 16<<20, "other")
 	base := procStatusBytes(t, p.pid, "VmRSS")
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
 		t.Skipf("cannot reset serve's peak RSS: %v", err)
@@ -954,7 +954,7 @@ func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 		}
 		conns = append(conns, conn)
 		_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n", id)
+		fmt.Fprintf(conn, "GET /v1/batch/%s/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-secret-key\r\n\r\n", id)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil) // the head only: its body is not read
 		if err != nil {
 			t.Fatalf("slow reader: %v", err)
@@ -962,7 +962,7 @@ func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 		codes[resp.StatusCode]++
 	}
 	// Another caller is answered meanwhile, whole.
-	if code, n, err := benchGet(p.c, p.base+"/v1/batch/"+other+"/0", "bob-key"); err != nil || code != http.StatusOK || n < 16<<20 {
+	if code, n, err := benchGet(p.c, p.base+"/v1/batch/"+other+"/0", "bob-long-secret-key"); err != nil || code != http.StatusOK || n < 16<<20 {
 		t.Errorf("bob's result among alice's slow readers: %d, %d bytes, %v", code, n, err)
 	}
 	peak := procStatusBytes(t, p.pid, "VmHWM")
@@ -979,7 +979,7 @@ func TestServe_SlowReadersOfOneKeyBounded(t *testing.T) {
 	}
 	conns = nil
 	testkit.WaitFor(t, "alice's read once her slow readers are gone", func() bool {
-		code, _, err := benchGet(p.c, p.base+"/v1/batch/"+id+"/0", "alice-key")
+		code, _, err := benchGet(p.c, p.base+"/v1/batch/"+id+"/0", "alice-secret-key")
 		return err == nil && code == http.StatusOK
 	})
 }
@@ -1284,7 +1284,7 @@ func traceServeJob(t *testing.T, durable bool, n int) *syscallTrace {
 	}
 	body.WriteString(`]}`)
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/batch", strings.NewReader(body.String()))
-	req.Header.Set("Authorization", "Bearer alice-key")
+	req.Header.Set("Authorization", "Bearer alice-secret-key")
 	r := send(t, c, req)
 	if r.code != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", r.code, r.body)
@@ -1295,7 +1295,7 @@ func traceServeJob(t *testing.T, durable bool, n int) *syscallTrace {
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
 		req, _ := http.NewRequest(http.MethodGet, base+"/v1/batch/"+sub.ID+"?wait=10s", nil)
-		req.Header.Set("Authorization", "Bearer alice-key")
+		req.Header.Set("Authorization", "Bearer alice-secret-key")
 		var job struct{ Status string }
 		if r := send(t, c, req); json.Unmarshal([]byte(r.body), &job) == nil && job.Status == "done" {
 			break

@@ -148,7 +148,7 @@ func TestShow_SameFieldsAsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+ids[0]+"?results=1", nil)
-	req.Header.Set("Authorization", "Bearer alice-key")
+	req.Header.Set("Authorization", "Bearer alice-secret-key")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	r.Close()

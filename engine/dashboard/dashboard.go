@@ -146,6 +146,9 @@ type runner interface {
 	Job(id string) (engine.Job, bool)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	Result(id string, idx int) (*engine.Result, bool)
+	ResultJSON(id string, idx int) ([]byte, bool)
+	ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool)
+	ContentRange(id string, idx int, off, n int64) (engine.ContentRange, bool)
 	Cancel(id string) bool
 	Err() error
 	HookPanics() uint64
@@ -404,6 +407,11 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	c, class, err := h.auth.Authenticate(r.Context(), key)
 	switch {
 	case err == nil && c != nil && c.Name != "" && key != "":
+	case errors.Is(err, httpapi.ErrThrottled):
+		secs := httpapi.RetryAfterSeconds(err)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		h.page(w, r, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many unknown keys from this address: wait " + strconv.Itoa(secs) + " s and try again."})
+		return
 	case err != nil && !errors.Is(err, httpapi.ErrUnknownKey):
 		h.log.Warn("dashboard sign-in: authenticate failed")
 		h.page(w, r, http.StatusServiceUnavailable, "signin", signInPage{Msg: "Signing in is not possible right now: try again later."})

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
 )
@@ -519,27 +518,20 @@ func (h *Handler) resultPage(w http.ResponseWriter, r *http.Request, ss *session
 		return
 	}
 	_, ts, ok := h.r.Targets(id)
-	res, rok := h.r.Result(id, idx)
+	res, rok := readHead(h.r, id, idx) // the content's first bytes and the meta: not the whole result
 	if !ok || !rok || idx >= len(ts) {
 		h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "No result", Msg: "This target has no stored result.", Back: Prefix + "jobs/" + id})
 		return
 	}
-	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(len(res.Content))}
-	v.Content = res.Content
-	if len(v.Content) > previewBytes {
-		cut := previewBytes
-		for cut > 0 && !utf8.RuneStart(v.Content[cut]) {
-			cut--
-		}
-		v.Content, v.Truncated = v.Content[:cut], true
-	}
-	keys := make([]string, 0, len(res.Meta))
-	for k := range res.Meta {
+	v := resultView{JobID: id, JobShort: engine.ShortID(id), Idx: idx, URL: ts[idx].URL, Size: humanBytes(int(res.size))}
+	v.Content, v.Truncated = res.content, res.truncated
+	keys := make([]string, 0, len(res.meta))
+	for k := range res.meta {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.Meta[k])})
+		v.Meta = append(v.Meta, metaPair{k, fmt.Sprint(res.meta[k])})
 	}
 	h.render(w, http.StatusOK, "result", pageData{Title: fmt.Sprintf("Result %d of %s", idx, engine.ShortID(id)), User: user(ss), Body: v})
 }
@@ -574,16 +566,16 @@ func (s *sizes) get(r runner, id string, idx int) (int, bool) {
 	if ok {
 		return n, true
 	}
-	res, ok := r.Result(id, idx)
+	cr, ok := r.ContentRange(id, idx, 0, 1) // the page's length (its JSON text) from the stored result's ends: no result read
 	if !ok {
 		return 0, false
 	}
-	n = len(res.Content)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil || len(s.m) >= maxSizes {
 		s.m = make(map[string]int)
 	}
-	s.m[key] = n
-	return n, true
+	s.m[key] = int(cr.Total)
+	return int(cr.Total), true
 }

@@ -9,8 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
 )
@@ -68,22 +72,34 @@ type apiKey struct {
 	class  string
 }
 
-// LoadKeys reads the key file at path; see [ReadKeys].
+// LoadKeys reads the key file at path, as [ReadKeys] does, and refuses a
+// key shorter than [MinKeyLen] characters, naming its line (never the key):
+// a key file is what an operator writes, and a short key can be guessed.
 func LoadKeys(path string) (*Keys, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read keys: %w", err)
 	}
 	defer f.Close()
-	return ReadKeys(f)
+	return readKeys(f, MinKeyLen)
 }
 
+// MinKeyLen is the shortest key [LoadKeys] takes, in characters: a
+// shorter one can be guessed, even at the rate package keyguard lets
+// unknown keys through.
+const MinKeyLen = 16
+
 // ReadKeys reads a key file from r. A file without keys, a malformed line,
-// a caller named "*" (which means every caller in ?caller=*) or a key given
-// twice is an error that names the line, never the key. A UTF-8 byte order
+// a caller named "*" (which means every caller in ?caller=*) or a key
+// given twice is an error that names the line, never the key. It takes
+// keys of any length (tests, and embedders whose keys are made
+// elsewhere); [LoadKeys], serve's, refuses those under [MinKeyLen]. A UTF-8 byte order
 // mark at its start (some editors save one) is not part of the first name;
 // words are apart by any Unicode space.
-func ReadKeys(r io.Reader) (*Keys, error) {
+func ReadKeys(r io.Reader) (*Keys, error) { return readKeys(r, 1) }
+
+// readKeys is ReadKeys, refusing keys shorter than minLen characters.
+func readKeys(r io.Reader, minLen int) (*Keys, error) {
 	kr := &Keys{}
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
@@ -101,6 +117,9 @@ func ReadKeys(r io.Reader) (*Keys, error) {
 		}
 		if fields[0] == "*" {
 			return nil, fmt.Errorf("keys line %d: no caller may be named * (it means every caller)", n)
+		}
+		if utf8.RuneCountInString(fields[1]) < minLen {
+			return nil, fmt.Errorf("keys line %d: the key is shorter than %d characters; make it long and random (openssl rand -hex 24)", n, minLen)
 		}
 		k := apiKey{name: fields[0], sum: sha256.Sum256([]byte(fields[1])), class: ClassStandard}
 		k.sumHex = hex.EncodeToString(k.sum[:])
@@ -164,4 +183,42 @@ func (kr *Keys) Authenticate(_ context.Context, key string) (*engine.Caller, str
 	}
 	k := &kr.keys[found]
 	return &engine.Caller{Name: k.name, KeySHA256: k.sumHex}, k.class, nil
+}
+
+// ErrThrottled is what a [ThrottledError] is: an [Authenticator] (package
+// github.com/sift/batch/engine/keyguard's) refused to check a key, because
+// the client's address has presented too many unknown ones. The API, the
+// MCP server and the dashboard answer it 429 with Retry-After.
+var ErrThrottled = errors.New("too many failed keys")
+
+// ThrottledError is returned by an [Authenticator] that refuses to check a
+// key for now; it is [ErrThrottled] to [errors.Is]. RetryAfter is how long
+// until the client's address may try a key again.
+type ThrottledError struct{ RetryAfter time.Duration }
+
+// Error returns ErrThrottled's text.
+func (e *ThrottledError) Error() string { return ErrThrottled.Error() }
+
+// Is reports target == ErrThrottled.
+func (e *ThrottledError) Is(target error) bool { return target == ErrThrottled }
+
+// WriteThrottled answers err, an error wrapping a [ThrottledError], 429
+// with its Retry-After in whole seconds (at least 1), as the API answers
+// every error: JSON {"error", "hint"}.
+func WriteThrottled(w http.ResponseWriter, err error) {
+	s := RetryAfterSeconds(err)
+	w.Header().Set("Retry-After", strconv.Itoa(s))
+	writeError(w, http.StatusTooManyRequests, "too many failed keys",
+		"this address presented too many unknown keys: wait "+strconv.Itoa(s)+"s before the next request")
+}
+
+// RetryAfterSeconds is the Retry-After of err's [ThrottledError] in whole
+// seconds, rounded up, at least 1.
+func RetryAfterSeconds(err error) int {
+	var te *ThrottledError
+	s := 1
+	if errors.As(err, &te) {
+		s = max(1, int((te.RetryAfter+time.Second-1)/time.Second))
+	}
+	return s
 }

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -371,5 +373,33 @@ func TestKeys_StarIsNoCallerName(t *testing.T) {
 	_, err := httpapi.ReadKeys(strings.NewReader("root root-key admin\n* star-key\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "star-key") {
 		t.Fatalf("a caller named *: %v, want an error that names line 2 and not the key", err)
+	}
+}
+
+// TestLoadKeys_RefusesShortKeys: a key file's key under 16 characters is
+// refused at start, the error naming its line and never the key.
+func TestLoadKeys_RefusesShortKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) string {
+		p := filepath.Join(dir, "keys")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	_, err := httpapi.LoadKeys(write("# keys\nalice alice-secret-key\nbob x\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 3") || strings.Contains(err.Error(), " x") {
+		t.Fatalf("one-character key: %v, want an error naming line 3 and not the key", err)
+	}
+	_, err = httpapi.LoadKeys(write("bob b0b-sixteen-chars restricted\ncarol " + strings.Repeat("é", 15) + "\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("15-character key: %v, want an error naming line 2", err)
+	}
+	kr, err := httpapi.LoadKeys(write("alice alice-secret-key\n")) // 16: the shortest taken
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err := kr.Authenticate(context.Background(), "alice-secret-key"); err != nil || c.Name != "alice" {
+		t.Fatalf("Authenticate: %v, %v", c, err)
 	}
 }

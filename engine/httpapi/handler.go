@@ -415,6 +415,8 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 			defer t.release()  // after a panic: the place is freed, what was kept is dropped
 			fn(t.w, r.WithContext(context.WithValue(r.Context(), turnKey{}, t)), c, class)
 			t.give() // the answer, or its end, goes out without the turn
+		case errors.Is(err, ErrThrottled):
+			WriteThrottled(w, err)
 		case err != nil && !errors.Is(err, ErrUnknownKey):
 			h.log.Warn("authenticate failed")
 			h.retryAfter(w)

@@ -261,6 +261,8 @@ func requireKey(auth httpapi.Authenticator, next http.Handler) http.Handler {
 		switch {
 		case err == nil:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
+		case errors.Is(err, httpapi.ErrThrottled):
+			httpapi.WriteThrottled(w, err)
 		case !errors.Is(err, httpapi.ErrUnknownKey):
 			w.Header().Set("Retry-After", strconv.Itoa(int(httpapi.DefaultRetryAfter/time.Second)))
 			writeHTTPError(w, http.StatusServiceUnavailable, "authentication unavailable", "try again later")

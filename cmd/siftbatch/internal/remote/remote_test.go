@@ -83,7 +83,7 @@ func setupWith(t *testing.T, cfg engine.Config) *bundle {
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	})
 	b.server = srv.URL
-	b.keyFile = writeFile(t, "key", "alice-key\n")
+	b.keyFile = writeFile(t, "key", "alice-secret-key\n")
 	return b
 }
 
