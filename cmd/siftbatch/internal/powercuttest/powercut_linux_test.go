@@ -318,7 +318,7 @@ func newHarness(t *testing.T, durable bool) *harness {
 	h.keys = filepath.Join(t.TempDir(), "keys")
 	var keys strings.Builder
 	for c := range callers {
-		fmt.Fprintf(&keys, "c%d key-%d\n", c, c)
+		fmt.Fprintf(&keys, "c%d powercut-key-%04d\n", c, c)
 	}
 	must(t, os.WriteFile(h.keys, []byte(keys.String()), 0o600))
 	h.site = httptest.NewServer(http.HandlerFunc(servePage))
@@ -433,7 +433,7 @@ func (h *harness) load(t *testing.T, hist *History, rng *rand.Rand, d time.Durat
 	var wg sync.WaitGroup
 	for c := range callers {
 		crng := rand.New(rand.NewPCG(rng.Uint64(), uint64(c)))
-		wg.Go(func() { h.client(hist, fmt.Sprintf("key-%d", c), crng, stop) })
+		wg.Go(func() { h.client(hist, fmt.Sprintf("powercut-key-%04d", c), crng, stop) })
 	}
 	timer := time.NewTimer(d)
 	<-timer.C
