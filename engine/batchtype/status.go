@@ -152,7 +152,10 @@ func NotRunHint(job JobStatus, jobError string, state TargetState) string {
 	case job == StatusCancelled:
 		return "not run: the job was cancelled before this target started: submit it in a new job to fetch it"
 	case jobError == "restart":
-		return "not run: the server restarted (it had stopped without a clean shutdown)" + again
+		// A target in flight at the crash is pending in the store as one
+		// never started is: the record cannot tell them apart, so the hint
+		// says only what holds for both.
+		return "not run: the server restarted (it had stopped without a clean shutdown) before this target was stored, and jobs never resume: submit it in a new job to fetch it"
 	case jobError == "shutdown":
 		return "not run: the server shut down" + again
 	case jobError == "internal error":

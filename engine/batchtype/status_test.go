@@ -143,7 +143,7 @@ func TestStatus_TargetHint(t *testing.T) {
 		{"running, cancelled job", batchtype.StatusCancelled, "", batchtype.TargetRunning, "", "", ""},
 		{"done", batchtype.StatusCancelled, "", batchtype.TargetDone, "", "", ""},
 		{"pending, cancelled", batchtype.StatusCancelled, "", batchtype.TargetPending, "", "", "not run: the job was cancelled"},
-		{"pending, restart", batchtype.StatusFailed, "restart", batchtype.TargetPending, "", "", "not run: the server restarted"},
+		{"pending, restart", batchtype.StatusFailed, "restart", batchtype.TargetPending, "", "", "not run: the server restarted (it had stopped without a clean shutdown) before this target was stored"},
 		{"pending, shutdown", batchtype.StatusFailed, "shutdown", batchtype.TargetPending, "", "", "not run: the server shut down"},
 		{"pending, runner failed", batchtype.StatusFailed, "internal error", batchtype.TargetPending, "", "", "not run: the runner stopped on an internal error"},
 		{"pending, another error", batchtype.StatusFailed, "disk full", batchtype.TargetPending, "", "", "not run: the job ended (disk full)"},

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -117,12 +118,18 @@ func WithPollWait(d time.Duration) Option {
 // New returns a client of the server at baseURL (such as
 // "http://127.0.0.1:8080", or with a path prefix the API is mounted under,
 // "https://example.com/sift") that presents key. The URL must be absolute
-// http or https, without user info, query or fragment; the key must be
+// http or https, without user info, query or fragment, and a port it
+// names from 1 to 65535 (no connection could be made else); the key must be
 // non-empty and hold no space or control character.
 func New(baseURL, key string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return nil, errors.New("new client: the base URL must be an absolute http or https URL without user info, query or fragment")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, errors.New("new client: the base URL's port must be from 1 to 65535")
+		}
 	}
 	if key == "" || strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return nil, errors.New("new client: the key must be non-empty, without spaces or control characters")

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/sift/batch/engine"
@@ -90,7 +91,9 @@ func LoadKeys(path string) (*Keys, error) {
 const MinKeyLen = 16
 
 // ReadKeys reads a key file from r. A file without keys, a malformed line,
-// a caller named "*" (which means every caller in ?caller=*) or a key
+// a caller named "*" (which means every caller in ?caller=*), a name or
+// key holding a control character (NUL, ESC, DEL…; no header carries a
+// NUL, and callers are named with printable words) or a key
 // given twice is an error that names the line, never the key. It takes
 // keys of any length (tests, and embedders whose keys are made
 // elsewhere); [LoadKeys], serve's, refuses those under [MinKeyLen]. A UTF-8 byte order
@@ -152,6 +155,10 @@ func checkKeyLine(fields []string) error {
 		return errors.New("one word only (a name, or a key, alone)")
 	case len(fields) > 3:
 		return fmt.Errorf("%d words, not 2 or 3", len(fields))
+	case strings.ContainsFunc(fields[0], unicode.IsControl):
+		return errors.New("the name holds a control character (NUL, ESC, DEL or the like)")
+	case strings.ContainsFunc(fields[1], unicode.IsControl):
+		return errors.New("the key holds a control character (NUL, ESC, DEL or the like), which no request can send (not shown)")
 	case len(fields) == 3 && fields[2] != ClassRestricted && fields[2] != ClassAdmin:
 		class := fields[2]
 		if len(class) > 12 || strings.ContainsFunc(class, func(r rune) bool { return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') }) {

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -535,7 +536,7 @@ func (t *tools) submit(ctx context.Context, req *mcp.CallToolRequest, in SubmitI
 		out = Submitted{ID: sub.ID, Reused: sub.Reused, Status: j.Status}
 		return nil
 	})
-	return nil, out, err
+	return textJSON(out, err)
 }
 
 func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (*mcp.CallToolResult, Job, error) {
@@ -552,7 +553,7 @@ func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (
 		out = j
 		return err
 	})
-	return nil, out, err
+	return textJSON(out, err)
 }
 
 func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (*mcp.CallToolResult, Job, error) {
@@ -604,7 +605,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 		out = j
 		return err
 	})
-	return nil, out, err
+	return textJSON(out, err)
 }
 
 func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultIn) (*mcp.CallToolResult, ResultPage, error) {
@@ -674,7 +675,7 @@ func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (
 		out.NextCursor, out.Unavailable = p.NextCursor, p.UnavailableNodes
 		return err
 	})
-	return nil, out, err
+	return textJSON(out, err)
 }
 
 func (t *tools) cancel(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (*mcp.CallToolResult, Cancelled, error) {
@@ -693,5 +694,23 @@ func (t *tools) cancel(ctx context.Context, req *mcp.CallToolRequest, in IDIn) (
 		out.Cancelled = true
 		return nil
 	})
-	return nil, out, err
+	return textJSON(out, err)
+}
+
+// textJSON is a tool's answer for out and err: on success, its text
+// content is out's JSON written without HTML escapes (a URL's "<", ">"
+// and "&" as they are), which the SDK's own text, from json.Marshal,
+// would escape; on error, the SDK's tool error for err.
+func textJSON[T any](out T, err error) (*mcp.CallToolResult, T, error) {
+	if err != nil {
+		return nil, out, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, out, fmt.Errorf("%w: encode answer: %v", ErrUnavailable, err)
+	}
+	text := strings.TrimSuffix(b.String(), "\n")
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 }

@@ -5,9 +5,11 @@ import (
 	"net/http"
 )
 
-// The MCP SDK encodes a tool's structured output and its text content
-// with json.Marshal, which escapes "<", ">" and "&" (as \u003c, \u003e,
-// \u0026), and then writes them inside its JSON-RPC messages as they are.
+// The MCP SDK encodes a tool's structured output and its JSON-RPC
+// messages with json.Marshal, which escapes "<", ">" and "&" (as \u003c,
+// \u003e, \u0026). (A tool's text content is the server's own, written
+// without those escapes by textJSON: an escape inside a text is a
+// JSON string's content, which the unescaper below must leave alone.)
 // No JSON siftbatch writes escapes HTML (a page's "<h1>" stays "<h1>", as
 // the API writes it), so every message the server writes goes through an
 // unescaper, which turns those three escapes back into their characters.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/sift/batch/persistence"
 )
@@ -57,14 +58,27 @@ func OpenForInspection(dir string) (*persistence.Store, error) {
 	return s, nil
 }
 
-// notAFile is an error if dir names something that is not a directory (a
-// file, say): a store is a directory.
+// notAFile is an error if dir, or a directory above it, names something
+// that is not a directory (a file, say): a store is a directory, and one
+// cannot be made under a file. The error names the file.
 func notAFile(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return fmt.Errorf("--data %s is a file: give the store's directory (made if missing), or \"\" for a store in memory", dir)
+	for p := filepath.Clean(dir); ; {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && !fi.IsDir() && p == filepath.Clean(dir):
+			return fmt.Errorf("--data %s is a file: give the store's directory (made if missing), or \"\" for a store in memory", dir)
+		case err == nil && !fi.IsDir():
+			return fmt.Errorf("--data %s: %s is a file: give the store's directory (made if missing), or \"\" for a store in memory", dir, p)
+		case err == nil:
+			return nil // a directory: what is under it can be made
+		}
+		up := filepath.Dir(p)
+		if up == p {
+			return nil
+		}
+		p = up
 	}
-	return nil
 }

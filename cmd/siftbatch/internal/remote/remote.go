@@ -72,7 +72,7 @@ func (c *conn) client(stderr io.Writer, opts ...client.Option) (*client.Client, 
 	opts = append([]client.Option{client.WithOnRetry(func(r client.Retry) { fmt.Fprintln(stderr, retryNote(c.cmd, r, time.Now())) })}, opts...)
 	cl, err := client.New(server, key, opts...)
 	if err != nil {
-		return nil, cli.CmdUsagef(c.cmd, "--server %q: want a URL such as %s", *c.server, DefaultServer)
+		return nil, cli.CmdUsagef(c.cmd, "--server %q: want an http or https URL, with a port from 1 to 65535 if any, such as %s", *c.server, DefaultServer)
 	}
 	return cl, nil
 }

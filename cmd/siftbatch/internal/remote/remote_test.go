@@ -67,7 +67,7 @@ func setupWith(t *testing.T, cfg engine.Config) *bundle {
 	t.Helper()
 	b := &bundle{gate: testkit.NewGate()}
 	b.Bundle = enginetest.Setup(t, fakeFetch(b.gate), cfg)
-	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-key\n"))
+	keys, err := httpapi.ReadKeys(strings.NewReader("alice alice-secret-key\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
