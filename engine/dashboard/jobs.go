@@ -354,6 +354,20 @@ func (h *Handler) rows(ss *session, jobs []engine.Job) []jobView {
 // job; several jobs that begin so are listed; none, or another caller's
 // (for all but an admin), is answered as a missing job.
 func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, id string) {
+	h.openJobTurn(w, r, ss, id, func(fn func()) bool { return h.readTurn(w, r, ss, fn) })
+}
+
+// openJobInTurn is openJob for a page that already holds a read turn of
+// the session's caller (jobPage, run by inTurn): its search runs in that
+// turn, since waiting for a second turn of the same caller behind the
+// first would never end.
+func (h *Handler) openJobInTurn(w http.ResponseWriter, r *http.Request, ss *session, id string) {
+	h.openJobTurn(w, r, ss, id, func(fn func()) bool { fn(); return true })
+}
+
+// openJobTurn is openJob with the search run by turn: false when the turn
+// was refused (answered) or the client has gone.
+func (h *Handler) openJobTurn(w http.ResponseWriter, r *http.Request, ss *session, id string, turn func(func()) bool) {
 	if validID.MatchString(id) {
 		http.Redirect(w, r, Prefix+"jobs/"+id, http.StatusSeeOther)
 		return
@@ -367,7 +381,7 @@ func (h *Handler) openJob(w http.ResponseWriter, r *http.Request, ss *session, i
 		missing []string
 		err     error
 	)
-	if !h.readTurn(w, r, ss, func() { jobs, missing, _, err = h.findByPrefix(r.Context(), ss, id, idMatches) }) {
+	if !turn(func() { jobs, missing, _, err = h.findByPrefix(r.Context(), ss, id, idMatches) }) {
 		return // refused (429), or the client has gone
 	}
 	switch {

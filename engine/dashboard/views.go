@@ -464,7 +464,7 @@ func (h *Handler) jobPageView(ctx context.Context, id string, ss *session) (v jo
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	id := r.PathValue("id")
 	if !validID.MatchString(id) {
-		h.openJob(w, r, ss, strings.ToLower(id))
+		h.openJobInTurn(w, r, ss, strings.ToLower(id))
 		return
 	}
 	v, ok, err := h.jobPageView(r.Context(), id, ss)
