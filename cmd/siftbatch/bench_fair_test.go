@@ -59,12 +59,12 @@ func BenchmarkServe_MCPBatchRSS(b *testing.B) {
 	for b.Loop() {
 		for _, bin := range bins {
 			p := startServeBinary(b, bin[1])
-			id := benchJob(b, p.c, p.base, "alice-key", site.URL, 1, bigResult, "mcprss")
+			id := benchJob(b, p.c, p.base, "alice-secret-key", site.URL, 1, bigResult, "mcprss")
 			before := procStatusBytes(b, p.pid, "VmRSS")
 			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0); err != nil {
 				b.Skipf("cannot reset serve's peak RSS: %v", err)
 			}
-			code, _ := mcpPost(b, p.c, p.base, "alice-key", "", mcpBatch(1000, id))
+			code, _ := mcpPost(b, p.c, p.base, "alice-secret-key", "", mcpBatch(1000, id))
 			peak := procStatusBytes(b, p.pid, "VmHWM")
 			growth[bin[0]] = append(growth[bin[0]], float64(peak-before)/(1<<20))
 			b.ReportMetric(float64(code), "code-"+bin[0])
@@ -100,8 +100,8 @@ func BenchmarkServe_Bystander(b *testing.B) {
 	for _, bin := range benchBins(b) {
 		p := startServeBinary(b, bin[1], "--jobs-per-caller", "1000", "--jobs-total", "1002")
 		s := &bystanderServe{name: bin[0], p: p}
-		s.big = benchJob(b, p.c, p.base, "alice-key", site.URL, 1, bigResult, "big")
-		s.bob = benchJob(b, p.c, p.base, "bob-key", site.URL, 1, 256, "bob")
+		s.big = benchJob(b, p.c, p.base, "alice-secret-key", site.URL, 1, bigResult, "big")
+		s.bob = benchJob(b, p.c, p.base, "bob-long-secret-key", site.URL, 1, 256, "bob")
 		fillJobs(b, p, site.URL, 1000)
 		serves = append(serves, s)
 	}
@@ -140,7 +140,7 @@ func fillJobs(b *testing.B, p *serveProcess, site string, n int) {
 		wg.Go(func() {
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/batch", strings.NewReader(targetsBody(fmt.Sprintf("%s/page/64?fill=%d", site, i))))
-				req.Header.Set("Authorization", "Bearer alice-key")
+				req.Header.Set("Authorization", "Bearer alice-secret-key")
 				r := send(b, c, req)
 				if r.code != http.StatusAccepted {
 					b.Errorf("submit %d: %d %s", i, r.code, r.body)
@@ -154,7 +154,7 @@ func fillJobs(b *testing.B, p *serveProcess, site string, n int) {
 	for _, id := range ids {
 		for {
 			req, _ := http.NewRequest(http.MethodGet, p.base+"/v1/batch/"+id+"?wait=60s", nil)
-			req.Header.Set("Authorization", "Bearer alice-key")
+			req.Header.Set("Authorization", "Bearer alice-secret-key")
 			if st := send(b, c, req).json(b)["status"]; st != "queued" && st != "running" {
 				break
 			}
@@ -185,7 +185,7 @@ func (s *bystanderServe) bystander(b *testing.B, load string) []time.Duration {
 			defer wg.Done()
 			first := true
 			for !stop.Load() {
-				_, _, _ = benchGet(lc, s.p.base+path, "alice-key")
+				_, _, _ = benchGet(lc, s.p.base+path, "alice-secret-key")
 				if first {
 					started.Done()
 					first = false
@@ -201,7 +201,7 @@ func (s *bystanderServe) bystander(b *testing.B, load string) []time.Duration {
 	var d []time.Duration
 	for range 40 {
 		t0 := time.Now()
-		code, n, err := benchGet(c, s.p.base+"/v1/batch/"+s.bob, "bob-key")
+		code, n, err := benchGet(c, s.p.base+"/v1/batch/"+s.bob, "bob-long-secret-key")
 		d = append(d, time.Since(t0))
 		if err != nil || code != http.StatusOK || n == 0 {
 			b.Errorf("%s, %s: bob's read: %d, %d bytes, %v", s.name, load, code, n, err)

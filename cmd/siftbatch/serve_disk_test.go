@@ -130,7 +130,7 @@ type diskHistory struct {
 // waits for a job to end. It returns the code.
 func (h *diskHistory) submit(t *testing.T, s *diskServe, site string) int {
 	t.Helper()
-	key := []string{"alice-key", "bob-key"}[h.n%2]
+	key := []string{"alice-secret-key", "bob-long-secret-key"}[h.n%2]
 	body := fmt.Sprintf(`{"targets":[{"url":"%s/json?j=%d&i=0"},{"url":"%s/json?j=%d&i=1"}]}`, site, h.n, site, h.n)
 	h.n++
 	r := s.do(t, http.MethodPost, "/v1/batch", key, body)
@@ -214,7 +214,7 @@ func requireDiskFullServed(t *testing.T, s *diskServe, h *diskHistory) {
 			t.Fatalf("a read on a full disk: %d %s", r.code, r.body)
 		}
 	}
-	if r := s.do(t, http.MethodGet, "/v1/batch", "alice-key", ""); r.code != http.StatusOK {
+	if r := s.do(t, http.MethodGet, "/v1/batch", "alice-secret-key", ""); r.code != http.StatusOK {
 		t.Fatalf("the list on a full disk: %d %s", r.code, r.body)
 	}
 	if r := s.do(t, http.MethodGet, "/ui/", "", ""); r.code != http.StatusOK {

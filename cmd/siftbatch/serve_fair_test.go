@@ -62,15 +62,15 @@ func TestServe_MCPBatchRefused(t *testing.T) {
 	t.Parallel()
 	site := benchSite(t)
 	p := startServeProcess(t)
-	id := benchJob(t, p.c, p.base, "alice-key", site.URL, 1, 1<<20, "mcpbatch")
+	id := benchJob(t, p.c, p.base, "alice-secret-key", site.URL, 1, 1<<20, "mcpbatch")
 	batch := mcpBatch(100, id)
 	for _, version := range []string{"", "2025-03-26", "2025-06-18"} {
-		code, body := mcpPost(t, p.c, p.base, "alice-key", version, batch)
+		code, body := mcpPost(t, p.c, p.base, "alice-secret-key", version, batch)
 		if code != http.StatusBadRequest || !strings.Contains(body, "batch") {
 			t.Errorf("a batch of 100 batch_result calls, MCP-Protocol-Version %q: %d %.300s", version, code, body)
 		}
 	}
-	code, body := mcpPost(t, p.c, p.base, "alice-key", "2025-06-18",
+	code, body := mcpPost(t, p.c, p.base, "alice-secret-key", "2025-06-18",
 		fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"batch_result","arguments":{"id":%q,"idx":0}}}`, id))
 	if code != http.StatusOK || !strings.Contains(body, `"pages":`) || strings.Contains(body, `"isError":true`) {
 		t.Fatalf("one batch_result call: %d %.300s … %.300s", code, body, body[max(len(body)-300, 0):])
@@ -90,8 +90,8 @@ func TestServe_ReadsFairByCaller(t *testing.T) {
 	const flooders = 24
 	site := benchSite(t)
 	p := startServeProcess(t, "--max-queued-reads", "2")
-	big := benchJob(t, p.c, p.base, "alice-key", site.URL, 1, 1<<20, "flood")
-	small := benchJob(t, p.c, p.base, "bob-key", site.URL, 1, 256, "bystander")
+	big := benchJob(t, p.c, p.base, "alice-secret-key", site.URL, 1, 1<<20, "flood")
+	small := benchJob(t, p.c, p.base, "bob-long-secret-key", site.URL, 1, 256, "bystander")
 
 	flood := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: flooders}, Timeout: testkit.Deadline}
 	defer flood.CloseIdleConnections()
@@ -108,7 +108,7 @@ func TestServe_ReadsFairByCaller(t *testing.T) {
 			defer wg.Done()
 			for !stop.Load() {
 				req, _ := http.NewRequest(http.MethodGet, p.base+"/v1/batch/"+big+"/0", nil)
-				req.Header.Set("Authorization", "Bearer alice-key")
+				req.Header.Set("Authorization", "Bearer alice-secret-key")
 				resp, err := flood.Do(req)
 				if err != nil {
 					other.Store(0, err.Error())
@@ -133,7 +133,7 @@ func TestServe_ReadsFairByCaller(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 	testkit.WaitFor(t, "alice's reads past her queue answered 429 reads queued", func() bool { return refused.Load() > 0 })
 	for i := range 10 {
-		if code, n, err := benchGet(p.c, p.base+"/v1/batch/"+small, "bob-key"); err != nil || code != http.StatusOK || n == 0 {
+		if code, n, err := benchGet(p.c, p.base+"/v1/batch/"+small, "bob-long-secret-key"); err != nil || code != http.StatusOK || n == 0 {
 			t.Fatalf("bob's read %d beside alice's flood: %d, %d bytes, %v", i, code, n, err)
 		}
 	}
