@@ -1,7 +1,7 @@
 // Package testkit is the leaf half of the project's test kit: a fake clock,
 // a log buffer, waits that fail after a generous deadline, signals a test
 // waits on (River's testsignal), a gate for fake fetches, and the test
-// tiers. It imports nothing of the project but internal/loopback (which
+// tiers. It imports nothing of the project but engine/enginetest/loopback (which
 // imports nothing), so that the internal tests of packages persistence and
 // actors, which package engine imports, can use it too; package
 // github.com/sift/batch/engine/enginetest builds the runner and store

@@ -5,14 +5,14 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sift/batch/internal/loopback"
+	"github.com/sift/batch/engine/enginetest/loopback"
 )
 
 // Ports returns n distinct loopback ports for a process that must be told
 // its ports before it starts, and binds them itself (a `serve --cluster`
 // child: its peers are named on its command line), picked outside the
 // kernel's ephemeral range: see package
-// github.com/sift/batch/internal/loopback. A test that serves in its own
+// github.com/sift/batch/engine/enginetest/loopback. A test that serves in its own
 // process hands over a listener instead, and never needs this.
 func Ports(tb testing.TB, n int) []int {
 	tb.Helper()

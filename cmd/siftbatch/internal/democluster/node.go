@@ -18,7 +18,7 @@ import (
 
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clustertls"
-	"github.com/sift/batch/internal/loopback"
+	"github.com/sift/batch/engine/enginetest/loopback"
 )
 
 // node is one of the cluster's nodes, across its restarts.
