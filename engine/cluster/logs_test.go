@@ -169,7 +169,7 @@ func TestNode_LogsRedactedAtDebug(t *testing.T) {
 	if !strings.Contains(logs, "lib=protoactor") || !strings.Contains(logs, "level=DEBUG") || !strings.Contains(logs, "[DeadLetter]") {
 		t.Fatalf("the logs lack protoactor's Debug lines or its dead letters: the test proves nothing")
 	}
-	for _, bad := range []string{"alice-key", "bob-key", "YWxpY2U6", "secret-host", "TOPSECRET", "private/path", "8443", "https://", "http://", "page "} {
+	for _, bad := range []string{"alice-key", "bob-key", "YWxpY2U6", "secret-host", "TOPSECRET", "private/path", ":8443", "https://", "http://", "page "} {
 		if i := strings.Index(logs, bad); i >= 0 {
 			line := logs[strings.LastIndex(logs[:i], "\n")+1:]
 			if j := strings.Index(line, "\n"); j >= 0 {
