@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sift/batch/cmd/siftbatch/internal/activation"
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
 	"github.com/sift/batch/cmd/siftbatch/internal/health"
@@ -76,6 +77,9 @@ type serveFlags struct {
 	cfg          engine.Config
 	cluster      clusterflags.Flags
 
+	// manage, if set, is the socket handed over for --manage-addr.
+	manage net.Listener
+
 	// fetcherHook, set by tests only, adjusts the fetcher's options (a
 	// resolver, test hooks) before the fetcher is made.
 	fetcherHook func(*fetcher.Options)
@@ -110,17 +114,32 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	// Listen before anything is made: a port in use creates no store.
-	ln, err := net.Listen("tcp", f.addr)
+	// Listen before anything is made: a port in use creates no store. A
+	// socket handed over (systemd's socket activation) is taken first.
+	handed, err := activation.Inherited()
+	if err != nil {
+		return err
+	}
+	defer handed.Close() // those serve was not told to listen on
+	ln, err := handed.Listen(f.addr)
 	if err != nil {
 		return listenError(f.addr, err)
+	}
+	if l, ok := handed.Take(f.cluster.Manage); ok {
+		f.manage = l
 	}
 	srv, err := startServer(f, keys, log)
 	if err != nil {
 		_ = ln.Close()
+		if f.manage != nil {
+			_ = f.manage.Close()
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "siftbatch serve: listening on http://%s\n", ln.Addr())
+	if srv.node != nil {
+		fmt.Fprintf(stdout, "siftbatch serve: cluster node %s at %s\n", srv.node.Name(), srv.node.Address())
+	}
 	log.Info("serving", slog.String(logKeyAddr, ln.Addr().String()), slog.Int(logKeyWorkers, f.cfg.Workers),
 		slog.String(logKeyDurability, f.cfg.Durability.String()))
 	return srv.serve(ctx, ln)
@@ -271,7 +290,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		return nil, err
 	}
 	keys = guard.Authenticator(keys) // every route's keys: each unknown one counts against its address
-	node, err := f.cluster.NewNode(log)
+	node, err := f.cluster.NewNode(log, f.manage)
 	if err != nil {
 		return nil, err
 	}
