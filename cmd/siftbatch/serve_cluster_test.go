@@ -142,7 +142,7 @@ var testCerts struct {
 func testClusterCerts(t testing.TB) string {
 	t.Helper()
 	testCerts.once.Do(func() {
-		dir, err := os.MkdirTemp("", "siftbatch-test-certs-")
+		dir, err := testkit.RunDir("siftbatch-test-certs")
 		if err != nil {
 			testCerts.err = err
 			return
