@@ -689,7 +689,7 @@ func TestServe_Cluster(t *testing.T) {
 		return slices.Equal(unavailable, []string{"n3"})
 	})
 	t.Logf("n3's jobs unavailable %s after its SIGTERM", time.Since(stopped).Round(time.Millisecond))
-	// Each survivor logs its members without n3 (members.go).
+	// Each survivor logs its members without n3 (servecmd/members.go).
 	for _, n := range []*clusterNode{n1, n2} {
 		poll(15*time.Second, n.name+" to log its members without n3", func() bool {
 			return strings.Contains(n.stderr.String(), `msg="cluster members" count=2 nodes=n1,n2`)
