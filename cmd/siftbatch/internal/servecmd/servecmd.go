@@ -103,9 +103,11 @@ func addConfigFlags(fs *flag.FlagSet, cfg *engine.Config) {
 	fs.Int64Var(&cfg.DiskReserve, "disk-reserve", engine.DefaultDiskReserve, "free bytes kept on the store's file system (default 73.6 MiB: the store's next 2 memtable logs of 20.8 MiB and value-log file of 32 MiB); below it submits answer 507 and running jobs are held, until there is room")
 }
 
-// Run is the serve command (args after "serve"): the HTTP API until ctx is cancelled
-// (SIGINT or SIGTERM), then a graceful stop: no new connections, requests
-// in progress finished, the runner closed, the store closed.
+// Run is the serve command (args after "serve"): the HTTP API until ctx is
+// cancelled (SIGINT or SIGTERM), then a graceful stop: no new connections,
+// requests in progress finished, the runner closed, the store closed. It
+// prints where it listens on stdout ("siftbatch serve: listening on URL",
+// and with --cluster "siftbatch serve: cluster node NAME at HOST:PORT").
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := Parse(args, stdout)
 	if err != nil {
