@@ -163,6 +163,12 @@ type Store struct {
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
+	// mustReopen: a sync failed, Badger is reopened before the next
+	// write; down: Badger is closed, not open again yet (reopen.go).
+	// Under mu. reopens counts them; syncWrites is open's.
+	mustReopen, down bool
+	reopens          atomic.Int64
+	syncWrites       bool
 	disk      diskWatch    // WatchDisk's (diskspace.go)
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -209,7 +215,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec, syncWrites: syncWrites}
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
