@@ -169,9 +169,9 @@ type Store struct {
 	mustReopen, down bool
 	reopens          atomic.Int64
 	syncWrites       bool
-	disk      diskWatch    // WatchDisk's (diskspace.go)
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	disk             diskWatch // WatchDisk's (diskspace.go)
+	stop             chan struct{}
+	wg               sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
