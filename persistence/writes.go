@@ -145,6 +145,11 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 // job never comes back, whatever the disk kept of the failed write. s.mu
 // is held.
 func (s *Store) undoCreateLocked(id [idLen]byte, j *JobRecord, specs bool, size int64) error {
+	if f := s.fault.Load(); f != nil { // SetWriteFault's disk (not the reserve's gate: tombstones only)
+		if err := (*f)(); err != nil {
+			return err
+		}
+	}
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	keys := [][]byte{jobKey(id), idemKey(j.Key), callerKey(j.Caller, j.Created, id), everyKey(j.Created, id)}
