@@ -45,7 +45,6 @@ package persistence
 // milliseconds).
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -71,6 +70,9 @@ func (s *Store) syncFailedLocked() { s.mustReopen = true }
 // (reopenLocked), or opens it again if an earlier reopen failed; it
 // returns an error when Badger is not open. s.mu is held.
 func (s *Store) openLocked(op string) error {
+	if s.fullRO.Load() && !s.down {
+		return s.fullLocked(op)
+	}
 	if s.mustReopen || s.down {
 		if err := s.reopenLocked(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
@@ -83,8 +85,9 @@ func (s *Store) openLocked(op string) error {
 }
 
 // reopenLocked closes Badger (if it is open) and opens it again, with the
-// reads paused (see the top of reopen.go). On failure the store is down.
-// s.mu is held.
+// reads paused (see the top of reopen.go). On failure the store is down;
+// on a full disk Badger is open read-only and the error wraps ErrDiskFull
+// (fullopen.go). s.mu is held.
 func (s *Store) reopenLocked() error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -105,16 +108,11 @@ func (s *Store) reopenLocked() error {
 	if err := prepareDir(s.dir, &rec); err != nil {
 		return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
 	}
-	db, err := openBadger(badgerOptions(s.dir, s.log).WithSyncWrites(s.syncWrites))
-	if errors.Is(err, errEmptyValueLog) {
-		if err := prepareDir(s.dir, &rec); err != nil {
-			return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
-		}
-		db, err = openBadger(badgerOptions(s.dir, s.log).WithSyncWrites(s.syncWrites))
-	}
-	if err != nil {
+	db, err := s.openWritable(&rec)
+	if db == nil {
 		return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
 	}
+	full := err // read-only on a full disk (fullopen.go)
 	f, err := newestLogs(s.dir)
 	if err != nil {
 		_ = db.Close()
@@ -130,7 +128,7 @@ func (s *Store) reopenLocked() error {
 	})
 	s.reads.setDown(false)
 	s.reads.resume()
-	return nil
+	return full
 }
 
 // openForRead tries, from a read, to open a store that is down, if no

@@ -169,9 +169,13 @@ type Store struct {
 	mustReopen, down bool
 	reopens          atomic.Int64
 	syncWrites       bool
-	disk             diskWatch // WatchDisk's (diskspace.go)
-	stop             chan struct{}
-	wg               sync.WaitGroup
+	// fullRO: Badger is open read-only, the disk was full (fullopen.go);
+	// fullTried: the last try to open it for writing (under mu).
+	fullRO    atomic.Bool
+	fullTried time.Time
+	disk      diskWatch // WatchDisk's (diskspace.go)
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
@@ -212,10 +216,16 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		}
 		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	}
+	full := false
+	if err != nil && dir != "" && isDiskFull(err) { // serve reads on a full disk (fullopen.go)
+		db, err = openFull(dir, log, &rec, err)
+		full = err == nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec, syncWrites: syncWrites}
+	s.fullRO.Store(full)
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
