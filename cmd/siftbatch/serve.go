@@ -309,6 +309,9 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	if err != nil {
 		fetch.Close()
 		_ = store.Close()
+		if errors.Is(err, engine.ErrDiskReserve) {
+			return nil, fmt.Errorf("--disk-reserve %d: %w (give a smaller one)", cfg.DiskReserve, err)
+		}
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
 	m.Attach(runner)
