@@ -12,9 +12,9 @@ package persistence
 //
 // Such a store serves every read; every write fails with an error
 // wrapping [ErrDiskFull] (serve: 507, as below the reserve) until a write
-// finds room: free space, as the disk watch last measured it (none:
-// every write), for Badger's next files (rotateSize), at most once every
-// fullRetryEvery. The write then closes the read-only Badger and opens it
+// finds room: free space, as the disk watch last measured it, for
+// Badger's next files (rotateSize; unwatched, at most once every
+// fullRetryEvery). The write then closes the read-only Badger and opens it
 // for writing, with the reads paused as for a reopen (reopen.go); if that
 // fails for want of space again, Badger is opened read-only again.
 
@@ -55,20 +55,24 @@ func (s *Store) OpenedFull() bool { return s.fullRO.Load() }
 
 // fullLocked refuses a write while Badger is open read-only on a full disk,
 // unless there may be room: then it opens Badger for writing (reopenLocked).
-// s.mu is held.
+// A try that finds no room closes the gate until the watch's next measure
+// (diskFailed); with no watch, tries are fullRetryEvery apart. s.mu is
+// held.
 func (s *Store) fullLocked(op string) error {
 	if err := s.gate(op); err != nil {
 		return err
 	}
-	now := time.Now()
-	if s.disk.free.Load() < rotateSize || now.Sub(s.fullTried) < fullRetryEvery {
+	now, free := time.Now(), s.disk.free.Load()
+	if free < rotateSize || (free > noWatch/2 && now.Sub(s.fullTried) < fullRetryEvery) {
 		return fmt.Errorf("%s: %w: the store opened read-only on a full disk", op, ErrDiskFull)
 	}
 	s.fullTried = now
-	if err := s.reopenLocked(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+	err := s.reopenLocked()
+	if err != nil {
+		err = fmt.Errorf("%s: %w", op, err)
+		s.diskFailed(err)
 	}
-	return nil
+	return err
 }
 
 // openWritable opens Badger for writing; on a disk with no room for its
