@@ -98,11 +98,21 @@ func (s *Store) reopenLocked() error {
 			h.release()
 		}
 		s.gcHolds = nil
+		s.levels = nil
+		if !s.fullRO.Load() {
+			s.levels = tableLevels(s.db)
+		}
 		if err := s.db.Close(); err != nil {
 			s.log.Warningf("reopen after a failed sync: close: %s", firstLine(err.Error()))
 		}
 		s.down = true
 		s.reads.setDown(true)
+	}
+	if s.levels != nil { // the MANIFEST as Badger had it (manifest.go)
+		if _, err := relistTables(s.dir, s.levels); err != nil {
+			return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
+		}
+		s.levels = nil
 	}
 	var rec Recovery
 	if err := prepareDir(s.dir, &rec); err != nil {

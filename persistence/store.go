@@ -173,9 +173,12 @@ type Store struct {
 	// fullTried: the last try to open it for writing (under mu).
 	fullRO    atomic.Bool
 	fullTried time.Time
-	disk      diskWatch // WatchDisk's (diskspace.go)
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	// levels: the tables' levels as Badger had them when a reopen closed
+	// it, until the MANIFEST agrees (manifest.go). Under mu.
+	levels map[uint64]int
+	disk   diskWatch // WatchDisk's (diskspace.go)
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
@@ -302,8 +305,20 @@ func (s *Store) Close() error {
 	s.reads.close() // a read in flight ends before Badger closes; later ones fail
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down {
+		return nil // closed by a reopen that did not open it again (reopen.go)
+	}
+	var levels map[uint64]int
+	if s.dir != "" && !s.readOnly && !s.fullRO.Load() {
+		levels = tableLevels(s.db)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
+	}
+	if levels != nil { // the MANIFEST as Badger had it (manifest.go)
+		if _, err := relistTables(s.dir, levels); err != nil {
+			return fmt.Errorf("close store: %w", err)
+		}
 	}
 	return nil
 }
