@@ -13,10 +13,14 @@ package persistence
 // Such a store serves every read; every write fails with an error
 // wrapping [ErrDiskFull] (serve: 507, as below the reserve) until a write
 // finds room: free space, as the disk watch last measured it, for
-// Badger's next files (rotateSize; unwatched, at most once every
-// fullRetryEvery). The write then closes the read-only Badger and opens it
-// for writing, with the reads paused as for a reopen (reopen.go); if that
-// fails for want of space again, Badger is opened read-only again.
+// Badger's next files (rotateSize), and tries no closer than a backoff
+// (retryOpenLocked). The write then closes the read-only Badger and opens
+// it for writing, with the reads paused as for a reopen (reopen.go); if
+// that fails again, Badger is opened read-only again. A reopen after a
+// failed sync (reopen.go) that cannot open Badger for writing (the disk
+// still failing, or full) opens it read-only the same way, so that reads
+// go on; its writes fail with an error wrapping ErrNotSynced (or
+// ErrDiskFull) until a try opens it for writing.
 
 import (
 	"errors"
@@ -25,11 +29,6 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 )
-
-// fullRetryEvery is how often, at most, a store opened read-only on a full
-// disk tries to open Badger for writing (a failed Open of Badger's leaves
-// goroutines of its own running).
-const fullRetryEvery = 5 * time.Second
 
 // openFull opens the store in dir read-only after Badger failed to open it
 // for want of space (full: that error), if it was closed cleanly.
@@ -47,37 +46,57 @@ func openFull(dir string, log badger.Logger, rec *Recovery, full error) (*badger
 	return db, nil
 }
 
-// OpenedFull reports whether Badger is open read-only because the disk
-// was full when the store opened it (see the top of fullopen.go): every
-// write fails with an error wrapping [ErrDiskFull] until one finds room.
+// OpenedFull reports whether Badger is open read-only because it could
+// not be opened for writing, the disk full or failing (see the top of
+// fullopen.go): every write fails until one finds it can be.
 // Safe for concurrent use.
 func (s *Store) OpenedFull() bool { return s.fullRO.Load() }
 
-// fullLocked refuses a write while Badger is open read-only on a full disk,
-// unless there may be room: then it opens Badger for writing (reopenLocked).
-// A try that finds no room closes the gate until the watch's next measure
-// (diskFailed); with no watch, tries are fullRetryEvery apart. s.mu is
-// held.
-func (s *Store) fullLocked(op string) error {
-	if err := s.gate(op); err != nil {
-		return err
+// retryOpenLocked opens Badger for writing again, for a write, when it is
+// open read-only (fullRO) or not at all (down): on a full disk only once
+// the watch measured room for Badger's next files (rotateSize); and, as a
+// failed Open of Badger's leaves goroutines of its own running, with
+// tries apart by a backoff from 1 s to openBackoffMax. A try that finds no
+// room closes the gate until the watch's next measure (diskFailed). s.mu
+// is held.
+func (s *Store) retryOpenLocked(op string) error {
+	refused := func() error {
+		if s.roFull {
+			return fmt.Errorf("%s: %w: the store is open read-only on a full disk", op, ErrDiskFull)
+		}
+		return fmt.Errorf("%s: %w", op, errDown)
 	}
-	now, free := time.Now(), s.disk.free.Load()
-	if free < rotateSize || (free > noWatch/2 && now.Sub(s.fullTried) < fullRetryEvery) {
-		return fmt.Errorf("%s: %w: the store opened read-only on a full disk", op, ErrDiskFull)
+	if s.roFull {
+		if err := s.gate(op); err != nil {
+			return err
+		}
+		if s.disk.free.Load() < rotateSize {
+			return refused()
+		}
 	}
-	s.fullTried = now
+	now := time.Now()
+	if now.Sub(s.openTried) < s.openBackoff {
+		return refused()
+	}
+	s.openTried = now
 	err := s.reopenLocked()
-	if err != nil {
-		err = fmt.Errorf("%s: %w", op, err)
-		s.diskFailed(err)
+	if err == nil {
+		s.openBackoff = 0
+		return nil
 	}
+	s.openBackoff = min(max(2*s.openBackoff, time.Second), openBackoffMax)
+	err = fmt.Errorf("%s: %w", op, err)
+	s.diskFailed(err)
 	return err
 }
 
-// openWritable opens Badger for writing; on a disk with no room for its
-// new files, read-only (reopenLocked's): then it returns Badger and an error
-// wrapping ErrDiskFull.
+// openBackoffMax is the longest wait between two tries to open Badger for
+// writing again.
+const openBackoffMax = 10 * time.Second
+
+// openWritable opens Badger for writing; if it cannot (no room for its new
+// files, a disk that fails), read-only, so that reads go on (reopenLocked's):
+// then it returns Badger and an error wrapping ErrDiskFull, or errDown.
 func (s *Store) openWritable(rec *Recovery) (*badger.DB, error) {
 	db, err := openBadger(badgerOptions(s.dir, s.log).WithSyncWrites(s.syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
@@ -86,14 +105,17 @@ func (s *Store) openWritable(rec *Recovery) (*badger.DB, error) {
 		}
 		db, err = openBadger(badgerOptions(s.dir, s.log).WithSyncWrites(s.syncWrites))
 	}
-	if err == nil || !isDiskFull(err) {
+	if err == nil {
 		s.fullRO.Store(false)
-		return db, err
+		return db, nil
 	}
 	ro, rerr := openFull(s.dir, s.log, rec, err)
 	if rerr != nil {
 		return nil, rerr
 	}
 	s.fullRO.Store(true)
-	return ro, fmt.Errorf("%w: no room to open the store for writing", ErrDiskFull)
+	if s.roFull = isDiskFull(err); s.roFull {
+		return ro, fmt.Errorf("%w: no room to open the store for writing", ErrDiskFull)
+	}
+	return ro, fmt.Errorf("%w: open for writing: %s", errDown, firstLine(err.Error()))
 }

@@ -70,12 +70,14 @@ func (s *Store) syncFailedLocked() { s.mustReopen = true }
 // (reopenLocked), or opens it again if an earlier reopen failed; it
 // returns an error when Badger is not open. s.mu is held.
 func (s *Store) openLocked(op string) error {
-	if s.fullRO.Load() && !s.down {
-		return s.fullLocked(op)
-	}
-	if s.mustReopen || s.down {
+	switch {
+	case s.mustReopen:
 		if err := s.reopenLocked(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
+		}
+	case s.down || s.fullRO.Load():
+		if err := s.retryOpenLocked(op); err != nil {
+			return err
 		}
 	}
 	if s.db.IsClosed() {
@@ -149,6 +151,6 @@ func (s *Store) openForRead() {
 	}
 	defer s.mu.Unlock()
 	if s.down {
-		_ = s.reopenLocked()
+		_ = s.retryOpenLocked("open store")
 	}
 }

@@ -169,10 +169,15 @@ type Store struct {
 	mustReopen, down bool
 	reopens          atomic.Int64
 	syncWrites       bool
-	// fullRO: Badger is open read-only, the disk was full (fullopen.go);
-	// fullTried: the last try to open it for writing (under mu).
-	fullRO    atomic.Bool
-	fullTried time.Time
+	// fullRO: Badger is open read-only: it could not be opened for
+	// writing (fullopen.go).
+	fullRO atomic.Bool
+	// roFull: the disk was full when Badger could not be opened for
+	// writing; openTried, openBackoff: the last try to, and the wait
+	// before the next (retryOpenLocked). Under mu.
+	roFull      bool
+	openTried   time.Time
+	openBackoff time.Duration
 	// levels: the tables' levels as Badger had them when a reopen closed
 	// it, until the MANIFEST agrees (manifest.go). Under mu.
 	levels map[uint64]int
@@ -229,6 +234,7 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 	}
 	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec, syncWrites: syncWrites}
 	s.fullRO.Store(full)
+	s.roFull = full
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
