@@ -92,7 +92,7 @@ func (s *Store) retryOpenLocked(op string) error {
 
 // openBackoffMax is the longest wait between two tries to open Badger for
 // writing again.
-const openBackoffMax = 10 * time.Second
+const openBackoffMax = 2 * time.Second
 
 // openWritable opens Badger for writing; if it cannot (no room for its new
 // files, a disk that fails), read-only, so that reads go on (reopenLocked's):

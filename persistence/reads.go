@@ -20,8 +20,9 @@ import (
 // wrapping ErrClosed, never a Badger panic or a read of a closed DB.
 //
 // While the store reopens Badger after a failed sync (reopen.go) a read
-// waits for it, at most reopenReadWait; while Badger is down it fails at
-// once with an error wrapping ErrNotSynced.
+// waits for it, at most reopenReadWait; while Badger is down (it did not
+// open again) a read tries to open it (no closer than the writes' backoff)
+// and waits for it as long, then fails with an error wrapping ErrNotSynced.
 func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
 	if s.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
@@ -29,10 +30,14 @@ func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
 	switch s.reads.enter() {
 	case gateClosed:
 		return fmt.Errorf("%s: %w", op, ErrClosed)
-	case gateDown:
-		s.openForRead()
-		if s.reads.enter() != gateOpen {
-			return fmt.Errorf("%s: %w", op, errDown)
+	case gateDown: // Badger not open (reopen.go): try, and wait a while
+		for end := time.Now().Add(reopenReadWait); ; time.Sleep(reopenReadPoll) {
+			s.openForRead()
+			if g := s.reads.enter(); g == gateOpen {
+				break
+			} else if g == gateClosed || time.Now().After(end) {
+				return fmt.Errorf("%s: %w", op, errDown)
+			}
 		}
 	}
 	defer s.reads.exit()

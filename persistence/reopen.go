@@ -52,7 +52,10 @@ import (
 // reopenReadWait bounds how long a read waits for a reopen (a read made
 // inside another read's callback waits this long, then fails, so that the
 // outer read ends and the reopen goes on).
-const reopenReadWait = 2 * time.Second
+const (
+	reopenReadWait = 3 * time.Second
+	reopenReadPoll = 100 * time.Millisecond
+)
 
 // errDown is why a store whose Badger did not open again refuses.
 var errDown = fmt.Errorf("%w: the store is reopening after a disk error", ErrNotSynced)
