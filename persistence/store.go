@@ -163,9 +163,27 @@ type Store struct {
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
-	disk      diskWatch    // WatchDisk's (diskspace.go)
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	// mustReopen: a sync failed, Badger is reopened before the next
+	// write; down: Badger is closed, not open again yet (reopen.go).
+	// Under mu. reopens counts them; syncWrites is open's.
+	mustReopen, down bool
+	reopens          atomic.Int64
+	syncWrites       bool
+	// fullRO: Badger is open read-only: it could not be opened for
+	// writing (fullopen.go).
+	fullRO atomic.Bool
+	// roFull: the disk was full when Badger could not be opened for
+	// writing; openTried, openBackoff: the last try to, and the wait
+	// before the next (retryOpenLocked). Under mu.
+	roFull      bool
+	openTried   time.Time
+	openBackoff time.Duration
+	// levels: the tables' levels as Badger had them when a reopen closed
+	// it, until the MANIFEST agrees (manifest.go). Under mu.
+	levels map[uint64]int
+	disk   diskWatch // WatchDisk's (diskspace.go)
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
@@ -206,10 +224,17 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		}
 		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
 	}
+	full := false
+	if err != nil && dir != "" && isDiskFull(err) { // serve reads on a full disk (fullopen.go)
+		db, err = openFull(dir, log, &rec, err)
+		full = err == nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec, syncWrites: syncWrites}
+	s.fullRO.Store(full)
+	s.roFull = full
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -286,8 +311,20 @@ func (s *Store) Close() error {
 	s.reads.close() // a read in flight ends before Badger closes; later ones fail
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down {
+		return nil // closed by a reopen that did not open it again (reopen.go)
+	}
+	var levels map[uint64]int
+	if s.dir != "" && !s.readOnly && !s.fullRO.Load() {
+		levels = tableLevels(s.db)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
+	}
+	if levels != nil { // the MANIFEST as Badger had it (manifest.go)
+		if _, err := relistTables(s.dir, levels); err != nil {
+			return fmt.Errorf("close store: %w", err)
+		}
 	}
 	return nil
 }

@@ -180,8 +180,8 @@ func (s *Store) writeChunks(w *ownerWrite) error {
 // chunkTxn writes res, a run of w's result starting at chunk, in one
 // transaction. s.mu is held.
 func (s *Store) chunkTxn(w *ownerWrite, chunk int, res []byte) error {
-	if s.db.IsClosed() {
-		return fmt.Errorf("%s: %w", w.op, ErrClosed)
+	if err := s.openLocked(w.op); err != nil {
+		return err
 	}
 	if err := s.checkFault(w.op); err != nil {
 		return err
@@ -285,8 +285,8 @@ func (s *Store) commitLocked(ws []*ownerWrite) []error {
 // commitTxn commits ws in one transaction, with the new byte total.
 func (s *Store) commitTxn(ws []*ownerWrite) error {
 	op := ws[0].op
-	if s.db.IsClosed() {
-		return fmt.Errorf("%s: %w", op, ErrClosed)
+	if err := s.openLocked(op); err != nil {
+		return err
 	}
 	for _, w := range ws {
 		if err := s.checkFault(w.op); err != nil {

@@ -336,6 +336,9 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	if err != nil {
 		fetch.Close()
 		_ = store.Close()
+		if errors.Is(err, engine.ErrDiskReserve) {
+			return nil, fmt.Errorf("--disk-reserve %d: %w (give a smaller one)", cfg.DiskReserve, err)
+		}
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
 	m.Attach(runner)
