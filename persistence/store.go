@@ -99,6 +99,9 @@ type Store struct {
 	// valueThreshold is Badger's: values this long or longer go to the
 	// value log (in memory: there is none).
 	valueThreshold int
+	// group bounds a group commit (writer_group.go): groupWrites and
+	// groupBytes, less for a small memtable (OpenWith).
+	group groupBounds
 	// sweepCursor is where a sweep that said "more" goes on (see Sweep).
 	sweepCursor []byte
 	// sweepFrom and evictFrom are where a sweep and an eviction start:
@@ -182,7 +185,15 @@ func Open(dir string) (*Store, error) { return open(dir, false) }
 // open is Open; syncWrites sets Badger's own SyncWrites (a sync in every
 // commit, whatever it writes), which the benchmarks weigh against a
 // durable store's one sync per group (durable.go).
-func open(dir string, syncWrites bool) (s *Store, err error) {
+func open(dir string, syncWrites bool) (*Store, error) {
+	return openWith(dir, Options{}, syncWrites)
+}
+
+// openWith is OpenWith, with open's syncWrites.
+func openWith(dir string, opt Options, syncWrites bool) (s *Store, err error) {
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
 	if dir != "" {
 		if err := mkdirSynced(dir); err != nil { // a cut must not take the store's own entry (dirsync.go)
 			return nil, fmt.Errorf("open store: %w", err)
@@ -198,18 +209,20 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		}
 	}
 	log := &badgerLogger{}
-	db, err := openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
+	db, err := openBadger(opt.badger(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
 		if rerr := prepareDir(dir, &rec); rerr != nil {
 			return nil, rerr
 		}
-		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
+		db, err = openBadger(opt.badger(dir, log).WithSyncWrites(syncWrites))
 	}
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
+	bo := opt.badger(dir, log)
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(bo.ValueThreshold), rec: rec,
+		group: groupBoundsFor(bo.MemTableSize)}
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err

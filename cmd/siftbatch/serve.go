@@ -275,7 +275,11 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 	if err != nil {
 		return nil, err
 	}
-	store, err := cli.OpenStore(f.data)
+	sizes, err := storeSizes()
+	if err != nil {
+		return nil, err
+	}
+	store, err := cli.OpenStoreWith(f.data, sizes)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,102 @@
+package powercuttest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sift/batch/persistence"
+)
+
+// Rotation. With the store's default sizes (16 MiB memtables and value-log
+// files) a round's seconds of load never fill a memtable or a value-log
+// file: Badger's new files would only be the ones each Open makes. The
+// rounds' serve opens its store with small ones instead (serve's
+// SIFTBATCH_TEST_STORE_SIZES, persistence.OpenWith), so that memtables fill
+// and are flushed to tables, and value-log files fill and are set aside,
+// under load and at any moment of a cut: the syncs of rotated logs and of
+// the directory (persistence/durable.go, dirsync.go) and the recovery of a
+// flush cut in the middle (persistence/recover.go) are what a round cuts
+// into. Each round counts the files Badger made between serve's start and
+// the cut (the backing directory's file ids: Badger numbers each new
+// memtable log, value-log file and table one past the last), and
+// TestPowerCut_Durable and TestPowerCut_Default fail if no round saw a
+// memtable or a value-log file rotate.
+
+// roundSizes are the rounds' store's file sizes: the least memtable the
+// store takes (128 KiB: a round's rows fill one in about a second of load)
+// and Badger's least value-log file (1 MiB: about five 200 KB results).
+var roundSizes = persistence.Options{MemTableSize: persistence.MinMemTableSize, ValueLogFileSize: 1 << 20}
+
+// sizesEnv is serve's environment for roundSizes.
+func sizesEnv() string {
+	return fmt.Sprintf("SIFTBATCH_TEST_STORE_SIZES=%d,%d", roundSizes.MemTableSize, roundSizes.ValueLogFileSize)
+}
+
+// fileIDs are the newest ids of Badger's files in a store directory.
+type fileIDs struct{ mem, vlog, sst int }
+
+// newestFiles reads dir's newest memtable log (NNNNN.mem), value-log file
+// (NNNNNN.vlog) and table (NNNNNN.sst). A dir that is not there has none.
+func newestFiles(t *testing.T, dir string) fileIDs {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatalf("list the store: %v", err)
+	}
+	var f fileIDs
+	for _, e := range es {
+		name := e.Name()
+		base := strings.TrimSuffix(name, filepath.Ext(name))
+		var id int
+		if _, err := fmt.Sscanf(base, "%d", &id); err != nil || strings.TrimLeft(base, "0123456789") != "" {
+			continue
+		}
+		switch filepath.Ext(name) {
+		case ".mem":
+			f.mem = max(f.mem, id)
+		case ".vlog":
+			f.vlog = max(f.vlog, id)
+		case ".sst":
+			f.sst = max(f.sst, id)
+		}
+	}
+	return f
+}
+
+// rotations are the files Badger made within rounds (after serve's Open,
+// before the cut).
+type rotations struct {
+	mem, vlog, sst int // new memtables (with their logs), value-log files, tables
+	roundsMem      int // rounds in which a memtable rotated
+	roundsVlog     int // rounds in which a value-log file rotated
+}
+
+// add counts a round's files: those of after that before had not.
+func (r *rotations) add(before, after fileIDs) (mem, vlog, sst int) {
+	mem, vlog, sst = max(0, after.mem-before.mem), max(0, after.vlog-before.vlog), max(0, after.sst-before.sst)
+	r.mem, r.vlog, r.sst = r.mem+mem, r.vlog+vlog, r.sst+sst
+	if mem > 0 {
+		r.roundsMem++
+	}
+	if vlog > 0 {
+		r.roundsVlog++
+	}
+	return mem, vlog, sst
+}
+
+func (r rotations) String() string {
+	return fmt.Sprintf("within rounds %d memtables (in %d rounds), %d value-log files (in %d rounds), %d tables made", r.mem, r.roundsMem, r.vlog, r.roundsVlog, r.sst)
+}
+
+// requireRotations fails t unless some round rotated a memtable and some
+// round a value-log file: without them the rounds do not test what they
+// are for.
+func requireRotations(t *testing.T, s *summary) {
+	t.Helper()
+	if s.rounds > 0 && !t.Failed() && (s.rot.roundsMem == 0 || s.rot.roundsVlog == 0) {
+		t.Errorf("no rotation within %d rounds: %s", s.rounds, s.rot)
+	}
+}
