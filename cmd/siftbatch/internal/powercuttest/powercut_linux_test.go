@@ -193,8 +193,10 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 		t.Logf("round %d: seed %d, mode %s (replay: %s=%d %s=%d)", r, rs, mode, seedEnv, seed, roundsEnv, r+1)
 		hist := &History{}
 		started := newestFiles(t, h.store())
-		cut := h.load(t, hist, rng, time.Duration(300+rng.IntN(2200))*time.Millisecond, mode)
+		at := cutAt{d: time.Duration(300+rng.IntN(2200)) * time.Millisecond, after: rotationOf(r), started: started}
+		cut := h.load(t, hist, rng, at, mode)
 		mem, vlog, sst := s.rot.add(started, h.atCut)
+		s.rot.waited(at.after, h.rotated)
 		s.rounds++
 		s.cuts++
 		stored := h.copyStore(t)
@@ -315,6 +317,7 @@ type harness struct {
 	page    atomic.Int64 // numbers the pages: each target's page is new
 	logs    *lines
 	atCut   fileIDs // the store's newest files when serve stopped for the cut
+	rotated bool    // the round's cut came after the rotation it waited for (waitCut)
 }
 
 const callers = 4
@@ -436,17 +439,16 @@ func (h *harness) stop(t *testing.T) {
 	}
 }
 
-// load runs the clients for d, then cuts the power with mode; it returns
-// when the cut began.
-func (h *harness) load(t *testing.T, hist *History, rng *rand.Rand, d time.Duration, mode powercut.CutMode) time.Time {
+// load runs the clients until the moment at says (waitCut), then cuts the
+// power with mode; it returns when the cut began.
+func (h *harness) load(t *testing.T, hist *History, rng *rand.Rand, at cutAt, mode powercut.CutMode) time.Time {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := range callers {
 		crng := rand.New(rand.NewPCG(rng.Uint64(), uint64(c)))
 		wg.Go(func() { h.client(hist, fmt.Sprintf("powercut-key-%04d", c), crng, stop) })
 	}
-	timer := time.NewTimer(d)
-	<-timer.C
+	h.rotated = h.waitCut(at)
 	cut := time.Now()
 	_ = h.serve.cmd.Process.Signal(syscall.SIGSTOP) // serve answers nothing more
 	close(stop)
@@ -512,6 +514,8 @@ func (h *harness) submit(c *http.Client, hist *History, key string, rng *rand.Ra
 			size = 200_000
 		case p < 4:
 			size = 3000
+		case p < 7:
+			size = 900 // inline, as 200: the memtable fills within seconds
 		}
 		targets = append(targets, map[string]string{"url": fmt.Sprintf("%s/p/%d/%d/%d", h.site.URL, h.page.Add(1), size, 2+rng.IntN(38))})
 	}
