@@ -30,7 +30,7 @@ func TestMmapFileDelete_LeavesTheContent(t *testing.T) {
 	require.NoError(t, m.Sync())
 	undone := path + ".undone"
 	require.NoError(t, os.Link(path, undone)) // the name a cut would bring back
-	f, err := os.Open(path)                  // a durable store's sync of the log
+	f, err := os.Open(path)                   // a durable store's sync of the log
 	require.NoError(t, err)
 	defer f.Close()
 	require.NoError(t, m.Delete())
