@@ -148,8 +148,9 @@ type Store struct {
 	logFids logFids
 	// dirDirty: the directory has entries a durable sync must sync
 	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
-	dirDirty bool
-	dirSyncs atomic.Int64
+	dirDirty    bool
+	dirSyncs    atomic.Int64
+	dirSyncTime atomic.Int64 // ns spent in the directory's syncs (a benchmark's figure)
 	// noDirSync turns the directory syncs off: a benchmark's baseline.
 	noDirSync bool
 	// rec is what Open repaired (recover.go).
