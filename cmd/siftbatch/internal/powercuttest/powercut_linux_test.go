@@ -423,7 +423,8 @@ func (h *harness) start(t *testing.T) {
 	case <-p.done:
 	}
 	if !ok {
-		t.Fatalf("serve did not start: %s", tail(p.stderr.String(), 4000))
+		h.keepFailed(t)
+		t.Fatalf("serve did not start: %s", headTail(p.stderr.String(), 3000))
 	}
 	if strings.Contains(p.stderr.String(), "store repaired at open") {
 		t.Errorf("serve repaired the store at open: %s", p.stderr.String())

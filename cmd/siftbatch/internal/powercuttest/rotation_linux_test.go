@@ -3,6 +3,7 @@ package powercuttest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -191,4 +192,25 @@ func requireRotations(t *testing.T, s *summary) {
 	if s.rounds >= 4 && (s.rot.roundsMem == 0 || s.rot.roundsVlog == 0 || s.rot.missed > 0) {
 		t.Errorf("rotations within %d rounds: %s", s.rounds, s.rot)
 	}
+}
+
+// headTail is the first and the last n bytes of s: a process's fatal error
+// is at the head of its output, the goroutines' stacks after it.
+func headTail(s string, n int) string {
+	if len(s) <= 2*n {
+		return s
+	}
+	return s[:n] + "\n[...]\n" + s[len(s)-n:]
+}
+
+// keepFailed copies the store serve did not start on into
+// $POWERCUT_KEEP/failed-start (if set), for a look at what the cut left.
+func (h *harness) keepFailed(t *testing.T) {
+	keep := os.Getenv("POWERCUT_KEEP")
+	if keep == "" {
+		return
+	}
+	dst := filepath.Join(keep, "failed-start")
+	out, err := exec.Command("cp", "-a", "--sparse=always", h.store(), dst).CombinedOutput()
+	t.Logf("the store serve did not start on: %s (%v %s)", dst, err, out)
 }
