@@ -32,14 +32,14 @@ import (
 
 // openFull opens the store in dir read-only after Badger failed to open it
 // for want of space (full: that error), if it was closed cleanly.
-func openFull(dir string, log badger.Logger, rec *Recovery, full error) (*badger.DB, error) {
+func openFull(dir string, opt Options, log badger.Logger, rec *Recovery, full error) (*badger.DB, error) {
 	if err := prepareDir(dir, rec); err != nil { // the empty files the failed Open left
 		return nil, err
 	}
 	if err := checkClean(dir); err != nil {
 		return nil, fmt.Errorf("%w (and it cannot be opened read-only: %s)", full, firstLine(err.Error()))
 	}
-	db, err := openBadger(badgerOptions(dir, log).WithReadOnly(true))
+	db, err := openBadger(opt.badger(dir, log).WithReadOnly(true))
 	if err != nil {
 		return nil, fmt.Errorf("%w (and it cannot be opened read-only: %s)", full, firstLine(err.Error()))
 	}
@@ -98,18 +98,18 @@ const openBackoffMax = 2 * time.Second
 // files, a disk that fails), read-only, so that reads go on (reopenLocked's):
 // then it returns Badger and an error wrapping ErrDiskFull, or errDown.
 func (s *Store) openWritable(rec *Recovery) (*badger.DB, error) {
-	db, err := openBadger(badgerOptions(s.dir, s.log).WithSyncWrites(s.syncWrites))
+	db, err := openBadger(s.opt.badger(s.dir, s.log).WithSyncWrites(s.syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		if err := prepareDir(s.dir, rec); err != nil {
 			return nil, err
 		}
-		db, err = openBadger(badgerOptions(s.dir, s.log).WithSyncWrites(s.syncWrites))
+		db, err = openBadger(s.opt.badger(s.dir, s.log).WithSyncWrites(s.syncWrites))
 	}
 	if err == nil {
 		s.fullRO.Store(false)
 		return db, nil
 	}
-	ro, rerr := openFull(s.dir, s.log, rec, err)
+	ro, rerr := openFull(s.dir, s.opt, s.log, rec, err)
 	if rerr != nil {
 		return nil, rerr
 	}

@@ -61,11 +61,11 @@ func (s *Store) commitDelay(t *time.Timer) {
 }
 
 // groupSize is how many writes from the front of ws go in one transaction.
-func groupSize(ws []*ownerWrite, valueThreshold int) int {
+func groupSize(ws []*ownerWrite, valueThreshold int, b groupBounds) int {
 	n, size := 0, 0
-	for n < len(ws) && n < groupWrites {
+	for n < len(ws) && n < b.writes {
 		size += ws[n].size(valueThreshold)
-		if n > 0 && size > groupBytes {
+		if n > 0 && size > b.bytes {
 			break
 		}
 		n++

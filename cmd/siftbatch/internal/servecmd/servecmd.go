@@ -302,7 +302,11 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	if err != nil {
 		return nil, err
 	}
-	store, err := cli.OpenStore(f.Data)
+	sizes, err := storeSizes()
+	if err != nil {
+		return nil, err
+	}
+	store, err := cli.OpenStoreWith(f.Data, sizes)
 	if err != nil {
 		return nil, err
 	}
