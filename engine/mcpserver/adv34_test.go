@@ -113,6 +113,7 @@ func TestAdv34_BatchSpellingsRefused(t *testing.T) {
 		t.Errorf("%d tool calls logged: a refused batch runs none", n)
 	}
 }
+
 // allocsOf is the bytes the process allocated while fn ran.
 func allocsOf(fn func()) uint64 {
 	var a, b runtime.MemStats
