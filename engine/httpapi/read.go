@@ -334,14 +334,22 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		return
 	}
 	h.r.Touch(j.ID)
-	if ranged {
-		buf = appendRange(buf, &cr)
-	} else {
-		buf = appendResult(buf, res)
-	}
-	buf = append(buf, '\n')
 	setJSONHeaders(w)
 	w.WriteHeader(http.StatusOK)
+	if ranged {
+		// The range is written from where it was read, between its head
+		// and its tail: not copied into buf.
+		buf = append(buf, `,"result":{"content":"`...)
+		giveTurn(r)
+		if _, err := w.Write(buf); err == nil {
+			if _, err = w.Write(cr.JSON); err == nil {
+				buf = appendRangeTail(buf[:0], &cr)
+				_, _ = w.Write(append(buf, '\n'))
+			}
+		}
+		return
+	}
+	buf = append(appendResult(buf, res), '\n')
 	giveTurn(r) // the result is written from buf, without the turn
 	_, _ = w.Write(buf)
 }
@@ -397,19 +405,16 @@ func parseCount(s string, max int64) (int64, bool) {
 	return n, n <= max
 }
 
-// rangeSize is the bytes of an answer's buffer of head bytes once cr is
-// appended to it (appendRange), and a newline.
+// rangeSize is the bytes of an answer of head bytes and cr (its content,
+// then appendRangeTail), and a newline.
 func rangeSize(head int, cr *engine.ContentRange) int {
 	return head + len(`,"result":{"content":"","meta":,"range":{"offset":,"end":,"total":}}}`) + len(cr.JSON) + len(cr.Meta) + 3*20 + 1
 }
 
-// appendRange closes an open target head with a range of its content:
-// "result":{"content":"…","meta":{…},"range":{"offset","end","total"}},
-// the content's JSON text as the store holds it.
-func appendRange(b []byte, cr *engine.ContentRange) []byte {
-	b = slices.Grow(b, rangeSize(0, cr))
-	b = append(b, `,"result":{"content":"`...)
-	b = append(b, cr.JSON...)
+// appendRangeTail appends what follows a range of a content written as
+// "result":{"content":"…: its closing quote, the result's meta and
+// "range":{"offset","end","total"}, and the closing braces.
+func appendRangeTail(b []byte, cr *engine.ContentRange) []byte {
 	b = append(b, '"')
 	if len(cr.Meta) > 0 {
 		b = append(b, `,"meta":`...)
