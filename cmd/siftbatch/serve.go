@@ -329,6 +329,7 @@ func startServer(f serveFlags, keys httpapi.Authenticator, log *slog.Logger) (*s
 		_ = store.Close()
 		return nil, err
 	}
+	reg.MustRegister(metrics.Reads(api))
 	// The MCP tools call the API in process: their reads take its turns,
 	// and their answers count in its answer budget.
 	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{MaxCallsPerCaller: f.maxMCPCalls, Answers: api, Log: log})
