@@ -68,7 +68,8 @@ type Options struct {
 	PageBytes int
 	// MaxCallsPerCaller caps, for [NewHandler], the tool calls of one
 	// caller (API key) that run at once: past it a call is answered 429
-	// with Retry-After before it runs. Default
+	// with Retry-After before it runs; for [ServeStdio], the tool calls
+	// in flight until their answers are written. Default
 	// [DefaultMaxCallsPerCaller] (8).
 	MaxCallsPerCaller int
 	// Answers, for [NewHandler], is the callers' answer budget that the
@@ -289,7 +290,11 @@ func writeHTTPError(w http.ResponseWriter, code int, msg, hint string) {
 // overall timeout (a batch_wait long-polls). A baseURL or key the API's
 // Go client refuses (user info, a query or a fragment in the URL; a space
 // or a control character in the key) is refused at once, with the
-// client's error: no tool call could be made with it.
+// client's error: no tool call could be made with it. Its one caller is
+// bounded as one caller of [NewHandler] is: a JSON-RPC batch is refused,
+// and at most o.MaxCallsPerCaller tool calls are in flight until their
+// answers are written to out (past it a call is answered at once with a
+// tool error, 429, retry after 5 seconds).
 func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io.ReadCloser, out io.WriteCloser, o Options) error {
 	if key == "" {
 		return ErrNoKey
@@ -310,7 +315,9 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	}
 	t := &tools{b: &backend{hc: hc, base: strings.TrimRight(u.String(), "/")},
 		key: func(*mcp.CallToolRequest) (string, bool) { return key, true }, o: o}
-	err = t.server().Run(ctx, &mcp.IOTransport{Reader: in, Writer: &unescapeCloser{u: unescaper{w: out}, out: out}})
+	w := &lockedWriter{w: &unescapeCloser{u: unescaper{w: out}, out: out}}
+	tr := boundedTransport{Transport: &mcp.IOTransport{Reader: newNoBatches(in, w), Writer: w}, max: o.MaxCallsPerCaller}
+	err = t.server().Run(ctx, tr)
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || ctx.Err() != nil) {
 		return nil
 	}
