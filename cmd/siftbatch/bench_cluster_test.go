@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sift/batch/engine/enginetest/loopback"
 )
 
 // BenchmarkServe_ClusterResults16MiB reads GET /v1/batch/{id}?results=1 of
@@ -139,17 +141,17 @@ func clusterPairWithJob(b *testing.B, c *http.Client, site string, op int) (hold
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	ports := freePorts(b, 6)
-	peers := []string{fmt.Sprintf("127.0.0.1:%d", ports[4]), fmt.Sprintf("127.0.0.1:%d", ports[5])}
+	apis, manages := nodePorts(b, 2)
+	peers := addrs(manages)
 	names := []string{"holder", "forwarder"}
 	certs := testClusterCerts(b)
 	start := func(i int) *clusterNode {
-		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		n := startClusterNode(b, names[i], "http://"+api,
+		api := apis[i].Addr()
+		n := startClusterNode(b, names[i], "http://"+api, []*loopback.Port{apis[i], manages[i]},
 			"--keys", keys, "--data", filepath.Join(dir, names[i]), "--addr", api, "--allow-private", "--log-level", "warn",
 			"--max-body", fmt.Sprint(4<<20),
 			"--cluster", "siftbatch-bench", "--node", names[i],
-			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
+			"--cluster-addr", "127.0.0.1:0",
 			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","),
 			"--cluster-ca", filepath.Join(certs, "ca.crt"), "--cluster-cert", filepath.Join(certs, names[i]+".crt"), "--cluster-key", filepath.Join(certs, names[i]+".key"))
 		waitAnswer(b, c, n.base+"/healthz")

@@ -32,7 +32,7 @@ func init() {
 func runJobs(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := cli.NewFlagSet("jobs", "jobs [--data DIR] [--status S] [--caller NAME]",
 		"List the jobs stored in a store directory, newest first (as the API lists\nthem). DONE/TOTAL counts the targets with a stored outcome, done or failed;\nFAILED the failed ones; NOT RUN those a job that ended (cancelled, or failed by\na restart or a shutdown) left pending, which will never run. LAST ACTIVE is a job's last stored target or read: it\nstays readable for the --ttl of the serve that stored it (24h by default)\nafter that. The store must not be in use by a running serve.")
-	data := fs.String("data", defaultDataDir, "store directory")
+	data := fs.String("data", cli.DefaultDataDir, "store directory")
 	status := fs.String("status", "", "only the jobs with this status: queued, running, done, partial, failed, cancelled,\nor live (queued or running) or terminal (the others)")
 	caller := fs.String("caller", "", "only the jobs of the caller with this name")
 	if err := cli.ParseNoArgs(fs, args, stdout); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/sift/batch/engine/enginetest/loopback"
 	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
@@ -49,10 +50,10 @@ func TestServe_MetricsExposed(t *testing.T) {
 	if err := os.WriteFile(keys, []byte("alice "+clusterAlice+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
-	api, manage := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[2])
-	n := startClusterNode(t, "n1", "http://"+api, "--keys", keys, "--data", "", "--addr", api,
-		"--cluster", "siftbatch-metrics", "--node", "n1", "--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+	apis, manages := nodePorts(t, 1)
+	api, manage := apis[0].Addr(), manages[0].Addr()
+	n := startClusterNode(t, "n1", "http://"+api, []*loopback.Port{apis[0], manages[0]}, "--keys", keys, "--data", "", "--addr", api,
+		"--cluster", "siftbatch-metrics", "--node", "n1", "--cluster-addr", "127.0.0.1:0",
 		"--manage-addr", manage, "--peers", manage, "--cluster-insecure")
 	client := &http.Client{Timeout: 10 * time.Second}
 	testkit.WaitFor(t, "serve to answer /healthz", func() bool {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,9 +54,17 @@ func readmeBlock(t *testing.T, name string) (block, root string) {
 // left nothing in the repository.
 func runBlock(t *testing.T, block, root string) string {
 	t.Helper()
+	return runBlockIn(t, block, root, nil)
+}
+
+// runBlockIn is runBlock with the block's bash run by wrap (its name
+// and arguments, before bash's), as in a network namespace.
+func runBlockIn(t *testing.T, block, root string, wrap []string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", block)
+	argv := append(slices.Clone(wrap), "bash", "-c", block)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = root
 	tmp := t.TempDir()
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
@@ -114,7 +123,23 @@ func TestREADME_Cluster(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()
 	block, root := readmeBlock(t, "cluster")
-	text := runBlock(t, block, root)
+	// The block's manage ports are fixed (the nodes' --peers): it runs in
+	// a network namespace of its own, where they are free and nothing
+	// else can take them, with its loopback up; where the test cannot
+	// make one (not root, no unshare or ip), in the machine's.
+	wrap := netnsWrap(t)
+	if wrap != nil {
+		block = "ip link set lo up || exit 1\n" + block
+	}
+	text := runBlockIn(t, block, root, wrap)
+	// Each node picked its API's and its cluster's ports (port 0) and
+	// said where they are.
+	for _, n := range []string{"n1", "n3"} {
+		if !regexp.MustCompile(`(?m)^siftbatch serve: listening on http://127\.0\.0\.1:[1-9][0-9]*$`).MatchString(text) ||
+			!regexp.MustCompile(`(?m)^siftbatch serve: cluster node `+n+` at 127\.0\.0\.1:[1-9][0-9]*$`).MatchString(text) {
+			t.Errorf("%s did not say where its API and its cluster port listen:\n%s", n, text)
+		}
+	}
 	m := regexp.MustCompile(`(?m)^job ([0-9a-f]{32}), on n1$`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("the block did not capture the job's id:\n%s", text)
@@ -148,4 +173,28 @@ func TestREADME_CLI(t *testing.T) {
 			t.Errorf("the CLI block's output lacks %q:\n%s", want, text)
 		}
 	}
+}
+
+// netnsWrap returns the command that runs a program in a new network
+// namespace (unshare --net as root; as another user, in a user namespace
+// too), or nil, said in the log, where none can be made here.
+func netnsWrap(t *testing.T) []string {
+	t.Helper()
+	if _, err := exec.LookPath("ip"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no ip command: .ci/run installs iproute2")
+		}
+		t.Log("no ip command (iproute2): the block runs in this machine's network namespace")
+		return nil
+	}
+	for _, wrap := range [][]string{{"unshare", "--net", "--"}, {"unshare", "--user", "--map-root-user", "--net", "--"}} {
+		if exec.Command(wrap[0], append(wrap[1:], "ip", "link", "set", "lo", "up")...).Run() == nil {
+			return wrap
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("cannot make a network namespace (CI runs as root, with iproute2: .ci/run installs it)")
+	}
+	t.Log("cannot make a network namespace here: the block runs in this machine's")
+	return nil
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
 	"github.com/sift/batch/engine/cluster"
 	"github.com/sift/batch/engine/cluster/clustertls"
+	"github.com/sift/batch/engine/enginetest/loopback"
 	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
@@ -77,8 +78,9 @@ func TestServe_ClusterFlags(t *testing.T) {
 		{"empty node", []string{"--cluster", "c", "--node", "", "--cluster-addr", "127.0.0.1:7101"}, `--node must name this node (got ""`},
 		{"provider", []string{"--cluster", "c", "--cluster-provider", "consul", "--cluster-addr", "127.0.0.1:7101"}, `--cluster-provider must be automanaged or k8s (got "consul")`},
 		{"no cluster-addr", []string{"--cluster", "c"}, "--cluster needs --cluster-addr HOST:PORT"},
-		{"cluster-addr", []string{"--cluster", "c", "--cluster-addr", "nowhere"}, `--cluster-addr "nowhere" is not HOST:PORT with a port from 1 to 65535`},
-		{"cluster-addr port 0", []string{"--cluster", "c", "--cluster-addr", "127.0.0.1:0"}, `--cluster-addr "127.0.0.1:0" is not HOST:PORT`},
+		{"cluster-addr", []string{"--cluster", "c", "--cluster-addr", "nowhere"}, `--cluster-addr "nowhere" is not HOST:PORT with a port from 0 to 65535 (0: a free one, reported on stdout)`},
+		{"cluster-addr port 0: a free one, then the next check", []string{"--cluster", "c", "--cluster-addr", "127.0.0.1:0"}, "--cluster-provider automanaged needs --manage-addr"},
+		{"cluster-addr and --addr both port 0: no clash", []string{"--addr", "127.0.0.1:0", "--cluster", "c", "--cluster-addr", "127.0.0.1:0"}, "--cluster-provider automanaged needs --manage-addr"},
 		{"unspecified", []string{"--cluster", "c", "--cluster-addr", "0.0.0.0:7101"}, `--cluster-addr "0.0.0.0:7101" cannot be advertised to the other nodes: give --advertise-addr`},
 		{"no host", []string{"--cluster", "c", "--cluster-addr", ":7101"}, `--cluster-addr ":7101" cannot be advertised`},
 		{"advertise", []string{"--cluster", "c", "--cluster-addr", "0.0.0.0:7101", "--advertise-addr", "10.0.0.1"}, `--advertise-addr "10.0.0.1" is not HOST:PORT`},
@@ -140,7 +142,7 @@ var testCerts struct {
 func testClusterCerts(t testing.TB) string {
 	t.Helper()
 	testCerts.once.Do(func() {
-		dir, err := os.MkdirTemp("", "siftbatch-test-certs-")
+		dir, err := testkit.RunDir("siftbatch-test-certs")
 		if err != nil {
 			testCerts.err = err
 			return
@@ -206,11 +208,13 @@ func TestServe_ClusterTLSFiles(t *testing.T) {
 			"no CA certificate in the CA file", "--cluster-ca"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			port := freePorts(t, 4)
-			args := []string{"serve", "--keys", keys, "--data", data, "--addr", fmt.Sprintf("127.0.0.1:%d", port[0]),
+			// serve refuses the files before it binds the manage address:
+			// a held address that never listens stands for it.
+			manage := testkit.RefusedAddr(t)
+			args := []string{"serve", "--keys", keys, "--data", data, "--addr", "127.0.0.1:0",
 				"--cluster", "c", "--node", "n1",
-				"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", port[1]), "--manage-addr", fmt.Sprintf("127.0.0.1:%d", port[2]),
-				"--peers", fmt.Sprintf("127.0.0.1:%d", port[2]),
+				"--cluster-addr", "127.0.0.1:0", "--manage-addr", manage,
+				"--peers", manage,
 				"--cluster-ca", tc.ca, "--cluster-cert", tc.cert, "--cluster-key", tc.key}
 			_, _, err := run(t, args...)
 			var msg bytes.Buffer
@@ -230,31 +234,58 @@ type clusterNode struct {
 	name   string
 	base   string // http://127.0.0.1:PORT
 	cmd    *exec.Cmd
+	stdout *testkit.SyncBuffer // the listening lines, and the automanaged provider's echo banner
 	stderr *testkit.SyncBuffer
 	exited chan struct{} // closed once the process has exited and err is set
 	err    error
 }
 
-// freePorts returns n distinct free ports on 127.0.0.1 for serve
-// processes, which bind them themselves: outside the kernel's ephemeral
-// range, where nothing the kernel allocates takes one before the process
-// binds it, nor after it exits (a node restarted on its ports).
-func freePorts(t testing.TB, n int) []int {
+// nodePorts holds the ports of n `serve --cluster` nodes for the test:
+// api[i] (--addr) and manage[i] (--manage-addr) of node i, handed to each
+// of its processes as listening sockets (startClusterNode). A node's
+// cluster port is its own pick (--cluster-addr 127.0.0.1:0: protoactor's
+// remote binds it itself), read from its output ([clusterNode.clusterAddr]).
+func nodePorts(t testing.TB, n int) (api, manage []*loopback.Port) {
 	t.Helper()
-	return testkit.Ports(t, n)
+	held := testkit.HeldPorts(t, 2*n)
+	return held[:n], held[n:]
 }
 
-// startClusterNode starts serve with args as a child process; the test's
-// cleanup stops it (SIGTERM, then SIGKILL) and waits for it.
-func startClusterNode(t testing.TB, name, base string, args ...string) *clusterNode {
+// addrs returns the addresses of ports.
+func addrs(ports []*loopback.Port) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = p.Addr()
+	}
+	return out
+}
+
+// startClusterNode starts serve with args as a child process, handed a
+// listening socket on each of held (systemd's socket activation: serve
+// listens on the one of its --addr, --manage-addr); base is its API's
+// URL. The test's cleanup stops it (SIGTERM, then SIGKILL) and waits for
+// it.
+func startClusterNode(t testing.TB, name, base string, held []*loopback.Port, args ...string) *clusterNode {
 	t.Helper()
-	n := &clusterNode{name: name, base: base, stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
-	n.cmd = exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
-	n.cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), clitest.Env()...) // protoactor-go's race suppressions
-	n.cmd.Stdout = io.Discard                                                   // the listening line, and the automanaged provider's echo banner
+	n := &clusterNode{name: name, base: base, stdout: &testkit.SyncBuffer{}, stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
+	var files []*os.File
+	for _, p := range held {
+		f, err := p.Listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	n.cmd = loopback.Command(files, os.Args[0], append([]string{"serve"}, args...)...)
+	n.cmd.Env = append(append(n.cmd.Env, runMainEnv+"=1"), clitest.Env()...) // protoactor-go's race suppressions
+	n.cmd.Stdout = n.stdout
 	n.cmd.Stderr = n.stderr
 	dieWithParent(n.cmd) // a test binary killed (its -timeout) leaves no serve behind
-	if err := n.cmd.Start(); err != nil {
+	err := n.cmd.Start()
+	for _, f := range files {
+		_ = f.Close() // the child has its own
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -263,13 +294,37 @@ func startClusterNode(t testing.TB, name, base string, args ...string) *clusterN
 	}()
 	t.Cleanup(func() {
 		if !n.stop(testkit.Deadline) {
-			t.Errorf("%s did not stop on SIGTERM; killed", name)
+			t.Errorf("%s did not stop on SIGTERM", name)
 		}
 		if t.Failed() {
 			t.Logf("%s's log:\n%s", name, n.stderr.String())
 		}
 	})
 	return n
+}
+
+// clusterAddr waits until the node has said where its cluster port is
+// ("siftbatch serve: cluster node NAME at HOST:PORT", once it has joined)
+// and returns that address.
+func (n *clusterNode) clusterAddr(t testing.TB) string {
+	t.Helper()
+	prefix := "siftbatch serve: cluster node " + n.name + " at "
+	var addr string
+	testkit.WaitFor(t, n.name+" to say its cluster address", func() bool {
+		for line := range strings.Lines(n.stdout.String()) {
+			if a, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+				addr = a
+				return true
+			}
+		}
+		select {
+		case <-n.exited:
+			t.Fatalf("%s exited (%v):\n%s", n.name, n.err, n.stderr.String())
+		default:
+		}
+		return false
+	})
+	return addr
 }
 
 // stop sends SIGTERM and waits for the process to exit, at most limit; then
@@ -325,21 +380,18 @@ func TestServe_Cluster(t *testing.T) {
 	if err := os.WriteFile(keys, []byte("alice "+clusterAlice+"\nbob "+clusterBob+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 9)
-	var peers []string
-	for i := range 3 {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[6+i]))
-	}
+	apis, manages := nodePorts(t, 3)
+	peers := addrs(manages)
 	nodes := make([]*clusterNode, 3)
 	for i := range nodes {
 		name := fmt.Sprintf("n%d", i+1)
-		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
+		api := apis[i].Addr()
 		args := []string{"--keys", keys, "--data", filepath.Join(dir, name), "--addr", api, "--allow-private", "--log-level", "debug",
 			"--jobs-per-caller", "4",
 			"--cluster", "siftbatch-test", "--node", name,
-			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			"--cluster-addr", "127.0.0.1:0",
 			"--manage-addr", peers[i], "--peers", strings.Join(peers, ",")}
-		nodes[i] = startClusterNode(t, name, "http://"+api, append(args, clusterTLSArgs(t, name)...)...)
+		nodes[i] = startClusterNode(t, name, "http://"+api, []*loopback.Port{apis[i], manages[i]}, append(args, clusterTLSArgs(t, name)...)...)
 	}
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 
@@ -440,7 +492,7 @@ func TestServe_Cluster(t *testing.T) {
 	}
 	for what, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA's": {otherPair}} {
 		conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: certs, InsecureSkipVerify: true} // the server is not the point
-		err := refusedTLS(fmt.Sprintf("127.0.0.1:%d", ports[3]), conf)
+		err := refusedTLS(n1.clusterAddr(t), conf)
 		if err == nil {
 			t.Errorf("n1's cluster port accepted a client with %s", what)
 		}
@@ -455,7 +507,7 @@ func TestServe_Cluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.Dial(fmt.Sprintf("127.0.0.1:%d", ports[3]), grpc.WithTransportCredentials(credentials.NewTLS(n2TLS.Client())))
+	conn, err := grpc.Dial(n1.clusterAddr(t), grpc.WithTransportCredentials(credentials.NewTLS(n2TLS.Client())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +689,7 @@ func TestServe_Cluster(t *testing.T) {
 		return slices.Equal(unavailable, []string{"n3"})
 	})
 	t.Logf("n3's jobs unavailable %s after its SIGTERM", time.Since(stopped).Round(time.Millisecond))
-	// Each survivor logs its members without n3 (members.go).
+	// Each survivor logs its members without n3 (servecmd/members.go).
 	for _, n := range []*clusterNode{n1, n2} {
 		poll(15*time.Second, n.name+" to log its members without n3", func() bool {
 			return strings.Contains(n.stderr.String(), `msg="cluster members" count=2 nodes=n1,n2`)
@@ -781,14 +833,25 @@ func TestServe_ClusterListensOnlyWhereAsked(t *testing.T) {
 	if err := os.WriteFile(keys, []byte(testKeys), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	n := startClusterNode(t, "n1", "http://"+addr(0),
-		"--keys", keys, "--data", filepath.Join(dir, "n1"), "--addr", addr(0),
-		"--cluster", "siftbatch-listen", "--node", "n1", "--cluster-addr", addr(1),
-		"--manage-addr", addr(2), "--peers", addr(2), "--cluster-insecure")
+	// serve binds its API's and its cluster port itself (port 0, what it
+	// picked read from its output); the manage port, which --peers must
+	// name before serve starts, is handed to it (the manage endpoint's
+	// own host is TestNode_ListensOnlyOnGivenHost's, in engine/cluster).
+	_, manages := nodePorts(t, 1)
+	manage := manages[0].Addr()
+	n := startClusterNode(t, "n1", "", manages,
+		"--keys", keys, "--data", filepath.Join(dir, "n1"), "--addr", "127.0.0.1:0",
+		"--cluster", "siftbatch-listen", "--node", "n1", "--cluster-addr", "127.0.0.1:0",
+		"--manage-addr", manage, "--peers", manage, "--cluster-insecure")
+	cluster := netip.MustParseAddrPort(n.clusterAddr(t))
+	testkit.WaitFor(t, "serve to say where it listens", func() bool {
+		a, ok := strings.CutPrefix(strings.SplitN(n.stdout.String(), "\n", 2)[0], "siftbatch serve: listening on ")
+		n.base = a
+		return ok
+	})
+	ports := []uint16{netip.MustParseAddrPort(strings.TrimPrefix(n.base, "http://")).Port(), cluster.Port(), uint16(manages[0].Number())}
 	client := &http.Client{Timeout: 5 * time.Second}
-	// The node serves once it has joined; the provider binds its manage
+	// The node serves once it has joined; the provider serves its manage
 	// port in a goroutine of its own: wait until all three ports listen.
 	var got []netip.AddrPort
 	testkit.WaitFor(t, fmt.Sprintf("serve to listen on all of %v and answer /healthz", ports), func() bool {
@@ -802,7 +865,7 @@ func TestServe_ClusterListensOnlyWhereAsked(t *testing.T) {
 		for _, ap := range got {
 			seen[ap.Port()] = true
 		}
-		if !seen[uint16(ports[0])] || !seen[uint16(ports[1])] || !seen[uint16(ports[2])] {
+		if !seen[ports[0]] || !seen[ports[1]] || !seen[ports[2]] {
 			return false
 		}
 		resp, err := client.Get(n.base + "/healthz")
@@ -1064,25 +1127,31 @@ func poll(limit time.Duration, cond func() (bool, error)) error {
 	}
 }
 
-// grainOn returns a caller name whose grain protoactor's disthash places
-// on the member at addr, of the members at ports on 127.0.0.1 (its
-// rendezvous hash of the caller's name and each member's address).
-func grainOn(tb testing.TB, addr string, ports []int) string {
+// annCandidates is how many callers ann0, ann1, … the kill test's keys
+// file holds: grainOn picks among them once the nodes' cluster ports
+// (their own picks) are known.
+const annCandidates = 100
+
+// grainOn returns the index of a caller annI whose grain protoactor's
+// disthash places on the member at addr, of the members at members
+// (HOST:PORT; its rendezvous hash of the caller's name and each member's
+// address).
+func grainOn(tb testing.TB, addr string, members []string) int {
 	tb.Helper()
-	var members pacluster.Members
-	for i, p := range ports {
-		members = append(members, &pacluster.Member{Host: "127.0.0.1", Port: int32(p), Id: fmt.Sprint(i), Kinds: []string{callerKind}})
+	var ms pacluster.Members
+	for i, a := range members {
+		ap := netip.MustParseAddrPort(a)
+		ms = append(ms, &pacluster.Member{Host: ap.Addr().String(), Port: int32(ap.Port()), Id: fmt.Sprint(i), Kinds: []string{callerKind}})
 	}
 	rdv := pacluster.NewRendezvous()
-	rdv.UpdateMembers(members)
-	for i := range 100 {
-		name := fmt.Sprintf("ann%d", i)
-		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: name, Kind: callerKind}) == addr {
-			return name
+	rdv.UpdateMembers(ms)
+	for i := range annCandidates {
+		if rdv.GetByClusterIdentity(&pacluster.ClusterIdentity{Identity: fmt.Sprintf("ann%d", i), Kind: callerKind}) == addr {
+			return i
 		}
 	}
 	tb.Fatalf("no caller's grain on %s", addr)
-	return ""
+	return 0
 }
 
 // callerKind is engine/cluster's kind of the callers' grains.
@@ -1120,36 +1189,42 @@ func killRestart(tb testing.TB, jitter bool) killFigures {
 
 	dir := tb.TempDir()
 	keys := filepath.Join(dir, "keys")
-	ports := freePorts(tb, 9)
 	// Ann's grain is on n3, the node killed: the hardest case for her
 	// admission on a survivor (the grain must move, and its old place
-	// holds up whoever asks it until it leaves).
-	ann := grainOn(tb, fmt.Sprintf("127.0.0.1:%d", ports[5]), []int{ports[3], ports[4], ports[5]})
-	if err := os.WriteFile(keys, []byte(ann+" "+deathAnn+"\nben "+deathBen+"\ncat "+deathCat+"\ndan "+deathDan+"\n"), 0o600); err != nil {
+	// holds up whoever asks it until it leaves). The nodes' cluster ports
+	// are their own picks: the keys file holds candidates ann0, ann1, …,
+	// each with her key and its number, and ann is one of them whose grain
+	// is on n3, once the nodes have said where they are.
+	var keyLines strings.Builder
+	for i := range annCandidates {
+		fmt.Fprintf(&keyLines, "ann%d %s-%d\n", i, deathAnn, i)
+	}
+	if err := os.WriteFile(keys, []byte(keyLines.String()+"ben "+deathBen+"\ncat "+deathCat+"\ndan "+deathDan+"\n"), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	var peers []string
-	for i := range 3 {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[6+i]))
-	}
+	apis, manages := nodePorts(tb, 3)
+	peers := addrs(manages)
 	certs := testClusterCerts(tb)
-	args := func(i int) (name, base string, args []string) {
+	args := func(i int) (name, base string, held []*loopback.Port, args []string) {
 		name = fmt.Sprintf("n%d", i+1)
-		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		return name, "http://" + api, []string{"--keys", keys, "--data", filepath.Join(dir, name), "--addr", api,
+		api := apis[i].Addr()
+		return name, "http://" + api, []*loopback.Port{apis[i], manages[i]}, []string{"--keys", keys, "--data", filepath.Join(dir, name), "--addr", api,
 			"--allow-private", "--log-level", "debug", "--jobs-per-caller", "1",
 			"--cluster", "siftbatch-death", "--node", name,
-			"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			"--cluster-addr", "127.0.0.1:0",
 			"--manage-addr", peers[i], "--peers", strings.Join(peers, ","),
 			"--cluster-ca", filepath.Join(certs, "ca.crt"), "--cluster-cert", filepath.Join(certs, name+".crt"), "--cluster-key", filepath.Join(certs, name+".key")}
 	}
 	nodes := make([]*clusterNode, 3)
 	for i := range nodes {
-		name, base, a := args(i)
-		nodes[i] = startClusterNode(tb, name, base, a...)
+		name, base, held, a := args(i)
+		nodes[i] = startClusterNode(tb, name, base, held, a...)
 	}
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	procs := slices.Clone(nodes) // every process started, the restarted n3 too
+	members := []string{n1.clusterAddr(tb), n2.clusterAddr(tb), n3.clusterAddr(tb)}
+	annIdx := grainOn(tb, members[2], members)
+	deathAnn := fmt.Sprintf("%s-%d", deathAnn, annIdx) // her key (a local: the constant is its prefix)
+	procs := slices.Clone(nodes)                       // every process started, the restarted n3 too
 
 	transport := &http.Transport{}
 	tb.Cleanup(transport.CloseIdleConnections)
@@ -1335,8 +1410,8 @@ func killRestart(tb testing.TB, jitter bool) killFigures {
 
 	// n3 comes back on its directory: a new process, the same flags.
 	restarted := time.Now()
-	name, base, a := args(2)
-	n3 = startClusterNode(tb, name, base, a...)
+	name, base, ports, a := args(2)
+	n3 = startClusterNode(tb, name, base, ports, a...)
 	procs = append(procs, n3)
 	nodes[2] = n3
 	check("n3's jobs to be readable through every node", poll(30*time.Second, func() (bool, error) {

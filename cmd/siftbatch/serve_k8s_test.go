@@ -28,6 +28,7 @@ import (
 
 	"github.com/sift/batch/cmd/siftbatch/internal/clusterflags"
 	"github.com/sift/batch/cmd/siftbatch/internal/health"
+	"github.com/sift/batch/cmd/siftbatch/internal/servecmd"
 	"github.com/sift/batch/engine"
 )
 
@@ -259,23 +260,23 @@ func TestK8sManifests(t *testing.T) {
 	if len(c.Command) != 0 || len(args) == 0 || args[0] != "serve" {
 		t.Fatalf("command %q, args %q: want the image's entrypoint with args serve ...", c.Command, args)
 	}
-	f, err := parseServe(args[1:], io.Discard)
+	f, err := servecmd.Parse(args[1:], io.Discard)
 	if err != nil {
 		t.Fatalf("serve refuses the manifest's args %q: %v", args[1:], err)
 	}
-	if f.cfg.Durability != engine.DurabilitySync || f.data == "" {
-		t.Errorf("durability %s, --data %q: want --durable on a volume", f.cfg.Durability, f.data)
+	if f.Config.Durability != engine.DurabilitySync || f.Data == "" {
+		t.Errorf("durability %s, --data %q: want --durable on a volume", f.Config.Durability, f.Data)
 	}
-	if f.cluster.Name == "" || f.cluster.Provider != clusterflags.ProviderK8s {
-		t.Errorf("--cluster %q --cluster-provider %q: want a cluster, provider %s", f.cluster.Name, f.cluster.Provider, clusterflags.ProviderK8s)
+	if f.Cluster.Name == "" || f.Cluster.Provider != clusterflags.ProviderK8s {
+		t.Errorf("--cluster %q --cluster-provider %q: want a cluster, provider %s", f.Cluster.Name, f.Cluster.Provider, clusterflags.ProviderK8s)
 	}
 
 	t.Run("pod identity", func(t *testing.T) {
 		// The provider looks its own pod up by os.Hostname(), the pod's
 		// name unless the spec renames the host; the node's name must be
 		// the pod's too (stable across restarts).
-		if f.cluster.Node != k8sSampleFields["metadata.name"] {
-			t.Errorf("--node %q: want the pod's name, $(POD_NAME) from metadata.name", f.cluster.Node)
+		if f.Cluster.Node != k8sSampleFields["metadata.name"] {
+			t.Errorf("--node %q: want the pod's name, $(POD_NAME) from metadata.name", f.Cluster.Node)
 		}
 		if pod.Spec.Hostname != "" || pod.Spec.HostNetwork || pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN {
 			t.Errorf("hostname %q, hostNetwork %v, setHostnameAsFQDN %v: the provider finds its pod by the hostname, which must be the pod's name",
@@ -284,23 +285,23 @@ func TestK8sManifests(t *testing.T) {
 		// The provider makes each member's address from the pod's IP
 		// (status.podIP) and the port it labels the pod with, its own
 		// advertised port: --advertise-addr must be exactly those.
-		host, _, _ := net.SplitHostPort(f.cluster.Advertise)
+		host, _, _ := net.SplitHostPort(f.Cluster.Advertise)
 		if host != k8sSampleFields["status.podIP"] {
-			t.Errorf("--advertise-addr %q: want $(POD_IP):PORT, POD_IP from status.podIP", f.cluster.Advertise)
+			t.Errorf("--advertise-addr %q: want $(POD_IP):PORT, POD_IP from status.podIP", f.Cluster.Advertise)
 		}
 	})
 
 	t.Run("ports", func(t *testing.T) {
 		http := containerPort(t, c, intstr.FromString("http"))
 		clusterPort := containerPort(t, c, intstr.FromString("cluster"))
-		if got := addrPort(t, "--addr", f.addr); got != http {
-			t.Errorf("--addr %q: want the container's http port %d", f.addr, http)
+		if got := addrPort(t, "--addr", f.Addr); got != http {
+			t.Errorf("--addr %q: want the container's http port %d", f.Addr, http)
 		}
-		if got := addrPort(t, "--cluster-addr", f.cluster.Addr); got != clusterPort {
-			t.Errorf("--cluster-addr %q: want the container's cluster port %d", f.cluster.Addr, clusterPort)
+		if got := addrPort(t, "--cluster-addr", f.Cluster.Addr); got != clusterPort {
+			t.Errorf("--cluster-addr %q: want the container's cluster port %d", f.Cluster.Addr, clusterPort)
 		}
-		if got := addrPort(t, "--advertise-addr", f.cluster.Advertise); got != clusterPort {
-			t.Errorf("--advertise-addr %q: want the container's cluster port %d", f.cluster.Advertise, clusterPort)
+		if got := addrPort(t, "--advertise-addr", f.Cluster.Advertise); got != clusterPort {
+			t.Errorf("--advertise-addr %q: want the container's cluster port %d", f.Cluster.Advertise, clusterPort)
 		}
 		headless, ok := objs.services[sts.Spec.ServiceName]
 		if !ok || headless.Spec.ClusterIP != corev1.ClusterIPNone {
@@ -434,7 +435,7 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 		// The liveness probe restarts a node out of its member list for
-		// memberGrace, then failureThreshold periods: bounded; and it
+		// servecmd's memberGrace, then failureThreshold periods: bounded; and it
 		// fails no sooner than readiness does on a slow answer.
 		if l, r := c.LivenessProbe, c.ReadinessProbe; l != nil && r != nil &&
 			(l.FailureThreshold*l.PeriodSeconds < r.FailureThreshold*r.PeriodSeconds || l.TimeoutSeconds < r.TimeoutSeconds) {
@@ -445,7 +446,7 @@ func TestK8sManifests(t *testing.T) {
 	t.Run("data volume", func(t *testing.T) {
 		var claim *corev1.PersistentVolumeClaim
 		for _, m := range c.VolumeMounts {
-			if m.MountPath != f.data {
+			if m.MountPath != f.Data {
 				continue
 			}
 			for i := range sts.Spec.VolumeClaimTemplates {
@@ -455,7 +456,7 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 		if claim == nil {
-			t.Fatalf("--data %q is not the mount of a volumeClaimTemplate (each pod its own volume)", f.data)
+			t.Fatalf("--data %q is not the mount of a volumeClaimTemplate (each pod its own volume)", f.Data)
 		}
 		if size := claim.Spec.Resources.Requests[corev1.ResourceStorage]; size.Sign() <= 0 || !slices.Contains(claim.Spec.AccessModes, corev1.ReadWriteOnce) {
 			t.Errorf("claim %s: want ReadWriteOnce and a storage request (got %v, %v)", claim.Name, claim.Spec.AccessModes, size.String())
@@ -474,7 +475,7 @@ func TestK8sManifests(t *testing.T) {
 				continue
 			}
 			for _, it := range v.Secret.Items {
-				if filepath.Join(m.MountPath, it.Path) != f.keys {
+				if filepath.Join(m.MountPath, it.Path) != f.Keys {
 					continue
 				}
 				found = true
@@ -484,7 +485,7 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("--keys %q is not a file of a mounted Secret", f.keys)
+			t.Errorf("--keys %q is not a file of a mounted Secret", f.Keys)
 		}
 	})
 
@@ -492,13 +493,13 @@ func TestK8sManifests(t *testing.T) {
 		// Mutual TLS, never --cluster-insecure: the CA and the pod's own
 		// certificate and key, each pod's picked by its name from one
 		// mounted Secret.
-		if f.cluster.Insecure || f.cluster.CA == "" || f.cluster.Cert == "" || f.cluster.Key == "" {
+		if f.Cluster.Insecure || f.Cluster.CA == "" || f.Cluster.Cert == "" || f.Cluster.Key == "" {
 			t.Fatalf("--cluster-insecure %v, --cluster-ca %q, --cluster-cert %q, --cluster-key %q: want mutual TLS",
-				f.cluster.Insecure, f.cluster.CA, f.cluster.Cert, f.cluster.Key)
+				f.Cluster.Insecure, f.Cluster.CA, f.Cluster.Cert, f.Cluster.Key)
 		}
 		podName := k8sSampleFields["metadata.name"]
-		if filepath.Base(f.cluster.Cert) != podName+".crt" || filepath.Base(f.cluster.Key) != podName+".key" {
-			t.Errorf("--cluster-cert %q, --cluster-key %q: want the pod's own, $(POD_NAME).crt and $(POD_NAME).key", f.cluster.Cert, f.cluster.Key)
+		if filepath.Base(f.Cluster.Cert) != podName+".crt" || filepath.Base(f.Cluster.Key) != podName+".key" {
+			t.Errorf("--cluster-cert %q, --cluster-key %q: want the pod's own, $(POD_NAME).crt and $(POD_NAME).key", f.Cluster.Cert, f.Cluster.Key)
 		}
 		volumes := map[string]corev1.Volume{}
 		for _, v := range pod.Spec.Volumes {
@@ -506,7 +507,7 @@ func TestK8sManifests(t *testing.T) {
 		}
 		var mount *corev1.VolumeMount
 		for i, m := range c.VolumeMounts {
-			if m.MountPath == filepath.Dir(f.cluster.CA) {
+			if m.MountPath == filepath.Dir(f.Cluster.CA) {
 				mount = &c.VolumeMounts[i]
 			}
 			for _, o := range c.VolumeMounts {
@@ -516,9 +517,9 @@ func TestK8sManifests(t *testing.T) {
 			}
 		}
 		if mount == nil {
-			t.Fatalf("--cluster-ca %q is not in a mounted volume", f.cluster.CA)
+			t.Fatalf("--cluster-ca %q is not in a mounted volume", f.Cluster.CA)
 		}
-		for flag, file := range map[string]string{"--cluster-cert": f.cluster.Cert, "--cluster-key": f.cluster.Key} {
+		for flag, file := range map[string]string{"--cluster-cert": f.Cluster.Cert, "--cluster-key": f.Cluster.Key} {
 			if filepath.Dir(file) != mount.MountPath {
 				t.Errorf("%s %q: want it beside --cluster-ca, in %s", flag, file, mount.MountPath)
 			}
@@ -549,7 +550,7 @@ func TestK8sManifests(t *testing.T) {
 		if _, _, err := run(t, "cluster-certs", "--dir", certs, "--nodes", strings.Join(pods, ",")); err != nil {
 			t.Fatal(err)
 		}
-		cl := f.cluster
+		cl := f.Cluster
 		for _, p := range []*string{&cl.CA, &cl.Cert, &cl.Key} {
 			*p = filepath.Join(certs, filepath.Base(*p))
 		}
@@ -616,10 +617,10 @@ func TestK8sManifests(t *testing.T) {
 	})
 
 	t.Run("stop and resources", func(t *testing.T) {
-		// A graceful stop: HTTP requests (shutdownTimeout), the runner's
+		// A graceful stop: HTTP requests (servecmd.ShutdownTimeout), the runner's
 		// fetches (engine.CloseTimeout), then the provider's two 5 s
 		// requests (deregister, stop watching) as the node leaves.
-		need := shutdownTimeout + engine.CloseTimeout + 10*time.Second
+		need := servecmd.ShutdownTimeout + engine.CloseTimeout + 10*time.Second
 		if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < need {
 			t.Errorf("terminationGracePeriodSeconds: want at least %v", need)
 		}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/cmd/siftbatch/internal/clitest"
+	"github.com/sift/batch/cmd/siftbatch/internal/servecmd"
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
@@ -258,7 +259,7 @@ const (
 	panicValue     = "PANIC-VALUE-7e1f"
 )
 
-// serveSession is a running serve (startServer and serve, as runServe runs
+// serveSession is a running serve (servecmd.Start and Serve, as servecmd.Run runs
 // them) on a loopback port, its log captured at debug level, fetching from
 // a loopback site that the fetcher reaches under the name site.example.
 type serveSession struct {
@@ -305,14 +306,14 @@ func startSession(t *testing.T) *serveSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := newLogger(s.logs, "debug")
+	log, err := servecmd.NewLogger(s.logs, "debug")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := serveFlags{
-		fetchTimeout: 10 * time.Second,
-		cfg:          engine.Config{Workers: 2, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 5 * time.Millisecond, RetryFor: 50 * time.Millisecond},
-		fetcherHook: func(fo *fetcher.Options) {
+	f := servecmd.Flags{
+		FetchTimeout: 10 * time.Second,
+		Config:       engine.Config{Workers: 2, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 5 * time.Millisecond, RetryFor: 50 * time.Millisecond},
+		FetcherHook: func(fo *fetcher.Options) {
 			fo.Resolver = staticResolver{"site.example": {"127.0.0.1"}, "internal.example": {"10.9.8.7"}}
 			fo.Exempt = func(ap netip.AddrPort) bool { return ap == siteAddr }
 			fo.Control = func(ap netip.AddrPort) error {
@@ -333,17 +334,17 @@ func startSession(t *testing.T) *serveSession {
 			}
 		},
 	}
-	srv, err := startServer(f, keys, log)
+	srv, err := servecmd.Start(f, keys, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		_ = srv.close()
+		_ = srv.Close()
 		t.Fatal(err)
 	}
 	s.url = "http://" + ln.Addr().String()
-	srv.http.ConnState = func(_ net.Conn, st http.ConnState) {
+	srv.HTTP.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateActive {
 			select {
 			case s.active <- struct{}{}:
@@ -353,7 +354,7 @@ func startSession(t *testing.T) *serveSession {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- srv.serve(ctx, ln) }()
+	go func() { served <- srv.Serve(ctx, ln) }()
 	transport := &http.Transport{}
 	s.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	var once sync.Once
@@ -1074,18 +1075,18 @@ func TestServe_Health(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := startServer(serveFlags{}, keys, slog.New(slog.DiscardHandler))
+	srv, err := servecmd.Start(servecmd.Flags{}, keys, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := srv.close(); err != nil {
+		if err := srv.Close(); err != nil {
 			t.Error(err)
 		}
 	}()
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
-		srv.http.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		srv.HTTP.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		return rec.Code, rec.Body.String()
 	}
 	for _, path := range []string{"/healthz", "/healthz?cluster=1"} {
@@ -1093,7 +1094,7 @@ func TestServe_Health(t *testing.T) {
 			t.Fatalf("serving, no cluster, %s: %d %s", path, code, body)
 		}
 	}
-	srv.runner.Close()
+	srv.Runner.Close()
 	for _, path := range []string{"/healthz", "/healthz?cluster=1"} {
 		if code, body := get(path); code != http.StatusServiceUnavailable || !strings.Contains(body, "unavailable") {
 			t.Errorf("after the runner closed, %s: %d %s", path, code, body)
@@ -1116,7 +1117,7 @@ func TestServe_DurableFlag(t *testing.T) {
 		{[]string{"--data", "", "--durable"}, 0, `--durable needs a store on disk: --data "" keeps it in memory`},
 		{[]string{"--data", "", "--durable=true"}, 0, `--durable needs a store on disk`},
 	} {
-		f, err := parseServe(append([]string{"--keys", "k"}, tc.args...), io.Discard)
+		f, err := servecmd.Parse(append([]string{"--keys", "k"}, tc.args...), io.Discard)
 		if tc.err != "" {
 			var ue *cli.UsageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
@@ -1124,13 +1125,13 @@ func TestServe_DurableFlag(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || f.cfg.Durability != tc.want {
-			t.Errorf("%q: durability %s, %v; want %s", tc.args, f.cfg.Durability, err, tc.want)
+		if err != nil || f.Config.Durability != tc.want {
+			t.Errorf("%q: durability %s, %v; want %s", tc.args, f.Config.Durability, err, tc.want)
 		}
 	}
-	f, err := parseServe([]string{"--keys", "k"}, io.Discard)
-	if want := map[bool]engine.Durability{false: engine.DurabilityProcess, true: engine.DurabilitySync}[defaultDurable]; err != nil || f.cfg.Durability != want {
-		t.Errorf("default: durability %s, %v; want %s (defaultDurable %v)", f.cfg.Durability, err, want, defaultDurable)
+	f, err := servecmd.Parse([]string{"--keys", "k"}, io.Discard)
+	if want := map[bool]engine.Durability{false: engine.DurabilityProcess, true: engine.DurabilitySync}[servecmd.DefaultDurable]; err != nil || f.Config.Durability != want {
+		t.Errorf("default: durability %s, %v; want %s (servecmd.DefaultDurable %v)", f.Config.Durability, err, want, servecmd.DefaultDurable)
 	}
 }
 

@@ -78,7 +78,7 @@ func durationMS(d time.Duration) int64 {
 func runShow(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := cli.NewFlagSet("show", "show [--data DIR] [--results] ID",
 		"Print one stored job and its targets as JSON. ID is a job's whole id, or the\nstart of one (at least 4 hex digits): of its short id, the one the dashboard\nshows (its first 8 digits, or digits 9 to 16 for a job of a cluster node, whose\nids begin with the node's tag), or of more than 8 digits of the whole id. A start that more than one job\nhas lists them and fails. The store must not be in use by a running serve.")
-	data := fs.String("data", defaultDataDir, "store directory")
+	data := fs.String("data", cli.DefaultDataDir, "store directory")
 	results := fs.Bool("results", false, "include each target's result")
 	pos, err := cli.ParseFlags(fs, args, stdout)
 	if err != nil {

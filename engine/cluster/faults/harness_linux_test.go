@@ -87,7 +87,7 @@ func requireHarness(t *testing.T) (bin, certs string) {
 	s := &harnessSetup
 	s.once.Do(func() {
 		removeStale()
-		s.dir, s.err = os.MkdirTemp("", "siftbatch-faults-")
+		s.dir, s.err = testkit.RunDir("siftbatch-faults")
 		if s.err != nil {
 			return
 		}

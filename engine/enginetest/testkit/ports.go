@@ -8,18 +8,25 @@ import (
 	"github.com/sift/batch/engine/enginetest/loopback"
 )
 
-// Ports returns n distinct loopback ports for a process that must be told
-// its ports before it starts, and binds them itself (a `serve --cluster`
-// child: its peers are named on its command line), picked outside the
-// kernel's ephemeral range: see package
-// github.com/sift/batch/engine/enginetest/loopback. A test that serves in its own
-// process hands over a listener instead, and never needs this.
-func Ports(tb testing.TB, n int) []int {
+// HeldPorts returns n distinct loopback ports held for the test, for a
+// process that must be told its ports before it starts (a `serve
+// --cluster` child: its peers are named on its command line): hand it
+// listening sockets on them ([loopback.Port.Listen], [loopback.Command]),
+// never their numbers alone to bind. The ports are given up when the test
+// ends; meanwhile nothing else can take them, and while no process
+// listens on one a connection to it is refused. A test that serves in its
+// own process hands over a listener instead, and never needs this.
+func HeldPorts(tb testing.TB, n int) []*loopback.Port {
 	tb.Helper()
-	ports, err := loopback.Ports(n)
+	ports, err := loopback.HoldN(n)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() {
+		for _, p := range ports {
+			p.Close()
+		}
+	})
 	return ports
 }
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -387,5 +389,46 @@ func TestRefusedAddr_RefusesAndCannotBeTaken(t *testing.T) {
 	if l, err := net.Listen("tcp", addr); err == nil {
 		_ = l.Close()
 		t.Errorf("listen on %s: bound, want address in use", addr)
+	}
+}
+
+// TestRunDir: each call makes a directory of its own, named after this
+// process; a directory of the prefix left by a process that is gone is
+// removed, one of a process that runs (this one) is kept.
+func TestRunDir(t *testing.T) {
+	prefix := "siftbatch-testkit-rundir-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() {
+		paths, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"-*"))
+		for _, p := range paths {
+			_ = os.RemoveAll(p)
+		}
+	})
+	// A dead process: a child that has exited and been reaped.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(os.TempDir(), prefix+"-"+strconv.Itoa(cmd.Process.Pid)+"-1")
+	if err := os.MkdirAll(filepath.Join(stale, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a, err := RunDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := RunDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || !strings.HasPrefix(filepath.Base(a), prefix+"-"+strconv.Itoa(os.Getpid())+"-") {
+		t.Errorf("run directories %s and %s: want two, named after pid %d", a, b, os.Getpid())
+	}
+	for _, d := range []string{a, b} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead run's directory %s is still there (%v)", stale, err)
 	}
 }

@@ -18,6 +18,10 @@ func (e *StoreInUseError) Error() string {
 
 func (e *StoreInUseError) Unwrap() error { return persistence.ErrInUse }
 
+// DefaultDataDir is the store directory of serve, jobs and show when
+// --data is not given.
+const DefaultDataDir = "./siftbatch-data"
+
 // OpenStore opens the store in dir ("" in memory) for a runner: serve and
 // demo, which write. A dir that is a file is an error that says so.
 func OpenStore(dir string) (*persistence.Store, error) {

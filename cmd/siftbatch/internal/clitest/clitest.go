@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sift/batch/engine/enginetest/testkit"
 )
 
 // build is one build of the command, made once per test binary.
@@ -54,7 +56,7 @@ func RaceBinary(t testing.TB) string {
 
 func (b *build) get(t testing.TB, name string, flags ...string) string {
 	t.Helper()
-	dirOnce.Do(func() { binDir, dirErr = os.MkdirTemp("", "siftbatch-test-bin-") })
+	dirOnce.Do(func() { binDir, dirErr = testkit.RunDir("siftbatch-test-bin") }) // a killed run's is removed by the next
 	if dirErr != nil {
 		t.Fatal(dirErr)
 	}

@@ -4,6 +4,7 @@
 package clusterflags
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -54,7 +55,7 @@ func (c *Flags) Add(fs *flag.FlagSet) {
 	host, _ := os.Hostname() // "" if unknown: validate asks for --node
 	fs.StringVar(&c.Name, "cluster", "", "join the cluster `NAME`: a node of several serve processes, any of which answers\nfor any job (each runs the jobs submitted to it); off without it. Every node needs\nthe same --keys file")
 	fs.StringVar(&c.Node, "node", host, "this node's `NAME`, stable across restarts (a StatefulSet pod's name): job ids\nbegin with a hash of it; the hostname by default")
-	fs.StringVar(&c.Addr, "cluster-addr", "", "`HOST:PORT` the node listens on for the other nodes (protoactor's gRPC remote),\nalso what it advertises to them; needed with --cluster")
+	fs.StringVar(&c.Addr, "cluster-addr", "", "`HOST:PORT` the node listens on for the other nodes (protoactor's gRPC remote),\nalso what it advertises to them; needed with --cluster. Port 0 is a free one, which\nserve prints on stdout once joined: \"siftbatch serve: cluster node NAME at HOST:PORT\"")
 	fs.StringVar(&c.Advertise, "advertise-addr", "", "`HOST:PORT` the other nodes reach this one at, if not --cluster-addr (say\n--cluster-addr 0.0.0.0:7000 --advertise-addr $POD_IP:7000)")
 	fs.StringVar(&c.Manage, "manage-addr", "", "`HOST:PORT` of this node's automanaged membership endpoint (plain HTTP, membership\nhealth only, on that host: 0.0.0.0 for every interface); needed with\n--cluster-provider automanaged")
 	fs.StringVar(&c.Peers, "peers", "", "the --manage-addr of every node, this one included, as `HOST:PORT,...`; each\nnode polls every peer every 2s and drops one that misses a poll; needed with\n--cluster-provider automanaged")
@@ -88,9 +89,9 @@ func (c *Flags) Validate(set map[string]bool, apiAddr string) error {
 	if c.Addr == "" {
 		return cli.CmdUsagef("serve", "--cluster needs --cluster-addr HOST:PORT (where this node listens for the others)")
 	}
-	host, port, err := hostPort(c.Addr)
+	host, port, err := hostPortOrZero(c.Addr)
 	if err != nil {
-		return cli.CmdUsagef("serve", "--cluster-addr %q is not HOST:PORT with a port from 1 to 65535", c.Addr)
+		return cli.CmdUsagef("serve", "--cluster-addr %q is not HOST:PORT with a port from 0 to 65535 (0: a free one, reported on stdout)", c.Addr)
 	}
 	if c.Advertise != "" {
 		if host, _, err = hostPort(c.Advertise); err != nil {
@@ -100,7 +101,7 @@ func (c *Flags) Validate(set map[string]bool, apiAddr string) error {
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		return cli.CmdUsagef("serve", "--cluster-addr %q cannot be advertised to the other nodes: give --advertise-addr HOST:PORT, an address they reach this node at", c.Addr)
 	}
-	if _, apiPort, err := net.SplitHostPort(apiAddr); err == nil && apiPort == strconv.Itoa(port) {
+	if _, apiPort, err := net.SplitHostPort(apiAddr); err == nil && port != 0 && apiPort == strconv.Itoa(port) {
 		return cli.CmdUsagef("serve", "--cluster-addr and --addr need different ports (both are %d)", port)
 	}
 	if c.Provider == ProviderK8s {
@@ -170,20 +171,31 @@ func (c *Flags) validateTLS() error {
 
 // hostPort splits HOST:PORT, the port a number from 1 to 65535.
 func hostPort(addr string) (string, int, error) {
+	host, port, err := hostPortOrZero(addr)
+	if err == nil && port == 0 {
+		err = errors.New("port 0")
+	}
+	return host, port, err
+}
+
+// hostPortOrZero splits HOST:PORT, the port a number from 0 to 65535.
+func hostPortOrZero(addr string) (string, int, error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", 0, err
 	}
 	port, err := strconv.ParseUint(p, 10, 16)
-	if err != nil || port == 0 {
+	if err != nil {
 		return "", 0, fmt.Errorf("bad port %q", p)
 	}
 	return host, int(port), nil
 }
 
 // NewNode returns the cluster node the flags describe, not yet started;
-// nil without --cluster.
-func (c *Flags) NewNode(log *slog.Logger) (*cluster.Node, error) {
+// nil without --cluster. manage, if not nil, is a socket listening on
+// --manage-addr, handed to serve (package activation): the node serves its
+// membership endpoint on it instead of binding the address itself.
+func (c *Flags) NewNode(log *slog.Logger, manage net.Listener) (*cluster.Node, error) {
 	if c.Name == "" {
 		return nil, nil
 	}
@@ -198,8 +210,12 @@ func (c *Flags) NewNode(log *slog.Logger) (*cluster.Node, error) {
 		if p, err = kubernetesProvider(); err != nil {
 			return nil, err
 		}
-	default:
-		p = cluster.Automanaged(c.Manage, c.peerList, 0)
+	case ProviderAutomanaged:
+		if manage != nil {
+			p = cluster.AutomanagedOn(manage, c.peerList, 0)
+		} else {
+			p = cluster.Automanaged(c.Manage, c.peerList, 0)
+		}
 	}
 	if c.Insecure {
 		log.Warn("cluster traffic is plaintext and unauthenticated (--cluster-insecure): whoever reaches the cluster port can read and send the cluster's messages",

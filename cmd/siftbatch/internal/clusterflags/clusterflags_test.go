@@ -46,7 +46,8 @@ func TestFlags_Validate(t *testing.T) {
 		{[]string{"--node", "n1"}, "--node needs --cluster NAME"},
 		{append(ok[:8:8], "--peers", "127.0.0.1:7202"), "--peers must include this node's --manage-addr"},
 		{[]string{"--cluster", "c", "--node", "n1", "--cluster-addr", "127.0.0.1:8080"}, "--cluster-addr and --addr need different ports"},
-		{[]string{"--cluster", "c", "--node", "n1", "--cluster-addr", "127.0.0.1:0"}, "--cluster-addr"},
+		{[]string{"--cluster", "c", "--node", "n1", "--cluster-addr", "127.0.0.1:x"}, "--cluster-addr"},
+		{[]string{"--cluster", "c", "--node", "n1", "--cluster-addr", "127.0.0.1:0"}, "needs --manage-addr"}, // port 0 is a free one
 		{append(ok[:10:10], "--cluster-ca", "ca.crt"), "--cluster-cert FILE is missing"},
 		{append(ok[:10:10], append(tls, "--cluster-insecure")...), "--cluster-insecure and --cluster-ca exclude each other"},
 		{append(ok[:10:10], "--cluster-provider", "k8s"), "--manage-addr is for --cluster-provider automanaged"},

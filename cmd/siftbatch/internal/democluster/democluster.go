@@ -26,6 +26,7 @@ import (
 	"github.com/sift/batch/cmd/siftbatch/internal/bars"
 	"github.com/sift/batch/cmd/siftbatch/internal/fixture"
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/loopback"
 )
 
 // The script: three nodes, the last of which is killed and brought back.
@@ -105,6 +106,8 @@ type demo struct {
 
 	labels atomic.Int64 // the jobs numbered so far
 
+	ports []*loopback.Port // held for the whole run: see setUp
+
 	mu    sync.Mutex // guards procs and jobs
 	procs []*proc    // every process started
 	jobs  []*job
@@ -152,6 +155,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) (err error) {
 		}
 		if serr := d.stopAll(); serr != nil && (err == nil || errors.Is(err, context.Canceled)) {
 			err = serr
+		}
+		for _, p := range d.ports {
+			p.Close()
 		}
 		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			keep = true

@@ -28,6 +28,7 @@ type node struct {
 	base    string // http://127.0.0.1:PORT
 	args    []string
 	logPath string
+	held    []*loopback.Port // its API and manage ports, handed to each of its processes
 
 	proc *proc // the process running now (or last), set by the script only
 }
@@ -42,7 +43,7 @@ type proc struct {
 	killed bool // killed by the script, on purpose
 }
 
-// setUp writes the keys file and the cluster's certificates, picks the
+// setUp writes the keys file and the cluster's certificates, holds the
 // ports, and describes the nodes.
 func (d *demo) setUp() error {
 	var keys strings.Builder
@@ -66,26 +67,33 @@ func (d *demo) setUp() error {
 	if err := clustertls.Write(certs, names, nil); err != nil {
 		return fmt.Errorf("make the cluster's certificates: %w", err)
 	}
-	ports, err := loopback.Ports(3 * nodeCount) // outside the kernel's ephemeral range: no connection takes one before a node binds it, or while n3 is down
+	// Each node's API and manage ports are held by the demo for its whole
+	// run and handed to each of the node's processes as listening sockets
+	// (systemd's socket activation): no port is picked, closed and bound
+	// again, and while n3 is down its ports refuse connections. The
+	// cluster port is the node's own pick (--cluster-addr port 0).
+	ports, err := loopback.HoldN(2 * nodeCount)
 	if err != nil {
 		return err
 	}
+	d.ports = ports
 	peers := make([]string, nodeCount)
 	for i := range peers {
-		peers[i] = fmt.Sprintf("127.0.0.1:%d", ports[2*nodeCount+i])
+		peers[i] = ports[nodeCount+i].Addr()
 	}
 	for i, name := range names {
-		api := fmt.Sprintf("127.0.0.1:%d", ports[i])
+		api := ports[i].Addr()
 		d.nodes = append(d.nodes, &node{
 			name:    name,
 			tag:     hex.EncodeToString(cluster.Tag(name)),
 			base:    "http://" + api,
 			logPath: filepath.Join(d.dir, name+".log"),
+			held:    []*loopback.Port{ports[i], ports[nodeCount+i]},
 			args: []string{"serve", "--keys", keysPath, "--data", filepath.Join(d.dir, name), "--addr", api,
 				"--allow-private", "--log-level", "info",
 				"--jobs-per-caller", strconv.Itoa(jobsPerCaller), "--workers", strconv.Itoa(workers),
 				"--cluster", clusterName, "--node", name,
-				"--cluster-addr", fmt.Sprintf("127.0.0.1:%d", ports[nodeCount+i]),
+				"--cluster-addr", "127.0.0.1:0",
 				"--manage-addr", peers[i], "--peers", strings.Join(peers, ","),
 				"--cluster-ca", filepath.Join(certs, "ca.crt"),
 				"--cluster-cert", filepath.Join(certs, name+".crt"), "--cluster-key", filepath.Join(certs, name+".key")},
@@ -101,8 +109,21 @@ func (d *demo) startNode(n *node) error {
 		return fmt.Errorf("%s: open log: %w", n.name, err)
 	}
 	defer logf.Close() // the child has its own
-	cmd := exec.Command(d.o.Exe, n.args...)
-	cmd.Env = append(os.Environ(), d.o.Env...)
+	files := make([]*os.File, 0, len(n.held))
+	defer func() {
+		for _, f := range files {
+			_ = f.Close() // the child has its own
+		}
+	}()
+	for _, p := range n.held {
+		f, err := p.Listen()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.name, err)
+		}
+		files = append(files, f)
+	}
+	cmd := loopback.Command(files, d.o.Exe, n.args...)
+	cmd.Env = append(cmd.Env, d.o.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	ownChild(cmd)
 	if err := cmd.Start(); err != nil {

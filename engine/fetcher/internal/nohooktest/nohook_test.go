@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 		os.Exit(3)
 	}
 	if runRoot() == os.Getpid() {
+		testkit.ReapRunDirs("siftbatch-nohooktest")      // left by earlier runs, killed before they removed theirs
 		_ = os.RemoveAll(markerDir)                      // left by an earlier run whose process had this pid, killed
 		goleak.VerifyTestMain(removeAfter{m, markerDir}) // enginetest.Main's check, then the removal
 	}
