@@ -18,12 +18,12 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest"
-	"github.com/sift/batch/persistence"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/fetcher"
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/httpapi/internal/apispec"
 	"github.com/sift/batch/engine/metrics"
+	"github.com/sift/batch/persistence"
 )
 
 // TestMain serves the fetcher's filters when the test binary runs as a
