@@ -60,6 +60,19 @@ const (
 // errDown is why a store whose Badger did not open again refuses.
 var errDown = fmt.Errorf("%w: disk error: %w: the store is reopening", ErrUnavailable, ErrNotSynced)
 
+// errDownFull is errDown when Badger could open neither for writing nor
+// read-only for want of space (a memtable log a crash left to replay, on a
+// full disk: fullopen.go).
+var errDownFull = fmt.Errorf("%w: %w: the store cannot open on a full disk", ErrUnavailable, ErrDiskFull)
+
+// downErr is why the store refuses while Badger is down.
+func (s *Store) downErr() error {
+	if s.downFull.Load() {
+		return errDownFull
+	}
+	return errDown
+}
+
 // Reopens returns how many times the store has closed and opened Badger
 // again after a failed sync (see the top of reopen.go). Safe for
 // concurrent use.
@@ -133,7 +146,8 @@ func (s *Store) reopenLocked() error {
 	}
 	if f := s.openFault.Load(); f != nil {
 		if err := (*f)(); err != nil {
-			return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
+			s.downFull.Store(isDiskFull(err))
+			return fmt.Errorf("%w: %s", s.downErr(), firstLine(err.Error()))
 		}
 	}
 	var rec Recovery
@@ -142,8 +156,10 @@ func (s *Store) reopenLocked() error {
 	}
 	db, err := s.openWritable(&rec)
 	if db == nil {
-		return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
+		s.downFull.Store(isDiskFull(err))
+		return fmt.Errorf("%w: %s", s.downErr(), firstLine(err.Error()))
 	}
+	s.downFull.Store(false)
 	full := err // read-only on a full disk (fullopen.go)
 	f, err := newestLogs(s.dir)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sift/batch/engine"
@@ -23,6 +24,24 @@ var errDiskStillFailing = errors.New("disk still failing")
 // itself and the same reads answer the job and its result.
 func TestAPI_StoreDownReadsAnswer503(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		fault error
+		msg   string
+	}{
+		{"disk error", errDiskStillFailing, "store unavailable: disk error"},
+		{"disk full", syscall.ENOSPC, "store unavailable: disk full"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			storeDownReads(t, c.fault, c.msg)
+		})
+	}
+}
+
+// storeDownReads is TestAPI_StoreDownReadsAnswer503 with a reopen that
+// fails with fault, and the 503's error msg.
+func storeDownReads(t *testing.T, fault error, msg string) {
 	store := enginetest.OpenStore(t, t.TempDir())
 	b := setupOn(t, store, engine.Config{Durability: engine.DurabilitySync}, nil, httpapi.Options{})
 	id := b.submit(t, "alice-key", "https://example.com/a")
@@ -36,7 +55,7 @@ func TestAPI_StoreDownReadsAnswer503(t *testing.T) {
 	require(j.Status == "done", "job %s: %s", id, j.Status)
 
 	// Hold the store down: the next sync fails, and every reopen too.
-	store.SetOpenFault(func() error { return errDiskStillFailing })
+	store.SetOpenFault(func() error { return fault })
 	store.SetSyncFault(func() error { return errDiskStillFailing })
 	sub := b.do(t, http.MethodPost, "/v1/batch", "alice-key", strings.NewReader(targetsBody("https://example.com/b")))
 	require(sub.code != http.StatusAccepted, "a submit whose sync failed answered 202: %s", sub.body)
@@ -51,10 +70,11 @@ func TestAPI_StoreDownReadsAnswer503(t *testing.T) {
 		require(got.code == http.StatusServiceUnavailable, "GET %s with the store down: %d, want 503: %s", path, got.code, got.body)
 		require(got.header.Get("Retry-After") != "", "GET %s: 503 without Retry-After", path)
 		m := got.json(t)
-		require(m["error"] == "store unavailable: disk error", "GET %s: error %q", path, m["error"])
+		require(m["error"] == msg, "GET %s: error %q", path, m["error"])
 	}
 	_, err := b.Runner.Lookup(id)
 	require(errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, engine.ErrNotFound), "Lookup with the store down: %v", err)
+	require(errors.Is(err, engine.ErrDiskFull) == (fault == syscall.ENOSPC), "Lookup with the store down: %v", err)
 	_, err = b.Runner.Wait(context.Background(), id)
 	require(errors.Is(err, engine.ErrUnavailable), "Wait with the store down: %v", err)
 
