@@ -55,8 +55,8 @@ func durationMS(d time.Duration) int64 {
 }
 
 // owned returns the summary of the path's job if it is the caller's, or
-// writes 404. Another caller's job is answered exactly like a missing one,
-// and with the same work: one [engine.Runner.Job] call, whatever the case
+// writes 404 (503 while the store cannot read: writeUnavailable). Another caller's job is answered exactly like a missing one,
+// and with the same work: one [engine.Runner.Lookup] call, whatever the case
 // (a missing id, someone else's live or finished job), nothing else. So
 // neither the answer nor its timing tells a caller whether someone else's
 // job exists.
