@@ -340,7 +340,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 			return
 		}
 		if cr, ok = h.r.ContentRange(j.ID, idx, rg.offset, rg.length); !ok {
-			writeJobNotFound(w)
+			h.gone(w, j.ID)
 			return
 		}
 	default:
