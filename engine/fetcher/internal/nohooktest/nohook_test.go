@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		_ = os.MkdirAll(markerDir, 0o700)
 		_ = os.WriteFile(filepath.Join(markerDir, strconv.Itoa(os.Getppid())+"-"+strconv.Itoa(os.Getpid())), []byte(strings.Join(os.Args, " ")), 0o600)
 		_, _ = os.Stdout.WriteString("nohooktest: main started\n") // after the mark: the fetcher kills it once it reads this
-		_, _ = io.Copy(io.Discard, os.Stdin) // until the fetcher kills it, or its parent ends
+		_, _ = io.Copy(io.Discard, os.Stdin)                       // until the fetcher kills it, or its parent ends
 		os.Exit(3)
 	}
 	if runRoot() == os.Getpid() {
