@@ -111,6 +111,8 @@ require (
 // A full disk must fail a store write as an error, never kill the process
 // with a SIGBUS: ristretto v2.2.0's package z, which Badger maps its files
 // with, grows them sparse. persistence/internal/ristretto is v2.2.0 with
-// them preallocated (its PATCH.md). A replace applies only when this is the
+// them preallocated, and with a deleted file not truncated first (a power
+// cut can undo the delete: a memtable log must come back whole), its
+// PATCH.md. A replace applies only when this is the
 // main module: an embedder's build gets it only by adding the same line.
 replace github.com/dgraph-io/ristretto/v2 => ./persistence/internal/ristretto

@@ -226,18 +226,10 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		return &SubmitReply{Refused: batchtype.ErrBusy}
 	}
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
-		if errors.Is(err, persistence.ErrNotSynced) {
-			// Stored but not synced: the caller is told it failed, so the
-			// job must not run (nor stay queued with no actor). Until a
-			// write of it is synced the store shows it to nobody and never
-			// answers a Submit with it; if this one fails too, it stays so.
-			m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
-			m.Job.Ended = s.cfg.Now().UnixNano()
-			if serr := s.cfg.Store.SaveJob(&m.Job); serr != nil {
-				s.cfg.Log.Warn("store job", slog.String(keyJobID, m.Job.ID), slog.String(keyStatus, m.Job.Status),
-					slog.String("what", "settle unsynced"), slog.String(keyErr, storeErrText(serr)))
-			}
-		}
+		// Not stored, or (ErrNotSynced) stored, not synced, and taken back
+		// by the store: the caller is told nothing was created, and the
+		// job never runs nor shows (if the store could not take it back,
+		// it shows it to nobody and never answers a Submit with it).
 		return &SubmitReply{Err: err}
 	}
 	view := s.cfg.Views.add(&m.Job)

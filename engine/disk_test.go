@@ -520,3 +520,13 @@ func runFillChild(t *testing.T, dir, mnt string, durable bool, logFile string) (
 	}
 	return stored, fmt.Sprintf("exited (%v): %s", err, tail(string(logs), 300))
 }
+
+// New refuses a DiskReserve as large as the store's whole file system
+// (it could never be kept: every submit would be ErrDiskFull for ever).
+func TestRunner_DiskReserveBeyondTheDisk(t *testing.T) {
+	t.Parallel()
+	store := enginetest.OpenStore(t, t.TempDir())
+	r, err := engine.New(store, enginetest.OKFetch, engine.Config{DiskReserve: 1 << 62}, nil)
+	require.ErrorIs(t, err, engine.ErrDiskReserve)
+	require.Nil(t, r)
+}

@@ -164,6 +164,9 @@ var (
 	// jobs are held meanwhile, and go on by themselves), and wrapped by a
 	// store write that failed with ENOSPC.
 	ErrDiskFull = batchtype.ErrDiskFull
+	// ErrDiskReserve is returned by [New] when [Config.DiskReserve] is as
+	// large as the store's whole file system (it could never be kept).
+	ErrDiskReserve = batchtype.ErrDiskReserve
 )
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are

@@ -103,7 +103,9 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	}
 	store.SetLogger(log)
 	logRecovery(log, store.Recovery())
-	if err := store.WatchDisk(persistence.DiskWatch{Reserve: cfg.DiskReserve, Now: cfg.Now}); err != nil {
+	if err := store.WatchDisk(persistence.DiskWatch{Reserve: cfg.DiskReserve, Now: cfg.Now}); errors.Is(err, ErrDiskReserve) {
+		return nil, fmt.Errorf("new runner: config DiskReserve: %w", err)
+	} else if err != nil {
 		log.Warn("measure free disk space", slog.String(keyErr, err.Error())) // the watch goes on
 	}
 	rememberTag(cfg.NodeTag) // for ShortID

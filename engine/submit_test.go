@@ -550,10 +550,11 @@ func BenchmarkRunner_SubmitReused(b *testing.B) {
 }
 
 // A durable runner whose sync of a new job fails answers Submit an error
-// (wrapping persistence.ErrNotSynced) and settles the job failed: it was
-// stored but must not run, nor be reused by the same targets submitted
-// again, which make a new job that runs.
-func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
+// (wrapping persistence.ErrNotSynced) and nothing is created: the store
+// takes the job back (the answer says nothing was created, so the job
+// must not show, even failed, nor run, nor be reused by the same targets
+// submitted again, which make a new job that runs).
+func TestSubmit_DurableSyncFailureCreatesNothing(t *testing.T) {
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
 	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
@@ -567,26 +568,26 @@ func TestSubmit_DurableSyncFailureSettlesTheJobFailed(t *testing.T) {
 		return nil
 	})
 	ts := enginetest.Targets("alice", 2)
-	_, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
+	failed, _, err := b.Runner.Submit(context.Background(), enginetest.Caller("alice"), "", ts)
 	require.ErrorIs(t, err, persistence.ErrNotSynced)
 	var jobs []persistence.JobRecord
 	require.NoError(t, store.Jobs(func(j persistence.JobRecord) bool { jobs = append(jobs, j); return true }))
-	require.Len(t, jobs, 1)
-	require.Equal(t, persistence.StatusFailed, jobs[0].Status)
-	require.True(t, jobs[0].Settled)
-	require.Equal(t, at.UnixNano(), jobs[0].Ended, "the failed job ends when it was failed, by Config.Now")
+	require.Empty(t, jobs, "a job whose creation was not synced is taken back")
 	left, err := store.Unsettled()
 	require.NoError(t, err)
 	require.Empty(t, left)
+	counted, err := store.CountBytes()
+	require.NoError(t, err)
+	require.Equal(t, counted, store.Bytes(), "its bytes taken back too")
 
 	id := b.Submit(t, "alice", ts)
-	require.NotEqual(t, jobs[0].ID, id, "the failed job is not reused")
+	require.NotEqual(t, failed, id, "the failed job is not reused")
 	b.WaitStatus(t, id, "done")
+	require.EqualValues(t, 1, store.Reopens(), "Badger reopened once, after the failed sync")
 }
 
 // A durable runner whose disk fails a new job's sync and then the write
-// that settles it failed leaves the job queued in the store, with no
-// actor. The same targets submitted again must not be answered with that
+// that takes it back leaves the job queued in the store, with no actor. The same targets submitted again must not be answered with that
 // job (its creation was never synced, and it never runs): they make a new
 // job, which runs.
 func TestSubmit_DurableUnsyncedJobNotReused(t *testing.T) {

@@ -40,6 +40,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // mkdirSynced creates dir and its missing parents, as os.MkdirAll does,
@@ -93,9 +94,11 @@ func (s *Store) syncDirLocked(created bool) error {
 		return nil
 	}
 	s.dirDirty = true
+	start := time.Now()
 	if err := syncDir(s.dir); err != nil {
 		return err
 	}
+	s.dirSyncTime.Add(int64(time.Since(start)))
 	s.dirDirty = false
 	s.dirSyncs.Add(1)
 	return nil

@@ -117,10 +117,18 @@ func (d *diskWatch) init() {
 // the free space of the store's file system: see [DiskWatch] and
 // [Store.DiskFull]. It measures once before it returns, and returns that
 // measure's error, if any (the watch goes on). A store in memory has no
-// disk: it does nothing. Safe for concurrent use.
+// disk: it does nothing. A Reserve as large as the whole file system
+// could never be kept: WatchDisk refuses it with an error wrapping
+// [ErrDiskReserve] that names both sizes, and changes nothing. Safe for
+// concurrent use.
 func (s *Store) WatchDisk(w DiskWatch) error {
 	if s.dir == "" {
 		return nil
+	}
+	if w.Reserve > 0 {
+		if size, err := statfsSize(s.dir); err == nil && w.Reserve >= size {
+			return fmt.Errorf("watch disk: %w: a reserve of %d bytes, a file system of %d", ErrDiskReserve, w.Reserve, size)
+		}
 	}
 	if w.Every <= 0 {
 		w.Every = DefaultDiskEvery

@@ -267,3 +267,17 @@ func BenchmarkStore_DiskCheck(b *testing.B) {
 		}
 	}
 }
+
+// A reserve as large as the whole file system could never be kept:
+// WatchDisk refuses it, naming both sizes, and watches nothing.
+func TestStore_DiskReserveBeyondTheFileSystem(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir())
+	err := s.WatchDisk(DiskWatch{Reserve: 1 << 62})
+	require.ErrorIs(t, err, ErrDiskReserve)
+	require.Contains(t, err.Error(), strconv.FormatInt(1<<62, 10))
+	require.False(t, s.DiskFull())
+	require.Zero(t, s.Disk().Reserve, "not watched")
+	require.NoError(t, s.WatchDisk(DiskWatch{Reserve: 1}), "a reserve that fits is taken")
+	require.EqualValues(t, 1, s.Disk().Reserve)
+}

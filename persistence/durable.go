@@ -46,7 +46,9 @@ package persistence
 // A sync that fails leaves the writes committed (readable) but not known
 // to be on disk: they are answered with an error wrapping [ErrNotSynced],
 // and an owner write (retried) is written again and synced; a sync is not
-// simply tried again, as Linux may report a failed writeback only once.
+// simply tried again, as Linux may report a failed writeback only once,
+// and no write goes into the failed files again: the store reopens Badger
+// first (reopen.go).
 
 import (
 	"errors"
@@ -129,6 +131,7 @@ func (s *Store) syncLocked(op string) error {
 		err = (*f)()
 	}
 	if err != nil {
+		s.syncFailedLocked() // no write behind the hole (reopen.go)
 		return fmt.Errorf("%s: %w: %s", op, ErrNotSynced, firstLine(err.Error()))
 	}
 	s.syncs.Add(1)
@@ -301,6 +304,9 @@ func (h gcHold) release() {
 func (s *Store) durableGC() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.openLocked("value-log gc"); err != nil {
+		return err
+	}
 	txn := s.db.NewTransaction(false)
 	h := gcHold{txn, txn.NewIterator(badger.IteratorOptions{})}
 	err := s.db.RunValueLogGC(0.5)

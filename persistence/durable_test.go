@@ -105,8 +105,8 @@ func TestStore_DurableSyncsEachGroupOnce(t *testing.T) {
 // A sync that fails answers the writes it covered with ErrNotSynced: a
 // retried write is held, written again and synced, and answered only then
 // (once, with no ErrRetrying before: nothing goes on past it), its bytes
-// counted once; a job's creation returns the error, the job stored but
-// seen by no reader until a write of it is synced.
+// counted once, Badger reopened before the next write (reopen.go); a job's
+// creation returns the error and the job is taken back.
 func TestStore_DurableSyncFailure(t *testing.T) {
 	t.Parallel()
 	s := mustOpen(t, t.TempDir())
@@ -139,18 +139,23 @@ func TestStore_DurableSyncFailure(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotSynced)
 	require.NotContains(t, err.Error(), s.Dir())
 	_, err = s.Job(j.ID)
-	require.ErrorIs(t, err, ErrNotFound, "committed, not synced: hidden")
+	require.ErrorIs(t, err, ErrNotFound, "committed, not synced: taken back")
 	_, found, err := s.JobByKey(j.Key)
 	require.NoError(t, err)
 	require.False(t, found, "never reused")
 	all, _, err := s.AllJobs(nil, 10, nil)
 	require.NoError(t, err)
 	require.Len(t, all, 1, "listed: the first job only")
-	j.Status, j.Settled = StatusFailed, true
-	require.NoError(t, s.SaveJob(&j))
-	got2, err := s.Job(j.ID)
-	require.NoError(t, err, "seen once a write of it is synced")
-	require.Equal(t, StatusFailed, got2.Status)
+	counted, err = s.CountBytes()
+	require.NoError(t, err)
+	require.Equal(t, counted, s.Bytes(), "its bytes taken back")
+	require.EqualValues(t, 1, s.Reopens(), "Badger reopened before the write after the first failed sync")
+	k := putJobRecord(t, s, 3, 1, 1, false) // the next write reopens Badger
+	require.EqualValues(t, 2, s.Reopens())
+	_, err = s.Job(j.ID)
+	require.ErrorIs(t, err, ErrNotFound, "still gone once Badger flushed and reopened")
+	_, err = s.Job(k.ID)
+	require.NoError(t, err)
 }
 
 var errDiskGone = errors.New("input/output error")

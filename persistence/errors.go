@@ -63,6 +63,9 @@ var (
 	// is retried. It is [batchtype.ErrDiskFull], which the runner returns
 	// too ([Store.DiskFull]).
 	ErrDiskFull = batchtype.ErrDiskFull
+	// ErrDiskReserve is returned by [Store.WatchDisk] for a reserve as large
+	// as the store's whole file system. It is [batchtype.ErrDiskReserve].
+	ErrDiskReserve = batchtype.ErrDiskReserve
 )
 
 // errTruncateNeeded is Badger's refusal, read-only, of a memtable log with

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -17,39 +18,80 @@ import (
 // Every read goes through view: Close waits for the reads in flight
 // (readGate) before it closes Badger, and a read after Close is an error
 // wrapping ErrClosed, never a Badger panic or a read of a closed DB.
+//
+// While the store reopens Badger after a failed sync (reopen.go) a read
+// waits for it, at most reopenReadWait; while Badger is down (it did not
+// open again) a read tries to open it (no closer than the writes' backoff)
+// and waits for it as long, then fails with an error wrapping ErrNotSynced.
 func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
-	if s.closed.Load() || !s.reads.enter() {
+	if s.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	switch s.reads.enter() {
+	case gateClosed:
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	case gateDown: // Badger not open (reopen.go): try, and wait a while
+		for end := time.Now().Add(reopenReadWait); ; time.Sleep(reopenReadPoll) {
+			s.openForRead()
+			if g := s.reads.enter(); g == gateOpen {
+				break
+			} else if g == gateClosed || time.Now().After(end) {
+				return fmt.Errorf("%s: %w", op, errDown)
+			}
+		}
 	}
 	defer s.reads.exit()
 	return convert(op, s.db.View(fn))
 }
 
-// readGate counts the reads in flight, so that Store.Close can wait for
-// them: enter before a read (false once closed: do not read), exit after.
-// Reads nest freely (a read inside another's callback enters again). The
-// zero value is open.
+// readGate counts the reads in flight, so that Store.Close and a reopen
+// (reopen.go) can wait for them: enter before a read (gateOpen: read, then
+// exit; otherwise do not read). Reads nest freely (a read inside another's
+// callback enters again; while a reopen waits, it waits reopenReadWait and
+// fails). The zero value is open.
 type readGate struct {
 	mu     sync.Mutex
 	n      int
 	closed bool
-	idle   sync.Cond // signalled when n falls to 0 after close; L is mu
+	down   bool          // Badger is not open: refuse at once
+	paused chan struct{} // non-nil while a reopen waits: closed by resume
+	idle   sync.Cond     // signalled when n falls to 0 after close or pause; L is mu
 }
 
-func (g *readGate) enter() bool {
+// What readGate.enter answers.
+const (
+	gateOpen = iota
+	gateClosed
+	gateDown
+)
+
+func (g *readGate) enter() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
-		return false
+	if p := g.paused; p != nil && !g.closed && !g.down {
+		g.mu.Unlock()
+		t := time.NewTimer(reopenReadWait)
+		select {
+		case <-p:
+		case <-t.C:
+		}
+		t.Stop()
+		g.mu.Lock()
+	}
+	switch {
+	case g.closed:
+		return gateClosed
+	case g.down || g.paused != nil:
+		return gateDown
 	}
 	g.n++
-	return true
+	return gateOpen
 }
 
 func (g *readGate) exit() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.n--; g.n == 0 && g.closed {
+	if g.n--; g.n == 0 && (g.closed || g.paused != nil) {
 		g.idle.Broadcast()
 	}
 }
@@ -59,9 +101,45 @@ func (g *readGate) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true
+	g.waitIdle()
+	if g.paused != nil {
+		close(g.paused)
+		g.paused = nil
+	}
+}
+
+// waitIdle waits for the reads in flight to end. g.mu is held.
+func (g *readGate) waitIdle() {
 	g.idle.L = &g.mu
 	for g.n > 0 {
 		g.idle.Wait()
+	}
+}
+
+// pause makes new reads wait (resume) and waits for those in flight.
+func (g *readGate) pause() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused == nil {
+		g.paused = make(chan struct{})
+	}
+	g.waitIdle()
+}
+
+// setDown makes new reads fail at once (on) or wait again (off).
+func (g *readGate) setDown(on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = on
+}
+
+// resume lets the reads paused by pause go on.
+func (g *readGate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused != nil {
+		close(g.paused)
+		g.paused = nil
 	}
 }
 

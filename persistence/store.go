@@ -99,6 +99,9 @@ type Store struct {
 	// valueThreshold is Badger's: values this long or longer go to the
 	// value log (in memory: there is none).
 	valueThreshold int
+	// group bounds a group commit (writer_group.go): groupWrites and
+	// groupBytes, less for a small memtable (OpenWith).
+	group groupBounds
 	// sweepCursor is where a sweep that said "more" goes on (see Sweep).
 	sweepCursor []byte
 	// sweepFrom and evictFrom are where a sweep and an eviction start:
@@ -145,8 +148,9 @@ type Store struct {
 	logFids logFids
 	// dirDirty: the directory has entries a durable sync must sync
 	// (dirsync.go), under mu; dirSyncs counts the directory's syncs.
-	dirDirty bool
-	dirSyncs atomic.Int64
+	dirDirty    bool
+	dirSyncs    atomic.Int64
+	dirSyncTime atomic.Int64 // ns spent in the directory's syncs (a benchmark's figure)
 	// noDirSync turns the directory syncs off: a benchmark's baseline.
 	noDirSync bool
 	// rec is what Open repaired (recover.go).
@@ -163,9 +167,28 @@ type Store struct {
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
 	gcHolds   []gcHold
 	retryWait atomic.Int64 // SetRetryWait; 0: DefaultRetryWait
-	disk      diskWatch    // WatchDisk's (diskspace.go)
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	// mustReopen: a sync failed, Badger is reopened before the next
+	// write; down: Badger is closed, not open again yet (reopen.go).
+	// Under mu. reopens counts them; syncWrites and opt are open's.
+	mustReopen, down bool
+	reopens          atomic.Int64
+	syncWrites       bool
+	opt              Options
+	// fullRO: Badger is open read-only: it could not be opened for
+	// writing (fullopen.go).
+	fullRO atomic.Bool
+	// roFull: the disk was full when Badger could not be opened for
+	// writing; openTried, openBackoff: the last try to, and the wait
+	// before the next (retryOpenLocked). Under mu.
+	roFull      bool
+	openTried   time.Time
+	openBackoff time.Duration
+	// levels: the tables' levels as Badger had them when a reopen closed
+	// it, until the MANIFEST agrees (manifest.go). Under mu.
+	levels map[uint64]int
+	disk   diskWatch // WatchDisk's (diskspace.go)
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // Open opens the store in dir, creating the directory if missing; dir ""
@@ -182,7 +205,15 @@ func Open(dir string) (*Store, error) { return open(dir, false) }
 // open is Open; syncWrites sets Badger's own SyncWrites (a sync in every
 // commit, whatever it writes), which the benchmarks weigh against a
 // durable store's one sync per group (durable.go).
-func open(dir string, syncWrites bool) (s *Store, err error) {
+func open(dir string, syncWrites bool) (*Store, error) {
+	return openWith(dir, Options{}, syncWrites)
+}
+
+// openWith is OpenWith, with open's syncWrites.
+func openWith(dir string, opt Options, syncWrites bool) (s *Store, err error) {
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
 	if dir != "" {
 		if err := mkdirSynced(dir); err != nil { // a cut must not take the store's own entry (dirsync.go)
 			return nil, fmt.Errorf("open store: %w", err)
@@ -198,18 +229,27 @@ func open(dir string, syncWrites bool) (s *Store, err error) {
 		}
 	}
 	log := &badgerLogger{}
-	db, err := openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
+	db, err := openBadger(opt.badger(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
 		if rerr := prepareDir(dir, &rec); rerr != nil {
 			return nil, rerr
 		}
-		db, err = openBadger(badgerOptions(dir, log).WithSyncWrites(syncWrites))
+		db, err = openBadger(opt.badger(dir, log).WithSyncWrites(syncWrites))
+	}
+	full := false
+	if err != nil && dir != "" && isDiskFull(err) { // serve reads on a full disk (fullopen.go)
+		db, err = openFull(dir, opt, log, &rec, err)
+		full = err == nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(badgerOptions(dir, log).ValueThreshold), rec: rec}
+	bo := opt.badger(dir, log)
+	s = &Store{db: db, log: log, dir: dir, stop: make(chan struct{}), valueThreshold: int(bo.ValueThreshold), rec: rec,
+		group: groupBoundsFor(bo.MemTableSize), syncWrites: syncWrites, opt: opt}
+	s.fullRO.Store(full)
+	s.roFull = full
 	if err := s.loadBytes(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -286,8 +326,20 @@ func (s *Store) Close() error {
 	s.reads.close() // a read in flight ends before Badger closes; later ones fail
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down {
+		return nil // closed by a reopen that did not open it again (reopen.go)
+	}
+	var levels map[uint64]int
+	if s.dir != "" && !s.readOnly && !s.fullRO.Load() {
+		levels = tableLevels(s.db)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
+	}
+	if levels != nil { // the MANIFEST as Badger had it (manifest.go)
+		if _, err := relistTables(s.dir, levels); err != nil {
+			return fmt.Errorf("close store: %w", err)
+		}
 	}
 	return nil
 }

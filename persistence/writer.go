@@ -278,7 +278,7 @@ func (s *Store) writeLoop() {
 			s.groupPeak = max(len(batch), s.groupPeak-(s.groupPeak+7)/8)
 		}
 		for len(batch) > 0 {
-			n := groupSize(batch, s.valueThreshold)
+			n := groupSize(batch, s.valueThreshold, s.group)
 			s.writeGroup(batch[:n])
 			clear(batch[:n])
 			batch = batch[n:]

@@ -61,11 +61,11 @@ func (s *Store) commitDelay(t *time.Timer) {
 }
 
 // groupSize is how many writes from the front of ws go in one transaction.
-func groupSize(ws []*ownerWrite, valueThreshold int) int {
+func groupSize(ws []*ownerWrite, valueThreshold int, b groupBounds) int {
 	n, size := 0, 0
-	for n < len(ws) && n < groupWrites {
+	for n < len(ws) && n < b.writes {
 		size += ws[n].size(valueThreshold)
-		if n > 0 && size > groupBytes {
+		if n > 0 && size > b.bytes {
 			break
 		}
 		n++
@@ -180,8 +180,8 @@ func (s *Store) writeChunks(w *ownerWrite) error {
 // chunkTxn writes res, a run of w's result starting at chunk, in one
 // transaction. s.mu is held.
 func (s *Store) chunkTxn(w *ownerWrite, chunk int, res []byte) error {
-	if s.db.IsClosed() {
-		return fmt.Errorf("%s: %w", w.op, ErrClosed)
+	if err := s.openLocked(w.op); err != nil {
+		return err
 	}
 	if err := s.checkFault(w.op); err != nil {
 		return err
@@ -285,8 +285,8 @@ func (s *Store) commitLocked(ws []*ownerWrite) []error {
 // commitTxn commits ws in one transaction, with the new byte total.
 func (s *Store) commitTxn(ws []*ownerWrite) error {
 	op := ws[0].op
-	if s.db.IsClosed() {
-		return fmt.Errorf("%s: %w", op, ErrClosed)
+	if err := s.openLocked(op); err != nil {
+		return err
 	}
 	for _, w := range ws {
 		if err := s.checkFault(w.op); err != nil {

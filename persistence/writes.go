@@ -26,17 +26,6 @@ func (s *Store) update(op string, fn func(txn *badger.Txn) (int64, error)) error
 	return s.updateLocked(op, fn)
 }
 
-// updateSynced is update, synced to stable storage on a durable store
-// before it returns (durable.go).
-func (s *Store) updateSynced(op string, fn func(txn *badger.Txn) (int64, error)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.updateLocked(op, fn); err != nil {
-		return err
-	}
-	return s.counted(s.syncLocked(op))
-}
-
 func (s *Store) updateLocked(op string, fn func(txn *badger.Txn) (int64, error)) error {
 	return s.counted(s.updateUncounted(op, fn))
 }
@@ -47,6 +36,9 @@ func (s *Store) updateUncounted(op string, fn func(txn *badger.Txn) (int64, erro
 	}
 	if s.readOnly {
 		return errReadOnly(op)
+	}
+	if err := s.openLocked(op); err != nil {
+		return err
 	}
 	if err := s.checkFault(op); err != nil {
 		return err
@@ -84,8 +76,9 @@ func (s *Store) commit(op string, txn *badger.Txn, delta int64) error {
 // entry. j.ID must be 32 hex characters; targets are in
 // idx order (targets[i] is target i, whatever its Idx), at most 0xffff.
 // On a durable store ([Store.SetDurable]) the write is synced before
-// CreateJob returns; if that sync fails, the job is stored (readable) and
-// the error wraps [ErrNotSynced].
+// CreateJob returns; if that sync fails, the error wraps [ErrNotSynced]
+// and the job is taken back (deleted) before the store's next write: it
+// is never read, and never comes back after a restart or a power cut.
 func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	id, ok := parseID(j.ID)
 	if !ok {
@@ -98,12 +91,15 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 	if durable {
 		s.unsynced.add(id)
 	}
-	err := s.updateSynced("store job", func(txn *badger.Txn) (int64, error) {
+	var size int64
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.updateLocked("store job", func(txn *badger.Txn) (int64, error) {
 		row := encodeJob(j)
 		if err := txn.Set(jobKey(id), row); err != nil {
 			return 0, err
 		}
-		size := int64(len(row))
+		size = int64(len(row))
 		if len(targets) > 0 {
 			specs := encodeSpecs(targets)
 			if err := txn.Set(specsKey(id), specs); err != nil {
@@ -126,13 +122,51 @@ func (s *Store) CreateJob(j *JobRecord, targets []TargetRecord) error {
 		}
 		return size, txn.Set(liveKey(id), nil)
 	})
-	if durable && !errors.Is(err, ErrNotSynced) {
-		// Synced, or not stored at all. A job stored but not synced stays
-		// hidden from readers and from reuse until a write of its own is
-		// synced (commitSynced): its creation was never acknowledged.
-		s.unsynced.remove(id)
+	committed := err == nil
+	if committed {
+		err = s.counted(s.syncLocked("store job"))
+	}
+	if committed && err != nil && s.undoCreateLocked(id, j, len(targets) > 0, size) != nil {
+		// Stored, not synced, and not taken back: the job stays hidden
+		// from readers and from reuse until a write of its own is synced
+		// (commitSynced): its creation was never acknowledged.
+		return err
+	}
+	if durable {
+		s.unsynced.remove(id) // synced, or not stored
 	}
 	return err
+}
+
+// undoCreateLocked takes back a job's creation whose sync failed: it
+// deletes the rows CreateJob wrote (size bytes of them), in the memtable
+// the creation went to, before the store reopens Badger (reopen.go): the
+// flush as Badger closes stores the deletion with the rows, so that the
+// job never comes back, whatever the disk kept of the failed write. s.mu
+// is held.
+func (s *Store) undoCreateLocked(id [idLen]byte, j *JobRecord, specs bool, size int64) error {
+	if f := s.fault.Load(); f != nil { // SetWriteFault's disk (not the reserve's gate: tombstones only)
+		if err := (*f)(); err != nil {
+			return err
+		}
+	}
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	keys := [][]byte{jobKey(id), idemKey(j.Key), callerKey(j.Caller, j.Created, id), everyKey(j.Created, id)}
+	if specs {
+		keys = append(keys, specsKey(id))
+	}
+	if j.Settled {
+		keys = append(keys, indexKey(prefixLease, j.Lease, id), indexKey(prefixAge, j.Created, id))
+	} else {
+		keys = append(keys, liveKey(id))
+	}
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return s.commit("take back job", txn, -size)
 }
 
 // indexed notes x and a keys about to be written (s.mu is held): a sweep or

@@ -48,4 +48,8 @@ var (
 	// jobs are held meanwhile, and go on by themselves), and wrapped by a
 	// store write that failed with ENOSPC.
 	ErrDiskFull = errors.New("disk full")
+	// ErrDiskReserve is returned by engine.New when [Config.DiskReserve]
+	// is as large as the store's whole file system: it could never be
+	// kept, and every submit would answer ErrDiskFull for ever.
+	ErrDiskReserve = errors.New("disk reserve not smaller than the store's file system")
 )

@@ -138,6 +138,26 @@ func (fl *file) setSize(a *fuse.Attr) {
 	a.Blocks = (a.Size + 511) / 512
 }
 
+// freshSize sets a's size as of now, for a size read before fl.mu was
+// taken (a lookup's statx of the backing file): the cache's, or, with
+// none, the backing file's by its descriptor. That earlier read may have
+// caught a flush half way (its truncate to the cache's floor, its pages
+// written in order, the cache then dropped), and a size smaller than the
+// file's makes the kernel cut its mappings short: a read past it is a
+// SIGBUS (Badger's compaction reading the index of a table it had just
+// written and msynced, while another goroutine listed the directory:
+// twice in ~600 serve starts of the power-cut rounds). Under fl.mu.
+func (fl *file) freshSize(a *fuse.Attr) {
+	if fl.c == nil && fl.fd >= 0 {
+		var st unix.Stat_t
+		if unix.Fstat(fl.fd, &st) == nil {
+			a.Size, a.Blocks = uint64(st.Size), uint64(st.Blocks)
+		}
+		return
+	}
+	fl.setSize(a)
+}
+
 // getattr fills out from the backing file and the cache. Under fl.mu.
 func (fl *file) getattr(n *node, out *fuse.AttrOut) syscall.Errno {
 	if fl.fd < 0 {

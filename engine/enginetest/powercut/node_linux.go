@@ -136,7 +136,7 @@ func (n *node) child(ctx context.Context, st unix.Stat_t, id fs.StableAttr, out 
 	if id.Mode == unix.S_IFREG {
 		if fl := n.fsys.peekFile(id.Ino); fl != nil {
 			fl.mu.Lock()
-			fl.setSize(&out.Attr)
+			fl.freshSize(&out.Attr)
 			fl.mu.Unlock()
 		}
 	}

@@ -25,17 +25,19 @@ func RunDir(prefix string) (string, error) {
 	return dir, nil
 }
 
-// ReapRunDirs removes the directories PREFIX-PID[-…] under the temporary
-// directory whose process PID no longer runs: those of runs killed before
-// they removed them. A directory whose PID runs (this process's, another
+// ReapRunDirs removes the directories PREFIX-PID-RANDOM under the
+// temporary directory whose process PID no longer runs: those of runs
+// killed before they removed them. A name without both parts (PREFIX-N,
+// which os.MkdirTemp makes with a random N, not a PID) is not a run
+// directory and is left alone. A directory whose PID runs (this process's, another
 // run's, or a process that took a dead run's PID) is left alone.
 func ReapRunDirs(prefix string) {
 	paths, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"-*"))
 	for _, p := range paths {
 		rest := strings.TrimPrefix(filepath.Base(p), prefix+"-")
-		pid, _, _ := strings.Cut(rest, "-")
+		pid, random, ok := strings.Cut(rest, "-")
 		n, err := strconv.Atoi(pid)
-		if err != nil || n <= 0 || n == os.Getpid() {
+		if !ok || random == "" || err != nil || n <= 0 || n == os.Getpid() {
 			continue
 		}
 		if err := syscall.Kill(n, 0); err == syscall.ESRCH {

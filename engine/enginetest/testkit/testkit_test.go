@@ -394,7 +394,9 @@ func TestRefusedAddr_RefusesAndCannotBeTaken(t *testing.T) {
 
 // TestRunDir: each call makes a directory of its own, named after this
 // process; a directory of the prefix left by a process that is gone is
-// removed, one of a process that runs (this one) is kept.
+// removed, one of a process that runs (this one) is kept, and so is one
+// named PREFIX-N without a random part (os.MkdirTemp's shape, whose N is
+// random, not a PID: another run's live directory of an older layout).
 func TestRunDir(t *testing.T) {
 	prefix := "siftbatch-testkit-rundir-" + strconv.Itoa(os.Getpid())
 	t.Cleanup(func() {
@@ -410,6 +412,10 @@ func TestRunDir(t *testing.T) {
 	}
 	stale := filepath.Join(os.TempDir(), prefix+"-"+strconv.Itoa(cmd.Process.Pid)+"-1")
 	if err := os.MkdirAll(filepath.Join(stale, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	notRun := filepath.Join(os.TempDir(), prefix+"-"+strconv.Itoa(cmd.Process.Pid))
+	if err := os.MkdirAll(notRun, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	a, err := RunDir(prefix)
@@ -430,5 +436,8 @@ func TestRunDir(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("the dead run's directory %s is still there (%v)", stale, err)
+	}
+	if _, err := os.Stat(notRun); err != nil {
+		t.Errorf("%s, not a run directory, was removed (%v)", notRun, err)
 	}
 }

@@ -25,10 +25,16 @@ const DefaultDataDir = "./siftbatch-data"
 // OpenStore opens the store in dir ("" in memory) for a runner: serve and
 // demo, which write. A dir that is a file is an error that says so.
 func OpenStore(dir string) (*persistence.Store, error) {
+	return OpenStoreWith(dir, persistence.Options{})
+}
+
+// OpenStoreWith is OpenStore with the store's file sizes o
+// (persistence.OpenWith).
+func OpenStoreWith(dir string, o persistence.Options) (*persistence.Store, error) {
 	if err := notAFile(dir); err != nil {
 		return nil, err
 	}
-	s, err := persistence.Open(dir)
+	s, err := persistence.OpenWith(dir, o)
 	switch {
 	case errors.Is(err, persistence.ErrInUse):
 		return nil, &StoreInUseError{Dir: dir}

@@ -90,6 +90,12 @@ var faultSeeds = []struct {
 	// its job's read of all results failed, acknowledged ones included.
 	{3500, 2, true, "a result's row replayed without its value-log bytes"},
 	{3510, 3, true, "a result's row replayed without its value-log bytes"},
+	// (The same run, round 2, seed 3511, under -race with memtables that
+	// rotate: every write of a flushed memtable's log lost. Badger
+	// truncated the log before removing it, a durable sync of the logs it
+	// set aside made the truncation stable, and the cut undid the remove
+	// and the table's creation: fixed in persistence/internal/ristretto,
+	// TestMmapFileDelete_LeavesTheContent.)
 }
 
 // TestPowerCut_Durable: serve --durable loses nothing acknowledged to a
@@ -97,6 +103,7 @@ var faultSeeds = []struct {
 func TestPowerCut_Durable(t *testing.T) {
 	s := runRounds(t, true, envInt(t, roundsEnv, 10), envInt(t, seedEnv, defaultSeed))
 	s.report(t)
+	requireRotations(t, s)
 	if s.lost() > 0 {
 		t.Errorf("durable mode lost acknowledged work: %d losses", s.lost())
 	}
@@ -108,6 +115,7 @@ func TestPowerCut_Durable(t *testing.T) {
 func TestPowerCut_Default(t *testing.T) {
 	s := runRounds(t, false, envInt(t, roundsEnv, 4), envInt(t, seedEnv, defaultSeed))
 	s.report(t)
+	requireRotations(t, s)
 }
 
 // TestPowerCut_FoundFaults runs again each run that once found a fault.
@@ -152,6 +160,7 @@ type summary struct {
 	unreadable int
 	// dropped: results the restart dropped as unreadable (serve's log).
 	dropped int
+	rot     rotations // Badger's files made within rounds (rotation_linux_test.go)
 }
 
 func (s *summary) lost() int {
@@ -167,9 +176,9 @@ func (s *summary) report(t *testing.T) {
 	if s.durable {
 		mode = "durable"
 	}
-	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; %d targets read done but unreadable; %d jobs with results dropped as unreadable at the restart; seeds with a loss %v",
+	t.Logf("POWERCUT %s: %d rounds, %d cuts; acknowledged and checked: %d submits, %d targets shown done, %d cancels; lost: %d %v; oldest loss %s before its cut, loss window summed %s; Open recovered %d unlisted tables, %d empty logs; %d targets read done but unreadable; %d jobs with results dropped as unreadable at the restart; %s; seeds with a loss %v",
 		mode, s.rounds, s.cuts, s.submits, s.targets, s.cancels, s.lost(), s.losses, s.maxAge.Round(time.Millisecond), s.lostWindow.Round(time.Millisecond),
-		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.unreadable, s.dropped, s.seedsLost)
+		s.recovered.UnlistedTables, s.recovered.EmptyLogs, s.unreadable, s.dropped, s.rot, s.seedsLost)
 }
 
 // runRounds runs rounds rounds on one store, from seed seed.
@@ -189,7 +198,11 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 		mode := powercut.CutMode(rs % 3)
 		t.Logf("round %d: seed %d, mode %s (replay: %s=%d %s=%d)", r, rs, mode, seedEnv, seed, roundsEnv, r+1)
 		hist := &History{}
-		cut := h.load(t, hist, rng, time.Duration(300+rng.IntN(2200))*time.Millisecond, mode)
+		started := newestFiles(t, h.store())
+		at := cutAt{d: time.Duration(300+rng.IntN(2200)) * time.Millisecond, after: rotationOf(r), started: started}
+		cut := h.load(t, hist, rng, at, mode)
+		mem, vlog, sst := s.rot.add(started, h.atCut)
+		s.rot.waited(at.after, h.rotated)
 		s.rounds++
 		s.cuts++
 		stored := h.copyStore(t)
@@ -236,7 +249,7 @@ func runRounds(t *testing.T, durable bool, rounds, seed int) *summary {
 		}
 		s.maxAge = max(s.maxAge, oldest)
 		s.lostWindow += oldest
-		t.Logf("round %d: %d submits, %d targets, %d cancels acknowledged; %d lost", r, sub, tg, c, len(losses))
+		t.Logf("round %d: %d submits, %d targets, %d cancels acknowledged; %d lost; made %d memtables, %d value-log files, %d tables", r, sub, tg, c, len(losses), mem, vlog, sst)
 		for _, j := range jobs {
 			if after[j.ID].Code == 200 {
 				older = append(older, j)
@@ -275,7 +288,7 @@ func (s *summary) checkStore(t *testing.T, dir string, seed int64) {
 		return
 	}
 	defer os.RemoveAll(dir)
-	st, err := persistence.Open(dir)
+	st, err := persistence.OpenWith(dir, roundSizes)
 	if err != nil {
 		s.losses["store-open"]++
 		t.Errorf("seed %d: the store does not open after the cut: %v", seed, err)
@@ -309,6 +322,8 @@ type harness struct {
 	serve   *serveProc
 	page    atomic.Int64 // numbers the pages: each target's page is new
 	logs    *lines
+	atCut   fileIDs // the store's newest files when serve stopped for the cut
+	rotated bool    // the round's cut came after the rotation it waited for (waitCut)
 }
 
 const callers = 4
@@ -348,6 +363,9 @@ func (h *harness) mount(t *testing.T, seed int64) {
 	t.Cleanup(func() { _ = f.Cut(powercut.DropAll) }) // if the test ends early; ErrClosed once cut
 }
 
+// store is the store's directory in the backing directory.
+func (h *harness) store() string { return filepath.Join(h.backing, "store") }
+
 // copyStore copies the store the cut left (sparse files stay sparse) for
 // checkStore, so that serve recovers the store itself.
 // A store the cut took whole (its directory's entry not synced) is "".
@@ -381,6 +399,7 @@ func (h *harness) start(t *testing.T) {
 		args = append(args, "--durable")
 	}
 	cmd := exec.Command(clitest.Binary(t), args...)
+	cmd.Env = append(os.Environ(), sizesEnv())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	must(t, err)
@@ -404,7 +423,8 @@ func (h *harness) start(t *testing.T) {
 	case <-p.done:
 	}
 	if !ok {
-		t.Fatalf("serve did not start: %s", tail(p.stderr.String(), 4000))
+		h.keepFailed(t)
+		t.Fatalf("serve did not start: %s", headTail(p.stderr.String(), 3000))
 	}
 	if strings.Contains(p.stderr.String(), "store repaired at open") {
 		t.Errorf("serve repaired the store at open: %s", p.stderr.String())
@@ -426,20 +446,20 @@ func (h *harness) stop(t *testing.T) {
 	}
 }
 
-// load runs the clients for d, then cuts the power with mode; it returns
-// when the cut began.
-func (h *harness) load(t *testing.T, hist *History, rng *rand.Rand, d time.Duration, mode powercut.CutMode) time.Time {
+// load runs the clients until the moment at says (waitCut), then cuts the
+// power with mode; it returns when the cut began.
+func (h *harness) load(t *testing.T, hist *History, rng *rand.Rand, at cutAt, mode powercut.CutMode) time.Time {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := range callers {
 		crng := rand.New(rand.NewPCG(rng.Uint64(), uint64(c)))
 		wg.Go(func() { h.client(hist, fmt.Sprintf("powercut-key-%04d", c), crng, stop) })
 	}
-	timer := time.NewTimer(d)
-	<-timer.C
+	h.rotated = h.waitCut(at)
 	cut := time.Now()
 	_ = h.serve.cmd.Process.Signal(syscall.SIGSTOP) // serve answers nothing more
 	close(stop)
+	h.atCut = newestFiles(t, h.store()) // the mount applies new names to the backing directory at once
 	if err := h.fs.Cut(mode); err != nil {
 		t.Fatalf("cut: %v", err)
 	}
@@ -501,6 +521,8 @@ func (h *harness) submit(c *http.Client, hist *History, key string, rng *rand.Ra
 			size = 200_000
 		case p < 4:
 			size = 3000
+		case p < 7:
+			size = 900 // inline, as 200: the memtable fills within seconds
 		}
 		targets = append(targets, map[string]string{"url": fmt.Sprintf("%s/p/%d/%d/%d", h.site.URL, h.page.Add(1), size, 2+rng.IntN(38))})
 	}

@@ -302,7 +302,11 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	if err != nil {
 		return nil, err
 	}
-	store, err := cli.OpenStore(f.Data)
+	sizes, err := storeSizes()
+	if err != nil {
+		return nil, err
+	}
+	store, err := cli.OpenStoreWith(f.Data, sizes)
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +340,9 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	if err != nil {
 		fetch.Close()
 		_ = store.Close()
+		if errors.Is(err, engine.ErrDiskReserve) {
+			return nil, fmt.Errorf("--disk-reserve %d: %w (give a smaller one)", cfg.DiskReserve, err)
+		}
 		return nil, fmt.Errorf("start runner: %w", err)
 	}
 	m.Attach(runner)
