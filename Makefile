@@ -51,9 +51,6 @@ test/race: ## go test -race ./... (-timeout 10m)
 test/short: ## the quick tier: go test -short ./..., no race; long multi-process tests skip (< 90 s)
 	$(GO) test -short -count=1 -timeout 3m ./...
 
-test/cluster-memory: ## TestNode_ResultReadersHoldPartsNotAnswers: a crowd of one caller's stalled result readers across nodes holds parts, not answers (not in make test since the fair read scheduler: see the test)
-	SIFTBATCH_TIER=cluster-memory $(GO) test -race -count=1 -run '^TestNode_ResultReadersHoldPartsNotAnswers$$' ./engine/cluster
-
 test/browser: ## the dashboard's browser tests and demo --ui's (Chromium), under -race: CI runs them once
 	SIFTBATCH_TIER=browser $(GO) test -race -count=1 -run Browser ./engine/dashboard/... ./cmd/siftbatch/internal/demo/...
 
@@ -234,11 +231,12 @@ bench/durable: ## durable vs default: throughput by workers and live jobs, Submi
 # go build -o FILE ./cmd/siftbatch).
 REF_BIN ?=
 .PHONY: bench/fair
-bench/fair: ## one caller cannot exhaust serve: RSS under one MCP batch POST, a bystander's GET beside floods of reads, the scheduler's own cost (REF_BIN: a reference serve to run beside)
+bench/fair: ## one caller cannot exhaust serve: RSS under one MCP batch POST, a bystander's GET beside floods of reads, the scheduler's own cost, /healthz and a tenant's GET under 24,000 idle connections (REF_BIN: a reference serve to run beside)
 	@mkdir -p $(BENCHDIR)
 	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 2 -bench '^BenchmarkServe_MCPBatchRSS$$' -benchtime 1x ./cmd/siftbatch | tee $(BENCHDIR)/fair.txt; grep -q '^ok' $(BENCHDIR)/fair.txt
 	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 1 -bench '^BenchmarkServe_Bystander$$' -benchtime 2x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/fair-bystander.txt; grep -q '^ok' $(BENCHDIR)/fair-bystander.txt
 	$(GO) test -run '^$$' -count 3 -bench '^BenchmarkScheduler_Uncontended$$' -benchtime 200000x ./engine/internal/readsched | tee $(BENCHDIR)/fair-sched.txt; grep -q '^ok' $(BENCHDIR)/fair-sched.txt
+	SIFTBATCH_REF_BIN=$(REF_BIN) $(GO) test -run '^$$' -count 1 -bench '^BenchmarkServe_IdleConnections$$' -benchtime 1x -timeout 30m ./cmd/siftbatch | tee $(BENCHDIR)/fair-idle.txt; grep -q '^ok' $(BENCHDIR)/fair-idle.txt
 
 bench/reads-summary: ## the medians of bench/reads and bench/poll, and their ratios (run those first)
 	@echo "== Runner.Job and Runner.Targets, 512 KiB results vs 1 KiB (target: within 1.5x in time and B/op; Job <= 5us, Targets <= 40us)"

@@ -28,6 +28,12 @@ type ContentRange struct {
 	Meta json.RawMessage
 }
 
+// window is bytes of a stored result read, from off.
+type window struct {
+	off int64
+	b   []byte
+}
+
 // contentStart is the length of a stored result's JSON before its
 // content's text: [Result] is encoded with Content first.
 const contentStart = int64(len(`{"content":"`))
@@ -50,8 +56,22 @@ func (r *Runner) ContentRange(id string, idx int, off, n int64) (ContentRange, b
 	if off < 0 || n < 1 {
 		return ContentRange{}, false
 	}
+	// The bytes read are kept in windows that the next gets are served
+	// from: the tail (the meta), then one read of the range with the
+	// bytes around its ends that boundary looks at. Each read of the
+	// store copies the chunks it touches, so a range costs two or three
+	// chunk reads, not one per look.
+	var windows []window
 	get := func(o, k int64) ([]byte, bool) {
+		for _, w := range windows {
+			if o >= w.off && o+k <= w.off+int64(len(w.b)) {
+				return w.b[o-w.off : o-w.off+k], true
+			}
+		}
 		b, _, ok := r.ResultRange(id, idx, o, k)
+		if ok {
+			windows = append(windows, window{off: o, b: b})
+		}
 		return b, ok
 	}
 	_, size, ok := r.ResultRange(id, idx, 0, 0)
@@ -67,11 +87,15 @@ func (r *Runner) ContentRange(id string, idx int, off, n int64) (ContentRange, b
 		cr.Offset, cr.End, cr.JSON = cr.Total, cr.Total, []byte{}
 		return cr, true
 	}
+	stop := contentStart + off + min(n, end-contentStart-off) // never off+n: it may pass MaxInt64
+	lo, hi := max(contentStart+off-16, contentStart), min(stop+1, end)
+	if _, ok := get(lo, hi-lo); !ok {
+		return ContentRange{}, false
+	}
 	start, ok := boundary(get, contentStart+off)
 	if !ok {
 		return ContentRange{}, false
 	}
-	stop := min(contentStart+off+n, end)
 	if stop < end {
 		if stop, ok = boundary(get, stop); !ok {
 			return ContentRange{}, false

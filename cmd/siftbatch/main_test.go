@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(pollLoadEnv); cfg != "" {
 		os.Exit(pollLoad(cfg))
 	}
+	if cfg := os.Getenv(idleConnsEnv); cfg != "" {
+		os.Exit(idleConns(cfg))
+	}
 	// Nothing may leak: every runner, store, server, client and child
 	// process a test starts is stopped by the end of the test. No
 	// goroutine is allowed to outlive the tests.

@@ -243,7 +243,7 @@ func TestMCP_ServeProcessPages16MiBResult(t *testing.T) {
 		if res.IsError || len(text) > mcpserver.MaxPageBytes || !utf8.ValidString(text) || out["page_bytes"] != float64(len(text)) {
 			t.Fatalf("page %d: error %v, %d bytes, valid UTF-8 %v, %v", page, res.IsError, len(text), utf8.ValidString(text), out["page_bytes"])
 		}
-		if out["content_bytes"] != float64(len(mcpBigContent)) || out["page"] != float64(page) {
+		if out["content_bytes"] != float64(len(jsonText(mcpBigContent))) || out["page"] != float64(page) {
 			t.Fatalf("page %d: content_bytes %v page %v", page, out["content_bytes"], out["page"])
 		}
 		got.WriteString(text)
@@ -255,10 +255,11 @@ func TestMCP_ServeProcessPages16MiBResult(t *testing.T) {
 			}
 			break
 		}
-		// A page before the last is full: as JSON encodes it (a page is
-		// bounded by its encoded size), within a rune's escape (6 bytes).
-		if enc, _ := json.Marshal(text); next != float64(page+1) || len(enc)-2 < mcpserver.MaxPageBytes-6 || len(enc)-2 > mcpserver.MaxPageBytes {
-			t.Fatalf("page %d: next %v, %d bytes, %d as JSON: a page before the last is full", page, next, len(text), len(enc)-2)
+		// A page before the last is full: as the API writes it in JSON (a
+		// page is a range of the content's JSON text), within two moves of
+		// an escape (5 bytes each) of the bound.
+		if n := len(jsonText(text)); next != float64(page+1) || n < mcpserver.MaxPageBytes-10 || n > mcpserver.MaxPageBytes {
+			t.Fatalf("page %d: next %v, %d bytes, %d as JSON: a page before the last is full", page, next, len(text), n)
 		}
 	}
 	if got.String() != mcpBigContent {
@@ -362,4 +363,14 @@ func TestMCP_StdioWaitSendsProgress(t *testing.T) {
 	if err := json.Unmarshal(raw, &job); err != nil || job.Status != "done" || job.TargetsDone != 3 {
 		t.Fatalf("wait answered %s (%v)", raw, err)
 	}
+}
+
+// jsonText is s's JSON text as the API writes it (no HTML escapes),
+// without its quotes: what a page of batch_result counts.
+func jsonText(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return b.String()[1 : b.Len()-2]
 }

@@ -83,10 +83,28 @@ type TargetStatus struct {
 	Result *Result `json:"result,omitempty" jsonschema:"a done target's result, where the answer has results"`
 }
 
-// Result is what a done target fetched: the API's {"content","meta"}.
+// Result is what a done target fetched: the API's {"content","meta"}, and
+// "range" in an answer of a range of the content.
 type Result struct {
 	Content string         `json:"content" jsonschema:"the fetched content"`
 	Meta    map[string]any `json:"meta,omitempty" jsonschema:"the result's meta: content type, truncation and the like"`
+	// Range says where Content lies in the whole content, in an answer of
+	// a range of it (GET /v1/batch/{id}/{idx}?offset=&length=); nil
+	// otherwise.
+	Range *Range `json:"range,omitempty" jsonschema:"where content lies in the whole content, in an answer of a range of it"`
+}
+
+// Range is where a range of a content lies in the whole content, counted
+// in the bytes of the content's JSON text (between its quotes, each
+// escape its bytes: a quote 2, a control character 6), as the API writes
+// it: {"offset","end","total"}. The range holds whole escapes and whole
+// UTF-8 sequences: Offset is the offset asked, moved back to the start
+// of one it would split; End is the next range's offset, Total at the
+// end.
+type Range struct {
+	Offset int64 `json:"offset" jsonschema:"where the range begins in the content's JSON text"`
+	End    int64 `json:"end" jsonschema:"where it ends: the offset of the next range; total at the end"`
+	Total  int64 `json:"total" jsonschema:"the length of the content's JSON text"`
 }
 
 // Submitted is the answer to a submit (POST /v1/batch, 202): the API's

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -685,13 +686,6 @@ func TestNode_DeleteOfEndedJobThroughAnotherNode(t *testing.T) {
 // TestNode_CrowdOfResultReadersAllWhole.) Not parallel: it reads the
 // process's heap and goroutines.
 func TestNode_ResultReadersHoldPartsNotAnswers(t *testing.T) {
-	// A tier of its own since the fair read scheduler (issue 34): its
-	// stall waits for all 12 of one caller's forwards to be writing at
-	// once, which the caller's read turns now allow only by chance (it
-	// passed in one clean-clone run, failed in the next). Run by hand
-	// (make test/cluster-memory) until the stall counts a forward waiting
-	// for its turn as stalled too.
-	testkit.RequireTier(t, "cluster-memory")
 	testkit.Long(t)
 	const n = 12
 	r := crowd(t, n, 32, true)
@@ -1213,7 +1207,26 @@ type hashed struct {
 func readHashed(n *node, path, key string, paused chan<- struct{}, resume <-chan struct{}) hashed {
 	req, _ := http.NewRequest("GET", n.Srv.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := n.Srv.Client().Do(req)
+	c := n.Srv.Client()
+	if paused != nil {
+		// A reader that pauses takes in 64 KiB at most while paused: a
+		// socket's receive buffer grows to tcp_rmem's maximum (32 MiB
+		// here) by default, which would take a whole answer in, and the
+		// stall (every forward writing to its client) never come.
+		tr := c.Transport.(*http.Transport).Clone()
+		tr.DialContext = (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}).DialContext
+		defer tr.CloseIdleConnections()
+		c = &http.Client{Transport: tr}
+	}
+	res, err := c.Do(req)
 	if err != nil {
 		if paused != nil {
 			paused <- struct{}{}
@@ -1235,6 +1248,25 @@ func readHashed(n *node, path, key string, paused chan<- struct{}, resume <-chan
 	out := hashed{code: res.StatusCode, n: first + k, err: err}
 	h.Sum(out.sum[:0])
 	return out
+}
+
+// waitLong waits until cond holds, checking it every 50 ms, failing the
+// test after d: for a state that a crowd reaches step by step (each step a
+// signal), too many steps for the kit's deadline of one on a loaded
+// machine.
+func waitLong(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-end.C:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		case <-tick.C:
+		}
+	}
 }
 
 // crowdResult is what crowd observed.
@@ -1289,7 +1321,10 @@ func crowd(t *testing.T, n, k int, stall bool) crowdResult {
 	if stall {
 		recvN(t, paused, n)
 		var sending, writing int
-		testkit.WaitFor(t, "every answer stalled", func() bool {
+		// Each of a's chunk reads takes a read turn, and the machine may be
+		// loaded: the stall may take longer than the kit's deadline, which
+		// is for a single event. This one is for a crowd that has hung.
+		waitLong(t, "every answer stalled", 4*time.Minute, func() bool {
 			sending, writing = len(stacks("engine/cluster.(*session).send")), 0
 			for _, g := range stacks("engine/cluster.(*Node).Forward") {
 				if !strings.Contains(g, "engine/cluster.(*forwarder).ask(") {

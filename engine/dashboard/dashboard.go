@@ -23,6 +23,7 @@ import (
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/internal/httpx"
 	"github.com/sift/batch/engine/internal/readsched"
+	"github.com/sift/batch/engine/keyguard"
 )
 
 // Prefix is the path the dashboard serves under; its session cookie's
@@ -396,7 +397,7 @@ func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, value string
 // throttle 429.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	now := h.o.Now()
-	if ok, wait := h.throttle.allow(clientAddr(r, h.o.TLSProxy), now); !ok {
+	if ok, wait := h.throttle.allow(keyguard.ClientAddr(r, h.o.TLSProxy), now); !ok {
 		secs := int(wait.Seconds()) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		h.page(w, r, http.StatusTooManyRequests, "signin", signInPage{Msg: "Too many sign-in attempts: wait " + strconv.Itoa(secs) + " s and try again."})

@@ -6,9 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"math"
-	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,31 +204,4 @@ func (t *throttle) allow(addr string, now time.Time) (bool, time.Duration) {
 	}
 	b.tokens--
 	return true, 0
-}
-
-// clientAddr is the address sign-ins are throttled by: the connection's
-// remote IP; behind the proxy that TLSProxy names, the address the proxy
-// appended to X-Forwarded-For (its rightmost entry: entries before it are
-// the client's to forge). IPv6 addresses count by their /64, which one
-// client usually holds whole.
-func clientAddr(r *http.Request, behindProxy bool) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	if behindProxy {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			last := xff[len(xff)-1]
-			if i := strings.LastIndexByte(last, ','); i >= 0 {
-				last = last[i+1:]
-			}
-			if ip := net.ParseIP(strings.TrimSpace(last)); ip != nil {
-				host = ip.String()
-			}
-		}
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil && len(ip) == net.IPv6len {
-		return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
-	}
-	return host
 }

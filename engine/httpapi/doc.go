@@ -12,7 +12,8 @@
 //	                            ?caller=NAME or * for an admin key: any caller's, every caller's)
 //	GET    /v1/batch/{id}       200 the job and its targets (?results=1: with results;
 //	                            ?wait=30s: once the job has ended or the wait is over)
-//	GET    /v1/batch/{id}/{idx} 200 one target with its result
+//	GET    /v1/batch/{id}/{idx} 200 one target with its result (?offset=&length=: a range
+//	                            of its content, read from the chunks that hold it)
 //	DELETE /v1/batch/{id}       200 {"cancelled":true}; 409 once the job has ended
 //	GET    /v1/openapi.json     200 the API's OpenAPI 3.1 document ([OpenAPI]), without a key
 //

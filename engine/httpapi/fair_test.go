@@ -5,11 +5,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/engine/metrics"
 )
 
 // gatedJobs is a runner whose Job, for the job gated, waits for a token
@@ -38,7 +43,8 @@ func (g gatedJobs) Job(id string) (engine.Job, bool) {
 // waits behind its own: another caller's read, come after four of hers,
 // is served after one of them (round-robin by caller), and her reads past
 // her queue's bound (MaxQueuedReads) are answered 429 with Retry-After at
-// once, without any work.
+// once, without any work, and counted (siftbatch_reads_refused_total on
+// /metrics, beside the reads queued and waiting).
 func TestAPI_ReadsFairByCaller(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, nil)
@@ -90,6 +96,17 @@ func TestAPI_ReadsFairByCaller(t *testing.T) {
 	}
 	start("bob-key", bobJob)
 	testkit.WaitFor(t, "bob's read queued", func() bool { return h.reads.Waiting("bob") == 1 })
+	// The scheduler's counts, as /metrics shows them: 4 reads queued (3
+	// of alice's, bob's), 1 refused, 4 waiting.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.Reads(h))
+	scrape := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(scrape, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range []string{"siftbatch_reads_queued_total 4\n", "siftbatch_reads_refused_total 1\n", "siftbatch_reads_waiting 4\n"} {
+		if !strings.Contains(scrape.Body.String(), line) {
+			t.Errorf("/metrics has no %q:\n%s", line, scrape.Body)
+		}
+	}
 
 	g.proceed <- struct{}{} // alice's first read ends; her second takes the turn
 	if got := testkit.Recv(t, g.entered); got != aliceJob {

@@ -185,6 +185,7 @@ type runner interface {
 	Job(id string) (engine.Job, bool)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
+	ContentRange(id string, idx int, off, n int64) (engine.ContentRange, bool)
 	Touch(id string)
 	Wait(ctx context.Context, id string) (engine.Job, error)
 	List(caller string, opt engine.ListOptions) ([]engine.Job, string, error)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -233,5 +234,66 @@ func TestAPI_OpenAPICodegenClient(t *testing.T) {
 	// The job is alice's, as the runner has it.
 	if j, ok := b.Runner.Job(rep.ID); !ok || j.Caller != "alice" || j.TargetsTotal != 3 {
 		t.Fatalf("the runner's job: %+v %v", j, ok)
+	}
+}
+
+// TestAPI_OpenAPI429sDescribed: every operation that takes a key answers
+// 429 as the document's TooManyRequests describes it (Retry-After
+// required, described), and each 429 error the package writes (found in
+// its source: writeError(w, http.StatusTooManyRequests, "…")) has an
+// example there and is named in its description: a limit added without
+// its 429 described fails here.
+func TestAPI_OpenAPI429sDescribed(t *testing.T) {
+	t.Parallel()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(httpapi.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmr := doc.Components.Responses["TooManyRequests"].Value
+	ra := tmr.Headers["Retry-After"]
+	if ra == nil || !ra.Value.Required || ra.Value.Description == "" {
+		t.Fatalf("TooManyRequests: Retry-After not required or not described")
+	}
+	for p, item := range doc.Paths.Map() {
+		for m, op := range item.Operations() {
+			if p == "/v1/openapi.json" {
+				continue
+			}
+			if r := op.Responses.Map()["429"]; r == nil || r.Ref != "#/components/responses/TooManyRequests" {
+				t.Errorf("%s %s: no 429 TooManyRequests answer", m, p)
+			}
+		}
+	}
+	examples := map[string]bool{}
+	for _, ex := range tmr.Content["application/json"].Examples {
+		v, _ := ex.Value.Value.(map[string]any)
+		e, _ := v["error"].(string)
+		examples[e] = true
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`StatusTooManyRequests,\s*"([^"]+)"`)
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllSubmatch(src, -1) {
+			found++
+			e := string(m[1])
+			if !examples[e] || !strings.Contains(*tmr.Description, `"`+e+`"`) {
+				t.Errorf("429 %q (%s): no example in the document's TooManyRequests, or not named in its description", e, f)
+			}
+		}
+	}
+	if found < 5 {
+		t.Fatalf("found %d 429 errors in the package's source: the search is broken", found)
 	}
 }

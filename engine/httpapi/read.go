@@ -270,13 +270,22 @@ func resultSize(head int, result []byte) int {
 	return head + len(`,"result":}`) + len(result) + 1
 }
 
-// target is GET /v1/batch/{id}/{idx}.
+// target is GET /v1/batch/{id}/{idx}; ?offset=&length= answer a range
+// of a done target's content (parseRange), read from the chunks of the
+// stored result that hold it ([engine.Runner.ContentRange]), not the
+// whole result.
 func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Caller, _ string) {
 	j, ok := h.owned(w, r, c)
 	if !ok {
 		return
 	}
-	if _, ok := queryOf(w, r); !ok {
+	q, ok := queryOf(w, r, "offset", "length")
+	if !ok {
+		return
+	}
+	rg, ranged, err := parseRange(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), fmt.Sprintf("give offset as a whole number from 0 and length from 1 to %d, such as offset=0&length=%d", MaxRangeLength, DefaultRangeLength))
 		return
 	}
 	idx, ok := parseIdx(r.PathValue("idx"))
@@ -291,7 +300,19 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	}
 	t := &targets[idx]
 	var res []byte
-	if t.Status == engine.TargetDone {
+	var cr engine.ContentRange
+	ranged = ranged && t.Status == engine.TargetDone
+	switch {
+	case t.Status != engine.TargetDone:
+	case ranged:
+		if !h.roomFor(w, r, int(rg.length)) {
+			return
+		}
+		if cr, ok = h.r.ContentRange(j.ID, idx, rg.offset, rg.length); !ok {
+			writeJobNotFound(w)
+			return
+		}
+	default:
 		size, _ := h.sizes.get(j.ID, idx)
 		if !h.roomFor(w, r, max(size, 1)) {
 			return
@@ -305,15 +326,107 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	bp := getBuf()
 	buf := appendTargetHead(*bp, j.Status, t)
 	defer func() { *bp = buf; putBuf(bp) }()
-	if !h.hold(w, r, resultSize(len(buf), res)) { // given back once written (authenticate)
+	n := resultSize(len(buf), res)
+	if ranged {
+		n = rangeSize(len(buf), &cr)
+	}
+	if !h.hold(w, r, n) { // given back once written (authenticate)
 		return
 	}
 	h.r.Touch(j.ID)
-	buf = append(appendResult(buf, res), '\n')
 	setJSONHeaders(w)
 	w.WriteHeader(http.StatusOK)
+	if ranged {
+		// The range is written from where it was read, between its head
+		// and its tail: not copied into buf.
+		buf = append(buf, `,"result":{"content":"`...)
+		giveTurn(r)
+		if _, err := w.Write(buf); err == nil {
+			if _, err = w.Write(cr.JSON); err == nil {
+				buf = appendRangeTail(buf[:0], &cr)
+				_, _ = w.Write(append(buf, '\n'))
+			}
+		}
+		return
+	}
+	buf = append(appendResult(buf, res), '\n')
 	giveTurn(r) // the result is written from buf, without the turn
 	_, _ = w.Write(buf)
+}
+
+// DefaultRangeLength is the length of a range of a target's content
+// (GET /v1/batch/{id}/{idx}?offset=) when none is given: 256 KiB.
+// MaxRangeLength is the largest length asked: 4 MiB.
+const (
+	DefaultRangeLength = 256 << 10
+	MaxRangeLength     = 4 << 20
+)
+
+// contentRange is a range asked of a target's content.
+type contentRange struct{ offset, length int64 }
+
+// parseRange parses ?offset= and ?length=: a range of the content, in the
+// bytes of its JSON text. Either makes the answer a range: offset 0 and
+// length [DefaultRangeLength] when not given. A value that is not a whole
+// number in its range is an error naming it.
+func parseRange(q url.Values) (contentRange, bool, error) {
+	rg := contentRange{length: DefaultRangeLength}
+	_, hasOff := q["offset"]
+	_, hasLen := q["length"]
+	if hasOff {
+		n, ok := parseCount(q.Get("offset"), 1<<53)
+		if !ok {
+			return rg, false, errors.New("bad offset: not a whole number from 0")
+		}
+		rg.offset = n
+	}
+	if hasLen {
+		n, ok := parseCount(q.Get("length"), MaxRangeLength)
+		if !ok || n < 1 {
+			return rg, false, fmt.Errorf("bad length: not a whole number from 1 to %d", MaxRangeLength)
+		}
+		rg.length = n
+	}
+	return rg, hasOff || hasLen, nil
+}
+
+// parseCount parses decimal digits (no sign, no leading zero) up to max.
+func parseCount(s string, max int64) (int64, bool) {
+	if s == "" || len(s) > 16 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n, n <= max
+}
+
+// rangeSize is the bytes of an answer of head bytes and cr (its content,
+// then appendRangeTail), and a newline.
+func rangeSize(head int, cr *engine.ContentRange) int {
+	return head + len(`,"result":{"content":"","meta":,"range":{"offset":,"end":,"total":}}}`) + len(cr.JSON) + len(cr.Meta) + 3*20 + 1
+}
+
+// appendRangeTail appends what follows a range of a content written as
+// "result":{"content":"…: its closing quote, the result's meta and
+// "range":{"offset","end","total"}, and the closing braces.
+func appendRangeTail(b []byte, cr *engine.ContentRange) []byte {
+	b = append(b, '"')
+	if len(cr.Meta) > 0 {
+		b = append(b, `,"meta":`...)
+		b = append(b, cr.Meta...)
+	}
+	b = append(b, `,"range":{"offset":`...)
+	b = strconv.AppendInt(b, cr.Offset, 10)
+	b = append(b, `,"end":`...)
+	b = strconv.AppendInt(b, cr.End, 10)
+	b = append(b, `,"total":`...)
+	b = strconv.AppendInt(b, cr.Total, 10)
+	return append(b, "}}}"...)
 }
 
 // appendResult closes an open target head with result as its result, if

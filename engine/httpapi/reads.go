@@ -19,6 +19,13 @@ func (h *Handler) refuseQueued(w http.ResponseWriter) {
 		"too many of your reads wait for their turn already; wait for their answers before asking for more, then retry after Retry-After seconds")
 }
 
+// ReadCounts returns the read scheduler's counts: the reads that waited
+// for their turn and the reads refused 429 "reads queued", both since
+// [New], and the reads waiting for their turn now (API requests, MCP
+// calls, the dashboard's reads: every read takes the same turns). Safe for
+// concurrent use.
+func (h *Handler) ReadCounts() (queued, refused int64, waiting int) { return h.reads.Counts() }
+
 // Read runs fn, a read of caller's that is not an API request (a page of
 // the dashboard, a part of its search), in a turn of the API's
 // ([Options.MaxInFlight]), shared fairly with every API request by

@@ -2,7 +2,10 @@ package mcpserver_test
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -109,5 +112,62 @@ func TestAdv34_BatchSpellingsRefused(t *testing.T) {
 	}
 	if n := strings.Count(b.Logs.String(), "tool call"); n != 0 {
 		t.Errorf("%d tool calls logged: a refused batch runs none", n)
+	}
+}
+
+// allocsOf is the bytes the process allocated while fn ran.
+func allocsOf(fn func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	fn()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestAdv34_ResultPageAllocationFlat: issue 34's ranged reads: a page of
+// batch_result costs about the page (goal: at most twice it), flat in the
+// result's size. A page was read through GET /v1/batch/{id}/{idx}, which
+// read the whole stored result (Runner.ResultJSON) to answer one 256 KiB
+// page: page 0 of an 8 MiB result allocated 8 MiB more than page 0 of a
+// 1 MiB one; now it asks for its range (?offset=&length=). (Not
+// parallel: it counts the process's allocations.)
+func TestAdv34_ResultPageAllocationFlat(t *testing.T) {
+	b := setup(t, engine.Config{})
+	pageAlloc := func(size int) uint64 {
+		url := "https://example.com/content/adv34-" + itoa(size)
+		b.f.contents.Store(url, strings.Repeat("a", size))
+		id, _, err := b.Runner.Submit(context.Background(), &engine.Caller{Name: "alice"}, "", []engine.Target{{URL: url}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := rawPost(b.mcp, nil, "alice-key", "2025-06-18", toolCall(1, "batch_wait", `{"id":"`+id+`","seconds":60}`)); !strings.Contains(rec.Body.String(), `\"status\":\"done\"`) {
+			t.Fatalf("wait: %d %.300s", rec.Code, rec.Body)
+		}
+		// The least of three reads: what the process's other goroutines
+		// allocate meanwhile (the store's, the runner's) only adds to a
+		// read's count.
+		least := uint64(math.MaxUint64)
+		for range 3 {
+			var rec *httptest.ResponseRecorder
+			n := allocsOf(func() {
+				rec = rawPost(b.mcp, nil, "alice-key", "2025-06-18", toolCall(2, "batch_result", `{"id":"`+id+`","idx":0,"page":1}`))
+			})
+			if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), `"isError":true`) {
+				t.Fatalf("page 1 of %d bytes: %d %.300s", size, rec.Code, rec.Body)
+			}
+			least = min(least, n)
+		}
+		return least
+	}
+	small, large := pageAlloc(1<<20), pageAlloc(8<<20)
+	t.Logf("page 1 of a 1 MiB result: %d bytes allocated; of an 8 MiB result: %d", small, large)
+	// The margin is two chunks' copies (1 MiB), not the whole result: a
+	// store in memory copies each 512 KiB chunk it reads, once more when
+	// the chunk was flushed from Badger's memtable to a table (seen: 540
+	// KB more for the 8 MiB result, whose write may flush it); a page that
+	// read the whole result would cost 7 MiB more.
+	if large > small+4*mcpserver.MaxPageBytes {
+		t.Errorf("a page of an 8 MiB result allocates %d bytes, %d more than a page of a 1 MiB one: a page reads the whole result", large, large-small)
 	}
 }

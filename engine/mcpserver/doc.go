@@ -17,8 +17,8 @@
 // github.com/sift/batch/engine/httpapi), made with the caller's own Bearer
 // key, through the API's Go client (package
 // github.com/sift/batch/engine/client, which never retries here: a 429 is
-// the agent's to retry) or, for batch_result, a streamed read of the
-// target. So the caps, 429 with Retry-After, the fetcher's guard against
+// the agent's to retry) or, for batch_result, a read of a range of the
+// target's content. So the caps, 429 with Retry-After, the fetcher's guard against
 // private addresses, the answer budget, owner isolation and the API's
 // logging rules hold as they do for any HTTP caller. An answer other than
 // 2xx comes back as a tool error (CallToolResult.IsError) whose text holds
@@ -45,10 +45,11 @@
 // its unread answers fill its answer budget, the API's, in which every
 // MCP answer's bytes count while they are written.
 //
-// batch_result reads the target through GET /v1/batch/{id}/{idx} and
-// streams its content: the server keeps only the requested page (at most
-// [MaxPageBytes], cut at a UTF-8 boundary) of a result, never the whole
-// of it, and one message carries one page. The pages of a result are
+// batch_result reads the range of the content its page covers through
+// GET /v1/batch/{id}/{idx}?offset=&length=: a page is at most
+// [MaxPageBytes] of the content's JSON text, cut between escapes and
+// characters, and the API reads the stored chunks that hold it, never the
+// whole result; one message carries one page. The pages of a result are
 // always cut at the same places, so page N is the same on every call.
 //
 // Logs carry tool names, job ids, counts and statuses; never a URL, a

@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,16 @@ import (
 func TestMain(m *testing.M) { enginetest.Main(m) }
 
 const testKeys = "alice alice-key\nbob bob-key\n"
+
+// jsonTextLen is the length of s's JSON text as the store and the API
+// write it (without HTML escapes): what a page of batch_result counts.
+func jsonTextLen(s string) int {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return b.Len() - 3 // the quotes and the newline
+}
 
 // bigContent is a 16 MiB result with multi-byte runes and characters JSON
 // escapes, so that page cuts fall inside runes unless they are careful.
@@ -548,7 +559,7 @@ func TestMCP_ResultOf16MiBReadInPages(t *testing.T) {
 		if res.IsError || len(text) > mcpserver.MaxPageBytes || !utf8.ValidString(text) || p.PageBytes != len(text) {
 			t.Fatalf("page %d: error %v, %d bytes, valid UTF-8 %v, %+v", page, res.IsError, len(text), utf8.ValidString(text), p)
 		}
-		if p.ContentBytes != len(bigContent) || p.Page != page || p.Meta["type"] != "text/plain" {
+		if p.ContentBytes != jsonTextLen(bigContent) || p.Page != page || p.Meta["type"] != "text/plain" {
 			t.Fatalf("page %d: %+v", page, p)
 		}
 		got.WriteString(text)
@@ -559,10 +570,10 @@ func TestMCP_ResultOf16MiBReadInPages(t *testing.T) {
 			}
 			break
 		}
-		// A page before the last is full: as JSON encodes it, within a
-		// rune's escape (6 bytes) of the bound.
-		if enc, _ := json.Marshal(text); *p.NextPage != page+1 || len(enc)-2 < mcpserver.MaxPageBytes-6 || len(enc)-2 > mcpserver.MaxPageBytes {
-			t.Fatalf("page %d: next %d, %d bytes, %d as JSON: a page before the last is full", page, *p.NextPage, len(text), len(enc)-2)
+		// A page before the last is full: as JSON encodes it, within two
+		// escapes' moves (5 bytes each, pageStep) of the bound.
+		if n := jsonTextLen(text); *p.NextPage != page+1 || n < mcpserver.MaxPageBytes-10 || n > mcpserver.MaxPageBytes {
+			t.Fatalf("page %d: next %d, %d bytes, %d as JSON: a page before the last is full", page, *p.NextPage, len(text), jsonTextLen(text))
 		}
 	}
 	if got.String() != bigContent {
@@ -680,7 +691,7 @@ func TestMCP_NodeClient(t *testing.T) {
 // TestMCP_ResultPagesAtTheirEdges reads, over a real /mcp, results whose
 // size or runes fall on a page's edge: an empty result, one of exactly a
 // page, one a byte past it, a 4-byte rune straddling the edge, characters
-// JSON escapes (\u003c, six bytes each as a page counts them), and a rune
+// JSON escapes (\u0001, six bytes each as a page counts them), and a rune
 // just before an escape at the edge. Every page is at most 256 KiB of
 // valid UTF-8, the pages joined
 // are the result, next_page is absent on the last page only, and the page
@@ -690,6 +701,7 @@ func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
 	b := setup(t, engine.Config{})
 	cs, _ := b.connect(t, "alice-key")
 	const P = mcpserver.MaxPageBytes
+	const S = P - 5 // the step between two pages' offsets: a page's start may move back 5 bytes
 	for _, tc := range []struct {
 		name    string
 		content string
@@ -697,17 +709,21 @@ func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
 	}{
 		{"empty", "", 1},
 		{"one byte", "x", 1},
-		{"exactly a page", strings.Repeat("a", P), 1},
-		{"a byte past a page", strings.Repeat("a", P+1), 2},
-		{"an emoji across the edge", strings.Repeat("a", P-1) + "😀b", 2},
-		{"an emoji ending the page", strings.Repeat("a", P-4) + "😀", 1},
-		// A '<' is 6 bytes as JSON (\u003c): a page holds P/6 of them.
-		{"escaped characters filling a page", strings.Repeat("<", P/6), 1},
-		{"escaped characters past a page", strings.Repeat("<", P/6+1), 2},
-		{"escaped characters of many pages", strings.Repeat("<", P+1), (P + 1 + P/6 - 1) / (P / 6)},
-		{"a rune then an escape at the edge", strings.Repeat("a", P-3) + "é\n" + "tail", 2},
-		{"two-byte runes only", strings.Repeat("é", P/2+1), 2},
-		{"U+2028 across the edge", strings.Repeat("a", P-1) + "\u2028", 2},
+		{"exactly a page", strings.Repeat("a", S), 1},
+		{"a byte past a page", strings.Repeat("a", S+1), 2},
+		{"an emoji across the edge", strings.Repeat("a", S-1) + "😀b", 2},
+		{"an emoji ending the page", strings.Repeat("a", S-4) + "😀", 1},
+		// A control character is 6 bytes as JSON (\u0001): a page holds
+		// S/6 of them. A '<' is one (no JSON siftbatch writes escapes HTML).
+		{"escaped characters filling a page", strings.Repeat("\x01", S/6), 1},
+		{"escaped characters past a page", strings.Repeat("\x01", S/6+1), 2},
+		{"escaped characters of many pages", strings.Repeat("\x01", P+1), (6*(P+1) + S - 1) / S},
+		{"an escape across the edge", strings.Repeat("a", S-2) + "\x01" + "b", 2},
+		{"quotes across the edge", strings.Repeat("a", S-1) + `""`, 2},
+		{"HTML characters are a byte", strings.Repeat("<", S), 1},
+		{"a rune then an escape at the edge", strings.Repeat("a", S-3) + "é\n" + "tail", 2},
+		{"two-byte runes only", strings.Repeat("é", S/2+1), 2},
+		{"U+2028 across the edge", strings.Repeat("a", S-1) + "\u2028", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := b.url("/content/" + strings.ReplaceAll(tc.name, " ", "-"))
@@ -724,7 +740,7 @@ func TestMCP_ResultPagesAtTheirEdges(t *testing.T) {
 				var p mcpserver.ResultPage
 				res := call(t, cs, "batch_result", map[string]any{"id": sub.ID, "idx": 0, "page": page}, &p)
 				text := textOf(res)
-				if res.IsError || len(text) > P || !utf8.ValidString(text) || p.PageBytes != len(text) || p.Pages != tc.pages || p.ContentBytes != len(tc.content) {
+				if res.IsError || len(text) > P || !utf8.ValidString(text) || p.PageBytes != len(text) || p.Pages != tc.pages || p.ContentBytes != jsonTextLen(tc.content) {
 					t.Fatalf("page %d: error %v %q…, %d bytes, valid %v, %+v; want %d pages", page, res.IsError, text[:min(len(text), 80)], len(text), utf8.ValidString(text), p, tc.pages)
 				}
 				got.WriteString(text)

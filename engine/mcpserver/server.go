@@ -63,12 +63,13 @@ type Options struct {
 	// progress (a ?wait= of this length), to send a progress
 	// notification when targets have landed; default [DefaultPollEvery].
 	PollEvery time.Duration
-	// PageBytes is batch_result's page size; default and cap
-	// [MaxPageBytes].
+	// PageBytes is batch_result's page size, in bytes of the content's
+	// JSON text; default and cap [MaxPageBytes], at least 16.
 	PageBytes int
 	// MaxCallsPerCaller caps, for [NewHandler], the tool calls of one
 	// caller (API key) that run at once: past it a call is answered 429
-	// with Retry-After before it runs. Default
+	// with Retry-After before it runs; for [ServeStdio], the tool calls
+	// in flight until their answers are written. Default
 	// [DefaultMaxCallsPerCaller] (8).
 	MaxCallsPerCaller int
 	// Answers, for [NewHandler], is the callers' answer budget that the
@@ -101,6 +102,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.PageBytes == 0 || o.PageBytes > MaxPageBytes {
 		o.PageBytes = MaxPageBytes
 	}
+	o.PageBytes = max(o.PageBytes, minPageBytes)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -288,7 +290,11 @@ func writeHTTPError(w http.ResponseWriter, code int, msg, hint string) {
 // overall timeout (a batch_wait long-polls). A baseURL or key the API's
 // Go client refuses (user info, a query or a fragment in the URL; a space
 // or a control character in the key) is refused at once, with the
-// client's error: no tool call could be made with it.
+// client's error: no tool call could be made with it. Its one caller is
+// bounded as one caller of [NewHandler] is: a JSON-RPC batch is refused,
+// and at most o.MaxCallsPerCaller tool calls are in flight until their
+// answers are written to out (past it a call is answered at once with a
+// tool error, 429, retry after 5 seconds).
 func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io.ReadCloser, out io.WriteCloser, o Options) error {
 	if key == "" {
 		return ErrNoKey
@@ -309,7 +315,9 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	}
 	t := &tools{b: &backend{hc: hc, base: strings.TrimRight(u.String(), "/")},
 		key: func(*mcp.CallToolRequest) (string, bool) { return key, true }, o: o}
-	err = t.server().Run(ctx, &mcp.IOTransport{Reader: in, Writer: &unescapeCloser{u: unescaper{w: out}, out: out}})
+	w := &lockedWriter{w: &unescapeCloser{u: unescaper{w: out}, out: out}}
+	tr := boundedTransport{Transport: &mcp.IOTransport{Reader: newNoBatches(in, w), Writer: w}, max: o.MaxCallsPerCaller}
+	err = t.server().Run(ctx, tr)
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || ctx.Err() != nil) {
 		return nil
 	}
@@ -353,8 +361,8 @@ const (
 		"as batch_status does. Sends a progress notification (progress = targets_done, total = targets_total) " +
 		"each time targets land, when the call carries a progress token. If the job is still queued or " +
 		"running when it answers, call it again."
-	descResult = "One target's result: its content, one page at a time (pages of at most 256 KiB, cut " +
-		"between characters), and its meta. page counts from 0; the answer says pages (how many) and " +
+	descResult = "One target's result: its content, one page at a time (pages of at most 256 KiB of the " +
+		"content as JSON text, cut between characters), and its meta. page counts from 0; the answer says pages (how many) and " +
 		"next_page (absent on the last page): call again with next_page to read on. A failed target " +
 		"has no content but an error and a hint."
 	descList = "Your jobs, newest first, as summaries. status filters: live, queued, running, done, " +
@@ -442,7 +450,7 @@ type ResultPage struct {
 	Page         int            `json:"page" jsonschema:"this page, from 0"`
 	Pages        int            `json:"pages" jsonschema:"how many pages the content has"`
 	NextPage     *int           `json:"next_page,omitempty" jsonschema:"the page to ask for next; absent on the last"`
-	ContentBytes int            `json:"content_bytes" jsonschema:"the whole content's size in bytes"`
+	ContentBytes int            `json:"content_bytes" jsonschema:"the whole content's size as JSON text, in bytes (its bytes, each character JSON escapes counted as its escape)"`
 	PageBytes    int            `json:"page_bytes" jsonschema:"this page's size in bytes"`
 }
 
@@ -619,24 +627,25 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 		if in.Idx < 0 || in.Page < 0 {
 			return &APIError{Status: http.StatusBadRequest, Message: "bad idx or page", Hint: "give idx and page as whole numbers from 0"}
 		}
-		resp, err := t.b.do(ctx, key, http.MethodGet, p+"/"+strconv.Itoa(in.Idx), nil, nil)
+		size := t.o.PageBytes
+		resp, err := t.b.do(ctx, key, http.MethodGet, p+"/"+strconv.Itoa(in.Idx)+pageQuery(in.Page, size), nil, nil)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
-		tp, err := readTargetPage(resp.Body, in.Page, t.o.PageBytes)
+		tp, err := readTargetPage(resp.Body, size)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		out = ResultPage{Idx: tp.Idx, URL: tp.URL, Status: tp.Status, Error: tp.Error, Hint: tp.Hint,
-			Page: in.Page, Pages: tp.Pages, ContentBytes: tp.ContentBytes, PageBytes: len(tp.Content)}
-		if len(tp.Meta) > 0 && string(tp.Meta) != "null" {
-			if err := json.Unmarshal(tp.Meta, &out.Meta); err != nil {
-				return fmt.Errorf("%w: meta: %v", ErrUnavailable, err)
+		out = ResultPage{Idx: tp.Idx, URL: tp.URL, Status: tp.Status, Error: tp.Error, Hint: tp.Hint, Page: in.Page}
+		if res := tp.Result; res != nil {
+			out.Pages, out.ContentBytes, out.PageBytes = pagesOf(res.Range.Total, size), int(res.Range.Total), len(res.Content)
+			text = res.Content
+			if len(res.Meta) > 0 && string(res.Meta) != "null" {
+				if err := json.Unmarshal(res.Meta, &out.Meta); err != nil {
+					return fmt.Errorf("%w: meta: %v", ErrUnavailable, err)
+				}
 			}
-		}
-		if !tp.HasResult {
-			out.Pages = 0
 		}
 		if in.Page > 0 && in.Page >= out.Pages {
 			return &APIError{Status: http.StatusNotFound, Message: "page not found",
@@ -646,7 +655,6 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 			next := in.Page + 1
 			out.NextPage = &next
 		}
-		text = tp.Content
 		return nil
 	})
 	if err != nil {

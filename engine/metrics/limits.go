@@ -75,3 +75,34 @@ func Conns(c ConnCounters) prometheus.Collector {
 		}, func() float64 { return float64(c.Open()) }),
 	}
 }
+
+// ReadCounters is what the read scheduler counts:
+// github.com/sift/batch/engine/httpapi's Handler has them.
+type ReadCounters interface {
+	// ReadCounts is how many reads waited for their turn and how many
+	// were refused (their caller's queue full), and how many wait now.
+	ReadCounts() (queued, refused int64, waiting int)
+}
+
+// Reads returns the collector of the read scheduler's counters, read at
+// each scrape:
+//
+//	siftbatch_reads_queued_total   reads that waited for their turn (every place taken, or other reads waiting)
+//	siftbatch_reads_refused_total  reads answered 429 "reads queued": their caller had its bound of reads waiting (--max-queued-reads)
+//	siftbatch_reads_waiting        reads waiting for their turn now
+func Reads(c ReadCounters) prometheus.Collector {
+	return multiCollector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "siftbatch_reads_queued_total",
+			Help: "Reads (API, MCP, dashboard) that waited for their turn: every place was taken, or other reads waited.",
+		}, func() float64 { q, _, _ := c.ReadCounts(); return float64(q) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "siftbatch_reads_refused_total",
+			Help: "Reads answered 429 \"reads queued\": their caller had its bound of reads waiting (--max-queued-reads).",
+		}, func() float64 { _, r, _ := c.ReadCounts(); return float64(r) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "siftbatch_reads_waiting",
+			Help: "Reads waiting for their turn now.",
+		}, func() float64 { _, _, w := c.ReadCounts(); return float64(w) }),
+	}
+}

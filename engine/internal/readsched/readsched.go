@@ -35,6 +35,8 @@ type Scheduler struct {
 	maxQueued int
 
 	mu     sync.Mutex
+	queued int64                   // reads that waited for a place (Counts)
+	full   int64                   // reads refused, their caller's queue full (Counts)
 	busy   int                     // places taken
 	queues map[string]*callerQueue // callers with reads waiting; an entry is deleted once empty
 	ring   list.List               // of *callerQueue: the callers that wait, the next to be served first
@@ -78,9 +80,11 @@ func (s *Scheduler) Acquire(ctx context.Context, caller string, must bool) error
 	}
 	q := s.queues[caller]
 	if q != nil && !must && q.waiting.Len() >= s.maxQueued {
+		s.full++
 		s.mu.Unlock()
 		return ErrQueueFull
 	}
+	s.queued++
 	if q == nil {
 		q = &callerQueue{caller: caller}
 		s.queues[caller] = q
@@ -152,6 +156,18 @@ func (s *Scheduler) Waiting(caller string) int {
 		return q.waiting.Len()
 	}
 	return 0
+}
+
+// Counts returns how many reads had to wait for a place (queued), how
+// many were refused with [ErrQueueFull] (refused), both since New, and
+// how many wait now (waiting).
+func (s *Scheduler) Counts() (queued, refused int64, waiting int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for e := s.ring.Front(); e != nil; e = e.Next() {
+		waiting += e.Value.(*callerQueue).waiting.Len()
+	}
+	return s.queued, s.full, waiting
 }
 
 // dispatch gives free places to the reads waiting, one per caller in

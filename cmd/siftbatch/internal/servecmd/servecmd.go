@@ -363,6 +363,7 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 		_ = store.Close()
 		return nil, err
 	}
+	reg.MustRegister(metrics.Reads(api))
 	// The MCP tools call the API in process: their reads take its turns,
 	// and their answers count in its answer budget.
 	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{MaxCallsPerCaller: f.MaxMCPCalls, Answers: api, Log: log})
