@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -33,32 +34,72 @@ func (r *Runner) Job(id string) (Job, bool) {
 	return toJob(&rec), true
 }
 
+// Lookup returns a job's summary as [Runner.Job] does, or why it cannot:
+// an error wrapping [ErrNotFound] for an unknown or expired id, and one
+// wrapping [ErrUnavailable] (with [ErrDiskFull] on a full disk) while the
+// store cannot read (down after a failed sync): a job the store cannot
+// read now is never answered as gone. It costs what [Runner.Job] does.
+// Safe for concurrent use.
+func (r *Runner) Lookup(id string) (Job, error) {
+	rec, _, err := r.rowErr(id)
+	if err != nil {
+		return Job{}, err
+	}
+	return toJob(&rec), nil
+}
+
 // row reads a job's row, with what its actor has published over it.
 func (r *Runner) row(id string) (persistence.JobRecord, *actors.Snapshot, bool) {
+	rec, snap, err := r.rowErr(id)
+	return rec, snap, err == nil
+}
+
+// rowErr is row with the reason of a miss: ErrNotFound, or a store that
+// cannot read (unavailable).
+func (r *Runner) rowErr(id string) (persistence.JobRecord, *actors.Snapshot, error) {
 	rec, err := r.store.Row(id)
 	if err != nil {
 		r.readFailed("read job", id, err)
-		return rec, nil, false
+		err = unavailable(err)
+		if v := r.views.Get(id); v != nil && errors.Is(err, ErrUnavailable) {
+			// A live job's actor holds it: serve what it published.
+			if s := v.Load(); !r.snapExpired(v, s) {
+				return s.Job, s, nil
+			}
+		}
+		return rec, nil, err
 	}
 	if v := r.views.Get(id); v != nil {
 		s := v.Load()
 		if r.snapExpired(v, s, rec.Lease) {
-			return rec, nil, false
+			return rec, nil, ErrNotFound
 		}
-		return s.Job, s, true
+		return s.Job, s, nil
 	}
 	if !rec.Settled {
 		// No actor owns it: its last write failed before the runner
 		// stopped. Its progress is in its outcome rows.
 		if rec, err = r.store.Job(id); err != nil {
 			r.readFailed("read job", id, err)
-			return rec, nil, false
+			return rec, nil, unavailable(err)
 		}
 	}
 	if r.expired(&rec) {
-		return rec, nil, false
+		return rec, nil, ErrNotFound
 	}
-	return rec, nil, true
+	return rec, nil, nil
+}
+
+// unavailable is the runner's answer to a failed store read: ErrUnavailable
+// (naming a full disk) when the store could not read, ErrNotFound otherwise.
+func unavailable(err error) error {
+	switch {
+	case errors.Is(err, persistence.ErrUnavailable) && errors.Is(err, persistence.ErrDiskFull):
+		return fmt.Errorf("read job: %w: %w", ErrUnavailable, ErrDiskFull)
+	case errors.Is(err, persistence.ErrUnavailable):
+		return fmt.Errorf("read job: %w: disk error", ErrUnavailable)
+	}
+	return ErrNotFound
 }
 
 // expired reports a settled job past its lease + TTL: gone, swept or not.
@@ -388,7 +429,8 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 		defer r.waitEnd(id)
 	}
 	for {
-		j, ok := r.Job(id)
+		j, err := r.Lookup(id)
+		ok := err == nil
 		switch {
 		case r.isClosed():
 			// The runner is stopping or stopped (asked before !ok: a
@@ -402,7 +444,7 @@ func (r *Runner) Wait(ctx context.Context, id string) (Job, error) {
 			}
 			return r.lastJob(id), ErrClosed
 		case !ok:
-			return Job{}, ErrNotFound
+			return Job{}, err
 		case !IsLive(j.Status):
 			return j, nil
 		}

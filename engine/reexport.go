@@ -147,6 +147,11 @@ var (
 	// ErrNotFound is returned by [Runner.Wait] for an id that is not stored,
 	// or whose job has expired.
 	ErrNotFound = batchtype.ErrNotFound
+	// ErrUnavailable is wrapped by [Runner.Lookup] and [Runner.Wait] when
+	// the store cannot read now (down after a failed sync, or a full
+	// disk): the job may exist; ask again later. Never answer it as not
+	// found.
+	ErrUnavailable = batchtype.ErrUnavailable
 	// ErrNoAdmission is wrapped by [Runner.Submit] when its Config's
 	// Admission could not decide (a cluster whose caller's grain could not
 	// be reached in time): nothing was created; submit again later.

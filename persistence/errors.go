@@ -66,6 +66,10 @@ var (
 	// ErrDiskReserve is returned by [Store.WatchDisk] for a reserve as large
 	// as the store's whole file system. It is [batchtype.ErrDiskReserve].
 	ErrDiskReserve = batchtype.ErrDiskReserve
+	// ErrUnavailable is wrapped by a read (and a write) of a store whose
+	// Badger is down: it did not open again after a failed sync
+	// (reopen.go). It is [batchtype.ErrUnavailable].
+	ErrUnavailable = batchtype.ErrUnavailable
 )
 
 // errTruncateNeeded is Badger's refusal, read-only, of a memtable log with
@@ -78,7 +82,7 @@ func convert(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrClosed), errors.Is(err, ErrTooLarge),
-		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags), errors.Is(err, ErrNotSynced), errors.Is(err, ErrDiskFull):
+		errors.Is(err, ErrReadOnly), errors.Is(err, ErrTooManyNodeTags), errors.Is(err, ErrNotSynced), errors.Is(err, ErrDiskFull), errors.Is(err, ErrUnavailable):
 		return fmt.Errorf("%s: %w", op, err)
 	case isDiskFull(err):
 		return fmt.Errorf("%s: %w", op, ErrDiskFull)

@@ -64,7 +64,7 @@ func (s *Store) retryOpenLocked(op string) error {
 		if s.roFull {
 			return fmt.Errorf("%s: %w: the store is open read-only on a full disk", op, ErrDiskFull)
 		}
-		return fmt.Errorf("%s: %w", op, errDown)
+		return fmt.Errorf("%s: %w", op, s.downErr())
 	}
 	if s.roFull {
 		if err := s.gate(op); err != nil {

@@ -36,7 +36,7 @@ func (s *Store) view(op string, fn func(txn *badger.Txn) error) error {
 			if g := s.reads.enter(); g == gateOpen {
 				break
 			} else if g == gateClosed || time.Now().After(end) {
-				return fmt.Errorf("%s: %w", op, errDown)
+				return fmt.Errorf("%s: %w", op, s.downErr())
 			}
 		}
 	}

@@ -58,12 +58,37 @@ const (
 )
 
 // errDown is why a store whose Badger did not open again refuses.
-var errDown = fmt.Errorf("%w: the store is reopening after a disk error", ErrNotSynced)
+var errDown = fmt.Errorf("%w: disk error: %w: the store is reopening", ErrUnavailable, ErrNotSynced)
+
+// errDownFull is errDown when Badger could open neither for writing nor
+// read-only for want of space (a memtable log a crash left to replay, on a
+// full disk: fullopen.go).
+var errDownFull = fmt.Errorf("%w: %w: the store cannot open on a full disk", ErrUnavailable, ErrDiskFull)
+
+// downErr is why the store refuses while Badger is down.
+func (s *Store) downErr() error {
+	if s.downFull.Load() {
+		return errDownFull
+	}
+	return errDown
+}
 
 // Reopens returns how many times the store has closed and opened Badger
 // again after a failed sync (see the top of reopen.go). Safe for
 // concurrent use.
 func (s *Store) Reopens() int64 { return s.reopens.Load() }
+
+// SetOpenFault makes each reopen of Badger after a failed sync fail with
+// the error fault returns, while fault is set and returns non-nil: the
+// store stays down (see the top of reopen.go). A nil fault clears it. It
+// stands in for a disk that still fails (tests). Safe to call at any time.
+func (s *Store) SetOpenFault(fault func() error) {
+	if fault == nil {
+		s.openFault.Store(nil)
+		return
+	}
+	s.openFault.Store(&fault)
+}
 
 // syncFailedLocked notes a failed sync: Badger is reopened before the
 // store's next write (openLocked). s.mu is held.
@@ -119,14 +144,22 @@ func (s *Store) reopenLocked() error {
 		}
 		s.levels = nil
 	}
+	if f := s.openFault.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			s.downFull.Store(isDiskFull(err))
+			return fmt.Errorf("%w: %s", s.downErr(), firstLine(err.Error()))
+		}
+	}
 	var rec Recovery
 	if err := prepareDir(s.dir, &rec); err != nil {
 		return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
 	}
 	db, err := s.openWritable(&rec)
 	if db == nil {
-		return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
+		s.downFull.Store(isDiskFull(err))
+		return fmt.Errorf("%w: %s", s.downErr(), firstLine(err.Error()))
 	}
+	s.downFull.Store(false)
 	full := err // read-only on a full disk (fullopen.go)
 	f, err := newestLogs(s.dir)
 	if err != nil {

@@ -137,6 +137,8 @@ type Store struct {
 	durable   atomic.Bool
 	syncs     atomic.Int64
 	syncFault atomic.Pointer[func() error]
+	openFault atomic.Pointer[func() error] // SetOpenFault
+	downFull  atomic.Bool                  // Badger down for want of space (downErr)
 	// writeErrors and writeRetries count the writes that failed for a
 	// reason of the disk, and the owner writes held to be retried
 	// (counters.go).

@@ -52,4 +52,9 @@ var (
 	// is as large as the store's whole file system: it could never be
 	// kept, and every submit would answer ErrDiskFull for ever.
 	ErrDiskReserve = errors.New("disk reserve not smaller than the store's file system")
+	// ErrUnavailable is wrapped by engine.Runner.Lookup and engine.Runner.Wait
+	// when the store cannot read now (Badger down after a failed sync that
+	// it could not reopen from): the job may well exist; ask again later.
+	// The error wraps ErrDiskFull too when the disk is full.
+	ErrUnavailable = errors.New("store unavailable")
 )

@@ -89,6 +89,9 @@ var named = []struct {
 	{http.StatusServiceUnavailable, "shutting down", batchtype.ErrClosed},
 	{http.StatusServiceUnavailable, batchtype.ErrNoAdmission.Error(), batchtype.ErrNoAdmission},
 	{http.StatusUnprocessableEntity, batchtype.ErrIdempotencyMismatch.Error(), batchtype.ErrIdempotencyMismatch},
+	{http.StatusServiceUnavailable, "store unavailable: disk error", batchtype.ErrUnavailable},
+	{http.StatusServiceUnavailable, "store unavailable: disk full", batchtype.ErrUnavailable},
+	{http.StatusServiceUnavailable, "store unavailable: disk full", batchtype.ErrDiskFull},
 }
 
 // Is reports whether target is the sentinel of e's status class, or the

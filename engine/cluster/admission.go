@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -58,6 +59,7 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 	msg := &clusterpb.Admit{Caller: caller, Key: key, Id: id, Cap: int32(a.life.run.jobsPerCaller), Body: body}
 	deadline := time.Now().Add(admitBudget)
 	var changed <-chan struct{} // closed at the next change of the members after the last attempt began
+	var cause error             // why the last answered attempt did not decide, if the grain said
 	for attempt := range admitAttempts {
 		if attempt > 0 {
 			// The pause ends early when the members change (one has said
@@ -97,7 +99,10 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 		if !ok {
 			continue
 		}
+		cause = nil
 		switch adm.Verdict {
+		case clusterpb.Verdict_VERDICT_UNANSWERED:
+			cause = errReuseUnanswered
 		case clusterpb.Verdict_VERDICT_BUSY:
 			return "", engine.ErrCallerBusy
 		case clusterpb.Verdict_VERDICT_REUSE:
@@ -119,8 +124,11 @@ func (a *admitter) Admit(ctx context.Context, caller, key, body, id string) (str
 			a.settle(caller, id, "")
 		}
 	}
-	a.log.Warn("admission unavailable", slog.String(logKeyJobID, id))
+	a.log.Warn("admission unavailable", slog.String(logKeyJobID, id), slog.Bool("reuse_unanswered", cause != nil))
 	a.giveUp(caller, id)
+	if cause != nil {
+		return "", fmt.Errorf("%w: %w", engine.ErrNoAdmission, cause)
+	}
 	return "", engine.ErrNoAdmission
 }
 
@@ -276,30 +284,50 @@ func (a *admitter) callerJobs(ctx context.Context, m *pacluster.Member, caller s
 	return reply, nil
 }
 
+// errReuseUnanswered is reusable's error when the node that holds the job
+// did not answer (not known now, or not in time): whether the job may be
+// reused is not known, and the grain decides nothing on it.
+var errReuseUnanswered = errors.New("the node that holds the job of this Idempotency-Key did not answer whether it may be reused; no second job was created")
+
 // reusable asks the node that holds job id whether a resubmit may reuse
-// it: false if that node is not a member. With wantBody, it asks for the
-// hash of the job's targets too: body is "" if the node could not tell it.
-func (a *admitter) reusable(caller, key, id string, wantBody bool) (ok bool, body string) {
+// it. With wantBody, it asks for the hash of the job's targets too: body
+// is "" if the node could not tell it. ok is false, with a nil error, only
+// on an answer: the id is not a job id, no node this one ever met has its
+// tag, or its node says no. The error is errReuseUnanswered when its node
+// did not answer (it is not known now, or its answer did not come within
+// half the Timeout: a node restarting, say): the grain asks the submit again
+// rather than create a second job for the key.
+func (a *admitter) reusable(caller, key, id string, wantBody bool) (ok bool, body string, err error) {
 	tag, ok := idTag(id)
 	if !ok {
-		return false, ""
+		return false, "", nil
 	}
 	if tag == a.tag {
-		return reusableHere(a.life.run.runner, &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody})
+		ok, body := reusableHere(a.life.run.runner, &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody})
+		return ok, body, nil
 	}
-	m, _ := a.members.holder(tag)
+	m, known := a.members.holder(tag)
 	if m == nil {
-		return false, ""
+		if known {
+			return false, "", errReuseUnanswered
+		}
+		return false, "", nil
 	}
-	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody}, a.timeout, nil)
+	// Half the Timeout: the grain asks within an Admit that its asking
+	// node waits for at most the Timeout; a check as long as that would
+	// end when the asker has stopped listening, and its cause be lost.
+	res, err := a.fwd.request(context.Background(), a.life.system(), actor.NewPID(m.Address(), nodeActor), &clusterpb.ReusableRequest{Caller: caller, Key: key, Id: id, WantBody: wantBody}, a.timeout/2, nil)
 	if err != nil {
-		return false, ""
+		return false, "", errReuseUnanswered
 	}
 	reply, ok := res.(*clusterpb.ReusableReply)
-	if !ok || !reply.Reusable {
-		return false, ""
+	if !ok {
+		return false, "", errReuseUnanswered
 	}
-	return true, reply.Body
+	if !reply.Reusable {
+		return false, "", nil
+	}
+	return true, reply.Body, nil
 }
 
 // reusableHere answers a ReusableRequest from this node's runner: whether

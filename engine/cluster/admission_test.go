@@ -36,6 +36,7 @@ type capWatch struct {
 	live       map[string]map[string]bool // caller → ids admitted, not ended
 	admissions int
 	retries    int // submits asked again: their key bound to a job of another body
+	unanswered int // submits asked again: their key's job's node did not answer the reuse check
 	violations []string
 }
 
@@ -85,6 +86,8 @@ func observe(event, caller, id string, limit int) {
 		delete(w.live[caller], id)
 	case "retry":
 		w.retries++
+	case "unanswered":
+		w.unanswered++
 	}
 }
 
@@ -823,25 +826,8 @@ func TestAdmission_ConcurrentFirstSubmitsMakeOneJob(t *testing.T) {
 // header idem, and returns the answer's status, id and body. It never
 // fails the test: a transport error is status 0.
 func submitIdem(n *node, key, idem string, urls ...string) (code int, id string, body []byte) {
-	ts := make([]string, len(urls))
-	for i, u := range urls {
-		ts[i] = fmt.Sprintf(`{"url":%q}`, u)
-	}
-	req, err := http.NewRequest("POST", n.Srv.URL+"/v1/batch", strings.NewReader(`{"targets":[`+strings.Join(ts, ",")+`]}`))
-	if err != nil {
-		return 0, "", nil
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Idempotency-Key", idem)
-	res, err := n.Srv.Client().Do(req)
-	if err != nil {
-		return 0, "", nil
-	}
-	defer res.Body.Close()
-	body, _ = io.ReadAll(res.Body)
-	var out struct{ ID string }
-	_ = json.Unmarshal(body, &out)
-	return res.StatusCode, out.ID, body
+	code, id, _, body = submitIdemFull(n, key, idem, urls...)
+	return code, id, body
 }
 
 // submitIdemUntil is submitIdem until the answer is neither 429 nor 503 (a
@@ -1272,4 +1258,118 @@ func TestAdmission_IdempotencyKeyFreeAfterTTLAcrossNodes(t *testing.T) {
 		}
 	}
 	w.check(t)
+}
+
+// silences are the gates that hold the reuse checks of the callers of a
+// watch (by its prefix) until they open; silencing installs the package's
+// reuse-check hook, once: it stays for the process.
+var (
+	silences  sync.Map
+	silencing sync.Once
+)
+
+// silence holds every reuse check a node answers for w's callers (the
+// node that holds a job playing dead, as a restarting one does) until the
+// returned gate opens; it opens when the test ends, too.
+func silence(t *testing.T, w *capWatch) *testkit.Gate {
+	silencing.Do(func() {
+		cluster.SetReusableAnswering(func(caller string) {
+			if p, _, ok := strings.Cut(caller, "-"); ok {
+				if g, ok := silences.Load(p + "-"); ok {
+					_ = g.(*testkit.Gate).Wait(context.Background())
+				}
+			}
+		})
+	})
+	g := testkit.NewGate()
+	silences.Store(w.prefix, g)
+	t.Cleanup(func() { silences.Delete(w.prefix); g.Open() })
+	return g
+}
+
+// TestAdmission_IdempotencyKeyNeverTwoJobsWhenItsNodeIsSilent: a resubmit
+// of an Idempotency-Key whose job's node does not answer the grain's reuse
+// check in time (a node restarting) creates no second job: it answers 503
+// with Retry-After, naming that cause, or (the grain on the job's own node)
+// the job; once the node answers, the resubmit returns the job on every
+// node.
+func TestAdmission_IdempotencyKeyNeverTwoJobsWhenItsNodeIsSilent(t *testing.T) {
+	t.Parallel()
+	w := watchCaps(t)
+	tc := clustertest.Start(t, clustertest.Options{Keys: w.keys(clustertest.Keys), Fetch: clustertest.Fetch(nil),
+		Config: engine.Config{JobsPerCaller: 8, JobsTotal: 64, Workers: 8}}, "a", "b")
+	a, b := tc.Node("a"), tc.Node("b")
+	const x = "https://example.com/x"
+
+	// One done job on each node: the caller's grain lives on one of them,
+	// and checks the other's job by asking its node. (A live job is never
+	// admitted twice: the grain counts it.)
+	jobs := map[string]string{}
+	for key, n := range map[string]*node{"k-a": a, "k-b": b} {
+		code, id, body := submitIdemUntil(t, n, "alice-key", key, x)
+		if code != http.StatusAccepted || id == "" {
+			t.Fatalf("first submit with key %s on %s: %d %s", key, n.Name, code, body)
+		}
+		n.WaitDone(t, id)
+		jobs[key] = id
+	}
+	testkit.WaitFor(t, "the grain has heard both jobs ended", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.live[w.caller("alice")]) == 0
+	})
+
+	quiet := silence(t, w)
+	for key, n := range map[string]*node{"k-a": b, "k-b": a} { // each on the other node
+		code, id, retryAfter, body := submitIdemFull(n, "alice-key", key, x)
+		switch {
+		case code == http.StatusAccepted && id == jobs[key]:
+			// the grain is on the job's node: it needed no answer
+		case code == http.StatusServiceUnavailable:
+			if retryAfter == "" || !strings.Contains(string(body), "did not answer whether it may be reused") {
+				t.Errorf("resubmit of %s on %s while its job's node is silent: 503 Retry-After %q %s, want Retry-After and the cause", key, n.Name, retryAfter, body)
+			}
+		default:
+			t.Errorf("resubmit of %s on %s while its job's node is silent: %d %s %s, want 503 or the job %s, never a second job", key, n.Name, code, id, body, jobs[key])
+		}
+	}
+	w.mu.Lock()
+	unanswered := w.unanswered
+	w.mu.Unlock()
+	if unanswered == 0 {
+		t.Fatal("no reuse check went unanswered: the test does not test what it says")
+	}
+
+	quiet.Open()
+	for _, n := range []*node{a, b} {
+		for key, want := range jobs {
+			if code, id, body := submitIdemUntil(t, n, "alice-key", key, x); code != http.StatusAccepted || id != want {
+				t.Fatalf("resubmit of %s on %s once its node answers: %d %s, want the job %s", key, n.Name, code, body, want)
+			}
+		}
+	}
+	w.check(t)
+}
+
+// submitIdemFull is submitIdem, with the answer's Retry-After.
+func submitIdemFull(n *node, key, idem string, urls ...string) (code int, id, retryAfter string, body []byte) {
+	ts := make([]string, len(urls))
+	for i, u := range urls {
+		ts[i] = fmt.Sprintf(`{"url":%q}`, u)
+	}
+	req, err := http.NewRequest("POST", n.Srv.URL+"/v1/batch", strings.NewReader(`{"targets":[`+strings.Join(ts, ",")+`]}`))
+	if err != nil {
+		return 0, "", "", nil
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", idem)
+	res, err := n.Srv.Client().Do(req)
+	if err != nil {
+		return 0, "", "", nil
+	}
+	defer res.Body.Close()
+	body, _ = io.ReadAll(res.Body)
+	var out struct{ ID string }
+	_ = json.Unmarshal(body, &out)
+	return res.StatusCode, out.ID, res.Header.Get("Retry-After"), body
 }

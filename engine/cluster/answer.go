@@ -83,6 +83,7 @@ func (a *answerer) receive(ctx actor.Context) {
 	case *clusterpb.ReusableRequest:
 		sender := ctx.Sender()
 		a.life.goWork(func() {
+			reusableAnswering(m.Caller)
 			ok, body := reusableHere(a.life.run.runner, m)
 			a.send(sender, &clusterpb.ReusableReply{Reusable: ok, Body: body})
 		})

@@ -20,6 +20,15 @@ func SetObserver(fn func(event, caller, id string, cap int)) {
 	observeFn.Unlock()
 }
 
+// SetReusableAnswering sets the test-only function a node calls with the
+// caller of each reuse check it answers (another node's grain asking
+// whether a job may be reused), before it answers; nil removes it.
+func SetReusableAnswering(fn func(caller string)) {
+	reusableAnsweringFn.Lock()
+	reusableAnsweringFn.fn = fn
+	reusableAnsweringFn.Unlock()
+}
+
 // SetAttemptObserver sets the test-only observer that sees the longest
 // wait of each attempt of an admission; nil removes it.
 func SetAttemptObserver(fn func(wait time.Duration)) {

@@ -103,7 +103,16 @@ func (g *callerGrain) admit(ctx actor.Context, m *clusterpb.Admit) *clusterpb.Ad
 	if e, ok := g.reuse[m.Key]; ok {
 		id := e.id
 		wantBody := m.Body != "" && e.body == ""
-		if ok, body := g.a.reusable(m.Caller, m.Key, id, wantBody); ok {
+		ok, body, err := g.a.reusable(m.Caller, m.Key, id, wantBody)
+		if err != nil {
+			// Its node did not answer (restarting, say): the job may still
+			// be reusable. Asked again (the asking node backs off, then
+			// answers 503 with Retry-After naming the cause), never a
+			// second job.
+			observe("unanswered", m.Caller, m.Id, 0)
+			return &clusterpb.Admission{Verdict: clusterpb.Verdict_VERDICT_UNANSWERED}
+		}
+		if ok {
 			if wantBody && body != "" && validBody(body) {
 				e.body = body
 				g.reuse[m.Key] = e
@@ -245,5 +254,22 @@ func observe(event, caller, id string, cap int) {
 	observeFn.RUnlock()
 	if fn != nil {
 		fn(event, caller, id, cap)
+	}
+}
+
+// reusableAnsweringFn, set by tests only, is called with the caller of
+// each ReusableRequest a node answers, before it answers: a test holds it
+// to play a job's node that does not answer in time.
+var reusableAnsweringFn struct {
+	sync.RWMutex
+	fn func(caller string)
+}
+
+func reusableAnswering(caller string) {
+	reusableAnsweringFn.RLock()
+	fn := reusableAnsweringFn.fn
+	reusableAnsweringFn.RUnlock()
+	if fn != nil {
+		fn(caller)
 	}
 }

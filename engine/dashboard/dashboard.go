@@ -145,6 +145,7 @@ type runner interface {
 	FindJobs(caller, prefix string, limit int) ([]engine.Job, error)
 	Submit(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target) (string, bool, error)
 	Job(id string) (engine.Job, bool)
+	Lookup(id string) (engine.Job, error)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	Result(id string, idx int) (*engine.Result, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
@@ -518,7 +519,23 @@ func (h *Handler) nodeUnavailable(w http.ResponseWriter, r *http.Request, jr job
 		Msg: "This job is another node's, which cannot be read now (" + jr.err.Error() + "): try again in a while.", Back: Prefix})
 }
 
+// jobNotFound answers a job page that found no job of the caller's: 404,
+// unless the store cannot read now (engine.ErrUnavailable), when it is
+// 503 with Retry-After naming the cause: a job the store cannot read is
+// never shown as gone.
 func (h *Handler) jobNotFound(w http.ResponseWriter, r *http.Request) {
+	if id := r.PathValue("id"); id != "" {
+		if _, err := h.r.Lookup(id); errors.Is(err, engine.ErrUnavailable) {
+			cause := "a disk error"
+			if errors.Is(err, engine.ErrDiskFull) {
+				cause = "a full disk"
+			}
+			w.Header().Set("Retry-After", "5")
+			h.page(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Store unavailable",
+				Msg: "The server's store cannot read now (" + cause + "): the job is not lost; try again in a while.", Back: Prefix})
+			return
+		}
+	}
 	h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "Job not found", Msg: "No job of yours has this id. Jobs are deleted a while after they finish.", Back: Prefix})
 }
 

@@ -48,10 +48,12 @@ const (
 // at the top of main". A program that
 // calls it late, after main has started other work, runs that work again
 // in each filter process it starts, until the fetcher kills it: a filter
-// process that has not said it is ready within 2s is killed, and its
-// target fails "filters unavailable: the program does not call
-// fetcher.RunFilterChild at the top of main". It is not safe to call
-// concurrently; main calls it once.
+// process that writes anything else first on its standard output, or
+// ends before it said it is ready, is killed, and its target fails
+// "filters unavailable: the program does not call fetcher.RunFilterChild
+// at the top of main"; one only slow to say it is waited for (a silent one
+// for at most 30s, then killed, its target failed 503 as not started in
+// time). It is not safe to call concurrently; main calls it once.
 func RunFilterChild() {
 	if os.Getenv(filterChildEnv) == "" {
 		hookCalled.Store(true)

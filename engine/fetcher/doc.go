@@ -83,10 +83,14 @@
 // "filters unavailable: the program does not call fetcher.RunFilterChild
 // at the top of main" (the others are fetched as usual); one that makes
 // it late, after main has started its work, runs that work again in
-// each filter process, until the fetcher kills a process that has not
-// said it is ready within 2s (one starts in about 5 ms) and fails its
-// target "filters unavailable: the program does not call
-// fetcher.RunFilterChild at the top of main".
+// each filter process. The fetcher knows such a process by what it does,
+// never by how long it takes (a loaded machine only delays a process):
+// one that writes anything but the ready word on its standard output, or
+// ends before it said it, is killed and reaped, and its target fails
+// "filters unavailable: the program does not call fetcher.RunFilterChild
+// at the top of main". One that says nothing for 30s (one starts in about
+// 5 ms) is killed too, and its target fails 503 "filters unavailable: the
+// filter process did not start within 30s", to be submitted again.
 //
 // Outside Linux there is no hard memory or CPU limit (no cgroup, no
 // prlimit): only the deadline and the Go memory limit.

@@ -88,6 +88,9 @@ func (f *Fetcher) filterError(ctx context.Context, o engine.Options, err error) 
 	switch {
 	case errors.Is(err, errPoolClosed), errors.As(err, &end) && end.why == killClosed:
 		return &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: "fetch stopped", Hint: "the server stopped while this target was filtered; submit the job again"}
+	case errors.Is(err, errSlowStart):
+		return &engine.TargetError{Status: http.StatusServiceUnavailable, Msg: fmt.Sprintf("filters unavailable: the filter process did not start within %s", startTimeout),
+			Hint: "the server is too busy to start its filter process; submit the target again later"}
 	case errors.Is(err, errNotReady), errors.Is(err, errNoHook):
 		return &engine.TargetError{Status: http.StatusInternalServerError, Msg: "filters unavailable: the program does not call fetcher.RunFilterChild at the top of main",
 			Hint: "this server cannot run jq and grep: fetch without them, and tell its operator"}

@@ -25,11 +25,16 @@ const (
 	// to FilterTimeout (RLIMIT_CPU, set before each page): their process
 	// runs Go code on one thread, so the deadline comes first.
 	FilterCPU = 2 * time.Second
-	// readyTimeout is how long a new filter process may take to say it is
-	// ready: one starts in about 5 ms (23 ms under the race detector,
-	// BenchmarkFilterStart). Past it the process is killed: it is running
-	// the program's main, which did not call RunFilterChild first.
-	readyTimeout = 2 * time.Second
+	// startTimeout bounds how long a new filter process may take to say
+	// it is ready. One starts in about 5 ms (23 ms under the race
+	// detector, BenchmarkFilterStart), far longer on a loaded machine: a
+	// process that is only slow is waited for. Whether the program calls
+	// RunFilterChild first is never decided by this bound, but by what
+	// the process says (anything but the ready word on its output: the
+	// program's main runs) or by its end before it said it. Past it, the
+	// process is killed and the page answered "did not start in time",
+	// a busy server's 503: it guards against a process that hangs silent.
+	startTimeout = 30 * time.Second
 	// maxStderr caps the bytes of a dead filter process's standard error
 	// read to tell why it died.
 	maxStderr = 4 << 10
@@ -50,9 +55,19 @@ const (
 var (
 	// errPoolClosed is a filter asked for after [Fetcher.Close].
 	errPoolClosed = errors.New("fetcher closed")
-	// errNotReady is a new filter process that did not say it was ready
-	// within readyTimeout, or ended first, or said something else.
+	// errNotReady is a new filter process that ended before it said it
+	// was ready, or said something else first: the program's main ran in
+	// it (the program does not call RunFilterChild at the top of main).
 	errNotReady = errors.New("filter process not ready")
+	// errSlowStart is a new filter process that said nothing, and did not
+	// end, within startTimeout.
+	errSlowStart = errors.New("filter process did not start in time")
+	// errStartKilled is a new filter process killed by a signal the
+	// fetcher did not send before it said it was ready (out of memory).
+	errStartKilled = errors.New("filter process killed while it started")
+	// errStartEnded is readReady's error for a new filter process whose
+	// output ended before it said it was ready; start tells how it ended.
+	errStartEnded = errors.New("filter process ended before it was ready")
 	// errNoHook is a filter asked for in a program that has not called
 	// [RunFilterChild]: no filter process is started, since it would run
 	// the program's main.
@@ -367,15 +382,10 @@ func (p *filterPool) start(ctx context.Context) (*filterProc, error) {
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { c.kill(killCancel) })
-	_ = c.out.SetReadDeadline(time.Now().Add(readyTimeout))
-	var ready [len(magicReady)]byte
-	_, err = io.ReadFull(c.out, ready[:])
+	_ = c.out.SetReadDeadline(time.Now().Add(startTimeout))
+	err = readReady(c.out)
 	if !stop() {
 		err = context.Cause(ctx)
-	} else if err != nil || string(ready[:]) != magicReady {
-		// It ended, wrote something else, or said nothing in time: the
-		// program's main runs in it.
-		err = errNotReady
 	}
 	if err == nil && c.cgroup == nil {
 		err = limitAddressSpace(cmd.Process.Pid, p.memory)
@@ -386,9 +396,40 @@ func (p *filterPool) start(ctx context.Context) (*filterProc, error) {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
+		if errors.Is(err, errStartEnded) {
+			// It ended before it said it was ready: by its own exit, the
+			// program's main ran in it; by a signal (not ours: it had
+			// ended when we killed it), something else killed it.
+			err = errNotReady
+			if end.signal != 0 {
+				err = errStartKilled
+			}
+		}
 		return nil, fmt.Errorf("filter process did not start (exit code %d): %w", end.code, err)
 	}
 	return c, nil
+}
+
+// readReady reads a new filter process's first words from out, a byte at
+// a time: nil once they are the ready word; errNotReady as soon as a byte
+// differs from it (the program's main runs, and writes); errStartEnded at
+// the end of out (the process ended first); errSlowStart past out's
+// deadline, with nothing else said. How long the process takes never
+// makes it errNotReady: a loaded machine only delays its words.
+func readReady(out io.Reader) error {
+	var b [1]byte
+	for i := range len(magicReady) {
+		if _, err := io.ReadFull(out, b[:]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return errSlowStart
+			}
+			return errStartEnded
+		}
+		if b[0] != magicReady[i] {
+			return errNotReady
+		}
+	}
+	return nil
 }
 
 // close kills every process, idle or running a page (its fetch fails),

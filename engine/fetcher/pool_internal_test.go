@@ -248,3 +248,62 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	i := (len(s)*p + 99) / 100
 	return s[max(i-1, 0)]
 }
+
+// TestReadReady_KnowsAProgramByItsWordsNotItsSpeed: a new filter process's
+// first words decide: the ready word, however slowly it comes, is ready;
+// another byte first is the program's main (errNotReady); an end first is
+// errStartEnded; silence past the deadline is errSlowStart, never
+// errNotReady.
+func TestReadReady_KnowsAProgramByItsWordsNotItsSpeed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		words  []string // written one by one, each after the reader has taken the one before
+		close  bool     // the writer ends after its words
+		silent bool     // then says nothing, its reader's deadline past
+		want   error
+	}{
+		{name: "ready", words: []string{magicReady}},
+		{name: "ready a byte at a time", words: strings.Split(magicReady, "")},
+		{name: "main prints", words: []string{"main started\n"}, want: errNotReady},
+		{name: "main prints after the ready word's first byte", words: []string{magicReady[:1], "x"}, want: errNotReady},
+		{name: "ends at once", close: true, want: errStartEnded},
+		{name: "ends half way", words: []string{magicReady[:2]}, close: true, want: errStartEnded},
+		{name: "silent", silent: true, want: errSlowStart},
+		{name: "silent half way", words: []string{magicReady[:2]}, silent: true, want: errSlowStart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			defer w.Close()
+			done := make(chan error, 1)
+			if tc.silent {
+				// The deadline: past at once, once the words were read.
+				for _, word := range tc.words {
+					if _, err := w.WriteString(word); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_ = r.SetReadDeadline(time.Now())
+				done <- readReady(r)
+			} else {
+				go func() { done <- readReady(r) }()
+				for _, word := range tc.words {
+					if _, err := w.WriteString(word); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if tc.close {
+					w.Close()
+				}
+			}
+			if got := testkit.Recv(t, done); !errors.Is(got, tc.want) && got != tc.want {
+				t.Fatalf("readReady: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -36,7 +36,10 @@
 // with Retry-After (running jobs are held meanwhile, reads work). A
 // request without a body (Body nil, as a cluster forwards requests) is
 // never a submit: POST /v1/batch is 405, "submit to any node: POST is not
-// forwarded".
+// forwarded". A read of a job while the server's store cannot read
+// ([engine.ErrUnavailable]: down after a disk error, or on a full disk) is
+// 503 with Retry-After, "store unavailable: disk error" or "store
+// unavailable: disk full", never 404: the job is not gone.
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
 // "targets_failed", "created_at", "started_at", "ended_at", "duration_ms",

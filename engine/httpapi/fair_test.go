@@ -17,7 +17,7 @@ import (
 	"github.com/sift/batch/engine/metrics"
 )
 
-// gatedJobs is a runner whose Job, for the job gated, waits for a token
+// gatedJobs is a runner whose Lookup (the owner check), for the job gated, waits for a token
 // on proceed; every Job call's id is logged in order.
 type gatedJobs struct {
 	runner
@@ -28,7 +28,7 @@ type gatedJobs struct {
 	log     *[]string
 }
 
-func (g gatedJobs) Job(id string) (engine.Job, bool) {
+func (g gatedJobs) Lookup(id string) (engine.Job, error) {
 	g.mu.Lock()
 	*g.log = append(*g.log, id)
 	g.mu.Unlock()
@@ -36,7 +36,7 @@ func (g gatedJobs) Job(id string) (engine.Job, bool) {
 	if id == g.gated {
 		<-g.proceed
 	}
-	return g.runner.Job(id)
+	return g.runner.Lookup(id)
 }
 
 // TestAPI_ReadsFairByCaller: with one turn, a caller that floods reads

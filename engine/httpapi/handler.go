@@ -182,7 +182,7 @@ type Cluster interface {
 type runner interface {
 	SubmitWith(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target, opt engine.SubmitOptions) (string, bool, error)
 	Cancel(id string) bool
-	Job(id string) (engine.Job, bool)
+	Lookup(id string) (engine.Job, error)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
 	ContentRange(id string, idx int, off, n int64) (engine.ContentRange, bool)

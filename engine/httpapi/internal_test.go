@@ -36,9 +36,9 @@ func (c countingRunner) Cancel(id string) bool {
 	return c.runner.Cancel(id)
 }
 
-func (c countingRunner) Job(id string) (engine.Job, bool) {
-	*c.calls = append(*c.calls, "Job")
-	return c.runner.Job(id)
+func (c countingRunner) Lookup(id string) (engine.Job, error) {
+	*c.calls = append(*c.calls, "Lookup")
+	return c.runner.Lookup(id)
 }
 
 func (c countingRunner) Targets(id string) (engine.Job, []engine.TargetStatus, bool) {
@@ -157,27 +157,27 @@ func TestAPI_NotYoursSameWork(t *testing.T) {
 	} {
 		for _, id := range []string{done, live, "00112233445566778899aabbccddeeff", "not-an-id"} {
 			got := serve(rt.method, strings.Replace(rt.path, "%s", id, 1), "bob-key")
-			if !slices.Equal(got, []string{"Job"}) {
-				t.Errorf("%s %s by another caller: called %v, want [Job]", rt.method, rt.path, got)
+			if !slices.Equal(got, []string{"Lookup"}) {
+				t.Errorf("%s %s by another caller: called %v, want [Lookup]", rt.method, rt.path, got)
 			}
 		}
 	}
 	// The owner's read is what reads the targets, then touches.
-	if got := serve(http.MethodGet, "/v1/batch/"+done, "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "Touch"}) {
+	if got := serve(http.MethodGet, "/v1/batch/"+done, "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "Touch"}) {
 		t.Errorf("owner's GET called %v", got)
 	}
-	if got := serve(http.MethodGet, "/v1/batch/"+done+"/1", "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "ResultJSON", "Touch"}) {
+	if got := serve(http.MethodGet, "/v1/batch/"+done+"/1", "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "ResultJSON", "Touch"}) {
 		t.Errorf("owner's GET of a target called %v", got)
 	}
-	if got := serve(http.MethodGet, "/v1/batch/"+done+"?results=1", "alice-key"); !slices.Equal(got, []string{"Job", "Targets", "Touch", "ResultJSON", "ResultJSON", "ResultJSON", "ResultJSON"}) {
+	if got := serve(http.MethodGet, "/v1/batch/"+done+"?results=1", "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "Touch", "ResultJSON", "ResultJSON", "ResultJSON", "ResultJSON"}) {
 		t.Errorf("owner's GET of the results called %v", got)
 	}
-	if got := serve(http.MethodGet, "/v1/batch/"+live+"?wait=1ms", "alice-key"); !slices.Equal(got, []string{"Job", "Wait", "Targets", "Touch"}) {
+	if got := serve(http.MethodGet, "/v1/batch/"+live+"?wait=1ms", "alice-key"); !slices.Equal(got, []string{"Lookup", "Wait", "Targets", "Touch"}) {
 		t.Errorf("owner's long-poll called %v", got)
 	}
 	for _, bad := range []string{"bogus", "61s", "-1s"} {
-		if got := serve(http.MethodGet, "/v1/batch/"+live+"?wait="+bad, "alice-key"); !slices.Equal(got, []string{"Job"}) {
-			t.Errorf("owner's GET with wait=%s called %v, want [Job]: a bad wait waits for nothing", bad, got)
+		if got := serve(http.MethodGet, "/v1/batch/"+live+"?wait="+bad, "alice-key"); !slices.Equal(got, []string{"Lookup"}) {
+			t.Errorf("owner's GET with wait=%s called %v, want [Lookup]: a bad wait waits for nothing", bad, got)
 		}
 	}
 }
@@ -266,8 +266,8 @@ func TestAPI_StreamsOneResultAtATime(t *testing.T) {
 		t.Fatalf("answer %d, valid JSON %v", rec.Code, json.Valid(rec.Body.Bytes()))
 	}
 	t.Logf("events: %v", events)
-	if !slices.Equal(events[:3], []string{"Job", "Targets", "Touch"}) {
-		t.Fatalf("events %v, want Job, Targets, Touch first", events)
+	if !slices.Equal(events[:3], []string{"Lookup", "Targets", "Touch"}) {
+		t.Fatalf("events %v, want Lookup, Targets, Touch first", events)
 	}
 	reads := 0
 	for i, e := range events {

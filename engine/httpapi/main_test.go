@@ -23,6 +23,7 @@ import (
 	"github.com/sift/batch/engine/httpapi"
 	"github.com/sift/batch/engine/httpapi/internal/apispec"
 	"github.com/sift/batch/engine/metrics"
+	"github.com/sift/batch/persistence"
 )
 
 // TestMain serves the fetcher's filters when the test binary runs as a
@@ -104,6 +105,13 @@ func setup(t testing.TB) *bundle {
 // metrics' middleware wraps o.Wrap).
 func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle {
 	t.Helper()
+	return setupOn(t, enginetest.OpenStore(t, ""), engine.Config{}, fetch, o)
+}
+
+// setupOn is setupWith on a store the test opened, with base's
+// Durability.
+func setupOn(t testing.TB, store *persistence.Store, base engine.Config, fetch engine.FetchFunc, o httpapi.Options) *bundle {
+	t.Helper()
 	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +123,8 @@ func setupWith(t testing.TB, fetch engine.FetchFunc, o httpapi.Options) *bundle 
 	m := metrics.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: m.Hooks()}
-	b := &bundle{Bundle: enginetest.Setup(t, fetch, cfg), gate: gate}
+	cfg := engine.Config{TargetsPerJob: 4, JobsPerCaller: 1, JobsTotal: 2, RetryWait: 10 * time.Millisecond, Hooks: m.Hooks(), Durability: base.Durability}
+	b := &bundle{Bundle: enginetest.SetupOn(t, store, fetch, cfg), gate: gate}
 	m.Attach(b.Runner)
 	o.TargetsPerJob = cfg.TargetsPerJob
 	if o.Log == nil {

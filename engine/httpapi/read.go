@@ -55,8 +55,8 @@ func durationMS(d time.Duration) int64 {
 }
 
 // owned returns the summary of the path's job if it is the caller's, or
-// writes 404. Another caller's job is answered exactly like a missing one,
-// and with the same work: one [engine.Runner.Job] call, whatever the case
+// writes 404 (503 while the store cannot read: writeUnavailable). Another caller's job is answered exactly like a missing one,
+// and with the same work: one [engine.Runner.Lookup] call, whatever the case
 // (a missing id, someone else's live or finished job), nothing else. So
 // neither the answer nor its timing tells a caller whether someone else's
 // job exists.
@@ -64,12 +64,39 @@ func (h *Handler) owned(w http.ResponseWriter, r *http.Request, c *engine.Caller
 	if h.forwarded(w, r) {
 		return engine.Job{}, false
 	}
-	j, ok := h.r.Job(r.PathValue("id"))
-	if ok && j.Caller == c.Name {
+	j, err := h.r.Lookup(r.PathValue("id"))
+	if err == nil && j.Caller == c.Name {
 		return j, true
+	}
+	if errors.Is(err, engine.ErrUnavailable) {
+		writeUnavailable(w, err)
+		return engine.Job{}, false
 	}
 	writeJobNotFound(w)
 	return engine.Job{}, false
+}
+
+// gone answers a read of job id that found nothing after the owner check:
+// 503 if the store cannot read now (the job is not gone), 404 if it has
+// expired or been swept since.
+func (h *Handler) gone(w http.ResponseWriter, id string) {
+	if _, err := h.r.Lookup(id); errors.Is(err, engine.ErrUnavailable) {
+		writeUnavailable(w, err)
+		return
+	}
+	writeJobNotFound(w)
+}
+
+// writeUnavailable answers 503 with Retry-After for a read the store could
+// not make (engine.ErrUnavailable): the body names the cause, a full disk
+// or a disk error.
+func writeUnavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", "5")
+	msg := "store unavailable: disk error"
+	if errors.Is(err, engine.ErrDiskFull) {
+		msg = "store unavailable: disk full"
+	}
+	writeError(w, http.StatusServiceUnavailable, msg, "the job is not lost: the server's store cannot read now; try again shortly")
 }
 
 // forwarded answers r through the cluster if its job is another node's:
@@ -134,6 +161,10 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 			writeJobNotFound(w)
 			return
 		}
+		if errors.Is(err, engine.ErrUnavailable) {
+			writeUnavailable(w, err)
+			return
+		}
 		if r.Context().Err() != nil {
 			return // the client has gone
 		}
@@ -142,8 +173,8 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request, c *engine.Caller, 
 		return
 	}
 	job, targets, ok := h.r.Targets(j.ID)
-	if !ok { // expired, or swept since the owner check
-		writeJobNotFound(w)
+	if !ok { // expired, or swept since the owner check, or the store down
+		h.gone(w, j.ID)
 		return
 	}
 	h.r.Touch(job.ID)
@@ -238,7 +269,7 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, job engine.Jo
 		}
 		if !ok {
 			if !begun {
-				writeJobNotFound(w)
+				h.gone(w, job.ID)
 				return
 			}
 			h.log.Info("answer cut short: the job was deleted while it was written", slog.String(logKeyJobID, job.ID))
@@ -295,7 +326,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	}
 	_, targets, ok := h.r.Targets(j.ID)
 	if !ok || idx >= len(targets) {
-		writeJobNotFound(w) // expired, or swept since the owner check
+		h.gone(w, j.ID) // expired, or swept since the owner check, or the store down
 		return
 	}
 	t := &targets[idx]
@@ -309,7 +340,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 			return
 		}
 		if cr, ok = h.r.ContentRange(j.ID, idx, rg.offset, rg.length); !ok {
-			writeJobNotFound(w)
+			h.gone(w, j.ID)
 			return
 		}
 	default:
@@ -318,7 +349,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 			return
 		}
 		if res, ok = h.r.ResultJSON(j.ID, idx); !ok {
-			writeJobNotFound(w)
+			h.gone(w, j.ID)
 			return
 		}
 		h.sizes.put(j.ID, idx, len(res))
@@ -511,8 +542,8 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		return
 	}
 	if !h.r.Cancel(j.ID) {
-		if _, ok := h.r.Job(j.ID); !ok {
-			writeJobNotFound(w) // expired, or swept since the owner check
+		if _, err := h.r.Lookup(j.ID); err != nil {
+			h.gone(w, j.ID) // expired, or swept since the owner check, or the store down
 			return
 		}
 		writeError(w, http.StatusConflict, "job already finished", "only a queued or running job can be cancelled")

@@ -149,7 +149,11 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		return
 	case errors.Is(err, engine.ErrNoAdmission):
 		h.retryAfter(w)
-		writeError(w, http.StatusServiceUnavailable, "admission unavailable", "the cluster could not count your jobs just now (a node joined or left); retry after Retry-After seconds")
+		hint := "the cluster could not count your jobs just now (a node joined or left); retry after Retry-After seconds"
+		if _, cause, ok := strings.Cut(err.Error(), engine.ErrNoAdmission.Error()+": "); ok {
+			hint = cause + "; retry after Retry-After seconds" // the admission's own cause (a job's node that did not answer)
+		}
+		writeError(w, http.StatusServiceUnavailable, "admission unavailable", hint)
 		return
 	case errors.Is(err, engine.ErrNotSynced):
 		h.retryAfter(w)

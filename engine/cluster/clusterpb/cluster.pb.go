@@ -42,6 +42,10 @@ const (
 	// VERDICT_MISMATCH: the key is bound to a reusable job of other targets
 	// (engine.ErrIdempotencyMismatch).
 	Verdict_VERDICT_MISMATCH Verdict = 5
+	// VERDICT_UNANSWERED: the key is bound to a job whose node did not
+	// answer whether it may be reused (restarting, say): ask again, and
+	// past the budget answer that cause; never a second job for the key.
+	Verdict_VERDICT_UNANSWERED Verdict = 6
 )
 
 // Enum value maps for Verdict.
@@ -53,6 +57,7 @@ var (
 		3: "VERDICT_REUSE",
 		4: "VERDICT_RETRY",
 		5: "VERDICT_MISMATCH",
+		6: "VERDICT_UNANSWERED",
 	}
 	Verdict_value = map[string]int32{
 		"VERDICT_UNSPECIFIED": 0,
@@ -61,6 +66,7 @@ var (
 		"VERDICT_REUSE":       3,
 		"VERDICT_RETRY":       4,
 		"VERDICT_MISMATCH":    5,
+		"VERDICT_UNANSWERED":  6,
 	}
 )
 
@@ -1792,14 +1798,15 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x121\n" +
 	"\x03job\x18\x02 \x01(\v2\x1f.siftbatch.cluster.v1.ListedJobR\x03job\x129\n" +
 	"\atargets\x18\x03 \x03(\v2\x1f.siftbatch.cluster.v1.JobTargetR\atargets\x12!\n" +
-	"\fmore_targets\x18\x04 \x01(\bR\vmoreTargets*\x83\x01\n" +
+	"\fmore_targets\x18\x04 \x01(\bR\vmoreTargets*\x9b\x01\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ADMIT\x10\x01\x12\x10\n" +
 	"\fVERDICT_BUSY\x10\x02\x12\x11\n" +
 	"\rVERDICT_REUSE\x10\x03\x12\x11\n" +
 	"\rVERDICT_RETRY\x10\x04\x12\x14\n" +
-	"\x10VERDICT_MISMATCH\x10\x05B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
+	"\x10VERDICT_MISMATCH\x10\x05\x12\x16\n" +
+	"\x12VERDICT_UNANSWERED\x10\x06B0Z.github.com/sift/batch/engine/cluster/clusterpbb\x06proto3"
 
 var (
 	file_engine_cluster_clusterpb_cluster_proto_rawDescOnce sync.Once

@@ -38,14 +38,18 @@ var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest-"+strconv.Itoa
 // is the embedder who forgot the hook, or calls it late. Started by the
 // fetcher as a filter process (its parent is the same executable, and its
 // environment has no lateHookEnv), it runs "main" as such a program
-// would: it leaves a mark and then works on (here: waits for its input to
+// would: it leaves a mark, says it started on its standard output (as a
+// program's main prints), and then works on (here: waits for its input to
 // close), without ever saying it is ready; it never runs the tests, so
-// that a missing guard in the fetcher cannot turn into a fork bomb.
+// that a missing guard in the fetcher cannot turn into a fork bomb. The
+// fetcher knows it for what it is by what it wrote, however long it took
+// to start.
 func TestMain(m *testing.M) {
 	if os.Getenv(lateHookEnv) == "" && runRoot() != os.Getpid() {
 		_ = os.MkdirAll(markerDir, 0o700)
 		_ = os.WriteFile(filepath.Join(markerDir, strconv.Itoa(os.Getppid())+"-"+strconv.Itoa(os.Getpid())), []byte(strings.Join(os.Args, " ")), 0o600)
-		_, _ = io.Copy(io.Discard, os.Stdin) // until the fetcher kills it, or its parent ends
+		_, _ = os.Stdout.WriteString("nohooktest: main started\n") // after the mark: the fetcher kills it once it reads this
+		_, _ = io.Copy(io.Discard, os.Stdin)                       // until the fetcher kills it, or its parent ends
 		os.Exit(3)
 	}
 	if runRoot() == os.Getpid() {
@@ -95,8 +99,9 @@ func TestFetcher_FilterWithoutHook(t *testing.T) {
 // TestFetcher_FilterHookCalledLate checks the damage of a hook called
 // late (after main's work began) is bounded: in a copy of this program
 // that calls fetcher.RunFilterChild only once its tests run, a filtered
-// target's filter process runs "main" (leaves its mark), never says it
-// is ready, and is killed and reaped by the fetcher; the target fails
+// target's filter process runs "main" (leaves its mark, then prints),
+// never says it is ready, and is killed, for what it printed, and reaped
+// by the fetcher before the fetch returns (no wait here but on the fetch); the target fails
 // "filters unavailable: the program does not call fetcher.RunFilterChild
 // at the top of main" with a hint; unfiltered targets are fetched as
 // usual.
