@@ -116,3 +116,10 @@ require (
 // PATCH.md. A replace applies only when this is the
 // main module: an embedder's build gets it only by adding the same line.
 replace github.com/dgraph-io/ristretto/v2 => ./persistence/internal/ristretto
+
+// A compaction whose output table cannot be created (a failed msync) must
+// fail, not delete its inputs: Badger v4.9.6 drops that error (a deferred
+// call's argument evaluated early) and loses the rows. persistence/internal/badger
+// is v4.9.6 with that line fixed, its PATCH.md. As above, an embedder's build
+// gets it only by adding the same line.
+replace github.com/dgraph-io/badger/v4 => ./persistence/internal/badger
