@@ -147,11 +147,6 @@ var (
 	// ErrNotFound is returned by [Runner.Wait] for an id that is not stored,
 	// or whose job has expired.
 	ErrNotFound = batchtype.ErrNotFound
-	// ErrUnavailable is wrapped by [Runner.Lookup] and [Runner.Wait] when
-	// the store cannot read now (down after a failed sync, or a full
-	// disk): the job may exist; ask again later. Never answer it as not
-	// found.
-	ErrUnavailable = batchtype.ErrUnavailable
 	// ErrNoAdmission is wrapped by [Runner.Submit] when its Config's
 	// Admission could not decide (a cluster whose caller's grain could not
 	// be reached in time): nothing was created; submit again later.
@@ -169,9 +164,15 @@ var (
 	// jobs are held meanwhile, and go on by themselves), and wrapped by a
 	// store write that failed with ENOSPC.
 	ErrDiskFull = batchtype.ErrDiskFull
-	// ErrDiskReserve is returned by [New] when [Config.DiskReserve] is as
-	// large as the store's whole file system (it could never be kept).
+	// ErrDiskReserve is returned by [New] when [Config.DiskReserve]
+	// is as large as the store's whole file system: it could never be
+	// kept, and every submit would answer ErrDiskFull for ever.
 	ErrDiskReserve = batchtype.ErrDiskReserve
+	// ErrUnavailable is wrapped by [Runner.Lookup] and [Runner.Wait]
+	// when the store cannot read now (Badger down after a failed sync that
+	// it could not reopen from): the job may well exist; ask again later.
+	// The error wraps ErrDiskFull too when the disk is full.
+	ErrUnavailable = batchtype.ErrUnavailable
 )
 
 // Hooks observe the runner, for metrics. A nil field is skipped. Hooks are
