@@ -108,7 +108,7 @@ func run() error {
 			rep.Failed = append(rep.Failed, *t.Hint)
 		}
 	}
-	t0, err := c.GetTargetWithResponse(ctx, rep.ID, 0)
+	t0, err := c.GetTargetWithResponse(ctx, rep.ID, 0, nil)
 	if err != nil || t0.JSON200 == nil || t0.JSON200.Result == nil {
 		return fmt.Errorf("target 0: %v %d %s", err, t0.StatusCode(), t0.Body)
 	}
