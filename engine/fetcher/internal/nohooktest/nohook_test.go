@@ -31,8 +31,10 @@ const lateHookEnv = "SIFTBATCH_NOHOOKTEST_LATE"
 // process of one run can find out alone: the run's first process of this
 // executable (the one go test started), its oldest ancestor of the same
 // executable. Two runs at once never share it; the first process removes
-// it when its tests end.
-var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest-"+strconv.Itoa(runRoot()))
+// it when its tests end. Its name has testkit.RunDir's shape
+// (PREFIX-PID-SUFFIX), so that testkit.ReapRunDirs removes one a killed
+// run left.
+var markerDir = filepath.Join(os.TempDir(), "siftbatch-nohooktest-"+strconv.Itoa(runRoot())+"-marks")
 
 // TestMain deliberately does NOT call fetcher.RunFilterChild first: this
 // is the embedder who forgot the hook, or calls it late. Started by the
