@@ -95,22 +95,30 @@ func (c *client) send(t *testing.T, path string) {
 	}
 }
 
-// closed reports whether the server closed the connection.
+// closed reports whether the server closed the connection: false if it
+// is still open after 30 seconds, or sent a byte.
 func (c *client) closed() bool {
 	_ = c.c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	_, err := c.r.ReadByte()
-	return err != nil
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
 }
 
 func TestLimiter_PerAddrClosesIdleFirst(t *testing.T) {
 	lim, addr, _ := setup(t, connlimit.Options{Max: 10, PerAddr: 2})
+	// a goes idle before b: the server marks a connection idle after its
+	// answer is written, so a client can read its answer first. Waiting on
+	// the Limiter's idle list keeps a the longest idle.
 	a := dial(t, addr, "127.0.0.1")
-	b := dial(t, addr, "127.0.0.1")
-	for _, c := range []*client{a, b} {
-		if err := c.get("/ok"); err != nil {
-			t.Fatal(err)
-		}
+	if err := a.get("/ok"); err != nil {
+		t.Fatal(err)
 	}
+	testkit.WaitFor(t, "a idle", func() bool { return connlimit.IdleCount(lim) == 1 })
+	b := dial(t, addr, "127.0.0.1")
+	if err := b.get("/ok"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "b idle", func() bool { return connlimit.IdleCount(lim) == 2 })
 	// A third from the same address: a, the longest idle, makes room.
 	c := dial(t, addr, "127.0.0.1")
 	if err := c.get("/ok"); err != nil {
