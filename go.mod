@@ -123,3 +123,13 @@ replace github.com/dgraph-io/ristretto/v2 => ./persistence/internal/ristretto
 // is v4.9.6 with that line fixed, its PATCH.md. As above, an embedder's build
 // gets it only by adding the same line.
 replace github.com/dgraph-io/badger/v4 => ./persistence/internal/badger
+
+// A remote's endpoint writer that loses its connection publishes an
+// endpoint-terminated event from its own goroutine; after the remote has
+// stopped, protoactor-go's endpoint manager handled it with its connection
+// map already set to nil and the process died of a nil dereference (a
+// cluster node's shutdown, in CI). actors/internal/protoactor is the same
+// commit with the manager's stop flag atomic and checked by its event
+// handler, its PATCH.md. As above, an embedder's build gets it only by
+// adding the same line.
+replace github.com/asynkron/protoactor-go => ./actors/internal/protoactor
