@@ -6,9 +6,14 @@ package persistence
 // file: on a full disk it fails with ENOSPC, and a node restarted then (a
 // deploy, a crash) would serve nothing, not even the reads a full disk
 // leaves possible. So [Open], when Badger fails for want of space, opens
-// it read-only instead (it creates nothing: readonly.go), if the store was
-// closed cleanly (a memtable log left by a crash cannot be read without
-// writing: then Open fails with the ENOSPC error, naming the space).
+// it read-only instead (it creates nothing: readonly.go). A store a crash
+// or a power cut left opens so too: upstream Badger refuses, read-only, a
+// memtable log with room past its entries (every log a process was killed
+// with: they are preallocated), so that its last writes could not be read
+// without writing; persistence/internal/badger replays such a log up to
+// its last whole entry, as a writable Open does before it truncates it,
+// and closes it untouched. The jobs such a crash left live are the
+// runner's to fail once it can write (engine.New).
 //
 // Such a store serves every read; every write fails with an error
 // wrapping [ErrDiskFull] (serve: 507, as below the reserve) until a write
@@ -31,12 +36,12 @@ import (
 )
 
 // openFull opens the store in dir read-only after Badger failed to open it
-// for want of space (full: that error), if it was closed cleanly.
+// for want of space (full: that error).
 func openFull(dir string, opt Options, log badger.Logger, rec *Recovery, full error) (*badger.DB, error) {
 	if err := prepareDir(dir, rec); err != nil { // the empty files the failed Open left
 		return nil, err
 	}
-	if err := checkClean(dir); err != nil {
+	if err := checkClean(dir, true); err != nil {
 		return nil, fmt.Errorf("%w (and it cannot be opened read-only: %s)", full, firstLine(err.Error()))
 	}
 	db, err := openBadger(opt.badger(dir, log).WithReadOnly(true))

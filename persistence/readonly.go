@@ -71,7 +71,7 @@ func OpenReadOnly(dir string) (*Store, error) {
 	if err := checkNotHeld(dir); err != nil {
 		return nil, err
 	}
-	if err := checkClean(dir); err != nil {
+	if err := checkClean(dir, false); err != nil {
 		return nil, err
 	}
 	log := &badgerLogger{}
@@ -108,10 +108,15 @@ func checkNotHeld(dir string) error {
 }
 
 // checkClean refuses, with ErrUnclean, a directory with a table file its
-// MANIFEST does not list (Badger would delete it), a memtable log (Badger
-// would refuse it, and a failed Open of Badger's leaves a dozen goroutines
-// running), or an empty value-log file (refused too). It reads only.
-func checkClean(dir string) error {
+// MANIFEST does not list (Badger would delete it), a memtable log (upstream
+// Badger refuses one, and a failed Open of Badger's leaves a dozen goroutines
+// running; and a log is a store in use, or one a process was killed with), or
+// an empty value-log file (refused too). It reads only. crashed allows the
+// tables and the logs: the store's own writer opens it read-only on a full
+// disk (fullopen.go), holding its lock, and then Badger deletes those
+// tables as a writable Open would, and replays the logs without
+// truncating them (persistence/internal/badger's patch).
+func checkClean(dir string, crashed bool) error {
 	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
 	if err != nil {
 		return fmt.Errorf("open store %s read-only: %w", dir, err)
@@ -128,6 +133,7 @@ func checkClean(dir string) error {
 	for _, e := range entries {
 		name := e.Name()
 		switch {
+		case crashed && (strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".mem")):
 		case strings.HasSuffix(name, ".sst"):
 			id, err := strconv.ParseUint(strings.TrimSuffix(name, ".sst"), 10, 64)
 			if _, listed := m.Tables[id]; err == nil && !listed && table.NewFilename(id, dir) == filepath.Join(dir, name) {

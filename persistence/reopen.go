@@ -61,8 +61,7 @@ const (
 var errDown = fmt.Errorf("%w: disk error: %w: the store is reopening", ErrUnavailable, ErrNotSynced)
 
 // errDownFull is errDown when Badger could open neither for writing nor
-// read-only for want of space (a memtable log a crash left to replay, on a
-// full disk: fullopen.go).
+// read-only (fullopen.go) on a full disk.
 var errDownFull = fmt.Errorf("%w: %w: the store cannot open on a full disk", ErrUnavailable, ErrDiskFull)
 
 // downErr is why the store refuses while Badger is down.

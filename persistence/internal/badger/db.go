@@ -624,6 +624,19 @@ func (db *DB) close() (err error) {
 			}
 		}
 	}
+	if db.opt.ReadOnly {
+		// Patched for siftbatch: read-only, the memtables replayed from
+		// their logs are never flushed, so nothing released them: their
+		// logs stayed mapped and open (a log deleted later, by a writable
+		// Open that flushed it, kept its space taken) and their arenas
+		// allocated. Their logs are closed, not deleted (memtable.go).
+		db.lock.Lock()
+		for _, mt := range db.imm {
+			mt.DecrRef()
+		}
+		db.imm = nil
+		db.lock.Unlock()
+	}
 	db.stopMemoryFlush()
 	db.stopCompactions()
 

@@ -122,6 +122,14 @@ func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	// Have a callback set to delete WAL when skiplist reference count goes down to zero. That is,
 	// when it gets flushed to L0.
 	s.OnClose = func() {
+		if db.opt.ReadOnly {
+			// Patched for siftbatch: read-only, a log is closed (unmapped),
+			// never deleted: its memtable was not flushed.
+			if err := mt.wal.Close(-1); err != nil {
+				db.opt.Errorf("while closing file: %s, err: %v", filepath, err)
+			}
+			return
+		}
 		if err := mt.wal.Delete(); err != nil {
 			db.opt.Errorf("while deleting file: %s, err: %v", filepath, err)
 		}
@@ -206,8 +214,14 @@ func (mt *memTable) UpdateSkipList() error {
 	if err != nil {
 		return y.Wrapf(err, "while iterating wal: %s", mt.wal.Fd.Name())
 	}
-	if endOff < mt.wal.size.Load() && mt.opt.ReadOnly {
-		return y.Wrapf(ErrTruncateNeeded, "end offset: %d < size: %d", endOff, mt.wal.size.Load())
+	if mt.opt.ReadOnly {
+		// Patched for siftbatch: read-only, a log with room past its last
+		// whole entry (a log is preallocated: every log a process was
+		// killed with has some) is replayed up to that entry, as a
+		// writable Open replays it before it truncates it there. Upstream
+		// refuses it (ErrTruncateNeeded), so a store a crash left could
+		// not be read without writing: not on a full disk.
+		return nil
 	}
 	return mt.wal.Truncate(int64(endOff))
 }

@@ -1,0 +1,399 @@
+package powercuttest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sift/batch/engine/enginetest/powercut"
+	"github.com/sift/batch/engine/enginetest/testkit"
+)
+
+// adv35Dead fails the test if serve's log shows it died of a fault.
+func adv35Dead(t *testing.T, log string) {
+	t.Helper()
+	for _, s := range []string{"fatal error", "panic:", "SIGBUS", "unexpected fault address"} {
+		if strings.Contains(log, s) {
+			t.Fatalf("serve died (%q):\n%s", s, tail(log, 3000))
+		}
+	}
+}
+
+// TestAdv35_DiskReserveFlagValues attacks --disk-reserve with hostile
+// values: serve must never panic; a non-numeric or negative reserve is a
+// usage error that names the flag; a reserve beyond any disk is refused
+// (or, if serve starts, a submit answers 507).
+func TestAdv35_DiskReserveFlagValues(t *testing.T) {
+	testkit.Long(t)
+	keys := filepath.Join(t.TempDir(), "keys")
+	must(t, os.WriteFile(keys, []byte("c0 "+faultKey+"\n"), 0o600))
+	for _, tc := range []struct {
+		val        string
+		mustRefuse bool
+	}{
+		{"abc", true}, {"1e99", true}, {"-1", true}, {"-9223372036854775808", true},
+		{"99999999999999999999", true}, {"9223372036854775807", false}, {"0", false}, {"", true},
+	} {
+		t.Run("reserve="+tc.val, func(t *testing.T) {
+			args := []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "store"), "--keys", keys,
+				"--allow-private", "--durable", "--disk-reserve", tc.val}
+			p, ok := faultStart(t, args)
+			log := p.stderr.String()
+			adv35Dead(t, log)
+			if !ok {
+				if !strings.Contains(log, "disk-reserve") {
+					t.Errorf("serve refused --disk-reserve %q without naming the flag:\n%s", tc.val, tail(log, 1500))
+				}
+				return
+			}
+			if tc.mustRefuse {
+				t.Errorf("serve started with --disk-reserve %q", tc.val)
+			}
+			c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			code, out, err := call(c, http.MethodPost, p.base+"/v1/batch", faultKey, `{"targets":[{"url":"http://127.0.0.1:1/x"}]}`)
+			if tc.val == "9223372036854775807" && (err != nil || code != http.StatusInsufficientStorage) {
+				t.Errorf("reserve beyond any disk, and a submit answers %d %v %.300s (want 507 or a refusal at start)", code, err, out)
+			}
+			if tc.val == "0" && (err != nil || code != http.StatusAccepted) {
+				t.Errorf("reserve 0, and a submit answers %d %v %.300s", code, err, out)
+			}
+		})
+	}
+}
+
+// TestAdv35_RestartOnFullDiskAfterCut: issue 36 asks serve to start on a
+// full disk after a crash or power cut too, not only after a clean stop
+// (TestDiskFault_RestartOnFullDisk covers the clean stop). The acknowledged
+// job must read back whole, a submit must answer 507, /healthz must say
+// "disk full", and once room returns a submit is accepted and runs.
+func TestAdv35_RestartOnFullDiskAfterCut(t *testing.T) {
+	testkit.Long(t)
+	if err := powercut.Available(); err != nil {
+		t.Skip(err)
+	}
+	const kill = powercut.CutMode(-1) // a crash of serve (SIGKILL), the power stays on
+	for _, mode := range []powercut.CutMode{kill, powercut.DropAll, powercut.DropRandom, powercut.TearLast} {
+		t.Run(fmt.Sprintf("mode=%d", mode), func(t *testing.T) {
+			h := faultHarness(t, true)
+			h.mount(t, 3535+int64(mode))
+			h.start(t)
+			c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			id := faultSubmit(t, h, c, []int{3000, 70000, 200}, 2)
+			want := faultWaitDone(t, h, c, id)
+			if want.Status != "done" {
+				t.Fatalf("job ended %s", want.Status)
+			}
+			if mode == kill {
+				_ = h.serve.cmd.Process.Kill()
+				<-h.serve.done
+				must(t, h.fs.Unmount())
+			} else {
+				faultCut(t, h, mode)
+			}
+
+			h.mount(t, 3545+int64(mode))
+			h.fs.SetWriteBudget(0)
+			args := []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(h.mnt, "store"), "--keys", h.keys,
+				"--allow-private", "--durable"}
+			p, ok := faultStart(t, args)
+			adv35Dead(t, p.stderr.String())
+			if !ok {
+				t.Fatalf("serve does not start after a power cut on a full disk (seed %d): %s", h.fs.Seed(), tail(p.stderr.String(), 1500))
+			}
+			h.serve = p
+			got := h.readJob(t, c, Job{ID: id, Key: faultKey})
+			if got.Code != http.StatusOK || got.Status != "done" || len(got.Done) != len(want.Done) || len(got.Unreadable) != 0 {
+				t.Errorf("read after the cut, disk full: %d %s, %d of %d targets, unreadable %v", got.Code, got.Status, len(got.Done), len(want.Done), got.Unreadable)
+			}
+			for i, s := range want.Done {
+				if got.Done[i] != s {
+					t.Errorf("target %d reads other content after the cut", i)
+				}
+			}
+			body := fmt.Sprintf(`{"targets":[{"url":"%s/p/%d/3000/2"}]}`, h.site.URL, h.page.Add(1))
+			code, out, err := call(c, http.MethodPost, p.base+"/v1/batch", faultKey, body)
+			if err != nil || code != http.StatusInsufficientStorage {
+				t.Errorf("submit while full after the cut: %d %v %.300s (want 507)", code, err, out)
+			}
+			code, out, err = call(c, http.MethodGet, p.base+"/healthz", "", "")
+			if err != nil || code != http.StatusOK || !strings.Contains(string(out), "disk full") {
+				t.Errorf("healthz while full after the cut: %d %v %.300s", code, err, out)
+			}
+			h.fs.SetWriteBudget(-1)
+			deadline := time.Now().Add(testkit.Deadline)
+			var nid string
+			for nid == "" && time.Now().Before(deadline) {
+				code, out, err = call(c, http.MethodPost, p.base+"/v1/batch", faultKey, body)
+				if err == nil && code == http.StatusAccepted {
+					var a struct{ ID string }
+					must(t, json.Unmarshal(out, &a))
+					nid = a.ID
+					break
+				}
+				time.Sleep(50 * time.Millisecond) // the disk watch measures every second: no signal across processes
+			}
+			if nid == "" {
+				t.Fatalf("room returned, submits still answer %d %v %.300s", code, err, out)
+			}
+			if r := faultWaitDone(t, h, c, nid); r.Status != "done" {
+				t.Errorf("job submitted once room returned ends %s", r.Status)
+			}
+			adv35Dead(t, p.stderr.String())
+			h.stop(t)
+			must(t, h.fs.Unmount())
+		})
+	}
+}
+
+// TestAdv35_NoSpaceMidRunHeldAndCancel: the disk fills (ENOSPC from a
+// byte budget, below the reserve check) while a job runs and another is
+// live. Reads must never 404 or 5xx, the list and a cancel must work, no
+// target fails for space, the process lives, the held job goes on by
+// itself once room returns, and after a power cut every 202 reads back,
+// the 200'd cancel reads cancelled, nothing reads live.
+func TestAdv35_NoSpaceMidRunHeldAndCancel(t *testing.T) {
+	testkit.Long(t)
+	if err := powercut.Available(); err != nil {
+		t.Skip(err)
+	}
+	for _, tc := range []struct {
+		durable bool
+		budget  int64
+	}{{true, 0}, {true, 5000}, {true, 70000}, {false, 0}} {
+		durable, budget := tc.durable, tc.budget
+		t.Run(fmt.Sprintf("durable=%v/budget=%d", durable, budget), func(t *testing.T) {
+			h := faultHarness(t, durable)
+			fetched, release := faultGatedSite(t, h)
+			h.mount(t, 3600+budget)
+			h.start(t)
+			c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			run := faultSubmit(t, h, c, []int{70000, 3000, 70000, 3000}, gated)
+			<-fetched
+			other := faultSubmit(t, h, c, []int{3000, 3000}, gated) // its second target waits: the job stays live
+			<-fetched                                               // both jobs are fetching, both wait for release
+			h.fs.SetWriteBudget(budget)
+			// statfs reports the budget: the disk watch must see the disk full
+			deadline := time.Now().Add(testkit.Deadline)
+			for {
+				code, out, err := call(c, http.MethodGet, h.serve.base+"/healthz", "", "")
+				if err == nil && code == http.StatusOK && strings.Contains(string(out), "disk full") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("healthz never said disk full: %d %v %.300s", code, err, out)
+				}
+				time.Sleep(50 * time.Millisecond) // the disk watch measures every second: no signal across processes
+			}
+			body := fmt.Sprintf(`{"targets":[{"url":"%s/p/%d/3000/2"}]}`, h.site.URL, h.page.Add(1))
+			code, out, err := call(c, http.MethodPost, h.serve.base+"/v1/batch", faultKey, body)
+			if err != nil || code != http.StatusInsufficientStorage || !strings.Contains(string(out), "hint") {
+				t.Errorf("submit while full: %d %v %.300s (want 507 with a hint)", code, err, out)
+			}
+			close(release)
+			// the fetched targets meet the full disk: they must be held, the jobs read
+			for range 40 {
+				for _, id := range []string{run, other} {
+					code, r, err := h.read(c, faultKey, id)
+					if err != nil || code != http.StatusOK {
+						t.Fatalf("read %s while the disk is full: %d %v", id, code, err)
+					}
+					if r.Status == "failed" {
+						t.Fatalf("job %s failed for a full disk (must be held)", id)
+					}
+				}
+				time.Sleep(25 * time.Millisecond) // polling across processes: no signal to wait on
+			}
+			_, r0, _ := h.read(c, faultKey, run)
+			_, o0, _ := h.read(c, faultKey, other)
+			t.Logf("while full: run %s (%d done), other %s (%d done); fs %+v", r0.Status, len(r0.Done), o0.Status, len(o0.Done), h.fs.Stats())
+			if durable && o0.Status == "done" {
+				t.Errorf("a job's target was stored while statfs reported %d bytes free (below the reserve): not held", budget)
+			}
+			code, out, err = call(c, http.MethodGet, h.serve.base+"/v1/batch", faultKey, "")
+			if err != nil || code != http.StatusOK {
+				t.Errorf("list while full: %d %v %.300s", code, err, out)
+			}
+			type answer struct {
+				code int
+				out  []byte
+				err  error
+			}
+			ans := make(chan answer, 1)
+			lc := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{}}
+			defer lc.CloseIdleConnections()
+			go func() {
+				code, out, err := call(lc, http.MethodDelete, h.serve.base+"/v1/batch/"+other, faultKey, "")
+				ans <- answer{code, out, err}
+			}()
+			var a answer
+			late := false
+			select {
+			case a = <-ans:
+			case <-time.After(30 * time.Second):
+				late = true
+				t.Errorf("cancel while full: no answer in 30 s (the disk is full, the cancel must still answer)")
+			}
+			adv35Dead(t, h.serve.stderr.String())
+			h.fs.SetWriteBudget(-1)
+			if late {
+				a = <-ans
+				t.Logf("the cancel answered once room returned: %d %v %.200s", a.code, a.err, a.out)
+			}
+			t.Logf("cancel: %d %v %.200s", a.code, a.err, a.out)
+			cancelled := a.err == nil && a.code == http.StatusOK
+			if !late && (a.err != nil || a.code != http.StatusOK && !(o0.Status == "done" && a.code == http.StatusConflict)) {
+				t.Errorf("cancel while full: %d %v %.300s", a.code, a.err, a.out)
+			}
+			r := faultWaitDone(t, h, c, run)
+			if r.Status != "done" || len(r.Done) != 4 {
+				t.Errorf("held job after room returned: %s, %d of 4 done", r.Status, len(r.Done))
+			}
+			adv35Dead(t, h.serve.stderr.String())
+			if durable {
+				faultCut(t, h, powercut.DropAll)
+			} else { // the default mode promises nothing across a cut: a clean restart
+				h.stop(t)
+				must(t, h.fs.Unmount())
+			}
+			h.mount(t, 3700+budget)
+			h.start(t)
+			got := h.readJob(t, c, Job{ID: run, Key: faultKey})
+			if got.Code != http.StatusOK || got.Status != "done" || len(got.Done) != 4 || len(got.Unreadable) != 0 {
+				t.Errorf("after the cut: %d %s, %d of 4 done, unreadable %v (seed %d)", got.Code, got.Status, len(got.Done), got.Unreadable, 3600+budget)
+			}
+			for i, s := range r.Done {
+				if got.Done[i] != s {
+					t.Errorf("target %d reads other content after the cut", i)
+				}
+			}
+			og := h.readJob(t, c, Job{ID: other, Key: faultKey})
+			if og.Code != http.StatusOK {
+				t.Errorf("acknowledged job %s reads %d after the cut", other, og.Code)
+			}
+			if cancelled && og.Status != "cancelled" {
+				t.Errorf("cancel answered 200, job reads %s after the cut", og.Status)
+			}
+			h.stop(t)
+			must(t, h.fs.Unmount())
+		})
+	}
+}
+
+// TestAdv35_RandomFsyncEIOThenCut: in durable mode, a fraction of every
+// fsync (files and directories) fails with EIO (its pages lost, as Linux
+// loses them) while one caller submits jobs and waits for them. Every 202
+// and every target read done must survive a power cut that follows once
+// the faults stop; the process lives throughout; the store opens.
+func TestAdv35_RandomFsyncEIOThenCut(t *testing.T) {
+	testkit.Long(t)
+	if err := powercut.Available(); err != nil {
+		t.Skip(err)
+	}
+	for _, seed := range []int64{35001, 35002, 35003} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			h := faultHarness(t, true)
+			h.mount(t, seed)
+			h.start(t)
+			c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			h.fs.FailFsyncs(0.2)
+			type acked struct {
+				id   string
+				seen Reading
+			}
+			var jobs []acked
+			refused := 0
+			for i := range 12 {
+				var targets []map[string]string
+				for _, size := range []int{3000, 70000, 500}[:1+i%3] {
+					targets = append(targets, map[string]string{"url": fmt.Sprintf("%s/p/%d/%d/1", h.site.URL, h.page.Add(1), size)})
+				}
+				body, _ := json.Marshal(map[string]any{"targets": targets})
+				code, out, err := call(c, http.MethodPost, h.serve.base+"/v1/batch", faultKey, string(body))
+				if err != nil || code != http.StatusAccepted {
+					refused++
+					t.Logf("submit %d refused: %d %v %.200s", i, code, err, out)
+					continue
+				}
+				var a struct{ ID string }
+				must(t, json.Unmarshal(out, &a))
+				var last Reading
+				for range 20 {
+					code, r, err := h.read(c, faultKey, a.ID)
+					if err != nil || code != http.StatusOK {
+						t.Errorf("read %s under fsync faults: %d %v", a.ID, code, err)
+						break
+					}
+					last = r
+					if r.Status != "queued" && r.Status != "running" {
+						break
+					}
+					time.Sleep(30 * time.Millisecond) // polling across processes: no signal to wait on
+				}
+				jobs = append(jobs, acked{a.ID, last})
+			}
+			h.fs.FailFsyncs(0)
+			adv35Dead(t, h.serve.stderr.String())
+			st := h.fs.Stats()
+			t.Logf("%d acknowledged, %d refused; fs %+v", len(jobs), refused, st)
+			// the faults are over: the runner must go on by itself; wait for every job to end
+			serve := h.serve
+			t.Cleanup(func() {
+				if t.Failed() {
+					_, out, _ := call(c, http.MethodGet, serve.base+"/v1/batch", faultKey, "")
+					t.Logf("jobs: %.1500s\nserve's warnings:\n%s", out, tail(warnings(serve.stderr.String()), 3000))
+				}
+			})
+			lost := 0
+			for _, j := range jobs {
+				code, r, err := h.read(c, faultKey, j.id)
+				if err == nil && code == http.StatusNotFound {
+					lost++
+					t.Errorf("acknowledged job %s reads 404 with the power still on, after the fsync faults (seed %d); it read %s with %d done before", j.id, seed, j.seen.Status, len(j.seen.Done))
+					continue
+				}
+				if r.Status == "queued" || r.Status == "running" {
+					r = faultWaitDone(t, h, c, j.id)
+				}
+				if r.Status == "failed" {
+					t.Logf("job %s failed after the faults (allowed: its error names the cause)", j.id)
+				}
+			}
+			if lost > 0 {
+				t.Fatalf("%d of %d acknowledged jobs lost without a power cut (seed %d)", lost, len(jobs), seed)
+			}
+			faultCut(t, h, powercut.DropAll)
+			h.mount(t, seed+100)
+			h.start(t)
+			for _, j := range jobs {
+				got := h.readJob(t, c, Job{ID: j.id, Key: faultKey})
+				if got.Code != http.StatusOK {
+					t.Errorf("acknowledged job %s reads %d after the cut (seed %d)", j.id, got.Code, seed)
+					continue
+				}
+				for i, s := range j.seen.Done {
+					if got.Done[i] != s {
+						t.Errorf("job %s target %d read done before the cut, not after (seed %d)", j.id, i, seed)
+					}
+				}
+				if got.Status == "queued" || got.Status == "running" {
+					// live after the restart is fine only if it goes on by itself
+					if r := faultWaitDone(t, h, c, j.id); r.Status == "queued" || r.Status == "running" {
+						t.Errorf("job %s stays live", j.id)
+					}
+				}
+			}
+			adv35Dead(t, h.serve.stderr.String())
+			h.stop(t)
+			must(t, h.fs.Unmount())
+		})
+	}
+}
