@@ -193,7 +193,9 @@ func (r *Runner) readable(rec *persistence.JobRecord) (persistence.JobRecord, bo
 		s := v.Load()
 		return s.Job, !r.snapExpired(v, s, rec.Lease)
 	}
-	return *rec, !r.expired(rec)
+	j := *rec
+	r.asReaped(&j)
+	return j, !r.expired(rec)
 }
 
 var statusFilters = map[string]func(string) bool{

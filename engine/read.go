@@ -87,6 +87,7 @@ func (r *Runner) rowErr(id string) (persistence.JobRecord, *actors.Snapshot, err
 	if r.expired(&rec) {
 		return rec, nil, ErrNotFound
 	}
+	r.asReaped(&rec)
 	return rec, nil, nil
 }
 
@@ -190,6 +191,7 @@ func (r *Runner) read(id string, get func(string) (persistence.JobRecord, []pers
 		if r.expired(&rec) {
 			return Job{}, nil, false
 		}
+		r.asReaped(&rec)
 		return toJob(&rec), toTargets(&rec, ts, results), true
 	}
 	overlay(&rec, ts, snap)

@@ -57,6 +57,9 @@ type Runner struct {
 	refused refusals
 	// classes are the live jobs' caller classes (classes.go).
 	classes liveClasses
+	// unreaped are the jobs a crash left live that the store could not
+	// fail yet (reaplater.go).
+	unreaped unreaped
 }
 
 // waited is a job some Waits wait for, on a runner that owns its store.
@@ -117,7 +120,11 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	}
 	r := &Runner{store: store, fetch: fetch, cfg: cfg, log: log, views: &actors.Views{},
 		done: make(chan struct{}), failDone: make(chan struct{}), shutDone: make(chan struct{})}
-	if n, err := r.reap(reapRestart); err != nil {
+	if n, err := r.reap(reapRestart); errors.Is(err, ErrDiskFull) {
+		if err := r.reapLater(err); err != nil { // the store cannot write yet: see reaplater.go
+			return nil, fmt.Errorf("new runner: %w", err)
+		}
+	} else if err != nil {
 		return nil, fmt.Errorf("new runner: %w", err)
 	} else if n > 0 {
 		r.log.Info("failed the jobs a previous run left live", slog.Int(keyCount, n))
@@ -144,6 +151,9 @@ func New(store *persistence.Store, fetch FetchFunc, cfg Config, log *slog.Logger
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("new runner: %w", err)
+	}
+	if r.unreaped.ids.Load() != nil {
+		go r.reapLoop()
 	}
 	return r, nil
 }
@@ -260,6 +270,9 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 	}
 	if r.store.DiskFull() {
 		return "", false, fmt.Errorf("%w: free space below the reserve", ErrDiskFull)
+	}
+	if err := r.submitReaped(); err != nil {
+		return "", false, err
 	}
 	m, err := r.newSubmit(c, targets, opt.IdempotencyKey)
 	if err != nil {
@@ -514,6 +527,7 @@ func (r *Runner) shutdown(ctx context.Context) (err error) {
 	giveUp := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { close(giveUp) })
 	defer stop()
+	r.stopReaping()
 	n, gaveUp, serr := r.sys.Stop(r.cancel, giveUp)
 	if serr != nil {
 		r.log.Warn("close runner", slog.String(keyErr, serr.Error()))

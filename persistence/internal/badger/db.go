@@ -511,6 +511,13 @@ func (db *DB) cleanup() {
 	}
 
 	db.orc.Stop()
+	// Patched for siftbatch: the cache monitor and the allocator pool
+	// were left running by a failed Open (a store opened again and again
+	// on a disk that fails or is full gained two goroutines each time).
+	if db.closers.cacheHealth != nil {
+		db.closers.cacheHealth.SignalAndWait()
+	}
+	db.allocPool.Release()
 
 	// Do not use vlog.Close() here. vlog.Close truncates the files. We don't
 	// want to truncate files unless the user has specified the truncate flag.
