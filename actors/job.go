@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -147,6 +148,15 @@ func (j *job) Receive(ctx actor.Context) {
 		j.lateWritten(ctx, m.err) // in any phase: it is about an earlier write
 	default:
 		if j.phase == phaseStoring {
+			if _, ok := m.(*CancelJob); ok && j.cfg.Store.Durable() {
+				// On a durable store the job stores nothing more until the
+				// write in flight is synced: one the store holds for want
+				// of room waits for it. The cancel does not.
+				if err := j.cfg.Store.Writable(); err != nil {
+					reply(ctx, ctx.Sender(), fmt.Errorf("cancel: %w", err))
+					return
+				}
+			}
 			j.stash = append(j.stash, stashed{msg: m, sender: ctx.Sender()})
 			return
 		}
@@ -176,7 +186,11 @@ func (j *job) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		}
 		j.fetched(ctx, m)
 	case *CancelJob:
-		ok := j.cancel(ctx)
+		ok, err := j.cancel(ctx)
+		if err != nil {
+			reply(ctx, sender, err)
+			return
+		}
 		j.publish() // before the answer: a read after Cancel sees it
 		reply(ctx, sender, ok)
 		if ok && j.rec.Settled {
@@ -534,17 +548,43 @@ func (j *job) endFetch() {
 // cancel cancels a live job: idle or waiting → the end; fetching stays
 // fetching, its context cancelled (cause ErrCancelled), and the target's
 // outcome then settles it.
-func (j *job) cancel(ctx actor.Context) bool {
+//
+// On a durable store the cancel is stored first, never held
+// (Store.SaveJobNow), and made only once it is synced: while the disk has
+// no room for a write (full to its last byte: below the reserve a cancel
+// goes into it) it returns the store's error at once and nothing changes,
+// so that the canceller is answered now, not once there is room. A failed
+// sync is written again and synced (save waits for it, as before): a
+// disk that fails a sync now and then still cancels. On a store that is
+// not durable a cancel is made at once and its write, if it fails, is held
+// and written once it can be (as every write there).
+func (j *job) cancel(ctx actor.Context) (bool, error) {
 	if j.terminal() {
-		return false
+		return false, nil
+	}
+	next := j.rec
+	next.Status, next.Ended, next.Settled = persistence.StatusCancelled, j.since(), !j.inFlight()
+	saved := false
+	if j.cfg.Store.Durable() {
+		next.Lease = max(next.Lease, j.view.Touched())
+		err := j.cfg.Store.SaveJobNow(&next)
+		if errors.Is(err, persistence.ErrDiskFull) {
+			j.warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, next.Status),
+				slog.String("what", "cancelled"), slog.String(keyErr, storeErrText(err)))
+			return false, fmt.Errorf("cancel: %w", err)
+		}
+		// Any other failure (a failed sync) is written again, and synced,
+		// by the store's writer, as every write of the job: save waits.
+		saved = err == nil
 	}
 	j.setStatus(persistence.StatusCancelled)
-	j.rec.Ended = j.since()
-	j.rec.Settled = !j.inFlight()
+	j.rec.Ended, j.rec.Settled, j.rec.Lease = next.Ended, next.Settled, next.Lease
 	if j.slot.stop != nil { // the fetch in flight stops; its outcome settles the job
 		j.slot.stop(batchtype.ErrCancelled)
 	}
-	j.save("cancelled")
+	if !saved {
+		j.save("cancelled")
+	}
 	if j.rec.Settled {
 		j.settle()
 	}
@@ -552,7 +592,7 @@ func (j *job) cancel(ctx actor.Context) bool {
 	// follows the Cancel sees the caps already freed.
 	j.report(ctx, nil)
 	j.ended(ctx)
-	return true
+	return true, nil
 }
 
 // shutdown fails a live job with "shutdown"; the runner is closing and

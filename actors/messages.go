@@ -60,8 +60,9 @@ type SubmitReply struct {
 	Err     error
 }
 
-// CancelJob cancels a live job; the reply is a bool: false when the job is
-// not live.
+// CancelJob cancels a live job; the reply is a bool (false when the job is
+// not live), or an error: on a durable store, the cancel could not be
+// stored now (the disk full, or failing) and nothing changed.
 type CancelJob struct{ ID string }
 
 // Drain stops the supervisor taking work, waits for the targets in flight to

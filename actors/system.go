@@ -188,11 +188,19 @@ func (s *System) Submit(m *Submit) (*SubmitReply, error) {
 	return res.(*SubmitReply), nil
 }
 
-// Cancel cancels a live job; false when no live job has that id.
-func (s *System) Cancel(id string) bool {
+// Cancel cancels a live job; false when no live job has that id. An error
+// says the cancel was not made: it could not be stored (a durable store's
+// disk full or failing: nothing changed), or no answer came in time.
+func (s *System) Cancel(id string) (bool, error) {
 	res, err := s.ask(&CancelJob{ID: id}, askTimeout)
+	if err != nil {
+		return false, err
+	}
+	if err, ok := res.(error); ok {
+		return false, err
+	}
 	ok, _ := res.(bool)
-	return err == nil && ok
+	return ok, nil
 }
 
 // Stop drains the supervisor: it stops dispatching, then Stop calls

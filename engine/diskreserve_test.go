@@ -68,3 +68,72 @@ func TestRunner_DiskReserve(t *testing.T) {
 	b.WaitStatus(t, c, "done")
 	require.Zero(t, startedFull.Load(), "no target started below the reserve")
 }
+
+// TestRunner_DurableCancelOnFullDisk: on a durable runner whose disk has
+// no room for a write (a statfs below the floor: the store sends Badger
+// nothing), a cancel is answered at once, refused with ErrDiskFull, and
+// nothing changes: for a job whose target write the store holds (it waits
+// for it, storing) and for a job waiting its turn. Once there is room the
+// held write lands and a cancel goes through.
+func TestRunner_DurableCancelOnFullDisk(t *testing.T) {
+	t.Parallel()
+	b, st := setupDisk(t, t.TempDir(), engine.Config{DiskReserve: 1 << 20, RetryWait: 5 * time.Millisecond,
+		JobsPerCaller: 2, Durability: engine.DurabilitySync})
+	var free atomic.Int64
+	free.Store(1 << 30)
+	b.Store.SetDiskStatfs(func(string) (int64, error) { return free.Load(), nil })
+	_, err := b.Store.MeasureDisk()
+	require.NoError(t, err)
+	started := make(chan struct{}, 8)
+	st.onStart = func() { started <- struct{}{} }
+
+	a := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	testkit.Recv(t, started)
+	st.one(t)                                                            // a0 stored
+	testkit.Recv(t, started)                                             // a1 is being fetched
+	q := b.Submit(t, "alice", []engine.Target{{URL: secretURL("q", 0)}}) // waits for the worker
+	free.Store(1 << 10)
+	_, err = b.Store.MeasureDisk()
+	require.NoError(t, err)
+	retries := b.Store.WriteRetries()
+	stepOnce(t, st) // a1's outcome meets the full disk: held, the job waits for it
+	testkit.WaitFor(t, "a1's write held", func() bool { return b.Store.WriteRetries() > retries })
+
+	for _, id := range []string{a, q} {
+		ok, err := b.Runner.TryCancel(id)
+		require.False(t, ok)
+		require.ErrorIs(t, err, engine.ErrDiskFull, "job %s: refused at once, naming the full disk", id)
+		require.False(t, b.Runner.Cancel(id))
+		j, ok := b.Runner.Job(id)
+		require.True(t, ok)
+		require.True(t, engine.IsLive(j.Status), "job %s: nothing changed (%s)", id, j.Status)
+		stored, err := b.Store.Job(id)
+		require.NoError(t, err)
+		require.True(t, engine.IsLive(stored.Status), "job %s: not stored cancelled", id)
+	}
+
+	free.Store(1 << 30)
+	_, err = b.Store.MeasureDisk()
+	require.NoError(t, err)
+	require.NoError(t, testkit.Recv(t, st.stored), "a1 stored once there is room")
+	b.WaitStatus(t, a, "done")
+	testkit.Recv(t, started) // q0 is being fetched
+	ok, err := b.Runner.TryCancel(q)
+	require.NoError(t, err)
+	require.True(t, ok, "room again: the cancel goes through")
+	stored, err := b.Store.Job(q)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", stored.Status, "acknowledged: stored (and synced) before the answer")
+	stepOnce(t, st) // q0 finishes; its outcome settles the cancelled job
+	waitSettled(t, b.Store, q, "cancelled")
+}
+
+// stepOnce lets one fetch return, without waiting for its outcome.
+func stepOnce(t *testing.T, st *stepper) {
+	t.Helper()
+	select {
+	case st.step <- struct{}{}:
+	case <-time.After(testkit.Deadline): // a failure deadline, for a hung test
+		t.Fatal("no fetch was waiting")
+	}
+}

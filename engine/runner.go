@@ -461,12 +461,38 @@ func (r *Runner) newSubmit(c *Caller, targets []Target, idemKey string) (*actors
 // later targets stay pending. It returns false for an unknown id, a job
 // that has already ended, and after [Runner.Close].
 func (r *Runner) Cancel(id string) bool {
+	ok, _ := r.TryCancel(id)
+	return ok
+}
+
+// TryCancel is [Runner.Cancel] with the reason a cancel was not made:
+// false and nil for an unknown id, a job that has already ended, and after
+// [Runner.Close]; false and an error when the cancel could not be stored,
+// and nothing changed (the job goes on as it was; try again later). Only a
+// runner with [DurabilitySync] refuses a cancel so: it acknowledges one
+// only once it is synced, and answers at once, never waiting for room,
+// with an error wrapping [ErrDiskFull] while the store's disk has no room
+// for a write (below [Config.DiskReserve] a cancel is still written, into
+// the reserve), or [ErrUnavailable] while it fails. Without it a cancel is
+// made at once and its write, if the disk refuses it, is held and written
+// once there is room (a crash before then leaves the job failed
+// "restart"). Safe for concurrent use.
+func (r *Runner) TryCancel(id string) (bool, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed {
-		return false
+		return false, nil
 	}
-	return r.sys.Cancel(id)
+	ok, err := r.sys.Cancel(id)
+	switch {
+	case err == nil:
+		return ok, nil
+	case errors.Is(err, ErrDiskFull):
+		return false, fmt.Errorf("cancel: %w: the cancel was not stored", ErrDiskFull)
+	case errors.Is(err, actors.ErrFailed):
+		return false, nil
+	}
+	return false, fmt.Errorf("cancel: %w: %w", ErrUnavailable, err)
 }
 
 // CloseTimeout bounds how long [Runner.Close] waits for the fetches in

@@ -135,6 +135,7 @@ func (s *Store) reopenLocked() error {
 			s.log.Warningf("reopen after a failed sync: close: %s", firstLine(err.Error()))
 		}
 		s.down = true
+		s.downNow.Store(true)
 		s.reads.setDown(true)
 	}
 	if s.levels != nil { // the MANIFEST as Badger had it (manifest.go)
@@ -173,6 +174,7 @@ func (s *Store) reopenLocked() error {
 		r.UnlistedTables += rec.UnlistedTables
 		r.EmptyLogs += rec.EmptyLogs
 	})
+	s.downNow.Store(false)
 	s.reads.setDown(false)
 	s.reads.resume()
 	return full

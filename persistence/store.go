@@ -173,6 +173,7 @@ type Store struct {
 	// write; down: Badger is closed, not open again yet (reopen.go).
 	// Under mu. reopens counts them; syncWrites and opt are open's.
 	mustReopen, down bool
+	downNow          atomic.Bool // down, for Writable (lock-free)
 	reopens          atomic.Int64
 	syncWrites       bool
 	opt              Options

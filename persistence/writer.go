@@ -79,6 +79,9 @@ type ownerWrite struct {
 	doneR WriteDone
 	retry bool
 	late  bool
+	// try: an owner write that is never held (SaveJobNow): answered with
+	// its error, and refused while an earlier write of its job is held.
+	try bool
 	// committed: a group committed the write but its sync failed
 	// (durable.go); the byte total counts its outcome already.
 	committed bool

@@ -128,6 +128,10 @@ func (s *Store) unlockWrite() {
 func (s *Store) writeResults(ws []*ownerWrite) []*ownerWrite {
 	kept := ws[:0]
 	for _, w := range ws {
+		if w.try && len(s.held[w.id]) > 0 {
+			w.release(fmt.Errorf("%s: %w", w.op, errHeldBehind))
+			continue
+		}
 		if w.retry && len(s.held[w.id]) > 0 {
 			s.hold(w, fmt.Errorf("%s: %w", w.op, errHeldBehind))
 			continue

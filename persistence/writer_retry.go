@@ -183,3 +183,49 @@ func (s *Store) SaveJobRetried(j *JobRecord, late WriteDone) error {
 	})
 	return <-ch
 }
+
+// SaveJobNow is [Store.SaveJob] for the job's owner, in order with its
+// retried writes, and never held: a write that fails (the disk full, a
+// failed sync) returns its error at once, and so does one made while an
+// earlier write of the job is held. An owner whose answer must not wait
+// for the disk (a cancel on a durable store: answered at once, written or
+// not) makes it so. On a durable store it returns once the write is
+// synced; an error wrapping [ErrNotSynced] says the sync failed (the row
+// may still be stored by the reopen that follows: reopen.go).
+func (s *Store) SaveJobNow(j *JobRecord) error {
+	id, ok := parseID(j.ID)
+	switch {
+	case !ok:
+		return fmt.Errorf("save job: %w", ErrNotFound)
+	case s.readOnly:
+		return errReadOnly("save job")
+	}
+	ch := make(chan error, 1)
+	w := newWrite("save job", id, j, nil, func(err error) { ch <- err }, nil)
+	w.try = true
+	s.queue(w)
+	return <-ch
+}
+
+// Writable reports whether a write would reach Badger now: nil, or an
+// error wrapping [ErrDiskFull] while the disk has no room for one (a write
+// found it full and no measure has found room since, or Badger is open
+// read-only on a full disk until there is room for its next files:
+// fullopen.go), or the down error ([ErrUnavailable]) while Badger is not
+// open (reopen.go). Below the reserve writes still go, into the reserve:
+// nil. A write may still fail after a nil (another process fills the
+// disk). Lock-free; safe for concurrent use.
+func (s *Store) Writable() error {
+	free := s.disk.free.Load()
+	switch {
+	case s.readOnly:
+		return errReadOnly("write")
+	case s.downNow.Load():
+		return s.downErr()
+	case free < s.disk.floor.Load():
+		return fmt.Errorf("%w: no room for a write", ErrDiskFull)
+	case s.fullRO.Load() && free < rotateSize:
+		return fmt.Errorf("%w: the store is open read-only on a full disk", ErrDiskFull)
+	}
+	return nil
+}

@@ -151,7 +151,7 @@ type runner interface {
 	ResultJSON(id string, idx int) ([]byte, bool)
 	ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool)
 	ContentRange(id string, idx int, off, n int64) (engine.ContentRange, bool)
-	Cancel(id string) bool
+	TryCancel(id string) (bool, error)
 	Err() error
 	HookPanics() uint64
 }
@@ -466,7 +466,16 @@ func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request, ss *session)
 		return
 	}
 	j := jr.job
-	if !h.r.Cancel(j.ID) {
+	ok, err := h.r.TryCancel(j.ID)
+	switch {
+	case errors.Is(err, engine.ErrDiskFull):
+		h.page(w, r, http.StatusInsufficientStorage, "error", errorPage{Title: "Disk full", Msg: "The server's disk has no room for a write: the cancel was not stored, and the job goes on as it was (held while the disk is full). Try again in a moment.", Back: Prefix + "jobs/" + j.ID})
+		return
+	case err != nil:
+		h.page(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Store unavailable", Msg: "The server's disk is failing: the cancel was not stored, and the job goes on as it was. Try again in a moment.", Back: Prefix + "jobs/" + j.ID})
+		return
+	}
+	if !ok {
 		h.page(w, r, http.StatusConflict, "error", errorPage{Title: "Already ended", Msg: "The job has already ended: there is nothing to cancel.", Back: Prefix + "jobs/" + j.ID})
 		return
 	}

@@ -181,7 +181,7 @@ type Cluster interface {
 // count the work an answer does.
 type runner interface {
 	SubmitWith(ctx context.Context, c *engine.Caller, callerClass string, targets []engine.Target, opt engine.SubmitOptions) (string, bool, error)
-	Cancel(id string) bool
+	TryCancel(id string) (bool, error)
 	Lookup(id string) (engine.Job, error)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)

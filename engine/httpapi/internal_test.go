@@ -31,9 +31,9 @@ func (c countingRunner) SubmitWith(ctx context.Context, ca *engine.Caller, class
 	return c.runner.SubmitWith(ctx, ca, class, ts, opt)
 }
 
-func (c countingRunner) Cancel(id string) bool {
+func (c countingRunner) TryCancel(id string) (bool, error) {
 	*c.calls = append(*c.calls, "Cancel")
-	return c.runner.Cancel(id)
+	return c.runner.TryCancel(id)
 }
 
 func (c countingRunner) Lookup(id string) (engine.Job, error) {

@@ -541,7 +541,24 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	if _, ok := queryOf(w, r); !ok {
 		return
 	}
-	if !h.r.Cancel(j.ID) {
+	ok, err := h.r.TryCancel(j.ID)
+	switch {
+	case errors.Is(err, engine.ErrDiskFull):
+		// A durable runner acknowledges a cancel once it is synced; the
+		// disk has no room for it: nothing changed (engine.Runner.TryCancel).
+		h.log.Info("cancel refused: disk full", slog.String(logKeyJobID, j.ID), slog.String(logKeyCaller, c.Name))
+		h.retryAfter(w)
+		writeError(w, http.StatusInsufficientStorage, "disk full: the cancel was not stored",
+			"the server's disk has no room for a write: the job goes on as it was (held while the disk is full); retry the cancel after Retry-After seconds")
+		return
+	case err != nil:
+		h.log.Warn("cancel refused", slog.String(logKeyJobID, j.ID), slog.String(logKeyCaller, c.Name), slog.String("err", "store unavailable"))
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: the cancel was not stored",
+			"the server's disk is failing: the job goes on as it was; retry the cancel later")
+		return
+	}
+	if !ok {
 		if _, err := h.r.Lookup(j.ID); err != nil {
 			h.gone(w, j.ID) // expired, or swept since the owner check, or the store down
 			return

@@ -266,24 +266,47 @@ func TestAdv35_NoSpaceMidRunHeldAndCancel(t *testing.T) {
 				code, out, err := call(lc, http.MethodDelete, h.serve.base+"/v1/batch/"+other, faultKey, "")
 				ans <- answer{code, out, err}
 			}()
+			// i36d: the cancel must answer while the disk is still full
+			// (the budget is lifted only after it): a failure deadline, no
+			// wall-clock bound (adv35 asked for 30 s).
 			var a answer
-			late := false
 			select {
 			case a = <-ans:
-			case <-time.After(30 * time.Second):
-				late = true
-				t.Errorf("cancel while full: no answer in 30 s (the disk is full, the cancel must still answer)")
+			case <-time.After(testkit.Deadline):
+				t.Fatalf("cancel while full: no answer while the disk stays full (it must answer, not wait for room)")
 			}
 			adv35Dead(t, h.serve.stderr.String())
-			h.fs.SetWriteBudget(-1)
-			if late {
-				a = <-ans
-				t.Logf("the cancel answered once room returned: %d %v %.200s", a.code, a.err, a.out)
-			}
 			t.Logf("cancel: %d %v %.200s", a.code, a.err, a.out)
 			cancelled := a.err == nil && a.code == http.StatusOK
-			if !late && (a.err != nil || a.code != http.StatusOK && !(o0.Status == "done" && a.code == http.StatusConflict)) {
+			// i36d: a durable serve acknowledges a cancel once it is synced;
+			// with no room for a write it refuses it at once, 507 naming the
+			// full disk, and nothing changes (adv35 asked for a 200 or a
+			// hang-free answer: the issue allows either, see
+			// docs/RELIABILITY.md).
+			refused := durable && a.err == nil && a.code == http.StatusInsufficientStorage
+			switch {
+			case refused:
+				if !strings.Contains(string(a.out), "disk full") {
+					t.Errorf("cancel refused while full without naming the disk: %.300s", a.out)
+				}
+				if _, r, _ := h.read(c, faultKey, other); r.Status == "cancelled" {
+					t.Errorf("cancel answered 507, job reads cancelled")
+				}
+			case a.err != nil || a.code != http.StatusOK && !(o0.Status == "done" && a.code == http.StatusConflict):
 				t.Errorf("cancel while full: %d %v %.300s", a.code, a.err, a.out)
+			}
+			h.fs.SetWriteBudget(-1)
+			if refused { // room again: the cancel goes through, or the job has ended
+				code, out, err := call(lc, http.MethodDelete, h.serve.base+"/v1/batch/"+other, faultKey, "")
+				for deadline := time.Now().Add(testkit.Deadline); err == nil && code == http.StatusInsufficientStorage && time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond) // the disk watch measures every second: no signal across processes
+					code, out, err = call(lc, http.MethodDelete, h.serve.base+"/v1/batch/"+other, faultKey, "")
+				}
+				t.Logf("the cancel again, room back: %d %v %.200s", code, err, out)
+				cancelled = err == nil && code == http.StatusOK
+				if err != nil || code != http.StatusOK && code != http.StatusConflict {
+					t.Errorf("cancel once room returned: %d %v %.300s", code, err, out)
+				}
 			}
 			r := faultWaitDone(t, h, c, run)
 			if r.Status != "done" || len(r.Done) != 4 {
