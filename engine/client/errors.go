@@ -73,6 +73,9 @@ var classes = map[int]error{
 	http.StatusUnprocessableEntity:   batchtype.ErrInvalid,
 	http.StatusTooManyRequests:       ErrTooManyRequests,
 	http.StatusServiceUnavailable:    ErrUnavailable,
+	// 507: the server's disk is full (a submit below its reserve; a
+	// durable server's cancel with no room to store it).
+	http.StatusInsufficientStorage: batchtype.ErrDiskFull,
 }
 
 // named are the engine's sentinels that the API answers by their text,
