@@ -13,13 +13,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(closingM{m},
-		// Badger's Open leaves its cache monitor and its allocator pool
-		// running when it fails on a damaged key registry or value log;
-		// only TestStore_OpenDamaged makes it fail so.
-		goleak.IgnoreTopFunction("github.com/dgraph-io/badger/v4.(*DB).monitorCache"),
-		goleak.IgnoreTopFunction("github.com/dgraph-io/ristretto/v2/z.(*AllocatorPool).freeupAllocators"),
-	)
+	// Badger's Open left its cache monitor and its allocator pool running
+	// when it failed on a damaged key registry or value log, or for want of
+	// space (TestStore_OpenDamaged, the full-disk tests), until
+	// persistence/internal/badger's cleanup stopped them: none is allowed.
+	goleak.VerifyTestMain(closingM{m})
 }
 
 // closingM closes the stores the benchmarks keep from one run to the next
