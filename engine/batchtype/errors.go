@@ -46,7 +46,10 @@ var (
 	// file system has less free space than [Config.DiskReserve] (nothing
 	// is created; submit again once there is room: the runner's running
 	// jobs are held meanwhile, and go on by themselves), and wrapped by a
-	// store write that failed with ENOSPC.
+	// store write that failed with ENOSPC; by engine.Runner.Submit too
+	// while the jobs a crash left live cannot be failed in a store opened
+	// on a full disk; and by engine.Runner.TryCancel on a durable runner
+	// whose disk has no room to store the cancel (nothing changed).
 	ErrDiskFull = errors.New("disk full")
 	// ErrDiskReserve is returned by engine.New when [Config.DiskReserve]
 	// is as large as the store's whole file system: it could never be
