@@ -602,7 +602,9 @@ func (r *Runner) failClosed() {
 	r.cancel()
 	r.sys.Abort() // a worker waiting for a fetch that ignores its context stops
 	r.sys.WaitSupervisorStopped()
+	r.unreaped.mu.Lock() // not beside reapLoop's (reaplater.go)
 	n, err := r.reap(reapInternal)
+	r.unreaped.mu.Unlock()
 	if err != nil {
 		r.log.Error("fail live jobs after the runner failed", slog.String(keyErr, storeErrText(err)))
 	}
