@@ -569,8 +569,10 @@ func (j *job) cancel(ctx actor.Context) (bool, error) {
 		next.Lease = max(next.Lease, j.view.Touched())
 		err := j.cfg.Store.SaveJobNow(&next)
 		if errors.Is(err, persistence.ErrDiskFull) {
-			j.warn("store job", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, next.Status),
-				slog.String("what", "cancelled"), slog.String(keyErr, storeErrText(err)))
+			// The canceller hears it; the full disk is logged by the
+			// store's watch, once a minute: a cancel tried again and again
+			// while it lasts is no Warn each time.
+			j.cfg.Log.Debug("cancel refused: disk full", slog.String(keyJobID, j.rec.ID))
 			return false, fmt.Errorf("cancel: %w", err)
 		}
 		// Any other failure (a failed sync) is written again, and synced,
