@@ -473,7 +473,9 @@ func (r *Runner) Cancel(id string) bool {
 // only once it is synced, and answers at once, never waiting for room,
 // with an error wrapping [ErrDiskFull] while the store's disk has no room
 // for a write (below [Config.DiskReserve] a cancel is still written, into
-// the reserve), or [ErrUnavailable] while it fails. Without it a cancel is
+// the reserve), or [ErrUnavailable] while it fails (ErrUnavailable is
+// also the answer when the runner did not answer in time: then the
+// cancel may still be made). Without it a cancel is
 // made at once and its write, if the disk refuses it, is held and written
 // once there is room (a crash before then leaves the job failed
 // "restart"). Safe for concurrent use.
@@ -492,6 +494,8 @@ func (r *Runner) TryCancel(id string) (bool, error) {
 	case errors.Is(err, actors.ErrFailed):
 		return false, nil
 	}
+	// A disk that fails, or no answer in time (the cancel waited for its
+	// job's write): it may not have been made.
 	return false, fmt.Errorf("cancel: %w: %w", ErrUnavailable, err)
 }
 

@@ -472,7 +472,7 @@ func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request, ss *session)
 		h.page(w, r, http.StatusInsufficientStorage, "error", errorPage{Title: "Disk full", Msg: "The server's disk has no room for a write: the cancel was not stored, and the job goes on as it was (held while the disk is full). Try again in a moment.", Back: Prefix + "jobs/" + j.ID})
 		return
 	case err != nil:
-		h.page(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Store unavailable", Msg: "The server's disk is failing: the cancel was not stored, and the job goes on as it was. Try again in a moment.", Back: Prefix + "jobs/" + j.ID})
+		h.page(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Store unavailable", Msg: "The server's disk is failing, or the runner did not answer in time: the cancel may not have been made. Look at the job, and try again in a moment if it still runs.", Back: Prefix + "jobs/" + j.ID})
 		return
 	}
 	if !ok {

@@ -41,8 +41,9 @@
 // 503 with Retry-After, "store unavailable: disk error" or "store
 // unavailable: disk full", never 404: the job is not gone. A cancel a
 // durable runner could not store ([engine.Runner.TryCancel]: its disk has
-// no room for a write, or fails) is 507 "disk full: the cancel was not
-// stored" (or 503) with Retry-After, and nothing changed.
+// no room for a write) is 507 "disk full: the cancel was not stored" with
+// Retry-After, and nothing changed; one not confirmed (a disk that fails,
+// no answer in time) 503.
 //
 // A job is {"id", "status", "error", "targets_total", "targets_done",
 // "targets_failed", "created_at", "started_at", "ended_at", "duration_ms",

@@ -554,8 +554,8 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	case err != nil:
 		h.log.Warn("cancel refused", slog.String(logKeyJobID, j.ID), slog.String(logKeyCaller, c.Name), slog.String("err", "store unavailable"))
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "store unavailable: the cancel was not stored",
-			"the server's disk is failing: the job goes on as it was; retry the cancel later")
+		writeError(w, http.StatusServiceUnavailable, "store unavailable: the cancel is not confirmed",
+			"the server's disk is failing, or the runner did not answer in time: the cancel may not have been made; read the job, and cancel again later if it is still live")
 		return
 	}
 	if !ok {
