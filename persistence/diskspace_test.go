@@ -197,7 +197,8 @@ func TestStore_DiskFullTmpfs(t *testing.T) {
 // side: 8 writers, each the owner of one live job, write one 1 KiB outcome
 // after another on a directory store, with the disk watched (a reserve:
 // every write passes the gate and counts its bytes; statfs every second and
-// when the room above the reserve may be used up) and not. With -count N
+// when the room above the reserve may be used up) and with the check off
+// (no watch, and no gate nor count in any write: noDiskCheck). With -count N
 // the two alternate (-count 1: DISK_BENCH_ROUNDS rounds of the pair, 3 by
 // default). One op is one outcome written.
 func BenchmarkStore_DiskWatch(b *testing.B) {
@@ -210,6 +211,7 @@ func BenchmarkStore_DiskWatch(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
+			s.noDiskCheck = !watch
 			if watch {
 				if err := s.WatchDisk(DiskWatch{Reserve: batchtype.DefaultDiskReserve}); err != nil {
 					b.Fatal(err)

@@ -155,6 +155,9 @@ type Store struct {
 	dirSyncTime atomic.Int64 // ns spent in the directory's syncs (a benchmark's figure)
 	// noDirSync turns the directory syncs off: a benchmark's baseline.
 	noDirSync bool
+	// noDiskCheck turns the free-space check of every write off (gate,
+	// diskWritten): a benchmark's baseline (BenchmarkStore_DiskWatch).
+	noDiskCheck bool
 	// rec is what Open repaired (recover.go).
 	recMu sync.Mutex
 	rec   Recovery
