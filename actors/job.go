@@ -74,6 +74,8 @@ type inFlight struct {
 	err        error
 	took       time.Duration
 	prevStatus string
+	// held: the store holds the write (a durable store: writeHeld), why.
+	held error
 }
 
 // to moves the job to phase p, checked against phaseMachine (life.go).
@@ -146,13 +148,23 @@ func (j *job) Receive(ctx actor.Context) {
 		}
 	case *lateWritten:
 		j.lateWritten(ctx, m.err) // in any phase: it is about an earlier write
+	case *writeHeld:
+		if j.phase == phaseStoring {
+			j.slot.held = m.err
+			j.refuseStashedCancels(ctx)
+		}
 	default:
 		if j.phase == phaseStoring {
 			if _, ok := m.(*CancelJob); ok && j.cfg.Store.Durable() {
 				// On a durable store the job stores nothing more until the
-				// write in flight is synced: one the store holds for want
-				// of room waits for it. The cancel does not.
-				if err := j.cfg.Store.Writable(); err != nil {
+				// write in flight is synced: one the store holds (the disk
+				// full, or failing) waits for it. The cancel does not: it
+				// is refused at once, nothing changed.
+				err := j.slot.held
+				if err == nil {
+					err = j.cfg.Store.Writable()
+				}
+				if err != nil {
 					reply(ctx, ctx.Sender(), fmt.Errorf("cancel: %w", err))
 					return
 				}
@@ -472,6 +484,22 @@ func (j *job) written(ctx actor.Context, m *targetWritten) {
 	}
 	j.stored(ctx, p)
 	j.unstash(ctx)
+}
+
+// refuseStashedCancels answers the cancels that wait for the write in
+// flight, which the store holds (slot.held), with its error: nothing
+// changed (see cancel).
+func (j *job) refuseStashedCancels(ctx actor.Context) {
+	kept := j.stash[:0]
+	for _, d := range j.stash {
+		if _, ok := d.msg.(*CancelJob); ok {
+			reply(ctx, d.sender, fmt.Errorf("cancel: %w", j.slot.held))
+			continue
+		}
+		kept = append(kept, d)
+	}
+	clear(j.stash[len(kept):])
+	j.stash = kept
 }
 
 // unstash handles the messages that waited for a write, in order, until one

@@ -60,6 +60,14 @@ type SubmitReply struct {
 	Err     error
 }
 
+// writeHeld tells a job (through the supervisor) that the store holds its
+// write in flight until the disk lets it be written and synced (a durable
+// store: Store.SetHeldHook): err is why.
+type writeHeld struct {
+	id  string
+	err error
+}
+
 // CancelJob cancels a live job; the reply is a bool (false when the job is
 // not live), or an error: on a durable store, the cancel could not be
 // stored now (the disk full, or failing) and nothing changed.

@@ -145,6 +145,10 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		} else {
 			ctx.Respond(false)
 		}
+	case *writeHeld:
+		if j := s.jobs[m.id]; j != nil {
+			ctx.Send(j.pid, m)
+		}
 	case *jobDone:
 		s.jobDone(ctx, m)
 	case *diskCheck:

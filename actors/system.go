@@ -130,6 +130,14 @@ func Start(cfg *Config) (*System, error) {
 		closePools()
 		return nil, fmt.Errorf("start supervisor: %w", err)
 	}
+	// A durable job waits in storing for a write the store holds (the disk
+	// full or failing): it hears so, and answers a cancel at once.
+	root, sup := sys.Root, s.sup
+	cfg.Store.SetHeldHook(func(id string, err error) {
+		if !cfg.stopping.Load() {
+			root.Send(sup, &writeHeld{id: id, err: err})
+		}
+	})
 	return s, nil
 }
 
@@ -227,6 +235,7 @@ func (s *System) Cancel(id string) (bool, error) {
 // dispatched, and fetched under a cancelled context, after Stop began.
 func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gaveUp bool, err error) {
 	s.cfg.stopping.Store(true)
+	s.cfg.Store.SetHeldHook(nil)
 	if !s.failed.Load() {
 		drain := s.request(&Drain{}, drainTimeout)
 		res := make(chan any, 1)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/enginetest/testkit"
+	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
 )
 
@@ -136,4 +138,48 @@ func stepOnce(t *testing.T, st *stepper) {
 	case <-time.After(testkit.Deadline): // a failure deadline, for a hung test
 		t.Fatal("no fetch was waiting")
 	}
+}
+
+// TestRunner_DurableCancelWhileItsWriteIsHeld: a durable job's target
+// write fails for want of room though no measure said the disk is full
+// (another process filled it since: a write fault here), so the store
+// holds it and the job waits for it. A cancel is refused at once, whether
+// it comes before the job hears that its write is held or after, and
+// nothing changes; once writes work the write lands and a cancel goes
+// through.
+func TestRunner_DurableCancelWhileItsWriteIsHeld(t *testing.T) {
+	t.Parallel()
+	b, st := setupDisk(t, t.TempDir(), engine.Config{RetryWait: 5 * time.Millisecond, Durability: engine.DurabilitySync})
+	started := make(chan struct{}, 8)
+	st.onStart = func() { started <- struct{}{} }
+	a := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	testkit.Recv(t, started)
+	var full atomic.Bool
+	full.Store(true)
+	b.Store.SetWriteFault(func() error {
+		if full.Load() {
+			return fmt.Errorf("%w: filled by another process", persistence.ErrDiskFull)
+		}
+		return nil
+	})
+	retries := b.Store.WriteRetries()
+	stepOnce(t, st) // a0's outcome meets the full disk: held, the job waits for it
+	testkit.WaitFor(t, "a0's write held", func() bool { return b.Store.WriteRetries() > retries })
+	for range 2 {
+		ok, err := b.Runner.TryCancel(a)
+		require.False(t, ok)
+		require.ErrorIs(t, err, engine.ErrDiskFull, "refused at once")
+	}
+	j, ok := b.Runner.Job(a)
+	require.True(t, ok)
+	require.Equal(t, "running", j.Status, "nothing changed")
+
+	full.Store(false)
+	require.NoError(t, testkit.Recv(t, st.stored), "a0 stored once writes work")
+	testkit.Recv(t, started) // a1 is being fetched
+	ok, err := b.Runner.TryCancel(a)
+	require.NoError(t, err)
+	require.True(t, ok)
+	stepOnce(t, st)
+	waitSettled(t, b.Store, a, "cancelled")
 }

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -47,7 +48,26 @@ func (s *Store) hold(w *ownerWrite, err error) {
 	if !w.late && (!s.durable.Load() || s.abandoned.Load()) {
 		w.late = true
 		w.doneR(fmt.Errorf("%w: %w", err, ErrRetrying), false)
+		return
 	}
+	if f := s.heldHook.Load(); f != nil && !w.late {
+		(*f)(hex.EncodeToString(w.id[:]), err)
+	}
+}
+
+// SetHeldHook makes the store's writer call f with the job's id and the
+// error each time it holds a write of a durable store that it does not
+// answer until it is written and synced (its owner waits for it: hold),
+// so that the owner may answer what it cannot do meanwhile (a cancel) at
+// once, not once the disk has room. f runs on the writer goroutine and
+// must not block nor write to the store. nil: none. Safe to call at any
+// time.
+func (s *Store) SetHeldHook(f func(jobID string, err error)) {
+	if f == nil {
+		s.heldHook.Store(nil)
+		return
+	}
+	s.heldHook.Store(&f)
 }
 
 // errGivenUp is the late answer of a held write the writer gave up on.
