@@ -1,0 +1,144 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
+	"github.com/sift/batch/engine/httpapi"
+	"github.com/sift/batch/engine/mcpserver"
+)
+
+// pageUnit is the content of the page benchmarks: multi-byte runes, HTML
+// (which the SDK's json.Marshal escapes as \u003c and the server writes
+// back as "<") and characters JSON escapes.
+const pageUnit = "héllo <b>wörld</b> & \"q\"\n"
+
+// discardAnswer is an http.ResponseWriter that counts the body's bytes and
+// keeps its first and last 64 KiB.
+type discardAnswer struct {
+	h          http.Header
+	code       int
+	n          int
+	head, tail bytes.Buffer
+}
+
+func (d *discardAnswer) Header() http.Header  { return d.h }
+func (d *discardAnswer) WriteHeader(code int) { d.code = code }
+func (d *discardAnswer) Write(p []byte) (int, error) {
+	if room := 64<<10 - d.head.Len(); room > 0 {
+		d.head.Write(p[:min(room, len(p))])
+	}
+	d.n += len(p)
+	d.tail.Write(p[max(0, len(p)-64<<10):])
+	if d.tail.Len() > 128<<10 {
+		d.tail.Next(d.tail.Len() - 64<<10)
+	}
+	return len(p), nil
+}
+func (d *discardAnswer) Flush() {}
+
+// pageServer is serve's /mcp over a disk store holding one done target of
+// mib MiB of pageUnit, for the page benchmarks.
+func pageServer(b *testing.B, mib int) (h *mcpserver.Handler, post func(page int) *discardAnswer) {
+	// The content's JSON text is mib MiB less 4 KiB (a meta and its
+	// framing): the largest a store takes at 31.
+	content := strings.Repeat(pageUnit, (mib<<20-4<<10)/jsonTextLen(pageUnit))
+	fetch := func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{Content: content, Meta: map[string]any{"status": 200}}, nil
+	}
+	eb := enginetest.SetupOn(b, enginetest.OpenStore(b, b.TempDir()), fetch, engine.Config{})
+	keys, err := httpapi.ReadKeys(strings.NewReader(testKeys))
+	if err != nil {
+		b.Fatal(err)
+	}
+	api, err := httpapi.New(eb.Runner, keys, httpapi.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err = mcpserver.NewHandler(api, keys, mcpserver.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { api.EndWaits(); h.EndWaits() })
+	id := eb.Submit(b, "alice", []engine.Target{{URL: "https://example.com/big"}})
+	if _, err := eb.Runner.Wait(context.Background(), id); err != nil {
+		b.Fatal(err)
+	}
+	post = func(page int) *discardAnswer {
+		body := toolCall(1, "batch_result", `{"id":"`+id+`","idx":0,"page":`+strconv.Itoa(page)+`}`)
+		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer alice-key")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		w := &discardAnswer{h: http.Header{}}
+		h.ServeHTTP(w, req)
+		if w.code != 0 && w.code != http.StatusOK || w.n < mcpserver.MaxPageBytes/2 {
+			b.Fatalf("page %d: %d, %d bytes: %.300s", page, w.code, w.n, w.head.String())
+		}
+		return w
+	}
+	return h, post
+}
+
+// pageOf is the structured output of the batch_result answer w, found
+// in its first or last 64 KiB (an SSE event, or a JSON-RPC message).
+func pageOf(b *testing.B, w *discardAnswer) mcpserver.ResultPage {
+	const key = `"structuredContent":`
+	for _, part := range [][]byte{w.head.Bytes(), w.tail.Bytes()} {
+		i := bytes.LastIndex(part, []byte(key))
+		if i < 0 {
+			continue
+		}
+		var p mcpserver.ResultPage
+		if err := json.NewDecoder(bytes.NewReader(part[i+len(key):])).Decode(&p); err != nil {
+			b.Fatalf("structuredContent: %v in %.300s", err, part[i:])
+		}
+		return p
+	}
+	b.Fatalf("no structuredContent in %.300s", w.head.Bytes())
+	return mcpserver.ResultPage{}
+}
+
+// BenchmarkMCP_ResultPage is what serve allocates to answer one
+// batch_result page, a tools/call POSTed to /mcp (its Handler, as a client
+// calls it, the answer written to a writer that counts it), for a page in
+// the middle of a stored result of 1, 16 and 31 MiB on a disk store
+// (persistence.MaxResultSize is 32 MiB: a larger result is not stored).
+// B/op is the whole call's: the API's read of the page, the tool, the
+// SDK's JSON-RPC answer and its writing. x-answer is B/op over the
+// answer's bytes (issue 34: at most 2× the page, flat in the result's
+// size); answer-bytes the HTTP answer's body, page-bytes the page's.
+func BenchmarkMCP_ResultPage(b *testing.B) {
+	for _, mib := range []int{1, 16, 31} {
+		b.Run("size="+strconv.Itoa(mib)+"MiB", func(b *testing.B) {
+			_, post := pageServer(b, mib)
+			first := pageOf(b, post(0))
+			mid := first.Pages / 2
+			w := post(mid)
+			p := pageOf(b, w)
+			var m0, m1 runtime.MemStats
+			b.ReportAllocs()
+			b.ResetTimer()
+			runtime.ReadMemStats(&m0)
+			for range b.N {
+				post(mid)
+			}
+			runtime.ReadMemStats(&m1)
+			b.StopTimer()
+			perOp := float64(m1.TotalAlloc-m0.TotalAlloc) / float64(b.N)
+			b.ReportMetric(float64(w.n), "answer-bytes")
+			b.ReportMetric(float64(p.PageBytes), "page-bytes")
+			b.ReportMetric(perOp/float64(w.n), "x-answer")
+		})
+	}
+}
