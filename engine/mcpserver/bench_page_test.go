@@ -22,22 +22,26 @@ import (
 // back as "<") and characters JSON escapes.
 const pageUnit = "héllo <b>wörld</b> & \"q\"\n"
 
-// discardAnswer is an http.ResponseWriter that counts the body's bytes and
-// keeps its first and last 64 KiB.
+// discardAnswer is an http.ResponseWriter that counts the body's bytes
+// and, if keep, keeps its first and last 64 KiB.
 type discardAnswer struct {
 	h          http.Header
 	code       int
 	n          int
+	keep       bool
 	head, tail bytes.Buffer
 }
 
 func (d *discardAnswer) Header() http.Header  { return d.h }
 func (d *discardAnswer) WriteHeader(code int) { d.code = code }
 func (d *discardAnswer) Write(p []byte) (int, error) {
+	d.n += len(p)
+	if !d.keep {
+		return len(p), nil
+	}
 	if room := 64<<10 - d.head.Len(); room > 0 {
 		d.head.Write(p[:min(room, len(p))])
 	}
-	d.n += len(p)
 	d.tail.Write(p[max(0, len(p)-64<<10):])
 	if d.tail.Len() > 128<<10 {
 		d.tail.Next(d.tail.Len() - 64<<10)
@@ -48,7 +52,7 @@ func (d *discardAnswer) Flush() {}
 
 // pageServer is serve's /mcp over a disk store holding one done target of
 // mib MiB of pageUnit, for the page benchmarks.
-func pageServer(b *testing.B, mib int) (h *mcpserver.Handler, post func(page int) *discardAnswer) {
+func pageServer(b *testing.B, mib int) (h *mcpserver.Handler, post func(page int, keep bool) *discardAnswer) {
 	// The content's JSON text is mib MiB less 4 KiB (a meta and its
 	// framing): the largest a store takes at 31.
 	content := strings.Repeat(pageUnit, (mib<<20-4<<10)/jsonTextLen(pageUnit))
@@ -73,14 +77,14 @@ func pageServer(b *testing.B, mib int) (h *mcpserver.Handler, post func(page int
 	if _, err := eb.Runner.Wait(context.Background(), id); err != nil {
 		b.Fatal(err)
 	}
-	post = func(page int) *discardAnswer {
+	post = func(page int, keep bool) *discardAnswer {
 		body := toolCall(1, "batch_result", `{"id":"`+id+`","idx":0,"page":`+strconv.Itoa(page)+`}`)
 		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer alice-key")
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
-		w := &discardAnswer{h: http.Header{}}
+		w := &discardAnswer{h: http.Header{}, keep: keep}
 		h.ServeHTTP(w, req)
 		if w.code != 0 && w.code != http.StatusOK || w.n < mcpserver.MaxPageBytes/2 {
 			b.Fatalf("page %d: %d, %d bytes: %.300s", page, w.code, w.n, w.head.String())
@@ -122,16 +126,16 @@ func BenchmarkMCP_ResultPage(b *testing.B) {
 	for _, mib := range []int{1, 16, 31} {
 		b.Run("size="+strconv.Itoa(mib)+"MiB", func(b *testing.B) {
 			_, post := pageServer(b, mib)
-			first := pageOf(b, post(0))
+			first := pageOf(b, post(0, true))
 			mid := first.Pages / 2
-			w := post(mid)
+			w := post(mid, true)
 			p := pageOf(b, w)
 			var m0, m1 runtime.MemStats
 			b.ReportAllocs()
 			b.ResetTimer()
 			runtime.ReadMemStats(&m0)
 			for range b.N {
-				post(mid)
+				post(mid, false)
 			}
 			runtime.ReadMemStats(&m1)
 			b.StopTimer()

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/sift/batch/engine/apitype"
 )
@@ -36,10 +39,102 @@ type targetPage struct {
 	Error  string `json:"error,omitempty"`
 	Hint   string `json:"hint,omitempty"`
 	Result *struct {
-		Content string          `json:"content"`
+		Content jsonString      `json:"content"`
 		Meta    json.RawMessage `json:"meta,omitempty"`
 		Range   *apitype.Range  `json:"range,omitempty"`
 	} `json:"result,omitempty"`
+}
+
+// jsonString is a JSON string's text as it was read, its quotes and
+// escapes and all: a page's content, kept as the API wrote it so that
+// the answer can carry it as it is (see splice), neither decoded nor
+// copied. It aliases the bytes json.Unmarshal read (readTargetPage's
+// buffer, which it keeps).
+type jsonString []byte
+
+// UnmarshalJSON keeps b, a JSON string (json.Unmarshal has checked its
+// syntax), without copying it.
+func (s *jsonString) UnmarshalJSON(b []byte) error {
+	if len(b) < 2 || b[0] != '"' {
+		return errors.New("content: not a JSON string")
+	}
+	*s = b
+	return nil
+}
+
+// hex4 is the value of the 4 hex digits b begins with (checked).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// body is s between its quotes: the string's JSON text.
+func (s jsonString) body() []byte {
+	if len(s) < 2 {
+		return nil
+	}
+	return s[1 : len(s)-1]
+}
+
+// decode is the string s is the JSON text of.
+func (s jsonString) decode() (string, error) {
+	var v string
+	err := json.Unmarshal(s, &v)
+	return v, err
+}
+
+// decodedLen is the length in bytes of the string s is the JSON text of,
+// as encoding/json decodes it (an invalid UTF-8 byte or a lone surrogate
+// escape becomes U+FFFD, 3 bytes), counted without decoding it. s's
+// syntax has been checked (json.Unmarshal).
+func (s jsonString) decodedLen() int {
+	b := s.body()
+	n := 0
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '\\' && i+1 < len(b) && b[i+1] == 'u':
+			r := hex4(b[i+2:])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if i+6 <= len(b) && b[i] == '\\' && b[i+1] == 'u' {
+					if rr := utf16.DecodeRune(r, hex4(b[i+2:])); rr != unicode.ReplacementChar {
+						n += utf8.RuneLen(rr)
+						i += 6
+						continue
+					}
+				}
+				r = unicode.ReplacementChar
+			}
+			n += utf8.RuneLen(r)
+		case c == '\\':
+			n++ // \" \\ \/ \b \f \n \r \t
+			i += 2
+		case c < utf8.RuneSelf:
+			n++
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			i += size
+			if r == utf8.RuneError && size == 1 {
+				n += 3 // an invalid byte decodes as U+FFFD
+				continue
+			}
+			n += size
+		}
+	}
+	return n
 }
 
 // pageStep is the distance between two pages' offsets, for pages of at
