@@ -41,9 +41,9 @@ func TestReadTargetPage_FailedTargetAndBadAnswers(t *testing.T) {
 	}
 }
 
-// TestJSONString_DecodedLen: a page's page_bytes, counted on its JSON
+// TestText_LenAndDecode: a page's page_bytes, counted on its JSON
 // text without decoding it, is the length json.Unmarshal decodes.
-func TestJSONString_DecodedLen(t *testing.T) {
+func TestText_LenAndDecode(t *testing.T) {
 	texts := []string{
 		`""`, `"a"`, `"héllo wörld ✓ 😀"`, `"\"q\" \\ \/ \b\f\n\r\t"`, `"\u00e9\u2028\u0000\u003c"`,
 		`"\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`, `"\ud83d\u0041"`, `"\ud83dx\ude00"`, `"\uD83D\uDE00\u00E9"`,
@@ -54,14 +54,14 @@ func TestJSONString_DecodedLen(t *testing.T) {
 		if err := json.Unmarshal([]byte(text), &want); err != nil {
 			t.Fatalf("%q: %v", text, err)
 		}
-		var s jsonString
-		if err := json.Unmarshal([]byte(text), &s); err != nil {
-			t.Fatalf("%q: %v", text, err)
+		body := []byte(text[1 : len(text)-1])
+		if !validText(body) {
+			t.Errorf("%q: not valid", text)
 		}
-		if got := s.decodedLen(); got != len(want) {
-			t.Errorf("%q: decodedLen %d, want %d", text, got, len(want))
+		if got := textLen(body); got != len(want) {
+			t.Errorf("%q: textLen %d, want %d", text, got, len(want))
 		}
-		if got, err := s.decode(); err != nil || got != want {
+		if got, err := decodeText(body); err != nil || got != want {
 			t.Errorf("%q: decode %q %v, want %q", text, got, err, want)
 		}
 	}

@@ -638,7 +638,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 
 func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultIn) (*mcp.CallToolResult, ResultPage, error) {
 	var out ResultPage
-	var content jsonString // the page's content as JSON text, its quotes and all
+	var content []byte // the page's content as JSON text, between its quotes
 	err := t.call(req, "batch_result", in.ID, func(key string) error {
 		p, err := jobPath(in.ID)
 		if err != nil {
@@ -659,8 +659,8 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 		}
 		out = ResultPage{Idx: tp.Idx, URL: tp.URL, Status: tp.Status, Error: tp.Error, Hint: tp.Hint, Page: in.Page}
 		if res := tp.Result; res != nil {
-			content = res.Content
-			out.Pages, out.ContentBytes, out.PageBytes = pagesOf(res.Range.Total, size), int(res.Range.Total), content.decodedLen()
+			content = tp.text
+			out.Pages, out.ContentBytes, out.PageBytes = pagesOf(res.Range.Total, size), int(res.Range.Total), textLen(content)
 			if len(res.Meta) > 0 && string(res.Meta) != "null" {
 				if err := json.Unmarshal(res.Meta, &out.Meta); err != nil {
 					return fmt.Errorf("%w: meta: %v", ErrUnavailable, err)
@@ -686,10 +686,10 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 	// stdio it is the decoded text, which the SDK encodes.
 	var text string
 	switch s, ok := t.reqs.served(req); {
-	case len(content.body()) > 0 && ok:
-		text = s.sw.set(content.body())
-	case len(content.body()) > 0:
-		if text, err = content.decode(); err != nil {
+	case len(content) > 0 && ok:
+		text = s.sw.set(content)
+	case len(content) > 0:
+		if text, err = decodeText(content); err != nil {
 			return nil, out, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	case out.Error != "":
