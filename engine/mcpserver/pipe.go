@@ -16,7 +16,7 @@ import (
 type answerPipe struct {
 	wrMu  sync.Mutex    // one write at a time
 	wrCh  chan piece    // a write, to the reader
-	rdCh  chan struct{} // the write was read whole
+	rdCh  chan struct{} // the write was read whole (or kept)
 	done  chan struct{} // closed by the reader's Close
 	once  sync.Once
 	ended chan struct{} // closed by the writer's close, after werr is set
@@ -32,7 +32,7 @@ type piece struct {
 }
 
 func newAnswerPipe() *answerPipe {
-	return &answerPipe{wrCh: make(chan piece), rdCh: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{})}
+	return &answerPipe{wrCh: make(chan piece), rdCh: make(chan struct{}), done: make(chan struct{}), ended: make(chan struct{})}
 }
 
 // write hands b to the reader and returns once it has read it (or kept
@@ -90,9 +90,18 @@ func (p *answerPipe) Read(b []byte) (int, error) {
 	}
 	n := copy(b, p.cur)
 	if p.cur = p.cur[n:]; len(p.cur) == 0 {
-		p.rdCh <- struct{}{}
+		p.ack()
 	}
 	return n, nil
+}
+
+// ack tells the writer its write was read whole, unless the reader has
+// closed the pipe meanwhile (the writer has then failed).
+func (p *answerPipe) ack() {
+	select {
+	case p.rdCh <- struct{}{}:
+	case <-p.done:
+	}
 }
 
 // Close fails the writes to come and any waiting.
@@ -124,7 +133,7 @@ func (p *answerPipe) readPieces(buf []byte, limit int) ([]byte, []keptPiece, err
 			return buf, kept, err
 		}
 		if n += len(pc.b); n > limit {
-			p.rdCh <- struct{}{}
+			p.ack()
 			return buf, kept, errTooLong
 		}
 		if pc.kept {
@@ -132,6 +141,6 @@ func (p *answerPipe) readPieces(buf []byte, limit int) ([]byte, []keptPiece, err
 		} else {
 			buf = append(buf, pc.b...)
 		}
-		p.rdCh <- struct{}{}
+		p.ack()
 	}
 }
