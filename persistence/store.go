@@ -167,7 +167,7 @@ type Store struct {
 	// commitDelayNs is SetCommitDelay's delay + 1 (0: the default);
 	// groupPeak the recent groups' peak size (writer goroutine's).
 	commitDelayNs atomic.Int64
-	abandoned     atomic.Bool // AbandonRetries was called (writer_retry.go); SetDurable clears it
+	abandoned     atomic.Bool                                   // AbandonRetries was called (writer_retry.go); SetDurable clears it
 	heldHook      atomic.Pointer[func(jobID string, err error)] // SetHeldHook
 	groupPeak     int
 	// gcHolds: iterators a durable GC keeps open (durable.go); gcLoop's.
