@@ -193,6 +193,9 @@ func (r *Runner) reap(text string) (int, error) {
 // the store's write finds the disk full, an error wrapping [ErrDiskFull].
 //
 // ctx is checked before the job is submitted; a done ctx returns its error.
+// With [Config.TracerProvider] set, the job's span is a child of ctx's
+// span (an HTTP request's, carrying its caller's traceparent), and the job
+// keeps that trace context in its row.
 // Submit is SubmitWith with no [SubmitOptions].
 func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targets []Target) (id string, reused bool, err error) {
 	return r.SubmitWith(ctx, c, callerClass, targets, SubmitOptions{})
@@ -265,6 +268,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 	if err != nil {
 		return "", false, err
 	}
+	m.Ctx = ctx // a traced job's span is a child of ctx's
 	adm := r.cfg.Admission
 	var body string // the hash of the targets a key of the caller's own is bound to
 	if adm != nil && opt.IdempotencyKey != "" {
