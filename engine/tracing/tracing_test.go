@@ -361,4 +361,3 @@ func TestWrap(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	require.Equal(t, []string{"a GET /r", "b GET /r"}, order)
 }
-
