@@ -57,6 +57,7 @@ const (
 	AttrRetryWaitMS   = attribute.Key("siftbatch.retry_wait_ms")
 	AttrReused        = attribute.Key("siftbatch.reused")
 	AttrTries         = attribute.Key("siftbatch.tries")
+	AttrReason        = attribute.Key("siftbatch.reason")
 )
 
 // TraceContext is the trace context a span's row keeps: none for a span
@@ -104,6 +105,28 @@ func endSpanRefused(span trace.Span) {
 		span.SetAttributes(AttrStatus.String("not_created"))
 		span.End()
 	}
+}
+
+// SpanJobReaped is the span of a job that a new runner found live in its
+// store (left by a process that stopped, or a runner that failed) and
+// failed: a child of the job's stored trace context, so that the caller's
+// trace shows how the job ended even when the process that ran it could
+// not end its span.
+const SpanJobReaped = "siftbatch.job.reaped"
+
+// Reaped records, if tp is set and the job's row has a trace context,
+// that a new runner failed rec (its status already failed) for reason, a
+// fixed word ("restart", "internal error").
+func Reaped(tp trace.TracerProvider, rec *persistence.JobRecord, reason string) {
+	sc := SpanContext(rec.Trace)
+	if tp == nil || !sc.IsValid() {
+		return
+	}
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), sc)
+	_, span := tp.Tracer(TracerName).Start(ctx, SpanJobReaped, trace.WithAttributes(AttrJobID.String(rec.ID),
+		AttrStatus.String(rec.Status), AttrReason.String(reason), AttrTargetsDone.Int(rec.TargetsDone), AttrTargetsFailed.Int(rec.TargetsFailed)))
+	span.SetStatus(codes.Error, "")
+	span.End()
 }
 
 // jobTrace is a job actor's spans; its zero value (no tracer) does

@@ -166,13 +166,17 @@ func (r *Runner) reap(text string) (int, error) {
 	now := r.cfg.Now().UnixNano()
 	for i := range left {
 		j := &left[i]
-		if persistence.IsLive(j.Status) {
+		live := persistence.IsLive(j.Status)
+		if live {
 			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, max(now, j.Started)
 			failed++
 		}
 		j.Settled = true
 		if err := r.store.SaveJob(j); err != nil {
 			return failed, fmt.Errorf("reap: %w", err)
+		}
+		if live {
+			actors.Reaped(r.cfg.TracerProvider, j, text) // the caller's trace shows the job's end
 		}
 	}
 	return failed, nil

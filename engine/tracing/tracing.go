@@ -72,6 +72,10 @@ const (
 	SpanTargetWait  = actors.SpanTargetWait
 	SpanTargetFetch = actors.SpanTargetFetch
 	SpanTargetStore = actors.SpanTargetStore
+	// SpanJobReaped is the span of a job a new runner found live in its
+	// store and failed ("restart"): a child of the job's stored trace
+	// context, with siftbatch.reason.
+	SpanJobReaped = actors.SpanJobReaped
 	// EventBusyRetry is a target's event for each busy answer that is
 	// tried again; EventCancelled the job's (and its target's) for a
 	// cancel.
@@ -90,6 +94,7 @@ const (
 	AttrTargetIdx     = actors.AttrTargetIdx
 	AttrResultBytes   = actors.AttrResultBytes
 	AttrTookMS        = actors.AttrTookMS
+	AttrReason        = actors.AttrReason
 
 	AttrHTTPMethod   = attribute.Key("http.request.method")
 	AttrHTTPRoute    = attribute.Key("http.route")

@@ -361,3 +361,46 @@ func TestWrap(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	require.Equal(t, []string{"a GET /r", "b GET /r"}, order)
 }
+
+// TestTracing_RestartJoinsTheJobsTrace checks a job left running by a
+// process that stopped: the next runner fails it ("restart") and records
+// that as a span in the job's own trace, a child of the trace context its
+// row kept.
+func TestTracing_RestartJoinsTheJobsTrace(t *testing.T) {
+	dir := t.TempDir()
+	store, err := persistence.Open(dir)
+	require.NoError(t, err)
+	tc := persistence.TraceContext{Flags: 1}
+	copy(tc.TraceID[:], []byte("0123456789abcdef"))
+	copy(tc.SpanID[:], []byte("spanid01"))
+	now := time.Now().UnixNano()
+	j := persistence.JobRecord{ID: strings.Repeat("ab", 16), Caller: "alice", Status: persistence.StatusRunning,
+		TargetsTotal: 2, Created: now, Lease: now, Started: now, Trace: tc}
+	require.NoError(t, store.CreateJob(&j, []persistence.TargetRecord{{Idx: 0, URL: secretURL("/ok")}, {Idx: 1, URL: secretURL("/ok")}}))
+	require.NoError(t, store.Close()) // the process stopped with the job running
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	store, err = persistence.Open(dir)
+	require.NoError(t, err)
+	r, err := engine.New(store, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+		return engine.Result{}, nil
+	}, engine.Config{TracerProvider: tp}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	r.Close()
+	require.NoError(t, store.Close())
+
+	spans := rec.Ended()
+	requireClean(t, spans)
+	reaped := byName(spans, tracing.SpanJobReaped)
+	require.Len(t, reaped, 1)
+	s := reaped[0]
+	require.Equal(t, trace.TraceID(tc.TraceID), s.SpanContext().TraceID(), "in the job's trace")
+	require.Equal(t, trace.SpanID(tc.SpanID), s.Parent().SpanID(), "a child of the job's span, as its row kept it")
+	for k, want := range map[attribute.Key]any{tracing.AttrJobID: j.ID, tracing.AttrStatus: engine.StatusFailed, tracing.AttrReason: "restart"} {
+		v, ok := attr(s, k)
+		require.True(t, ok, "%s", k)
+		require.Equal(t, want, v.AsInterface())
+	}
+}
