@@ -13,9 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/sift/batch/engine/client"
 )
 
@@ -69,9 +66,6 @@ func (b *backend) do(ctx context.Context, key, method, path string, body []byte,
 		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header)) // a traced tool call's traceparent
-	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

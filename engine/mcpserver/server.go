@@ -319,6 +319,7 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	if hc == nil {
 		hc = &http.Client{}
 	}
+	hc = traced(hc, o.TracerProvider)
 	t := &tools{b: &backend{hc: hc, base: strings.TrimRight(u.String(), "/")},
 		key: func(*mcp.CallToolRequest) (string, bool) { return key, true }, o: o}
 	w := &lockedWriter{w: &unescapeCloser{u: unescaper{w: out}, out: out}}

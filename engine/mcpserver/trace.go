@@ -2,11 +2,13 @@ package mcpserver
 
 import (
 	"context"
+	"net/http"
 	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -22,6 +24,33 @@ const AttrTool = attribute.Key("mcp.tool.name")
 
 // toolNames are the tools' names, the only ones a span records.
 var toolNames = []string{"batch_submit", "batch_status", "batch_wait", "batch_result", "batch_list", "batch_cancel"}
+
+// traced returns hc, or with tp set a copy of hc whose requests carry
+// the W3C traceparent of the span in their context (a tool call's).
+func traced(hc *http.Client, tp trace.TracerProvider) *http.Client {
+	if tp == nil {
+		return hc
+	}
+	c := *hc
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	c.Transport = traceTransport{next: next}
+	return &c
+}
+
+// traceTransport sets a request's traceparent from its context's span.
+type traceTransport struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (t traceTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if trace.SpanContextFromContext(r.Context()).IsValid() {
+		r = r.Clone(r.Context())
+		propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	}
+	return t.next.RoundTrip(r)
+}
 
 // traceTools returns the server middleware that traces each tool call.
 func traceTools(tp trace.TracerProvider) mcp.Middleware {

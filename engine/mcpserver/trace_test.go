@@ -1,15 +1,20 @@
 package mcpserver_test
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/engine/mcpserver"
 	"github.com/sift/batch/engine/tracing"
 )
@@ -82,5 +87,52 @@ func TestMCP_ToolCallsAreTraced(t *testing.T) {
 	}
 	if job.SpanContext().TraceID() != submit.SpanContext().TraceID() {
 		t.Error("the job is not in the tool call's trace")
+	}
+}
+
+// TestMCP_StdioToolCallCarriesTraceparent checks that a tool call over
+// stdio, traced by its own provider (another process's, in siftbatch
+// mcp), sends its trace context to the serve it calls: the serve's span
+// for the request is the tool call's child.
+func TestMCP_StdioToolCallCarriesTraceparent(t *testing.T) {
+	t.Parallel()
+	recServe, recTool := tracetest.NewSpanRecorder(), tracetest.NewSpanRecorder()
+	tpServe := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recServe))
+	tpTool := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recTool))
+	b := setupWrapped(t, engine.Config{}, func(h http.Handler) http.Handler { return tracing.New(tpServe).Middleware("api", h) })
+	cin, sout := io.Pipe()
+	sin, cout := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- mcpserver.ServeStdio(ctx, b.srv.URL, "alice-key", nil, sin, sout, mcpserver.Options{TracerProvider: tpTool})
+	}()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: cin, Writer: cout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call(t, cs, "batch_list", map[string]any{}, nil)
+	_ = cs.Close()
+	cancel()
+	if err := testkit.Recv(t, served); err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+	var tool, api sdktrace.ReadOnlySpan
+	for _, s := range recTool.Ended() {
+		if s.Name() == mcpserver.SpanToolCall {
+			tool = s
+		}
+	}
+	for _, s := range recServe.Ended() {
+		if s.Name() == "api" {
+			api = s
+		}
+	}
+	if tool == nil || api == nil {
+		t.Fatalf("tool span %v, serve's span %v", tool, api)
+	}
+	if api.SpanContext().TraceID() != tool.SpanContext().TraceID() || api.Parent().SpanID() != tool.SpanContext().SpanID() {
+		t.Errorf("serve's span: trace %s parent %s; want the tool call's %s %s", api.SpanContext().TraceID(), api.Parent().SpanID(),
+			tool.SpanContext().TraceID(), tool.SpanContext().SpanID())
 	}
 }
