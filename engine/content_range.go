@@ -14,7 +14,9 @@ import (
 // escaping). A range never splits an escape or a UTF-8 sequence.
 type ContentRange struct {
 	// JSON is the range of the content's JSON text: whole escapes and
-	// whole UTF-8 sequences, to be written between quotes as it is.
+	// whole UTF-8 sequences, to be written between quotes as it is. It
+	// is read for this range alone: nothing else holds it or changes it,
+	// so that a writer may keep it rather than copy it.
 	JSON []byte
 	// Offset is where JSON begins: the offset asked, moved back to the
 	// start of an escape or a UTF-8 sequence it would split (Total if it

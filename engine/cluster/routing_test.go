@@ -150,7 +150,10 @@ func TestNode_JobOfNodeThatLeftAnswers503(t *testing.T) {
 // headers, body byte for byte).
 func TestNode_NotFoundAsOnOneNode(t *testing.T) {
 	t.Parallel()
-	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	// A long Timeout: the test is about what a node answers for another,
+	// not about how long a loaded machine takes to forward it (a stress
+	// run at load 13 got 503 "did not answer" at the default 3 s).
+	tc := clustertest.Start(t, clustertest.Options{Timeout: 20 * time.Second}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	solo := solo(t)
 	held := a.Submit(t, "alice-key", "https://example.com/1", "https://example.com/2")
@@ -538,7 +541,8 @@ func TestNode_OtherNodesAnswerAsHolder(t *testing.T) {
 func TestNode_HostileAuthorizationAnsweredAsHolder(t *testing.T) {
 	testkit.Long(t)
 	t.Parallel()
-	tc := clustertest.Start(t, clustertest.Options{}, "a", "b")
+	// A long Timeout, as in TestNode_NotFoundAsOnOneNode.
+	tc := clustertest.Start(t, clustertest.Options{Timeout: 20 * time.Second}, "a", "b")
 	a, b := tc.Node("a"), tc.Node("b")
 	ctx := context.Background()
 	id := a.Submit(t, "alice-key", "https://example.com/hold")

@@ -527,6 +527,19 @@ func (w *turnWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
+// WriteKept is Write for bytes that never change (httpx.KeptWriter):
+// without the turn they go to the writer underneath to keep; with it they
+// are kept here, copied as Write keeps them.
+func (w *turnWriter) WriteKept(p []byte) (int, error) {
+	if w.t.held {
+		return w.Write(p)
+	}
+	if err := w.send(); err != nil {
+		return 0, err
+	}
+	return httpx.WriteKept(w.ResponseWriter, p)
+}
+
 // send writes what was kept, once; the first error again after one.
 func (w *turnWriter) send() error {
 	if w.err == nil && len(w.kept) > 0 {

@@ -187,3 +187,51 @@ func BenchmarkAPI_TargetRange(b *testing.B) {
 		}
 	}
 }
+
+// keptRecorder is a ResponseRecorder that is an httpx.KeptWriter: it
+// records the bytes given it to keep.
+type keptRecorder struct {
+	*httptest.ResponseRecorder
+	kept [][]byte
+}
+
+func (k *keptRecorder) WriteKept(p []byte) (int, error) {
+	k.kept = append(k.kept, p)
+	return k.Write(p)
+}
+
+// TestAPI_TargetRangeKept: a range is handed to a writer that can keep
+// bytes (MCP's in-process transport) by WriteKept, its bytes alone,
+// through the API's own writers (the status recorder, the read's turn);
+// the answer is the same as any writer's. A whole result is written as
+// always.
+func TestAPI_TargetRangeKept(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, rangeFetch, httpapi.Options{})
+	id := b.submit(t, "alice-key", "https://example.com/big")
+	b.waitTerminal(t, id)
+	get := func(w http.ResponseWriter, q string) {
+		req := httptest.NewRequest(http.MethodGet, "/v1/batch/"+id+"/0"+q, nil)
+		req.Header.Set("Authorization", "Bearer alice-key")
+		b.api.ServeHTTP(w, req)
+	}
+	q := "?offset=1000&length=70000"
+	plain, kept := httptest.NewRecorder(), &keptRecorder{ResponseRecorder: httptest.NewRecorder()}
+	get(plain, q)
+	get(kept, q)
+	if plain.Code != http.StatusOK || kept.Code != http.StatusOK || plain.Body.String() != kept.Body.String() {
+		t.Fatalf("kept %d, plain %d: the answers differ", kept.Code, plain.Code)
+	}
+	var tg apitype.TargetStatus
+	if err := json.Unmarshal(plain.Body.Bytes(), &tg); err != nil || tg.Result == nil || tg.Result.Range == nil {
+		t.Fatalf("%v %.200s", err, plain.Body)
+	}
+	if len(kept.kept) != 1 || string(kept.kept[0]) != jsonText(rangeContent)[tg.Result.Range.Offset:tg.Result.Range.End] {
+		t.Fatalf("kept %d writes, want the range's text once", len(kept.kept))
+	}
+	whole := &keptRecorder{ResponseRecorder: httptest.NewRecorder()}
+	get(whole, "")
+	if whole.Code != http.StatusOK || len(whole.kept) != 0 {
+		t.Fatalf("a whole result: %d, %d writes kept", whole.Code, len(whole.kept))
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sift/batch/engine"
 	"github.com/sift/batch/engine/apitype"
+	"github.com/sift/batch/engine/internal/httpx"
 )
 
 // jobHead is a job as the API shows it, but its targets (Targets nil):
@@ -369,11 +370,12 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	w.WriteHeader(http.StatusOK)
 	if ranged {
 		// The range is written from where it was read, between its head
-		// and its tail: not copied into buf.
+		// and its tail: not copied into buf; a writer that can keep it
+		// (MCP's in-process transport) is given it to keep.
 		buf = append(buf, `,"result":{"content":"`...)
 		giveTurn(r)
 		if _, err := w.Write(buf); err == nil {
-			if _, err = w.Write(cr.JSON); err == nil {
+			if _, err = httpx.WriteKept(w, cr.JSON); err == nil {
 				buf = appendRangeTail(buf[:0], &cr)
 				_, _ = w.Write(append(buf, '\n'))
 			}

@@ -99,8 +99,9 @@ func (b *backend) do(ctx context.Context, key, method, path string, body []byte,
 // handlerTransport is an [http.RoundTripper] that answers each request
 // with an [http.Handler] in process: serve's /mcp calls its own API so,
 // with no socket and no second authentication path. The answer streams
-// through a pipe as the handler writes it: the caller reads what it needs
-// (a page of a result) and a body closed early stops the handler's write.
+// through a pipe (answerPipe) as the handler writes it: the caller reads
+// what it needs (a page of a result) and a body closed early stops the
+// handler's write.
 type handlerTransport struct{ h http.Handler }
 
 // RoundTrip runs the handler on its own goroutine and returns once it has
@@ -114,19 +115,19 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.RemoteAddr = "127.0.0.1:0" // in process: no peer address
 	}
 	r.RequestURI = r.URL.RequestURI()
-	pr, pw := io.Pipe()
-	w := &pipeWriter{header: http.Header{}, pw: pw, ready: make(chan struct{})}
+	pipe := newAnswerPipe()
+	w := &pipeWriter{header: http.Header{}, pipe: pipe, ready: make(chan struct{})}
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
 				// http.ErrAbortHandler (an answer cut short) or a panic the
 				// API's guard let through: the answer is incomplete.
 				w.WriteHeader(http.StatusInternalServerError)
-				pw.CloseWithError(io.ErrUnexpectedEOF)
+				pipe.closeWrite(io.ErrUnexpectedEOF)
 				return
 			}
 			w.WriteHeader(http.StatusOK)
-			pw.Close()
+			pipe.closeWrite(nil)
 		}()
 		t.h.ServeHTTP(w, r)
 	}()
@@ -134,7 +135,7 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return &http.Response{
 		Status: fmt.Sprintf("%d %s", w.code, http.StatusText(w.code)), StatusCode: w.code,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: w.sent, Body: pr, ContentLength: -1, Request: req,
+		Header: w.sent, Body: pipe, ContentLength: -1, Request: req,
 	}, nil
 }
 
@@ -142,7 +143,7 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type pipeWriter struct {
 	header http.Header
 	sent   http.Header // the header as it was when the status was written
-	pw     *io.PipeWriter
+	pipe   *answerPipe
 	once   sync.Once
 	code   int
 	ready  chan struct{}
@@ -162,7 +163,14 @@ func (w *pipeWriter) WriteHeader(code int) {
 
 func (w *pipeWriter) Write(p []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
-	return w.pw.Write(p)
+	return w.pipe.write(p, false)
+}
+
+// WriteKept is Write for bytes that never change (httpx.KeptWriter): the
+// reader is given them to keep.
+func (w *pipeWriter) WriteKept(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.pipe.write(p, true)
 }
 
 // Flush is a no-op: each Write reaches the reader as it is made.

@@ -72,7 +72,9 @@ func BenchmarkMCP_StatusVsGET(b *testing.B) {
 // through batch_result. msg-bytes is the largest MCP message (HTTP answer
 // body) the client read, page-bytes the largest page; B/op counts every
 // allocation of a page's call in the process: the API's read of the
-// stored result (whole, its own rule), the server's page, the client's.
+// page's range (a store in memory copies each chunk it reads), the
+// server's answer, and the SDK client's decoding of it (serve's own share
+// is BenchmarkMCP_ResultPage's).
 func BenchmarkMCP_Result16MiBPage(b *testing.B) {
 	bb := setup(b, engine.Config{})
 	cs, rt := bb.connect(b, "alice-key")

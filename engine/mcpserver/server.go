@@ -131,29 +131,40 @@ type tools struct {
 // it came in ([requests]); a client's own is overwritten.
 const headerRequest = "X-Siftbatch-Mcp-Request"
 
-// requests are the contexts of the HTTP requests being served, by the
-// number given in their headerRequest. The SDK's stateless handler runs a
-// tool call on a context detached from its HTTP request (for older
-// protocol versions): a batch_wait ends with its request's context, found
-// here, so that it stops polling once its client has gone.
+// requests are the HTTP requests being served, by the number given in
+// their headerRequest: each one's context and the writer of its answer.
+// The SDK's stateless handler runs a tool call on a context detached from
+// its HTTP request (for older protocol versions): a batch_wait ends with
+// its request's context, found here, so that it stops polling once its
+// client has gone; batch_result hands its page to its answer's writer
+// (splice).
 type requests struct {
 	seq atomic.Uint64
-	m   sync.Map // string → context.Context
+	m   sync.Map // string → *served
 }
 
-// tag numbers r in its header and keeps its context while next serves it.
+// served is one HTTP request being served.
+type served struct {
+	ctx context.Context
+	sw  *spliceWriter
+}
+
+// tag numbers r in its header and keeps it while next serves it, its
+// answer written through a spliceWriter.
 func (rs *requests) tag(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := strconv.FormatUint(rs.seq.Add(1), 36)
 		r.Header.Set(headerRequest, n)
-		rs.m.Store(n, r.Context())
+		sw := &spliceWriter{ResponseWriter: w}
+		rs.m.Store(n, &served{ctx: r.Context(), sw: sw})
 		defer rs.m.Delete(n)
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(sw, r)
+		sw.end()
 	})
 }
 
-// context is the context of the HTTP request req came in, if known.
-func (rs *requests) context(req *mcp.CallToolRequest) (context.Context, bool) {
+// served is the HTTP request req came in, if known.
+func (rs *requests) served(req *mcp.CallToolRequest) (*served, bool) {
 	if rs == nil || req.Extra == nil || req.Extra.Header == nil {
 		return nil, false
 	}
@@ -161,7 +172,16 @@ func (rs *requests) context(req *mcp.CallToolRequest) (context.Context, bool) {
 	if !ok {
 		return nil, false
 	}
-	return v.(context.Context), true
+	return v.(*served), true
+}
+
+// context is the context of the HTTP request req came in, if known.
+func (rs *requests) context(req *mcp.CallToolRequest) (context.Context, bool) {
+	s, ok := rs.served(req)
+	if !ok {
+		return nil, false
+	}
+	return s.ctx, true
 }
 
 // client is the API's Go client for one call, with key. It never retries
@@ -628,7 +648,7 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (
 
 func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultIn) (*mcp.CallToolResult, ResultPage, error) {
 	var out ResultPage
-	var text string
+	var content []byte // the page's content as JSON text, between its quotes
 	err := t.call(req, "batch_result", in.ID, func(key string) error {
 		p, err := jobPath(in.ID)
 		if err != nil {
@@ -649,8 +669,8 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 		}
 		out = ResultPage{Idx: tp.Idx, URL: tp.URL, Status: tp.Status, Error: tp.Error, Hint: tp.Hint, Page: in.Page}
 		if res := tp.Result; res != nil {
-			out.Pages, out.ContentBytes, out.PageBytes = pagesOf(res.Range.Total, size), int(res.Range.Total), len(res.Content)
-			text = res.Content
+			content = tp.text
+			out.Pages, out.ContentBytes, out.PageBytes = pagesOf(res.Range.Total, size), int(res.Range.Total), textLen(content)
 			if len(res.Meta) > 0 && string(res.Meta) != "null" {
 				if err := json.Unmarshal(res.Meta, &out.Meta); err != nil {
 					return fmt.Errorf("%w: meta: %v", ErrUnavailable, err)
@@ -670,14 +690,24 @@ func (t *tools) result(ctx context.Context, req *mcp.CallToolRequest, in ResultI
 	if err != nil {
 		return nil, out, err
 	}
-	if text == "" && out.Error != "" {
+	// The page's text is the call's content: the structured output has
+	// everything else, so the page is in the message once. Over HTTP the
+	// page is written into the answer as the API wrote it (splice); over
+	// stdio it is the decoded text, which the SDK encodes.
+	var text string
+	switch s, ok := t.reqs.served(req); {
+	case len(content) > 0 && ok:
+		text = s.sw.set(content)
+	case len(content) > 0:
+		if text, err = decodeText(content); err != nil {
+			return nil, out, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	case out.Error != "":
 		text = out.Status + ": " + out.Error
 		if out.Hint != "" {
 			text += " (" + out.Hint + ")"
 		}
 	}
-	// The page's text is the call's content: the structured output has
-	// everything else, so the page is in the message once.
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 }
 

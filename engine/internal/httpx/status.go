@@ -36,5 +36,30 @@ func (s *StatusRecorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// KeptWriter is an http.ResponseWriter that may keep the bytes of a
+// WriteKept after it returns, rather than copy them: bytes their writer
+// never changes again (package httpapi writes a range of a stored result
+// so; package mcpserver's in-process transport hands them on to the page
+// it answers).
+type KeptWriter interface {
+	http.ResponseWriter
+	WriteKept(p []byte) (int, error)
+}
+
+// WriteKept writes p to w for it to keep if w is a [KeptWriter], else as
+// any Write. p must never change afterwards.
+func WriteKept(w http.ResponseWriter, p []byte) (int, error) {
+	if kw, ok := w.(KeptWriter); ok {
+		return kw.WriteKept(p)
+	}
+	return w.Write(p)
+}
+
+// WriteKept implements [KeptWriter] over the underlying writer.
+func (s *StatusRecorder) WriteKept(b []byte) (int, error) {
+	s.WroteHeader = true
+	return WriteKept(s.ResponseWriter, b)
+}
+
 // Unwrap lets [http.ResponseController] reach the underlying writer.
 func (s *StatusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
