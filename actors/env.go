@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
@@ -67,6 +69,8 @@ type Config struct {
 	OnFail func()
 	// HookPanics counts the hook calls that panicked.
 	HookPanics atomic.Uint64
+
+	tracer trace.Tracer // from TracerProvider (see trace.go); nil: no spans
 
 	observer   *actor.PID // runs the hooks (observer.go)
 	supervisor *actor.PID // set by the supervisor as it starts; the job actors report to it

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
@@ -54,6 +56,10 @@ type job struct {
 	// onWritten is the store's callback for every write of the job: a
 	// message to the job.
 	onWritten persistence.WriteDone
+	// span is the job's span from Submit (nil: none), until it starts;
+	// then trace has it, with its targets' spans (trace.go).
+	span  trace.Span
+	trace jobTrace
 }
 
 // inFlight is a job's target in flight.
@@ -112,13 +118,13 @@ type stashed struct {
 	sender *actor.PID
 }
 
-func newJob(cfg *Config, rec persistence.JobRecord, payload any) actor.Producer {
+func newJob(cfg *Config, rec persistence.JobRecord, payload any, span trace.Span) actor.Producer {
 	return func() actor.Actor {
 		view := cfg.Views.Get(rec.ID)
 		if view == nil { // not registered (a test's job): publish to nobody
 			view = (&Views{}).add(&rec)
 		}
-		return &job{cfg: cfg, rec: rec, payload: payload, view: view}
+		return &job{cfg: cfg, rec: rec, payload: payload, view: view, span: span}
 	}
 }
 
@@ -127,6 +133,8 @@ func newJob(cfg *Config, rec persistence.JobRecord, payload any) actor.Producer 
 func (j *job) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		j.trace.start(j.cfg.tracer, j.span, &j.rec)
+		j.span = nil
 		root, self, halted := ctx.ActorSystem().Root, ctx.Self(), &j.cfg.halted
 		j.onWritten = func(err error, late bool) {
 			switch {
@@ -234,6 +242,7 @@ func reply(ctx actor.Context, to *actor.PID, v any) {
 // it all (otherwise it stays: the truth as the actor held it).
 func (j *job) stopped() {
 	j.endFetch()
+	j.trace.stop(&j.rec)
 	touched := j.view.closeTouches()
 	if touched > j.rec.Lease && j.rec.Settled && len(j.retrying) == 0 {
 		if _, err := j.cfg.Store.Touch(j.rec.ID, touched); err != nil {
@@ -383,7 +392,7 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	if parent == nil {
 		parent = context.Background()
 	}
-	fctx, stop := context.WithCancelCause(parent)
+	fctx, stop := context.WithCancelCause(j.trace.fetching(parent))
 	j.endFetch()
 	j.slot.stop = stop
 	ctx.Send(m.worker, &fetch{job: ctx.Self(), jobID: j.rec.ID, idx: j.rec.TargetsDone, payload: j.payload, ctx: fctx})
@@ -422,11 +431,13 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 	}
 	now := j.since()
 	out := m.outcome
+	j.trace.fetched(m.took, out.Err != nil && !out.Busy)
 	if out.Busy {
 		if j.slot.busySince == 0 {
 			j.slot.busySince = now
 		}
 		if now-j.slot.busySince <= int64(j.cfg.RetryFor) {
+			j.trace.busy(time.Duration(now-j.slot.busySince), j.cfg.RetryWait)
 			j.putBack(ctx, m.worker, phaseWaiting)
 			return
 		}
@@ -459,6 +470,7 @@ func (j *job) fetched(ctx actor.Context, m *fetched) {
 		next.Settled = true
 	}
 	j.to(phaseStoring)
+	j.trace.storing()
 	p.withRow = next.Settled
 	j.report(ctx, m.worker)
 	j.write(p)
@@ -535,6 +547,7 @@ func (j *job) stored(ctx actor.Context, p *inFlight) {
 		j.to(phaseIdle)
 	}
 	j.report(ctx, nil)
+	j.trace.stored(p.t.Status, len(p.t.Result), &j.rec)
 
 	j.cfg.hook(ctx, hookEvent{hook: hookTarget, jobID: j.rec.ID, err: p.err, d: p.took, n: len(p.t.Result)})
 	if persistence.IsLive(p.prevStatus) && j.terminal() {
@@ -561,6 +574,7 @@ func tooLarge(rec *persistence.JobRecord, t *persistence.TargetRecord) {
 func (j *job) ended(ctx actor.Context) {
 	j.cfg.Log.Debug("job ended", slog.String(keyJobID, j.rec.ID), slog.String(keyStatus, j.rec.Status),
 		slog.Int("targets_done", j.rec.TargetsDone), slog.Int("targets_failed", j.rec.TargetsFailed))
+	j.trace.ended(&j.rec, j.inFlight())
 	j.cfg.hookJob(ctx, j.rec.ID, j.rec.Status)
 	j.cfg.hook(ctx, hookEvent{hook: hookJobSeconds, jobID: j.rec.ID, d: time.Duration(max(j.now()-j.rec.Created, 0))})
 }
@@ -608,6 +622,7 @@ func (j *job) cancel(ctx actor.Context) (bool, error) {
 		saved = err == nil
 	}
 	j.setStatus(persistence.StatusCancelled)
+	j.trace.cancelled(j.inFlight())
 	j.rec.Ended, j.rec.Settled, j.rec.Lease = next.Ended, next.Settled, next.Lease
 	if j.slot.stop != nil { // the fetch in flight stops; its outcome settles the job
 		j.slot.stop(batchtype.ErrCancelled)

@@ -23,7 +23,7 @@ func jobUnderTest(t *testing.T, ts *testSystem, n int) (job *actor.PID, rec pers
 	rec = ts.newJobRecord(t, "0123456789abcdef0123456789abcdef", "alice", n)
 	ts.cfg.Views.add(&rec)
 	ts.cfg.supervisor = supPID
-	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, rec, "payload"), nil))
+	job = ts.sys.Root.Spawn(props(newJob(ts.cfg, rec, "payload", nil), nil))
 	t.Cleanup(func() { ts.stop(t, job) })
 	return job, rec, sup, worker, workerPID
 }

@@ -47,6 +47,9 @@ type Submit struct {
 	Job     persistence.JobRecord // status queued, Created = Lease = now
 	Targets []persistence.TargetRecord
 	Payload any // handed to FetchFunc with each target; kept in memory only
+	// Ctx is the submit's context: with a tracer, the job's span is a
+	// child of its span (the caller's trace). nil: none.
+	Ctx context.Context
 }
 
 // SubmitReply answers a [Submit]: the job's id and whether an existing job

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sift/batch/engine/batchtype"
 	"github.com/sift/batch/persistence"
 )
@@ -75,7 +77,7 @@ type supervisor struct {
 
 	// The producers of the children; tests stand probes in for them.
 	worker actor.Producer
-	job    func(rec persistence.JobRecord, payload any) actor.Producer
+	job    func(rec persistence.JobRecord, payload any, span trace.Span) actor.Producer
 }
 
 // to moves job j to life l and keeps the rest in step: the counts, the
@@ -113,13 +115,13 @@ func (s *supervisor) to(ctx actor.Context, j *liveJob, l life) bool {
 func (s *supervisor) live() int { return s.nlive }
 
 func newSupervisor(cfg *Config) actor.Producer {
-	job := func(rec persistence.JobRecord, payload any) actor.Producer {
-		return newJob(cfg, rec, payload)
+	job := func(rec persistence.JobRecord, payload any, span trace.Span) actor.Producer {
+		return newJob(cfg, rec, payload, span)
 	}
 	return supervisorWith(cfg, newWorker(cfg), job)
 }
 
-func supervisorWith(cfg *Config, worker actor.Producer, job func(persistence.JobRecord, any) actor.Producer) actor.Producer {
+func supervisorWith(cfg *Config, worker actor.Producer, job func(persistence.JobRecord, any, trace.Span) actor.Producer) actor.Producer {
 	return func() actor.Actor {
 		return &supervisor{cfg: cfg, jobs: make(map[string]*liveJob), perCaller: make(map[string]int), worker: worker, job: job}
 	}
@@ -229,7 +231,9 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	case s.live() >= s.cfg.JobsTotal:
 		return &SubmitReply{Refused: batchtype.ErrBusy}
 	}
+	span := s.cfg.startJobSpan(m)
 	if err := s.cfg.Store.CreateJob(&m.Job, m.Targets); err != nil {
+		endSpanRefused(span)
 		// Not stored, or (ErrNotSynced) stored, not synced, and taken back
 		// by the store: the caller is told nothing was created, and the
 		// job never runs nor shows (if the store could not take it back,
@@ -237,9 +241,10 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		return &SubmitReply{Err: err}
 	}
 	view := s.cfg.Views.add(&m.Job)
-	props := s.cfg.jobProps(s.job(m.Job, m.Payload))
+	props := s.cfg.jobProps(s.job(m.Job, m.Payload, span))
 	pid, err := ctx.SpawnNamed(props, "job-"+m.Job.ID)
 	if err != nil {
+		endSpanRefused(span)
 		// Only a duplicate id (128 random bits) gets here.
 		m.Job.Status, m.Job.Error, m.Job.Settled = persistence.StatusFailed, internalError, true
 		m.Job.Ended = s.cfg.Now().UnixNano()

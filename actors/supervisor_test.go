@@ -8,6 +8,7 @@ import (
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // supervisorUnderTest spawns a supervisor whose workers and jobs are probes:
@@ -18,7 +19,7 @@ func supervisorUnderTest(t *testing.T, ts *testSystem) (sup *actor.PID, jobs *pr
 	jobs = newProbe()
 	workerPID = make(chan *actor.PID, 4)
 	worker := func() actor.Actor { return actor.ReceiveFunc(func(ctx actor.Context) {}) }
-	job := func(rec persistence.JobRecord, _ any) actor.Producer {
+	job := func(rec persistence.JobRecord, _ any, _ trace.Span) actor.Producer {
 		return func() actor.Actor {
 			return actor.ReceiveFunc(func(ctx actor.Context) {
 				switch m := ctx.Message().(type) {

@@ -61,6 +61,9 @@ func Start(cfg *Config) (*System, error) {
 	)
 	s := &System{sys: sys, cfg: cfg, abortCh: make(chan struct{}), failedCh: make(chan struct{}), observerStopped: make(chan struct{})}
 	cfg.Abort = s.abortCh
+	if cfg.TracerProvider != nil {
+		cfg.tracer = cfg.TracerProvider.Tracer(TracerName)
+	}
 	// The store's writer retries the job actors' failed writes every
 	// RetryWait.
 	cfg.Store.SetRetryWait(cfg.RetryWait)

@@ -176,13 +176,17 @@ func (r *Runner) reap(text string) (int, error) {
 	now := r.cfg.Now().UnixNano()
 	for i := range left {
 		j := &left[i]
-		if persistence.IsLive(j.Status) {
+		live := persistence.IsLive(j.Status)
+		if live {
 			j.Status, j.Error, j.Ended = persistence.StatusFailed, text, max(now, j.Started)
 			failed++
 		}
 		j.Settled = true
 		if err := r.store.SaveJob(j); err != nil {
 			return failed, fmt.Errorf("reap: %w", err)
+		}
+		if live {
+			actors.Reaped(r.cfg.TracerProvider, j, text) // the caller's trace shows the job's end
 		}
 	}
 	return failed, nil
@@ -203,6 +207,9 @@ func (r *Runner) reap(text string) (int, error) {
 // the store's write finds the disk full, an error wrapping [ErrDiskFull].
 //
 // ctx is checked before the job is submitted; a done ctx returns its error.
+// With [Config.TracerProvider] set, the job's span is a child of ctx's
+// span (an HTTP request's, carrying its caller's traceparent), and the job
+// keeps that trace context in its row.
 // Submit is SubmitWith with no [SubmitOptions].
 func (r *Runner) Submit(ctx context.Context, c *Caller, callerClass string, targets []Target) (id string, reused bool, err error) {
 	return r.SubmitWith(ctx, c, callerClass, targets, SubmitOptions{})
@@ -278,6 +285,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 	if err != nil {
 		return "", false, err
 	}
+	m.Ctx = ctx // a traced job's span is a child of ctx's
 	adm := r.cfg.Admission
 	var body string // the hash of the targets a key of the caller's own is bound to
 	if adm != nil && opt.IdempotencyKey != "" {

@@ -54,7 +54,24 @@ type JobRecord struct {
 	// Settled is true once the job is terminal and has no target in flight:
 	// from then on it may be swept or evicted.
 	Settled bool
+	// Trace is the W3C trace context of the job's span (its trace id, its
+	// span id, its flags), so that every span of its targets joins the
+	// job's trace wherever and whenever they run; zero when the runner
+	// traced nothing (no tracer, or the span was not recorded), and in
+	// rows written before it existed.
+	Trace TraceContext
 }
+
+// TraceContext is a span's W3C trace context (a traceparent's fields), as
+// a job row keeps it. The zero value is none.
+type TraceContext struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+	Flags   byte
+}
+
+// IsZero reports whether t is none.
+func (t TraceContext) IsZero() bool { return t == TraceContext{} }
 
 // TargetRecord is a stored target.
 type TargetRecord struct {
@@ -90,13 +107,16 @@ const MaxResultSize = 32 << 20
 // writes starts with the version it was written in; rows of versions 3 and
 // 2 are read as well (1 had a row per target spec and no stored time).
 //
-//	job:     4 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error | started:8 | ended:8
+//	job:     4 | status:1 | settled:1 | total:2 | done:2 | failed:2 | created:8 | lease:8 | resultBytes:8 | key:32 | caller | error | started:8 | ended:8 [| trace:25]
 //	specs:   v | count:2 | count × (url | options)     — target idx i is the i-th
 //	outcome: 4 | status:1 | stored:8 | size:8 | took:8 | error | hint | inline
 //	chunk:   the result's bytes from chunk × 512 KiB on: 512 KiB, the last chunk the rest (no version byte)
 //
 // Version 4 added the timings: a job's started and ended times (unix
 // nanoseconds, 0 unknown) and an outcome's fetch time (took, nanoseconds).
+// A version 4 job row may end with its trace context (trace id:16 | span
+// id:8 | flags:1, see [TraceContext]); a row without it (written before
+// it existed, or by a runner that traced nothing) reads as none.
 // A job row of version 2 or 3 ends at error, an outcome of version 3 has
 // no took: they read as 0, unknown. Specs rows are the same in versions 2
 // to 4 but for the version byte v. An outcome of version 3 or 4 holds the result's length (size) and, for
@@ -171,7 +191,7 @@ func encodeJob(j *JobRecord) []byte {
 
 // jobSize is at least the length of j's row.
 func jobSize(j *JobRecord) int {
-	return jobFixedLen + 2*binary.MaxVarintLen32 + len(j.Caller) + len(j.Error) + jobTimesLen
+	return jobFixedLen + 2*binary.MaxVarintLen32 + len(j.Caller) + len(j.Error) + jobTimesLen + jobTraceLen
 }
 
 func appendJob(b []byte, j *JobRecord) []byte {
@@ -191,7 +211,13 @@ func appendJob(b []byte, j *JobRecord) []byte {
 	b = appendString(b, j.Caller)
 	b = appendString(b, j.Error)
 	b = binary.BigEndian.AppendUint64(b, uint64(j.Started))
-	return binary.BigEndian.AppendUint64(b, uint64(j.Ended))
+	b = binary.BigEndian.AppendUint64(b, uint64(j.Ended))
+	if !j.Trace.IsZero() {
+		b = append(b, j.Trace.TraceID[:]...)
+		b = append(b, j.Trace.SpanID[:]...)
+		b = append(b, j.Trace.Flags)
+	}
+	return b
 }
 
 const (
@@ -199,6 +225,9 @@ const (
 	// jobTimesLen is the length of a version 4 job row's tail: started
 	// and ended.
 	jobTimesLen = 16
+	// jobTraceLen is the length of a version 4 job row's optional trace
+	// context.
+	jobTraceLen = 16 + 8 + 1
 )
 
 func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
@@ -228,12 +257,18 @@ func decodeJob(id [idLen]byte, b []byte) (JobRecord, error) {
 		return j, fmt.Errorf("job row: %w", ErrCorrupt)
 	}
 	if b[0] == formatVersion {
-		if len(rest) != jobTimesLen {
+		if len(rest) != jobTimesLen && len(rest) != jobTimesLen+jobTraceLen {
 			return j, fmt.Errorf("job row: %w", ErrCorrupt)
 		}
 		j.Started = int64(binary.BigEndian.Uint64(rest))
 		j.Ended = int64(binary.BigEndian.Uint64(rest[8:]))
 		rest = rest[jobTimesLen:]
+		if len(rest) == jobTraceLen {
+			copy(j.Trace.TraceID[:], rest)
+			copy(j.Trace.SpanID[:], rest[16:])
+			j.Trace.Flags = rest[24]
+			rest = rest[jobTraceLen:]
+		}
 	}
 	if len(rest) != 0 {
 		return j, fmt.Errorf("job row: %w", ErrCorrupt)

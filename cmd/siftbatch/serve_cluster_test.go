@@ -507,7 +507,7 @@ func TestServe_Cluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.Dial(n1.clusterAddr(t), grpc.WithTransportCredentials(credentials.NewTLS(n2TLS.Client())))
+	conn, err := grpc.NewClient("passthrough:///"+n1.clusterAddr(t), grpc.WithTransportCredentials(credentials.NewTLS(n2TLS.Client())))
 	if err != nil {
 		t.Fatal(err)
 	}

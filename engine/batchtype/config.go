@@ -13,6 +13,8 @@ import (
 	"bytes"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The defaults a zero [Config] field takes.
@@ -93,6 +95,14 @@ type Config struct {
 	// writes in flight, cancels and settles go into the reserve. Default
 	// [DefaultDiskReserve] (73.6 MiB); 1 keeps next to nothing.
 	DiskReserve int64
+	// TracerProvider, if set, traces every job with OpenTelemetry spans:
+	// the job from its submit to its end, a child of the span in Submit's
+	// context (the caller's trace), and each target as the job's child
+	// (its wait in the rotation, its fetch, its store). The job's trace
+	// context is kept in its stored row. Package
+	// github.com/sift/batch/engine/tracing sets one up. Default nil: no
+	// spans, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Durability is what a runner's acknowledged writes survive: a job and its

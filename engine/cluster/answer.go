@@ -169,6 +169,7 @@ func (s *session) serve(req *clusterpb.Request) {
 	if req.Authorization != "" {
 		r.Header.Set("Authorization", req.Authorization)
 	}
+	setTraceparent(r, req.Traceparent)
 	aborted := s.run(r)
 	if s.inc.ctx.Err() != nil {
 		// The node is closing, or its incarnation retired: whatever the handler wrote (a long-poll

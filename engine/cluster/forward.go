@@ -74,7 +74,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 	to := actor.NewPID(m.Address(), nodeActor)
 	wait := announcedWait(r)
 	req := &clusterpb.Request{Method: r.Method, Uri: r.URL.RequestURI(), Authorization: r.Header.Get("Authorization"),
-		WaitMs: wait.Milliseconds(), Session: newSession()}
+		WaitMs: wait.Milliseconds(), Session: newSession(), Traceparent: traceparent(r)}
 	var ending <-chan struct{} // only a long-poll ends early: anything else might be done twice
 	if wait > 0 && r.Method == http.MethodGet {
 		ending = f.ending
@@ -88,7 +88,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, id string) b
 		q := u.Query()
 		q.Del("wait")
 		u.RawQuery = q.Encode()
-		req = &clusterpb.Request{Method: r.Method, Uri: u.RequestURI(), Authorization: req.Authorization, Session: newSession()}
+		req = &clusterpb.Request{Method: r.Method, Uri: u.RequestURI(), Authorization: req.Authorization, Session: newSession(), Traceparent: req.Traceparent}
 		part, err = f.ask(r.Context(), sys, to, req, f.timeout, nil)
 	}
 	if err != nil {

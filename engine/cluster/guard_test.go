@@ -69,7 +69,7 @@ func startStranger(t *testing.T, opts ...remote.ConfigOption) *actor.ActorSystem
 // protoactor's remote; closed when the test ends.
 func dialNode(t *testing.T, n *node, creds credentials.TransportCredentials) remote.RemotingClient {
 	t.Helper()
-	conn, err := grpc.Dial(n.Node.Address(), grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient("passthrough:///"+n.Node.Address(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

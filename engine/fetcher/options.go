@@ -7,8 +7,23 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sift/batch/engine"
 )
+
+// SpanFilter is the span of a page's filters (jq, grep) in a traced
+// fetch: a child of the runner's siftbatch.target.fetch span.
+const SpanFilter = "siftbatch.target.filter"
+
+// tracerName is the instrumentation scope of the fetcher's spans.
+const tracerName = "github.com/sift/batch/engine/fetcher"
+
+// noSpan is the span of an untraced fetch's filters.
+var noSpan trace.Span = noop.Span{}
 
 // Honours returns the names of the target options ([engine.Options]) that
 // [Fetcher.Fetch] honours, as spelled in JSON: grep and jq. A handler
@@ -51,13 +66,25 @@ func (f *Fetcher) applyOptions(ctx context.Context, o engine.Options, body []byt
 			Hint: fmt.Sprintf("the page is larger than the %d bytes kept, so its JSON is cut; fetch it without jq", f.o.MaxBody)}
 	}
 	req := filterRequest{jq: o.JQ, grep: o.Grep, maxOut: f.o.MaxBody, body: body}
+	// A traced fetch (the runner's fetch span in ctx) has a filter span:
+	// the page's bytes in, the content's out; never the program's text.
+	span := noSpan
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		_, span = parent.TracerProvider().Tracer(tracerName).Start(ctx, SpanFilter,
+			trace.WithAttributes(attribute.Int("siftbatch.filter.in_bytes", len(body)),
+				attribute.Bool("siftbatch.filter.jq", o.JQ != ""), attribute.Bool("siftbatch.filter.grep", o.Grep != "")))
+	}
+	defer span.End()
 	resp, err := f.filters.run(ctx, req, max(f.o.MaxBody, int64(len(body))))
 	if err != nil {
+		span.SetStatus(codes.Error, "")
 		return "", f.filterError(ctx, o, err)
 	}
 	if resp.err != nil {
+		span.SetStatus(codes.Error, "")
 		return "", resp.err
 	}
+	span.SetAttributes(attribute.Int("siftbatch.filter.out_bytes", len(resp.content)))
 	if resp.jqOutputs >= 0 {
 		meta["jq_outputs"] = int(resp.jqOutputs)
 	}

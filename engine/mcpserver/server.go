@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sift/batch/engine/apitype"
 	"github.com/sift/batch/engine/client"
@@ -81,6 +82,11 @@ type Options struct {
 	// Log receives a line per tool call at Debug (tool, job id, status);
 	// default: nothing is logged.
 	Log *slog.Logger
+	// TracerProvider, if set, traces each tool call ([SpanToolCall]);
+	// the API requests it makes in process are its children, and the
+	// requests to a remote server ([ServeStdio]) carry its W3C
+	// traceparent. Default nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -333,6 +339,7 @@ func ServeStdio(ctx context.Context, baseURL, key string, hc *http.Client, in io
 	if hc == nil {
 		hc = &http.Client{}
 	}
+	hc = traced(hc, o.TracerProvider)
 	t := &tools{b: &backend{hc: hc, base: strings.TrimRight(u.String(), "/")},
 		key: func(*mcp.CallToolRequest) (string, bool) { return key, true }, o: o}
 	w := &lockedWriter{w: &unescapeCloser{u: unescaper{w: out}, out: out}}
@@ -360,6 +367,9 @@ func (t *tools) server() *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "batch_result", Description: descResult}, t.result)
 	mcp.AddTool(s, &mcp.Tool{Name: "batch_list", Description: descList}, t.list)
 	mcp.AddTool(s, &mcp.Tool{Name: "batch_cancel", Description: descCancel}, t.cancel)
+	if t.o.TracerProvider != nil {
+		s.AddReceivingMiddleware(traceTools(t.o.TracerProvider))
+	}
 	return s
 }
 

@@ -228,7 +228,11 @@ type Request struct {
 	// session names the answer, for Pull and Release: chosen at random by
 	// the asking node, so that it can release an answer before its first
 	// part.
-	Session       uint64 `protobuf:"varint,5,opt,name=session,proto3" json:"session,omitempty"`
+	Session uint64 `protobuf:"varint,5,opt,name=session,proto3" json:"session,omitempty"`
+	// traceparent is the W3C trace context of the asking node's span for
+	// the request (empty: none), so that the holder's spans join the
+	// caller's trace.
+	Traceparent   string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +300,13 @@ func (x *Request) GetSession() uint64 {
 		return x.Session
 	}
 	return 0
+}
+
+func (x *Request) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // Header is one header of an answer.
@@ -1691,13 +1702,14 @@ const file_engine_cluster_clusterpb_cluster_proto_rawDesc = "" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\fR\x03tag\x12\x1b\n" +
-	"\tjob_reads\x18\x03 \x01(\bR\bjobReads\"\x8c\x01\n" +
+	"\tjob_reads\x18\x03 \x01(\bR\bjobReads\"\xae\x01\n" +
 	"\aRequest\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x10\n" +
 	"\x03uri\x18\x02 \x01(\tR\x03uri\x12$\n" +
 	"\rauthorization\x18\x03 \x01(\tR\rauthorization\x12\x17\n" +
 	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x18\n" +
-	"\asession\x18\x05 \x01(\x04R\asession\"4\n" +
+	"\asession\x18\x05 \x01(\x04R\asession\x12 \n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values\"\xb2\x01\n" +

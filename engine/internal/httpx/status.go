@@ -6,11 +6,13 @@ import "net/http"
 
 // StatusRecorder is a ResponseWriter that remembers the status code a
 // handler wrote: Code (200 until one is written) and WroteHeader (once a
-// header or a byte is out). 1xx answers are not recorded.
+// header or a byte is out), and Bytes, the body bytes written. 1xx
+// answers are not recorded.
 type StatusRecorder struct {
 	http.ResponseWriter
 	Code        int
 	WroteHeader bool
+	Bytes       int64
 }
 
 // NewStatusRecorder wraps w.
@@ -29,7 +31,9 @@ func (s *StatusRecorder) WriteHeader(code int) {
 // Write implements http.ResponseWriter.
 func (s *StatusRecorder) Write(b []byte) (int, error) {
 	s.WroteHeader = true
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	s.Bytes += int64(n)
+	return n, err
 }
 
 // KeptWriter is an http.ResponseWriter that may keep the bytes of a

@@ -78,12 +78,21 @@ func (state *endpointWriter) initialize(ctx actor.Context) {
 	state.remote.Logger().Info("EndpointWriter connected", slog.String("address", state.address), slog.Duration("cost", time.Since(now)))
 }
 
-func (state *endpointWriter) initializeInternal() error {
+func (state *endpointWriter) initializeInternal() (err error) {
 	conn, err := grpc.Dial(state.address, state.config.DialOptions...)
 	if err != nil {
 		return err
 	}
 	state.conn = conn
+	// Patched for siftbatch: a connection that failed to set up is closed
+	// (each retry dialled a new one and left the last open: its gRPC
+	// goroutines kept reconnecting to a peer that was gone).
+	defer func() {
+		if err != nil {
+			_ = conn.Close()
+			state.conn = nil
+		}
+	}()
 	c := NewRemotingClient(conn)
 	stream, err := c.Receive(context.Background(), state.config.CallOptions...)
 	if err != nil {

@@ -16,6 +16,14 @@ import (
 
 var extensionId = extensions.NextExtensionID()
 
+// Patched for siftbatch: gRPC's global logger is set once, as the process
+// starts, not on every Start: a Start wrote it while the gRPC clients and
+// servers already running (another remote's, an OTLP exporter's) read it,
+// a data race.
+func init() {
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard))
+}
+
 type Remote struct {
 	actorSystem  *actor.ActorSystem
 	s            *grpc.Server
@@ -58,7 +66,7 @@ func (r *Remote) BlockList() *BlockList { return r.blocklist }
 
 // Start the remote server
 func (r *Remote) Start() {
-	grpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard))
+	// Patched for siftbatch: gRPC's logger is set once, in init.
 	lis, err := net.Listen("tcp", r.config.Address())
 	if err != nil {
 		panic(fmt.Errorf("failed to listen: %v", err))

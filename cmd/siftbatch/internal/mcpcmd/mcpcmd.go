@@ -7,10 +7,12 @@ import (
 	"context"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/sift/batch/cmd/siftbatch/internal/cli"
 	"github.com/sift/batch/cmd/siftbatch/internal/remote"
 	"github.com/sift/batch/engine/mcpserver"
+	"github.com/sift/batch/engine/tracing"
 )
 
 // Command returns the mcp command, reading MCP messages from stdin and
@@ -39,13 +41,27 @@ func Command(stdin io.Reader) func(ctx context.Context, args []string, stdout, s
 		if !strings.Contains(*server, "://") {
 			*server = "http://" + *server
 		}
-		err = mcpserver.ServeStdio(ctx, *server, key, nil, io.NopCloser(stdin), nopCloser{stdout}, mcpserver.Options{})
+		// With the standard OTEL_ variables set (see serve), each tool
+		// call is a span, and the serve's spans its children.
+		tr, err := tracing.FromEnv(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+			defer cancel()
+			_ = tr.Shutdown(fctx) // a span lost is no failure of the command
+		}()
+		err = mcpserver.ServeStdio(ctx, *server, key, nil, io.NopCloser(stdin), nopCloser{stdout}, mcpserver.Options{TracerProvider: tr.TracerProvider()})
 		if err != nil && strings.Contains(err.Error(), "http(s) URL") {
 			return cli.CmdUsagef("mcp", "--server %q: give an http(s) URL such as http://127.0.0.1:8080", *server)
 		}
 		return err
 	}
 }
+
+// flushTimeout bounds the flush of the spans still queued at the end.
+const flushTimeout = 5 * time.Second
 
 type nopCloser struct{ io.Writer }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/sift/batch/engine/keyguard"
 	"github.com/sift/batch/engine/mcpserver"
 	"github.com/sift/batch/engine/metrics"
+	"github.com/sift/batch/engine/tracing"
 	"github.com/sift/batch/persistence"
 )
 
@@ -287,12 +288,31 @@ type Server struct {
 	Runner  *engine.Runner
 	fetcher *fetcher.Fetcher
 	store   *persistence.Store
+	tracing *tracing.Tracing // flushed last
 	log     *slog.Logger
 }
 
 // Start opens the store and starts the runner behind the API; with
 // --cluster, the runner is a node of the cluster, joined before it returns.
+// Spans are exported when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+// _TRACES_ENDPOINT) is set: see [tracing.FromEnv].
 func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, error) {
+	tr, err := tracing.FromEnv(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	srv, err := start(f, keys, log, tr)
+	if err != nil {
+		_ = tr.Shutdown(context.Background()) // nothing was traced yet
+		return nil, err
+	}
+	if tr.Enabled() {
+		log.Info("tracing on: spans exported over OTLP") // never the endpoint: a host
+	}
+	return srv, nil
+}
+
+func start(f Flags, keys httpapi.Authenticator, log *slog.Logger, tr *tracing.Tracing) (*Server, error) {
 	guard, conns, err := newLimits(f, log)
 	if err != nil {
 		return nil, err
@@ -330,6 +350,7 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	}
 	cfg := f.Config
 	cfg.Hooks = m.Hooks()
+	cfg.TracerProvider = tr.TracerProvider()
 	var apiCluster httpapi.Cluster // a nil *cluster.Node in it would not be nil
 	var uiCluster dashboard.Cluster
 	if node != nil {
@@ -353,7 +374,7 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 		MaxQueuedReads: f.MaxQueued,
 		Honoured:       fetch.Honours(), // grep and jq; other options are refused at submit
 		Check:          fetch.Check,
-		Wrap:           m.Middleware,
+		Wrap:           tracing.Wrap(m.Middleware, tr.Middleware),
 		Cluster:        apiCluster,
 		Log:            log,
 	})
@@ -366,7 +387,8 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	reg.MustRegister(metrics.Reads(api))
 	// The MCP tools call the API in process: their reads take its turns,
 	// and their answers count in its answer budget.
-	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{MaxCallsPerCaller: f.MaxMCPCalls, Answers: api, Log: log})
+	mcpH, err := mcpserver.NewHandler(api, keys, mcpserver.Options{MaxCallsPerCaller: f.MaxMCPCalls, Answers: api, Log: log,
+		TracerProvider: tr.TracerProvider()})
 	if err != nil {
 		runner.Close()
 		fetch.Close()
@@ -399,7 +421,7 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	}
 	mux := http.NewServeMux() // /v1/ is api's, through httpapi.Front below
 	mux.Handle(routeUI, m.Middleware(routeUI, ui))
-	mux.Handle(routeMCP, m.Middleware(routeMCP, mcpH)) // MCP over streamable HTTP, stateless, through the API
+	mux.Handle(routeMCP, m.Middleware(routeMCP, tr.Middleware(routeMCP, mcpH))) // MCP over streamable HTTP, stateless, through the API
 	mux.Handle(routeMetrics, m.Middleware(routeMetrics, scrape))
 	var self health.Member // a nil *cluster.Node in it would not be nil
 	if node != nil {
@@ -422,7 +444,7 @@ func Start(f Flags, keys httpapi.Authenticator, log *slog.Logger) (*Server, erro
 	if node != nil {
 		hs.RegisterOnShutdown(node.EndWaits) // and a long-poll forwarded to another node
 	}
-	srv := &Server{HTTP: hs, conns: conns, ui: ui, node: node, Runner: runner, fetcher: fetch, store: store, log: log}
+	srv := &Server{HTTP: hs, conns: conns, ui: ui, node: node, Runner: runner, fetcher: fetch, store: store, tracing: tr, log: log}
 	if node != nil {
 		srv.members = startMembersLog(node, log)
 	}
@@ -490,11 +512,20 @@ func (s *Server) Close() error {
 		_ = s.node.Close() // it never fails
 	}
 	s.fetcher.Close()
-	if err := s.store.Close(); err != nil {
-		return err
+	err := s.store.Close()
+	// The spans still queued are flushed last, once nothing makes more:
+	// bounded, so an exporter that cannot reach its collector never holds
+	// up a stop.
+	fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if ferr := s.tracing.Shutdown(fctx); ferr != nil {
+		s.log.Warn("spans not flushed at stop", slog.String(logKeyErr, "export failed")) // its text may name the endpoint
 	}
-	return nil
+	return err
 }
+
+// flushTimeout bounds the flush of the spans still queued at a stop.
+const flushTimeout = 5 * time.Second
 
 // Log keys. Every attribute the command logs uses one of these; none of them
 // ever holds a URL, a host, an API key or a panic value.
