@@ -1062,7 +1062,6 @@ var errNoRoom = errors.New("No room for write")
 // ensureRoomForWrite is always called serially. It blocks (without busy-polling)
 // until the current memtable can be flushed, i.e. until flushChan has room.
 func (db *DB) ensureRoomForWrite() error {
-	var err error
 	db.lock.Lock()
 	defer db.lock.Unlock()
 
@@ -1072,40 +1071,48 @@ func (db *DB) ensureRoomForWrite() error {
 	}
 
 	for {
-		select {
-		case db.flushChan <- db.mt:
-			db.opt.Debugf("Flushing memtable, mt.size=%d size of flushChan: %d\n",
-				db.mt.sl.MemSize(), len(db.flushChan))
-			// We manage to push this task. Let's modify imm.
-			db.imm = append(db.imm, db.mt)
-			db.mt, err = db.newMemTable()
+		// Patched for siftbatch: the new memtable is made before the full
+		// one is handed to the flusher, and only if there is room to hand it
+		// over (this goroutine, under db.lock, is the only sender while
+		// writes run). Upstream handed it over first and, when making the
+		// new one failed (its log cannot be created: a full disk), left
+		// db.mt nil: the next write died in the assertion above (log.Fatal)
+		// and every read of a memtable dereferenced nil. Now the write fails
+		// with the error and db.mt stays the full memtable: the next write
+		// tries again.
+		if len(db.flushChan) < cap(db.flushChan) {
+			mt, err := db.newMemTable()
 			if err != nil {
 				return y.Wrapf(err, "cannot create new mem table")
 			}
+			db.opt.Debugf("Flushing memtable, mt.size=%d size of flushChan: %d\n",
+				db.mt.sl.MemSize(), len(db.flushChan))
+			db.flushChan <- db.mt // room checked above: never blocks
+			db.imm = append(db.imm, db.mt)
+			db.mt = mt
 			// New memtable is empty. We certainly have room.
 			return nil
-		default:
-			// flushChan is full. Rather than busy-sleep, wait to be signalled when
-			// the flush goroutine drains a memtable from imm (which frees a slot in
-			// flushChan). flushCond.Wait atomically releases db.lock (allowing the
-			// flusher to update imm and push) and re-acquires it on wake; we then
-			// re-attempt the non-blocking push in this loop.
-			//
-			// Bail out with errNoRoom ONLY when the DB is closing, so that Close's
-			// closers.writes.SignalAndWait() (which waits for the write goroutine)
-			// cannot hang here. The gate must be IsClosed() (set solely by close()),
-			// NOT blockWrites: blockWrites is also raised transiently by blockWrite()
-			// during DropPrefix/DropAll, and their prepareToDrop() drain flushes any
-			// already-accepted writes through this path expressly "so that we don't
-			// miss any entries". Bailing on blockWrites there would drop acknowledged
-			// writes under flushChan pressure (compaction is still running during the
-			// drain, so waiting for room is safe and cannot deadlock). This matches
-			// the pre-cond behavior, which looped until the push succeeded.
-			if db.IsClosed() {
-				return errNoRoom
-			}
-			db.flushCond.Wait()
 		}
+		// flushChan is full. Rather than busy-sleep, wait to be signalled when
+		// the flush goroutine drains a memtable from imm (which frees a slot in
+		// flushChan). flushCond.Wait atomically releases db.lock (allowing the
+		// flusher to update imm and push) and re-acquires it on wake; we then
+		// re-attempt the non-blocking push in this loop.
+		//
+		// Bail out with errNoRoom ONLY when the DB is closing, so that Close's
+		// closers.writes.SignalAndWait() (which waits for the write goroutine)
+		// cannot hang here. The gate must be IsClosed() (set solely by close()),
+		// NOT blockWrites: blockWrites is also raised transiently by blockWrite()
+		// during DropPrefix/DropAll, and their prepareToDrop() drain flushes any
+		// already-accepted writes through this path expressly "so that we don't
+		// miss any entries". Bailing on blockWrites there would drop acknowledged
+		// writes under flushChan pressure (compaction is still running during the
+		// drain, so waiting for room is safe and cannot deadlock). This matches
+		// the pre-cond behavior, which looped until the push succeeded.
+		if db.IsClosed() {
+			return errNoRoom
+		}
+		db.flushCond.Wait()
 	}
 }
 
