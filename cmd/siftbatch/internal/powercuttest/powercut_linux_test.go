@@ -327,7 +327,8 @@ type harness struct {
 	// manifestHoleOpen: a start that Badger refuses with a MANIFEST
 	// checksum mismatch skips the test (known open, issue 36: a power cut
 	// after a failed MANIFEST sync, before Badger closed and the store
-	// relisted it; docs/RELIABILITY.md "Left open") rather than failing it.
+	// relisted it; its paragraph in docs/RELIABILITY.md, on failing fsyncs)
+	// rather than failing it.
 	manifestHoleOpen bool
 }
 
