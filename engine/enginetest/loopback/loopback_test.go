@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -96,6 +98,17 @@ func TestPort_HeldRefusedListenedAgain(t *testing.T) {
 		}
 		_ = c.Close()
 		_ = l.Close()
+		// The socket's close may come after Close returns (the poller holds
+		// a socket another goroutine's Accept uses until that returns): wait
+		// for the refusal, with a deadline, before asserting it.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			c, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				break
+			}
+			_ = c.Close()
+			runtime.Gosched()
+		}
 		refused("listener closed")
 	}
 	p.Close()
