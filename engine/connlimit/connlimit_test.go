@@ -163,12 +163,17 @@ func TestLimiter_RefusesWhenNoneIdle(t *testing.T) {
 
 func TestLimiter_OverallCap(t *testing.T) {
 	lim, addr, release := setup(t, connlimit.Options{Max: 2, PerAddr: 2})
+	// Each step waits on the Limiter's idle list before the next: a
+	// connection is idle from its accept until its request is read, and
+	// goes idle again only after its client may have read the answer.
 	a := dial(t, addr, "127.0.0.1")
-	b := dial(t, addr, "127.0.0.2")
 	if err := a.get("/ok"); err != nil {
 		t.Fatal(err)
 	}
+	testkit.WaitFor(t, "a idle", func() bool { return lim.Open() == 1 && connlimit.IdleCount(lim) == 1 })
+	b := dial(t, addr, "127.0.0.2")
 	b.send(t, "/block")
+	// a stays idle, so one idle of two open means b's request was read.
 	testkit.WaitFor(t, "b busy", func() bool { return lim.Open() == 2 && connlimit.IdleCount(lim) == 1 })
 	// A third address: a, idle, makes room.
 	c := dial(t, addr, "127.0.0.3")
@@ -178,6 +183,7 @@ func TestLimiter_OverallCap(t *testing.T) {
 	if !a.closed() {
 		t.Error("the idle connection is still open")
 	}
+	testkit.WaitFor(t, "c idle", func() bool { return lim.Open() == 2 && connlimit.IdleCount(lim) == 1 })
 	c.send(t, "/block")
 	testkit.WaitFor(t, "c busy", func() bool { return lim.Open() == 2 && busy(lim) })
 	// None idle: refused.
