@@ -14,6 +14,7 @@ const (
 	keyErr   = "err"
 	// What Open repaired in a store (recovery.go).
 	keyUnlistedTables = "unlisted_tables"
+	keyRelistedTables = "relisted_tables"
 	keyEmptyLogs      = "empty_logs"
 	keyIndexKeys      = "index_keys"
 	keyBytesCounted   = "bytes_counted"

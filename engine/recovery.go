@@ -8,11 +8,15 @@ import (
 
 // logRecovery says what the store's Open repaired in a store a crash or a
 // power cut left (persistence.Recovery): nothing is repaired silently.
-// Tables and logs are a cut's or a crash's expected leftovers (Info);
-// index keys or a byte total that disagreed with the rows are not (Warn).
+// Tables and logs are a cut's or a crash's expected leftovers (Info); a
+// MANIFEST listed again follows a failed sync of it, and index keys or a
+// byte total that disagreed with the rows are not expected (Warn).
 func logRecovery(log *slog.Logger, rec persistence.Recovery) {
 	if rec.UnlistedTables > 0 || rec.EmptyLogs > 0 {
 		log.Info("store recovered at open", slog.Int(keyUnlistedTables, rec.UnlistedTables), slog.Int(keyEmptyLogs, rec.EmptyLogs))
+	}
+	if rec.RelistedTables > 0 { // the disk failed a sync of the MANIFEST before a cut
+		log.Warn("store's table list repaired at open", slog.Int(keyRelistedTables, rec.RelistedTables))
 	}
 	if rec.IndexKeys > 0 || rec.BytesCounted {
 		log.Warn("store repaired at open", slog.Int(keyIndexKeys, rec.IndexKeys), slog.Bool(keyBytesCounted, rec.BytesCounted))

@@ -31,7 +31,7 @@ func checkTables(dir string) error {
 	defer f.Close()
 	m, _, err := replayManifest(f, dir)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w: manifest: %s", dir, ErrCorrupt, firstLine(err.Error()))
+		return fmt.Errorf("open store %s: %w: %s", dir, errManifestUnreadable, firstLine(err.Error()))
 	}
 	for id, tm := range m.Tables {
 		if tm.KeyID != 0 {
@@ -43,6 +43,10 @@ func checkTables(dir string) error {
 	}
 	return nil
 }
+
+// errManifestUnreadable is a MANIFEST Badger's Open would refuse:
+// [repairManifestHole] may list its tables again.
+var errManifestUnreadable = fmt.Errorf("%w: manifest", ErrCorrupt)
 
 func replayManifest(f *os.File, dir string) (m badger.Manifest, off int64, err error) {
 	defer func() {

@@ -21,14 +21,17 @@ package persistence
 // level). A MANIFEST Badger wrote whole needs nothing: it costs a read of
 // it and of the directory.
 //
-// What it cannot cover: a power cut between the failed sync and Badger's
-// close (the process is gone before the store can relist): then Badger's
-// next Open drops what the hole hid, as upstream Badger does on any
-// failed MANIFEST sync.
+// A power cut between the failed sync and Badger's close leaves the hole
+// for the next start, before any relisting: there Open finds it and lists
+// the tables again itself, without the levels Badger had for those listed
+// after the hole (repairManifestHole).
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -41,6 +44,7 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/dgraph-io/badger/v4/table"
+	"google.golang.org/protobuf/proto"
 )
 
 // tableLevels returns the level of each table of db (before it closes).
@@ -66,16 +70,9 @@ func relistTables(dir string, levels map[uint64]int) (int, error) {
 		return 0, fmt.Errorf("relist tables: %w", err)
 	}
 	defer f.Close()
-	entries, err := os.ReadDir(dir)
+	onDisk, err := tableFiles(dir)
 	if err != nil {
 		return 0, fmt.Errorf("relist tables: %w", err)
-	}
-	onDisk := make(map[uint64]bool)
-	for _, e := range entries {
-		id, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".sst"), 10, 64)
-		if err == nil && strings.HasSuffix(e.Name(), ".sst") && table.NewFilename(id, dir) == filepath.Join(dir, e.Name()) {
-			onDisk[id] = true
-		}
 	}
 	m, off, err := replayManifest(f, dir)
 	if err != nil { // the hole does not even read as an end: write it anew
@@ -146,4 +143,127 @@ func rewriteManifest(f *os.File, dir string, onDisk map[uint64]bool, levels map[
 		return 0, fmt.Errorf("relist tables: manifest: %w", err)
 	}
 	return len(set.Changes), nil
+}
+
+// tableFiles is the IDs of the table files in dir.
+func tableFiles(dir string) (map[uint64]bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	onDisk := make(map[uint64]bool)
+	for _, e := range entries {
+		id, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".sst"), 10, 64)
+		if err == nil && strings.HasSuffix(e.Name(), ".sst") && table.NewFilename(id, dir) == filepath.Join(dir, e.Name()) {
+			onDisk[id] = true
+		}
+	}
+	return onDisk, nil
+}
+
+// repairManifestHole lists again, before Badger opens dir, the tables a
+// hole in its MANIFEST hides: the hole a power cut leaves when it comes
+// after a failed sync of the MANIFEST and before Badger closed (the store
+// relists after a close: see the top of this file). Badger's Open refuses
+// such a store ("manifest has checksum mismatch"), or, where the hole is
+// the MANIFEST's end, forgets the tables listed in it and deletes their
+// files. A MANIFEST read whole to its end is left as it is. Otherwise the
+// change sets up to the first that cannot be read are kept, and the
+// MANIFEST is written anew (rewriteManifest): the tables listed there at
+// their levels, and at level 0 every table file that no change set before
+// the hole names (a flush's or a compaction's, listed in or after the
+// hole, or never) if its checksums hold. A table a readable change set
+// deleted stays unlisted though its file is back (its unlink undone by
+// the cut), and a listed table whose file is gone is dropped (a
+// compaction in the hole deleted it: its output is among the files).
+// Level 0 holds tables in any key order and a read takes the newest
+// version of a key from every level, so a table listed there that Badger
+// had lower, or a flush's table whose memtable log is replayed too, reads
+// nothing wrong. It returns how many tables it listed. The caller holds
+// the directory's lock.
+func repairManifestHole(dir string) (int, error) {
+	f, err := os.OpenFile(filepath.Join(dir, badger.ManifestFilename), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	defer f.Close()
+	levels, named, whole, err := readManifestToHole(f)
+	if err != nil {
+		return 0, fmt.Errorf("open store %s: %w: manifest: %s", dir, ErrCorrupt, err)
+	}
+	if whole {
+		return 0, nil
+	}
+	onDisk, err := tableFiles(dir)
+	if err != nil {
+		return 0, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	for id := range onDisk {
+		if _, listed := levels[id]; named[id] && !listed {
+			delete(onDisk, id) // deleted before the hole
+		}
+	}
+	n, err := rewriteManifest(f, dir, onDisk, levels)
+	if err != nil {
+		return 0, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	return n, nil
+}
+
+// readManifestToHole reads the MANIFEST f's change sets up to the first
+// it cannot read (cut short, a checksum that does not hold, a change
+// Badger would refuse, an empty one but for a new MANIFEST's first):
+// the level of each table they leave listed, every table they name
+// (created or deleted), and whether they reach the end of f. An error
+// only if f has no MANIFEST header.
+func readManifestToHole(f *os.File) (levels map[uint64]int, named map[uint64]bool, whole bool, err error) {
+	buf, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if len(buf) < 8 || string(buf[:4]) != "Bdgr" {
+		return nil, nil, false, errors.New("no header")
+	}
+	levels, named = make(map[uint64]int), make(map[uint64]bool)
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	rest := buf[8:]
+	for first := true; len(rest) >= 8; first = false {
+		n := uint64(binary.BigEndian.Uint32(rest))
+		if n == 0 && !first || // zeros: Badger reads them as empty change sets, and writes none but a new MANIFEST's
+			n > uint64(len(rest)-8) || crc32.Checksum(rest[8:8+n], castagnoli) != binary.BigEndian.Uint32(rest[4:]) {
+			break
+		}
+		var set pb.ManifestChangeSet
+		if proto.Unmarshal(rest[8:8+n], &set) != nil || !applyToLevels(levels, named, &set) {
+			break
+		}
+		rest = rest[8+n:]
+	}
+	return levels, named, len(rest) == 0, nil
+}
+
+// applyToLevels applies set to levels and named, as Badger's replay
+// would; false (and nothing applied) if Badger would refuse it.
+func applyToLevels(levels map[uint64]int, named map[uint64]bool, set *pb.ManifestChangeSet) bool {
+	next := maps.Clone(levels)
+	for _, c := range set.Changes {
+		_, listed := next[c.Id]
+		switch {
+		case c.Op == pb.ManifestChange_CREATE && !listed:
+			next[c.Id] = int(c.Level)
+		case c.Op == pb.ManifestChange_DELETE && listed:
+			delete(next, c.Id)
+		default:
+			return false
+		}
+	}
+	clear(levels)
+	maps.Copy(levels, next)
+	for _, c := range set.Changes {
+		named[c.Id] = true
+	}
+	return true
 }

@@ -51,6 +51,11 @@ type Recovery struct {
 	// Open took off the MANIFEST: their rows are replayed from the
 	// memtable logs they were flushed from (see the top of recover.go).
 	UnlistedTables int
+	// RelistedTables is how many tables Open listed again in a MANIFEST
+	// with a hole, which a power cut after a failed sync of it leaves
+	// (repairManifestHole in manifest.go): 0 unless the disk failed a
+	// sync.
+	RelistedTables int
 	// EmptyLogs is how many empty memtable logs and value-log files Open
 	// removed (vlog.go).
 	EmptyLogs int

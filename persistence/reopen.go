@@ -172,6 +172,7 @@ func (s *Store) reopenLocked() error {
 	s.reopens.Add(1)
 	s.noteRecovery(func(r *Recovery) {
 		r.UnlistedTables += rec.UnlistedTables
+		r.RelistedTables += rec.RelistedTables
 		r.EmptyLogs += rec.EmptyLogs
 	})
 	s.downNow.Store(false)

@@ -228,11 +228,19 @@ func openWith(dir string, opt Options, syncWrites bool) (s *Store, err error) {
 	}
 	var rec Recovery
 	if dir != "" {
-		if err := checkTables(dir); err != nil {
+		unreadable := false
+		if err := checkTables(dir); errors.Is(err, errManifestUnreadable) {
+			unreadable = true // a hole a power cut left: prepareDir lists its tables again (manifest.go)
+		} else if err != nil {
 			return nil, err
 		}
 		if err := prepareDir(dir, &rec); err != nil { // not a store; crash leftovers: see vlog.go, recover.go
 			return nil, err
+		}
+		if unreadable {
+			if err := checkTables(dir); err != nil {
+				return nil, err
+			}
 		}
 	}
 	log := &badgerLogger{}

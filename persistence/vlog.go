@@ -51,7 +51,12 @@ func prepareDir(dir string, rec *Recovery) error {
 	if err := checkStoreDir(dir); err != nil {
 		return err
 	}
-	n, err := unlistMissingTables(dir)
+	n, err := repairManifestHole(dir)
+	rec.RelistedTables += n
+	if err != nil {
+		return err
+	}
+	n, err = unlistMissingTables(dir)
 	rec.UnlistedTables += n
 	if err != nil {
 		return err

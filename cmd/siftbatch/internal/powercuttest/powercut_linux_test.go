@@ -324,12 +324,6 @@ type harness struct {
 	logs    *lines
 	atCut   fileIDs // the store's newest files when serve stopped for the cut
 	rotated bool    // the round's cut came after the rotation it waited for (waitCut)
-	// manifestHoleOpen: a start that Badger refuses with a MANIFEST
-	// checksum mismatch skips the test (known open, issue 36: a power cut
-	// after a failed MANIFEST sync, before Badger closed and the store
-	// relisted it; its paragraph in docs/RELIABILITY.md, on failing fsyncs)
-	// rather than failing it.
-	manifestHoleOpen bool
 }
 
 const callers = 4
@@ -429,9 +423,6 @@ func (h *harness) start(t *testing.T) {
 	case <-p.done:
 	}
 	if !ok {
-		if h.manifestHoleOpen && strings.Contains(p.stderr.String(), "manifest has checksum mismatch") {
-			t.Skipf("KNOWN OPEN (issue 36): serve refuses the store after a power cut that followed a failed MANIFEST sync: %s", headTail(p.stderr.String(), 600))
-		}
 		h.keepFailed(t)
 		t.Fatalf("serve did not start: %s", headTail(p.stderr.String(), 3000))
 	}
@@ -689,4 +680,15 @@ func (l *lines) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// grepLines is the lines of log that contain s.
+func grepLines(log, s string) string {
+	var b strings.Builder
+	for l := range strings.Lines(log) {
+		if strings.Contains(l, s) {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
