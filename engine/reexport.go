@@ -176,8 +176,9 @@ var (
 	// whose disk has no room to store the cancel (nothing changed).
 	ErrDiskFull = batchtype.ErrDiskFull
 	// ErrDiskReserve is returned by [New] when [Config.DiskReserve]
-	// is as large as the store's whole file system: it could never be
-	// kept, and every submit would answer ErrDiskFull for ever.
+	// is as large as the store's file system less the store's own files
+	// (all it could ever have free): it could never be kept, and every
+	// submit would answer ErrDiskFull for ever.
 	ErrDiskReserve = batchtype.ErrDiskReserve
 	// ErrUnavailable is wrapped by [Runner.Lookup] and [Runner.Wait]
 	// when the store cannot read now (Badger down after a failed sync that

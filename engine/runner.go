@@ -276,7 +276,7 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 		return "", false, err
 	}
 	if r.store.DiskFull() {
-		return "", false, fmt.Errorf("%w: free space below the reserve", ErrDiskFull)
+		return "", false, fmt.Errorf("%w: no room on the store's disk (below the reserve, or a write found it full)", ErrDiskFull)
 	}
 	if err := r.submitReaped(); err != nil {
 		return "", false, err

@@ -64,7 +64,7 @@ type DiskWatch struct {
 type DiskState struct {
 	Free    int64     // bytes available to the store's process (statfs f_bavail)
 	Reserve int64     // DiskWatch.Reserve; 0: not watched
-	Full    bool      // Free < Reserve
+	Full    bool      // Free < Reserve, or a write found no room and Free has not grown since (see Store.DiskFull)
 	Since   time.Time // when Full last changed (zero before the first measure)
 }
 
@@ -73,6 +73,7 @@ const (
 	keyFreeBytes    = "free_bytes"
 	keyReserveBytes = "reserve_bytes"
 	keyFullSeconds  = "full_seconds"
+	keyRoomBytes    = "room_bytes"
 	keyDiskErr      = "err"
 )
 
@@ -96,7 +97,22 @@ type diskWatch struct {
 	// (gate): both lock-free.
 	free  atomic.Int64
 	floor atomic.Int64
+	// failed is set by a write that found no room (diskFailed); the next
+	// measure takes it: then the disk counts as full (failing) until the
+	// free space is roomFor(failFree), failFree being the free space that
+	// measure found.
+	failed   atomic.Bool
+	failing  bool
+	failFree int64
 }
+
+// roomAfter is the free space at which a disk that failed a write with
+// failFree bytes free counts as having room again: a memtable log's more
+// (the largest file Badger preallocates), or all Badger needs to open its
+// next files (rotateSize), whichever is less. A failure with more than
+// rotateSize free (a quota, a file system that fails writes by its own
+// count) does not hold the disk full past the next measure.
+func roomAfter(failFree int64) int64 { return min(failFree+memLogFileSize, rotateSize) }
 
 // rotateSize is what Badger needs free to go on writing: its next
 // value-log file and memtable log. Below it (or below the reserve, if
@@ -117,17 +133,21 @@ func (d *diskWatch) init() {
 // the free space of the store's file system: see [DiskWatch] and
 // [Store.DiskFull]. It measures once before it returns, and returns that
 // measure's error, if any (the watch goes on). A store in memory has no
-// disk: it does nothing. A Reserve as large as the whole file system
-// could never be kept: WatchDisk refuses it with an error wrapping
-// [ErrDiskReserve] that names both sizes, and changes nothing. Safe for
+// disk: it does nothing. A Reserve as large as the file system less the
+// store's own files (all it could ever have free, were every other file
+// deleted) could never be kept: WatchDisk refuses it with an error
+// wrapping [ErrDiskReserve] that names the sizes, and changes nothing. Safe for
 // concurrent use.
 func (s *Store) WatchDisk(w DiskWatch) error {
 	if s.dir == "" {
 		return nil
 	}
 	if w.Reserve > 0 {
-		if size, err := statfsSize(s.dir); err == nil && w.Reserve >= size {
-			return fmt.Errorf("watch disk: %w: a reserve of %d bytes, a file system of %d", ErrDiskReserve, w.Reserve, size)
+		size, err := statfsSize(s.dir)
+		own, uerr := dirUsage(s.dir)
+		if err == nil && uerr == nil && w.Reserve >= size-own {
+			return fmt.Errorf("watch disk: %w: a reserve of %d bytes, a file system of %d of which the store's own files take %d",
+				ErrDiskReserve, w.Reserve, size, own)
 		}
 	}
 	if w.Every <= 0 {
@@ -159,8 +179,11 @@ func (s *Store) WatchDisk(w DiskWatch) error {
 }
 
 // DiskFull reports whether the store's file system had less free space than
-// the reserve at its last measure ([Store.WatchDisk]); always false when it
-// is not watched. It is one atomic load. Safe for concurrent use.
+// the reserve at its last measure ([Store.WatchDisk]), or a write found no
+// room (another process filled the disk, or the reserve is smaller than
+// what Badger's next file needs) and the free space has not grown by a
+// memtable log's size since; always false when it is not watched. It is
+// one atomic load. Safe for concurrent use.
 func (s *Store) DiskFull() bool { return s.disk.full.Load() }
 
 // Disk returns the last measure of the store's file system's free space.
@@ -234,11 +257,17 @@ func (s *Store) measureDisk() error {
 		d.free.Store(noWatch)
 		d.floor.Store(0)
 		d.full.Store(false)
+		d.failed.Store(false)
+		d.failing = false
 		d.state = DiskState{Free: d.state.Free}
 		return nil
 	}
 	free, err := d.statfs(s.dir)
+	failedNow := d.failed.Swap(false)
 	if err != nil {
+		if failedNow {
+			d.failed.Store(true) // for the next measure that succeeds
+		}
 		if !d.errLog && log != nil {
 			log.Warn("measure free disk space", slog.String(keyDiskErr, err.Error()))
 		}
@@ -247,7 +276,13 @@ func (s *Store) measureDisk() error {
 	}
 	d.errLog = false
 	now, reserve := d.cfg.Now(), d.cfg.Reserve
-	full := free < reserve
+	if failedNow {
+		d.failing, d.failFree = true, free
+	}
+	if d.failing && free >= roomAfter(d.failFree) {
+		d.failing = false
+	}
+	full := free < reserve || d.failing
 	was := d.state.Full
 	d.state.Free, d.state.Reserve = free, reserve
 	d.left.Store(free - reserve)
@@ -257,14 +292,23 @@ func (s *Store) measureDisk() error {
 	switch {
 	case full && (!was || d.state.Since.IsZero()):
 		d.state.Full, d.state.Since, d.lastLog = true, now, now
-		if log != nil {
+		switch {
+		case log == nil:
+		case free < reserve:
 			log.Warn("disk below its reserve: new jobs refused, running jobs held until there is room",
 				slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve))
+		default:
+			log.Warn("disk full: a write found no room above the reserve; new jobs refused, running jobs held until there is room",
+				slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve), slog.Int64(keyRoomBytes, roomAfter(d.failFree)))
 		}
 	case full && now.Sub(d.lastLog) >= d.cfg.LogEvery:
 		d.lastLog = now
+		msg := "disk still below its reserve"
+		if free >= reserve {
+			msg = "disk still full: no room since a write failed for it"
+		}
 		if log != nil {
-			log.Warn("disk still below its reserve", slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve),
+			log.Warn(msg, slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve),
 				slog.Int64(keyFullSeconds, int64(now.Sub(d.state.Since).Seconds())))
 		}
 	case !full && was:
@@ -328,12 +372,14 @@ func (s *Store) gate(op string) error {
 }
 
 // diskFailed takes the error of a write that reached Badger: one that
-// failed for want of space closes the gate until the next measure.
+// failed for want of space closes the gate until the next measure, and
+// makes the disk count as full until the free space grows (roomAfter).
 func (s *Store) diskFailed(err error) {
 	if err == nil || !errors.Is(err, ErrDiskFull) {
 		return
 	}
 	s.disk.free.Store(0)
+	s.disk.failed.Store(true)
 	select {
 	case s.disk.poke <- struct{}{}:
 	default:

@@ -273,8 +273,9 @@ func BenchmarkStore_DiskCheck(b *testing.B) {
 	}
 }
 
-// A reserve as large as the whole file system could never be kept:
-// WatchDisk refuses it, naming both sizes, and watches nothing.
+// A reserve as large as the whole file system, or as the file system less
+// the store's own files, could never be kept: WatchDisk refuses it, naming
+// the sizes, and changes nothing.
 func TestStore_DiskReserveBeyondTheFileSystem(t *testing.T) {
 	t.Parallel()
 	s := mustOpen(t, t.TempDir())
@@ -285,4 +286,65 @@ func TestStore_DiskReserveBeyondTheFileSystem(t *testing.T) {
 	require.Zero(t, s.Disk().Reserve, "not watched")
 	require.NoError(t, s.WatchDisk(DiskWatch{Reserve: 1}), "a reserve that fits is taken")
 	require.EqualValues(t, 1, s.Disk().Reserve)
+
+	// Smaller than the file system, larger than it less the store's own
+	// (preallocated) files: it could never be kept either.
+	size, err := statfsSize(s.Dir())
+	require.NoError(t, err)
+	own, err := dirUsage(s.Dir())
+	require.NoError(t, err)
+	require.Positive(t, own, "Badger's files are preallocated")
+	err = s.WatchDisk(DiskWatch{Reserve: size - own/2})
+	require.ErrorIs(t, err, ErrDiskReserve)
+	require.Contains(t, err.Error(), "the store's own files take")
+	require.EqualValues(t, 1, s.Disk().Reserve, "unchanged")
+}
+
+// TestStore_DiskFullAfterAFailedWrite: with a reserve smaller than what
+// Badger's next file needs (or another process filling the disk between
+// measures), a write fails for want of space while the free space is above
+// the reserve. The disk then counts as full (DiskFull, Disk().Full, a Warn
+// line) until a measure finds a memtable log's more room than then, so that
+// /healthz and the metric say what submits meet; a failure with all that
+// Badger needs free (a quota) does not hold it full past the next measure.
+func TestStore_DiskFullAfterAFailedWrite(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir())
+	var logs testkit.SyncBuffer
+	s.SetLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	disk := &fakeDisk{}
+	disk.free.Store(15 << 20)
+	s.SetDiskStatfs(disk.statfs)
+	clock := testkit.NewClock()
+	require.NoError(t, s.WatchDisk(DiskWatch{Reserve: 1, Every: time.Hour, Now: clock.Now}))
+	require.False(t, s.DiskFull())
+
+	s.diskFailed(fmt.Errorf("put: %w", ErrDiskFull))
+	st, err := s.MeasureDisk()
+	require.NoError(t, err)
+	require.True(t, st.Full, "a write found no room: full though above the reserve")
+	require.True(t, s.DiskFull())
+	require.Contains(t, logs.String(), "disk full: a write found no room above the reserve")
+	require.Contains(t, logs.String(), fmt.Sprintf("free_bytes=%d reserve_bytes=1 room_bytes=%d", 15<<20, 15<<20+memLogFileSize))
+
+	disk.free.Store(15<<20 + memLogFileSize - 1)
+	st, err = s.MeasureDisk()
+	require.NoError(t, err)
+	require.True(t, st.Full, "grown by less than a memtable log")
+	disk.free.Store(15<<20 + memLogFileSize)
+	st, err = s.MeasureDisk()
+	require.NoError(t, err)
+	require.False(t, st.Full, "room again")
+	require.False(t, s.DiskFull())
+	require.Contains(t, logs.String(), "disk has room again: jobs go on")
+
+	disk.free.Store(rotateSize) // room for every file Badger opens next: a quota's ENOSPC, say
+	s.diskFailed(fmt.Errorf("put: %w", ErrDiskFull))
+	st, err = s.MeasureDisk()
+	require.NoError(t, err)
+	require.False(t, st.Full)
+	s.diskFailed(errors.New("put: some other error"))
+	st, err = s.MeasureDisk()
+	require.NoError(t, err)
+	require.False(t, st.Full, "only a failure for want of space counts")
 }

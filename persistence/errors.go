@@ -64,7 +64,8 @@ var (
 	// too ([Store.DiskFull]).
 	ErrDiskFull = batchtype.ErrDiskFull
 	// ErrDiskReserve is returned by [Store.WatchDisk] for a reserve as large
-	// as the store's whole file system. It is [batchtype.ErrDiskReserve].
+	// as the store's file system less the store's own files. It is
+	// [batchtype.ErrDiskReserve].
 	ErrDiskReserve = batchtype.ErrDiskReserve
 	// ErrUnavailable is wrapped by a read (and a write) of a store whose
 	// Badger is down: it did not open again after a failed sync

@@ -52,9 +52,10 @@ var (
 	// whose disk has no room to store the cancel (nothing changed).
 	ErrDiskFull = errors.New("disk full")
 	// ErrDiskReserve is returned by engine.New when [Config.DiskReserve]
-	// is as large as the store's whole file system: it could never be
-	// kept, and every submit would answer ErrDiskFull for ever.
-	ErrDiskReserve = errors.New("disk reserve not smaller than the store's file system")
+	// is as large as the store's file system less the store's own files
+	// (all it could ever have free): it could never be kept, and every
+	// submit would answer ErrDiskFull for ever.
+	ErrDiskReserve = errors.New("disk reserve not smaller than the room the store's file system can have")
 	// ErrUnavailable is wrapped by engine.Runner.Lookup and engine.Runner.Wait
 	// when the store cannot read now (Badger down after a failed sync that
 	// it could not reopen from): the job may well exist; ask again later.

@@ -163,7 +163,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	case errors.Is(err, engine.ErrDiskFull):
 		h.retryAfter(w)
 		writeError(w, http.StatusInsufficientStorage, "disk full",
-			"the server's disk is below its reserve: no new job is taken until there is room; running jobs are held and go on by themselves, reads and cancels work; retry after Retry-After seconds")
+			"the server's disk is full (below its reserve, or a write found no room): no new job is taken until there is room; running jobs are held and go on by themselves, reads and cancels work; retry after Retry-After seconds")
 		return
 	default:
 		h.log.Warn("submit failed", slog.String(logKeyCaller, c.Name), slog.String("err", err.Error()))
