@@ -50,6 +50,13 @@ func TestHelp(t *testing.T) {
 			if !strings.Contains(out, "Usage: siftbatch "+name) {
 				t.Fatalf("%v:\n%s", args, out)
 			}
+			if name == "serve" { // its environment: the tracing it takes from OTEL_ variables
+				for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_BSP_"} {
+					if !strings.Contains(out, v) {
+						t.Fatalf("%v does not name %s:\n%s", args, v, out)
+					}
+				}
+			}
 			for _, f := range want {
 				// Each flag has its own line with a description under it.
 				i := strings.Index(out, "  -"+f)
