@@ -41,8 +41,28 @@ func Unmarshal(data []byte, v any) error {
 	if err := checkMaxDepth(data, defaultMaxDepth); err != nil {
 		return err
 	}
-	return NewDecoder(bytes.NewReader(data)).Decode(v)
+	// Patched for siftbatch: what NewDecoder(bytes.NewReader(data)).Decode(v)
+	// does, without a Decoder (whose first read allocates a 32 KiB buffer,
+	// and a tools/call decodes about 12 times): the first JSON value of data
+	// (trailing data ignored), checked whole, then parsed into v with the
+	// Decoder's flags. Input with no value, or a first value that does not
+	// parse, takes the Decoder so that the error is the Decoder's (io.EOF,
+	// io.ErrUnexpectedEOF or its SyntaxError). PATCH.md.
+	var first firstValue                                                                           // Patched for siftbatch
+	if _, err := json.Parse(data, &first, json.DontMatchCaseInsensitiveStructFields); err != nil { // Patched for siftbatch
+		return NewDecoder(bytes.NewReader(data)).Decode(v) // Patched for siftbatch
+	} // Patched for siftbatch
+	_, err := json.Parse(first, v, json.DontMatchCaseInsensitiveStructFields) // Patched for siftbatch
+	return err                                                                // Patched for siftbatch
 }
+
+// firstValue is the first JSON value of the bytes parsed into it, not
+// copied: segmentio's Parse hands an Unmarshaler the value's bytes once
+// they parse (parseValue), as the Decoder's readValue finds them.
+type firstValue []byte // Patched for siftbatch
+
+// UnmarshalJSON keeps b. Patched for siftbatch.
+func (f *firstValue) UnmarshalJSON(b []byte) error { *f = b; return nil } // Patched for siftbatch
 
 // checkMaxDepth scans data once and reports [errMaxDepthExceeded] if the
 // nesting of JSON objects and arrays exceeds maxDepth. It is a lightweight pass which
