@@ -377,15 +377,28 @@ func (j *job) dispatch(ctx actor.Context, m *dispatch) {
 	j.to(phaseFetching)
 	j.slot.busySince = m.busySince
 	queued := j.rec.Status == persistence.StatusQueued
-	if queued {
+	if queued && j.cfg.Store.Durable() {
+		// A durable job shows running, and fetches, only once its running
+		// row is on stable storage. That write is never held: held, it
+		// would keep the actor (and a Cancel, a Status) waiting for the
+		// disk. When it fails (the disk full or failing a sync) the job
+		// is not started: it stays queued and waits RetryWait out of the
+		// rotation, as for a busy target.
+		next := j.rec
+		next.Status, next.Started = persistence.StatusRunning, j.now()
+		next.Lease = max(next.Lease, j.view.Touched())
+		if err := j.cfg.Store.SaveJobNow(&next); err != nil {
+			j.cfg.Log.Debug("job not started: its running row is not stored", slog.String(keyJobID, j.rec.ID),
+				slog.String(keyErr, storeErrText(err)))
+			j.putBack(ctx, m.worker, phaseWaiting)
+			return
+		}
+		j.setStatus(persistence.StatusRunning)
+		j.rec.Started, j.rec.Lease = next.Started, next.Lease
+		queued = false
+	} else if queued {
 		j.setStatus(persistence.StatusRunning)
 		j.rec.Started = j.now()
-		if j.cfg.Store.Durable() {
-			// A durable job shows running, and fetches, only once its
-			// running row is on stable storage (the store answers then).
-			j.save("running")
-			queued = false
-		}
 	}
 	j.publish() // readers see the target running before it starts
 	parent := j.cfg.FetchContext

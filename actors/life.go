@@ -122,7 +122,7 @@ var phaseMachine = machine[phase]{
 		{phaseIdle, phaseUnsaved, "Cancel or shutdown, a write of the job being retried by the store's writer"},
 		{phaseFetching, phaseStoring, "fetched (the outcome goes to the store's writer, the worker is free)"},
 		{phaseFetching, phaseIdle, "abandoned at shutdown (the target stays pending)"},
-		{phaseFetching, phaseWaiting, "fetched busy within RetryFor"},
+		{phaseFetching, phaseWaiting, "fetched busy within RetryFor, or (durable) its running row not stored: the disk full or failing"},
 		{phaseFetching, phaseSettled, "busy or abandoned, of a job cancelled meanwhile"},
 		{phaseFetching, phaseUnsaved, "the same, a write of it being retried"},
 		{phaseStoring, phaseIdle, "written, or being retried by the store's writer, the job still live (the stash is handled next)"},

@@ -183,3 +183,54 @@ func TestRunner_DurableCancelWhileItsWriteIsHeld(t *testing.T) {
 	stepOnce(t, st)
 	waitSettled(t, b.Store, a, "cancelled")
 }
+
+// TestRunner_DurableStartNotStoredAnswersCancel: when a durable job's turn
+// comes its running row cannot be stored (the disk filled since the last
+// measure: a write fault here). The job is not started: it stays queued,
+// out of the rotation for RetryWait, answers a Cancel at once (refused
+// with ErrDiskFull, nothing changed), and starts by itself once writes
+// work. Before, its actor waited inside the held write for the disk, and
+// a cancel got no answer until the runner's request timeout
+// (TestServe_DiskFull, durable, the disk filled by another process: a
+// DELETE answered 503 after a minute).
+func TestRunner_DurableStartNotStoredAnswersCancel(t *testing.T) {
+	t.Parallel()
+	b, st := setupDisk(t, t.TempDir(), engine.Config{RetryWait: 5 * time.Millisecond, Durability: engine.DurabilitySync, Workers: 1})
+	started := make(chan struct{}, 8)
+	st.onStart = func() { started <- struct{}{} }
+	a := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}})
+	testkit.Recv(t, started) // a0 holds the only worker
+	c := b.Submit(t, "bob", []engine.Target{{URL: secretURL("c", 0)}})
+	var full atomic.Bool
+	full.Store(true)
+	b.Store.SetWriteFault(func() error {
+		if full.Load() {
+			return fmt.Errorf("%w: filled by another process", persistence.ErrDiskFull)
+		}
+		return nil
+	})
+	stepOnce(t, st) // a0's outcome meets the full disk: held; the worker goes to c
+	testkit.WaitFor(t, "c's turn came and it was not started", func() bool {
+		for _, l := range b.Logs.Lines() {
+			if strings.Contains(l, "job not started") && strings.Contains(l, "job_id="+c) {
+				return true
+			}
+		}
+		return false
+	})
+	for range 2 {
+		ok, err := b.Runner.TryCancel(c)
+		require.False(t, ok)
+		require.ErrorIs(t, err, engine.ErrDiskFull, "refused at once")
+	}
+	j, ok := b.Runner.Job(c)
+	require.True(t, ok)
+	require.Equal(t, "queued", j.Status, "nothing changed")
+
+	full.Store(false)
+	require.NoError(t, testkit.Recv(t, st.stored), "a0 stored once writes work")
+	testkit.Recv(t, started) // c0 is fetched: c started by itself
+	stepOnce(t, st)
+	waitSettled(t, b.Store, a, "done")
+	waitSettled(t, b.Store, c, "done")
+}
