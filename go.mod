@@ -140,3 +140,12 @@ replace github.com/dgraph-io/badger/v4 => ./persistence/internal/badger
 // handler, its PATCH.md. As above, an embedder's build gets it only by
 // adding the same line.
 replace github.com/asynkron/protoactor-go => ./actors/internal/protoactor
+
+// serve's MCP SDK allocated ~395 KB of JSON decoders per tools/call (a
+// 32 KiB buffer for each of the ~12 decodes of one call), 1.5× a 256 KiB
+// batch_result page, whatever the page (issue 34: a page's allocation at
+// most 2× the page). engine/mcpserver/internal/gosdk is go-sdk v1.8.0 with
+// its internal/json.Unmarshal parsing the bytes it is given instead of
+// reading them through a new Decoder, its PATCH.md. As above, an
+// embedder's build gets it only by adding the same line.
+replace github.com/modelcontextprotocol/go-sdk => ./engine/mcpserver/internal/gosdk

@@ -150,10 +150,12 @@ func BenchmarkMCP_ResultPage(b *testing.B) {
 
 // TestMCP_ResultPageWrittenOnce: a batch_result page reaches its answer
 // as the API read it: the answer (a raw POST, as a client sends it) holds
-// the page's text, and serve allocates a few times the answer to write it
-// (2.7× when measured: the API's read, the page, and the MCP SDK's fixed
-// cost of a call), not the ~20× of the SDK marshalling the page's text
-// three times over. (Not parallel: it counts the process's allocations.)
+// the page's text, and serve allocates at most 1.6× the answer to write
+// it (1.22× when measured, 1.24× under -race: the API's read of the page
+// and the rest of the call), not the ~20× of the SDK marshalling the
+// page's text three times over, nor the 2.72× of the SDK's JSON decoders
+// before internal/gosdk (a 32 KiB buffer per decode, ~12 a call: its
+// PATCH.md). (Not parallel: it counts the process's allocations.)
 func TestMCP_ResultPageWrittenOnce(t *testing.T) {
 	h, id, post := pageServer(t, 1)
 	first := pageOf(t, post(0, true))
@@ -182,7 +184,7 @@ func TestMCP_ResultPageWrittenOnce(t *testing.T) {
 		least = min(least, allocsOf(func() { post(mid, false) }))
 	}
 	t.Logf("page %d of a 1 MiB result: a %d-byte answer, %d bytes allocated (%.2f×)", mid, w.n, least, float64(least)/float64(w.n))
-	if least > uint64(4*w.n) {
-		t.Errorf("a page of %d bytes allocated %d bytes (%.1f×): its text is copied or encoded again", w.n, least, float64(least)/float64(w.n))
+	if least > uint64(8*w.n/5) {
+		t.Errorf("a page of %d bytes allocated %d bytes (%.2f×, at most 1.6×): its text copied or encoded again, or the SDK's decoders' buffers back (internal/gosdk)", w.n, least, float64(least)/float64(w.n))
 	}
 }
