@@ -10,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sift/batch/engine/batchtype"
+	"github.com/sift/batch/persistence"
 )
 
 // System is a running actor system with its supervisor: the engine's handle
@@ -236,6 +237,10 @@ func (s *System) Cancel(id string) (bool, error) {
 // The Drain is queued before cancelFetches runs, so the supervisor handles
 // it before any target that returns at the cancel: no target is
 // dispatched, and fetched under a cancelled context, after Stop began.
+// noRoomCheck is how often a durable drain looks whether the disk has no
+// room for a write (Stop).
+const noRoomCheck = 200 * time.Millisecond
+
 func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gaveUp bool, err error) {
 	s.cfg.stopping.Store(true)
 	s.cfg.Store.SetHeldHook(nil)
@@ -253,19 +258,38 @@ func (s *System) Stop(cancelFetches func(), giveUp <-chan struct{}) (n int, gave
 		if cancelFetches != nil {
 			cancelFetches()
 		}
-		var r any
-		select {
-		case r = <-res:
-		case <-giveUp:
-			gaveUp = true
-			s.abort()
-			if s.cfg.Store.Durable() {
-				// A durable job waits in storing for a write the store's
-				// writer retries (the disk failing): give those up, or
-				// the drain waits for the disk.
+		// A durable job waits in storing for a write the store's writer
+		// holds (the disk full or failing). While the disk has no room
+		// for a write at all, those writes are given up at once (looked
+		// at every noRoomCheck): the drain would wait for the disk until
+		// giveUp for nothing. Otherwise (a failing sync, which a reopen
+		// may mend) they are given up at giveUp.
+		noRoom := time.NewTicker(noRoomCheck)
+		defer noRoom.Stop()
+		abandoned := false
+		abandon := func() {
+			if !abandoned && s.cfg.Store.Durable() {
+				abandoned = true
 				s.cfg.Store.AbandonRetries()
 			}
-			r = <-res
+		}
+		var r any
+	drained:
+		for {
+			select {
+			case r = <-res:
+				break drained
+			case <-noRoom.C:
+				if errors.Is(s.cfg.Store.Writable(), persistence.ErrDiskFull) {
+					abandon()
+				}
+			case <-giveUp:
+				gaveUp = true
+				s.abort()
+				abandon()
+				r = <-res
+				break drained
+			}
 		}
 		switch r := r.(type) {
 		case *Drained:

@@ -51,9 +51,11 @@ type DiskWatch struct {
 	// the store's own writes (counted twice: a log and a table) may have
 	// used up the room above the reserve. Default [DefaultDiskEvery].
 	Every time.Duration
-	// LogEvery is how often, at most, a Warn line repeats while the disk
-	// stays below the reserve (one is logged when it goes below, an Info
-	// when it has room again). Default [DefaultDiskLogEvery].
+	// LogEvery is how often, at most, a Warn line is logged about the disk:
+	// one when it goes below the reserve, repeated while it stays there,
+	// and an Info when it has room again. A disk that goes below again
+	// within LogEvery of the last line (it flaps) logs nothing then; the
+	// next line counts those flaps. Default [DefaultDiskLogEvery].
 	LogEvery time.Duration
 	// Now is the clock of LogEvery and of [DiskState.Since]. Default
 	// time.Now.
@@ -74,6 +76,7 @@ const (
 	keyReserveBytes = "reserve_bytes"
 	keyFullSeconds  = "full_seconds"
 	keyRoomBytes    = "room_bytes"
+	keyFlaps        = "flaps_since_last_line"
 	keyDiskErr      = "err"
 )
 
@@ -104,6 +107,10 @@ type diskWatch struct {
 	failed   atomic.Bool
 	failing  bool
 	failFree int64
+	// quiet: the disk went full within LogEvery of the last line, which
+	// was not repeated (a flap); flaps counts those since the last line.
+	quiet bool
+	flaps int
 }
 
 // roomAfter is the free space at which a disk that failed a write with
@@ -291,18 +298,27 @@ func (s *Store) measureDisk() error {
 	d.full.Store(full)
 	switch {
 	case full && (!was || d.state.Since.IsZero()):
-		d.state.Full, d.state.Since, d.lastLog = true, now, now
+		d.state.Full, d.state.Since = true, now
+		if !d.lastLog.IsZero() && now.Sub(d.lastLog) < d.cfg.LogEvery {
+			// A disk that flaps: one line per LogEvery, which counts them.
+			d.quiet = true
+			d.flaps++
+			break
+		}
+		d.lastLog, d.quiet = now, false
+		flaps := slog.Int(keyFlaps, d.flaps)
+		d.flaps = 0
 		switch {
 		case log == nil:
 		case free < reserve:
 			log.Warn("disk below its reserve: new jobs refused, running jobs held until there is room",
-				slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve))
+				slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve), flaps)
 		default:
 			log.Warn("disk full: a write found no room above the reserve; new jobs refused, running jobs held until there is room",
-				slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve), slog.Int64(keyRoomBytes, roomAfter(d.failFree)))
+				slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve), slog.Int64(keyRoomBytes, roomAfter(d.failFree)), flaps)
 		}
 	case full && now.Sub(d.lastLog) >= d.cfg.LogEvery:
-		d.lastLog = now
+		d.lastLog, d.quiet = now, false
 		msg := "disk still below its reserve"
 		if free >= reserve {
 			msg = "disk still full: no room since a write failed for it"
@@ -312,7 +328,7 @@ func (s *Store) measureDisk() error {
 				slog.Int64(keyFullSeconds, int64(now.Sub(d.state.Since).Seconds())))
 		}
 	case !full && was:
-		if log != nil {
+		if log != nil && !d.quiet { // a flap's return is as quiet as its fall
 			log.Info("disk has room again: jobs go on", slog.Int64(keyFreeBytes, free), slog.Int64(keyReserveBytes, reserve),
 				slog.Int64(keyFullSeconds, int64(now.Sub(d.state.Since).Seconds())))
 		}

@@ -348,3 +348,41 @@ func TestStore_DiskFullAfterAFailedWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Full, "only a failure for want of space counts")
 }
+
+// TestStore_DiskFlapsLogOnce: a disk that goes below its reserve and back
+// again and again logs one Warn (and one Info) per LogEvery, not one per
+// flap; the next Warn counts the flaps it did not log.
+func TestStore_DiskFlapsLogOnce(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir())
+	var logs testkit.SyncBuffer
+	s.SetLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	disk := &fakeDisk{}
+	disk.free.Store(1000)
+	s.SetDiskStatfs(disk.statfs)
+	clock := testkit.NewClock()
+	require.NoError(t, s.WatchDisk(DiskWatch{Reserve: 100, Every: time.Hour, LogEvery: time.Minute, Now: clock.Now}))
+	count := func(level string) int { return strings.Count(logs.String(), "level="+level) }
+	flap := func() {
+		for _, free := range []int64{10, 1000} {
+			disk.free.Store(free)
+			clock.Advance(time.Second)
+			_, err := s.MeasureDisk()
+			require.NoError(t, err)
+		}
+	}
+	flap()
+	require.Equal(t, 1, count("WARN"))
+	require.Equal(t, 1, count("INFO"))
+	for range 6 {
+		flap() // within the minute: quiet
+	}
+	require.Equal(t, 1, count("WARN"), "six flaps within LogEvery: no more lines")
+	require.Equal(t, 1, count("INFO"))
+	require.False(t, s.DiskFull(), "the state follows every flap")
+	clock.Advance(time.Minute)
+	flap()
+	require.Equal(t, 2, count("WARN"))
+	require.Equal(t, 2, count("INFO"))
+	require.Contains(t, logs.String(), "flaps_since_last_line=6")
+}

@@ -36,17 +36,18 @@ import (
 )
 
 // openFull opens the store in dir read-only after Badger failed to open it
-// for want of space (full: that error).
+// for want of space (full: that error). When it cannot (a new store has no
+// MANIFEST to read), the error wraps ErrDiskFull and full.
 func openFull(dir string, opt Options, log badger.Logger, rec *Recovery, full error) (*badger.DB, error) {
 	if err := prepareDir(dir, rec); err != nil { // the empty files the failed Open left
 		return nil, err
 	}
 	if err := checkClean(dir, true); err != nil {
-		return nil, fmt.Errorf("%w (and it cannot be opened read-only: %s)", full, firstLine(err.Error()))
+		return nil, fmt.Errorf("%w: %w (and it cannot be opened read-only: %s)", ErrDiskFull, full, firstLine(err.Error()))
 	}
 	db, err := openBadger(opt.badger(dir, log).WithReadOnly(true))
 	if err != nil {
-		return nil, fmt.Errorf("%w (and it cannot be opened read-only: %s)", full, firstLine(err.Error()))
+		return nil, fmt.Errorf("%w: %w (and it cannot be opened read-only: %s)", ErrDiskFull, full, firstLine(err.Error()))
 	}
 	return db, nil
 }

@@ -67,3 +67,46 @@ func TestBadger_MemtableRotationOnFullDisk(t *testing.T) {
 	require.NoError(t, os.Remove(filler))
 	require.NoError(t, db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("after"), val) }))
 }
+
+// TestBadger_CloseOnFullDiskKeepsTheMemtable: Close on a disk with no room
+// for the table its memtable flushes to returns (with the power on,
+// nothing is lost): the flush is given up as the DB closes and the
+// memtable's log kept, and the next Open, with room, replays it. Upstream
+// Badger retried the flush every second for as long as the disk stayed
+// full, and Close (serve's SIGTERM, the store's reopen after a failed
+// sync) waited with it: the adversary's TestAdv36c_SIGTERMWhileFull.
+func TestBadger_CloseOnFullDiskKeepsTheMemtable(t *testing.T) {
+	t.Parallel()
+	dir := testkit.MountTmpfs(t, 16<<20)
+	opts := badger.DefaultOptions(filepath.Join(dir, "db")).WithLogger(nil).
+		WithMemTableSize(1 << 20).WithValueLogFileSize(1 << 20).WithValueThreshold(1 << 10)
+	db, err := badger.Open(opts)
+	require.NoError(t, err)
+	val := bytes.Repeat([]byte("v"), 200) // inline: in the memtable and its log
+	const rows = 2000
+	for i := range rows {
+		require.NoError(t, db.Update(func(txn *badger.Txn) error {
+			return txn.Set(fmt.Appendf(nil, "key-%06d", i), val)
+		}))
+	}
+	filler := testkit.FillDisk(t, dir, 0) // no room for the table the close flushes to
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	require.NoError(t, testkit.Recv(t, closed), "Close returns on a full disk")
+	logs, err := filepath.Glob(filepath.Join(dir, "db", "*.mem"))
+	require.NoError(t, err)
+	require.NotEmpty(t, logs, "the memtable's log is kept")
+
+	require.NoError(t, os.Remove(filler))
+	db, err = badger.Open(opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	require.NoError(t, db.View(func(txn *badger.Txn) error {
+		for i := range rows {
+			if _, err := txn.Get(fmt.Appendf(nil, "key-%06d", i)); err != nil {
+				return fmt.Errorf("row %d: %w", i, err)
+			}
+		}
+		return nil
+	}), "every row the memtable held reads back")
+}

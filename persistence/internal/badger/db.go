@@ -493,6 +493,17 @@ func (db *DB) monitorCache(c *z.Closer) {
 // cleanup goroutines in case of an error.
 func (db *DB) cleanup() {
 	db.stopMemoryFlush()
+	if !db.opt.ReadOnly {
+		// Patched for siftbatch: the memtables whose flush failed as the DB
+		// closed (flushMemtable) are released keeping their logs.
+		db.lock.Lock()
+		for _, mt := range db.imm {
+			mt.keepLog.Store(true)
+			mt.DecrRef()
+		}
+		db.imm = nil
+		db.lock.Unlock()
+	}
 	db.stopCompactions()
 
 	db.blockCache.Close()
@@ -645,6 +656,17 @@ func (db *DB) close() (err error) {
 		db.lock.Unlock()
 	}
 	db.stopMemoryFlush()
+	if !db.opt.ReadOnly {
+		// Patched for siftbatch: the memtables whose flush failed as the DB
+		// closed (flushMemtable) are released keeping their logs.
+		db.lock.Lock()
+		for _, mt := range db.imm {
+			mt.keepLog.Store(true)
+			mt.DecrRef()
+		}
+		db.imm = nil
+		db.lock.Unlock()
+	}
 	db.stopCompactions()
 
 	// Force Compact L0
@@ -1178,13 +1200,25 @@ func (db *DB) handleMemTableFlush(mt *memTable, dropPrefixes [][]byte) error {
 func (db *DB) flushMemtable(lc *z.Closer) {
 	defer lc.Done()
 
+	givenUp := false // Patched for siftbatch: see below
 	for mt := range db.flushChan {
-		if mt == nil {
-			continue
+		if mt == nil || givenUp {
+			continue // given up: every later memtable stays in imm too (imm[0] is the next to flush)
 		}
 
 		for {
 			if err := db.handleMemTableFlush(mt, nil); err != nil {
+				if db.IsClosed() {
+					givenUp = true
+					// Patched for siftbatch: as the DB closes, a flush that
+					// fails (its table cannot be allocated: a full disk) is
+					// not retried for ever, which kept Close (and a process's
+					// shutdown) waiting for room. The memtable stays in imm;
+					// close releases it keeping its log, which the next Open
+					// replays: nothing written is lost.
+					db.opt.Errorf("memtable not flushed as the DB closes, its log kept for the next open: %v", err)
+					break
+				}
 				// Encountered error. Retry indefinitely.
 				db.opt.Errorf("error flushing memtable to disk: %v, retrying", err)
 				time.Sleep(time.Second)

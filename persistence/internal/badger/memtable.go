@@ -38,6 +38,10 @@ type memTable struct {
 	maxVersion uint64
 	opt        Options
 	buf        *bytes.Buffer
+	// keepLog: its log is closed, not deleted, when it is released.
+	// Patched for siftbatch: set by DB.close for a memtable whose flush
+	// failed as the DB closed (the next Open replays its log).
+	keepLog atomic.Bool
 }
 
 func (db *DB) openMemTables(opt Options) error {
@@ -122,9 +126,10 @@ func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	// Have a callback set to delete WAL when skiplist reference count goes down to zero. That is,
 	// when it gets flushed to L0.
 	s.OnClose = func() {
-		if db.opt.ReadOnly {
+		if db.opt.ReadOnly || mt.keepLog.Load() {
 			// Patched for siftbatch: read-only, a log is closed (unmapped),
-			// never deleted: its memtable was not flushed.
+			// never deleted: its memtable was not flushed; nor is the log
+			// of a memtable whose flush failed as the DB closed.
 			if err := mt.wal.Close(-1); err != nil {
 				db.opt.Errorf("while closing file: %s, err: %v", filepath, err)
 			}
