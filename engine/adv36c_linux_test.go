@@ -39,6 +39,8 @@ func adv36cFetch(size int) engine.FetchFunc {
 // with a 20 s context has not returned 30 s later (free 0 bytes); it
 // returns nil once the filler is removed. The store's close waits for a
 // memtable flush that retries for as long as the disk is full.
+// Passes since 1426b9b (Badger patch 5, the durable drain, ErrDiskFull at
+// Open, the flaps logged once a minute).
 func TestAdv36c_EngineShutdownOnFullDisk(t *testing.T) {
 	testkit.Long(t)
 	for _, durability := range []engine.Durability{engine.DurabilityProcess, engine.DurabilitySync} {
@@ -149,6 +151,8 @@ func must36c(t *testing.T, err error) {
 // than Badger's 53.6 MiB of first files, a new store still does not open,
 // and the failed Open leaves about 32 MiB of files behind). After the
 // filler is removed every Open works and runs a job.
+// Passes since 1426b9b (Badger patch 5, the durable drain, ErrDiskFull at
+// Open, the flaps logged once a minute).
 func TestAdv36c_EngineOpenOnFullDisk(t *testing.T) {
 	testkit.Long(t)
 	for _, durability := range []engine.Durability{engine.DurabilityProcess, engine.DurabilitySync} {
