@@ -489,21 +489,30 @@ func (db *DB) monitorCache(c *z.Closer) {
 	}
 }
 
+// releaseUnflushed releases the memtables left in imm, closing their logs
+// and keeping them (memtable.go's OnClose), for the next Open to replay.
+// Patched for siftbatch: read-only, the memtables replayed from their logs
+// are never flushed, so nothing released them: their logs stayed mapped
+// and open (a log deleted later, by a writable Open that flushed it, kept
+// its space taken) and their arenas allocated. Writable, the memtables
+// whose flush failed as the DB closed (flushMemtable), or that a failed
+// Open replayed (cleanup), are left in imm. The flusher has stopped, or
+// (read-only) never runs.
+func (db *DB) releaseUnflushed() {
+	db.lock.Lock()
+	defer db.lock.Unlock()
+	for _, mt := range db.imm {
+		mt.keepLog.Store(true)
+		mt.DecrRef()
+	}
+	db.imm = nil
+}
+
 // cleanup stops all the goroutines started by badger. This is used in open to
 // cleanup goroutines in case of an error.
 func (db *DB) cleanup() {
 	db.stopMemoryFlush()
-	if !db.opt.ReadOnly {
-		// Patched for siftbatch: the memtables whose flush failed as the DB
-		// closed (flushMemtable) are released keeping their logs.
-		db.lock.Lock()
-		for _, mt := range db.imm {
-			mt.keepLog.Store(true)
-			mt.DecrRef()
-		}
-		db.imm = nil
-		db.lock.Unlock()
-	}
+	db.releaseUnflushed() // Patched for siftbatch: see releaseUnflushed
 	db.stopCompactions()
 
 	db.blockCache.Close()
@@ -643,30 +652,10 @@ func (db *DB) close() (err error) {
 		}
 	}
 	if db.opt.ReadOnly {
-		// Patched for siftbatch: read-only, the memtables replayed from
-		// their logs are never flushed, so nothing released them: their
-		// logs stayed mapped and open (a log deleted later, by a writable
-		// Open that flushed it, kept its space taken) and their arenas
-		// allocated. Their logs are closed, not deleted (memtable.go).
-		db.lock.Lock()
-		for _, mt := range db.imm {
-			mt.DecrRef()
-		}
-		db.imm = nil
-		db.lock.Unlock()
+		db.releaseUnflushed() // Patched for siftbatch: see releaseUnflushed
 	}
 	db.stopMemoryFlush()
-	if !db.opt.ReadOnly {
-		// Patched for siftbatch: the memtables whose flush failed as the DB
-		// closed (flushMemtable) are released keeping their logs.
-		db.lock.Lock()
-		for _, mt := range db.imm {
-			mt.keepLog.Store(true)
-			mt.DecrRef()
-		}
-		db.imm = nil
-		db.lock.Unlock()
-	}
+	db.releaseUnflushed() // Patched for siftbatch: see releaseUnflushed
 	db.stopCompactions()
 
 	// Force Compact L0

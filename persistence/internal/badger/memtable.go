@@ -39,8 +39,8 @@ type memTable struct {
 	opt        Options
 	buf        *bytes.Buffer
 	// keepLog: its log is closed, not deleted, when it is released.
-	// Patched for siftbatch: set by DB.close for a memtable whose flush
-	// failed as the DB closed (the next Open replays its log).
+	// Patched for siftbatch: set by DB.releaseUnflushed for a memtable
+	// that was not flushed (the next Open replays its log).
 	keepLog atomic.Bool
 }
 
