@@ -15,6 +15,7 @@ const (
 	// What Open repaired in a store (recovery.go).
 	keyUnlistedTables = "unlisted_tables"
 	keyRelistedTables = "relisted_tables"
+	keyLostTables     = "lost_tables"
 	keyEmptyLogs      = "empty_logs"
 	keyIndexKeys      = "index_keys"
 	keyBytesCounted   = "bytes_counted"

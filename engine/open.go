@@ -46,7 +46,7 @@ func Open(dir string, fetch FetchFunc, cfg Config, log *slog.Logger) (*Runner, e
 	if dir == "" && cfg.Durability == DurabilitySync {
 		return nil, errors.New("open runner: config Durability sync needs a store on disk, not in memory")
 	}
-	store, err := persistence.Open(dir)
+	store, err := persistence.OpenWith(dir, persistence.Options{Durable: cfg.Durability == DurabilitySync})
 	if err != nil {
 		return nil, fmt.Errorf("open runner: %w", err)
 	}

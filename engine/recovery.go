@@ -15,6 +15,10 @@ func logRecovery(log *slog.Logger, rec persistence.Recovery) {
 	if rec.UnlistedTables > 0 || rec.EmptyLogs > 0 {
 		log.Info("store recovered at open", slog.Int(keyUnlistedTables, rec.UnlistedTables), slog.Int(keyEmptyLogs, rec.EmptyLogs))
 	}
+	if rec.LostTables > 0 { // the default mode's unsynced writes, at a power cut
+		log.Warn("store lost tables a power cut took with their memtable logs: the default mode's unsynced writes",
+			slog.Int(keyLostTables, rec.LostTables))
+	}
 	if rec.RelistedTables > 0 { // the disk failed a sync of the MANIFEST before a cut
 		log.Warn("store's table list repaired at open", slog.Int(keyRelistedTables, rec.RelistedTables))
 	}

@@ -39,7 +39,7 @@ import (
 // for want of space (full: that error). When it cannot (a new store has no
 // MANIFEST to read), the error wraps ErrDiskFull and full.
 func openFull(dir string, opt Options, log badger.Logger, rec *Recovery, full error) (*badger.DB, error) {
-	if err := prepareDir(dir, rec); err != nil { // the empty files the failed Open left
+	if err := prepareDir(dir, rec, opt.Durable); err != nil { // the empty files the failed Open left
 		return nil, err
 	}
 	if err := checkClean(dir, true); err != nil {
@@ -106,7 +106,7 @@ const openBackoffMax = 2 * time.Second
 func (s *Store) openWritable(rec *Recovery) (*badger.DB, error) {
 	db, err := openBadger(s.opt.badger(s.dir, s.log).WithSyncWrites(s.syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
-		if err := prepareDir(s.dir, rec); err != nil {
+		if err := prepareDir(s.dir, rec, s.opt.Durable || s.durable.Load()); err != nil {
 			return nil, err
 		}
 		db, err = openBadger(s.opt.badger(s.dir, s.log).WithSyncWrites(s.syncWrites))

@@ -27,6 +27,16 @@ type Options struct {
 	// which Badger starts a new one. Default 16 MiB; at least 1 MiB
 	// (Badger's least: a result chunk of 512 KiB must fit), below 2 GiB.
 	ValueLogFileSize int64
+	// Durable says the store is opened for a durable runner
+	// ([Store.SetDurable]). It decides one repair of what a power cut
+	// left (recover.go): a listed level-0 table that is missing with no
+	// memtable log left to replay is damage for a durable store (Open
+	// refuses it with [ErrCorrupt]: every log's directory entry is synced
+	// with its first write), and, for one written in the default mode,
+	// whose directory is never synced, the expected loss of the writes
+	// since the last sync: Open unlists it and counts it
+	// ([Recovery.LostTables]). Default false.
+	Durable bool
 }
 
 // MinMemTableSize is the least [Options.MemTableSize]: 15% of it (19.2

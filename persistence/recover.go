@@ -20,7 +20,13 @@ package persistence
 // level 0 (a compaction's tables are synced before the MANIFEST lists
 // them: a missing one of a lower level is damage), and the directory
 // holds at least one memtable log per missing table (each flush is of
-// one). Otherwise Open refuses the store with [ErrCorrupt].
+// one). Otherwise Open refuses the store with [ErrCorrupt]; but for a
+// store in the default mode ([Options.Durable] false) fewer logs than
+// missing tables are what a cut leaves too: nothing syncs its directory,
+// so a log made since the last sync loses its creation with its table's
+// (the MANIFEST's entry was synced, the directory's were not). Those
+// tables are unlisted all the same, their rows lost with the writes the
+// default mode acknowledged before syncing them ([Recovery.LostTables]).
 
 import (
 	"encoding/binary"
@@ -49,8 +55,15 @@ type Recovery struct {
 	// UnlistedTables is how many tables the MANIFEST listed that a power
 	// cut took from the directory before its entry was synced, and that
 	// Open took off the MANIFEST: their rows are replayed from the
-	// memtable logs they were flushed from (see the top of recover.go).
+	// memtable logs they were flushed from (see the top of recover.go),
+	// but for LostTables of them.
 	UnlistedTables int
+	// LostTables is how many of the UnlistedTables had no memtable log
+	// left to replay (a store in the default mode: the cut took the log's
+	// creation too): their rows are lost, as the default mode's unsynced
+	// writes are at a power cut. Always 0 for a durable store, which
+	// refuses that (Options.Durable).
+	LostTables int
 	// RelistedTables is how many tables Open listed again in a MANIFEST
 	// with a hole, which a power cut after a failed sync of it leaves
 	// (repairManifestHole in manifest.go): 0 unless the disk failed a
@@ -92,19 +105,19 @@ func (s *Store) noteRecovery(f func(*Recovery)) {
 // unlistMissingTables takes off dir's MANIFEST the level-0 tables a power
 // cut took from the directory (see the top of recover.go), and returns
 // how many. The caller holds the directory's lock.
-func unlistMissingTables(dir string) (int, error) {
+func unlistMissingTables(dir string, durable bool) (unlisted, lost int, err error) {
 	path := filepath.Join(dir, badger.ManifestFilename)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil // a new store
+		return 0, 0, nil // a new store
 	}
 	if err != nil {
-		return 0, fmt.Errorf("open store %s: %w", dir, err)
+		return 0, 0, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	defer f.Close()
 	m, off, err := replayManifest(f, dir)
 	if err != nil {
-		return 0, fmt.Errorf("open store %s: %w: manifest: %s", dir, ErrCorrupt, firstLine(err.Error()))
+		return 0, 0, fmt.Errorf("open store %s: %w: manifest: %s", dir, ErrCorrupt, firstLine(err.Error()))
 	}
 	var missing []uint64
 	for id, tm := range m.Tables {
@@ -113,22 +126,25 @@ func unlistMissingTables(dir string) (int, error) {
 			continue
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return 0, fmt.Errorf("open store %s: %w", dir, err)
+			return 0, 0, fmt.Errorf("open store %s: %w", dir, err)
 		}
 		if tm.Level != 0 {
-			return 0, fmt.Errorf("open store %s: %w: table %d of level %d is missing", dir, ErrCorrupt, id, tm.Level)
+			return 0, 0, fmt.Errorf("open store %s: %w: table %d of level %d is missing", dir, ErrCorrupt, id, tm.Level)
 		}
 		missing = append(missing, id)
 	}
 	if len(missing) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
 	if err != nil {
-		return 0, fmt.Errorf("open store %s: %w", dir, err)
+		return 0, 0, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	if len(mems) < len(missing) {
-		return 0, fmt.Errorf("open store %s: %w: %d tables missing, %d memtable logs to replay", dir, ErrCorrupt, len(missing), len(mems))
+		if durable {
+			return 0, 0, fmt.Errorf("open store %s: %w: %d tables missing, %d memtable logs to replay (a store a default-mode runner wrote last opens in the default mode)", dir, ErrCorrupt, len(missing), len(mems))
+		}
+		lost = len(missing) - len(mems)
 	}
 	slices.Sort(missing)
 	set := &pb.ManifestChangeSet{}
@@ -136,9 +152,9 @@ func unlistMissingTables(dir string) (int, error) {
 		set.Changes = append(set.Changes, &pb.ManifestChange{Id: id, Op: pb.ManifestChange_DELETE})
 	}
 	if err := appendManifest(f, off, set); err != nil {
-		return 0, fmt.Errorf("open store %s: manifest: %w", dir, err)
+		return 0, 0, fmt.Errorf("open store %s: manifest: %w", dir, err)
 	}
-	return len(missing), nil
+	return len(missing), lost, nil
 }
 
 // appendManifest appends set to the MANIFEST f, whose changes are whole

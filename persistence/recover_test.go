@@ -80,7 +80,11 @@ func TestStore_OpenAfterCutAfterFlush(t *testing.T) {
 }
 
 // A listed table that is missing where no memtable log can hold its rows
-// is damage: Open refuses the store, and changes nothing in it.
+// is damage for a durable store (every log's directory entry is synced
+// with its first write): Open refuses the store, and changes nothing in
+// it. In the default mode it is what a power cut leaves (nothing syncs the
+// directory: the log's creation is undone with the table's): Open unlists
+// the table and counts it lost, and the store opens.
 func TestStore_OpenMissingTableWithoutLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -92,12 +96,19 @@ func TestStore_OpenMissingTableWithoutLog(t *testing.T) {
 	}
 	manifest, err := os.ReadFile(filepath.Join(dir, "MANIFEST"))
 	require.NoError(t, err)
-	_, err = Open(dir)
+	_, err = OpenWith(dir, Options{Durable: true})
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.Contains(t, err.Error(), "1 tables missing, 0 memtable logs")
 	after, err := os.ReadFile(filepath.Join(dir, "MANIFEST"))
 	require.NoError(t, err)
-	require.Equal(t, manifest, after)
+	require.Equal(t, manifest, after, "a durable Open changes nothing")
+
+	s := mustOpen(t, dir) // the default mode
+	require.Equal(t, Recovery{UnlistedTables: 1, LostTables: 1}, s.Recovery())
+	require.NoError(t, s.Jobs(func(JobRecord) bool { return true }), "the store reads")
+	require.NoError(t, s.Close())
+	s = mustOpen(t, dir)
+	require.Equal(t, Recovery{}, s.Recovery(), "repaired once")
 }
 
 func mustJobs(t *testing.T, s *Store) []JobRecord {

@@ -151,7 +151,7 @@ func (s *Store) reopenLocked() error {
 		}
 	}
 	var rec Recovery
-	if err := prepareDir(s.dir, &rec); err != nil {
+	if err := prepareDir(s.dir, &rec, s.opt.Durable || s.durable.Load()); err != nil {
 		return fmt.Errorf("%w: %s", errDown, firstLine(err.Error()))
 	}
 	db, err := s.openWritable(&rec)
@@ -173,6 +173,7 @@ func (s *Store) reopenLocked() error {
 	s.noteRecovery(func(r *Recovery) {
 		r.UnlistedTables += rec.UnlistedTables
 		r.RelistedTables += rec.RelistedTables
+		r.LostTables += rec.LostTables
 		r.EmptyLogs += rec.EmptyLogs
 	})
 	s.downNow.Store(false)

@@ -234,7 +234,7 @@ func openWith(dir string, opt Options, syncWrites bool) (s *Store, err error) {
 		} else if err != nil {
 			return nil, err
 		}
-		if err := prepareDir(dir, &rec); err != nil { // not a store; crash leftovers: see vlog.go, recover.go
+		if err := prepareDir(dir, &rec, opt.Durable || syncWrites); err != nil { // not a store; crash leftovers: see vlog.go, recover.go
 			return nil, err
 		}
 		if unreadable {
@@ -247,7 +247,7 @@ func openWith(dir string, opt Options, syncWrites bool) (s *Store, err error) {
 	db, err := openBadger(opt.badger(dir, log).WithSyncWrites(syncWrites))
 	if errors.Is(err, errEmptyValueLog) {
 		// Left by a crash: see vlog.go.
-		if rerr := prepareDir(dir, &rec); rerr != nil {
+		if rerr := prepareDir(dir, &rec, opt.Durable || syncWrites); rerr != nil {
 			return nil, rerr
 		}
 		db, err = openBadger(opt.badger(dir, log).WithSyncWrites(syncWrites))

@@ -38,7 +38,7 @@ func isEmptyValueLogError(msg string) bool {
 // before it touches any file, then takes off the MANIFEST the tables a
 // power cut took (recover.go), and deletes the empty *.vlog and *.mem
 // files a crash left; it adds what it repaired to rec.
-func prepareDir(dir string, rec *Recovery) error {
+func prepareDir(dir string, rec *Recovery, durable bool) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", dir, err)
@@ -56,8 +56,9 @@ func prepareDir(dir string, rec *Recovery) error {
 	if err != nil {
 		return err
 	}
-	n, err = unlistMissingTables(dir)
+	n, lost, err := unlistMissingTables(dir, durable)
 	rec.UnlistedTables += n
+	rec.LostTables += lost
 	if err != nil {
 		return err
 	}

@@ -326,6 +326,7 @@ func start(f Flags, keys httpapi.Authenticator, log *slog.Logger, tr *tracing.Tr
 	if err != nil {
 		return nil, err
 	}
+	sizes.Durable = f.Durable // what a power cut left is repaired as the mode allows (persistence.Options.Durable)
 	store, err := cli.OpenStoreWith(f.Data, sizes)
 	if err != nil {
 		return nil, err
