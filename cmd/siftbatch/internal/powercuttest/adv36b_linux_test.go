@@ -374,8 +374,21 @@ func TestAdv36_FilledMidWriteByAnotherProcess(t *testing.T) {
 				// The load goes on on the full disk until serve refuses a submit for space.
 				testkit.WaitFor(t, "a 507 under the load", func() bool {
 					mu.Lock()
+					got := refused[http.StatusInsufficientStorage] > 0
+					mu.Unlock()
+					if got {
+						return true
+					}
+					// The workers submit only below 3 live jobs each, and the
+					// full disk holds their jobs live: a probe submits too (a
+					// CI run had both at 3 when the disk filled).
+					code, _, j, err := n.submit(c, []int{3000}, 0)
+					mu.Lock()
 					defer mu.Unlock()
-					return refused[http.StatusInsufficientStorage] > 0
+					if err == nil && code == http.StatusAccepted {
+						acked = append(acked, j)
+					}
+					return err == nil && code == http.StatusInsufficientStorage
 				})
 				n.alive(t, "while full")
 				require507(t, n, c)
