@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -222,6 +223,9 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 	if found && prev.Caller == m.Job.Caller && prev.Reusable(s.cfg.TTL, s.cfg.Now().UnixNano()) {
 		s.cfg.hookJob(ctx, prev.ID, "reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
+	}
+	if s.cfg.Store.DiskFull() { // after the reuse: a resubmit of a job that exists writes nothing
+		return &SubmitReply{Err: fmt.Errorf("%w: no room on the store's disk (below the reserve, or a write found it full)", batchtype.ErrDiskFull)}
 	}
 	switch {
 	case len(m.Targets) > s.cfg.TargetsPerJob:

@@ -15,7 +15,8 @@ import (
 )
 
 // TestRunner_DiskReserve: below the disk's reserve (a statfs that says so)
-// Submit returns ErrDiskFull, the running job's target in flight is stored
+// Submit returns ErrDiskFull (an idempotent resubmit of a job that exists
+// is answered with it), the running job's target in flight is stored
 // and no next target starts (the job stays running, the target pending,
 // nothing failed), reads and Cancel work; once there is room the held job
 // goes on by itself, and Submit works again.
@@ -47,6 +48,10 @@ func TestRunner_DiskReserve(t *testing.T) {
 
 	_, _, err = b.Runner.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("b", 0)}})
 	require.ErrorIs(t, err, engine.ErrDiskFull)
+	id, reused, err := b.Runner.Submit(ctx, &engine.Caller{Name: "alice", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	require.NoError(t, err, "a resubmit of a job that exists writes nothing: answered below the reserve")
+	require.True(t, reused)
+	require.Equal(t, a, id)
 	st.one(t) // a0, in flight when the disk went below its reserve: stored
 	testkit.WaitFor(t, "the supervisor to hold the jobs", func() bool {
 		return strings.Contains(b.Logs.String(), "targets held: the store's disk is below its reserve")

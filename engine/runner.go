@@ -275,9 +275,6 @@ func (r *Runner) SubmitWith(ctx context.Context, c *Caller, callerClass string, 
 	if err := ctx.Err(); err != nil {
 		return "", false, err
 	}
-	if r.store.DiskFull() {
-		return "", false, fmt.Errorf("%w: no room on the store's disk (below the reserve, or a write found it full)", ErrDiskFull)
-	}
 	if err := r.submitReaped(); err != nil {
 		return "", false, err
 	}

@@ -314,6 +314,8 @@ func openBadger(o badger.Options) (db *badger.DB, err error) {
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, syscall.EROFS)
 	case strings.Contains(msg, syscall.ENOSPC.Error()):
 		return nil, fmt.Errorf("open store %s: %w", o.Dir, syscall.ENOSPC)
+	case strings.Contains(msg, syscall.EIO.Error()): // a disk that fails
+		return nil, fmt.Errorf("open store %s: %w", o.Dir, syscall.EIO)
 	default:
 		return nil, fmt.Errorf("open store %s: %w: %s", o.Dir, ErrCorrupt, firstLine(msg))
 	}

@@ -52,6 +52,11 @@ func revertToManifest(kv *DB, mf *Manifest, idMap map[uint64]struct{}) error {
 	}
 
 	// 2. Delete files that shouldn't exist.
+	if kv.opt.ReadOnly {
+		// Patched for siftbatch: read-only, nothing is removed (a table the
+		// MANIFEST does not list is left for a writable Open to judge).
+		return nil
+	}
 	for id := range idMap {
 		if _, ok := mf.Tables[id]; !ok {
 			kv.opt.Debugf("Table file %d not referenced in MANIFEST\n", id)
@@ -172,7 +177,11 @@ func newLevelsController(db *DB, mf *Manifest) (*levelsController, error) {
 	}
 
 	// Sync directory (because we have at least removed some files, or previously created the
-	// manifest file).
+	// manifest file). Patched for siftbatch: not read-only, which removes and creates nothing
+	// (a disk whose every fsync fails can still be read).
+	if db.opt.ReadOnly {
+		return s, nil
+	}
 	if err := syncDir(db.opt.Dir); err != nil {
 		_ = s.close()
 		return nil, err
