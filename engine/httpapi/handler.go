@@ -96,7 +96,8 @@ type Options struct {
 	// works: it gives it up while it waits in a long-poll (and answers it
 	// without one), while another node answers it, and while its answer
 	// goes to the client (a ?results=1 answer takes it again for each
-	// next result), so a client that reads slowly or not at all holds up
+	// next result, and a result larger than 512 KiB for each next piece
+	// of it), so a client that reads slowly or not at all holds up
 	// no one: only its own connection, until the server's WriteTimeout
 	// ends it. A submit takes no turn: once per job, it keeps the workers
 	// busy. The runner's own work shares the CPU with the handlers:
@@ -185,6 +186,7 @@ type runner interface {
 	Lookup(id string) (engine.Job, error)
 	Targets(id string) (engine.Job, []engine.TargetStatus, bool)
 	ResultJSON(id string, idx int) ([]byte, bool)
+	ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool)
 	ContentRange(id string, idx int, off, n int64) (engine.ContentRange, bool)
 	Touch(id string)
 	Wait(ctx context.Context, id string) (engine.Job, error)
@@ -447,9 +449,11 @@ func (h *Handler) authenticate(fn func(http.ResponseWriter, *http.Request, *engi
 // engine.MaxListLimit jobs, a job's targets without their results, all
 // bounded by the job's targets); a large one is written after giving the
 // place up, from the handler's own buffer, without a copy: one target's
-// result, or a ?results=1 answer one target at a time (writeJob takes
-// its place again for each next result). So at most one result of an
-// answer is in memory at once, as before.
+// result, 512 KiB at a time (streamResult takes its place again to read
+// each next piece), or a ?results=1 answer one target at a time
+// (writeJob takes its place again for each next result). So at most one
+// result of an answer is in memory at once, and a read of a large result
+// holds a place for a piece's read, never for the whole result's.
 //
 // Memory: what an answer holds while it is written is reserved from its
 // caller's budget (answerHold, Options.MaxAnswerBytes) before it is built;

@@ -51,6 +51,11 @@ func (c countingRunner) ResultJSON(id string, idx int) ([]byte, bool) {
 	return c.runner.ResultJSON(id, idx)
 }
 
+func (c countingRunner) ResultRange(id string, idx int, off, n int64) ([]byte, int64, bool) {
+	*c.calls = append(*c.calls, "ResultRange")
+	return c.runner.ResultRange(id, idx, off, n)
+}
+
 func (c countingRunner) Touch(id string) {
 	*c.calls = append(*c.calls, "Touch")
 	c.runner.Touch(id)
@@ -166,7 +171,7 @@ func TestAPI_NotYoursSameWork(t *testing.T) {
 	if got := serve(http.MethodGet, "/v1/batch/"+done, "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "Touch"}) {
 		t.Errorf("owner's GET called %v", got)
 	}
-	if got := serve(http.MethodGet, "/v1/batch/"+done+"/1", "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "ResultJSON", "Touch"}) {
+	if got := serve(http.MethodGet, "/v1/batch/"+done+"/1", "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "ResultRange", "Touch"}) {
 		t.Errorf("owner's GET of a target called %v", got)
 	}
 	if got := serve(http.MethodGet, "/v1/batch/"+done+"?results=1", "alice-key"); !slices.Equal(got, []string{"Lookup", "Targets", "Touch", "ResultJSON", "ResultJSON", "ResultJSON", "ResultJSON"}) {

@@ -203,8 +203,8 @@ func (k *keptRecorder) WriteKept(p []byte) (int, error) {
 // TestAPI_TargetRangeKept: a range is handed to a writer that can keep
 // bytes (MCP's in-process transport) by WriteKept, its bytes alone,
 // through the API's own writers (the status recorder, the read's turn);
-// the answer is the same as any writer's. A whole result is written as
-// always.
+// the answer is the same as any writer's. So are the pieces of a whole
+// result larger than one.
 func TestAPI_TargetRangeKept(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, rangeFetch, httpapi.Options{})
@@ -229,9 +229,15 @@ func TestAPI_TargetRangeKept(t *testing.T) {
 	if len(kept.kept) != 1 || string(kept.kept[0]) != jsonText(rangeContent)[tg.Result.Range.Offset:tg.Result.Range.End] {
 		t.Fatalf("kept %d writes, want the range's text once", len(kept.kept))
 	}
-	whole := &keptRecorder{ResponseRecorder: httptest.NewRecorder()}
+	// A whole result larger than a piece (512 KiB) is read and sent piece
+	// by piece, each piece the answer's alone: kept too, the same answer.
+	wholePlain, whole := httptest.NewRecorder(), &keptRecorder{ResponseRecorder: httptest.NewRecorder()}
+	get(wholePlain, "")
 	get(whole, "")
-	if whole.Code != http.StatusOK || len(whole.kept) != 0 {
-		t.Fatalf("a whole result: %d, %d writes kept", whole.Code, len(whole.kept))
+	if whole.Code != http.StatusOK || wholePlain.Code != http.StatusOK || whole.Body.String() != wholePlain.Body.String() {
+		t.Fatalf("a whole result: kept %d, plain %d: the answers differ", whole.Code, wholePlain.Code)
+	}
+	if pieces := (len(jsonText(rangeContent)) + (512<<10 - 1)) / (512 << 10); len(whole.kept) < pieces {
+		t.Fatalf("a whole result of %d bytes of text: %d writes kept, want its %d pieces", len(jsonText(rangeContent)), len(whole.kept), pieces)
 	}
 }

@@ -349,11 +349,16 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 		if !h.roomFor(w, r, max(size, 1)) {
 			return
 		}
-		if res, ok = h.r.ResultJSON(j.ID, idx); !ok {
+		var total int64
+		if res, total, ok = h.r.ResultRange(j.ID, idx, 0, resultPiece); !ok {
 			h.gone(w, j.ID)
 			return
 		}
-		h.sizes.put(j.ID, idx, len(res))
+		h.sizes.put(j.ID, idx, int(total))
+		if int64(len(res)) < total {
+			h.streamResult(w, r, j, t, res, total)
+			return
+		}
 	}
 	bp := getBuf()
 	buf := appendTargetHead(*bp, j.Status, t)
@@ -385,6 +390,55 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	buf = append(appendResult(buf, res), '\n')
 	giveTurn(r) // the result is written from buf, without the turn
 	_, _ = w.Write(buf)
+}
+
+// resultPiece is how much of a result a read of it reads under one turn
+// (the store's chunk): a large result is read and sent piece by piece
+// (streamResult).
+const resultPiece = 512 << 10
+
+// streamResult answers a done target whose result is larger than a piece,
+// first its first piece: each next piece is read under the turn, taken
+// again, and written without it, so that the turn is held for a piece's
+// read, never for the whole result's, and one piece is in memory at once.
+// The whole answer's bytes are reserved from the caller's budget first,
+// as for a whole result. A job deleted while it is written cuts the
+// answer short (the connection is dropped before the body's end).
+func (h *Handler) streamResult(w http.ResponseWriter, r *http.Request, j engine.Job, t *engine.TargetStatus, first []byte, total int64) {
+	bp := getBuf()
+	buf := appendTargetHead(*bp, j.Status, t)
+	defer func() { *bp = buf; putBuf(bp) }()
+	if !h.hold(w, r, len(buf)+len(`,"result":}`)+int(total)+1) { // given back once written (authenticate)
+		return
+	}
+	h.r.Touch(j.ID)
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	buf = append(buf, `,"result":`...)
+	giveTurn(r)
+	if _, err := w.Write(buf); err != nil {
+		return
+	}
+	piece, off := first, int64(0)
+	for {
+		if _, err := httpx.WriteKept(w, piece); err != nil { // piece is this answer's alone
+			return
+		}
+		if off += int64(len(piece)); off >= total {
+			break
+		}
+		if tn := turnOf(r); tn != nil && !tn.take(r.Context()) {
+			return // the client has gone
+		}
+		var ok bool
+		piece, _, ok = h.r.ResultRange(j.ID, t.Idx, off, resultPiece)
+		giveTurn(r)
+		if !ok || len(piece) == 0 {
+			h.log.Info("answer cut short: the job was deleted while it was written", slog.String(logKeyJobID, j.ID))
+			panic(http.ErrAbortHandler) // net/http drops the connection, before the body's end
+		}
+	}
+	_, _ = w.Write([]byte("}\n"))
 }
 
 // DefaultRangeLength is the length of a range of a target's content
