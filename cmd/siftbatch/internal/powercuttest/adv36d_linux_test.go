@@ -1,0 +1,422 @@
+package powercuttest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sift/batch/engine/enginetest/testkit"
+)
+
+// Issue 36, written adversarially (branch adv36d) from the issue, the
+// contract (SPEC.md) and the public surface only, beside adv36b's and
+// adv36c's tests: the contract's idempotency (same targets, same
+// Idempotency-Key, over REST and MCP) and hostile input while the disk is
+// full; a disk that fills while serve restarts; the dashboard, MCP, cancel
+// and list while every fsync fails. Each test mounts a small tmpfs (root)
+// or the power-cut file system and skips where it cannot.
+
+// adv36dBody is a submit body of the given URLs.
+func adv36dBody(urls ...string) string {
+	var targets []map[string]string
+	for _, u := range urls {
+		targets = append(targets, map[string]string{"url": u})
+	}
+	b, _ := json.Marshal(map[string]any{"targets": targets})
+	return string(b)
+}
+
+// adv36dPost posts a submit with optional headers and returns code, the
+// id (on 200 or 202) and the body.
+func adv36dPost(c *http.Client, base, key, body string, hdr map[string]string) (int, string, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/batch", strings.NewReader(body))
+	if err != nil {
+		return 0, "", nil, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	var out []byte
+	buf := make([]byte, 32<<10)
+	for {
+		k, rerr := resp.Body.Read(buf)
+		out = append(out, buf[:k]...)
+		if rerr != nil {
+			break
+		}
+	}
+	var a struct{ ID string }
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusAccepted {
+		_ = json.Unmarshal(out, &a)
+	}
+	return resp.StatusCode, a.ID, out, nil
+}
+
+// TestAdv36d_IdempotencyAndHostileInputWhileFull: serve has a done job
+// (submitted without a key: the contract derives its key from the caller
+// and the targets), a live job submitted with an Idempotency-Key, and a
+// live job submitted over MCP with an idempotency_key; then another process
+// leaves 16 MiB on its tmpfs (below the default reserve). Rules: the issue's
+// "new submits answer 507" is about new jobs; a resubmit the contract
+// answers with an existing job (SPEC: same caller and targets of a job
+// queued, running, done or partial; same Idempotency-Key) creates nothing
+// and must be answered with that job's id, not 507, over REST and MCP; the
+// same Idempotency-Key with another body is 422 (bad input, not a disk
+// matter); hostile input while full gets a clear 4xx (or 507), never a
+// 5xx other than 507, never a 202, never a hang or a dead process; reads
+// with hostile parameters answer 4xx; once room returns a new submit is
+// 202. Both durabilities.
+//
+// What it shows (main 55b6b47): see the report of branch adv36d.
+func TestAdv36d_IdempotencyAndHostileInputWhileFull(t *testing.T) {
+	testkit.Long(t)
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			mnt := testkit.MountTmpfs(t, 200<<20)
+			n := newAdvNode(t, filepath.Join(mnt, "store"), durable)
+			n.start(t)
+			c := advClient(t)
+			base := n.serve.base
+
+			// A done job, no key: its key is the caller's and its targets'.
+			du, dNum := n.pageURL(3000, 0)
+			dBody := adv36dBody(du)
+			code, dID, out, err := adv36dPost(c, base, faultKey, dBody, nil)
+			if err != nil || code != http.StatusAccepted {
+				t.Fatalf("submit: %d %v %s", code, err, out)
+			}
+			if r := n.waitEnded(t, c, dID); r.Status != "done" {
+				t.Fatalf("job %s ends %s", dID, r.Status)
+			}
+			// A live job with an Idempotency-Key.
+			lu, _ := n.pageURL(3000, held)
+			lBody := adv36dBody(lu)
+			code, lID, out, err := adv36dPost(c, base, faultKey, lBody, map[string]string{"Idempotency-Key": "adv36d-live"})
+			if err != nil || code != http.StatusAccepted {
+				t.Fatalf("submit with a key: %d %v %s", code, err, out)
+			}
+			// A live job over MCP with an idempotency_key.
+			mu, _ := n.pageURL(3000, held)
+			mArgs := map[string]any{"targets": []map[string]any{{"url": mu}}, "idempotency_key": "adv36d-mcp"}
+			code, text, err := mcpCall(c, base, "batch_submit", mArgs)
+			if err != nil || code != http.StatusOK || strings.Contains(text, `"isError":true`) {
+				t.Fatalf("MCP batch_submit: %d %v %.400s", code, err, text)
+			}
+			var mID string
+			if i := strings.Index(text, `\"id\":\"`); i >= 0 {
+				mID = text[i+len(`\"id\":\"`):]
+				mID = mID[:strings.Index(mID, `\"`)]
+			} else if i := strings.Index(text, `"id":"`); i >= 0 {
+				mID = text[i+len(`"id":"`):]
+				mID = mID[:strings.Index(mID, `"`)]
+			}
+			if len(mID) != 32 {
+				t.Fatalf("no job id in MCP's answer: %.600s", text)
+			}
+			// A control before the fill: each resubmit is answered with its job.
+			if code, id, out, _ := adv36dPost(c, base, faultKey, dBody, nil); id != dID {
+				t.Fatalf("resubmit of the done job's targets with room: %d %s %.200s (want %s: the contract's reuse)", code, id, out, dID)
+			}
+
+			filler := testkit.FillDisk(t, mnt, 16<<20)
+			testkit.WaitFor(t, "/healthz to say disk full", func() bool {
+				_, out, _ := call(c, http.MethodGet, base+"/healthz", "", "")
+				return strings.Contains(string(out), "disk full")
+			})
+			require507(t, n, c)
+
+			// The contract's reuse while full.
+			if code, id, out, err := adv36dPost(c, base, faultKey, dBody, nil); err != nil || id != dID || (code != http.StatusOK && code != http.StatusAccepted) {
+				t.Errorf("resubmit of the done job %s's targets (same caller, no key) while full: %d %v id %q %.300s (want its id: nothing new is created)", dID, code, err, id, out)
+			}
+			if code, id, out, err := adv36dPost(c, base, faultKey, lBody, map[string]string{"Idempotency-Key": "adv36d-live"}); err != nil || id != lID || (code != http.StatusOK && code != http.StatusAccepted) {
+				t.Errorf("resubmit of the live job %s's Idempotency-Key while full: %d %v id %q %.300s (want its id)", lID, code, err, id, out)
+			}
+			if code, id, out, err := adv36dPost(c, base, faultKey, lBody, nil); err != nil || id != lID || (code != http.StatusOK && code != http.StatusAccepted) {
+				// Not the contract's word for a job made with a key: logged only.
+				t.Logf("resubmit of the live job's targets without its key while full: %d %v id %q %.200s", code, err, id, out)
+			}
+			ou, _ := n.pageURL(200, 0)
+			if code, _, out, err := adv36dPost(c, base, faultKey, adv36dBody(ou), map[string]string{"Idempotency-Key": "adv36d-live"}); err != nil || code != http.StatusUnprocessableEntity {
+				t.Errorf("the live job's Idempotency-Key with another body while full: %d %v %.300s (want 422, the contract's answer: bad input, not a disk matter)", code, err, out)
+			}
+			code, text, err = mcpCall(c, base, "batch_submit", mArgs)
+			if err != nil || code != http.StatusOK || strings.Contains(text, `"isError":true`) || !strings.Contains(text, mID) {
+				t.Errorf("MCP batch_submit of the live job %s's idempotency_key while full: %d %v %.400s (want its id)", mID, code, err, text)
+			}
+			code, text, err = mcpCall(c, base, "batch_submit", map[string]any{"targets": []map[string]any{{"url": du}}})
+			if err != nil || code != http.StatusOK || strings.Contains(text, `"isError":true`) || !strings.Contains(text, dID) {
+				t.Errorf("MCP batch_submit of the done job %s's targets while full: %d %v %.400s (want its id)", dID, code, err, text)
+			}
+
+			// Hostile input while full.
+			long := strings.Repeat("k", 300)
+			many := make([]string, 5000)
+			for i := range many {
+				many[i] = fmt.Sprintf("%s/p/%d/200/0", n.site.URL, 900000+i)
+			}
+			big := `{"targets":[{"url":"` + n.site.URL + `/p/1/200/0","pad":"` + strings.Repeat("x", 12<<20) + `"}]}`
+			type hostile struct {
+				what, method, path, key, body string
+				hdr                           map[string]string
+				ok                            []int // codes the contract allows; 507 is allowed for every submit
+			}
+			four := []int{400, 413, 422, 507}
+			cases := []hostile{
+				{"truncated JSON", "POST", "/v1/batch", faultKey, `{"targets":[{"url":`, nil, four},
+				{"an array", "POST", "/v1/batch", faultKey, `[]`, nil, four},
+				{"no targets", "POST", "/v1/batch", faultKey, `{"targets":[]}`, nil, four},
+				{"an empty URL", "POST", "/v1/batch", faultKey, `{"targets":[{"url":""}]}`, nil, four},
+				{"an ftp URL", "POST", "/v1/batch", faultKey, `{"targets":[{"url":"ftp://x/y"}]}`, nil, four},
+				{"a NUL in a URL", "POST", "/v1/batch", faultKey, `{"targets":[{"url":"http://a\u0000b/"}]}`, nil, four},
+				{"an unknown option", "POST", "/v1/batch", faultKey, `{"targets":[{"url":"http://a/","options":{"bogus":1}}]}`, nil, four},
+				{"an unknown field", "POST", "/v1/batch", faultKey, `{"targets":[{"url":"http://a/"}],"evil":true}`, nil, four},
+				{"5000 targets", "POST", "/v1/batch", faultKey, adv36dBody(many...), nil, four},
+				{"a 12 MiB body", "POST", "/v1/batch", faultKey, big, nil, four},
+				{"a 300-byte Idempotency-Key", "POST", "/v1/batch", faultKey, dBody, map[string]string{"Idempotency-Key": long}, four},
+				{"a query parameter", "POST", "/v1/batch?evil=1", faultKey, dBody, nil, []int{400, 507}},
+				{"no key", "POST", "/v1/batch", "", dBody, nil, []int{401}},
+				{"an unknown key", "POST", "/v1/batch", "nope-nope-nope", dBody, nil, []int{401}},
+				{"a read without a key", "GET", "/v1/batch/" + dID, "", "", nil, []int{401}},
+				{"an id that is not hex", "GET", "/v1/batch/zz%2F..%2Fzz", faultKey, "", nil, []int{400, 404}},
+				{"an unknown id", "GET", "/v1/batch/" + strings.Repeat("0", 32), faultKey, "", nil, []int{404}},
+				{"?wait=abc", "GET", "/v1/batch/" + dID + "?wait=abc", faultKey, "", nil, []int{400}},
+				{"?wait=-1s", "GET", "/v1/batch/" + dID + "?wait=-1s", faultKey, "", nil, []int{400}},
+				{"?wait=999999h on a done job", "GET", "/v1/batch/" + dID + "?wait=999999h", faultKey, "", nil, []int{200, 400}},
+				{"?results=banana", "GET", "/v1/batch/" + dID + "?results=banana", faultKey, "", nil, []int{400}},
+				{"a target past the end", "GET", "/v1/batch/" + dID + "/99999", faultKey, "", nil, []int{404}},
+				{"a target -1", "GET", "/v1/batch/" + dID + "/-1", faultKey, "", nil, []int{400, 404}},
+				{"?limit=-1", "GET", "/v1/batch?limit=-1", faultKey, "", nil, []int{400}},
+				{"?limit=huge", "GET", "/v1/batch?limit=99999999999999999999", faultKey, "", nil, []int{400}},
+				{"?cursor=garbage", "GET", "/v1/batch?cursor=%ff%00garbage", faultKey, "", nil, []int{400}},
+				{"a cancel of an unknown id", "DELETE", "/v1/batch/" + strings.Repeat("0", 32), faultKey, "", nil, []int{404}},
+				{"a cancel of a bad id", "DELETE", "/v1/batch/zz", faultKey, "", nil, []int{400, 404}},
+				{"a cancel without a key", "DELETE", "/v1/batch/" + lID, "", "", nil, []int{401}},
+				{"MCP: truncated JSON-RPC", "POST", "/mcp", faultKey, `{"jsonrpc":"2.0","id":1,"method":`, map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, []int{400}},
+				{"MCP: no key", "POST", "/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, []int{401}},
+				{"dashboard: a 1 MiB sign-in", "POST", "/ui/signin", "", "key=" + strings.Repeat("x", 1<<20), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, []int{400, 401, 413}},
+				{"dashboard: an unknown job page without a session", "GET", "/ui/jobs/zz", "", "", nil, []int{200, 303, 401, 404}},
+			}
+			codes := map[string]int{}
+			for _, hc := range cases {
+				req, _ := http.NewRequest(hc.method, base+hc.path, strings.NewReader(hc.body))
+				if hc.key != "" {
+					req.Header.Set("Authorization", "Bearer "+hc.key)
+				}
+				for k, v := range hc.hdr {
+					req.Header.Set(k, v)
+				}
+				nc := &http.Client{Timeout: testkit.Deadline, Transport: &http.Transport{}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+				resp, err := nc.Do(req)
+				if err != nil {
+					t.Errorf("%s while full: no answer within %s: %v", hc.what, testkit.Deadline, err)
+					nc.CloseIdleConnections()
+					continue
+				}
+				buf := make([]byte, 400)
+				k, _ := resp.Body.Read(buf)
+				resp.Body.Close()
+				nc.CloseIdleConnections()
+				codes[fmt.Sprintf("%s %d", hc.what, resp.StatusCode)]++
+				okc := false
+				for _, w := range hc.ok {
+					okc = okc || resp.StatusCode == w
+				}
+				if !okc {
+					t.Errorf("%s while full: %d %.300s (want one of %v)", hc.what, resp.StatusCode, buf[:k], hc.ok)
+				}
+				n.alive(t, "after "+hc.what)
+			}
+			// MCP tool calls with hostile arguments: a tool error or a JSON-RPC error, never a 5xx.
+			for _, mc := range []struct {
+				tool string
+				args map[string]any
+			}{
+				{"batch_status", map[string]any{"id": "../../etc/passwd"}},
+				{"batch_result", map[string]any{"id": dID, "idx": -1}},
+				{"batch_result", map[string]any{"id": dID, "idx": 1 << 40}},
+				{"batch_cancel", map[string]any{"id": strings.Repeat("f", 32)}},
+				{"batch_list", map[string]any{"limit": -5, "status": "nonsense"}},
+				{"batch_submit", map[string]any{"targets": []map[string]any{{"url": ""}}}},
+				{"batch_submit", map[string]any{"targets": "not a list"}},
+				{"batch_submit", map[string]any{"targets": []map[string]any{{"url": du}}, "idempotency_key": long}},
+				{"no_such_tool", map[string]any{}},
+			} {
+				code, text, err := mcpCall(c, base, mc.tool, mc.args)
+				codes[fmt.Sprintf("MCP %s %d", mc.tool, code)]++
+				switch {
+				case err != nil:
+					t.Errorf("MCP %s %v while full: no answer: %v", mc.tool, mc.args, err)
+				case code >= 500:
+					t.Errorf("MCP %s %v while full: %d %.300s", mc.tool, mc.args, code, text)
+				case code == http.StatusOK && !strings.Contains(text, `"isError":true`) && !strings.Contains(text, `"error"`):
+					t.Errorf("MCP %s %v while full answered as a success: %.300s", mc.tool, mc.args, text)
+				}
+			}
+			var keys []string
+			for k, v := range codes {
+				keys = append(keys, fmt.Sprintf("%s ×%d", k, v))
+			}
+			sort.Strings(keys)
+			t.Logf("hostile input while full: %s", strings.Join(keys, "; "))
+			n.checkJob(t, c, advJob{id: dID, want: []string{advContent(dNum, 3000)}}, "after the hostile input")
+			n.alive(t, "after the hostile input")
+
+			must(t, os.Remove(filler))
+			testkit.WaitFor(t, "a submit to be taken once room returns", func() bool {
+				code, _, _, _ := n.submit(c, []int{300}, 0)
+				return code == http.StatusAccepted
+			})
+			n.stopClean(t)
+		})
+	}
+}
+
+// adv36dFiller fills dir to the last byte from another process (dd), in
+// the background; the returned channel carries its error (nil once full).
+func adv36dFiller(dir string) (string, <-chan error) {
+	f := filepath.Join(dir, "filler-restart")
+	done := make(chan error, 1)
+	go func() {
+		var out []byte
+		var err error
+		for _, bs := range []string{"1M", "4k"} {
+			out, err = execDD(f, bs)
+			if err == nil || !strings.Contains(string(out), "No space left") {
+				done <- fmt.Errorf("dd filled nothing: %v %s", err, out)
+				return
+			}
+		}
+		done <- nil
+	}()
+	return f, done
+}
+
+func execDD(f, bs string) ([]byte, error) {
+	return exec.Command("dd", "if=/dev/zero", "of="+f, "bs="+bs, "oflag=append", "conv=notrunc").CombinedOutput()
+}
+
+// TestAdv36d_DiskFillsDuringRestart: serve has done jobs, a job held
+// (its second page never comes) and a job running, and is stopped
+// (SIGTERM, a deploy); another process starts filling the disk to the last
+// byte at the moment serve starts again, so the fill races the store's
+// open, its recovery and its first writes. Issue 36 (the process never
+// dies of a full disk; reads served; held jobs go on by themselves):
+// serve must listen (never exit, never fault), answer every done job's
+// read whole, refuse a submit 507 naming the disk, and say "disk full" on
+// /healthz; once the filler is removed (no restart) every job but the held
+// one ends by itself, a new job runs to done, the held job's cancel is
+// 200 and reads cancelled after a clean restart. Three rounds in each
+// durability (the race's timing is the machine's).
+//
+// What it shows (main 55b6b47): see the report of branch adv36d.
+func TestAdv36d_DiskFillsDuringRestart(t *testing.T) {
+	testkit.Long(t)
+	for _, durable := range []bool{false, true} {
+		for round := range 3 {
+			t.Run(fmt.Sprintf("durable=%v/round=%d", durable, round), func(t *testing.T) {
+				mnt := testkit.MountTmpfs(t, 200<<20)
+				n := newAdvNode(t, filepath.Join(mnt, "store"), durable, "--workers", "2")
+				n.start(t)
+				c := advClient(t)
+				var done []advJob
+				for range 3 {
+					code, out, j, err := n.submit(c, []int{200_000, 3000}, 0)
+					if err != nil || code != http.StatusAccepted {
+						t.Fatalf("submit: %d %v %s", code, err, out)
+					}
+					if r := n.waitEnded(t, c, j.id); r.Status != "done" {
+						t.Fatalf("job %s ends %s", j.id, r.Status)
+					}
+					done = append(done, j)
+				}
+				code, out, heldJob, err := n.submit(c, []int{3000, 3000}, held)
+				if err != nil || code != http.StatusAccepted {
+					t.Fatalf("submit: %d %v %s", code, err, out)
+				}
+				code, out, running, err := n.submit(c, []int{100_000, 100_000, 100_000, 100_000}, 1500)
+				if err != nil || code != http.StatusAccepted {
+					t.Fatalf("submit: %d %v %s", code, err, out)
+				}
+				n.stopClean(t)
+
+				filler, filled := adv36dFiller(mnt)
+				p, ok := faultStart(t, n.args)
+				if !ok {
+					<-filled
+					t.Fatalf("serve did not start while the disk filled (round %d): %v\n%s", round, p.cmd.ProcessState, tail(p.stderr.String(), 3000))
+				}
+				n.serve = p
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("serve's warnings:\n%s", tail(warnings(p.stderr.String()), 3000))
+					}
+				})
+				if err := <-filled; err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("filled: %d bytes free", testkit.FreeBytes(t, mnt))
+				testkit.WaitFor(t, "/healthz to say disk full", func() bool {
+					n.alive(t, "while the disk fills at its start")
+					_, out, _ := call(c, http.MethodGet, n.serve.base+"/healthz", "", "")
+					return strings.Contains(string(out), "disk full")
+				})
+				for _, j := range done {
+					n.checkJob(t, c, j, "full after the restart")
+				}
+				for _, j := range []advJob{heldJob, running} {
+					if code, _, out, err := n.read(c, j.id); err != nil || code != http.StatusOK {
+						t.Errorf("job %s reads %d %v %.200s while full after the restart", j.id, code, err, out)
+					}
+				}
+				require507(t, n, c)
+				n.alive(t, "full after the restart")
+
+				must(t, os.Remove(filler))
+				r := n.waitEnded(t, c, running.id)
+				t.Logf("the job running at the stop ends %s once room returns", r.Status)
+				if r.Status != "done" {
+					t.Logf("(not done: %q)", r.Error)
+				}
+				n.checkJob(t, c, running, "room returned")
+				var fresh advJob
+				testkit.WaitFor(t, "a new job to be taken once room returns", func() bool {
+					code, _, j, _ := n.submit(c, []int{3000}, 0)
+					fresh = j
+					return code == http.StatusAccepted
+				})
+				if r := n.waitEnded(t, c, fresh.id); r.Status != "done" {
+					t.Errorf("a new job once room returned ends %s (%q)", r.Status, r.Error)
+				}
+				code, out, err = call(c, http.MethodDelete, n.serve.base+"/v1/batch/"+heldJob.id, faultKey, "")
+				if err != nil || code != http.StatusOK {
+					t.Errorf("cancel of the held job once room returned: %d %v %.200s", code, err, out)
+				}
+				n.alive(t, "room returned")
+				n.stopClean(t)
+				n.start(t)
+				for _, j := range append(done, running, fresh) {
+					n.checkJob(t, c, j, "after a clean restart")
+				}
+				if code, r, _, err := n.read(c, heldJob.id); err != nil || code != http.StatusOK || r.Status != "cancelled" {
+					t.Errorf("the held job after its 200 cancel and a clean restart: %d %v %s", code, err, r.Status)
+				}
+				n.stopClean(t)
+			})
+		}
+	}
+}
