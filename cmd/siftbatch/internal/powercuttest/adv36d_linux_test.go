@@ -562,8 +562,8 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 		t.Fatalf("the job with a 404 target ends done")
 	}
 	// Two slow jobs (the harness allows 2 live jobs a caller): live while the fault lasts.
-	live := []string{submit(pg(3000, 20000), pg(3000, 20000)), ""}
-	code, id, out, err := adv36dPost(c, h.serve.base, "powercut-key-0001", adv36dBody(pg(3000, 20000)), nil)
+	live := []string{submit(pg(3000, 8000), pg(3000, 8000)), ""}
+	code, id, out, err := adv36dPost(c, h.serve.base, "powercut-key-0001", adv36dBody(pg(3000, 8000)), nil)
 	if err != nil || code != http.StatusAccepted {
 		t.Fatalf("submit: %d %v %s", code, err, out)
 	}
@@ -588,7 +588,8 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 	var (
 		mu        sync.Mutex
 		counts    = map[string]int{}
-		bad       []string
+		bad       = map[string]int{} // what and code: how many
+		badSample = map[string]string{}
 		cancelled = map[string]bool{}
 	)
 	note := func(what string, code int, err error, out string, good bool) {
@@ -596,7 +597,11 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 		defer mu.Unlock()
 		counts[fmt.Sprintf("%s %d", what, code)]++
 		if err != nil || !good {
-			bad = append(bad, fmt.Sprintf("%s: %d %v %.250s", what, code, err, out))
+			k := fmt.Sprintf("%s %d", what, code)
+			if bad[k] == 0 {
+				badSample[k] = fmt.Sprintf("%v %.250s", err, out)
+			}
+			bad[k]++
 		}
 	}
 	nc := &http.Client{Timeout: testkit.Deadline, Transport: &http.Transport{}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -604,16 +609,13 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 	readOK := func(code int, out string) bool {
 		return code == http.StatusOK || code == http.StatusTooManyRequests || ((code == 503 || code == 507) && nameDisk(out))
 	}
-	stop := make(chan struct{})
+	// The first submit meets the failed fsync; the crowd reads while the store is down or reopens.
+	code, _, out, err = adv36dPost(nc, h.serve.base, key, adv36dBody(pg(3000, 0)), nil)
+	note("REST submit", code, err, string(out), code != http.StatusAccepted && code != http.StatusOK && nameDisk(string(out)))
 	var wg sync.WaitGroup
 	for w := range 12 {
 		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for i := range 30 {
 				j := doneIDs[(w+i)%len(doneIDs)]
 				switch (w + i) % 10 {
 				case 0:
@@ -636,7 +638,7 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 						tool, args = "batch_list", map[string]any{}
 					}
 					mcpC := &http.Client{Timeout: testkit.Deadline, Transport: nc.Transport}
-					code, text, err := mcpCall(mcpC, h.serve.base, tool, args)
+					code, text, err := adv36dMCP(mcpC, h.serve.base, key, tool, args)
 					good := code == http.StatusOK && (!strings.Contains(text, `"isError":true`) || nameDisk(text))
 					note("MCP "+tool, code, err, text, good)
 				case 7:
@@ -660,7 +662,7 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 		died()
 		code, _, out, err := adv36dPost(nc, h.serve.base, key, adv36dBody(pg(3000, 0)), nil)
 		refused("REST submit", code, err, string(out), code == http.StatusAccepted || code == http.StatusOK)
-		code, text, err := mcpCall(nc, h.serve.base, "batch_submit", map[string]any{"targets": []map[string]any{{"url": pg(3000, 0)}}})
+		code, text, err := adv36dMCP(nc, h.serve.base, key, "batch_submit", map[string]any{"targets": []map[string]any{{"url": pg(3000, 0)}}})
 		refused("MCP batch_submit", code, err, text, code == http.StatusOK && !strings.Contains(text, `"isError":true`))
 		code, text, err = ui.do(nc, h.serve.base, http.MethodPost, "/ui/jobs/"+failedID+"/resubmit", url.Values{"csrf": {ui.csrf}})
 		refused("dashboard resubmit", code, err, text, code == http.StatusSeeOther)
@@ -671,7 +673,7 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 			if code == http.StatusOK {
 				cancelled[live[0]] = true
 			}
-			code, text, err := mcpCall(nc, h.serve.base, "batch_cancel", map[string]any{"id": live[1]})
+			code, text, err := adv36dMCP(nc, h.serve.base, key, "batch_cancel", map[string]any{"id": live[1]})
 			note("MCP batch_cancel", code, err, text, err == nil && code == http.StatusOK && (!strings.Contains(text, `"isError":true`) || nameDisk(text)))
 			if err == nil && code == http.StatusOK && !strings.Contains(text, `"isError":true`) {
 				// MCP's key is key 0's: live[1] is key 1's, so this must not cancel it.
@@ -704,7 +706,6 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 		mu.Unlock()
 		adv36dStacks(t, h.serve)
 	}
-	close(stop)
 	wg.Wait()
 	st := h.fs.Stats()
 	var keys []string
@@ -713,13 +714,8 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 	}
 	sort.Strings(keys)
 	t.Logf("under EIO on every fsync (%d failed fsyncs): %s", st.FailedSyncs-before.FailedSyncs, strings.Join(keys, "; "))
-	for i, b := range bad {
-		if i < 15 {
-			t.Errorf("under EIO on every fsync: %s", b)
-		}
-	}
-	if len(bad) > 15 {
-		t.Errorf("... %d more", len(bad)-15)
+	for k, v := range bad {
+		t.Errorf("under EIO on every fsync: %s ×%d, e.g. %s", k, v, badSample[k])
 	}
 	t.Logf("cancels answered as done while every fsync failed: %v", cancelled)
 
@@ -789,4 +785,22 @@ func adv36dStacks(t *testing.T, p *serveProc) {
 		}
 	}
 	t.Fatalf("serve's warnings:\n%s\nits goroutines at SIGQUIT (%d):\n%s", tail(warnings(p.stderr.String()), 2000), len(stacks), strings.Join(stacks[:min(len(stacks), 14)], "\n--\n"))
+}
+
+// adv36dMCP is mcpCall with a key of the caller's choice.
+func adv36dMCP(c *http.Client, base, key, tool string, args map[string]any) (int, string, error) {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args}})
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out), err
 }
