@@ -572,6 +572,8 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 	ui := adv36dSignIn(t, h.serve.base, key)
 	ui1 := adv36dSignIn(t, h.serve.base, "powercut-key-0001")
 
+	store := filepath.Join(h.mnt, "store")
+	fds0, maps0 := adv36dHeld(h.serve, store)
 	before := h.fs.Stats()
 	h.fs.FailFsyncs(1)
 	died := func() {
@@ -729,6 +731,7 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 		break
 	}
 	st := h.fs.Stats()
+	fds1, maps1 := adv36dHeld(h.serve, store)
 	if st.FailedSyncs-before.FailedSyncs < 1 || total() < 300 {
 		t.Errorf("%d failed fsyncs, %d answers to the crowd and writers (want at least 1 and 300)", st.FailedSyncs-before.FailedSyncs, total())
 	}
@@ -775,6 +778,11 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 		t.Errorf("a new job once the fault cleared ends %s", r.Status)
 	}
 	serveDiedOfFault(t, h.serve.stderr.String())
+	fds2, maps2 := adv36dHeld(h.serve, store)
+	t.Logf("serve holds of the store's files: before the fault %d fds, %d maps; at the crowd's end %d, %d; after recovery %d, %d", fds0, maps0, fds1, maps1, fds2, maps2)
+	if fds2 > 2*fds0+4 || maps2 > 2*maps0+4 {
+		t.Errorf("serve holds %d fds and %d maps of the store's files once the fault has cleared, %d and %d before it: each reopen after a failed sync keeps the store it gave up (a long EIO spell exhausts fds and address space)", fds2, maps2, fds0, maps0)
+	}
 	faultCut(t, h, powercut.DropAll)
 	h.mount(t, 36841)
 	advStartH(t, h)
@@ -846,4 +854,23 @@ func adv36dMCP(c *http.Client, base, key, tool string, args map[string]any) (int
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(out), err
+}
+
+// adv36dHeld counts what serve holds of the store's files: open file
+// descriptors and memory maps whose path is under dir.
+func adv36dHeld(p *serveProc, dir string) (fds, maps int) {
+	pid := p.cmd.Process.Pid
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, e := range ents {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name())); err == nil && strings.HasPrefix(l, dir) {
+			fds++
+		}
+	}
+	m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	for l := range strings.Lines(string(m)) {
+		if strings.Contains(l, dir) {
+			maps++
+		}
+	}
+	return fds, maps
 }
