@@ -524,7 +524,7 @@ func (ui adv36dUI) do(c *http.Client, base, method, path string, form url.Values
 // store's directory, from /proc) once the fault has cleared are at most
 // twice those before it (plus 4): a reopen gives up the store it replaces.
 //
-// What it shows (main 55b6b47, 5 of 5 runs): fails. While every fsync
+// What it shows (main 55b6b47, 5 of 5 runs; the fd count 1 of 1): fails. While every fsync
 // fails (102 failed), 20-27 of ~450 requests have no answer within 30 s:
 // a REST DELETE of a live job, MCP batch_cancel, and then reads of the
 // same caller queued behind them (REST job and target reads, the list,
@@ -705,7 +705,7 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 			}
 			code, text, err = ui.do(nc, h.serve.base, http.MethodPost, "/ui/jobs/"+failedID+"/resubmit", url.Values{"csrf": {ui.csrf}})
 			refused("dashboard resubmit", code, err, text, code == http.StatusSeeOther)
-			if round == 0 {
+			if round == 0 && os.Getenv("ADV36D_NO_CANCEL") == "" { // ADV36D_NO_CANCEL=1: no cancel, to tell what holds the reads
 				// Cancels: REST of one live job, MCP and then the dashboard of the other.
 				code, out, err := call(nc, http.MethodDelete, h.serve.base+"/v1/batch/"+live[0], key, "")
 				note("REST cancel", code, err, string(out), err == nil && (code == http.StatusOK || nameDisk(string(out))))
