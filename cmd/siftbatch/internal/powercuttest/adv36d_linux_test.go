@@ -537,11 +537,13 @@ func (ui adv36dUI) do(c *http.Client, base, method, path string, form url.Values
 // fail), and the caller's reads in readsched.(*Scheduler).Acquire
 // (httpapi turn.admit / turn.take, dashboard readIn / readTurn; MCP's
 // tools wait on those through handlerTransport): a cancel that cannot be
-// stored holds its caller's read turns. Also 11 Badger DBs' goroutines
-// (DB.monitorCache, DB.updateSize, WaterMark.process) live at once, and
-// serve holds 40 fds and 41 maps of the store's files after recovery
-// against 6 and 3 before: every reopen after a failed sync leaves the DB
-// it replaced open. Recovery itself passes: once the fault clears, every
+// stored holds its caller's read turns (with ADV36D_NO_CANCEL=1, no
+// cancel: every read answers 200, 1 of 1 run). Also 11 Badger DBs'
+// goroutines (DB.monitorCache, DB.updateSize, WaterMark.process) live at
+// once, and serve holds 40 fds and 41 maps of the store's files after
+// recovery against 6 and 3 before (without the cancels, 12 failed fsyncs:
+// 10 fds, 2 of them a second fd on a path already held): every reopen
+// after a failed sync leaves the DB it replaced open. Recovery itself passes: once the fault clears, every
 // job ends, a new job is done, and after a power cut every 202 reads back.
 func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 	testkit.Long(t)
