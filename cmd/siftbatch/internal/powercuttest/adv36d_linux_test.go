@@ -524,7 +524,7 @@ func (ui adv36dUI) do(c *http.Client, base, method, path string, form url.Values
 // twice (fds under the store's directory, from /proc): a reopen gives up
 // the store it replaces.
 //
-// What it shows (main 55b6b47, 5 of 5 runs; the fd count 1 of 1): fails. While every fsync
+// What it shows (main 55b6b47, 6 of 6 runs; the fd count 2 of 2): fails. While every fsync
 // fails (102 failed), 20-27 of ~450 requests have no answer within 30 s:
 // a REST DELETE of a live job, MCP batch_cancel, and then reads of the
 // same caller queued behind them (REST job and target reads, the list,
@@ -541,7 +541,8 @@ func (ui adv36dUI) do(c *http.Client, base, method, path string, form url.Values
 // cancel: every read answers 200, 1 of 1 run). Also 11 Badger DBs'
 // goroutines (DB.monitorCache, DB.updateSize, WaterMark.process) live at
 // once, and serve holds 40 fds and 41 maps of the store's files after
-// recovery against 6 and 3 before (without the cancels, 12 failed fsyncs:
+// recovery against 6 and 3 before, 32 of the 40 a second fd on a path
+// already held (without the cancels, 12 failed fsyncs:
 // 10 fds, 2 of them a second fd on a path already held): every reopen
 // after a failed sync leaves the DB it replaced open. Recovery itself passes: once the fault clears, every
 // job ends, a new job is done, and after a power cut every 202 reads back.
