@@ -622,17 +622,19 @@ func (j *job) cancel(ctx actor.Context) (bool, error) {
 	saved := false
 	if j.cfg.Store.Durable() {
 		next.Lease = max(next.Lease, j.view.Touched())
-		err := j.cfg.Store.SaveJobNow(&next)
-		if errors.Is(err, persistence.ErrDiskFull) {
-			// The canceller hears it; the full disk is logged by the
-			// store's watch, once a minute: a cancel tried again and again
-			// while it lasts is no Warn each time.
-			j.cfg.Log.Debug("cancel refused: disk full", slog.String(keyJobID, j.rec.ID))
+		if err := j.cfg.Store.SaveJobNow(&next); err != nil {
+			// The canceller hears it (a full disk: ErrDiskFull; a failed
+			// sync: ErrNotSynced, the row perhaps stored by the reopen that
+			// follows, and overwritten by the job's next write), and the
+			// job goes on as it was. Waiting for the store's writer to
+			// write it again instead held the actor, and the cancel's
+			// answer, for as long as the disk failed. The disk is logged
+			// by the store's watch, once a minute: a cancel tried again
+			// and again while it lasts is no Warn each time.
+			j.cfg.Log.Debug("cancel refused: not stored", slog.String(keyJobID, j.rec.ID))
 			return false, fmt.Errorf("cancel: %w", err)
 		}
-		// Any other failure (a failed sync) is written again, and synced,
-		// by the store's writer, as every write of the job: save waits.
-		saved = err == nil
+		saved = true
 	}
 	j.setStatus(persistence.StatusCancelled)
 	j.trace.cancelled(j.inFlight())

@@ -138,8 +138,8 @@ func TestRunner_CancelQueued(t *testing.T) {
 // A durable runner acknowledges a Cancel (true) only once the cancelled
 // status is on stable storage, also when the disk fails to sync it for a
 // while: here the syncs fail (20 in a row, retried every millisecond) from
-// just before the Cancel; when Cancel returns true, a sync must have
-// succeeded since.
+// just before the Cancel; a Cancel refused meanwhile changes nothing, and
+// when one returns true, a sync must have succeeded since.
 func TestRunner_DurableCancelAcknowledgedOnlyOnceSynced(t *testing.T) {
 	t.Parallel()
 	store := enginetest.OpenStore(t, t.TempDir())
@@ -155,13 +155,17 @@ func TestRunner_DurableCancelAcknowledgedOnlyOnceSynced(t *testing.T) {
 	require.Equal(t, 0, testkit.Recv(t, started))
 	var disk failingSyncs
 	disk.arm(store, 20)
-	acked := b.Runner.Cancel(id)
-	okAtAck := disk.ok.Load()
+	// A cancel whose sync fails is refused (the job goes on as it was);
+	// the caller cancels again until one is acknowledged.
+	var okAtAck int64
+	testkit.WaitFor(t, "a cancel acknowledged once the syncs succeed again", func() bool {
+		acked := b.Runner.Cancel(id)
+		okAtAck = disk.ok.Load()
+		return acked
+	})
 	b.WaitSettled(t, id)
 	require.Positive(t, disk.failed.Load(), "a sync failed")
-	if acked {
-		require.Positive(t, okAtAck, "Cancel returned true before the cancelled status was synced")
-	}
+	require.Positive(t, okAtAck, "Cancel returned true before the cancelled status was synced")
 }
 
 // A durable runner's Cancel returns true only once a completed sync has

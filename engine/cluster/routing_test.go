@@ -1131,7 +1131,8 @@ func readCut(t *testing.T, n *node, id string, least int) {
 
 // firstWrite watches the answers to one caller's GET /v1/batch/{id}/{idx}
 // on a node (the forwarded ones included): started is closed when the
-// first Write of such an answer begins, returned when it returns.
+// first large Write (a piece of a result, not the head) of such an answer
+// begins, returned when it returns.
 type firstWrite struct {
 	auth              string
 	started, returned chan struct{}
@@ -1157,6 +1158,9 @@ type firstWriteWriter struct {
 }
 
 func (w *firstWriteWriter) Write(p []byte) (int, error) {
+	if len(p) < 64<<10 { // the answer's head: a result is written in pieces of 512 KiB
+		return w.ResponseWriter.Write(p)
+	}
 	first := false
 	w.f.once.Do(func() { first = true; close(w.f.started) })
 	n, err := w.ResponseWriter.Write(p)

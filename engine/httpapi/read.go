@@ -597,7 +597,12 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, c *engine.Calle
 	if _, ok := queryOf(w, r); !ok {
 		return
 	}
-	ok, err := h.r.TryCancel(j.ID)
+	var err error
+	// The turn is given up while the job's actor answers: a durable
+	// cancel waits for its sync, and a disk that fails holds it.
+	if !waiting(r, func() { ok, err = h.r.TryCancel(j.ID) }) {
+		return // the client has gone
+	}
 	switch {
 	case errors.Is(err, engine.ErrDiskFull):
 		// A durable runner acknowledges a cancel once it is synced; the

@@ -341,8 +341,12 @@ func Open(opt Options) (*DB, error) {
 	db.closers.updateSize = z.NewCloser(1)
 	go db.updateSize(db.closers.updateSize)
 
-	if err := db.openMemTables(db.opt); err != nil {
-		return nil, y.Wrapf(err, "while opening memtables")
+	// Patched for siftbatch: err, not a new err, so that the cleanup
+	// deferred above runs: a failed replay of the memtable logs (EIO) left
+	// every goroutine and file of the DB open.
+	if err = db.openMemTables(db.opt); err != nil {
+		err = y.Wrapf(err, "while opening memtables")
+		return nil, err
 	}
 
 	if !db.opt.ReadOnly {
@@ -390,8 +394,9 @@ func Open(opt Options) (*DB, error) {
 
 	go db.threshold.listenForValueThresholdUpdate()
 
-	if err := db.initBannedNamespaces(); err != nil {
-		return db, fmt.Errorf("While setting banned keys: %w", err)
+	if err = db.initBannedNamespaces(); err != nil { // Patched for siftbatch: err, as above
+		err = fmt.Errorf("While setting banned keys: %w", err)
+		return db, err
 	}
 
 	db.closers.writes = z.NewCloser(1)
@@ -538,6 +543,12 @@ func (db *DB) cleanup() {
 		db.closers.cacheHealth.SignalAndWait()
 	}
 	db.allocPool.Release()
+	// Patched for siftbatch: the key registry's file was left open by a
+	// failed Open (one descriptor more each time a store is opened again
+	// on a disk that fails).
+	if db.registry != nil {
+		_ = db.registry.Close()
+	}
 
 	// Do not use vlog.Close() here. vlog.Close truncates the files. We don't
 	// want to truncate files unless the user has specified the truncate flag.

@@ -546,6 +546,14 @@ func (ui adv36dUI) do(c *http.Client, base, method, path string, form url.Values
 // 10 fds, 2 of them a second fd on a path already held): every reopen
 // after a failed sync leaves the DB it replaced open. Recovery itself passes: once the fault clears, every
 // job ends, a new job is done, and after a power cut every 202 reads back.
+//
+// Passes since f36b: a durable cancel whose write fails is refused at
+// once (503 naming the disk; the job goes on), the cancel gives up its
+// read turn while the job's actor answers, and a failed Badger Open (its
+// memtable replay meeting EIO) and an MmapFile close whose sync failed
+// release what they opened (Badger patch 7, ristretto's Close patch).
+// (Its MCP batch_cancel is of another caller's job: 404, which the test
+// took for a failure once it was answered at all.)
 func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 	testkit.Long(t)
 	if err := powercut.Available(); err != nil {
@@ -718,7 +726,8 @@ func TestAdv36d_DashboardMCPAndCancelUnderFsyncEIO(t *testing.T) {
 					mu.Unlock()
 				}
 				code, text, err := adv36dMCP(nc, h.serve.base, key, "batch_cancel", map[string]any{"id": live[1]})
-				note("MCP batch_cancel", code, err, text, err == nil && mcpOK(code, text))
+				// Another caller's job is not found, whatever the disk does.
+				note("MCP batch_cancel", code, err, text, err == nil && (mcpOK(code, text) || strings.Contains(text, "404 job not found")))
 				if err == nil && code == http.StatusOK && !strings.Contains(text, `"isError":true`) {
 					// MCP's key is key 0's: live[1] is key 1's, so this must not cancel it.
 					t.Logf("MCP batch_cancel of another caller's job: %.300s", text)

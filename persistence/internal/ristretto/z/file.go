@@ -196,14 +196,22 @@ func (m *MmapFile) Close(maxSz int64) error {
 	if m.Fd == nil {
 		return nil
 	}
+	// Patched for siftbatch: a failed sync (EIO) still unmaps and closes
+	// the file. Returning at once left the map and the descriptor open at
+	// every close of a store whose disk failed (each reopen after a failed
+	// sync: persistence/reopen.go). The file is not truncated then.
 	if err := m.Sync(); err != nil {
+		_ = Munmap(m.Data)
+		_ = m.Fd.Close()
 		return fmt.Errorf("while sync file: %s, error: %v\n", m.Fd.Name(), err)
 	}
 	if err := Munmap(m.Data); err != nil {
+		_ = m.Fd.Close()
 		return fmt.Errorf("while munmap file: %s, error: %v\n", m.Fd.Name(), err)
 	}
 	if maxSz >= 0 {
 		if err := m.Fd.Truncate(maxSz); err != nil {
+			_ = m.Fd.Close()
 			return fmt.Errorf("while truncate file: %s, error: %v\n", m.Fd.Name(), err)
 		}
 	}
