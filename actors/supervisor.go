@@ -224,12 +224,11 @@ func (s *supervisor) submit(ctx actor.Context, m *Submit) *SubmitReply {
 		s.cfg.hookJob(ctx, prev.ID, "reused")
 		return &SubmitReply{ID: prev.ID, Reused: true}
 	}
-	if s.cfg.Store.DiskFull() { // after the reuse: a resubmit of a job that exists writes nothing
-		return &SubmitReply{Err: fmt.Errorf("%w: no room on the store's disk (below the reserve, or a write found it full)", batchtype.ErrDiskFull)}
-	}
 	switch {
 	case len(m.Targets) > s.cfg.TargetsPerJob:
 		return &SubmitReply{Refused: batchtype.ErrTooManyTargets}
+	case s.cfg.Store.DiskFull(): // after the reuse: a resubmit of a job that exists writes nothing
+		return &SubmitReply{Err: fmt.Errorf("%w: no room on the store's disk (below the reserve, or a write found it full)", batchtype.ErrDiskFull)}
 	case s.perCaller[m.Job.Caller] >= s.cfg.JobsPerCaller:
 		return &SubmitReply{Refused: batchtype.ErrCallerBusy}
 	case s.live() >= s.cfg.JobsTotal:

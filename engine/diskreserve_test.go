@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sift/batch/engine"
+	"github.com/sift/batch/engine/enginetest"
 	"github.com/sift/batch/engine/enginetest/testkit"
 	"github.com/sift/batch/persistence"
 	"github.com/stretchr/testify/require"
@@ -16,7 +17,8 @@ import (
 
 // TestRunner_DiskReserve: below the disk's reserve (a statfs that says so)
 // Submit returns ErrDiskFull (an idempotent resubmit of a job that exists
-// is answered with it), the running job's target in flight is stored
+// is answered with it; a job of too many targets is ErrTooManyTargets),
+// the running job's target in flight is stored
 // and no next target starts (the job stays running, the target pending,
 // nothing failed), reads and Cancel work; once there is room the held job
 // goes on by itself, and Submit works again.
@@ -52,6 +54,8 @@ func TestRunner_DiskReserve(t *testing.T) {
 	require.NoError(t, err, "a resubmit of a job that exists writes nothing: answered below the reserve")
 	require.True(t, reused)
 	require.Equal(t, a, id)
+	_, _, err = b.Runner.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", enginetest.Targets("many", engine.DefaultTargetsPerJob+1))
+	require.ErrorIs(t, err, engine.ErrTooManyTargets, "a job that can never be is refused as such, whatever the disk")
 	st.one(t) // a0, in flight when the disk went below its reserve: stored
 	testkit.WaitFor(t, "the supervisor to hold the jobs", func() bool {
 		return strings.Contains(b.Logs.String(), "targets held: the store's disk is below its reserve")
