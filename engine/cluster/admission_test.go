@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,9 +33,17 @@ import (
 // watches are its own: their names begin with a prefix no other watch's
 // callers have, so that the tests that watch run in parallel.
 type capWatch struct {
-	prefix     string
-	mu         sync.Mutex
-	live       map[string]map[string]bool // caller → ids admitted, not ended
+	prefix string
+	mu     sync.Mutex
+	live   map[string]map[string]bool // caller → ids admitted, not ended
+	// ended are the ids a node has said ended (its job ended, or was
+	// never created: released, or given up when the grain's answer came
+	// too late). A grain's admission of such an id observed after its end
+	// (the grain admitted it, its answer came after the asking node gave
+	// it up) is not live: that job never exists, and the grain counts it
+	// only until the node's Settle reaches it, which a grain that moved
+	// in between never observes as an end.
+	ended      map[string]bool
 	admissions int
 	retries    int // submits asked again: their key bound to a job of another body
 	unanswered int // submits asked again: their key's job's node did not answer the reuse check
@@ -52,7 +62,7 @@ var (
 // watchCaps starts a watch of the callers named by its caller and keys
 // until the test ends.
 func watchCaps(t *testing.T) *capWatch {
-	w := &capWatch{prefix: fmt.Sprintf("w%d-", watchSeq.Add(1)), live: map[string]map[string]bool{}}
+	w := &capWatch{prefix: fmt.Sprintf("w%d-", watchSeq.Add(1)), live: map[string]map[string]bool{}, ended: map[string]bool{}}
 	observing.Do(func() { cluster.SetObserver(observe) })
 	watches.Store(w.prefix, w)
 	t.Cleanup(func() { watches.Delete(w.prefix) })
@@ -74,16 +84,21 @@ func observe(event, caller, id string, limit int) {
 	defer w.mu.Unlock()
 	switch event {
 	case "admit":
+		if w.ended[id] {
+			w.admissions++
+			return
+		}
 		if w.live[caller] == nil {
 			w.live[caller] = map[string]bool{}
 		}
 		w.live[caller][id] = true
 		w.admissions++
 		if n := len(w.live[caller]); n > limit {
-			w.violations = append(w.violations, fmt.Sprintf("%s: %d live jobs admitted, cap %d", caller, n, limit))
+			w.violations = append(w.violations, fmt.Sprintf("%s: %d live jobs admitted, cap %d (%v, the last %s)", caller, n, limit, slices.Sorted(maps.Keys(w.live[caller])), id))
 		}
 	case "end":
 		delete(w.live[caller], id)
+		w.ended[id] = true
 	case "retry":
 		w.retries++
 	case "unanswered":
