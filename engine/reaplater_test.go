@@ -97,3 +97,59 @@ func copyStoreFiles(t *testing.T, src, dst string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644))
 	}
 }
+
+// TestRunner_DiskFillsAfterOpenLeftLive: a durable runner restarted after
+// a crash that left a job running, whose disk another process fills after
+// the store opened for writing and before New fails that job "restart":
+// New does not wait for room (a race TestAdv36d_DiskFillsDuringRestart
+// plays over a real serve, which once, under a CPU hog, did not listen
+// within 30 s; this is not that cause: it passes). It starts;
+// the job reads failed "restart"; once there is room a submit fails the
+// job in the store, then runs. Root only (a tmpfs).
+func TestRunner_DiskFillsAfterOpenLeftLive(t *testing.T) {
+	testkit.Long(t)
+	mnt := testkit.MountTmpfs(t, 128<<20)
+	ctx := context.Background()
+	src := t.TempDir()
+	b, st := setupDisk(t, src, engine.Config{})
+	id := b.Submit(t, "alice", []engine.Target{{URL: secretURL("a", 0)}, {URL: secretURL("a", 1)}})
+	st.one(t)
+	testkit.WaitFor(t, "target 1's fetch to start", func() bool {
+		_, ts, ok := b.Runner.Status(id)
+		return ok && ts[1].Status == "running"
+	})
+	dir := filepath.Join(mnt, "store")
+	copyStoreFiles(t, src, dir) // the crash
+
+	store, err := persistence.OpenWith(dir, persistence.Options{Durable: true})
+	require.NoError(t, err)
+	require.False(t, store.OpenedFull(), "open for writing: the disk had room")
+	t.Cleanup(func() { _ = store.Close() })
+	filler := testkit.FillDisk(t, mnt, 0) // another process fills it now
+	_, err = store.MeasureDisk()
+	require.NoError(t, err)
+
+	started := make(chan *enginetest.Bundle, 1)
+	go func() {
+		started <- enginetest.SetupOn(t, store, func(context.Context, *engine.Caller, engine.Target) (engine.Result, error) {
+			return engine.Result{Content: "room again"}, nil
+		}, engine.Config{DiskReserve: 1, Durability: engine.DurabilitySync})
+	}()
+	r := testkit.Recv(t, started).Runner // New returns: it does not wait for room
+	j, err := r.Lookup(id)
+	require.NoError(t, err)
+	require.Equal(t, "failed", j.Status)
+	require.Equal(t, "restart", j.Error)
+	_, _, err = r.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("b", 0)}})
+	require.ErrorIs(t, err, engine.ErrDiskFull)
+
+	require.NoError(t, os.Remove(filler))
+	_, err = store.MeasureDisk()
+	require.NoError(t, err)
+	_, _, err = r.Submit(ctx, &engine.Caller{Name: "bob", KeySHA256: secretKey}, "", []engine.Target{{URL: secretURL("b", 0)}})
+	require.NoError(t, err, "room again: the submit fails the left job in the store, then runs")
+	stored, err := store.Job(id)
+	require.NoError(t, err)
+	require.Equal(t, "failed", stored.Status)
+	require.Equal(t, "restart", stored.Error)
+}
