@@ -1208,7 +1208,13 @@ func (db *DB) flushMemtable(lc *z.Closer) {
 
 		for {
 			if err := db.handleMemTableFlush(mt, nil); err != nil {
-				if db.IsClosed() {
+				// Patched for siftbatch: flushStopped too, so that a failed
+				// Open's cleanup (which does not set isClosed) gives it up
+				// as well: its stopMemoryFlush waited for a flush retried
+				// for ever, and the Open never returned (a store a crash
+				// left, opened while its disk filled: serve neither listened
+				// nor exited).
+				if db.IsClosed() || db.flushStopped() {
 					givenUp = true
 					// Patched for siftbatch: as the DB closes, a flush that
 					// fails (its table cannot be allocated: a full disk) is
@@ -1221,7 +1227,10 @@ func (db *DB) flushMemtable(lc *z.Closer) {
 				}
 				// Encountered error. Retry indefinitely.
 				db.opt.Errorf("error flushing memtable to disk: %v, retrying", err)
-				time.Sleep(time.Second)
+				select { // Patched for siftbatch: a stop does not wait out the second
+				case <-time.After(time.Second):
+				case <-lc.HasBeenClosed():
+				}
 				continue
 			}
 
