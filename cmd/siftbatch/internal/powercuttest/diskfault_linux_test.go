@@ -445,7 +445,19 @@ func faultStart(t *testing.T, args []string) (*serveProc, bool) {
 		<-p.done
 	case <-p.done:
 	case <-time.After(testkit.Deadline):
-		t.Fatalf("serve neither listens nor exits on a full disk: %s", tail(p.stderr.String(), 3000))
+		// Where it is stuck: its goroutines (SIGQUIT ends it with them).
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(testkit.Deadline):
+		}
+		var stacks []string
+		for _, g := range strings.Split(p.stderr.String(), "\n\n") {
+			if strings.Contains(g, "goroutine ") && (strings.Contains(g, "badger") || strings.Contains(g, "sift/batch/")) && !strings.Contains(g, "[IO wait") {
+				stacks = append(stacks, headTail(g, 2000))
+			}
+		}
+		t.Fatalf("serve neither listens nor exits on a full disk: %s\nits goroutines at SIGQUIT:\n%s", tail(p.stderr.String(), 1500), strings.Join(stacks[:min(len(stacks), 12)], "\n--\n"))
 	}
 	return p, false
 }
